@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// readPolicy returns the bytes of a policy argument: the contents of a file,
+// or a preset name as is (every loader accepts both).
+func readPolicy(arg string) (src []byte, name string, err error) {
+	if _, ok := policy.PresetText(arg); ok {
+		if _, statErr := os.Stat(arg); statErr != nil {
+			return []byte(arg), "preset " + arg, nil
+		}
+	}
+	b, err := os.ReadFile(arg)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w (and %q is not a preset: %s)", err, arg, strings.Join(policy.PresetNames(), ", "))
+	}
+	return b, arg, nil
+}
+
+// problems formats a policy error one problem a line, with file:line.
+func problems(name string, err error) error {
+	var pe *policy.Error
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: invalid policy", name)
+	for _, p := range pe.Problems {
+		if p.Line > 0 {
+			fmt.Fprintf(&b, "\n  %s:%d: %s", name, p.Line, p)
+		} else {
+			fmt.Fprintf(&b, "\n  %s: %s", name, p)
+		}
+	}
+	return errors.New(b.String())
+}
+
+func policyCheck(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
+	rows := fs.Int("rows", 30, "at most this many schedule rows")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		return errUsage
+	}
+	src, name, err := readPolicy(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	p, err := policy.Load(src)
+	if err != nil {
+		return problems(name, err)
+	}
+	fmt.Fprintf(stdout, "%s: valid\n%s\n\n", name, p)
+	writeSchedule(stdout, p, *rows)
+	return nil
+}
+
+// writeSchedule prints the table people draw by hand in design docs: the
+// wait after each failed attempt, low/median/high across the jitter, and
+// the cumulative wait.
+func writeSchedule(w io.Writer, p *policy.Policy, rows int) {
+	steps := p.Schedule(rows)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "failed attempt\tmin\tmedian\tmax\t\ttotal min\ttotal median\ttotal max\t")
+	for _, s := range steps {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t\t%s\t%s\t%s\t\n", s.Attempt, dur(s.MinMs), dur(s.MedianMs), dur(s.MaxMs), dur(s.CumMinMs), dur(s.CumMedianMs), dur(s.CumMaxMs))
+	}
+	tw.Flush()
+	last := int64(0)
+	if len(steps) > 0 {
+		last = steps[len(steps)-1].Attempt
+	}
+	switch {
+	case len(steps) == 0:
+		fmt.Fprintln(w, "\nno retries: the first failure is final")
+	case p.MaxAttempts() > 0 && last == p.MaxAttempts()-1:
+		fmt.Fprintf(w, "\nattempt %d is the last: its failure is dead-lettered (max_attempts_reached)\n", p.MaxAttempts())
+	case p.MaxElapsedMs() > 0 && len(steps) < rows:
+		fmt.Fprintf(w, "\nafter attempt %d even the shortest wait passes max elapsed %s: max_elapsed_exceeded\n", last+1, dur(p.MaxElapsedMs()))
+	default:
+		fmt.Fprintf(w, "\n(first %d rows; --rows shows more)\n", len(steps))
+	}
+}
+
+func dur(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+
+func policyPresets(stdout io.Writer) error {
+	for _, n := range policy.PresetNames() {
+		p, _ := policy.Preset(n)
+		fmt.Fprintln(stdout, p)
+	}
+	return nil
+}
+
+func policyShow(args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return errUsage
+	}
+	text, ok := policy.PresetText(args[0])
+	if !ok {
+		return fmt.Errorf("unknown preset %q (presets: %s)", args[0], strings.Join(policy.PresetNames(), ", "))
+	}
+	_, err := io.WriteString(stdout, text)
+	return err
+}

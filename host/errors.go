@@ -1,0 +1,86 @@
+package host
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// ErrClosed is returned when a Runtime or a Policy is used after Close.
+var ErrClosed = errors.New("backstop: closed")
+
+// PolicyError reports policy bytes or a preset name the module refused.
+// Load, LoadFile and Preset return it; check for it with errors.As.
+type PolicyError struct {
+	// Message is the module's message. It names each invalid field and the
+	// reason, for example
+	//
+	//	invalid policy: backoff.cap: must be >= backoff.base (got 100ms < 1s)
+	Message string
+}
+
+func (e *PolicyError) Error() string { return e.Message }
+
+// InputError reports a policy.Failure the module refused (a field out of
+// range, such as Attempt 0 or GRPCCode 99). No state changed for it.
+//
+// errors.As also fills a *policy.InputError from it, so code written against
+// the native policy package handles both alike.
+type InputError struct {
+	// Index is the position of the failure in DecideBatch's failures, or -1
+	// for Decide.
+	Index int
+	// Message is the module's message, naming the field, for example
+	//
+	//	invalid failure: attempt: must be >= 1 (got 0)
+	Message string
+}
+
+func (e *InputError) Error() string {
+	if e.Index < 0 {
+		return e.Message
+	}
+	return "failures[" + strconv.Itoa(e.Index) + "]: " + e.Message
+}
+
+// As fills a *policy.InputError. The module's message is that error's own
+// text, "invalid failure: <field>: <reason>", so nothing is lost.
+func (e *InputError) As(target any) bool {
+	t, ok := target.(**policy.InputError)
+	if !ok {
+		return false
+	}
+	rest, ok := strings.CutPrefix(e.Message, "invalid failure: ")
+	if !ok {
+		return false
+	}
+	field, reason, ok := strings.Cut(rest, ": ")
+	if !ok {
+		return false
+	}
+	*t = &policy.InputError{Field: field, Reason: reason}
+	return true
+}
+
+// ABI error codes (wasm/ABI.md, "Error codes").
+const (
+	errHandle   = -1
+	errPolicy   = -2
+	errInput    = -3
+	errMemory   = -4
+	errInternal = -6
+)
+
+// codeError is an error code other than the typed ones above: a bug or a
+// limit, with the module's message.
+type codeError struct {
+	op   string
+	code int64
+	msg  string
+}
+
+func (e *codeError) Error() string {
+	return "backstop.wasm: " + e.op + ": " + e.msg + " (code " + strconv.FormatInt(e.code, 10) + ")"
+}

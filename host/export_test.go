@@ -1,0 +1,35 @@
+package host
+
+import (
+	"os"
+	"testing"
+)
+
+// sharedCache is a compilation cache directory for the whole test binary:
+// the module then compiles once per run, which matters under -race, where
+// compiling it takes about ten seconds.
+var sharedCache string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "backstop-host-test")
+	if err != nil {
+		panic(err)
+	}
+	sharedCache = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// SharedCache is WithCompilationCache over the test binary's cache.
+func SharedCache() Option { return WithCompilationCache(sharedCache) }
+
+// MemorySize returns the linear memory size of the Runtime's largest
+// instance, for the memory benchmark.
+func MemorySize(r *Runtime) uint32 {
+	var n uint32
+	for _, in := range r.instances() {
+		n = max(n, in.mem.Size())
+	}
+	return n
+}

@@ -1,0 +1,359 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// abiVersion is the version of wasm/ABI.md this host implements.
+const abiVersion = 1
+
+// Limits and layout from wasm/ABI.md.
+const (
+	maxBuffer  = 64 << 20
+	recordSize = 64
+	resultSize = 8
+	maxStrLen  = math.MaxUint16 // a batch record's string length is a u16
+
+	flagIdempotencyKey = 1 << 0
+	flagPushback       = 1 << 1
+
+	// batchBytes bounds one decide_batch call (records, strings, results):
+	// about 3,600 plain records, enough to make the call overhead vanish
+	// while keeping each instance's buffer small.
+	batchBytes = 256 << 10
+)
+
+// exports are the functions of ABI version 1 with their signatures, checked
+// once when a Runtime starts so a wrong module fails early and clearly.
+var exports = map[string][2][]api.ValueType{
+	"abi_version":     {nil, {i32}},
+	"buffer":          {{i32}, {i32}},
+	"policy_load":     {{i32}, {i32}},
+	"policy_preset":   {{i32}, {i32}},
+	"policy_free":     {{i32}, {i32}},
+	"policy_stateful": {{i32}, {i32}},
+	"decide":          {{i32, i64, i32, i32, i64, i64, f64, i64, i32, i32, i32, i32}, {i64}},
+	"decide_batch":    {{i32, i32, i32, i32}, {i32}},
+	"record_success":  {{i32, i64}, {i32}},
+	"circuit_state":   {{i32, i64}, {i32}},
+	"error_message":   {nil, {i64}},
+}
+
+const (
+	i32 = api.ValueTypeI32
+	i64 = api.ValueTypeI64
+	f64 = api.ValueTypeF64
+)
+
+// instance is one module instance. The module is single-threaded, so every
+// call holds mu. handles maps a Policy's id to its handle in this instance.
+type instance struct {
+	mu      sync.Mutex
+	mod     api.Module
+	mem     api.Memory
+	handles map[uint64]int32
+	dead    error // set when a call trapped: the instance is unusable
+
+	// stack is reused by every call (CallWithStack), so a call allocates
+	// nothing; 12 is decide's parameter count, the most of any export.
+	stack [12]uint64
+
+	bufAddr, bufLen uint32  // the shared buffer, cached until it must grow
+	scratch         []int64 // batch result words, reused
+
+	abiVersion, buffer, policyLoad, policyPreset, policyFree, policyStateful,
+	decide, decideBatch, recordSuccess, circuitState, errorMessage api.Function
+}
+
+// newInstance instantiates the compiled module and starts its Go runtime
+// (_initialize: the module is a WASI reactor). The name is empty so that
+// many instances of one module can live in a Runtime.
+func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, cfg wazero.ModuleConfig) (*instance, error) {
+	mod, err := rt.InstantiateModule(ctx, cm, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("backstop.wasm: instantiate: %w", err)
+	}
+	in := &instance{mod: mod, mem: mod.Memory(), handles: map[uint64]int32{}}
+	in.abiVersion = mod.ExportedFunction("abi_version")
+	if in.abiVersion == nil {
+		mod.Close(ctx)
+		return nil, fmt.Errorf("backstop.wasm: abi_version is not exported: not a backstop module")
+	}
+	v, err := in.call(ctx, in.abiVersion)
+	if err != nil {
+		mod.Close(ctx)
+		return nil, err
+	}
+	if v != abiVersion {
+		mod.Close(ctx)
+		return nil, fmt.Errorf("backstop.wasm ABI version %d is not supported by this host (want %d)", int32(v), abiVersion)
+	}
+	if err := checkExports(cm); err != nil {
+		mod.Close(ctx)
+		return nil, err
+	}
+	for name, fn := range map[string]*api.Function{
+		"buffer": &in.buffer, "policy_load": &in.policyLoad, "policy_preset": &in.policyPreset,
+		"policy_free": &in.policyFree, "policy_stateful": &in.policyStateful, "decide": &in.decide,
+		"decide_batch": &in.decideBatch, "record_success": &in.recordSuccess,
+		"circuit_state": &in.circuitState, "error_message": &in.errorMessage,
+	} {
+		*fn = mod.ExportedFunction(name)
+	}
+	if in.mem == nil {
+		mod.Close(ctx)
+		return nil, fmt.Errorf("backstop.wasm: memory is not exported")
+	}
+	if err := in.grow(ctx, 0); err != nil {
+		mod.Close(ctx)
+		return nil, err
+	}
+	return in, nil
+}
+
+// call runs fn with params and returns its first result (0 if none). A trap
+// marks the instance dead: after a Go runtime crash its state is undefined.
+func (in *instance) call(ctx context.Context, fn api.Function, params ...uint64) (uint64, error) {
+	if in.dead != nil {
+		return 0, in.dead
+	}
+	s := in.stack[:]
+	copy(s, params)
+	if err := fn.CallWithStack(ctx, s); err != nil {
+		in.dead = fmt.Errorf("backstop.wasm: %s: %w", exportName(fn), err)
+		return 0, in.dead
+	}
+	return s[0], nil
+}
+
+// exportName names fn in errors (the module has no name section).
+func exportName(fn api.Function) string {
+	if names := fn.Definition().ExportNames(); len(names) > 0 {
+		return names[0]
+	}
+	return "?"
+}
+
+// message returns the module's last error message.
+func (in *instance) message(ctx context.Context) string {
+	w, err := in.call(ctx, in.errorMessage)
+	if err != nil {
+		return err.Error()
+	}
+	b, ok := in.mem.Read(uint32(w>>32), uint32(w))
+	if !ok {
+		return "(error message out of bounds)"
+	}
+	return string(b)
+}
+
+// codeErr turns a negative result of op into an error.
+func (in *instance) codeErr(ctx context.Context, op string, code int64) error {
+	msg := in.message(ctx)
+	switch code {
+	case errPolicy:
+		return &PolicyError{Message: msg}
+	case errInput:
+		return &InputError{Index: -1, Message: msg}
+	}
+	return &codeError{op: op, code: code, msg: msg}
+}
+
+// grow makes the shared buffer at least n bytes long. The address changes
+// only when the buffer grows, so it is cached.
+func (in *instance) grow(ctx context.Context, n int) error {
+	if uint32(n) <= in.bufLen && in.bufLen > 0 {
+		return nil
+	}
+	if n > maxBuffer {
+		return fmt.Errorf("backstop.wasm: %d bytes do not fit the module's %d MiB buffer", n, maxBuffer>>20)
+	}
+	v, err := in.call(ctx, in.buffer, api.EncodeI32(int32(n)))
+	if err != nil {
+		return err
+	}
+	if a := int32(v); a < 0 {
+		return in.codeErr(ctx, "buffer", int64(a))
+	}
+	in.bufAddr, in.bufLen = uint32(v), uint32(max(n, 4096))
+	return nil
+}
+
+// load loads policy bytes (or a preset name, when preset is set) and
+// returns the new handle.
+func (in *instance) load(ctx context.Context, data []byte, preset bool) (int32, error) {
+	if err := in.grow(ctx, len(data)); err != nil {
+		return 0, err
+	}
+	if !in.mem.Write(in.bufAddr, data) {
+		return 0, fmt.Errorf("backstop.wasm: buffer out of memory bounds")
+	}
+	fn, op := in.policyLoad, "policy_load"
+	if preset {
+		fn, op = in.policyPreset, "policy_preset"
+	}
+	v, err := in.call(ctx, fn, api.EncodeI32(int32(len(data))))
+	if err != nil {
+		return 0, err
+	}
+	if h := int32(v); h < 0 {
+		return 0, in.codeErr(ctx, op, int64(h))
+	}
+	return int32(v), nil
+}
+
+// handleCall calls a (h, ...) -> i32 export and checks its result.
+func (in *instance) handleCall(ctx context.Context, fn api.Function, params ...uint64) (int32, error) {
+	v, err := in.call(ctx, fn, params...)
+	if err != nil {
+		return 0, err
+	}
+	if r := int32(v); r < 0 {
+		return 0, in.codeErr(ctx, exportName(fn), int64(r))
+	}
+	return int32(v), nil
+}
+
+// free frees the handle of policy id, if this instance loaded it. Errors
+// are ignored: -1 cannot happen, and a dead instance is dropped anyway.
+func (in *instance) free(ctx context.Context, id uint64) {
+	if h, ok := in.handles[id]; ok {
+		delete(in.handles, id)
+		in.call(ctx, in.policyFree, api.EncodeI32(h))
+	}
+}
+
+// words returns the reused result slice, n long.
+func (in *instance) words(n int) []int64 {
+	if cap(in.scratch) < n {
+		in.scratch = make([]int64, n)
+	}
+	return in.scratch[:n]
+}
+
+// hint picks the ABI's one hint string: Retry-After wins, as in the policy.
+func hint(f *policy.Failure) (string, uint32) {
+	var flags uint32
+	if f.IdempotencyKey != "" {
+		flags = flagIdempotencyKey
+	}
+	if f.RetryAfter == "" && f.RetryPushback != "" {
+		return f.RetryPushback, flags | flagPushback
+	}
+	return f.RetryAfter, flags
+}
+
+// sat32 saturates an int into an i32, so an out-of-range status or code
+// stays out of range (and is refused by the module) instead of wrapping
+// into a valid one.
+func sat32(v int) int32 {
+	return int32(min(max(v, math.MinInt32), math.MaxInt32))
+}
+
+// decideOne is the hot path: strings go to the buffer only when present,
+// everything else travels as scalars on the reused stack.
+func (in *instance) decideOne(ctx context.Context, h int32, f *policy.Failure) (int64, error) {
+	if in.dead != nil {
+		return 0, in.dead
+	}
+	hs, flags := hint(f)
+	ml, kl, hl := len(f.Method), len(f.ErrorKind), len(hs)
+	if n := ml + kl + hl; n > 0 {
+		if err := in.grow(ctx, n); err != nil {
+			return 0, err
+		}
+		in.mem.WriteString(in.bufAddr, f.Method)
+		in.mem.WriteString(in.bufAddr+uint32(ml), f.ErrorKind)
+		in.mem.WriteString(in.bufAddr+uint32(ml+kl), hs)
+	}
+	s := in.stack[:]
+	s[0] = api.EncodeI32(h)
+	s[1] = api.EncodeI64(f.Attempt)
+	s[2] = api.EncodeI32(sat32(f.HTTPStatus))
+	s[3] = api.EncodeI32(sat32(f.GRPCCode))
+	s[4] = api.EncodeI64(f.ElapsedMs)
+	s[5] = api.EncodeI64(f.NowMs)
+	s[6] = api.EncodeF64(f.Random)
+	s[7] = api.EncodeI64(f.PrevDelayMs)
+	s[8] = api.EncodeU32(flags)
+	s[9] = api.EncodeI32(int32(ml))
+	s[10] = api.EncodeI32(int32(kl))
+	s[11] = api.EncodeI32(int32(hl))
+	if err := in.decide.CallWithStack(ctx, s); err != nil {
+		in.dead = fmt.Errorf("backstop.wasm: decide: %w", err)
+		return 0, in.dead
+	}
+	return int64(s[0]), nil
+}
+
+// batchFits reports whether f can go in a decide_batch record: its strings
+// must fit the record's u16 lengths. Others are decided one by one.
+func batchFits(f *policy.Failure) bool {
+	hs, _ := hint(f)
+	return len(f.Method) <= maxStrLen && len(f.ErrorKind) <= maxStrLen && len(hs) <= maxStrLen
+}
+
+// decideChunk decides fs (all batchFits) in one decide_batch call and
+// writes the result words to res. The buffer holds the records at 0, then
+// their strings, then the results (8-aligned).
+func (in *instance) decideChunk(ctx context.Context, h int32, fs []policy.Failure, res []int64) error {
+	strOff := len(fs) * recordSize
+	strLen := 0
+	for i := range fs {
+		hs, _ := hint(&fs[i])
+		strLen += len(fs[i].Method) + len(fs[i].ErrorKind) + len(hs)
+	}
+	outOff := (strOff + strLen + 7) &^ 7
+	if err := in.grow(ctx, outOff+len(fs)*resultSize); err != nil {
+		return err
+	}
+	// A view of guest memory stays valid until the guest runs again.
+	view, ok := in.mem.Read(in.bufAddr, uint32(outOff))
+	if !ok {
+		return fmt.Errorf("backstop.wasm: buffer out of memory bounds")
+	}
+	le := binary.LittleEndian
+	s := strOff
+	for i := range fs {
+		f := &fs[i]
+		hs, flags := hint(f)
+		rec := view[i*recordSize : (i+1)*recordSize]
+		le.PutUint64(rec[0:], uint64(f.Attempt))
+		le.PutUint64(rec[8:], uint64(f.ElapsedMs))
+		le.PutUint64(rec[16:], uint64(f.NowMs))
+		le.PutUint64(rec[24:], math.Float64bits(f.Random))
+		le.PutUint64(rec[32:], uint64(f.PrevDelayMs))
+		le.PutUint32(rec[40:], uint32(sat32(f.HTTPStatus)))
+		le.PutUint32(rec[44:], uint32(sat32(f.GRPCCode)))
+		le.PutUint32(rec[48:], flags)
+		le.PutUint32(rec[52:], uint32(s))
+		le.PutUint16(rec[56:], uint16(len(f.Method)))
+		le.PutUint16(rec[58:], uint16(len(f.ErrorKind)))
+		le.PutUint16(rec[60:], uint16(len(hs)))
+		le.PutUint16(rec[62:], 0)
+		s += copy(view[s:], f.Method)
+		s += copy(view[s:], f.ErrorKind)
+		s += copy(view[s:], hs)
+	}
+	if _, err := in.handleCall(ctx, in.decideBatch, api.EncodeI32(h), 0,
+		api.EncodeI32(int32(len(fs))), api.EncodeI32(int32(outOff))); err != nil {
+		return err
+	}
+	out, ok := in.mem.Read(in.bufAddr+uint32(outOff), uint32(len(fs)*resultSize))
+	if !ok {
+		return fmt.Errorf("backstop.wasm: buffer out of memory bounds")
+	}
+	for i := range res {
+		res[i] = int64(le.Uint64(out[i*resultSize:]))
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package host
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// Policy is a policy loaded into a Runtime. It is safe for concurrent use.
+// Each Policy has its own retry-budget and circuit-breaker state, even when
+// two are loaded from the same bytes.
+type Policy struct {
+	rt       *Runtime
+	id       uint64 // key of this policy's handle in each instance
+	data     []byte // what instances load, lazily
+	preset   bool   // data is a preset name for policy_preset
+	stateful bool
+	pinned   *instance // the one instance holding a stateful policy's state
+	closed   atomic.Bool
+}
+
+// Stateful reports whether the policy has a retry budget or a circuit
+// breaker. Calls on a stateful policy are serialised on one instance.
+func (p *Policy) Stateful() bool { return p.stateful }
+
+// acquire locks the instance that serves a call and returns the policy's
+// handle there, loading the policy into it on first use.
+func (p *Policy) acquire(ctx context.Context) (*instance, int32, error) {
+	if p.closed.Load() || p.rt.closed.Load() {
+		return nil, 0, ErrClosed
+	}
+	in := p.pinned
+	if in != nil {
+		in.mu.Lock()
+	} else {
+		var err error
+		if in, err = p.rt.get(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+	h, err := p.handle(ctx, in)
+	if err != nil {
+		p.rt.release(in)
+		return nil, 0, err
+	}
+	return in, h, nil
+}
+
+// handle returns the policy's handle in in (locked). Checking closed under
+// the instance lock means Close, which frees handles under the same lock,
+// never leaves one behind.
+func (p *Policy) handle(ctx context.Context, in *instance) (int32, error) {
+	if h, ok := in.handles[p.id]; ok {
+		return h, nil
+	}
+	if p.closed.Load() {
+		return 0, ErrClosed
+	}
+	h, err := in.load(ctx, p.data, p.preset)
+	if err != nil {
+		return 0, err
+	}
+	in.handles[p.id] = h
+	return h, nil
+}
+
+// Decide returns the policy's decision for one failure. It allocates
+// nothing; strings are copied into the module only when non-empty.
+//
+// # Errors
+//
+// An out-of-range field (Attempt < 1, HTTPStatus not 0 or 100..599,
+// GRPCCode not 0..16, a negative ElapsedMs, NowMs or PrevDelayMs) gives an
+// *InputError naming it, and changes no state. ErrClosed after Close.
+func (p *Policy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	w, err := in.decideOne(ctx, h, &f)
+	if err == nil && w < 0 {
+		err = in.codeErr(ctx, "decide", w)
+	}
+	p.rt.release(in)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	return policy.Unpack(w), nil
+}
+
+// DecideBatch decides failures in order, as Decide would one by one, and
+// appends one decision per failure to out. The failures go to the module
+// in a few large calls, which is much faster than Decide in a loop. A
+// stateful policy decides the whole batch without interleaving other
+// calls.
+//
+// # Errors
+//
+// Like the module, DecideBatch goes on past an invalid failure, so a
+// stateful policy counts exactly the valid ones. It then still returns
+// len(failures) decisions, the zero Decision at each invalid index, with an
+// *InputError whose Index names the first invalid failure. Any other error
+// returns out unchanged.
+func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out []policy.Decision) ([]policy.Decision, error) {
+	base := len(out)
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return out, err
+	}
+	defer p.rt.release(in)
+	out = slices.Grow(out, len(failures))[:base+len(failures)]
+	res := out[base:]
+	var first error
+	for i := 0; i < len(failures); {
+		if err := ctx.Err(); err != nil {
+			return out[:base], err
+		}
+		// A chunk: as many failures as fit in batchBytes, or one failure
+		// whose strings are too long for a batch record, decided alone.
+		n, size := 0, 0
+		for i+n < len(failures) && batchFits(&failures[i+n]) {
+			f := &failures[i+n]
+			hs, _ := hint(f)
+			size += recordSize + resultSize + len(f.Method) + len(f.ErrorKind) + len(hs)
+			if n > 0 && size > batchBytes {
+				break
+			}
+			n++
+		}
+		words := in.words(max(n, 1))
+		var err error
+		if n == 0 {
+			n = 1
+			words[0], err = in.decideOne(ctx, h, &failures[i])
+		} else {
+			err = in.decideChunk(ctx, h, failures[i:i+n], words)
+		}
+		if err != nil {
+			return out[:base], err
+		}
+		for k, w := range words {
+			res[i+k] = policy.Decision{}
+			if w >= 0 {
+				res[i+k] = policy.Unpack(w)
+			} else if first == nil {
+				first = p.batchErr(ctx, in, i+k, w)
+			}
+		}
+		i += n
+	}
+	return out, first
+}
+
+// batchErr builds the error of the first failed record of a batch. The
+// module prefixes its message with the record's index within the call
+// ("record 3: "), which is dropped for the index within the whole batch.
+func (p *Policy) batchErr(ctx context.Context, in *instance, index int, code int64) error {
+	err := in.codeErr(ctx, "decide_batch", code)
+	if ie, ok := err.(*InputError); ok {
+		if _, msg, ok := strings.Cut(ie.Message, ": "); ok && strings.HasPrefix(ie.Message, "record ") {
+			ie.Message = msg
+		}
+		ie.Index = index
+	}
+	return err
+}
+
+// RecordSuccess reports a successful call at nowMs (Unix milliseconds) to
+// the policy's retry budget and circuit breaker. It does nothing for a
+// stateless policy.
+func (p *Policy) RecordSuccess(ctx context.Context, nowMs int64) error {
+	if !p.stateful {
+		return p.checkOpen()
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.rt.release(in)
+	_, err = in.handleCall(ctx, in.recordSuccess, api.EncodeI32(h), api.EncodeI64(nowMs))
+	return err
+}
+
+// CircuitState returns the state of the policy's circuit breaker at nowMs:
+// policy.BreakerClosed when it has none.
+func (p *Policy) CircuitState(ctx context.Context, nowMs int64) (policy.CircuitState, error) {
+	if !p.stateful {
+		return policy.BreakerClosed, p.checkOpen()
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer p.rt.release(in)
+	s, err := in.handleCall(ctx, in.circuitState, api.EncodeI32(h), api.EncodeI64(nowMs))
+	return policy.CircuitState(s), err
+}
+
+func (p *Policy) checkOpen() error {
+	if p.closed.Load() || p.rt.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close frees the policy in every instance that loaded it. Later calls
+// return ErrClosed. Closing the Runtime frees all its policies at once.
+func (p *Policy) Close(ctx context.Context) error {
+	if p.closed.Swap(true) || p.rt.closed.Load() {
+		return nil
+	}
+	for _, in := range p.rt.instances() {
+		in.mu.Lock()
+		in.free(ctx, p.id)
+		in.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+// Package vector is the JSON shape of the shared decision vectors in
+// testdata/vectors: the contract every host (Go, Node.js, Python) reads.
+// The `backstop decide` command speaks the same shapes on stdin and stdout.
+package vector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// File is testdata/vectors/vectors.json.
+type File struct {
+	ABIVersion int     `json:"abi_version"`
+	Comment    string  `json:"comment"`
+	Groups     []Group `json:"groups"`
+}
+
+// Group is a set of cases decided by one policy. Cases of a group run in
+// order on one fresh policy instance, so stateful groups (budget, breaker)
+// are sequences.
+type Group struct {
+	Name     string          `json:"name"`
+	Preset   string          `json:"preset,omitempty"`
+	Policy   json.RawMessage `json:"policy,omitempty"`
+	Stateful bool            `json:"stateful,omitempty"`
+	Cases    []Case          `json:"cases"`
+}
+
+// PolicyBytes returns what a host loads for the group: the preset name or
+// the policy object.
+func (g *Group) PolicyBytes() []byte {
+	if g.Preset != "" {
+		return []byte(g.Preset)
+	}
+	return g.Policy
+}
+
+// Case is one step: a decision (Input and Expect), or, when Op is
+// "success", a success reported at NowMs to the budget and the breaker.
+type Case struct {
+	Op     string  `json:"op,omitempty"`
+	NowMs  int64   `json:"now_ms,omitempty"`
+	Input  *Input  `json:"input,omitempty"`
+	Expect *Expect `json:"expect,omitempty"`
+}
+
+// Input is a failure in the vector field names.
+type Input struct {
+	Attempt        int64    `json:"attempt"`
+	HTTPStatus     int      `json:"http_status,omitempty"`
+	GRPCCode       GRPCCode `json:"grpc_code,omitempty"`
+	ErrorKind      string   `json:"error_kind,omitempty"`
+	RetryAfter     string   `json:"retry_after,omitempty"`
+	RetryPushback  string   `json:"grpc_retry_pushback_ms,omitempty"`
+	Method         string   `json:"method,omitempty"`
+	IdempotencyKey string   `json:"idempotency_key,omitempty"`
+	ElapsedMs      int64    `json:"elapsed_ms,omitempty"`
+	NowMs          int64    `json:"now_ms,omitempty"`
+	Random         Float    `json:"random,omitempty"`
+	PrevDelayMs    int64    `json:"prev_delay_ms,omitempty"`
+}
+
+// Failure converts the input to the policy's Failure.
+func (in Input) Failure() policy.Failure {
+	return policy.Failure{
+		Attempt: in.Attempt, HTTPStatus: in.HTTPStatus, GRPCCode: int(in.GRPCCode),
+		ErrorKind: in.ErrorKind, RetryAfter: in.RetryAfter, RetryPushback: in.RetryPushback,
+		Method: in.Method, IdempotencyKey: in.IdempotencyKey,
+		ElapsedMs: in.ElapsedMs, NowMs: in.NowMs, Random: float64(in.Random), PrevDelayMs: in.PrevDelayMs,
+	}
+}
+
+// FromFailure converts a Failure to the vector shape.
+func FromFailure(f policy.Failure) Input {
+	return Input{
+		Attempt: f.Attempt, HTTPStatus: f.HTTPStatus, GRPCCode: GRPCCode(f.GRPCCode),
+		ErrorKind: f.ErrorKind, RetryAfter: f.RetryAfter, RetryPushback: f.RetryPushback,
+		Method: f.Method, IdempotencyKey: f.IdempotencyKey,
+		ElapsedMs: f.ElapsedMs, NowMs: f.NowMs, Random: Float(f.Random), PrevDelayMs: f.PrevDelayMs,
+	}
+}
+
+// Expect is a decision, or the error message of an invalid input.
+type Expect struct {
+	Action  string `json:"action,omitempty"`
+	DelayMs int64  `json:"delay_ms"`
+	Reason  string `json:"reason,omitempty"`
+	Class   string `json:"class,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// FromDecision converts a decision (or an error) to the vector shape. An
+// *policy.InputError keeps its field and reason ("attempt: must be >= 1
+// (got 0)"), the message every host reports.
+func FromDecision(d policy.Decision, err error) Expect {
+	if err != nil {
+		msg := err.Error()
+		var ie *policy.InputError
+		if errors.As(err, &ie) {
+			msg = ie.Field + ": " + ie.Reason
+		}
+		return Expect{Error: msg}
+	}
+	return Expect{Action: d.Action.String(), DelayMs: d.DelayMs, Reason: d.Reason.String(), Class: d.Class.String()}
+}
+
+// Float is a float64 that round-trips NaN and ±Inf through JSON as the
+// strings "NaN", "Infinity" and "-Infinity" (as JavaScript and Python print
+// them).
+type Float float64
+
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return []byte(strconv.FormatFloat(v, 'g', -1, 64)), nil
+}
+
+func (f *Float) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case `"NaN"`:
+		*f = Float(math.NaN())
+	case `"Infinity"`, `"+Infinity"`:
+		*f = Float(math.Inf(1))
+	case `"-Infinity"`:
+		*f = Float(math.Inf(-1))
+	default:
+		v, err := strconv.ParseFloat(string(b), 64)
+		if err != nil {
+			return fmt.Errorf("random: must be a number, \"NaN\", \"Infinity\" or \"-Infinity\" (got %s)", b)
+		}
+		*f = Float(v)
+	}
+	return nil
+}
+
+// GRPCCode is a gRPC status code that reads from a number or a name
+// ("UNAVAILABLE") and writes as a number.
+type GRPCCode int
+
+func (c *GRPCCode) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var name string
+		if err := json.Unmarshal(b, &name); err != nil {
+			return err
+		}
+		for code, n := range policy.GRPCCodeNames {
+			if strings.EqualFold(n, name) {
+				*c = GRPCCode(code)
+				return nil
+			}
+		}
+		return fmt.Errorf("grpc_code: unknown gRPC status name %q", name)
+	}
+	var n int
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("grpc_code: must be a number or a status name (got %s)", b)
+	}
+	*c = GRPCCode(n)
+	return nil
+}
+
+// DecodeInput parses one input object strictly: unknown fields are errors.
+func DecodeInput(line []byte) (Input, error) {
+	var in Input
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return Input{}, err
+	}
+	if dec.More() {
+		return Input{}, fmt.Errorf("trailing data after the input object")
+	}
+	return in, nil
+}
+
+// Format writes the file with one case per line: small, and diffs show
+// which decisions changed.
+func (f *File) Format() ([]byte, error) {
+	var b bytes.Buffer
+	head, err := json.Marshal(struct {
+		ABIVersion int    `json:"abi_version"`
+		Comment    string `json:"comment"`
+	}{f.ABIVersion, f.Comment})
+	if err != nil {
+		return nil, err
+	}
+	b.Write(head[:len(head)-1])
+	b.WriteString(`,"groups":[`)
+	for i, g := range f.Groups {
+		cases := g.Cases
+		g.Cases = nil
+		gb, err := json.Marshal(g)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("\n")
+		b.Write(gb[:len(gb)-len(`null}`)])
+		b.WriteString("[")
+		for j, c := range cases {
+			cb, err := json.Marshal(c)
+			if err != nil {
+				return nil, err
+			}
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("\n ")
+			b.Write(cb)
+		}
+		b.WriteString("\n]}")
+	}
+	b.WriteString("\n]}\n")
+	return b.Bytes(), nil
+}

@@ -1,0 +1,80 @@
+package policy
+
+// budget limits retries to a share of traffic, so a fleet cannot multiply
+// its load on a dependency that is already failing. Two kinds:
+//
+//   - token bucket, as gRPC retry throttling (gRFC A6): every retryable
+//     failure takes one token, every success gives back token_ratio, and
+//     retries are allowed only while more than half the tokens remain;
+//   - ratio over a window, as Finagle's RetryBudget: every reported outcome
+//     deposits a request, every granted retry withdraws one, and retries in
+//     the window may not exceed ratio × requests + min_per_second × window.
+//
+// Amounts are integer milli-units, so the state evolves identically in
+// every build.
+type budget struct {
+	// token bucket
+	bucket    bool
+	maxMilli  int64
+	ratioMill int64
+	tokens    int64
+
+	// ratio over a window of one-second slots
+	ratioPPM  int64
+	windowSec int64
+	minPerSec int64
+	slots     [maxWindowSec]budgetSlot
+}
+
+const maxWindowSec = 60
+
+type budgetSlot struct {
+	sec               int64
+	requests, retries int64
+}
+
+func (b *budget) onFailure(nowMs int64) {
+	if b.bucket {
+		b.tokens = max(0, b.tokens-1000)
+		return
+	}
+	b.slot(nowMs).requests++
+}
+
+func (b *budget) onSuccess(nowMs int64) {
+	if b.bucket {
+		b.tokens = min(b.maxMilli, b.tokens+b.ratioMill)
+		return
+	}
+	b.slot(nowMs).requests++
+}
+
+// withdraw reports whether one more retry fits the budget, and counts it.
+func (b *budget) withdraw(nowMs int64) bool {
+	if b.bucket {
+		return b.tokens > b.maxMilli/2
+	}
+	now := nowMs / 1000
+	var requests, retries int64
+	for i := range b.slots[:b.windowSec] {
+		if s := &b.slots[i]; s.sec > now-b.windowSec && s.sec <= now {
+			requests += s.requests
+			retries += s.retries
+		}
+	}
+	allowed := b.minPerSec*b.windowSec + mulDiv(requests, b.ratioPPM, 1_000_000)
+	if retries >= allowed {
+		return false
+	}
+	b.slot(nowMs).retries++
+	return true
+}
+
+func (b *budget) slot(nowMs int64) *budgetSlot {
+	sec := nowMs / 1000
+	s := &b.slots[sec%b.windowSec]
+	if s.sec != sec {
+		*s = budgetSlot{sec: sec}
+	}
+	return s
+}

@@ -1,0 +1,170 @@
+package policy
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type hintMode uint8
+
+const (
+	hintMax  hintMode = iota // delay = max(hint, computed)
+	hintOnly                 // delay = hint
+)
+
+var hintModeNames = []string{"max", "hint"}
+
+type onExceed uint8
+
+const (
+	exceedGiveUp onExceed = iota
+	exceedClamp
+	exceedIgnore
+)
+
+var onExceedNames = []string{"give_up", "clamp", "ignore"}
+
+func indexOf(names []string, s string) int {
+	for i, n := range names {
+		if n == s {
+			return i
+		}
+	}
+	return 0
+}
+
+func ms(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
+
+// build checks the rules that span fields and turns a rawPolicy into a
+// Policy.
+func (d *decoder) build(r *rawPolicy) (*Policy, error) {
+	strat := strategy(indexOf(strategyNames, r.strategy))
+	jit := jitterMode(indexOf(jitterNames, r.jitter))
+	if strat != strategyNone && r.baseMs == 0 {
+		d.fail("backoff.base", fmt.Sprintf("must be > 0 for strategy %s", r.strategy))
+	}
+	if r.capMs < r.baseMs {
+		d.fail("backoff.cap", fmt.Sprintf("must be >= backoff.base (got %s < %s)", ms(r.capMs), ms(r.baseMs)))
+	}
+	if (jit == jitterDecorrelated) != (strat == strategyDecorrelated) && !(strat == strategyDecorrelated && jit == jitterNone) {
+		d.fail("jitter.mode", fmt.Sprintf("%s jitter goes with the decorrelated strategy only: use backoff.strategy decorrelated with jitter.mode decorrelated or none (got strategy %s, jitter %s)", "decorrelated", r.strategy, r.jitter))
+	}
+	if jit == jitterProportional && r.ratioPPM == 0 {
+		d.fail("jitter.ratio", "must be > 0 with jitter.mode proportional")
+	}
+	if r.maxAttempts == 0 && r.maxElapsedMs == 0 {
+		d.fail("max_attempts", "must be >= 1 unless max_elapsed is set (0 means unlimited attempts)")
+	}
+	if b := r.budget; b != nil {
+		switch b.kind {
+		case "token_bucket":
+			if b.tokenRatioMilli > b.maxTokensMilli {
+				d.fail("retry_budget.token_ratio", "must be <= retry_budget.max_tokens")
+			}
+		case "ratio":
+			if b.windowMs < 1000 || b.windowMs > maxWindowSec*1000 || b.windowMs%1000 != 0 {
+				d.fail("retry_budget.window", fmt.Sprintf("must be a whole number of seconds in 1s..%ds (got %s)", maxWindowSec, ms(b.windowMs)))
+			}
+		}
+	}
+	if c := r.circuit; c != nil && c.openForMs == 0 {
+		d.fail("circuit_breaker.open_for", "must be > 0")
+	}
+	if len(d.problems) > 0 {
+		return nil, &Error{Problems: d.problems}
+	}
+
+	p := &Policy{
+		name:                 r.name,
+		maxAttempts:          r.maxAttempts,
+		uncertainMaxAttempts: r.uncertainMaxAttempts,
+		maxElapsedMs:         r.maxElapsedMs,
+		strategy:             strat,
+		baseMs:               r.baseMs,
+		capMs:                r.capMs,
+		multMilli:            r.multMilli,
+		maxDoublings:         r.maxDoublings,
+		jitter:               jit,
+		ratioPPM:             r.ratioPPM,
+		hintHonor:            r.hintHonor,
+		hintMode:             hintMode(indexOf(hintModeNames, r.hintMode)),
+		hintCapMs:            r.hintCapMs,
+		hintOnExceed:         onExceed(indexOf(onExceedNames, r.hintOnExceed)),
+		defaultClass:         Class(indexOf(classNames[:], r.defaultClass)),
+		kinds:                map[string]Class{},
+		neverSent:            map[string]bool{},
+	}
+	if p.maxAttempts > 0 && p.uncertainMaxAttempts > p.maxAttempts {
+		p.uncertainMaxAttempts = p.maxAttempts
+	}
+	defaultTables(p)
+	// Ranges first, then exact codes, so "5xx: permanent" with "503:
+	// retryable" means what it says whatever the order in the file.
+	for _, ru := range r.http {
+		if lo, ok := strings.CutSuffix(ru.key, "xx"); ok {
+			c := uint8(indexOf(classNames[:], ru.class)) + 1
+			start := int(lo[0]-'0') * 100
+			for s := start; s < start+100; s++ {
+				p.http[s] = c
+			}
+		}
+	}
+	for _, ru := range r.http {
+		if n, err := strconv.Atoi(ru.key); err == nil {
+			p.http[n] = uint8(indexOf(classNames[:], ru.class)) + 1
+		}
+	}
+	for _, ru := range r.grpc {
+		n, _ := strconv.Atoi(ru.key)
+		p.grpc[n] = uint8(indexOf(classNames[:], ru.class)) + 1
+	}
+	for _, ru := range r.kinds {
+		p.kinds[ru.key] = Class(indexOf(classNames[:], ru.class))
+	}
+	p.idempotentMethods = append([]string(nil), r.idempotentMethods...)
+	for _, k := range r.neverSent {
+		p.neverSent[k] = true
+	}
+	if b := r.budget; b != nil {
+		p.budget = &budget{bucket: b.kind == "token_bucket",
+			maxMilli: b.maxTokensMilli, ratioMill: b.tokenRatioMilli, tokens: b.maxTokensMilli,
+			ratioPPM: b.ratioPPM, windowSec: b.windowMs / 1000, minPerSec: b.minRetriesPerSecond}
+	}
+	if c := r.circuit; c != nil {
+		p.circuit = &circuit{threshold: c.failureThreshold, openMs: c.openForMs, needSuccesses: c.halfOpenSuccesses}
+	}
+	p.stateful = p.budget != nil || p.circuit != nil
+	p.fastPath = strat == strategyExponential && p.multMilli == 2000 && jit == jitterFull
+	return p, nil
+}
+
+// defaultTables fills the classification tables with backstop's defaults.
+func defaultTables(p *Policy) {
+	const r, pe, u = uint8(Retryable) + 1, uint8(Permanent) + 1, uint8(Uncertain) + 1
+	for s := 400; s < 500; s++ {
+		p.http[s] = pe
+	}
+	for s := 500; s < 600; s++ {
+		p.http[s] = u
+	}
+	for _, s := range []int{408, 429, 502, 503, 504} {
+		p.http[s] = r
+	}
+	p.http[501], p.http[505] = pe, pe
+	for code, c := range map[int]uint8{
+		1: pe, 2: u, 3: pe, 4: r, 5: pe, 6: pe, 7: pe, 8: r,
+		9: pe, 10: r, 11: pe, 12: pe, 13: u, 14: r, 15: pe, 16: pe,
+	} {
+		p.grpc[code] = c
+	}
+	for k, c := range map[string]Class{
+		"timeout": Retryable, "connect_timeout": Retryable, "connection_refused": Retryable,
+		"connection_reset": Retryable, "dns_temporary": Retryable, "deadlock": Retryable,
+		"lock_timeout": Retryable, "dns_not_found": Permanent,
+		"invalid_input": Permanent, "parse_error": Permanent, "schema_mismatch": Permanent,
+	} {
+		p.kinds[k] = c
+	}
+}

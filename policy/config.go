@@ -1,0 +1,485 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Parse reads a policy file, JSON or YAML, and returns a new Policy with
+// fresh budget and breaker state. Fields the file leaves out take the values
+// of the "default" preset, or of the preset named by its "extends" field.
+//
+// # Errors
+//
+// Parse is strict: unknown fields, duplicate keys, wrong types and values out
+// of range are all reported, as an *Error whose problems each name the field
+// path and the reason, for example
+//
+//	backoff.cap: must be >= backoff.base (got 100ms < 1s)
+func Parse(data []byte) (*Policy, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &Error{Problems: []*FieldError{{Field: "(document)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, &Error{Problems: []*FieldError{{Field: "(document)", Reason: "must be a JSON or YAML object"}}}
+	}
+	root := doc.Content[0]
+	raw := defaultRaw()
+	d := &decoder{lines: map[string]int{}}
+	if base := extendsOf(d, root); base != "" {
+		text, ok := presets[base]
+		if !ok {
+			d.fail("extends", fmt.Sprintf("unknown preset %q (presets: %s)", base, strings.Join(PresetNames(), ", ")))
+		} else {
+			raw = mustRaw(text)
+		}
+	}
+	d.policy(root, &raw)
+	return d.build(&raw)
+}
+
+// Preset returns a new Policy built from a named preset: "default",
+// "critical", "batch" or "fast-transient" (see PresetNames).
+func Preset(name string) (*Policy, error) {
+	text, ok := presets[name]
+	if !ok {
+		return nil, &Error{Problems: []*FieldError{{Field: "preset", Reason: fmt.Sprintf("unknown preset %q (presets: %s)", name, strings.Join(PresetNames(), ", "))}}}
+	}
+	return Parse([]byte(text))
+}
+
+// Load returns a new Policy from a preset name or from policy file contents:
+// what every host accepts where a policy is expected.
+func Load(presetOrData []byte) (*Policy, error) {
+	if _, ok := presets[string(presetOrData)]; ok {
+		return Preset(string(presetOrData))
+	}
+	return Parse(presetOrData)
+}
+
+// rawPolicy is a policy file's content before it is built into a Policy.
+type rawPolicy struct {
+	name                 string
+	maxAttempts          int64
+	maxElapsedMs         int64
+	uncertainMaxAttempts int64
+
+	strategy     string
+	baseMs       int64
+	capMs        int64
+	multMilli    int64
+	maxDoublings int64
+	jitter       string
+	ratioPPM     int64
+
+	hintHonor    bool
+	hintMode     string
+	hintCapMs    int64
+	hintOnExceed string
+
+	defaultClass string
+	http         []rule
+	grpc         []rule
+	kinds        []rule
+
+	idempotentMethods []string
+	neverSent         []string
+
+	budget  *rawBudget
+	circuit *rawCircuit
+}
+
+type rule struct{ key, class string }
+
+type rawBudget struct {
+	kind                string
+	maxTokensMilli      int64
+	tokenRatioMilli     int64
+	ratioPPM            int64
+	windowMs            int64
+	minRetriesPerSecond int64
+}
+
+type rawCircuit struct {
+	failureThreshold  int64
+	openForMs         int64
+	halfOpenSuccesses int64
+}
+
+func defaultRaw() rawPolicy {
+	return rawPolicy{
+		maxAttempts: 5, uncertainMaxAttempts: 2,
+		strategy: "exponential", baseMs: 1000, capMs: 300_000, multMilli: 2000, maxDoublings: 16,
+		jitter:    "full",
+		hintHonor: true, hintMode: "max", hintCapMs: 3_600_000, hintOnExceed: "give_up",
+		defaultClass:      "uncertain",
+		idempotentMethods: []string{"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"},
+		neverSent:         []string{"connection_refused", "dns_temporary", "connect_timeout"},
+	}
+}
+
+func mustRaw(text string) rawPolicy {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+		panic(err)
+	}
+	raw := defaultRaw()
+	d := &decoder{lines: map[string]int{}}
+	d.policy(doc.Content[0], &raw)
+	if len(d.problems) > 0 {
+		panic(d.problems[0])
+	}
+	return raw
+}
+
+type decoder struct {
+	problems []*FieldError
+	lines    map[string]int
+	line     int
+}
+
+func (d *decoder) fail(path, reason string) {
+	line := d.lines[path]
+	if line == 0 {
+		line = d.line
+	}
+	d.problems = append(d.problems, &FieldError{Field: path, Line: line, Reason: reason})
+}
+
+// fields walks a mapping node, calling the handler of each known key and
+// reporting unknown and duplicate keys.
+func (d *decoder) fields(n *yaml.Node, path string, handlers map[string]func(*yaml.Node, string)) {
+	if n.Kind != yaml.MappingNode {
+		d.line = n.Line
+		d.fail(orRoot(path), "must be an object")
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := join(path, k.Value)
+		d.lines[p] = k.Line
+		d.line = k.Line
+		if seen[k.Value] {
+			d.fail(p, "duplicate key")
+			continue
+		}
+		seen[k.Value] = true
+		h, ok := handlers[k.Value]
+		if !ok {
+			d.fail(p, "unknown field")
+			continue
+		}
+		d.line = v.Line
+		h(v, p)
+	}
+}
+
+func orRoot(path string) string {
+	if path == "" {
+		return "(document)"
+	}
+	return path
+}
+
+func join(path, key string) string {
+	if key == "" {
+		key = `""`
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func extendsOf(d *decoder, root *yaml.Node) string {
+	if root.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value == "extends" {
+			v := root.Content[i+1]
+			d.lines["extends"] = root.Content[i].Line
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+				return ""
+			}
+			return v.Value
+		}
+	}
+	return ""
+}
+
+func (d *decoder) policy(n *yaml.Node, r *rawPolicy) {
+	d.fields(n, "", map[string]func(*yaml.Node, string){
+		"name": func(v *yaml.Node, p string) { d.str(v, p, &r.name) },
+		"extends": func(v *yaml.Node, p string) {
+			var s string
+			d.str(v, p, &s)
+		},
+		"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
+		"max_elapsed":  func(v *yaml.Node, p string) { d.duration(v, p, &r.maxElapsedMs) },
+		"uncertain": func(v *yaml.Node, p string) {
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },
+			})
+		},
+		"backoff": func(v *yaml.Node, p string) {
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"strategy":      func(v *yaml.Node, p string) { d.enum(v, p, strategyNames, &r.strategy) },
+				"base":          func(v *yaml.Node, p string) { d.duration(v, p, &r.baseMs) },
+				"cap":           func(v *yaml.Node, p string) { d.duration(v, p, &r.capMs) },
+				"multiplier":    func(v *yaml.Node, p string) { d.fixed(v, p, 3, 1000, 1000_000, &r.multMilli) },
+				"max_doublings": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1000, &r.maxDoublings) },
+			})
+		},
+		"jitter": func(v *yaml.Node, p string) {
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"mode":  func(v *yaml.Node, p string) { d.enum(v, p, jitterNames, &r.jitter) },
+				"ratio": func(v *yaml.Node, p string) { d.fixed(v, p, 6, 0, 1_000_000, &r.ratioPPM) },
+			})
+		},
+		"retry_after": func(v *yaml.Node, p string) {
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"honor":     func(v *yaml.Node, p string) { d.boolean(v, p, &r.hintHonor) },
+				"mode":      func(v *yaml.Node, p string) { d.enum(v, p, hintModeNames, &r.hintMode) },
+				"cap":       func(v *yaml.Node, p string) { d.duration(v, p, &r.hintCapMs) },
+				"on_exceed": func(v *yaml.Node, p string) { d.enum(v, p, onExceedNames, &r.hintOnExceed) },
+			})
+		},
+		"classify": func(v *yaml.Node, p string) {
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"default":     func(v *yaml.Node, p string) { d.enum(v, p, classNames[:], &r.defaultClass) },
+				"http":        func(v *yaml.Node, p string) { r.http = append(r.http, d.rules(v, p, httpKey)...) },
+				"grpc":        func(v *yaml.Node, p string) { r.grpc = append(r.grpc, d.rules(v, p, grpcKey)...) },
+				"error_kinds": func(v *yaml.Node, p string) { r.kinds = append(r.kinds, d.rules(v, p, kindKey)...) },
+			})
+		},
+		"idempotency": func(v *yaml.Node, p string) {
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"idempotent_methods": func(v *yaml.Node, p string) { d.strings(v, p, &r.idempotentMethods) },
+				"never_sent_kinds":   func(v *yaml.Node, p string) { d.strings(v, p, &r.neverSent) },
+			})
+		},
+		"retry_budget": func(v *yaml.Node, p string) {
+			b := &rawBudget{kind: "token_bucket", maxTokensMilli: 100_000, tokenRatioMilli: 100,
+				ratioPPM: 200_000, windowMs: 10_000, minRetriesPerSecond: 10}
+			r.budget = b
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"type":                   func(v *yaml.Node, p string) { d.enum(v, p, []string{"token_bucket", "ratio"}, &b.kind) },
+				"max_tokens":             func(v *yaml.Node, p string) { d.fixed(v, p, 3, 1, 1_000_000, &b.maxTokensMilli) },
+				"token_ratio":            func(v *yaml.Node, p string) { d.fixed(v, p, 3, 1, 1_000_000, &b.tokenRatioMilli) },
+				"ratio":                  func(v *yaml.Node, p string) { d.fixed(v, p, 6, 1, 10_000_000, &b.ratioPPM) },
+				"window":                 func(v *yaml.Node, p string) { d.duration(v, p, &b.windowMs) },
+				"min_retries_per_second": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1_000_000, &b.minRetriesPerSecond) },
+			})
+		},
+		"circuit_breaker": func(v *yaml.Node, p string) {
+			c := &rawCircuit{failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1}
+			r.circuit = c
+			d.fields(v, p, map[string]func(*yaml.Node, string){
+				"failure_threshold":   func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) },
+				"open_for":            func(v *yaml.Node, p string) { d.duration(v, p, &c.openForMs) },
+				"half_open_successes": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
+			})
+		},
+	})
+}
+
+func (d *decoder) scalar(v *yaml.Node, p, want string) bool {
+	if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" {
+		d.fail(p, "must be "+want)
+		return false
+	}
+	return true
+}
+
+func (d *decoder) str(v *yaml.Node, p string, dst *string) {
+	if d.scalar(v, p, "a string") {
+		if v.ShortTag() != "!!str" {
+			d.fail(p, fmt.Sprintf("must be a string (got %s)", v.Value))
+			return
+		}
+		*dst = v.Value
+	}
+}
+
+func (d *decoder) enum(v *yaml.Node, p string, names []string, dst *string) {
+	want := "one of " + strings.Join(names, ", ")
+	if !d.scalar(v, p, want) {
+		return
+	}
+	for _, n := range names {
+		if v.Value == n {
+			*dst = n
+			return
+		}
+	}
+	d.fail(p, fmt.Sprintf("must be %s (got %q)", want, v.Value))
+}
+
+func (d *decoder) boolean(v *yaml.Node, p string, dst *bool) {
+	if d.scalar(v, p, "true or false") {
+		if v.ShortTag() != "!!bool" {
+			d.fail(p, fmt.Sprintf("must be true or false (got %q)", v.Value))
+			return
+		}
+		*dst = v.Value == "true"
+	}
+}
+
+func (d *decoder) integer(v *yaml.Node, p string, lo, hi int64, dst *int64) {
+	if !d.scalar(v, p, "an integer") {
+		return
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	if v.ShortTag() != "!!int" || err != nil {
+		d.fail(p, fmt.Sprintf("must be an integer (got %q)", v.Value))
+		return
+	}
+	if n < lo || n > hi {
+		d.fail(p, fmt.Sprintf("must be in %d..%d (got %d)", lo, hi, n))
+		return
+	}
+	*dst = n
+}
+
+// fixed reads a decimal number with at most `decimals` places into an
+// integer scaled by 10^decimals, without float arithmetic, so every build
+// reads the same value.
+func (d *decoder) fixed(v *yaml.Node, p string, decimals int, lo, hi int64, dst *int64) {
+	if !d.scalar(v, p, "a number") {
+		return
+	}
+	tag := v.ShortTag()
+	n, ok := parseFixed(v.Value, decimals)
+	if tag != "!!int" && tag != "!!float" || !ok {
+		d.fail(p, fmt.Sprintf("must be a decimal number with at most %d decimal places (got %q)", decimals, v.Value))
+		return
+	}
+	if n < lo || n > hi {
+		d.fail(p, fmt.Sprintf("must be in %s..%s (got %s)", fmtFixed(lo, decimals), fmtFixed(hi, decimals), v.Value))
+		return
+	}
+	*dst = n
+}
+
+func parseFixed(s string, decimals int) (int64, bool) {
+	intPart, frac, _ := strings.Cut(s, ".")
+	if !isDigits(intPart) || (frac != "" && !isDigits(frac)) || len(frac) > decimals || len(intPart) > 12 {
+		return 0, false
+	}
+	n, _ := strconv.ParseInt(intPart, 10, 64)
+	for i := 0; i < decimals; i++ {
+		n *= 10
+		if i < len(frac) {
+			n += int64(frac[i] - '0')
+		}
+	}
+	return n, true
+}
+
+func fmtFixed(n int64, decimals int) string {
+	s := strconv.FormatFloat(float64(n)/math.Pow10(decimals), 'f', -1, 64)
+	return s
+}
+
+func (d *decoder) duration(v *yaml.Node, p string, dst *int64) {
+	const want = `a duration such as "250ms", "1s" or "1h"`
+	if !d.scalar(v, p, want) {
+		return
+	}
+	dur, err := time.ParseDuration(v.Value)
+	if v.ShortTag() != "!!str" || err != nil {
+		d.fail(p, fmt.Sprintf("must be %s (got %s)", want, v.Value))
+		return
+	}
+	switch {
+	case dur < 0:
+		d.fail(p, fmt.Sprintf("must not be negative (got %s)", v.Value))
+	case dur%time.Millisecond != 0:
+		d.fail(p, fmt.Sprintf("must be a whole number of milliseconds (got %s)", v.Value))
+	default:
+		*dst = dur.Milliseconds()
+	}
+}
+
+func (d *decoder) strings(v *yaml.Node, p string, dst *[]string) {
+	if v.Kind != yaml.SequenceNode {
+		d.fail(p, "must be a list of strings")
+		return
+	}
+	out := []string{}
+	for i, e := range v.Content {
+		var s string
+		ep := fmt.Sprintf("%s[%d]", p, i)
+		d.str(e, ep, &s)
+		if s == "" && e.ShortTag() == "!!str" {
+			d.fail(ep, "must not be empty")
+		}
+		out = append(out, s)
+	}
+	*dst = out
+}
+
+// rules reads a classification table: an object from key to class name.
+func (d *decoder) rules(v *yaml.Node, p string, checkKey func(string) (string, string)) []rule {
+	if v.Kind != yaml.MappingNode {
+		d.fail(p, "must be an object")
+		return nil
+	}
+	var out []rule
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], v.Content[i+1]
+		kp := join(p, k.Value)
+		d.lines[kp], d.line = k.Line, k.Line
+		key, problem := checkKey(k.Value)
+		switch {
+		case problem != "":
+			d.fail(kp, problem)
+			continue
+		case seen[key]:
+			d.fail(kp, "duplicate key")
+			continue
+		}
+		seen[key] = true
+		var class string
+		d.enum(val, kp, classNames[:], &class)
+		if class != "" {
+			out = append(out, rule{key: key, class: class})
+		}
+	}
+	return out
+}
+
+func httpKey(k string) (string, string) {
+	if len(k) == 3 && (k[1] == 'x' || k[1] == 'X') && (k[2] == 'x' || k[2] == 'X') && k[0] >= '1' && k[0] <= '5' {
+		return k[:1] + "xx", ""
+	}
+	if n, err := strconv.Atoi(k); err == nil && n >= 100 && n <= 599 {
+		return strconv.Itoa(n), ""
+	}
+	return "", fmt.Sprintf("must be an HTTP status 100..599 or a range such as 5xx (got %q)", k)
+}
+
+func grpcKey(k string) (string, string) {
+	for code, name := range GRPCCodeNames {
+		if code > 0 && (strings.EqualFold(k, name) || k == strconv.Itoa(code)) {
+			return strconv.Itoa(code), ""
+		}
+	}
+	return "", fmt.Sprintf("must be a gRPC status name such as UNAVAILABLE or a code 1..16 (got %q)", k)
+}
+
+func kindKey(k string) (string, string) {
+	if k == "" {
+		return "", "must not be empty"
+	}
+	return k, ""
+}

@@ -1,0 +1,89 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+)
+
+// String summarises the policy in one line, as `backstop policy check`
+// prints it.
+func (p *Policy) String() string {
+	var b strings.Builder
+	if p.name != "" {
+		fmt.Fprintf(&b, "%s: ", p.name)
+	}
+	if p.maxAttempts > 0 {
+		fmt.Fprintf(&b, "max attempts %d (uncertain %d)", p.maxAttempts, p.uncertainMaxAttempts)
+	} else {
+		fmt.Fprintf(&b, "unlimited attempts (uncertain %d)", p.uncertainMaxAttempts)
+	}
+	if p.maxElapsedMs > 0 {
+		fmt.Fprintf(&b, ", max elapsed %s", ms(p.maxElapsedMs))
+	}
+	fmt.Fprintf(&b, "; %s backoff", strategyNames[p.strategy])
+	switch p.strategy {
+	case strategyExponential:
+		fmt.Fprintf(&b, " base %s ×%s cap %s (max %d doublings)", ms(p.baseMs), fmtFixed(p.multMilli, 3), ms(p.capMs), p.maxDoublings)
+	case strategyConstant, strategyLinear, strategyDecorrelated:
+		fmt.Fprintf(&b, " base %s cap %s", ms(p.baseMs), ms(p.capMs))
+	}
+	fmt.Fprintf(&b, ", %s jitter", jitterNames[p.jitter])
+	if p.jitter == jitterProportional {
+		fmt.Fprintf(&b, " ±%s", fmtFixed(p.ratioPPM, 6))
+	}
+	if p.hintHonor {
+		fmt.Fprintf(&b, "; Retry-After %s, cap %s (%s beyond)", map[hintMode]string{hintMax: "max(hint, computed)", hintOnly: "as sent"}[p.hintMode], ms(p.hintCapMs), onExceedNames[p.hintOnExceed])
+	} else {
+		b.WriteString("; Retry-After ignored")
+	}
+	if p.budget != nil {
+		if p.budget.bucket {
+			fmt.Fprintf(&b, "; retry budget %s tokens +%s per success", fmtFixed(p.budget.maxMilli, 3), fmtFixed(p.budget.ratioMill, 3))
+		} else {
+			fmt.Fprintf(&b, "; retry budget %s of requests over %ds (+%d/s)", fmtFixed(p.budget.ratioPPM, 6), p.budget.windowSec, p.budget.minPerSec)
+		}
+	}
+	if p.circuit != nil {
+		fmt.Fprintf(&b, "; circuit breaker opens after %d failures for %s", p.circuit.threshold, ms(p.circuit.openMs))
+	}
+	return b.String()
+}
+
+// MaxElapsedMs returns the elapsed-time limit (0: none).
+func (p *Policy) MaxElapsedMs() int64 { return p.maxElapsedMs }
+
+// Step is one row of a schedule: the wait after a failure of Attempt, at
+// the low, middle and high end of the jitter, and the total waited so far.
+type Step struct {
+	Attempt                int64
+	MinMs, MedianMs, MaxMs int64
+	CumMinMs, CumMedianMs  int64
+	CumMaxMs               int64
+}
+
+// Schedule returns the backoff schedule for retryable failures, up to the
+// attempt limit (or limit rows), ignoring Retry-After and the state. Rows
+// whose earliest due time passes max elapsed are left out.
+func (p *Policy) Schedule(limit int) []Step {
+	var out []Step
+	var prev [3]int64
+	var cum [3]int64
+	for a := int64(1); len(out) < limit; a++ {
+		if p.maxAttempts > 0 && a >= p.maxAttempts {
+			break
+		}
+		var d [3]int64
+		for i, r := range []float64{0, 0.5, 1} {
+			d[i] = p.Backoff(a, prev[i], r)
+			prev[i] = d[i]
+		}
+		if p.maxElapsedMs > 0 && satAdd(cum[0], d[0]) > p.maxElapsedMs {
+			break
+		}
+		for i := range cum {
+			cum[i] = satAdd(cum[i], d[i])
+		}
+		out = append(out, Step{Attempt: a, MinMs: d[0], MedianMs: d[1], MaxMs: d[2], CumMinMs: cum[0], CumMedianMs: cum[1], CumMaxMs: cum[2]})
+	}
+	return out
+}

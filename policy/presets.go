@@ -1,0 +1,55 @@
+package policy
+
+import "sort"
+
+// presets are policy files for common workloads (after Cloud Tasks' retry
+// guidance). They are parsed like any file, so they validate the same way.
+var presets = map[string]string{
+	// default: exponential from 1s to a 300s cap with full jitter, 5 attempts.
+	"default": `name: default
+max_attempts: 5
+backoff: {strategy: exponential, base: 1s, multiplier: 2, cap: 300s}
+jitter: {mode: full}
+`,
+	// critical: a user is waiting; fail fast.
+	"critical": `name: critical
+max_attempts: 3
+max_elapsed: 10s
+backoff: {strategy: exponential, base: 100ms, multiplier: 2, cap: 2s}
+jitter: {mode: full}
+retry_after: {cap: 5s, on_exceed: give_up}
+`,
+	// batch: nobody is waiting; keep trying for a day, at most hourly.
+	"batch": `name: batch
+max_attempts: 25
+max_elapsed: 24h
+uncertain: {max_attempts: 3}
+backoff: {strategy: exponential, base: 10s, multiplier: 2, cap: 1h}
+jitter: {mode: full}
+retry_after: {cap: 6h, on_exceed: clamp}
+`,
+	// fast-transient: blips such as a leader election; retry quickly, briefly.
+	"fast-transient": `name: fast-transient
+max_attempts: 6
+max_elapsed: 5s
+backoff: {strategy: exponential, base: 20ms, multiplier: 2, cap: 1s}
+jitter: {mode: equal}
+retry_after: {cap: 2s, on_exceed: give_up}
+`,
+}
+
+// PresetNames lists the preset names, sorted.
+func PresetNames() []string {
+	names := make([]string, 0, len(presets))
+	for n := range presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// PresetText returns the policy file of a named preset.
+func PresetText(name string) (string, bool) {
+	t, ok := presets[name]
+	return t, ok
+}

@@ -1,0 +1,54 @@
+package policy_test
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/backstop-dev/backstop/internal/vector"
+	"github.com/backstop-dev/backstop/policy"
+)
+
+func loadVectors(t testing.TB) vector.File {
+	t.Helper()
+	b, err := os.ReadFile("../testdata/vectors/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f vector.File
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestVectors replays every shared vector through the native core. The wasm
+// hosts replay the same file; together they prove identical decisions.
+func TestVectors(t *testing.T) {
+	f := loadVectors(t)
+	n := 0
+	for _, g := range f.Groups {
+		p, err := policy.Load(g.PolicyBytes())
+		if err != nil {
+			t.Fatalf("group %s: %v", g.Name, err)
+		}
+		if p.Stateful() != g.Stateful {
+			t.Errorf("group %s: Stateful() = %v, vector says %v", g.Name, p.Stateful(), g.Stateful)
+		}
+		for i, c := range g.Cases {
+			if c.Op == "success" {
+				p.RecordSuccess(c.NowMs)
+				continue
+			}
+			got := vector.FromDecision(p.Decide(c.Input.Failure()))
+			if got != *c.Expect {
+				in, _ := json.Marshal(c.Input)
+				t.Errorf("group %s case %d: input %s\n got %+v\nwant %+v", g.Name, i, in, got, *c.Expect)
+			}
+			n++
+		}
+	}
+	if n < 1000 {
+		t.Errorf("only %d decision vectors; the contract asks for at least 1000", n)
+	}
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"math"
+	"testing"
+
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// The fuzz targets call every export with arbitrary arguments and buffer
+// contents. An export may return an error code, never panic: guard turns a
+// panic into -6, which these targets treat as a failure.
+
+func noInternal(t *testing.T, name string, r int64) {
+	t.Helper()
+	if r == errInternal {
+		t.Fatalf("%s: internal error: %s", name, lastMsg)
+	}
+}
+
+func FuzzPolicyLoad(f *testing.F) {
+	for _, s := range []string{"default", "batch", `{"max_attempts": 3}`, "max_attempts: x", "", "{", "\x00\xff"} {
+		f.Add([]byte(s), int32(len(s)))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, n int32) {
+		buffer(int32(len(data)))
+		copy(buf, data)
+		h := policy_load(n)
+		noInternal(t, "policy_load", int64(h))
+		if h > 0 {
+			noInternal(t, "policy_stateful", int64(policy_stateful(h)))
+			noInternal(t, "policy_free", int64(policy_free(h)))
+		} else if lastMsg == "" {
+			t.Fatalf("policy_load = %d without a message", h)
+		}
+		noInternal(t, "policy_preset", int64(policy_preset(n)))
+	})
+}
+
+func FuzzDecide(f *testing.F) {
+	f.Add(int32(1), int64(1), int32(503), int32(0), int64(0), int64(0), 0.5, int64(0), int32(0), int32(0), int32(0), int32(0), "")
+	f.Add(int32(1), int64(-1), int32(99), int32(17), int64(-5), int64(-1), math.NaN(), int64(-1), int32(7), int32(-1), int32(3), int32(1<<30), "POSTtimeout12")
+	f.Add(int32(2), int64(math.MaxInt64), int32(429), int32(14), int64(1<<62), int64(1767225600000), math.Inf(1), int64(math.MaxInt64), int32(3), int32(4), int32(7), int32(2), "POSTtimeout12")
+	f.Add(int32(0), int64(1), int32(0), int32(0), int64(0), int64(0), 0.0, int64(0), int32(0), int32(0), int32(0), int32(0), "")
+	f.Fuzz(func(t *testing.T, h int32, attempt int64, status, grpc int32, elapsed, now int64, random float64, prev int64, flags, ml, kl, hl int32, strs string) {
+		policies, freeSlots = nil, nil // a fresh handle table for each input
+		load(t, `{"retry_budget": {"type": "ratio"}, "circuit_breaker": {}}`)
+		load(t, "default")
+		buffer(int32(len(strs)))
+		copy(buf, strs)
+		r := decide(h, attempt, status, grpc, elapsed, now, random, prev, flags, ml, kl, hl)
+		noInternal(t, "decide", r)
+		if r >= 0 {
+			d := policy.Unpack(r)
+			if d.DelayMs < 0 || (d.Action == policy.DeadLetter) != (d.Reason > policy.UncertainRetry) {
+				t.Fatalf("decide = %+v", d)
+			}
+		}
+		noInternal(t, "record_success", int64(record_success(h, now)))
+		noInternal(t, "circuit_state", int64(circuit_state(h, now)))
+		noInternal(t, "error_message", int64(int32(error_message())))
+	})
+}
+
+func FuzzDecideBatch(f *testing.F) {
+	f.Add(make([]byte, 256), int32(1), int32(0), int32(2), int32(128))
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0}, int32(1), int32(8), int32(1), int32(0))
+	f.Fuzz(func(t *testing.T, data []byte, h, inOff, n, outOff int32) {
+		policies, freeSlots = nil, nil
+		load(t, "default")
+		buffer(int32(len(data)) + minBuffer)
+		copy(buf, data)
+		r := decide_batch(h, inOff, n, outOff)
+		noInternal(t, "decide_batch", int64(r))
+	})
+}
+
+func FuzzBuffer(f *testing.F) {
+	f.Add(int32(0))
+	f.Add(int32(-1))
+	f.Add(int32(maxBuffer + 1))
+	f.Fuzz(func(t *testing.T, size int32) {
+		r := buffer(size)
+		noInternal(t, "buffer", int64(r))
+		if r >= 0 && len(buf) < int(size) {
+			t.Fatalf("buffer(%d) left %d bytes", size, len(buf))
+		}
+	})
+}

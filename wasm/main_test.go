@@ -1,0 +1,277 @@
+package main
+
+import (
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// These tests call the exports as plain Go functions (natively), where
+// allocations can be counted. Addresses are not checked here: they are
+// wasm32 addresses only in the real module (see host/ for those tests).
+
+func load(t testing.TB, text string) int32 {
+	t.Helper()
+	buffer(int32(len(text)))
+	copy(buf, text)
+	h := policy_load(int32(len(text)))
+	if h <= 0 {
+		t.Fatalf("policy_load = %d: %s", h, lastMsg)
+	}
+	return h
+}
+
+func TestDecideMatchesNative(t *testing.T) {
+	h := load(t, "default")
+	native, _ := policy.Preset("default")
+	buffer(64)
+	n := copy(buf, "POST")
+	n += copy(buf[n:], "timeout")
+	copy(buf[n:], "5")
+	got := decide(h, 2, 0, 0, 100, 1000, 0.5, 0, flagIdempotencyKey, 4, 7, 1)
+	want, err := native.Decide(policy.Failure{Attempt: 2, ElapsedMs: 100, NowMs: 1000, Random: 0.5,
+		Method: "POST", ErrorKind: "timeout", RetryAfter: "5", IdempotencyKey: "k"})
+	if err != nil || got != want.Pack() {
+		t.Fatalf("decide = %v, native = %v (%v)", policy.Unpack(got), want, err)
+	}
+	// Same strings, pushback flag: the hint is read as milliseconds.
+	got = decide(h, 2, 0, 0, 100, 1000, 0.5, 0, flagIdempotencyKey|flagPushback, 4, 7, 1)
+	want, _ = native.Decide(policy.Failure{Attempt: 2, ElapsedMs: 100, NowMs: 1000, Random: 0.5,
+		Method: "POST", ErrorKind: "timeout", RetryPushback: "5", IdempotencyKey: "k"})
+	if got != want.Pack() {
+		t.Fatalf("pushback: decide = %v, native = %v", policy.Unpack(got), want)
+	}
+}
+
+func TestDecideDoesNotAllocate(t *testing.T) {
+	h := load(t, "batch")
+	buffer(64)
+	copy(buf, "GETtimeout")
+	allocs := testing.AllocsPerRun(1000, func() {
+		if r := decide(h, 3, 503, 0, 10, 1000, 0.25, 0, 0, 3, 7, 0); r < 0 {
+			t.Fatal(lastMsg)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("decide allocates %v times per call", allocs)
+	}
+}
+
+func TestDecideErrors(t *testing.T) {
+	h := load(t, "default")
+	buffer(minBuffer)
+	for _, tc := range []struct {
+		name string
+		call func() int64
+		code int64
+		msg  string
+	}{
+		{"bad handle", func() int64 { return decide(9999, 1, 503, 0, 0, 0, 0, 0, 0, 0, 0, 0) }, errHandle, "handle 9999"},
+		{"attempt 0", func() int64 { return decide(h, 0, 503, 0, 0, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: attempt: must be >= 1"},
+		{"grpc 99", func() int64 { return decide(h, 1, 0, 99, 0, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: grpc_code"},
+		{"elapsed", func() int64 { return decide(h, 1, 503, 0, -1, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: elapsed_ms"},
+		{"flags", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 4, 0, 0, 0) }, errInput, "flags"},
+		{"negative length", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 0, -1, 0, 0) }, errInput, "lengths"},
+		{"past buffer", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 0, minBuffer, 1, 0) }, errInput, "outside the buffer"},
+		{"wrapping lengths", func() int64 {
+			return decide(h, 1, 503, 0, 0, 0, 0, 0, 0, math.MaxInt32, math.MaxInt32, math.MaxInt32)
+		}, errInput, "outside the buffer"},
+	} {
+		if got := tc.call(); got != tc.code || !strings.Contains(lastMsg, tc.msg) {
+			t.Errorf("%s: got %d (%q), want %d naming %q", tc.name, got, lastMsg, tc.code, tc.msg)
+		}
+	}
+}
+
+func TestErrorMessagesNameTheField(t *testing.T) {
+	text := `{"backoff": {"base": "1s", "cap": "100ms"}}`
+	buffer(int32(len(text)))
+	copy(buf, text)
+	if r := policy_load(int32(len(text))); r != errPolicy || !strings.Contains(lastMsg, "backoff.cap") {
+		t.Errorf("policy_load = %d %q, want -2 naming backoff.cap", r, lastMsg)
+	}
+	copy(buf, "nope")
+	if r := policy_preset(4); r != errPolicy || !strings.Contains(lastMsg, `unknown preset "nope"`) {
+		t.Errorf("policy_preset = %d %q", r, lastMsg)
+	}
+}
+
+func TestHandles(t *testing.T) {
+	a := load(t, "default")
+	b := load(t, "critical")
+	if a == b || a < 1 || b < 1 {
+		t.Fatalf("handles %d %d", a, b)
+	}
+	if policy_free(a) != 0 || policy_free(a) != errHandle || policy_stateful(a) != errHandle {
+		t.Fatal("freeing twice or using a freed handle must give -1")
+	}
+	if c := load(t, "batch"); c != a {
+		t.Errorf("freed slot %d not reused (got %d)", a, c)
+	}
+	for _, h := range []int32{0, -1, math.MaxInt32} {
+		if policy_stateful(h) != errHandle || record_success(h, 0) != errHandle ||
+			circuit_state(h, 0) != errHandle || decide_batch(h, 0, 0, 0) != errHandle {
+			t.Errorf("handle %d accepted", h)
+		}
+	}
+	s := load(t, `{"circuit_breaker": {"failure_threshold": 1}}`)
+	if policy_stateful(s) != 1 || policy_stateful(b) != 0 {
+		t.Error("policy_stateful")
+	}
+	decide(s, 1, 503, 0, 0, 1000, 0, 0, 0, 0, 0, 0)
+	if circuit_state(s, 1000) != int32(policy.BreakerOpen) {
+		t.Error("breaker did not open")
+	}
+}
+
+func TestBuffer(t *testing.T) {
+	if buffer(-1) != errMemory || buffer(maxBuffer+1) != errMemory {
+		t.Error("bad sizes accepted")
+	}
+	buffer(0)
+	if len(buf) < minBuffer {
+		t.Errorf("buffer(0) gave %d bytes, want >= %d", len(buf), minBuffer)
+	}
+	buf[0] = 42
+	buffer(int32(len(buf)) + 1)
+	if buf[0] != 42 {
+		t.Error("growing lost the contents")
+	}
+}
+
+func TestGuardRecoversPanics(t *testing.T) {
+	r := func() (r int32) {
+		defer guard32("test", &r)
+		var p *policy.Policy
+		p.Stateful() // nil dereference
+		return 0
+	}()
+	if r != errInternal || !strings.Contains(lastMsg, "internal error in test") {
+		t.Errorf("got %d %q", r, lastMsg)
+	}
+}
+
+// putRecord writes one decide_batch record at off with its strings at strOff.
+func putRecord(off, strOff int, f policy.Failure) {
+	le := binary.LittleEndian
+	rec := buf[off : off+recordSize]
+	le.PutUint64(rec[0:], uint64(f.Attempt))
+	le.PutUint64(rec[8:], uint64(f.ElapsedMs))
+	le.PutUint64(rec[16:], uint64(f.NowMs))
+	le.PutUint64(rec[24:], math.Float64bits(f.Random))
+	le.PutUint64(rec[32:], uint64(f.PrevDelayMs))
+	le.PutUint32(rec[40:], uint32(int32(f.HTTPStatus)))
+	le.PutUint32(rec[44:], uint32(int32(f.GRPCCode)))
+	var flags uint32
+	hint := f.RetryAfter
+	if hint == "" && f.RetryPushback != "" {
+		hint, flags = f.RetryPushback, flagPushback
+	}
+	if f.IdempotencyKey != "" {
+		flags |= flagIdempotencyKey
+	}
+	le.PutUint32(rec[48:], flags)
+	le.PutUint32(rec[52:], uint32(strOff))
+	le.PutUint16(rec[56:], uint16(len(f.Method)))
+	le.PutUint16(rec[58:], uint16(len(f.ErrorKind)))
+	le.PutUint16(rec[60:], uint16(len(hint)))
+	le.PutUint16(rec[62:], 0)
+	n := copy(buf[strOff:], f.Method)
+	n += copy(buf[strOff+n:], f.ErrorKind)
+	copy(buf[strOff+n:], hint)
+}
+
+func TestBatch(t *testing.T) {
+	text := `{"max_attempts": 4, "circuit_breaker": {"failure_threshold": 3, "open_for": "1s"}}`
+	h := load(t, text)
+	native, _ := policy.Parse([]byte(text))
+	failures := []policy.Failure{
+		{Attempt: 1, HTTPStatus: 503, NowMs: 1000, Random: 0.1},
+		{Attempt: 0, HTTPStatus: 503}, // invalid: -3, the batch goes on
+		{Attempt: 2, ErrorKind: "timeout", Method: "POST", IdempotencyKey: "k", NowMs: 1001, Random: 0.9},
+		{Attempt: 3, HTTPStatus: 429, RetryAfter: "2", NowMs: 1002},
+		{Attempt: 1, GRPCCode: 14, RetryPushback: "250", NowMs: 1003},
+		{Attempt: 1, HTTPStatus: 503, NowMs: 5000},
+	}
+	buffer(minBuffer)
+	const in, strs, out = 0, 1024, 2048
+	for i, f := range failures {
+		putRecord(in+i*recordSize, strs+i*32, f)
+	}
+	if r := decide_batch(h, in, int32(len(failures)), out); r != int32(len(failures)) {
+		t.Fatalf("decide_batch = %d: %s", r, lastMsg)
+	}
+	if !strings.HasPrefix(lastMsg, "record 1: invalid failure: attempt") {
+		t.Errorf("message %q does not name record 1", lastMsg)
+	}
+	for i, f := range failures {
+		got := int64(binary.LittleEndian.Uint64(buf[out+i*resultSize:]))
+		want, err := native.Decide(f)
+		if err != nil {
+			if got != errInput {
+				t.Errorf("record %d: got %d, want -3", i, got)
+			}
+			continue
+		}
+		if got != want.Pack() {
+			t.Errorf("record %d: got %v, want %v", i, policy.Unpack(got), want)
+		}
+	}
+}
+
+func TestBatchBounds(t *testing.T) {
+	h := load(t, "default")
+	buffer(minBuffer)
+	size := int32(len(buf))
+	for _, tc := range []struct{ in, n, out int32 }{
+		{0, -1, 0},
+		{4, 1, 512},                        // misaligned
+		{0, size/recordSize + 1, 0},        // records past the end
+		{0, 1, size},                       // results past the end
+		{size - 8, math.MaxInt32, 0},       // overflowing n
+		{-8, 1, 64},                        // negative offset
+		{math.MaxInt32 - 7, 1, 0},          // offset past the end
+		{0, 1, math.MaxInt32 &^ 7},         // out offset past the end
+		{0, math.MaxInt32 / recordSize, 0}, // n×64 still fits int32, not the buffer
+	} {
+		if r := decide_batch(h, tc.in, tc.n, tc.out); r != errInput {
+			t.Errorf("decide_batch(%d, %d, %d) = %d, want -3", tc.in, tc.n, tc.out, r)
+		}
+	}
+	// A record whose strings fall outside the buffer fails alone.
+	putRecord(0, 0, policy.Failure{Attempt: 1, HTTPStatus: 503})
+	putRecord(64, 0, policy.Failure{Attempt: 1, HTTPStatus: 503})
+	binary.LittleEndian.PutUint32(buf[52:], uint32(size-2))
+	binary.LittleEndian.PutUint16(buf[56:], 3)
+	if r := decide_batch(h, 0, 2, 256); r != 2 {
+		t.Fatalf("decide_batch = %d", r)
+	}
+	if got := int64(binary.LittleEndian.Uint64(buf[256:])); got != errInput {
+		t.Errorf("out-of-bounds strings: got %d", got)
+	}
+	if got := int64(binary.LittleEndian.Uint64(buf[264:])); got < 0 {
+		t.Errorf("the next record failed too: %d", got)
+	}
+	// Reserved bits.
+	putRecord(0, 0, policy.Failure{Attempt: 1, HTTPStatus: 503})
+	buf[62] = 1
+	decide_batch(h, 0, 1, 256)
+	if got := int64(binary.LittleEndian.Uint64(buf[256:])); got != errInput {
+		t.Errorf("reserved bits: got %d", got)
+	}
+}
+
+func TestBatchDoesNotAllocate(t *testing.T) {
+	h := load(t, "default")
+	buffer(minBuffer)
+	for i := 0; i < 16; i++ {
+		putRecord(i*recordSize, 2048, policy.Failure{Attempt: int64(i%5 + 1), HTTPStatus: 503, Method: "GET", Random: 0.5})
+	}
+	allocs := testing.AllocsPerRun(100, func() { decide_batch(h, 0, 16, 1024) })
+	if allocs != 0 {
+		t.Errorf("decide_batch allocates %v times per call", allocs)
+	}
+}
