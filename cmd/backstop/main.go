@@ -5,6 +5,9 @@
 //	backstop policy show PRESET         print a preset's policy file
 //	backstop decide --policy FILE|PRESET
 //	                                    JSON lines in, decisions out, through backstop.wasm
+//	backstop queue stats --queue Q     sizes and counters of a queue
+//	backstop dlq inspect --queue Q     dead letters by reason, the newest ones
+//	backstop dlq replay --queue Q --limit N [--reason R]
 //	backstop version
 package main
 
@@ -25,7 +28,14 @@ commands:
   policy show PRESET          print a preset's policy file
   decide --policy FILE|PRESET read failures as JSON lines on stdin, write
                               decisions as JSON lines, through backstop.wasm
+  queue stats --queue Q       sizes and counters of a queue
+  dlq inspect --queue Q       dead letters by reason, and the newest ones
+  dlq replay --queue Q --limit N [--reason R]
+                              move dead letters back to the jobs stream
   version                     print the version
+
+Queue commands take --redis-url (env BACKSTOP_REDIS_URL) or --redis-cluster,
+--group and --json; "backstop COMMAND -h" lists the flags.
 `
 
 // version is set with -ldflags "-X main.version=...".
@@ -39,6 +49,9 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, errUsage) {
+			if err != errUsage {
+				fmt.Fprintln(os.Stderr, "backstop:", err)
+			}
 			fmt.Fprint(os.Stderr, usage)
 			os.Exit(2)
 		}
@@ -66,6 +79,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	case "decide":
 		return decide(ctx, args[1:], stdin, stdout)
+	case "queue":
+		if len(args) >= 2 && args[1] == "stats" {
+			return queueStats(ctx, args[2:], stdout)
+		}
+	case "dlq":
+		if len(args) >= 2 && args[1] == "inspect" {
+			return dlqInspect(ctx, args[2:], stdout)
+		}
+		if len(args) >= 2 && args[1] == "replay" {
+			return dlqReplay(ctx, args[2:], stdout)
+		}
 	case "version":
 		fmt.Fprintln(stdout, "backstop", version)
 		return nil

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+)
+
+func TestDLQInspectReplayAndStats(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "orders")
+	q.EnsureGroup(ctx)
+	for i, reason := range []string{"permanent_error", "max_attempts_reached", "permanent_error"} {
+		q.Enqueue(ctx, "job-"+string(rune('a'+i)), []byte("{}"))
+		msgs, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
+		q.DeadLetter(ctx, msgs[0].Messages[0].ID, reason, "HTTP 4xx\nwith a body")
+	}
+	url := "--redis-url=redis://" + srv.Addr + "/0"
+
+	out, err := runCLI(t, "", "dlq", "inspect", "--queue", "orders", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"queue orders: 3 dead letters", "permanent_error       2", "max_attempts_reached  1", "job-c", "HTTP 4xx with a body"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runCLI(t, "", "dlq", "replay", "--queue", "orders", "--limit", "5", "--reason", "permanent_error", url)
+	if err != nil || !strings.Contains(out, "replayed 2 dead letters") {
+		t.Fatalf("replay: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, "", "queue", "stats", "--queue", "orders", url)
+	if err != nil || !strings.Contains(out, "queue orders: 2 jobs (0 pending), 0 delayed, 1 dead letters") || !strings.Contains(out, "replayed") {
+		t.Fatalf("stats: %v\n%s", err, out)
+	}
+	if _, err := runCLI(t, "", "dlq", "replay", "--queue", "orders", url); !errors.Is(err, errUsage) {
+		t.Errorf("replay without --limit: %v", err)
+	}
+	if _, err := runCLI(t, "", "queue", "stats", url); !errors.Is(err, errUsage) {
+		t.Errorf("stats without --queue: %v", err)
+	}
+}

@@ -1,0 +1,244 @@
+// Package queue is the Redis queue contract of backstop: jobs in a stream
+// with a consumer group, cold retries in a delayed sorted set, dead letters
+// in a stream, counters in a hash. Every move between them is one atomic
+// Lua script that also acknowledges the source entry, and the attempt
+// count lives in Redis, so a crash at any point loses nothing.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Keys names the Redis keys of one queue. KeysFor gives the default layout,
+// where every key shares the hash tag {name} so the scripts work on a Redis
+// Cluster; set the fields by hand to drive an existing layout (keys of one
+// queue must still hash to one slot on a cluster).
+type Keys struct {
+	Jobs    string // stream of work
+	Delayed string // sorted set of cold retries, score = due time (unix ms)
+	DLQ     string // stream of dead letters
+	Stats   string // hash of counters
+}
+
+// KeysFor returns the default keys of queue name: {name}:jobs, {name}:delayed,
+// {name}:dlq and {name}:stats.
+func KeysFor(name string) Keys {
+	tag := "{" + name + "}"
+	return Keys{Jobs: tag + ":jobs", Delayed: tag + ":delayed", DLQ: tag + ":dlq", Stats: tag + ":stats"}
+}
+
+// Queue is one queue in Redis. It is safe for concurrent use.
+type Queue struct {
+	rdb   redis.UniversalClient
+	name  string
+	keys  Keys
+	group string
+}
+
+// Option configures a Queue.
+type Option func(*Queue)
+
+// WithKeys overrides the default key layout.
+func WithKeys(k Keys) Option { return func(q *Queue) { q.keys = k } }
+
+// WithGroup sets the consumer group (default "workers").
+func WithGroup(g string) Option { return func(q *Queue) { q.group = g } }
+
+// New returns the queue called name over a client: a plain client, a
+// Sentinel failover client or a cluster client.
+func New(rdb redis.UniversalClient, name string, opts ...Option) *Queue {
+	q := &Queue{rdb: rdb, name: name, keys: KeysFor(name), group: "workers"}
+	for _, o := range opts {
+		o(q)
+	}
+	return q
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Keys returns the queue's keys.
+func (q *Queue) Keys() Keys { return q.keys }
+
+// Group returns the consumer group.
+func (q *Queue) Group() string { return q.group }
+
+// EnsureGroup creates the jobs stream and its consumer group when missing.
+func (q *Queue) EnsureGroup(ctx context.Context) error {
+	err := q.rdb.XGroupCreateMkStream(ctx, q.keys.Jobs, q.group, "0").Err()
+	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
+		return fmt.Errorf("queue %s: create group %s: %w", q.name, q.group, err)
+	}
+	return nil
+}
+
+// Enqueue adds a job. id is its stable identity (the idempotency key a
+// downstream can deduplicate on); the server's clock stamps the first
+// enqueue time. It returns the stream entry id.
+func (q *Queue) Enqueue(ctx context.Context, id string, payload []byte) (string, error) {
+	v, err := scriptEnqueue.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.Stats}, id, payload).Text()
+	if err != nil {
+		return "", fmt.Errorf("queue %s: enqueue %s: %w", q.name, id, err)
+	}
+	return v, nil
+}
+
+// Ack records a success: the entry is acknowledged and deleted and the
+// outcome counted in one step. It reports false when the entry was no
+// longer pending (another worker already moved it).
+func (q *Queue) Ack(ctx context.Context, entryID string) (bool, error) {
+	n, err := scriptAck.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.Stats}, q.group, entryID).Int()
+	if err != nil {
+		return false, fmt.Errorf("queue %s: ack %s: %w", q.name, entryID, err)
+	}
+	return n == 1, nil
+}
+
+// Retry moves the job of entryID to the delayed set, due after delay by the
+// server's clock, with its attempt count incremented; reason is the
+// decision's reason (transient, retry_after, uncertain). It reports the
+// due time, or false when the entry was no longer pending.
+//
+// # Errors
+//
+// A malformed entry (no job id, no valid attempt) is refused and left
+// pending: dead-letter it with reason "malformed".
+func (q *Queue) Retry(ctx context.Context, entryID string, delay time.Duration, reason, lastErr string) (time.Time, bool, error) {
+	due, err := scriptRetry.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.Delayed, q.keys.Stats},
+		q.group, entryID, delay.Milliseconds(), reason, lastErr).Int64()
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("queue %s: retry %s: %w", q.name, entryID, err)
+	}
+	return time.UnixMilli(due), due != 0, nil
+}
+
+// DeadLetter moves the job of entryID to the dead letter stream with the
+// reason and the last error. It returns the DLQ entry id, or "" when the
+// entry was no longer pending.
+func (q *Queue) DeadLetter(ctx context.Context, entryID, reason, lastErr string) (string, error) {
+	v, err := scriptDeadLetter.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.DLQ, q.keys.Stats},
+		q.group, entryID, reason, lastErr).Result()
+	if err != nil {
+		return "", fmt.Errorf("queue %s: dead-letter %s: %w", q.name, entryID, err)
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	return "", nil
+}
+
+// Promote moves at most limit due jobs from the delayed set to the jobs
+// stream. It returns how many moved and how long until the next one is due
+// (-1 when the set is empty).
+func (q *Queue) Promote(ctx context.Context, limit int) (int, time.Duration, error) {
+	v, err := scriptPromote.Run(ctx, q.rdb, []string{q.keys.Delayed, q.keys.Jobs, q.keys.Stats}, limit).Int64Slice()
+	if err != nil || len(v) != 2 {
+		return 0, 0, fmt.Errorf("queue %s: promote: %w", q.name, errOr(err, "unexpected reply"))
+	}
+	next := time.Duration(v[1]) * time.Millisecond
+	if v[1] < 0 {
+		next = -1
+	}
+	return int(v[0]), next, nil
+}
+
+// Reclaim takes over at most count entries pending longer than minIdle for
+// consumer. Entries already delivered maxDeliveries times go to the DLQ with
+// reason crash_loop instead. It returns how many were dead-lettered and the
+// claimed jobs.
+func (q *Queue) Reclaim(ctx context.Context, consumer string, minIdle time.Duration, count, maxDeliveries int) (int, []Job, error) {
+	v, err := scriptReclaim.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.DLQ, q.keys.Stats},
+		q.group, consumer, minIdle.Milliseconds(), count, maxDeliveries).Slice()
+	if err != nil || len(v) == 0 {
+		return 0, nil, fmt.Errorf("queue %s: reclaim: %w", q.name, errOr(err, "empty reply"))
+	}
+	dead, _ := v[0].(int64)
+	var jobs []Job
+	for _, raw := range v[1:] {
+		if j, ok := jobFromReply(raw); ok {
+			jobs = append(jobs, j)
+		}
+	}
+	return int(dead), jobs, nil
+}
+
+// Replay moves at most limit dead letters (only those with reason, unless
+// reason is "") back to the jobs stream with the attempt count reset, in
+// bounded batches. It returns how many moved.
+func (q *Queue) Replay(ctx context.Context, limit int, reason string) (int, error) {
+	moved, cursor := 0, "-"
+	for moved < limit {
+		batch := min(limit-moved, 1000)
+		v, err := scriptReplay.Run(ctx, q.rdb, []string{q.keys.DLQ, q.keys.Jobs, q.keys.Stats},
+			batch, reason, cursor, batch*10).Slice()
+		if err != nil || len(v) != 2 {
+			return moved, fmt.Errorf("queue %s: replay: %w", q.name, errOr(err, "unexpected reply"))
+		}
+		n, _ := v[0].(int64)
+		moved += int(n)
+		if cursor, _ = v[1].(string); cursor == "0" {
+			break
+		}
+	}
+	return moved, nil
+}
+
+func errOr(err error, msg string) error {
+	if err != nil {
+		return err
+	}
+	return errors.New(msg)
+}
+
+// Job is a job as a worker sees it.
+type Job struct {
+	EntryID         string // stream entry id
+	ID              string // stable job id: the idempotency key
+	Attempt         int64  // 1-based number of this execution
+	FirstEnqueuedMs int64
+	Payload         []byte
+	LastError       string // the error of the previous attempt, if any
+	LastReason      string
+	// Malformed reports an entry without a job id or a valid attempt; the
+	// worker dead-letters it with reason "malformed".
+	Malformed bool
+}
+
+// FirstEnqueued returns when the job was first enqueued.
+func (j Job) FirstEnqueued() time.Time { return time.UnixMilli(j.FirstEnqueuedMs) }
+
+func jobFromMessage(m redis.XMessage) Job {
+	j := Job{EntryID: m.ID}
+	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	j.ID = str("id")
+	j.Payload = []byte(str("payload"))
+	j.LastError, j.LastReason = str("last_error"), str("last_reason")
+	var err1, err2 error
+	j.Attempt, err1 = strconv.ParseInt(str("attempt"), 10, 64)
+	j.FirstEnqueuedMs, err2 = strconv.ParseInt(str("first_enqueued_ms"), 10, 64)
+	j.Malformed = j.ID == "" || err1 != nil || j.Attempt < 1 || err2 != nil
+	return j
+}
+
+// jobFromReply decodes an entry from a script reply: [id, [k, v, ...]].
+func jobFromReply(raw any) (Job, bool) {
+	e, ok := raw.([]any)
+	if !ok || len(e) != 2 {
+		return Job{}, false
+	}
+	id, _ := e[0].(string)
+	fields, _ := e[1].([]any)
+	m := redis.XMessage{ID: id, Values: map[string]any{}}
+	for i := 0; i+1 < len(fields); i += 2 {
+		k, _ := fields[i].(string)
+		m.Values[k] = fields[i+1]
+	}
+	return jobFromMessage(m), true
+}

@@ -1,0 +1,23 @@
+-- ack: the job succeeded. XACK and XDEL the entry and count the outcome, in
+-- one step. A second ack of the same entry (or an ack after another worker
+-- moved it) changes nothing.
+-- KEYS[1] jobs stream   KEYS[2] stats hash
+-- ARGV[1] consumer group   ARGV[2] entry id
+-- Reply: 1 when acked, 0 when the entry was not pending.
+local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return 0
+end
+redis.call('XDEL', KEYS[1], ARGV[2])
+local attempt = 1
+if e[1] then
+  local f = e[1][2]
+  for i = 1, #f, 2 do
+    if f[i] == 'attempt' then attempt = tonumber(f[i + 1]) or 1 end
+  end
+end
+local bucket = attempt > 64 and 'inf' or tostring(math.max(1, math.floor(attempt)))
+redis.call('HINCRBY', KEYS[2], 'attempts:success', 1)
+redis.call('HINCRBY', KEYS[2], 'finished:success:' .. bucket, 1)
+redis.call('HINCRBY', KEYS[2], 'finished_sum:success', math.max(1, math.floor(attempt)))
+return 1
