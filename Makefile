@@ -1,34 +1,53 @@
 # backstop: `make test` and `make demo` are the two commands a newcomer needs.
 GO        ?= go
+PYTHON    ?= python3
 WASM      := host/backstop.wasm
+# The Node.js and Python packages ship their own copy of the module.
+WASM_COPIES := host/node/backstop.wasm host/python/src/backstop/backstop.wasm
+VENV      := .venv
+VPY       := $(VENV)/bin/python
 # -buildvcs=false and -trimpath keep the module byte-for-byte reproducible,
 # so CI can check that the committed backstop.wasm matches its sources.
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all build wasm deps test vectors bench fuzz clean
+.PHONY: all build wasm deps test vectors bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 all: build
 
+## demo: queues, workers deciding through backstop.wasm, the exporter on
+## :9797 and a live view, with nothing to install (see `backstop demo -h`)
+demo:
+	$(GO) run ./cmd/backstop demo
+
 ## wasm: build the policy core into host/backstop.wasm (embedded by the Go host)
 wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(GOFLAGS_WASM) -o $(WASM) ./wasm
+	for f in $(WASM_COPIES); do cp $(WASM) $$f; done
 
 ## build: the wasm module and the commands into bin/
 build: wasm
 	$(GO) build -trimpath -o bin/ ./cmd/...
 
-## deps: install what the tests need: Go modules, and redis-server (Debian
-## package) for the queue tests against a real Redis and Redis Cluster.
-deps:
+## deps: install what the tests need: Go modules; a virtualenv with the
+## Python host, wasmtime and pytest; redis-server (Debian package) for the
+## queue tests against a real Redis and Redis Cluster. The Node.js host has
+## no dependencies.
+deps: $(VPY)
 	$(GO) mod download
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
 		echo "installing redis-server (Debian package)"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+
+$(VPY): host/python/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e 'host/python[test]'
+	touch $(VPY)
 
 ## test: everything CI runs (installs what it needs first)
 test: deps wasm
@@ -36,14 +55,19 @@ test: deps wasm
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./wasm
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./host/...
+	cd host/node && node --test
+	$(VPY) -m pytest -q host/python/tests
 
 ## vectors: regenerate testdata/vectors from the native core
 vectors:
 	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json
 
 ## bench: the side-by-side benchmarks (results go into BENCHMARKS.md)
-bench: wasm
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./bench/... ./policy/... ./host/...
+bench: deps wasm
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./bench/... ./host/...
+	cd bench/node && npm ci --no-audit --no-fund && node bench.js
+	$(VPY) -m pip install -q -r bench/python/requirements.txt
+	$(VPY) bench/python/bench.py
 
 ## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in `make test`)
 fuzz: wasm
@@ -53,4 +77,4 @@ fuzz: wasm
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./wasm || exit 1; done
 
 clean:
-	rm -rf bin
+	rm -rf bin $(VENV)

@@ -164,6 +164,9 @@ func defaultTables(p *Policy) {
 		"connection_reset": Retryable, "dns_temporary": Retryable, "deadlock": Retryable,
 		"lock_timeout": Retryable, "dns_not_found": Permanent,
 		"invalid_input": Permanent, "parse_error": Permanent, "schema_mismatch": Permanent,
+		// The class names as kinds, for hosts whose callers name a class
+		// (an exception type mapped to "permanent", say).
+		"retryable": Retryable, "permanent": Permanent, "uncertain": Uncertain,
 	} {
 		p.kinds[k] = c
 	}

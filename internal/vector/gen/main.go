@@ -131,7 +131,8 @@ func groups(rng *rand.Rand) []vector.Group {
 			in = append(in, vector.Input{Attempt: 1, GRPCCode: vector.GRPCCode(code), Random: 0.5})
 		}
 		for _, k := range []string{"timeout", "connect_timeout", "connection_refused", "connection_reset", "dns_temporary", "dns_not_found",
-			"deadlock", "lock_timeout", "invalid_input", "parse_error", "schema_mismatch", "rate_limited", "weird", ""} {
+			"deadlock", "lock_timeout", "invalid_input", "parse_error", "schema_mismatch", "rate_limited", "weird", "",
+			"retryable", "permanent", "uncertain"} {
 			in = append(in, vector.Input{Attempt: 1, ErrorKind: k, Random: 0.5})
 		}
 		// precedence: HTTP status over gRPC over error kind

@@ -1,0 +1,362 @@
+/**
+The reason a decision was taken. Retries carry `transient`, `retry_after` or `uncertain`; dead letters carry one of the others.
+*/
+export type Reason =
+	| 'transient'
+	| 'retry_after'
+	| 'uncertain'
+	| 'permanent_error'
+	| 'max_attempts_reached'
+	| 'max_elapsed_exceeded'
+	| 'uncertain_limit_reached'
+	| 'not_idempotent'
+	| 'budget_exhausted'
+	| 'circuit_open'
+	| 'retry_after_too_long';
+
+/**
+The retry class of a failure: `retryable` (transient), `permanent` (never retried) or `uncertain` (may have been applied, such as HTTP 500: retried up to the policy's smaller uncertain limit).
+*/
+export type FailureClass = 'retryable' | 'permanent' | 'uncertain';
+
+/**
+A gRPC status name, accepted in any letter case by `grpcCode`.
+*/
+export type GrpcStatusName =
+	| 'CANCELLED'
+	| 'UNKNOWN'
+	| 'INVALID_ARGUMENT'
+	| 'DEADLINE_EXCEEDED'
+	| 'NOT_FOUND'
+	| 'ALREADY_EXISTS'
+	| 'PERMISSION_DENIED'
+	| 'RESOURCE_EXHAUSTED'
+	| 'FAILED_PRECONDITION'
+	| 'ABORTED'
+	| 'OUT_OF_RANGE'
+	| 'UNIMPLEMENTED'
+	| 'INTERNAL'
+	| 'UNAVAILABLE'
+	| 'DATA_LOSS'
+	| 'UNAUTHENTICATED';
+
+/**
+An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`.
+*/
+export type Int64 = number | bigint;
+
+/**
+One failed execution. Every field is optional except `attempt`; absent means none (or 0). Each field is also accepted in the snake_case of the shared vectors (`http_status`, `grpc_code`, `error_kind`, `retry_after`, `grpc_retry_pushback_ms`, `idempotency_key`, `elapsed_ms`, `now_ms`, `prev_delay_ms`).
+*/
+export interface Failure {
+	/**
+	The 1-based number of the execution that just failed: the first execution is attempt 1.
+
+	@example 1
+	*/
+	readonly attempt: Int64;
+
+	/**
+	The response's HTTP status.
+
+	@default undefined (no HTTP response)
+	@example 503
+	*/
+	readonly httpStatus?: number;
+
+	/**
+	The gRPC status code (1..16) or its name.
+
+	@default undefined (no gRPC status)
+	@example 'UNAVAILABLE'
+	*/
+	readonly grpcCode?: number | GrpcStatusName | Lowercase<GrpcStatusName>;
+
+	/**
+	A transport or application failure such as `timeout`, `connection_refused`, `connection_reset`, `dns_temporary`, or any name the policy's `classify.error_kinds` knows.
+
+	@default undefined
+	@example 'timeout'
+	*/
+	readonly errorKind?: string;
+
+	/**
+	The raw `Retry-After` header: delta-seconds or an HTTP-date. Honoured as a floor on the delay.
+
+	@default undefined
+	@example response.headers.get('retry-after')
+	*/
+	readonly retryAfter?: string | number | null;
+
+	/**
+	The raw `grpc-retry-pushback-ms` value, used only when there is no `retryAfter`.
+
+	@default undefined
+	@example '250'
+	*/
+	readonly grpcRetryPushbackMs?: string | number | null;
+
+	/**
+	The request's HTTP method. Non-idempotent methods (POST, PATCH by default) are not retried without an idempotency key.
+
+	@default undefined (not HTTP)
+	@example 'POST'
+	*/
+	readonly method?: string;
+
+	/**
+	The request's idempotency key, or `true` when it has one.
+
+	@default undefined
+	@example 'order-7f3a'
+	*/
+	readonly idempotencyKey?: string | boolean;
+
+	/**
+	Milliseconds since the first execution started. Fractions are dropped.
+
+	@default 0
+	@example performance.now() - start
+	*/
+	readonly elapsedMs?: Int64;
+
+	/**
+	The current Unix time in milliseconds, for HTTP-date hints, the retry budget and the circuit breaker.
+
+	@default Date.now()
+	@example 1767225600000
+	*/
+	readonly nowMs?: Int64;
+
+	/**
+	The jitter draw in [0, 1). Values outside it (and NaN) are clamped.
+
+	@default Math.random()
+	@example 0.5
+	*/
+	readonly random?: number;
+
+	/**
+	The previous delay in milliseconds (the decorrelated strategy uses it).
+
+	@default 0
+	@example 2000
+	*/
+	readonly prevDelayMs?: Int64;
+}
+
+/**
+The policy's answer for one failure.
+*/
+export interface Decision {
+	/** Retry after `delayMs`, or stop (`dead_letter`) because of `reason`. */
+	readonly action: 'retry' | 'dead_letter';
+	/** Milliseconds to wait before the next attempt; 0 for a dead letter. */
+	readonly delayMs: number;
+	readonly reason: Reason;
+	readonly class: FailureClass;
+}
+
+/**
+A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
+*/
+export interface Policy {
+	/** True when the policy has a retry budget or a circuit breaker. */
+	readonly stateful: boolean;
+
+	/**
+	Decides one failure.
+
+	@throws {InputError} When a field is invalid (`attempt: must be >= 1 (got 0)`). No state changes then.
+
+	@example
+	```
+	const decision = policy.decide({attempt: 2, httpStatus: 503, retryAfter: response.headers.get('retry-after')});
+	if (decision.action === 'retry') {
+		await setTimeout(decision.delayMs);
+	}
+	```
+	*/
+	decide(failure: Failure): Decision;
+
+	/**
+	Decides many failures in order (a stateful policy sees them as a sequence), in one call per 256 failures.
+
+	@throws {InputError} With `index`, for the first invalid failure. Failures are decided in chunks of 256: those decided before the error (all of the chunk, when the module refused a value out of range) count for a stateful policy's budget and breaker.
+	*/
+	decideMany(failures: readonly Failure[]): Decision[];
+
+	/**
+	Reports a success to the retry budget and the circuit breaker.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	*/
+	recordSuccess(nowMs?: Int64): void;
+
+	/**
+	The circuit breaker's state; `closed` when the policy has none.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	*/
+	circuitState(nowMs?: Int64): 'closed' | 'open' | 'half_open';
+
+	/** Frees the handle. Using the policy afterwards throws. Policies that are garbage collected are freed too. */
+	close(): void;
+}
+
+/** A compiled `WebAssembly.Module`, where the TypeScript libs in use declare it. */
+type CompiledModule = typeof globalThis extends {WebAssembly: {Module: {prototype: infer M}}} ? M : object;
+
+export interface LoadOptions {
+	/**
+	The backstop.wasm to run instead of the bundled one: its bytes or a compiled module. Each distinct value gets its own module instance; the bundled module has one per process.
+
+	@default the bundled backstop.wasm
+	@example await WebAssembly.compileStreaming(fetch(new URL('backstop-policy/backstop.wasm', import.meta.url)))
+	*/
+	readonly wasm?: CompiledModule | ArrayBuffer | ArrayBufferView;
+}
+
+/**
+Loads a policy.
+
+@param config - A preset name (`default`, `critical`, `batch`, `fast-transient`), a JSON or YAML policy string, a plain object (see docs/policy.md), or the bytes of a policy file.
+@throws {PolicyError} When the policy is invalid; the message names each field.
+
+@example
+```
+import {loadPolicy} from 'backstop-policy';
+
+const policy = await loadPolicy({extends: 'critical', max_attempts: 4});
+```
+*/
+export function loadPolicy(config: string | Readonly<Record<string, unknown>> | ArrayBuffer | ArrayBufferView, options?: LoadOptions): Promise<Policy>;
+
+/** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
+export const ABI_VERSION: 1;
+
+export interface RetryContext {
+	/** The number of the attempt that failed, from 1. */
+	readonly attempt: number;
+	/** What `fn` threw, unless it returned a failed Response. */
+	readonly error?: unknown;
+	/** The failed fetch Response `fn` returned, if so. Its body has been cancelled. */
+	readonly response?: Response;
+	/** The policy's decision. */
+	readonly decision: Decision;
+	/** The wait before the next attempt, in milliseconds. */
+	readonly delayMs: number;
+}
+
+/**
+The failure fields retry() found in a thrown error or a failed Response, or your own from `classify`.
+*/
+export type FailureFields = Omit<Failure, 'attempt' | 'elapsedMs' | 'prevDelayMs'>;
+
+export interface RetryOptions {
+	/**
+	The policy that decides: a policy from `loadPolicy()` (load it once and reuse it, so its budget and breaker see every call), or a preset name.
+
+	@default 'default'
+	@example await loadPolicy('critical')
+	*/
+	readonly policy?: Policy | string;
+
+	/**
+	Stops retrying: an abort before an attempt or during a wait rejects with `signal.reason` at once.
+
+	@default undefined
+	@example AbortSignal.timeout(30_000)
+	*/
+	readonly signal?: AbortSignal;
+
+	/**
+	Called after a failed attempt that will be retried, before the wait. If it throws or rejects, retry() rejects with that error.
+
+	@default undefined
+	@example ({attempt, decision}) => log.warn({attempt, delayMs: decision.delayMs}, 'retrying')
+	*/
+	readonly onRetry?: (context: RetryContext) => void | Promise<void>;
+
+	/**
+	The HTTP method of the request `fn` makes, for the idempotency gate: POST and PATCH are not retried without `idempotencyKey`, unless the request provably never left (connection refused, DNS failure).
+
+	@default undefined (not HTTP)
+	@example 'POST'
+	*/
+	readonly method?: string;
+
+	/**
+	The idempotency key the request carries.
+
+	@default undefined
+	@example crypto.randomUUID()
+	*/
+	readonly idempotencyKey?: string;
+
+	/**
+	Maps a thrown error or a failed Response to failure fields, for errors retry() does not know (a gRPC client's, say). Return `undefined` to use the built-in mapping: `status`/`statusCode`/`response.status` and `Retry-After`, `TimeoutError`, and the `code` (or `cause.code`) ECONNRESET, ECONNREFUSED, ETIMEDOUT, EAI_AGAIN, ENOTFOUND.
+
+	@default undefined
+	@example (error) => (error?.code >= 1 && error?.code <= 16 ? {grpcCode: error.code} : undefined)
+	*/
+	readonly classify?: (errorOrResponse: unknown) => FailureFields | undefined;
+}
+
+/**
+Runs `fn` until it succeeds or the policy says stop. A failure is a thrown error or a returned fetch `Response` whose status is 400 or more. Between attempts it waits the decided delay (Retry-After included).
+
+@param fn - Receives the attempt number, from 1.
+@returns What `fn` returned on success.
+@throws {RetryError} When the policy stops retrying; it keeps the reason, the attempts, the last error (`cause`) and the last failed `response`.
+@throws The abort reason when `signal` aborts, or an `AbortError` thrown by `fn`, at once.
+
+@example
+```
+import {retry, loadPolicy} from 'backstop-policy';
+
+const policy = await loadPolicy('critical');
+const response = await retry(() => fetch(url), {policy, signal: AbortSignal.timeout(10_000)});
+```
+*/
+export function retry<T>(fn: (attempt: number) => PromiseLike<T> | T, options?: RetryOptions): Promise<T>;
+
+/**
+A policy that backstop.wasm refused. The message names every invalid field: `invalid policy: backoff.cap: must be >= backoff.base (got 100ms < 1s)`.
+*/
+export class PolicyError extends Error {
+	readonly name: 'PolicyError';
+	/** The first invalid field's path, such as `backoff.cap`. */
+	readonly field: string;
+	/** Every problem, in file order. */
+	readonly problems: ReadonlyArray<{readonly field: string; readonly reason: string}>;
+}
+
+/**
+An invalid failure. The message is the one every backstop host reports: `attempt: must be >= 1 (got 0)` (prefixed with `failures[i]: ` from decideMany).
+*/
+export class InputError extends Error {
+	readonly name: 'InputError';
+	/** The field, in the vectors' snake_case: `attempt`, `http_status`, … */
+	readonly field: string;
+	readonly reason: string;
+	/** The position in decideMany's failures. */
+	readonly index?: number;
+}
+
+/**
+Thrown by retry() when the policy stops retrying.
+*/
+export class RetryError extends Error {
+	readonly name: 'RetryError';
+	/** Why retrying stopped, such as `max_attempts_reached` or `permanent_error`. */
+	readonly reason: Reason;
+	/** The number of attempts made. */
+	readonly attempts: number;
+	/** The last decision. */
+	readonly decision: Decision;
+	/** The last error `fn` threw; undefined when it returned a failed Response. */
+	readonly cause: unknown;
+	/** The last failed Response `fn` returned, unread. */
+	readonly response?: Response;
+}

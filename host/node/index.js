@@ -1,0 +1,15 @@
+// backstop-policy: backstop's retry policy (backstop.wasm) for JavaScript.
+import { loadPolicy as load } from './lib/policy.js';
+import { readBundledWasm } from './lib/wasm-file.js';
+
+export { PolicyError, InputError, RetryError } from './lib/errors.js';
+export { ABI_VERSION } from './lib/instance.js';
+export { retry } from './lib/retry.js';
+
+/**
+ * Loads a policy: a preset name ("default", "critical", "batch",
+ * "fast-transient"), a JSON or YAML string, a plain object or bytes.
+ */
+export function loadPolicy(config, options = {}) {
+  return load(config, options, readBundledWasm);
+}

@@ -1,0 +1,54 @@
+/**
+ * A policy (bytes, object or preset name) that backstop.wasm refused. The
+ * message is the module's and names every invalid field:
+ * `invalid policy: backoff.cap: must be >= backoff.base (got 100ms < 1s)`.
+ */
+export class PolicyError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'PolicyError';
+    // "invalid policy: a.b: reason; c: reason" → [{field, reason}, ...]
+    const rest = message.startsWith('invalid policy: ') ? message.slice(16) : message;
+    this.problems = rest.split('; ').map((p) => {
+      const i = p.indexOf(': ');
+      return i < 0 ? { field: '', reason: p } : { field: p.slice(0, i), reason: p.slice(i + 2) };
+    });
+    this.field = this.problems[0].field;
+  }
+}
+
+/**
+ * An invalid failure passed to decide(): a field out of range or of the
+ * wrong type. The message is the one every backstop host reports,
+ * `attempt: must be >= 1 (got 0)`. No policy state changed for it.
+ */
+export class InputError extends Error {
+  constructor(field, reason, index) {
+    super((index === undefined ? '' : `failures[${index}]: `) + `${field}: ${reason}`);
+    this.name = 'InputError';
+    this.field = field;
+    this.reason = reason;
+    if (index !== undefined) this.index = index;
+  }
+}
+
+/**
+ * Thrown by retry() when the policy says stop. It keeps why (`reason`, such
+ * as `max_attempts_reached` or `permanent_error`), how many attempts ran,
+ * the last error (`cause`) and, for a failed fetch Response, `response`.
+ */
+export class RetryError extends Error {
+  constructor({ reason, attempts, cause, response, decision }) {
+    const last = response
+      ? `HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ''}`
+      : cause instanceof Error
+        ? cause.message
+        : String(cause);
+    super(`gave up after ${attempts} attempt${attempts === 1 ? '' : 's'} (${reason}): ${last}`, { cause });
+    this.name = 'RetryError';
+    this.reason = reason;
+    this.attempts = attempts;
+    this.decision = decision;
+    if (response) this.response = response;
+  }
+}

@@ -1,0 +1,152 @@
+// retry(): run a function until it succeeds or the policy says stop.
+import { RetryError } from './errors.js';
+import { loadPolicy } from './policy.js';
+import { readBundledWasm } from './wasm-file.js';
+
+// Presets have no budget or breaker, so one shared handle per name is the
+// same as a fresh one per call, and cheaper.
+const presets = new Map();
+
+// Node.js and undici error codes → backstop error kinds.
+const ERROR_KINDS = {
+  ECONNRESET: 'connection_reset',
+  EPIPE: 'connection_reset',
+  UND_ERR_SOCKET: 'connection_reset',
+  ECONNREFUSED: 'connection_refused',
+  ETIMEDOUT: 'timeout',
+  UND_ERR_HEADERS_TIMEOUT: 'timeout',
+  UND_ERR_BODY_TIMEOUT: 'timeout',
+  UND_ERR_CONNECT_TIMEOUT: 'connect_timeout',
+  EAI_AGAIN: 'dns_temporary',
+  ENOTFOUND: 'dns_not_found',
+};
+
+const MAX_TIMER = 0x7fffffff; // setTimeout's limit (about 24.8 days)
+
+export async function retry(fn, options = {}) {
+  if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function');
+  if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
+  const { signal, onRetry, method, idempotencyKey, classify } = options;
+  if (signal !== undefined && !(signal && typeof signal.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
+    throw new TypeError('Expected `signal` to be an AbortSignal');
+  }
+  if (onRetry !== undefined && typeof onRetry !== 'function') throw new TypeError('Expected `onRetry` to be a function');
+  if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
+  if (method !== undefined && typeof method !== 'string') throw new TypeError('Expected `method` to be a string');
+  if (idempotencyKey !== undefined && typeof idempotencyKey !== 'string') {
+    throw new TypeError('Expected `idempotencyKey` to be a string');
+  }
+  const policy = await resolvePolicy(options.policy ?? 'default');
+
+  const start = performance.now();
+  let prevDelayMs = 0;
+  for (let attempt = 1; ; attempt++) {
+    signal?.throwIfAborted();
+    let error;
+    let response;
+    try {
+      const result = await fn(attempt);
+      if (!isFailedResponse(result)) {
+        policy.recordSuccess();
+        return result;
+      }
+      response = result;
+    } catch (err) {
+      // An abort is the caller's decision, never a failure to retry.
+      if (signal?.aborted || err?.name === 'AbortError') throw err;
+      error = err;
+    }
+    const failure = failureOf(response ?? error, classify);
+    // Set fields one by one: an object spread here costs more than the decision.
+    failure.attempt = attempt;
+    failure.elapsedMs = performance.now() - start;
+    failure.prevDelayMs = prevDelayMs;
+    if (method !== undefined && failure.method === undefined) failure.method = method;
+    if (idempotencyKey !== undefined && failure.idempotencyKey === undefined && failure.idempotency_key === undefined) {
+      failure.idempotencyKey = idempotencyKey;
+    }
+    const decision = policy.decide(failure);
+    if (decision.action !== 'retry') {
+      throw new RetryError({ reason: decision.reason, attempts: attempt, cause: error, response, decision });
+    }
+    // Free the connection of a response that nobody will read.
+    await response?.body?.cancel?.().catch(() => {});
+    await onRetry?.({ attempt, error, response, decision, delayMs: decision.delayMs });
+    if (decision.delayMs > 0) await sleep(decision.delayMs, signal);
+    prevDelayMs = decision.delayMs;
+  }
+}
+
+async function resolvePolicy(p) {
+  if (typeof p === 'string') {
+    let loaded = presets.get(p);
+    if (!loaded) {
+      loaded = loadPolicy(p, {}, readBundledWasm);
+      presets.set(p, loaded);
+      loaded.catch(() => presets.delete(p));
+    }
+    return loaded;
+  }
+  if (p && typeof p.decide === 'function' && typeof p.recordSuccess === 'function') return p;
+  throw new TypeError('Expected `policy` to be a Policy from loadPolicy() or a preset name');
+}
+
+// A fresh object with the failure fields of x, from classify or describe.
+function failureOf(x, classify) {
+  const fields = classify?.(x);
+  if (fields === undefined || fields === null) return describe(x);
+  if (typeof fields !== 'object') throw new TypeError('Expected `classify` to return an object or undefined');
+  return Object.assign({}, fields);
+}
+
+function isFailedResponse(r) {
+  return (
+    r !== null && typeof r === 'object' && r.ok === false && typeof r.status === 'number' && r.status >= 400 &&
+    typeof r.headers?.get === 'function'
+  );
+}
+
+/**
+ * The failure fields of a failed fetch Response or a thrown error: HTTP
+ * status and Retry-After (fetch, axios, got, …), timeouts and Node.js
+ * network error codes.
+ */
+function describe(x) {
+  if (x === null || typeof x !== 'object') return {};
+  if (isFailedResponse(x)) return { httpStatus: x.status, retryAfter: x.headers.get('retry-after') ?? undefined };
+  const res = x.response;
+  const status = x.status ?? x.statusCode ?? res?.status ?? res?.statusCode;
+  if (Number.isInteger(status) && status >= 400 && status <= 599) {
+    return { httpStatus: status, retryAfter: header(res?.headers ?? x.headers, 'retry-after') };
+  }
+  if (x.name === 'TimeoutError') return { errorKind: 'timeout' };
+  const kind = ERROR_KINDS[x.code] ?? ERROR_KINDS[x.cause?.code];
+  return kind ? { errorKind: kind } : {};
+}
+
+function header(headers, name) {
+  if (!headers || typeof headers !== 'object') return undefined;
+  const v = typeof headers.get === 'function' ? headers.get(name) : headers[name];
+  return typeof v === 'string' || typeof v === 'number' ? v : undefined;
+}
+
+// Waits ms, or rejects with the signal's reason as soon as it aborts.
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    let timer;
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const arm = (left) => {
+      timer = setTimeout(() => {
+        if (left > MAX_TIMER) return arm(left - MAX_TIMER);
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      }, Math.min(left, MAX_TIMER));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    arm(ms);
+  });
+}

@@ -1,0 +1,151 @@
+// loadPolicy and the Policy API beyond the vectors: inputs, errors, state.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { InputError, PolicyError, loadPolicy } from '../index.js';
+
+const T0 = 1767225600000; // 2026-01-01T00:00:00Z
+const retry503 = (extra = {}) => ({ attempt: 1, httpStatus: 503, random: 0.5, nowMs: T0, ...extra });
+
+test('loadPolicy accepts a preset, JSON, YAML, an object and bytes', async () => {
+  const json = '{"backoff": {"strategy": "constant", "base": "250ms"}, "jitter": {"mode": "none"}}';
+  const yaml = 'backoff:\n  strategy: constant\n  base: 250ms\njitter:\n  mode: none\n';
+  const object = { backoff: { strategy: 'constant', base: '250ms' }, jitter: { mode: 'none' } };
+  const bytes = new TextEncoder().encode(json);
+  for (const config of [json, yaml, object, bytes, bytes.buffer]) {
+    const p = await loadPolicy(config);
+    assert.equal(p.decide(retry503()).delayMs, 250);
+    p.close();
+  }
+  const critical = await loadPolicy('critical');
+  assert.deepEqual(critical.decide(retry503({ attempt: 3 })), {
+    action: 'dead_letter', delayMs: 0, reason: 'max_attempts_reached', class: 'retryable',
+  });
+});
+
+test('a bad policy is a PolicyError naming the field', async () => {
+  await assert.rejects(loadPolicy({ backoff: { base: '1s', cap: '100ms' } }), (err) => {
+    assert.ok(err instanceof PolicyError);
+    assert.equal(err.field, 'backoff.cap');
+    assert.equal(err.message, 'invalid policy: backoff.cap: must be >= backoff.base (got 100ms < 1s)');
+    return true;
+  });
+  await assert.rejects(loadPolicy('max_attempts: -1\njitter: {mode: weird}\n'), (err) => {
+    assert.deepEqual(err.problems.map((p) => p.field), ['max_attempts', 'jitter.mode']);
+    return true;
+  });
+  await assert.rejects(loadPolicy('defualt'), {
+    name: 'PolicyError',
+    message: /unknown preset "defualt" \(presets: batch, critical, default, fast-transient\)/,
+  });
+  await assert.rejects(loadPolicy(42), { name: 'TypeError', message: /preset name/ });
+});
+
+test('decide accepts camelCase and snake_case, gRPC names and BigInt', async () => {
+  const p = await loadPolicy('default');
+  const snake = p.decide({ attempt: 2, http_status: 429, retry_after: '7', random: 0.3, now_ms: T0 });
+  const camel = p.decide({ attempt: 2, httpStatus: 429, retryAfter: 7, random: 0.3, nowMs: T0 });
+  assert.deepEqual(snake, { action: 'retry', delayMs: 7000, reason: 'retry_after', class: 'retryable' });
+  assert.deepEqual(camel, snake);
+  assert.equal(p.decide({ attempt: 1, grpcCode: 'unavailable', random: 0 }).class, 'retryable');
+  assert.equal(p.decide({ attempt: 1, grpc_code: 'INVALID_ARGUMENT' }).reason, 'permanent_error');
+  assert.equal(p.decide({ attempt: 1, grpcCode: 14, random: 0 }).class, 'retryable');
+  assert.equal(p.decide({ attempt: 9223372036854775807n, httpStatus: 503 }).reason, 'max_attempts_reached');
+  assert.deepEqual(p.decide({ attempt: 2n, httpStatus: 503n, random: 0.5, nowMs: BigInt(T0), elapsedMs: 1n }), p.decide(retry503({ attempt: 2 })));
+  // Numbers past the int64 range saturate rather than wrap.
+  assert.equal(p.decide({ attempt: 1e300, httpStatus: 503 }).reason, 'max_attempts_reached');
+  // Fractions of a millisecond (performance.now) are dropped.
+  assert.equal(p.decide(retry503({ elapsedMs: 1234.75 })).action, 'retry');
+  // The hint may be gRPC pushback, and non-ASCII strings are encoded.
+  assert.equal(p.decide(retry503({ grpcRetryPushbackMs: '3000' })).delayMs, 3000);
+  assert.equal(p.decide(retry503({ errorKind: 'délai' })).action, 'retry');
+  p.close();
+});
+
+test('invalid input is an InputError with the vectors message', async () => {
+  const p = await loadPolicy('default');
+  const cases = [
+    [{ attempt: 0 }, 'attempt: must be >= 1 (got 0)'],
+    [{ attempt: -9223372036854775808n }, 'attempt: must be >= 1 (got -9223372036854775808)'],
+    [{ attempt: 1, httpStatus: 600 }, 'http_status: must be 0 (none) or 100..599 (got 600)'],
+    [{ attempt: 1, grpcCode: 17 }, 'grpc_code: must be 0 (none) or 1..16 (got 17)'],
+    // Negative numbers are written in two's complement, high word included.
+    [{ attempt: 1, elapsedMs: -1 }, 'elapsed_ms: must be >= 0 (got -1)'],
+    [{ attempt: 1, nowMs: -5e12 }, 'now_ms: must be >= 0 (got -5000000000000)'],
+    [{ attempt: 1, prevDelayMs: -(2 ** 40) - 3 }, `prev_delay_ms: must be >= 0 (got ${-(2 ** 40) - 3})`],
+    // Checked by this host before the module sees them.
+    [{ attempt: 1.5 }, 'attempt: must be an integer (got 1.5)'],
+    [{ attempt: '1' }, 'attempt: must be an integer (got string)'],
+    [{ attempt: 2n ** 63n }, 'attempt: must fit in 64 bits (got 9223372036854775808)'],
+    [{ attempt: 1, grpcCode: 'NOPE' }, 'grpc_code: unknown gRPC status name "NOPE"'],
+    [{ attempt: 1, method: 5 }, 'method: must be a string (got number)'],
+    [{ attempt: 1, random: 'x' }, 'random: must be a number, "NaN", "Infinity" or "-Infinity" (got "x")'],
+    [{ attempt: 1, retryAfter: 'x'.repeat(70000) }, 'retry_after: must be at most 65535 bytes (got 70000)'],
+  ];
+  for (const [input, message] of cases) {
+    assert.throws(() => p.decide(input), (err) => {
+      assert.ok(err instanceof InputError, `${message}: ${err}`);
+      assert.equal(err.message, message);
+      assert.equal(err.field, message.slice(0, message.indexOf(':')));
+      return true;
+    });
+  }
+  assert.throws(() => p.decide(null), { name: 'InputError', message: 'failure: must be an object (got null)' });
+  p.close();
+});
+
+test('an absent random draws Math.random and an absent nowMs reads Date.now', async (t) => {
+  const p = await loadPolicy('default'); // full jitter over 1s for attempt 1
+  t.mock.method(Math, 'random', () => 0.25);
+  assert.equal(p.decide({ attempt: 1, httpStatus: 503 }).delayMs, 250);
+  // An HTTP-date hint 10s after "now" waits 10s.
+  t.mock.method(Date, 'now', () => T0);
+  const hint = new Date(T0 + 10_000).toUTCString();
+  assert.equal(p.decide({ attempt: 1, httpStatus: 503, retryAfter: hint }).delayMs, 10_000);
+  p.close();
+});
+
+test('decideMany matches decide, across chunks and buffer growth', async () => {
+  const p = await loadPolicy('batch');
+  const failures = [];
+  for (let i = 0; i < 1000; i++) {
+    failures.push({
+      attempt: 1 + (i % 30), httpStatus: [503, 429, 500, 400][i % 4], random: (i % 97) / 97, nowMs: T0,
+      elapsedMs: i * 1000, method: i % 3 ? 'GET' : 'POST',
+      // Long hints grow the shared buffer in the middle of a chunk.
+      retryAfter: i % 50 === 7 ? ` ${'9'.repeat(20000)}` : i % 4 === 1 ? String(i % 60) : undefined,
+    });
+  }
+  assert.deepEqual(p.decideMany(failures), failures.map((f) => p.decide(f)));
+  assert.deepEqual(p.decideMany([]), []);
+  assert.throws(() => p.decideMany([retry503(), retry503({ httpStatus: 700 }), retry503({ attempt: 0 })]), {
+    name: 'InputError', index: 1, message: 'failures[1]: http_status: must be 0 (none) or 100..599 (got 700)',
+  });
+  assert.throws(() => p.decideMany([retry503(), { attempt: 1.5 }]), { name: 'InputError', index: 1 });
+  p.close();
+});
+
+test('the circuit breaker is per handle', async () => {
+  const config = { circuit_breaker: { failure_threshold: 2, open_for: '1s', half_open_successes: 1 } };
+  const a = await loadPolicy(config);
+  const b = await loadPolicy(config);
+  assert.equal(a.stateful, true);
+  a.decide(retry503());
+  a.decide(retry503({ nowMs: T0 + 1 }));
+  assert.equal(a.circuitState(T0 + 2), 'open');
+  assert.equal(a.decide(retry503({ nowMs: T0 + 3 })).reason, 'circuit_open');
+  assert.equal(b.circuitState(T0 + 2), 'closed');
+  assert.equal(a.circuitState(T0 + 1500), 'half_open');
+  a.recordSuccess(T0 + 1500);
+  assert.equal(a.circuitState(BigInt(T0 + 1501)), 'closed');
+  a.close();
+  b.close();
+  assert.equal((await loadPolicy('default')).stateful, false);
+});
+
+test('a closed policy refuses to decide', async () => {
+  const p = await loadPolicy('default');
+  p.close();
+  p.close();
+  assert.throws(() => p.decide(retry503()), /closed/);
+  assert.throws(() => p.circuitState(), /closed/);
+});

@@ -1,0 +1,59 @@
+// Every shared vector (testdata/vectors/vectors.json) through this host.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import { InputError, loadPolicy } from '../index.js';
+import { parseJSON } from '../lib/json.js';
+
+const path = process.env.BACKSTOP_VECTORS ?? new URL('../../../testdata/vectors/vectors.json', import.meta.url);
+const vectors = parseJSON(readFileSync(path, 'utf8'));
+
+// The vectors leave out random and now_ms when they are 0; decide() would
+// draw Math.random() and read the clock instead.
+const failure = (input) => ({ random: 0, now_ms: 0, ...input });
+
+const expected = (e) =>
+  e.error !== undefined ? { error: e.error } : { action: e.action, delayMs: e.delay_ms, reason: e.reason, class: e.class };
+
+function actual(fn) {
+  try {
+    return fn();
+  } catch (err) {
+    if (!(err instanceof InputError)) throw err;
+    return { error: err.message };
+  }
+}
+
+test('vectors: ABI version', () => {
+  assert.equal(vectors.abi_version, 1);
+});
+
+for (const [gi, group] of vectors.groups.entries()) {
+  test(`vectors: ${group.name} (#${gi})`, async () => {
+    // Cases run in order on one fresh policy: budget and breaker sequences.
+    const policy = await loadPolicy(group.preset ?? group.policy);
+    try {
+      for (const [i, c] of group.cases.entries()) {
+        if (c.op === 'success') {
+          policy.recordSuccess(c.now_ms);
+          continue;
+        }
+        const got = actual(() => policy.decide(failure(c.input)));
+        assert.deepEqual(got, expected(c.expect), `case ${i}: ${JSON.stringify(c.input, (_, v) => (typeof v === 'bigint' ? `${v}` : v))}`);
+      }
+    } finally {
+      policy.close();
+    }
+  });
+
+  if (!group.stateful) {
+    // The same decisions through decideMany (decide_batch with many records).
+    test(`vectors: ${group.name} (#${gi}) via decideMany`, async () => {
+      const policy = await loadPolicy(group.preset ?? group.policy);
+      const cases = group.cases.filter((c) => c.input && c.expect.error === undefined);
+      const got = policy.decideMany(cases.map((c) => failure(c.input)));
+      assert.deepEqual(got, cases.map((c) => expected(c.expect)));
+      policy.close();
+    });
+  }
+}

@@ -1,0 +1,34 @@
+"""backstop: one retry policy for every language.
+
+The policy core (backoff, jitter, error classification, Retry-After, retry
+budgets, circuit breaker) runs in ``backstop.wasm`` under wasmtime, so a
+Python service decides exactly as its Go and Node.js neighbours do::
+
+    import backstop
+
+    policy = backstop.load_policy("critical")
+    d = policy.decide(attempt=1, http_status=503, retry_after="2")
+    d.action, d.delay_ms, d.reason, d.klass   # ('retry', 2000, 'retry_after', 'retryable')
+
+    @policy.retry
+    def fetch(url): ...
+"""
+
+from ._errors import BackstopError, InputError, PolicyError, RetryError
+from ._policy import Decision, Failure, Policy, load_policy
+from ._retry import RetryState, describe
+from ._runtime import ABI_VERSION
+
+__all__ = [
+    "ABI_VERSION",
+    "BackstopError",
+    "Decision",
+    "Failure",
+    "InputError",
+    "Policy",
+    "PolicyError",
+    "RetryError",
+    "RetryState",
+    "describe",
+    "load_policy",
+]

@@ -1,0 +1,273 @@
+"""Policy.retry: a decorator that retries a function as the policy decides."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import errno
+import functools
+import inspect
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, Optional, TypeVar, Union
+
+from ._errors import RetryError
+from ._policy import Decision
+
+if TYPE_CHECKING:
+    from ._policy import Policy
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The clock and the sleeps, looked up at call time so that tests can
+# replace them (tests never sleep).
+_monotonic = time.monotonic
+_sleep = time.sleep
+_async_sleep = asyncio.sleep
+
+
+@dataclass(frozen=True)
+class RetryState:
+    """What ``before_sleep`` is told before each wait (like tenacity's
+    RetryCallState): the ``attempt`` that just failed (1-based), the
+    ``decision`` (``decision.delay`` is the upcoming wait), the
+    ``exception`` it raised and the time ``elapsed`` since the first attempt
+    started."""
+
+    attempt: int
+    decision: Decision
+    exception: BaseException
+    elapsed: timedelta
+
+
+BeforeSleep = Callable[[RetryState], Union[None, Awaitable[None]]]
+#: An exception type → a class name ("retryable", "permanent", "uncertain"),
+#: an error kind or a dict of failure fields; or a function of the exception
+#: returning one of those, or None for the built-in classification.
+Classify = Union[Mapping[type, Union[str, Mapping[str, Any]]],
+                 Callable[[BaseException], Union[None, str, Mapping[str, Any]]]]
+
+# A class name is sent as the error kind of the same name: the default
+# tables map the kinds "retryable", "permanent" and "uncertain" to their
+# classes, so the module still makes the whole decision (limits, gate,
+# budget, breaker) and a policy can remap them.
+
+
+def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
+             classify: Optional[Classify] = None, method: Optional[str] = None,
+             idempotency_key: Optional[str] = None) -> Callable[[F], F]:
+    """The decorator of ``Policy.retry`` (documented there), its options
+    checked at once."""
+    if before_sleep is not None and not callable(before_sleep):
+        raise TypeError("retry: before_sleep must be callable (got %r)" % (before_sleep,))
+    if classify is not None and not callable(classify) and not isinstance(classify, Mapping):
+        raise TypeError("retry: classify must be a mapping of exception types or a function (got %r)" % (classify,))
+    if isinstance(classify, Mapping):
+        for k, v in classify.items():
+            if not (isinstance(k, type) and issubclass(k, BaseException)):
+                raise TypeError("retry: classify keys must be exception types (got %r)" % (k,))
+            if not isinstance(v, (str, Mapping)):
+                raise TypeError("retry: classify[%s] must be a class name, an error kind or a dict (got %r)"
+                                % (k.__name__, v))
+    for name, s in (("method", method), ("idempotency_key", idempotency_key)):
+        if s is not None and not isinstance(s, str):
+            raise TypeError("retry: %s must be a string (got %r)" % (name, s))
+
+    return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key)
+
+
+def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: Optional[Classify],
+          method: Optional[str], idempotency_key: Optional[str]) -> F:
+    # Checked once here: isinstance against an ABC is slow on the hot path.
+    by_type = classify if isinstance(classify, Mapping) else None
+    by_call = None if by_type is not None else classify
+
+    def decide(exc: BaseException, attempt: int, start: float, prev_ms: int) -> Decision:
+        fields = _classified(by_type, by_call, exc)
+        fields.setdefault("method", method)
+        fields.setdefault("idempotency_key", idempotency_key)
+        fields.update(attempt=attempt, elapsed_ms=int((_monotonic() - start) * 1000), prev_delay_ms=prev_ms)
+        return policy.decide(fields)
+
+    def state(exc: BaseException, attempt: int, start: float, d: Decision) -> RetryState:
+        return RetryState(attempt, d, exc, timedelta(seconds=_monotonic() - start))
+
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            start, prev, attempt = _monotonic(), 0, 1
+            while True:
+                try:
+                    result = await fn(*args, **kwargs)
+                except Exception as exc:
+                    d = decide(exc, attempt, start, prev)
+                    if not d.retry:
+                        raise RetryError(d.reason, attempt, exc, d) from exc
+                    if before_sleep is not None:
+                        r = before_sleep(state(exc, attempt, start, d))
+                        if inspect.isawaitable(r):
+                            await r
+                    await _async_sleep(d.delay_seconds)
+                    prev, attempt = d.delay_ms, attempt + 1
+                else:
+                    policy.record_success()
+                    return result
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start, prev, attempt = _monotonic(), 0, 1
+        while True:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                d = decide(exc, attempt, start, prev)
+                if not d.retry:
+                    raise RetryError(d.reason, attempt, exc, d) from exc
+                if before_sleep is not None:
+                    before_sleep(state(exc, attempt, start, d))
+                _sleep(d.delay_seconds)
+                prev, attempt = d.delay_ms, attempt + 1
+            else:
+                policy.record_success()
+                return result
+    return wrapper  # type: ignore[return-value]
+
+
+def _classified(by_type: Optional[Mapping[type, Any]], by_call: Optional[Callable[[BaseException], Any]],
+                exc: BaseException) -> Dict[str, Any]:
+    """The failure fields of exc."""
+    v: Union[None, str, Mapping[str, Any]] = None
+    if by_type is not None:
+        v = next((by_type[t] for t in type(exc).__mro__ if t in by_type), None)
+    elif by_call is not None:
+        v = by_call(exc)
+    if v is None:
+        return describe(exc)
+    if isinstance(v, str):
+        return {"error_kind": v}
+    return dict(v)
+
+
+def describe(exc: BaseException) -> Dict[str, Any]:
+    """The failure fields the built-in classification reads from exc.
+
+    - HTTP status errors: ``exc.response.status_code`` or ``.status``
+      (requests, httpx), ``exc.status_code``, ``exc.status`` (aiohttp),
+      ``exc.code`` (urllib), with the ``Retry-After`` header; the method and
+      ``Idempotency-Key`` header of ``exc.request`` when present.
+    - gRPC errors (``exc.code()`` and ``grpc-retry-pushback-ms`` trailing
+      metadata).
+    - Network errors, found on exc or its causes: ``ConnectionRefusedError``
+      → ``connection_refused``; ``ConnectionResetError``, ``BrokenPipeError``
+      and any other ``ConnectionError`` → ``connection_reset`` (the request
+      may have been sent, so the idempotency gate applies); ``TimeoutError``,
+      ``socket.timeout``, ``asyncio.TimeoutError`` → ``timeout``; DNS
+      failures → ``dns_temporary`` or ``dns_not_found``; third-party
+      ``ConnectTimeout`` → ``connect_timeout``, ``...Timeout`` →
+      ``timeout``, ``ConnectError`` → ``connection_reset``.
+    - Anything else: no signal, so the policy's ``classify.default``
+      (``uncertain`` unless the policy says otherwise) decides.
+    """
+    resp = _attr(exc, "response")
+    status = next((s for s in (_attr(resp, "status_code"), _attr(resp, "status"), _attr(exc, "status_code"),
+                               _attr(exc, "status"), _attr(exc, "code")) if _is_status(s)), None)
+    if status is not None:
+        fields: Dict[str, Any] = {"http_status": status}
+        ra = _header(_attr(resp, "headers") if resp is not None else _attr(exc, "headers"), "Retry-After")
+        if ra:
+            fields["retry_after"] = ra
+        req = _attr(exc, "request") or _attr(resp, "request")
+        m = _attr(req, "method")
+        if isinstance(m, str):
+            fields["method"] = m
+        key = _header(_attr(req, "headers"), "Idempotency-Key")
+        if key:
+            fields["idempotency_key"] = key
+        return fields
+    grpc = _grpc_fields(exc)
+    if grpc:
+        return grpc
+    kind = _kind(exc)
+    return {"error_kind": kind} if kind else {}
+
+
+def _attr(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # httpx raises RuntimeError for an unset .request
+        return None
+
+
+def _is_status(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 100 <= v <= 599
+
+
+def _header(headers: Any, name: str) -> Optional[str]:
+    get = _attr(headers, "get")
+    if not callable(get):
+        return None
+    v = get(name)
+    if v is None:
+        v = get(name.lower())  # a plain dict
+    return str(v) if v is not None else None
+
+
+def _grpc_fields(exc: BaseException) -> Optional[Dict[str, Any]]:
+    code = _attr(exc, "code")
+    if not callable(code):
+        return None
+    try:
+        value = _attr(code(), "value")  # grpc.StatusCode.UNAVAILABLE.value == (14, "unavailable")
+    except Exception:
+        return None
+    if not (isinstance(value, tuple) and value and isinstance(value[0], int) and 1 <= value[0] <= 16):
+        return None
+    fields: Dict[str, Any] = {"grpc_code": value[0]}
+    md = _attr(exc, "trailing_metadata")
+    try:
+        for k, v in (md() if callable(md) else None) or ():
+            if k == "grpc-retry-pushback-ms":
+                fields["grpc_retry_pushback_ms"] = v if isinstance(v, str) else str(v)
+    except Exception:
+        pass
+    return fields
+
+
+_TIMEOUTS = (TimeoutError, socket.timeout, asyncio.TimeoutError, concurrent.futures.TimeoutError)
+_RESET_ERRNOS = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
+
+
+def _kind(exc: BaseException) -> Optional[str]:
+    # Look through wrappers (requests, httpx, urllib3, urllib's URLError)
+    # for the OS error underneath, then by class name for libraries whose
+    # exceptions do not subclass the built-in ones.
+    seen: List[BaseException] = []
+    e: Any = exc
+    while isinstance(e, BaseException) and len(seen) < 8 and e not in seen:
+        seen.append(e)
+        if isinstance(e, socket.gaierror):
+            return "dns_temporary" if e.errno == socket.EAI_AGAIN else "dns_not_found"
+        if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED:
+            return "connection_refused"
+        if isinstance(e, ConnectionError) or getattr(e, "errno", None) in _RESET_ERRNOS:
+            return "connection_reset"
+        if isinstance(e, _TIMEOUTS) or getattr(e, "errno", None) == errno.ETIMEDOUT:
+            return "timeout"
+        nxt = _attr(e, "reason")  # urllib.error.URLError, urllib3.MaxRetryError
+        if not isinstance(nxt, BaseException):
+            nxt = e.__cause__ or e.__context__ or next((a for a in e.args if isinstance(a, BaseException)), None)
+        e = nxt
+    for t in type(exc).__mro__:
+        n = t.__name__
+        if n in ("ConnectTimeout", "ConnectTimeoutError"):
+            return "connect_timeout"
+        if n.endswith(("Timeout", "TimeoutError", "TimeoutException")):
+            return "timeout"
+        if n in ("ConnectError", "ConnectionError"):
+            return "connection_reset"
+    return None

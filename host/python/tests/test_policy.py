@@ -1,0 +1,232 @@
+"""The policy API, the runtime (ABI version, compile cache) and threads."""
+
+import os
+import threading
+from datetime import timedelta
+from enum import Enum
+
+import pytest
+import wasmtime
+
+import backstop
+from backstop import BackstopError, Decision, InputError, PolicyError
+from backstop._runtime import Instance, load_module
+
+NO_JITTER = {"max_attempts": 5, "backoff": {"strategy": "exponential", "base": "100ms", "cap": "10s"}, "jitter": {"mode": "none"}}
+
+
+def test_decide_dict_and_keywords():
+    p = backstop.load_policy("default")
+    d = p.decide(attempt=1, http_status=503, random=0.5, now_ms=0)
+    assert d == Decision("retry", 500, "transient", "retryable")
+    assert p.decide({"attempt": 1, "http_status": 503}, random=0.5, now_ms=0) == d
+    assert d.retry and d.delay == timedelta(milliseconds=500) and d.delay_seconds == 0.5
+    assert list(d.to_dict()) == ["action", "delay_ms", "reason", "class"]
+    with pytest.raises(Exception):
+        d.delay_ms = 1  # frozen
+
+
+@pytest.mark.parametrize("source", [
+    "critical",
+    b"critical",
+    "max_attempts: 3\nmax_elapsed: 10s\nbackoff: {strategy: exponential, base: 100ms, multiplier: 2, cap: 2s}\n"
+    "jitter: {mode: full}\nretry_after: {cap: 5s, on_exceed: give_up}\n",
+    {"extends": "critical"},
+])
+def test_load_policy_sources(source):
+    p = backstop.load_policy(source)
+    assert p.decide(attempt=1, http_status=503, random=0.5, now_ms=0).delay_ms == 50
+    assert p.decide(attempt=3, http_status=503, random=0.5, now_ms=0).reason == "max_attempts_reached"
+
+
+def test_load_policy_path(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("extends: critical\nmax_attempts: 4\n")
+    assert backstop.load_policy(f).decide(attempt=3, http_status=503, random=0, now_ms=0).action == "retry"
+
+
+def test_bad_policy_names_the_field(tmp_path):
+    with pytest.raises(PolicyError) as e:
+        backstop.load_policy({"backoff": {"base": "1s", "cap": "100ms"}})
+    assert e.value.field == "backoff.cap" and "backoff.cap" in str(e.value)
+    with pytest.raises(PolicyError) as e:
+        backstop.load_policy("backoff:\n  colour: red\n")
+    assert "backoff.colour" in str(e.value)
+    with pytest.raises(TypeError):
+        backstop.load_policy(42)
+    assert issubclass(PolicyError, BackstopError) and issubclass(InputError, BackstopError)
+
+
+def test_input_errors():
+    p = backstop.load_policy("default")
+    with pytest.raises(InputError, match=r"^attempt: must be >= 1 \(got 0\)$") as e:
+        p.decide(http_status=503)
+    assert (e.value.field, e.value.reason) == ("attempt", "must be >= 1 (got 0)")
+    with pytest.raises(InputError, match="^colour: unknown field"):
+        p.decide(attempt=1, colour="red")
+    with pytest.raises(InputError, match='^grpc_code: unknown gRPC status name "NOPE"'):
+        p.decide(attempt=1, grpc_code="NOPE")
+    with pytest.raises(InputError, match="^attempt: must be an integer"):
+        p.decide(attempt="one")
+
+
+def test_field_types():
+    p = backstop.load_policy(NO_JITTER)
+
+    class StatusCode(Enum):  # like grpc.StatusCode
+        UNAVAILABLE = (14, "unavailable")
+
+    base = p.decide(attempt=2, grpc_code=14, now_ms=0)
+    assert base.delay_ms == 200
+    for code in ("UNAVAILABLE", "unavailable", StatusCode.UNAVAILABLE):
+        assert p.decide(attempt=2, grpc_code=code, now_ms=0) == base
+    hint = p.decide(attempt=1, http_status=429, retry_after="3", now_ms=0)
+    assert hint.delay_ms == 3000
+    for ra in (3, 2.5, timedelta(seconds=3), b"3"):
+        assert p.decide(attempt=1, http_status=429, retry_after=ra, now_ms=0) == hint
+    assert p.decide(attempt=1, grpc_code=14, grpc_retry_pushback_ms=700, now_ms=0).delay_ms == 700
+    short = {"max_elapsed": "1s"}
+    q = backstop.load_policy({**NO_JITTER, **short})
+    for elapsed in (950, 950.7, timedelta(milliseconds=950)):
+        assert q.decide(attempt=1, http_status=503, elapsed_ms=elapsed, now_ms=0).reason == "max_elapsed_exceeded"
+    # None means absent; huge integers saturate instead of wrapping.
+    assert p.decide(attempt=1, http_status=None, grpc_code=None, method=None, now_ms=0).klass == "uncertain"
+    assert p.decide(attempt=2 ** 70, http_status=503, now_ms=0).reason == "max_attempts_reached"
+    with pytest.raises(InputError, match=r"^attempt: must be >= 1 \(got -9223372036854775808\)$"):
+        p.decide(attempt=-(2 ** 70))
+
+
+def test_defaults_draw_random_and_read_the_clock():
+    p = backstop.load_policy("default")
+    delays = {p.decide(attempt=4, http_status=503).delay_ms for _ in range(50)}
+    assert len(delays) > 1 and all(0 <= d <= 8000 for d in delays)
+    q = backstop.load_policy(NO_JITTER)
+    # An HTTP-date in the past means no wait: only the computed delay.
+    assert q.decide(attempt=1, http_status=503, retry_after="Wed, 21 Oct 2015 07:28:00 GMT").delay_ms == 100
+
+
+def test_decide_many_matches_decide_and_handles_long_strings():
+    p = backstop.load_policy(NO_JITTER)
+    fs = [{"attempt": a % 7 + 1, "http_status": s, "method": m, "retry_after": ra, "now_ms": 0, "random": 0.25}
+          for a, (s, m, ra) in enumerate([(503, "GET", ""), (429, "POST", "2"), (500, "PUT", "x" * 70000)] * 1500)]
+    fs.insert(3, {"attempt": 1, "grpc_code": "UNAVAILABLE", "elapsed_ms": 1.5, "random": "NaN", "now_ms": 0})
+    assert p.decide_many(fs) == [p.decide(f) for f in fs]
+    assert p.decide_many(iter([])) == []
+
+
+def test_decide_many_reports_the_first_invalid_failure():
+    p = backstop.load_policy(NO_JITTER)
+    with pytest.raises(InputError) as e:
+        p.decide_many([{"attempt": 1, "now_ms": 0}, {"attempt": 1, "grpc_code": "NOPE"}, {"attempt": 0}])
+    assert str(e.value) == 'failures[1]: grpc_code: unknown gRPC status name "NOPE"' and e.value.index == 1
+    assert e.value.decisions[0].klass == "uncertain" and e.value.decisions[1:] == [None, None]
+
+
+def test_stateful_policy_and_close():
+    p = backstop.load_policy({"circuit_breaker": {"failure_threshold": 2, "open_for": "30s"}})
+    assert p.stateful and p.circuit_state(0) == "closed"
+    for _ in range(2):
+        p.decide(attempt=1, http_status=503, now_ms=1000, random=0)
+    assert p.circuit_state(1000) == "open" and p.circuit_state(31000) == "half_open"
+    assert p.decide(attempt=1, http_status=503, now_ms=2000).reason == "circuit_open"
+    p.record_success(31000)
+    assert p.circuit_state(31000) == "closed"
+    # Two policies from one source never share state.
+    assert backstop.load_policy({"circuit_breaker": {"failure_threshold": 2, "open_for": "30s"}}).circuit_state(1000) == "closed"
+    assert not backstop.load_policy("default").stateful
+    with p:
+        pass
+    with pytest.raises(BackstopError, match="closed"):
+        p.decide(attempt=1)
+    p.close()  # twice is fine
+
+
+def test_threads_share_a_policy():
+    p = backstop.load_policy(NO_JITTER)
+    want = [p.decide(attempt=a, http_status=503, now_ms=0).delay_ms for a in range(1, 6)]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(300):
+                if i % 2:
+                    got = [p.decide(attempt=a, http_status=503, now_ms=0).delay_ms for a in range(1, 6)]
+                else:
+                    got = [d.delay_ms for d in p.decide_many([{"attempt": a, "http_status": 503, "now_ms": 0} for a in range(1, 6)])]
+                assert got == want
+        except BaseException as e:  # pragma: no cover
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_unknown_abi_version_is_refused():
+    wasm = wasmtime.wat2wasm('(module (memory (export "memory") 1) (func (export "abi_version") (result i32) i32.const 2))')
+    with pytest.raises(BackstopError, match=r"ABI version 2 is not supported by this host \(want 1\)"):
+        Instance(wasm, cache_dir=None)
+
+
+def test_missing_export_is_refused():
+    wasm = wasmtime.wat2wasm('(module (memory (export "memory") 1) (func (export "abi_version") (result i32) i32.const 1))')
+    with pytest.raises(BackstopError, match="buffer is not exported"):
+        Instance(wasm, cache_dir=None)
+
+
+def test_compile_cache(tmp_path, monkeypatch):
+    wasm = wasmtime.wat2wasm('(module (func (export "f") (result i32) i32.const 7))')
+    engine = wasmtime.Engine()
+    cache = tmp_path / "cache"
+    load_module(engine, wasm, cache)
+    (cached,) = cache.iterdir()
+    compiled = []
+    real = wasmtime.Module
+    monkeypatch.setattr(wasmtime, "Module", type("Counting", (real,), {
+        "__init__": lambda self, e, w: (compiled.append(1), real.__init__(self, e, w))[1]}))
+    load_module(engine, wasm, cache)
+    assert compiled == []  # served from the cache
+    cached.write_bytes(b"garbage")
+    stale = cache / "backstop-0123.cwasm"
+    stale.write_bytes(b"an old version")
+    os.utime(stale, (0, 0))
+    load_module(engine, wasm, cache)
+    assert compiled == [1]  # recompiled and rewritten
+    assert sorted(cache.iterdir()) == [cached]  # entries unused for a week are dropped
+    os.chmod(cache, 0o777)  # a directory others can write to is not trusted
+    load_module(engine, wasm, cache)
+    assert compiled == [1, 1]
+    load_module(engine, wasm, None)
+    assert compiled == [1, 1, 1]
+
+
+# A stand-in module with the whole ABI whose decide traps.
+TRAPPING = """(module
+  (memory (export "memory") 1)
+  (func (export "_initialize"))
+  (func (export "abi_version") (result i32) i32.const 1)
+  (func (export "buffer") (param i32) (result i32) i32.const 1024)
+  (func (export "policy_load") (param i32) (result i32) i32.const 1)
+  (func (export "policy_preset") (param i32) (result i32) i32.const 1)
+  (func (export "policy_free") (param i32) (result i32) i32.const 0)
+  (func (export "policy_stateful") (param i32) (result i32) i32.const 0)
+  (func (export "decide") (param i32 i64 i32 i32 i64 i64 f64 i64 i32 i32 i32 i32) (result i64) unreachable)
+  (func (export "decide_batch") (param i32 i32 i32 i32) (result i32) i32.const 0)
+  (func (export "record_success") (param i32 i64) (result i32) i32.const 0)
+  (func (export "circuit_state") (param i32 i64) (result i32) i32.const 0)
+  (func (export "error_message") (result i64) i64.const 0))"""
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_trap_retires_the_instance(fast):
+    from backstop._policy import load_into
+
+    p = load_into(Instance(wasmtime.wat2wasm(TRAPPING), cache_dir=None, fast=fast), "default")
+    with pytest.raises(BackstopError, match="decide trapped") as e:
+        p.decide(attempt=1)
+    assert isinstance(e.value.__cause__, wasmtime.Trap)
+    with pytest.raises(BackstopError, match="decide trapped"):
+        p.decide_many([{"attempt": 1}])  # every export now refuses

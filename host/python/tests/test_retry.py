@@ -1,0 +1,367 @@
+"""Policy.retry against a real local HTTP server. Tests never sleep: the
+sleeps are replaced, and only the decided delays are checked."""
+
+import asyncio
+import errno
+import socket
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import backstop
+import backstop._retry as retry_mod
+from backstop import RetryError, describe
+
+# Deterministic delays: 250 ms, no jitter, three attempts.
+FIXED = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "250ms", "cap": "1s"}, "jitter": {"mode": "none"}}
+
+
+@pytest.fixture
+def policy():
+    with backstop.load_policy(FIXED) as p:
+        yield p
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    calls = []
+    monkeypatch.setattr(retry_mod, "_sleep", calls.append)
+
+    async def fake_async_sleep(s):
+        calls.append(s)
+
+    monkeypatch.setattr(retry_mod, "_async_sleep", fake_async_sleep)
+    return calls
+
+
+class Server:
+    """An HTTP server on 127.0.0.1 answering each path from a script of
+    (status, headers) steps; the last step repeats."""
+
+    def __init__(self):
+        self.script = {}
+        self.hits = {}
+        self.methods = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.hits[self.path] = outer.hits.get(self.path, 0) + 1
+                outer.methods.append(self.command)
+                steps = outer.script[self.path]
+                status, headers = steps.pop(0) if len(steps) > 1 else steps[0]
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, args=(0.01,), daemon=True).start()
+
+    def on(self, path, *steps):
+        self.script[path] = [s if isinstance(s, tuple) else (s, {}) for s in steps]
+        return self.url + path
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+
+
+def get(url, method="GET", data=None):
+    with urllib.request.urlopen(urllib.request.Request(url, method=method, data=data), timeout=10) as r:
+        return r.read()
+
+
+def test_retries_503_then_succeeds(policy, server, sleeps):
+    url = server.on("/flaky", 503, 503, 200)
+    states = []
+    fetch = policy.retry(before_sleep=states.append)(get)
+    assert fetch(url) == b"ok"
+    assert server.hits["/flaky"] == 3
+    assert sleeps == [0.25, 0.25]
+    assert [(s.attempt, s.decision.reason, s.decision.delay_ms) for s in states] == [(1, "transient", 250), (2, "transient", 250)]
+    assert isinstance(states[0].exception, urllib.error.HTTPError) and states[0].exception.code == 503
+
+
+def test_never_retries_400(policy, server, sleeps):
+    url = server.on("/bad", 400)
+    with pytest.raises(RetryError) as e:
+        policy.retry(get)(url)
+    assert (e.value.reason, e.value.attempts) == ("permanent_error", 1)
+    assert e.value.last_exception.code == 400
+    assert e.value.__cause__ is e.value.last_exception
+    assert server.hits["/bad"] == 1 and sleeps == []
+
+
+def test_honours_retry_after(policy, server, sleeps):
+    url = server.on("/limited", (429, {"Retry-After": "7"}), 200)
+    states = []
+    assert policy.retry(before_sleep=states.append)(get)(url) == b"ok"
+    assert [(s.decision.reason, s.decision.delay_ms) for s in states] == [("retry_after", 7000)]
+    assert sleeps == [7.0]
+
+
+def test_gives_up_at_max_attempts(policy, server, sleeps):
+    url = server.on("/down", 503)
+    with pytest.raises(RetryError) as e:
+        policy.retry(get)(url)
+    assert (e.value.reason, e.value.attempts) == ("max_attempts_reached", 3)
+    assert e.value.decision.action == "dead_letter"
+    assert "gave up after 3 attempts (max_attempts_reached)" in str(e.value)
+    assert server.hits["/down"] == 3 and sleeps == [0.25, 0.25]
+
+
+def test_post_without_idempotency_key_is_not_retried(policy, server, sleeps):
+    url = server.on("/post", 503, 200)
+    with pytest.raises(RetryError) as e:
+        policy.retry(method="POST")(get)(url, "POST", b"{}")
+    assert (e.value.reason, e.value.attempts) == ("not_idempotent", 1)
+    assert server.hits["/post"] == 1
+
+
+def test_post_with_idempotency_key_is_retried(policy, server, sleeps):
+    url = server.on("/post", 503, 200)
+    assert policy.retry(method="POST", idempotency_key="order-42")(get)(url, "POST", b"{}") == b"ok"
+    assert server.methods == ["POST", "POST"] and sleeps == [0.25]
+
+
+def test_connection_refused_is_retried_even_for_post(policy, sleeps):
+    # The request never left: the idempotency gate lets it through.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    states = []
+    with pytest.raises(RetryError) as e:
+        policy.retry(method="POST", before_sleep=states.append)(get)("http://127.0.0.1:%d/" % port, "POST", b"")
+    assert e.value.reason == "max_attempts_reached"
+    assert states[0].decision.klass == "retryable"
+
+
+def test_success_is_recorded(policy, server, sleeps, monkeypatch):
+    url = server.on("/ok", 200)
+    calls = []
+    monkeypatch.setattr(policy, "record_success", lambda now_ms=None: calls.append(now_ms))
+    policy.retry(get)(url)
+    assert calls == [None]
+
+
+def test_success_closes_a_real_breaker(server, sleeps):
+    with backstop.load_policy({"max_attempts": 5, "circuit_breaker": {"failure_threshold": 2, "open_for": "1h"}}) as p:
+        url = server.on("/x", 503, 200, 503, 200)
+        fetch = p.retry(get)
+        fetch(url)
+        fetch(url)  # without the success in between, the second 503 would open the breaker
+        assert p.circuit_state() == "closed"
+
+
+def test_classify_mapping_and_function(policy, sleeps):
+    class Flaky(Exception):
+        pass
+
+    class Broken(Flaky):
+        pass
+
+    attempts = []
+
+    def fail(exc):
+        def f():
+            attempts.append(1)
+            raise exc
+        return f
+
+    classify = {Flaky: "retryable", Broken: "permanent", KeyError: "connection_refused"}
+    with pytest.raises(RetryError) as e:
+        policy.retry(classify=classify)(fail(Flaky()))()
+    assert e.value.reason == "max_attempts_reached" and len(attempts) == 3
+    with pytest.raises(RetryError) as e:
+        policy.retry(classify=classify)(fail(Broken()))()  # the most specific type wins
+    assert (e.value.reason, e.value.attempts) == ("permanent_error", 1)
+    states = []
+    with pytest.raises(RetryError):
+        policy.retry(classify=classify, before_sleep=states.append)(fail(KeyError("k")))()
+    assert states[0].decision.klass == "retryable"
+
+    def by_function(exc):
+        return {"http_status": 429, "retry_after": "9"} if isinstance(exc, ValueError) else None
+
+    states.clear()
+    with pytest.raises(RetryError):
+        policy.retry(classify=by_function, before_sleep=states.append)(fail(ValueError()))()
+    assert states[0].decision.delay_ms == 9000
+
+
+def test_unknown_exceptions_follow_the_policy_default(policy, sleeps):
+    calls = []
+
+    def bug():
+        calls.append(1)
+        raise RuntimeError("?")
+
+    with pytest.raises(RetryError) as e:
+        policy.retry(bug)()
+    assert e.value.decision.klass == "uncertain"
+
+
+def test_base_exceptions_propagate(policy, sleeps):
+    @policy.retry
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupted()
+    assert sleeps == []
+
+
+def test_options_are_validated(policy):
+    with pytest.raises(TypeError, match="before_sleep"):
+        policy.retry(before_sleep=3)
+    with pytest.raises(TypeError, match="classify keys"):
+        policy.retry(classify={"x": "retryable"})
+    with pytest.raises(TypeError, match="method"):
+        policy.retry(method=1)
+
+
+def test_async_retries_and_awaits_before_sleep(policy, server, sleeps):
+    url = server.on("/flaky", 503, (429, {"Retry-After": "2"}), 200)
+    states = []
+
+    async def before(state):
+        states.append(state.decision.delay_ms)
+
+    @policy.retry(before_sleep=before)
+    async def fetch():
+        return await asyncio.get_running_loop().run_in_executor(None, get, url)
+
+    assert asyncio.run(fetch()) == b"ok"
+    assert states == [250, 2000] and sleeps == [0.25, 2.0]
+
+
+def test_async_gives_up_with_the_last_exception(policy, sleeps):
+    @policy.retry
+    async def down():
+        raise ConnectionResetError(errno.ECONNRESET, "reset")
+
+    with pytest.raises(RetryError) as e:
+        asyncio.run(down())
+    assert e.value.reason == "max_attempts_reached" and isinstance(e.value.last_exception, ConnectionResetError)
+
+
+def test_async_cancellation_stops_the_wait():
+    # A real asyncio.sleep of an hour: cancelling the task must end it at once.
+    slow = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "1h", "cap": "1h"}, "jitter": {"mode": "none"}}
+    calls = []
+
+    async def main():
+        waiting = asyncio.Event()
+        with backstop.load_policy(slow) as p:
+            @p.retry(before_sleep=lambda s: waiting.set())
+            async def flaky():
+                calls.append(1)
+                raise TimeoutError
+
+            task = asyncio.create_task(flaky())
+            await waiting.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 60)  # 60 s only guards against a hang
+
+    asyncio.run(main())
+    assert calls == [1]
+
+
+# -- the built-in classification -------------------------------------------
+
+
+class _Resp:
+    def __init__(self, status, headers=None, request=None):
+        self.status_code, self.headers, self.request = status, headers or {}, request
+
+
+class _Req:
+    def __init__(self, method, headers=None):
+        self.method, self.headers = method, headers or {}
+
+
+class HTTPError(Exception):  # requests-like
+    def __init__(self, response, request=None):
+        super().__init__("status error")
+        self.response, self.request = response, request
+
+
+class HTTPStatusError(Exception):  # httpx-like: .request raises when unset
+    def __init__(self, response):
+        super().__init__("status error")
+        self.response = response
+
+    @property
+    def request(self):
+        raise RuntimeError("The .request property has not been set.")
+
+
+class _Code:
+    value = (14, "unavailable")
+
+
+class RpcError(Exception):  # grpc-like
+    def code(self):
+        return _Code()
+
+    def trailing_metadata(self):
+        return (("grpc-retry-pushback-ms", "250"),)
+
+
+class ConnectTimeout(OSError):  # requests/httpx name
+    pass
+
+
+class ReadTimeout(Exception):
+    pass
+
+
+@pytest.mark.parametrize("exc, fields", [
+    (HTTPError(_Resp(503, {"Retry-After": "5"}), _Req("POST", {"Idempotency-Key": "k"})),
+     {"http_status": 503, "retry_after": "5", "method": "POST", "idempotency_key": "k"}),
+    (HTTPStatusError(_Resp(429, {"retry-after": "1"})), {"http_status": 429, "retry_after": "1"}),
+    (RpcError(), {"grpc_code": 14, "grpc_retry_pushback_ms": "250"}),
+    (ConnectionRefusedError(), {"error_kind": "connection_refused"}),
+    (ConnectionResetError(), {"error_kind": "connection_reset"}),
+    (BrokenPipeError(), {"error_kind": "connection_reset"}),
+    (ConnectionError(), {"error_kind": "connection_reset"}),
+    (TimeoutError(), {"error_kind": "timeout"}),
+    (socket.timeout(), {"error_kind": "timeout"}),
+    (asyncio.TimeoutError(), {"error_kind": "timeout"}),
+    (socket.gaierror(socket.EAI_AGAIN, "try again"), {"error_kind": "dns_temporary"}),
+    (socket.gaierror(socket.EAI_NONAME, "unknown"), {"error_kind": "dns_not_found"}),
+    (urllib.error.URLError(ConnectionRefusedError()), {"error_kind": "connection_refused"}),
+    (ConnectTimeout(), {"error_kind": "connect_timeout"}),
+    (ReadTimeout(), {"error_kind": "timeout"}),
+    (ValueError(), {}),
+], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else "")
+def test_describe(exc, fields):
+    assert describe(exc) == fields
+
+
+def test_describe_follows_causes():
+    try:
+        try:
+            raise ConnectionRefusedError
+        except OSError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as e:
+        assert describe(e) == {"error_kind": "connection_refused"}
