@@ -33,15 +33,21 @@ build: wasm
 	$(GO) build -trimpath -o bin/ ./cmd/...
 
 ## deps: install what the tests need: Go modules; a virtualenv with the
-## Python host, wasmtime and pytest; redis-server (Debian package) for the
-## queue tests against a real Redis and Redis Cluster. The Node.js host has
-## no dependencies.
+## Python host, wasmtime and pytest; Debian packages redis-server (queue
+## tests against a real Redis and Redis Cluster), prometheus (promtool, and
+## the server for the end-to-end alert test) and prometheus-alertmanager.
+## The Node.js host has no dependencies.
 deps: $(VPY)
 	$(GO) mod download
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
-		echo "installing redis-server (Debian package)"; \
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 $(VPY): host/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -32,6 +32,8 @@ commands:
   dlq inspect --queue Q       dead letters by reason, and the newest ones
   dlq replay --queue Q --limit N [--reason R]
                               move dead letters back to the jobs stream
+  rules generate [--config FILE] [--out DIR]
+                              write the Prometheus rule files
   version                     print the version
 
 Queue commands take --redis-url (env BACKSTOP_REDIS_URL) or --redis-cluster,
@@ -79,6 +81,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	case "decide":
 		return decide(ctx, args[1:], stdin, stdout)
+	case "rules":
+		if len(args) >= 2 && args[1] == "generate" {
+			return rulesGenerate(args[2:], stdout)
+		}
 	case "queue":
 		if len(args) >= 2 && args[1] == "stats" {
 			return queueStats(ctx, args[2:], stdout)

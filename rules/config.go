@@ -1,0 +1,85 @@
+// Package rules generates backstop's Prometheus recording and alerting
+// rules from one configuration (selectors, thresholds, `for` durations,
+// per-alert toggles), as the monitoring mixins do. The shipped
+// rules/*.yml are its output for the defaults; a test keeps them in sync.
+package rules
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the rules configuration (rules/config.yaml documents it).
+type Config struct {
+	// Selector is added to every metric selector, e.g. `job="backstop"`.
+	Selector string `yaml:"selector"`
+	// RunbookURL is the base of every runbook_url; the alert's anchor is
+	// appended.
+	RunbookURL string `yaml:"runbook_url"`
+	// DashboardURL is the dashboard_url annotation.
+	DashboardURL string `yaml:"dashboard_url"`
+
+	DLQPagePerSecond    float64  `yaml:"dlq_page_per_second"`   // sustained DLQ ingestion that pages
+	DLQPageFor          string   `yaml:"dlq_page_for"`          // ... for this long
+	RetryRatioWarning   float64  `yaml:"retry_ratio_warning"`   // share of attempt outcomes that are retries
+	RetryRatioFor       string   `yaml:"retry_ratio_for"`       //
+	OverdueSeconds      float64  `yaml:"overdue_seconds"`       // oldest overdue delayed job: the scheduler stalled
+	OverdueFor          string   `yaml:"overdue_for"`           //
+	CrashLoopDeliveries int      `yaml:"crash_loop_deliveries"` // a pending entry delivered more often than this (an le bucket of backstop_stream_pending_deliveries: 1, 2, 3, 5 or 10)
+	CrashLoopFor        string   `yaml:"crash_loop_for"`        //
+	LagJobsWarning      float64  `yaml:"lag_jobs_warning"`      // stream lag above this and growing
+	LagFor              string   `yaml:"lag_for"`               //
+	DownFor             string   `yaml:"down_for"`              // backstop_up == 0 or the exporter gone
+	Disabled            []string `yaml:"disabled_alerts"`       // alert names to leave out
+}
+
+// Default is the configuration of the shipped rule files.
+func Default() Config {
+	return Config{
+		Selector:            `job="backstop"`,
+		RunbookURL:          "https://github.com/backstop-dev/backstop/blob/main/docs/runbooks.md",
+		DashboardURL:        "/d/backstop-queue/backstop-queue",
+		DLQPagePerSecond:    0.05,
+		DLQPageFor:          "5m",
+		RetryRatioWarning:   0.2,
+		RetryRatioFor:       "15m",
+		OverdueSeconds:      300,
+		OverdueFor:          "5m",
+		CrashLoopDeliveries: 3,
+		CrashLoopFor:        "10m",
+		LagJobsWarning:      1000,
+		LagFor:              "15m",
+		DownFor:             "2m",
+	}
+}
+
+// LoadConfig reads a configuration file over the defaults. Unknown fields
+// are errors.
+func LoadConfig(path string) (Config, error) {
+	c := Default()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.DLQPagePerSecond <= 0:
+		return fmt.Errorf("dlq_page_per_second: must be > 0 (got %v)", c.DLQPagePerSecond)
+	case c.RetryRatioWarning <= 0 || c.RetryRatioWarning >= 1:
+		return fmt.Errorf("retry_ratio_warning: must be in (0, 1) (got %v)", c.RetryRatioWarning)
+	case c.CrashLoopDeliveries != 1 && c.CrashLoopDeliveries != 2 && c.CrashLoopDeliveries != 3 && c.CrashLoopDeliveries != 5 && c.CrashLoopDeliveries != 10:
+		return fmt.Errorf("crash_loop_deliveries: must be a bucket of backstop_stream_pending_deliveries: 1, 2, 3, 5 or 10 (got %d)", c.CrashLoopDeliveries)
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package rules
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// File is a Prometheus rule file.
+type File struct {
+	Groups []Group `yaml:"groups"`
+}
+
+// Group is a rule group.
+type Group struct {
+	Name     string `yaml:"name"`
+	Interval string `yaml:"interval,omitempty"`
+	Rules    []Rule `yaml:"rules"`
+}
+
+// Rule is a recording or alerting rule.
+type Rule struct {
+	Record      string            `yaml:"record,omitempty"`
+	Alert       string            `yaml:"alert,omitempty"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for,omitempty"`
+	Labels      map[string]string `yaml:"labels,omitempty"`
+	Annotations map[string]string `yaml:"annotations,omitempty"`
+}
+
+// sel renders a metric selector with the configured matchers.
+func (c Config) sel(metric string, matchers ...string) string {
+	if c.Selector != "" {
+		matchers = append([]string{c.Selector}, matchers...)
+	}
+	if len(matchers) == 0 {
+		return metric
+	}
+	return metric + "{" + strings.Join(matchers, ", ") + "}"
+}
+
+// Recording returns the recording rules: the mission's figures.
+func Recording(c Config) File {
+	return File{Groups: []Group{{Name: "backstop.rules", Rules: []Rule{
+		{Record: "queue:backstop_retry_rate:ratio_rate5m",
+			Expr: fmt.Sprintf("sum by (queue) (rate(%s[5m]))\n/\nsum by (queue) (rate(%s[5m]))",
+				c.sel("backstop_attempts_total", `outcome="retry"`), c.sel("backstop_attempts_total"))},
+		{Record: "queue:backstop_dlq_ingestion:rate5m",
+			Expr: fmt.Sprintf("sum by (queue) (rate(%s[5m]))", c.sel("backstop_dlq_ingested_total"))},
+		{Record: "queue_reason:backstop_retries:rate5m",
+			Expr: fmt.Sprintf("sum by (queue, reason) (rate(%s[5m]))", c.sel("backstop_retries_total"))},
+		{Record: "queue_reason:backstop_dead_letters:rate5m",
+			Expr: fmt.Sprintf("sum by (queue, reason) (rate(%s[5m]))", c.sel("backstop_dead_letters_total"))},
+		{Record: "queue:backstop_job_attempts:p50_rate5m",
+			Expr: fmt.Sprintf("histogram_quantile(0.5, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
+		{Record: "queue:backstop_job_attempts:p90_rate5m",
+			Expr: fmt.Sprintf("histogram_quantile(0.9, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
+		{Record: "queue:backstop_job_attempts:p99_rate5m",
+			Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
+	}}}}
+}
+
+// alert builds an alerting rule with the annotations every alert carries.
+func (c Config) alert(name, severity, expr, forDur, summary, description string) Rule {
+	return Rule{
+		Alert: name, Expr: expr, For: forDur,
+		Labels: map[string]string{"severity": severity},
+		Annotations: map[string]string{
+			"summary":       summary,
+			"description":   description,
+			"runbook_url":   c.RunbookURL + "#" + strings.ToLower(name),
+			"dashboard_url": c.DashboardURL,
+		},
+	}
+}
+
+// Alerts returns the alerting rules. Every alert fires on the growth of a
+// counter or on a condition that is live now, never on a level that keeps
+// paging while a stale DLQ sits still.
+func Alerts(c Config) File {
+	all := []Rule{
+		c.alert("BackstopDLQIngestion", "critical",
+			fmt.Sprintf("sum by (queue) (rate(%s[2m])) > %v", c.sel("backstop_dlq_ingested_total"), c.DLQPagePerSecond),
+			c.DLQPageFor,
+			"Jobs are being dead-lettered on queue {{ $labels.queue }}.",
+			"Queue {{ $labels.queue }} has been dead-lettering {{ $value | humanize }} jobs/s for "+c.DLQPageFor+": work is failing for good. Find the reasons with `backstop dlq inspect --queue {{ $labels.queue }}`."),
+		c.alert("BackstopDeadLetter", "warning",
+			fmt.Sprintf("sum by (queue) (increase(%s[10m])) > 0", c.sel("backstop_dlq_ingested_total")),
+			"",
+			"New dead letters on queue {{ $labels.queue }}.",
+			"Queue {{ $labels.queue }} dead-lettered {{ $value | humanize }} jobs in the last 10 minutes."),
+		c.alert("BackstopMaxAttemptsReached", "warning",
+			fmt.Sprintf("sum by (queue) (increase(%s[10m])) > 0", c.sel("backstop_max_attempts_reached_total")),
+			"",
+			"Jobs on queue {{ $labels.queue }} ran out of attempts.",
+			"{{ $value | humanize }} jobs on queue {{ $labels.queue }} failed transiently on every attempt in the last 10 minutes: the dependency has been failing longer than the policy waits."),
+		c.alert("BackstopHighRetryRate", "warning",
+			fmt.Sprintf("queue:backstop_retry_rate:ratio_rate5m > %v", c.RetryRatioWarning),
+			c.RetryRatioFor,
+			"Retries are a large share of the work on queue {{ $labels.queue }}.",
+			"{{ $value | humanizePercentage }} of attempt outcomes on queue {{ $labels.queue }} are retries (threshold "+fmt.Sprint(c.RetryRatioWarning)+")."),
+		c.alert("BackstopDelayedQueueStalled", "critical",
+			fmt.Sprintf("max by (queue) (%s) > %v\nand\nmax by (queue) (%s) > 0",
+				c.sel("backstop_delayed_oldest_overdue_seconds"), c.OverdueSeconds, c.sel("backstop_delayed_overdue_jobs")),
+			c.OverdueFor,
+			"Delayed jobs on queue {{ $labels.queue }} are not being promoted.",
+			"The oldest due retry on queue {{ $labels.queue }} has been waiting {{ $value | humanizeDuration }} past its due time: the promote loop (the scheduler) is down or stuck."),
+		c.alert("BackstopCrashLoop", "warning",
+			fmt.Sprintf("sum by (queue, group) (%s)\n-\nsum by (queue, group) (%s)\n> 0",
+				c.sel("backstop_stream_pending_deliveries", `le="+Inf"`), c.sel("backstop_stream_pending_deliveries", fmt.Sprintf(`le="%d"`, c.CrashLoopDeliveries))),
+			c.CrashLoopFor,
+			"Pending jobs on queue {{ $labels.queue }} are being delivered again and again.",
+			"{{ $value | humanize }} pending entries of queue {{ $labels.queue }}, group {{ $labels.group }}, were delivered more than "+fmt.Sprint(c.CrashLoopDeliveries)+" times without an outcome: workers crash on them. They reach the DLQ as crash_loop at the reclaim limit."),
+		c.alert("BackstopStreamLagGrowing", "warning",
+			fmt.Sprintf("max by (queue, group) (%s) > %v\nand\nmax by (queue, group) (deriv(%s[10m])) > 0",
+				c.sel("backstop_stream_lag_jobs"), c.LagJobsWarning, c.sel("backstop_stream_lag_jobs")),
+			c.LagFor,
+			"Consumers of queue {{ $labels.queue }} are falling behind.",
+			"{{ $value | humanize }} jobs of queue {{ $labels.queue }} wait for group {{ $labels.group }}, and the backlog grows."),
+		c.alert("BackstopRedisDown", "critical",
+			fmt.Sprintf("max by (instance) (%s) == 0", c.sel("backstop_up")),
+			c.DownFor,
+			"backstop-exporter {{ $labels.instance }} cannot read Redis.",
+			"backstop-exporter {{ $labels.instance }} reports backstop_up 0: Redis is down or unreachable, so no queue is watched."),
+		c.alert("BackstopExporterAbsent", "critical",
+			fmt.Sprintf("absent(%s)", c.sel("backstop_up")),
+			c.DownFor,
+			"backstop-exporter is gone.",
+			"No backstop-exporter has been scraped for "+c.DownFor+": queues are not watched."),
+	}
+	var rules []Rule
+	for _, r := range all {
+		if !slices.Contains(c.Disabled, r.Alert) {
+			rules = append(rules, r)
+		}
+	}
+	return File{Groups: []Group{{Name: "backstop.alerts", Rules: rules}}}
+}
+
+// Marshal renders a rule file as YAML with a generated-file header.
+func Marshal(f File) ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString("# Generated by `backstop rules generate` (package rules). Do not edit.\n")
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(f); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Files returns the rule files by name.
+func Files(c Config) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for name, f := range map[string]File{"backstop.rules.yml": Recording(c), "backstop.alerts.yml": Alerts(c)} {
+		b, err := Marshal(f)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = b
+	}
+	return out, nil
+}
