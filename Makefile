@@ -2,8 +2,10 @@
 GO        ?= go
 PYTHON    ?= python3
 WASM      := host/backstop.wasm
-# The Node.js and Python packages ship their own copy of the module.
+# The Node.js and Python packages ship their own copies of the module and of
+# the queue scripts (queue/scripts is the source).
 WASM_COPIES := host/node/backstop.wasm host/python/src/backstop/backstop.wasm
+SCRIPT_COPIES := host/node/scripts host/python/src/backstop/scripts
 VENV      := .venv
 VPY       := $(VENV)/bin/python
 # -buildvcs=false and -trimpath keep the module byte-for-byte reproducible,
@@ -27,6 +29,7 @@ demo:
 wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(GOFLAGS_WASM) -o $(WASM) ./wasm
 	for f in $(WASM_COPIES); do cp $(WASM) $$f; done
+	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp queue/scripts/*.lua $$d/; done
 
 ## build: the wasm module and the commands into bin/
 build: wasm

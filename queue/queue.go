@@ -206,6 +206,7 @@ type Job struct {
 	Payload         []byte
 	LastError       string // the error of the previous attempt, if any
 	LastReason      string
+	PrevDelayMs     int64 // the delay before this attempt (decorrelated backoff)
 	// Malformed reports an entry without a job id or a valid attempt; the
 	// worker dead-letters it with reason "malformed".
 	Malformed bool
@@ -223,6 +224,7 @@ func jobFromMessage(m redis.XMessage) Job {
 	var err1, err2 error
 	j.Attempt, err1 = strconv.ParseInt(str("attempt"), 10, 64)
 	j.FirstEnqueuedMs, err2 = strconv.ParseInt(str("first_enqueued_ms"), 10, 64)
+	j.PrevDelayMs, _ = strconv.ParseInt(str("prev_delay_ms"), 10, 64)
 	j.Malformed = j.ID == "" || err1 != nil || j.Attempt < 1 || err2 != nil
 	return j
 }

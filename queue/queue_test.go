@@ -399,3 +399,51 @@ func testStatsAndInspect(t *testing.T, ctx context.Context, rdb redis.UniversalC
 		t.Fatalf("reasons order %v", got)
 	}
 }
+
+// Malformed attempts never fail a script half-way: the entry moves and the
+// counters stay whole.
+func TestHugeAttemptsDoNotHalfApply(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "huge")
+	q.EnsureGroup(ctx)
+	for _, a := range []string{"inf", "1e300", "99999999999999999999999999", "-3", "2.0", "0x10"} {
+		rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"id", "j", "attempt", a, "first_enqueued_ms", "1"}})
+		m := read(t, ctx, rdb, q, "c", 1)[0]
+		if _, _, err := q.Retry(ctx, m.ID, 0, "transient", "e"); err == nil {
+			t.Errorf("retry accepted attempt %q", a)
+		}
+		if id, err := q.DeadLetter(ctx, m.ID, "malformed", "bad attempt"); id == "" || err != nil {
+			t.Errorf("dead letter of attempt %q: %q %v", a, id, err)
+		}
+	}
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"id", "j", "attempt", "1e300", "first_enqueued_ms", "1"}})
+	m := read(t, ctx, rdb, q, "c", 1)[0]
+	if ok, err := q.Ack(ctx, m.ID); !ok || err != nil {
+		t.Errorf("ack of a huge attempt: %v %v", ok, err)
+	}
+	s, _ := q.Stats(ctx)
+	if s.Pending != 0 || s.DLQ != 6 || s.Counters["dead_letters:malformed"] != 6 || s.Counters["attempts:success"] != 1 {
+		t.Errorf("after malformed attempts: %+v", s)
+	}
+}
+
+// The delay of a cold retry comes back as the job's PrevDelayMs, so the
+// decorrelated strategy keeps its memory across the delayed set.
+func TestPrevDelayTravelsThroughTheDelayedSet(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "prev")
+	q.EnsureGroup(ctx)
+	m := enqueueRead(t, ctx, rdb, q, "j")
+	if _, _, err := q.Retry(ctx, m.ID, 25*time.Millisecond, "transient", "e"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	if n, _, _ := q.Promote(ctx, 10); n != 1 {
+		t.Fatal("not promoted")
+	}
+	if got := read(t, ctx, rdb, q, "c", 1)[0].Values["prev_delay_ms"]; got != "25" {
+		t.Errorf("prev_delay_ms = %v, want 25", got)
+	}
+}

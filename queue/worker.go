@@ -22,6 +22,12 @@ type Decider interface {
 	Decide(ctx context.Context, f policy.Failure) (policy.Decision, error)
 }
 
+// successRecorder is implemented by deciders with a retry budget or a
+// circuit breaker to feed (*host.Policy, Native).
+type successRecorder interface {
+	RecordSuccess(ctx context.Context, nowMs int64) error
+}
+
 // Native adapts a native *policy.Policy to Decider.
 func Native(p *policy.Policy) Decider { return nativeDecider{p} }
 
@@ -29,6 +35,11 @@ type nativeDecider struct{ p *policy.Policy }
 
 func (n nativeDecider) Decide(_ context.Context, f policy.Failure) (policy.Decision, error) {
 	return n.p.Decide(f)
+}
+
+func (n nativeDecider) RecordSuccess(_ context.Context, nowMs int64) error {
+	n.p.RecordSuccess(nowMs)
+	return nil
 }
 
 // Handler processes one job. A nil error acks it; an error is classified
@@ -161,6 +172,10 @@ func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j 
 
 func (q *Queue) apply(ctx context.Context, w *worker, p Decider, j Job, herr error) error {
 	if herr == nil {
+		if s, ok := p.(successRecorder); ok {
+			// Feed the policy's budget and breaker: a queue is traffic too.
+			s.RecordSuccess(ctx, time.Now().UnixMilli())
+		}
 		_, err := q.Ack(ctx, j.EntryID)
 		return err
 	}
@@ -170,7 +185,7 @@ func (q *Queue) apply(ctx context.Context, w *worker, p Decider, j Job, herr err
 	}
 	now := time.Now().UnixMilli()
 	f := policy.Failure{
-		Attempt: j.Attempt, IdempotencyKey: j.ID, NowMs: now,
+		Attempt: j.Attempt, IdempotencyKey: j.ID, NowMs: now, PrevDelayMs: max(0, j.PrevDelayMs),
 		ElapsedMs: max(0, now-j.FirstEnqueuedMs), Random: w.rand(),
 	}
 	ClassifyError(herr, &f)

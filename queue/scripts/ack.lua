@@ -9,15 +9,18 @@ if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return 0
 end
 redis.call('XDEL', KEYS[1], ARGV[2])
-local attempt = 1
+local raw = ''
 if e[1] then
   local f = e[1][2]
   for i = 1, #f, 2 do
-    if f[i] == 'attempt' then attempt = tonumber(f[i + 1]) or 1 end
+    if f[i] == 'attempt' then raw = f[i + 1] end
   end
 end
-local bucket = attempt > 64 and 'inf' or tostring(math.max(1, math.floor(attempt)))
+-- Counted as a whole number in 1..1e15 whatever the entry says, so a
+-- malformed attempt can never fail a write half-way through.
+local attempt = math.min(tonumber(string.match(raw, '^[1-9]%d*$') or '1'), 1e15)
+local bucket = attempt > 64 and 'inf' or tostring(attempt)
 redis.call('HINCRBY', KEYS[2], 'attempts:success', 1)
 redis.call('HINCRBY', KEYS[2], 'finished:success:' .. bucket, 1)
-redis.call('HINCRBY', KEYS[2], 'finished_sum:success', math.max(1, math.floor(attempt)))
+redis.call('HINCRBY', KEYS[2], 'finished_sum:success', attempt)
 return 1

@@ -15,17 +15,19 @@ end
 redis.call('XDEL', KEYS[1], ARGV[2])
 local job = {}
 for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
-local attempt = tonumber(job.attempt) or 0
+-- Counted as a whole number in 1..1e15 whatever the entry says, so a
+-- malformed attempt can never fail a write half-way through.
+local attempt = math.min(tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '1'), 1e15)
 local t = redis.call('TIME')
 local id = redis.call('XADD', KEYS[2], '*', 'reason', ARGV[3], 'error', ARGV[4] or '',
   'attempt', tostring(job.attempt or ''), 'id', job.id or '', 'source_id', ARGV[2],
   'first_enqueued_ms', job.first_enqueued_ms or '', 'payload', job.payload or '',
   'dead_lettered_ms', tostring(t[1] * 1000 + math.floor(t[2] / 1000)))
-local bucket = attempt > 64 and 'inf' or tostring(math.max(1, math.floor(attempt)))
+local bucket = attempt > 64 and 'inf' or tostring(attempt)
 redis.call('HINCRBY', KEYS[3], 'attempts:dead_letter', 1)
 redis.call('HINCRBY', KEYS[3], 'dead_letters:' .. ARGV[3], 1)
 redis.call('HINCRBY', KEYS[3], 'finished:dead_letter:' .. bucket, 1)
-redis.call('HINCRBY', KEYS[3], 'finished_sum:dead_letter', math.max(1, math.floor(attempt)))
+redis.call('HINCRBY', KEYS[3], 'finished_sum:dead_letter', attempt)
 if ARGV[3] == 'max_attempts_reached' then
   redis.call('HINCRBY', KEYS[3], 'max_attempts_reached', 1)
 end

@@ -17,7 +17,8 @@ for _, m in ipairs(due) do
   if ok and type(job) == 'table' and job.id then
     redis.call('XADD', KEYS[2], '*', 'id', tostring(job.id), 'attempt', tostring(job.attempt),
       'first_enqueued_ms', tostring(job.first_enqueued_ms or ''), 'payload', tostring(job.payload or ''),
-      'last_error', tostring(job.last_error or ''), 'last_reason', tostring(job.last_reason or ''))
+      'last_error', tostring(job.last_error or ''), 'last_reason', tostring(job.last_reason or ''),
+      'prev_delay_ms', string.format('%d', tonumber(job.prev_delay_ms) or 0))
   else
     redis.call('XADD', KEYS[2], '*', 'malformed_delayed_member', m)
   end

@@ -7,7 +7,8 @@
 -- ARGV[3] min idle ms   ARGV[4] count (1..1000)   ARGV[5] max deliveries (>= 1)
 -- Reply: {dead-lettered count, claimed entries as XCLAIM returns them...}.
 local idle, count, maxd = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if not idle or idle < 0 or not count or count < 1 or count > 1000 or not maxd or maxd < 1 then
+local function whole(x) return x and x == math.floor(x) end
+if not whole(idle) or idle < 0 or not whole(count) or count < 1 or count > 1000 or not whole(maxd) or maxd < 1 then
   return redis.error_reply('ERR backstop reclaim: want min_idle >= 0, count in 1..1000, max_deliveries >= 1')
 end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', idle, '-', '+', count)
@@ -28,12 +29,12 @@ for _, p in ipairs(pending) do
       'error', 'delivered ' .. deliveries .. ' times without an outcome',
       'attempt', tostring(job.attempt or ''), 'id', job.id or '', 'source_id', id,
       'first_enqueued_ms', job.first_enqueued_ms or '', 'payload', job.payload or '', 'dead_lettered_ms', now)
-    local attempt = tonumber(job.attempt) or 0
-    local bucket = attempt > 64 and 'inf' or tostring(math.max(1, math.floor(attempt)))
+    local attempt = math.min(tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '1'), 1e15)
+    local bucket = attempt > 64 and 'inf' or tostring(attempt)
     redis.call('HINCRBY', KEYS[3], 'attempts:dead_letter', 1)
     redis.call('HINCRBY', KEYS[3], 'dead_letters:crash_loop', 1)
     redis.call('HINCRBY', KEYS[3], 'finished:dead_letter:' .. bucket, 1)
-    redis.call('HINCRBY', KEYS[3], 'finished_sum:dead_letter', math.max(1, math.floor(attempt)))
+    redis.call('HINCRBY', KEYS[3], 'finished_sum:dead_letter', attempt)
     dead = dead + 1
   else
     claim[#claim + 1] = id

@@ -7,7 +7,9 @@
 -- ARGV[4] retry reason (transient, retry_after, uncertain)   ARGV[5] last error
 -- Reply: the due time (unix ms) when moved, 0 when the entry was not pending.
 -- Errors (nothing written): a bad delay, or an entry without a job id or
--- with a malformed attempt (dead-letter it with reason "malformed").
+-- with a malformed attempt (not a whole number in 1..1e14): dead-letter it
+-- with reason "malformed". The delay is kept as prev_delay_ms for the
+-- decorrelated strategy's next decision.
 local delay = tonumber(ARGV[3])
 if not delay or delay < 0 or delay ~= math.floor(delay) then
   return redis.error_reply('ERR backstop retry: delay_ms must be a whole number >= 0, got ' .. tostring(ARGV[3]))
@@ -21,8 +23,8 @@ if not e then
 end
 local job = {}
 for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
-local attempt = tonumber(job.attempt)
-if not job.id or job.id == '' or not attempt or attempt < 1 or attempt ~= math.floor(attempt) then
+local attempt = tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '')
+if not job.id or job.id == '' or not attempt or attempt >= 1e14 then
   return redis.error_reply('ERR backstop retry: entry ' .. ARGV[2] .. ' is malformed (needs id and attempt >= 1)')
 end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
@@ -34,6 +36,7 @@ local due = t[1] * 1000 + math.floor(t[2] / 1000) + delay
 local member = cjson.encode({
   id = job.id, attempt = attempt + 1, first_enqueued_ms = job.first_enqueued_ms or '',
   payload = job.payload or '', last_error = ARGV[5] or '', last_reason = ARGV[4], source = ARGV[2],
+  prev_delay_ms = delay,
 })
 redis.call('ZADD', KEYS[2], due, member)
 redis.call('HINCRBY', KEYS[3], 'attempts:retry', 1)

@@ -27,3 +27,107 @@ def vector_input(inp: Dict[str, Any]) -> Dict[str, Any]:
 
 def group_source(g: Dict[str, Any]) -> Any:
     return g["preset"] if g.get("preset") else g["policy"]
+
+
+# -- Redis: real redis-server processes (the Debian package) ----------------------
+#
+# The queue tests run against a real standalone server and a real 3-master
+# Redis Cluster on free loopback ports, started once per session in a temp
+# directory without persistence. A missing redis-server FAILS them (it is
+# never a skip): `make deps` installs it.
+
+import shutil
+import socket
+import subprocess
+import time
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail("%s not found on PATH: the queue tests need a real Redis; install the Debian package "
+                    "redis-server (`make deps` does)" % name, pytrace=False)
+    return path
+
+
+def _free_port() -> int:
+    # A cluster node also listens on port + 10000: stay at or below 55535.
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= 55535:
+            return port
+
+
+class RedisServer:
+    """A redis-server process owned by the test session."""
+
+    def __init__(self, directory: Path, *extra: str) -> None:
+        import redis
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.dir = directory
+        self.port = _free_port()
+        self.log = directory / "redis.log"
+        args = [_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(directory), "--protected-mode", "no", *extra]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(args, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL)
+        c = redis.Redis(port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + 10
+        up = False
+        while not up and self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                up = c.ping()
+            except redis.RedisError:
+                time.sleep(0.02)
+        c.close()
+        if not up:
+            self.stop()
+            pytest.fail("redis-server on 127.0.0.1:%d did not answer:\n%s"
+                        % (self.port, self.log.read_text(errors="replace")), pytrace=False)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    s = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """Three masters, slots spread by `redis-cli --cluster create`; yields
+    their ports."""
+    import redis
+
+    root = tmp_path_factory.mktemp("redis-cluster")
+    nodes = []
+    try:
+        for i in range(3):
+            nodes.append(RedisServer(root / str(i), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                     "--cluster-node-timeout", "2000"))
+        r = subprocess.run([_binary("redis-cli"), "--cluster", "create", *("127.0.0.1:%d" % n.port for n in nodes),
+                            "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, timeout=60)
+        if r.returncode != 0:
+            pytest.fail("redis-cli --cluster create failed:\n%s" % (r.stdout + r.stderr).decode(errors="replace"),
+                        pytrace=False)
+        deadline = time.monotonic() + 30
+        for n in nodes:
+            c = redis.Redis(port=n.port)
+            while b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
+                if time.monotonic() > deadline:
+                    pytest.fail("cluster node 127.0.0.1:%d not ready" % n.port, pytrace=False)
+                time.sleep(0.05)
+            c.close()
+        yield [n.port for n in nodes]
+    finally:
+        for n in nodes:
+            n.stop()

@@ -62,15 +62,7 @@ def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
     checked at once."""
     if before_sleep is not None and not callable(before_sleep):
         raise TypeError("retry: before_sleep must be callable (got %r)" % (before_sleep,))
-    if classify is not None and not callable(classify) and not isinstance(classify, Mapping):
-        raise TypeError("retry: classify must be a mapping of exception types or a function (got %r)" % (classify,))
-    if isinstance(classify, Mapping):
-        for k, v in classify.items():
-            if not (isinstance(k, type) and issubclass(k, BaseException)):
-                raise TypeError("retry: classify keys must be exception types (got %r)" % (k,))
-            if not isinstance(v, (str, Mapping)):
-                raise TypeError("retry: classify[%s] must be a class name, an error kind or a dict (got %r)"
-                                % (k.__name__, v))
+    check_classify("retry", classify)
     for name, s in (("method", method), ("idempotency_key", idempotency_key)):
         if s is not None and not isinstance(s, str):
             raise TypeError("retry: %s must be a string (got %r)" % (name, s))
@@ -78,14 +70,38 @@ def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
     return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key)
 
 
+def check_classify(who: str, classify: Optional[Classify]) -> None:
+    """Raises TypeError (prefixed with who) for an invalid classify option."""
+    if classify is not None and not callable(classify) and not isinstance(classify, Mapping):
+        raise TypeError("%s: classify must be a mapping of exception types or a function (got %r)" % (who, classify))
+    if isinstance(classify, Mapping):
+        for k, v in classify.items():
+            if not (isinstance(k, type) and issubclass(k, BaseException)):
+                raise TypeError("%s: classify keys must be exception types (got %r)" % (who, k))
+            if not isinstance(v, (str, Mapping)):
+                raise TypeError("%s: classify[%s] must be a class name, an error kind or a dict (got %r)"
+                                % (who, k.__name__, v))
+
+
+def classifier(classify: Optional[Classify]) -> Callable[[BaseException], Dict[str, Any]]:
+    """The failure fields of an exception, by classify (checked by
+    check_classify) or else by describe."""
+    # Split once here: isinstance against an ABC is slow on the hot path.
+    by_type: Optional[Mapping[type, Any]] = None
+    by_call: Optional[Callable[[BaseException], Any]] = None
+    if isinstance(classify, Mapping):
+        by_type = classify
+    else:
+        by_call = classify
+    return lambda exc: _classified(by_type, by_call, exc)
+
+
 def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: Optional[Classify],
           method: Optional[str], idempotency_key: Optional[str]) -> F:
-    # Checked once here: isinstance against an ABC is slow on the hot path.
-    by_type = classify if isinstance(classify, Mapping) else None
-    by_call = None if by_type is not None else classify
+    classified = classifier(classify)
 
     def decide(exc: BaseException, attempt: int, start: float, prev_ms: int) -> Decision:
-        fields = _classified(by_type, by_call, exc)
+        fields = classified(exc)
         fields.setdefault("method", method)
         fields.setdefault("idempotency_key", idempotency_key)
         fields.update(attempt=attempt, elapsed_ms=int((_monotonic() - start) * 1000), prev_delay_ms=prev_ms)

@@ -1,0 +1,810 @@
+"""backstop.queue: the Redis queue contract for Python workers.
+
+Jobs live in a Redis stream with a consumer group, cold retries in a delayed
+sorted set, dead letters in a stream and counters in a hash; every move
+between them is one atomic Lua script (the ones in ``backstop/scripts``,
+copies of the contract's ``queue/scripts``) that also acknowledges the
+source entry, so a crash at any point loses nothing and an outcome is
+applied at most once. ``Queue`` takes a redis-py client (``redis.Redis``,
+``redis.RedisCluster``), ``AsyncQueue`` an asyncio one::
+
+    import redis, backstop
+    from backstop.queue import Queue
+
+    q = Queue(redis.Redis(), "orders")
+    q.ensure_group()
+    q.enqueue("order-42", b'{"sku": 7}')
+    for job in q.read("worker-1", block_ms=1000):
+        try:
+            handle(job)
+        except Exception as exc:
+            q.apply(job, exc, policy)   # retry (delayed), dead letter, as the policy decides
+        else:
+            q.apply(job, None, policy)  # ack
+
+Needs the ``redis`` extra: ``pip install 'backstop-policy[redis]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import random
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from importlib import resources
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+try:
+    import redis
+    from redis.exceptions import ResponseError
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("backstop.queue needs redis-py: pip install 'backstop-policy[redis]'") from e
+
+from ._errors import InputError, RetryError
+from ._policy import Decision, Policy
+from ._retry import Classify, check_classify, classifier
+
+__all__ = ["AsyncQueue", "Job", "Keys", "Outcome", "Promoted", "Queue", "Reclaimed", "Stats"]
+
+log = logging.getLogger("backstop.queue")
+
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_SCRIPTS = ("enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay")
+_source_cache: Dict[str, str] = {}
+
+
+def script_source(name: str) -> str:
+    """The Lua source of one of the contract's scripts (``enqueue``, ``ack``,
+    ``retry``, ``dead_letter``, ``promote``, ``reclaim``, ``replay``), as
+    shipped in the package."""
+    if name not in _SCRIPTS:
+        raise ValueError("unknown script %r (want one of %s)" % (name, ", ".join(_SCRIPTS)))
+    src = _source_cache.get(name)
+    if src is None:
+        src = _source_cache[name] = (resources.files("backstop") / "scripts" / (name + ".lua")).read_text("utf-8")
+    return src
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The Redis keys of one queue. ``Keys.for_queue(name)`` is the default
+    layout, ``{name}:jobs``, ``{name}:delayed``, ``{name}:dlq``,
+    ``{name}:stats``: one hash tag, so the scripts work on a Redis Cluster.
+    Name them by hand to drive an existing layout (on a cluster the four
+    must still hash to one slot)."""
+
+    jobs: str  # stream of work, with the consumer group
+    delayed: str  # sorted set of cold retries, score = due time (unix ms)
+    dlq: str  # stream of dead letters
+    stats: str  # hash of counters
+
+    @classmethod
+    def for_queue(cls, name: str) -> Keys:
+        tag = "{" + name + "}"
+        return cls(tag + ":jobs", tag + ":delayed", tag + ":dlq", tag + ":stats")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as a worker sees it: one delivery of a stream entry.
+
+    ``attempt`` is the 1-based number of this execution (it lives in Redis,
+    so it survives crashes); ``id`` is the job's stable identity, the
+    idempotency key a downstream can deduplicate on. ``malformed`` marks an
+    entry without an id, a whole ``attempt`` >= 1 or ``first_enqueued_ms``:
+    ``apply`` dead-letters it with reason ``malformed``; ``fields`` holds
+    every field of the entry (text) to see why.
+    """
+
+    entry_id: str
+    id: str
+    attempt: int
+    first_enqueued_ms: int
+    payload: bytes
+    last_error: str = ""  # the error of the previous attempt, after a retry
+    last_reason: str = ""  # its retry reason, or the dead letter reason after a replay
+    malformed: bool = False
+    prev_delay_ms: int = 0  # the delay before this attempt (decorrelated backoff)
+    fields: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def first_enqueued(self) -> datetime:
+        """When the job was first enqueued (the server's clock), in UTC."""
+        return datetime.fromtimestamp(self.first_enqueued_ms / 1000, timezone.utc)
+
+    @classmethod
+    def from_entry(cls, entry_id: Any, fields: Mapping[Any, Any]) -> Job:
+        """A Job from a stream entry as redis-py returns it (bytes or str)."""
+        f = {_text(k): v for k, v in fields.items()}
+        jid = _text(f.get("id", ""))
+        attempt, first = _whole(f.get("attempt")), _whole(f.get("first_enqueued_ms"))
+        malformed = not jid or attempt is None or attempt < 1 or first is None
+        return cls(_text(entry_id), jid, attempt or 0, first or 0, _bytes(f.get("payload", b"")),
+                   _text(f.get("last_error", "")), _text(f.get("last_reason", "")), malformed,
+                   max(0, _whole(f.get("prev_delay_ms")) or 0), {k: _text(v) for k, v in f.items()})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``apply`` did with a job.
+
+    ``action`` is ``"ack"``, ``"retry"`` or ``"dead_letter"``; ``reason`` is
+    ``"success"`` for an ack, the decision's reason, or ``"malformed"``;
+    ``decision`` is the policy's ``Decision`` (``None`` for an ack or a
+    malformed entry). ``applied`` is False when the entry was no longer
+    pending (another worker moved it first): then nothing changed. A retry
+    gives its ``due_ms`` (unix ms, the server's clock), a dead letter its
+    ``dlq_id``.
+    """
+
+    action: str
+    reason: str
+    decision: Optional[Decision]
+    applied: bool
+    due_ms: Optional[int] = None
+    dlq_id: Optional[str] = None
+
+
+class Promoted(NamedTuple):
+    moved: int  # due jobs moved from the delayed set to the stream
+    next_due_ms: Optional[int]  # ms until the next one is due; None when the set is empty
+
+
+class Reclaimed(NamedTuple):
+    dead_lettered: int  # crash loops moved to the DLQ (reason crash_loop)
+    jobs: List[Job]  # the entries claimed for the consumer, to process
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A queue's sizes, read live, and its counters (the stats hash, e.g.
+    ``counters["attempts:success"]``)."""
+
+    jobs: int  # entries in the stream (pending ones included)
+    pending: int  # delivered, without an outcome yet
+    delayed: int
+    dlq: int
+    counters: Dict[str, int]
+
+
+Payload = Union[bytes, bytearray, memoryview, str]
+Handler = Callable[[Job], Any]
+AsyncHandler = Callable[[Job], Union[Awaitable[Any], Any]]
+
+
+class _Base:
+    """What the sync and asyncio queues share: keys, arguments, replies."""
+
+    def __init__(self, client: Any, name: str, *, keys: Optional[Keys] = None, group: str = "workers") -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("queue: name must be a non-empty string (got %r)" % (name,))
+        if not isinstance(group, str) or not group:
+            raise ValueError("queue: group must be a non-empty string (got %r)" % (group,))
+        if keys is not None and not isinstance(keys, Keys):
+            raise TypeError("queue: keys must be a backstop.queue.Keys (got %r)" % (keys,))
+        self.client = client
+        self.name = name
+        self.keys = keys or Keys.for_queue(name)
+        self.group = group
+        self._scripts = {n: client.register_script(script_source(n)) for n in _SCRIPTS}
+
+    def __repr__(self) -> str:
+        return "%s(%r, group=%r, keys=%r)" % (type(self).__name__, self.name, self.group, self.keys)
+
+    # Each operation: the script, its KEYS and ARGV, checked here so that a
+    # mistake is a ValueError naming the argument rather than a script error.
+
+    def _enqueue(self, job_id: str, payload: Payload) -> Tuple[str, List[str], List[Any]]:
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError("enqueue: job_id must be a non-empty string (got %r)" % (job_id,))
+        if not isinstance(payload, (bytes, bytearray, memoryview, str)):
+            raise TypeError("enqueue: payload must be bytes or str (got %s)" % type(payload).__name__)
+        if isinstance(payload, (bytearray, memoryview)):
+            payload = bytes(payload)
+        return "enqueue", [self.keys.jobs, self.keys.stats], [job_id, payload]
+
+    def _ack(self, entry: Union[str, Job]) -> Tuple[str, List[str], List[Any]]:
+        return "ack", [self.keys.jobs, self.keys.stats], [self.group, _entry("ack", entry)]
+
+    def _retry(self, entry: Union[str, Job], delay_ms: Union[int, timedelta], reason: str,
+               last_error: str) -> Tuple[str, List[str], List[Any]]:
+        delay = _delay(delay_ms)
+        _reason("retry", reason)
+        return "retry", [self.keys.jobs, self.keys.delayed, self.keys.stats], \
+            [self.group, _entry("retry", entry), delay, reason, _str_arg("retry", "last_error", last_error)]
+
+    def _dead_letter(self, entry: Union[str, Job], reason: str, last_error: str) -> Tuple[str, List[str], List[Any]]:
+        _reason("dead_letter", reason)
+        return "dead_letter", [self.keys.jobs, self.keys.dlq, self.keys.stats], \
+            [self.group, _entry("dead_letter", entry), reason, _str_arg("dead_letter", "last_error", last_error)]
+
+    def _promote(self, limit: int) -> Tuple[str, List[str], List[Any]]:
+        _whole_in("promote", "limit", limit, 1, 10000)
+        return "promote", [self.keys.delayed, self.keys.jobs, self.keys.stats], [limit]
+
+    def _reclaim(self, consumer: str, min_idle_ms: Union[int, timedelta], count: int,
+                 max_deliveries: int) -> Tuple[str, List[str], List[Any]]:
+        if not isinstance(consumer, str) or not consumer:
+            raise ValueError("reclaim: consumer must be a non-empty string (got %r)" % (consumer,))
+        idle = _ms("reclaim", "min_idle_ms", min_idle_ms)
+        _whole_in("reclaim", "count", count, 1, 1000)
+        _whole_in("reclaim", "max_deliveries", max_deliveries, 1, None)
+        return "reclaim", [self.keys.jobs, self.keys.dlq, self.keys.stats], \
+            [self.group, consumer, idle, count, max_deliveries]
+
+    def _replay_batch(self, limit: int, reason: str, cursor: str) -> Tuple[str, List[str], List[Any]]:
+        return "replay", [self.keys.dlq, self.keys.jobs, self.keys.stats], [limit, reason, cursor, limit * 10]
+
+    def _xreadgroup(self, consumer: str, count: int, block_ms: Optional[Union[int, timedelta]]) -> Dict[str, Any]:
+        if not isinstance(consumer, str) or not consumer:
+            raise ValueError("read: consumer must be a non-empty string (got %r)" % (consumer,))
+        _whole_in("read", "count", count, 1, None)
+        if block_ms is not None:
+            block_ms = _ms("read", "block_ms", block_ms)
+        return dict(groupname=self.group, consumername=consumer, streams={self.keys.jobs: ">"},
+                    count=count, block=block_ms)
+
+    def _plan(self, job: Job, exc: Optional[BaseException], policy: Policy,
+              classify: Callable[[BaseException], Dict[str, Any]]) -> Tuple[str, str, Optional[Decision], str, int]:
+        """What to do about a job's outcome: (action, reason, decision,
+        last error, delay ms). Deciding is local (backstop.wasm); only the
+        move that follows talks to Redis."""
+        if not isinstance(job, Job):
+            raise TypeError("apply: job must be a backstop.queue.Job (got %s)" % type(job).__name__)
+        if job.malformed:
+            msg = "malformed entry: needs id, attempt >= 1 and first_enqueued_ms"
+            return "dead_letter", "malformed", None, msg + (" (%s)" % _error_text(exc) if exc is not None else ""), 0
+        if exc is None:
+            policy.record_success()
+            return "ack", "success", None, "", 0
+        # A RetryError is an inner @policy.retry giving up: its last
+        # exception says what failed.
+        cause = exc.last_exception if isinstance(exc, RetryError) else exc
+        fields = classify(cause)
+        # A queue job has no method: it is not gated (docs/policy.md); the
+        # job id is its idempotency key.
+        fields.pop("method", None)
+        now = int(time.time() * 1000)
+        fields.update(attempt=job.attempt, idempotency_key=job.id, now_ms=now,
+                      elapsed_ms=max(0, now - job.first_enqueued_ms), prev_delay_ms=job.prev_delay_ms)
+        text = _error_text(exc)
+        try:
+            d = policy.decide(fields)
+        except InputError as e:
+            return "dead_letter", "malformed", None, "%s (policy refused the failure: %s)" % (text, e), 0
+        if d.retry:
+            return "retry", d.reason, d, text, d.delay_ms
+        return "dead_letter", d.reason, d, text, 0
+
+
+class Queue(_Base):
+    """One queue in Redis, over a redis-py client: ``redis.Redis`` (also
+    Sentinel's ``master_for``) or ``redis.RedisCluster``, with or without
+    ``decode_responses``. Safe to share between threads (redis-py's
+    connection pool is).
+
+    ``keys`` overrides the default key layout (``Keys.for_queue(name)``),
+    ``group`` names the consumer group (default ``"workers"``). Redis errors
+    (``redis.exceptions.RedisError``) propagate; invalid arguments raise
+    ``ValueError`` or ``TypeError`` before anything is sent.
+    """
+
+    def __init__(self, client: Any, name: str, *, keys: Optional[Keys] = None, group: str = "workers") -> None:
+        if inspect.iscoroutinefunction(getattr(client, "execute_command", None)):
+            raise TypeError("Queue needs a synchronous redis client; use AsyncQueue with redis.asyncio")
+        super().__init__(client, name, keys=keys, group=group)
+
+    def _run(self, op: Tuple[str, List[str], List[Any]]) -> Any:
+        name, keys, args = op
+        # EVALSHA, and on NOSCRIPT, SCRIPT LOAD and EVALSHA again.
+        return self._scripts[name](keys=keys, args=args)
+
+    def ensure_group(self) -> bool:
+        """Creates the jobs stream and its consumer group (reading from the
+        start) when missing; True when it created the group."""
+        try:
+            self.client.xgroup_create(self.keys.jobs, self.group, id="0", mkstream=True)
+        except ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+            return False
+        return True
+
+    def enqueue(self, job_id: str, payload: Payload = b"") -> str:
+        """Adds a job and returns its stream entry id. ``job_id`` is its
+        stable identity (the idempotency key); the server's clock stamps
+        ``first_enqueued_ms``; ``attempt`` starts at 1."""
+        return _text(self._run(self._enqueue(job_id, payload)))
+
+    def ack(self, entry: Union[str, Job]) -> bool:
+        """Records a success (the entry is acked, deleted and counted in
+        one step). False when the entry was no longer pending."""
+        return bool(self._run(self._ack(entry)) == 1)
+
+    def retry(self, entry: Union[str, Job], delay_ms: Union[int, timedelta], reason: str,
+              last_error: str = "") -> Optional[int]:
+        """Moves the job to the delayed set, due ``delay_ms`` from now by
+        the server's clock, with its attempt incremented. ``reason`` is the
+        decision's (``transient``, ``retry_after``, ``uncertain``). Returns
+        the due time (unix ms), or None when the entry was no longer
+        pending. A malformed entry is refused (``ResponseError``) and left
+        pending: dead-letter it with reason ``"malformed"``."""
+        due = self._run(self._retry(entry, delay_ms, reason, last_error))
+        return int(due) or None
+
+    def dead_letter(self, entry: Union[str, Job], reason: str, last_error: str = "") -> Optional[str]:
+        """Moves the job to the dead letter stream with ``reason`` and the
+        last error (any entry, malformed ones too: every field is kept).
+        Returns the DLQ entry id, or None when the entry was no longer
+        pending."""
+        return _dlq_id(self._run(self._dead_letter(entry, reason, last_error)))
+
+    def promote(self, limit: int = 500) -> Promoted:
+        """Moves at most ``limit`` (1..10000) due jobs from the delayed set
+        to the stream, in one atomic step. Returns ``(moved,
+        next_due_ms)``."""
+        return _promoted(self._run(self._promote(limit)))
+
+    def reclaim(self, consumer: str, *, min_idle_ms: Union[int, timedelta] = 60_000, count: int = 100,
+                max_deliveries: int = 5) -> Reclaimed:
+        """Takes over at most ``count`` (1..1000) entries pending for longer
+        than ``min_idle_ms`` (their consumer crashed) for ``consumer``.
+        Entries already delivered ``max_deliveries`` times go to the DLQ as
+        ``crash_loop`` instead. Returns ``(dead_lettered, jobs)``: process
+        the jobs as if read."""
+        return _reclaimed(self._run(self._reclaim(consumer, min_idle_ms, count, max_deliveries)))
+
+    def replay(self, limit: int = 1000, reason: Optional[str] = None) -> int:
+        """Moves at most ``limit`` dead letters (those with ``reason`` only,
+        when given), oldest first, back to the stream with the attempt reset
+        to 1, in bounded batches. Returns how many moved."""
+        reason = _replay_args(limit, reason)
+        moved, cursor = 0, "-"
+        while moved < limit:
+            n, cursor = _replayed(self._run(self._replay_batch(min(limit - moved, 1000), reason, cursor)))
+            moved += n
+            if cursor == "0":
+                break
+        return moved
+
+    def read(self, consumer: str, *, count: int = 16, block_ms: Optional[Union[int, timedelta]] = None) -> List[Job]:
+        """Reads at most ``count`` new jobs for ``consumer`` with the
+        consumer group (XREADGROUP ``>``), waiting up to ``block_ms`` for
+        one (None: not at all). Every job read must get an outcome
+        (``apply``, or ``ack``/``retry``/``dead_letter``), or it stays
+        pending until ``reclaim``."""
+        return _jobs(self.client.xreadgroup(**self._xreadgroup(consumer, count, block_ms)))
+
+    def stats(self) -> Stats:
+        """The queue's sizes and counters, in one round trip."""
+        p = self.client.pipeline(transaction=False)
+        _stats_commands(self, p)
+        return _stats(p.execute(raise_on_error=False))
+
+    def apply(self, job: Job, exc: Optional[BaseException], policy: Policy, *,
+              classify: Optional[Classify] = None) -> Outcome:
+        """Applies the outcome of running ``job``: ``exc`` is the exception
+        it raised, or None for a success (acked, and reported to the
+        policy's budget and breaker).
+
+        The exception is described as ``Policy.retry`` does (``classify``,
+        else ``backstop.describe``; a ``RetryError`` by its last exception)
+        and decided with the job's ``attempt``, its id as the idempotency
+        key and the time since ``first_enqueued_ms`` as ``elapsed_ms``; a
+        retry goes to the delayed set after the decided delay, anything else
+        to the DLQ with the decision's reason. A malformed job is
+        dead-lettered with reason ``malformed``, as is a failure the policy
+        refuses (``InputError``, from a ``classify`` returning bad fields).
+        """
+        check_classify("apply", classify)
+        return self._apply(job, exc, policy, classifier(classify))
+
+    def _apply(self, job: Job, exc: Optional[BaseException], policy: Policy,
+               classify: Callable[[BaseException], Dict[str, Any]]) -> Outcome:
+        action, reason, d, text, delay = self._plan(job, exc, policy, classify)
+        if action == "ack":
+            return Outcome("ack", reason, None, self.ack(job))
+        if action == "retry":
+            due = self.retry(job, delay, reason, text)
+            return Outcome("retry", reason, d, due is not None, due_ms=due)
+        dlq = self.dead_letter(job, reason, text)
+        return Outcome("dead_letter", reason, d, dlq is not None, dlq_id=dlq)
+
+    def work(self, policy: Policy, handler: Handler, *, consumer: Optional[str] = None,
+             stop: Optional[threading.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
+             block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
+             reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5) -> None:
+        """Consumes the queue until ``stop`` is set: reads jobs (``batch`` at
+        a time, blocking up to ``block_ms``), calls ``handler(job)`` and
+        applies its outcome with ``apply``; every ``promote_every`` seconds
+        it promotes due retries, every ``reclaim_every`` seconds it reclaims
+        entries idle for ``min_idle_ms`` (0 turns a step off; intervals are
+        jittered ±20%). A malformed job is dead-lettered without calling the
+        handler. On stop it finishes the batch it read, applying every
+        outcome, and returns. Errors talking to Redis are logged
+        (``backstop.queue``) and retried after a second; a handler's
+        ``BaseException`` (``KeyboardInterrupt``) ends the loop and leaves
+        its entry pending for ``reclaim``.
+        """
+        check_classify("work", classify)
+        cls = classifier(classify)
+        consumer = consumer or _default_consumer()
+        stop = stop or threading.Event()
+        _work_args(self, consumer, batch, block_ms, promote_limit)
+        self.ensure_group()
+        clock = time.monotonic
+        next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
+
+        def process(job: Job) -> None:
+            exc: Optional[Exception] = None
+            if not job.malformed:
+                try:
+                    handler(job)
+                except Exception as e:
+                    exc = e
+            try:
+                self._apply(job, exc, policy, cls)
+            except Exception:
+                # The entry stays pending; reclaim delivers it again.
+                log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
+
+        while not stop.is_set():
+            try:
+                now = clock()
+                if promote_every > 0 and now >= next_promote:
+                    while self.promote(promote_limit).moved == promote_limit and not stop.is_set():
+                        pass
+                    next_promote = now + _jitter(promote_every)
+                if reclaim_every > 0 and now >= next_reclaim:
+                    next_reclaim = now + _jitter(reclaim_every)
+                    dead, claimed = self.reclaim(consumer, min_idle_ms=min_idle_ms, count=100,
+                                                 max_deliveries=max_deliveries)
+                    if dead:
+                        log.warning("queue %s: %d crash loop(s) dead-lettered", self.name, dead)
+                    for job in claimed:
+                        process(job)
+                jobs = self.read(consumer, count=batch, block_ms=_block(block_ms, promote_every, next_promote, clock()))
+            except ResponseError as e:
+                if "NOGROUP" in str(e):  # the stream was deleted
+                    try:
+                        self.ensure_group()
+                    except redis.RedisError:
+                        stop.wait(1)
+                    continue
+                log.warning("queue %s: %s", self.name, e)
+                stop.wait(1)
+                continue
+            except redis.RedisError as e:
+                log.warning("queue %s: %s", self.name, e)
+                stop.wait(1)
+                continue
+            for job in jobs:
+                process(job)
+
+
+class AsyncQueue(_Base):
+    """``Queue`` for asyncio, over ``redis.asyncio.Redis`` or
+    ``redis.asyncio.RedisCluster``: the same methods, as coroutines."""
+
+    def __init__(self, client: Any, name: str, *, keys: Optional[Keys] = None, group: str = "workers") -> None:
+        if not inspect.iscoroutinefunction(getattr(client, "execute_command", None)):
+            raise TypeError("AsyncQueue needs a redis.asyncio client; use Queue with a synchronous one")
+        super().__init__(client, name, keys=keys, group=group)
+
+    async def _run(self, op: Tuple[str, List[str], List[Any]]) -> Any:
+        name, keys, args = op
+        return await self._scripts[name](keys=keys, args=args)
+
+    async def ensure_group(self) -> bool:
+        """See ``Queue.ensure_group``."""
+        try:
+            await self.client.xgroup_create(self.keys.jobs, self.group, id="0", mkstream=True)
+        except ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+            return False
+        return True
+
+    async def enqueue(self, job_id: str, payload: Payload = b"") -> str:
+        """See ``Queue.enqueue``."""
+        return _text(await self._run(self._enqueue(job_id, payload)))
+
+    async def ack(self, entry: Union[str, Job]) -> bool:
+        """See ``Queue.ack``."""
+        return bool(await self._run(self._ack(entry)) == 1)
+
+    async def retry(self, entry: Union[str, Job], delay_ms: Union[int, timedelta], reason: str,
+                    last_error: str = "") -> Optional[int]:
+        """See ``Queue.retry``."""
+        return int(await self._run(self._retry(entry, delay_ms, reason, last_error))) or None
+
+    async def dead_letter(self, entry: Union[str, Job], reason: str, last_error: str = "") -> Optional[str]:
+        """See ``Queue.dead_letter``."""
+        return _dlq_id(await self._run(self._dead_letter(entry, reason, last_error)))
+
+    async def promote(self, limit: int = 500) -> Promoted:
+        """See ``Queue.promote``."""
+        return _promoted(await self._run(self._promote(limit)))
+
+    async def reclaim(self, consumer: str, *, min_idle_ms: Union[int, timedelta] = 60_000, count: int = 100,
+                      max_deliveries: int = 5) -> Reclaimed:
+        """See ``Queue.reclaim``."""
+        return _reclaimed(await self._run(self._reclaim(consumer, min_idle_ms, count, max_deliveries)))
+
+    async def replay(self, limit: int = 1000, reason: Optional[str] = None) -> int:
+        """See ``Queue.replay``."""
+        reason = _replay_args(limit, reason)
+        moved, cursor = 0, "-"
+        while moved < limit:
+            n, cursor = _replayed(await self._run(self._replay_batch(min(limit - moved, 1000), reason, cursor)))
+            moved += n
+            if cursor == "0":
+                break
+        return moved
+
+    async def read(self, consumer: str, *, count: int = 16,
+                   block_ms: Optional[Union[int, timedelta]] = None) -> List[Job]:
+        """See ``Queue.read``."""
+        return _jobs(await self.client.xreadgroup(**self._xreadgroup(consumer, count, block_ms)))
+
+    async def stats(self) -> Stats:
+        """See ``Queue.stats``."""
+        p = self.client.pipeline(transaction=False)
+        _stats_commands(self, p)
+        return _stats(await p.execute(raise_on_error=False))
+
+    async def apply(self, job: Job, exc: Optional[BaseException], policy: Policy, *,
+                    classify: Optional[Classify] = None) -> Outcome:
+        """See ``Queue.apply``."""
+        check_classify("apply", classify)
+        return await self._apply(job, exc, policy, classifier(classify))
+
+    async def _apply(self, job: Job, exc: Optional[BaseException], policy: Policy,
+                     classify: Callable[[BaseException], Dict[str, Any]]) -> Outcome:
+        action, reason, d, text, delay = self._plan(job, exc, policy, classify)
+        if action == "ack":
+            return Outcome("ack", reason, None, await self.ack(job))
+        if action == "retry":
+            due = await self.retry(job, delay, reason, text)
+            return Outcome("retry", reason, d, due is not None, due_ms=due)
+        dlq = await self.dead_letter(job, reason, text)
+        return Outcome("dead_letter", reason, d, dlq is not None, dlq_id=dlq)
+
+    async def work(self, policy: Policy, handler: AsyncHandler, *, consumer: Optional[str] = None,
+                   stop: Optional[asyncio.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
+                   block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
+                   reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5) -> None:
+        """``Queue.work`` for asyncio: ``handler`` is a coroutine function
+        (or returns an awaitable), run one job at a time; ``stop`` an
+        ``asyncio.Event``. Cancelling the task ends it at once: a job whose
+        handler was cancelled gets no outcome and stays pending for
+        ``reclaim``; set ``stop`` to finish the batch first."""
+        check_classify("work", classify)
+        cls = classifier(classify)
+        consumer = consumer or _default_consumer()
+        stop = stop or asyncio.Event()
+        _work_args(self, consumer, batch, block_ms, promote_limit)
+        await self.ensure_group()
+        clock = time.monotonic
+        next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
+
+        async def process(job: Job) -> None:
+            exc: Optional[Exception] = None
+            if not job.malformed:
+                try:
+                    r = handler(job)
+                    if inspect.isawaitable(r):
+                        await r
+                except Exception as e:
+                    exc = e
+            try:
+                await self._apply(job, exc, policy, cls)
+            except Exception:
+                log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
+
+        async def pause() -> None:
+            try:
+                await asyncio.wait_for(stop.wait(), 1)
+            except asyncio.TimeoutError:
+                pass
+
+        while not stop.is_set():
+            try:
+                now = clock()
+                if promote_every > 0 and now >= next_promote:
+                    while (await self.promote(promote_limit)).moved == promote_limit and not stop.is_set():
+                        pass
+                    next_promote = now + _jitter(promote_every)
+                if reclaim_every > 0 and now >= next_reclaim:
+                    next_reclaim = now + _jitter(reclaim_every)
+                    dead, claimed = await self.reclaim(consumer, min_idle_ms=min_idle_ms, count=100,
+                                                       max_deliveries=max_deliveries)
+                    if dead:
+                        log.warning("queue %s: %d crash loop(s) dead-lettered", self.name, dead)
+                    for job in claimed:
+                        await process(job)
+                jobs = await self.read(consumer, count=batch,
+                                       block_ms=_block(block_ms, promote_every, next_promote, clock()))
+            except ResponseError as e:
+                if "NOGROUP" in str(e):
+                    try:
+                        await self.ensure_group()
+                    except redis.RedisError:
+                        await pause()
+                    continue
+                log.warning("queue %s: %s", self.name, e)
+                await pause()
+                continue
+            except redis.RedisError as e:
+                log.warning("queue %s: %s", self.name, e)
+                await pause()
+                continue
+            for job in jobs:
+                await process(job)
+
+
+# -- arguments -----------------------------------------------------------------
+
+
+def _entry(who: str, entry: Union[str, Job]) -> str:
+    if isinstance(entry, Job):
+        return entry.entry_id
+    if isinstance(entry, bytes):
+        entry = entry.decode("ascii", "replace")
+    if not isinstance(entry, str) or not entry:
+        raise ValueError("%s: entry must be a stream entry id or a Job (got %r)" % (who, entry))
+    return entry
+
+
+def _reason(who: str, reason: str) -> None:
+    if not isinstance(reason, str) or not reason:
+        raise ValueError("%s: reason must be a non-empty string (got %r)" % (who, reason))
+
+
+def _str_arg(who: str, name: str, v: Any) -> str:
+    if v is None:
+        return ""
+    if not isinstance(v, str):
+        raise TypeError("%s: %s must be a string (got %s)" % (who, name, type(v).__name__))
+    return v
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _whole_in(who: str, name: str, v: Any, lo: int, hi: Optional[int]) -> None:
+    if not _is_int(v) or v < lo or (hi is not None and v > hi):
+        want = "in %d..%d" % (lo, hi) if hi is not None else ">= %d" % lo
+        raise ValueError("%s: %s must be a whole number %s (got %r)" % (who, name, want, v))
+
+
+def _ms(who: str, name: str, v: Any) -> int:
+    if isinstance(v, timedelta):
+        v = v // timedelta(milliseconds=1)
+    if not _is_int(v) or v < 0:
+        raise ValueError("%s: %s must be a whole number of milliseconds >= 0 or a timedelta (got %r)" % (who, name, v))
+    return int(v)
+
+
+def _delay(v: Any) -> int:
+    return _ms("retry", "delay_ms", v)
+
+
+def _replay_args(limit: int, reason: Optional[str]) -> str:
+    _whole_in("replay", "limit", limit, 1, None)
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError("replay: reason must be a string or None (got %r)" % (reason,))
+    return reason or ""
+
+
+def _work_args(q: _Base, consumer: str, batch: int, block_ms: int, promote_limit: int) -> None:
+    """Checks work's arguments before anything runs."""
+    q._xreadgroup(consumer, batch, None)
+    _whole_in("work", "block_ms", block_ms, 1, None)  # 0 would block forever, deaf to stop
+    _whole_in("work", "promote_limit", promote_limit, 1, 10000)
+
+
+def _default_consumer() -> str:
+    return "%s-%d" % (socket.gethostname(), os.getpid())
+
+
+def _jitter(seconds: float) -> float:
+    """Spreads loop intervals ±20% so a fleet of workers does not poll Redis
+    in step."""
+    return seconds * (0.8 + 0.4 * random.random()) if seconds > 0 else 0.0
+
+
+def _block(block_ms: int, promote_every: float, next_promote: float, now: float) -> int:
+    """How long a read may block: no longer than until the next promote."""
+    if promote_every <= 0:
+        return block_ms
+    return max(1, min(block_ms, int((next_promote - now) * 1000)))
+
+
+# -- replies (bytes or str, RESP2 or RESP3) ----------------------------------------
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, (bytes, bytearray)):
+        return v.decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
+def _bytes(v: Any) -> bytes:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v)
+    return ("" if v is None else str(v)).encode("utf-8")
+
+
+def _whole(v: Any) -> Optional[int]:
+    """A decimal int64, as Go's strconv.ParseInt reads it; else None."""
+    s = _text(v)
+    if not _INT.match(s):
+        return None
+    n = int(s)
+    return n if -(1 << 63) <= n < (1 << 63) else None
+
+
+def _dlq_id(v: Any) -> Optional[str]:
+    return _text(v) if isinstance(v, (bytes, bytearray, str)) else None
+
+
+def _promoted(v: Sequence[Any]) -> Promoted:
+    moved, nxt = int(v[0]), int(v[1])
+    return Promoted(moved, None if nxt < 0 else nxt)
+
+
+def _reclaimed(v: Sequence[Any]) -> Reclaimed:
+    jobs = []
+    for e in v[1:]:
+        if isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[1], (list, tuple)):
+            f = e[1]
+            jobs.append(Job.from_entry(e[0], {f[i]: f[i + 1] for i in range(0, len(f) - 1, 2)}))
+    return Reclaimed(int(v[0]), jobs)
+
+
+def _replayed(v: Sequence[Any]) -> Tuple[int, str]:
+    return int(v[0]), _text(v[1])
+
+
+def _jobs(reply: Any) -> List[Job]:
+    # RESP2: [[stream, [(id, fields), ...]]]; RESP3: {stream: [[(id, fields), ...]]}.
+    if not reply:
+        return []
+    if isinstance(reply, dict):
+        streams = [entries[0] if entries and isinstance(entries[0], list) else entries for entries in reply.values()]
+    else:
+        streams = [s[1] for s in reply]
+    return [Job.from_entry(eid, fields or {}) for entries in streams for eid, fields in entries]
+
+
+def _stats_commands(q: _Base, p: Any) -> None:
+    p.xlen(q.keys.jobs)
+    p.xpending(q.keys.jobs, q.group)
+    p.zcard(q.keys.delayed)
+    p.xlen(q.keys.dlq)
+    p.hgetall(q.keys.stats)
+
+
+def _stats(r: List[Any]) -> Stats:
+    for v in r:
+        if isinstance(v, Exception) and "NOGROUP" not in str(v):
+            raise v
+    pending = r[1]["pending"] if isinstance(r[1], dict) else 0  # NOGROUP: no group yet, nothing pending
+    return Stats(int(r[0]), int(pending), int(r[2]), int(r[3]), {_text(k): int(v) for k, v in r[4].items()})
+
+
+def _error_text(exc: Optional[BaseException]) -> str:
+    if exc is None:
+        return ""
+    s = str(exc)
+    name = type(exc).__name__
+    return "%s: %s" % (name, s) if s else name
