@@ -39,7 +39,8 @@ build: wasm
 ## Python host, wasmtime and pytest; Debian packages redis-server (queue
 ## tests against a real Redis and Redis Cluster), prometheus (promtool, and
 ## the server for the end-to-end alert test) and prometheus-alertmanager.
-## The Node.js host has no dependencies.
+## The Node.js host has no runtime dependencies; its tests install ioredis
+## and redis (npm ci).
 deps: $(VPY)
 	$(GO) mod download
 	@missing=""; \
@@ -64,7 +65,7 @@ test: deps wasm
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./wasm
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./host/...
-	cd host/node && node --test
+	cd host/node && npm ci --no-audit --no-fund --loglevel=error && node --test
 	$(VPY) -m pytest -q host/python/tests
 
 ## vectors: regenerate testdata/vectors from the native core

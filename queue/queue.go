@@ -221,12 +221,22 @@ func jobFromMessage(m redis.XMessage) Job {
 	j.ID = str("id")
 	j.Payload = []byte(str("payload"))
 	j.LastError, j.LastReason = str("last_error"), str("last_reason")
-	var err1, err2 error
-	j.Attempt, err1 = strconv.ParseInt(str("attempt"), 10, 64)
-	j.FirstEnqueuedMs, err2 = strconv.ParseInt(str("first_enqueued_ms"), 10, 64)
+	a, f := str("attempt"), str("first_enqueued_ms")
+	j.Attempt, _ = strconv.ParseInt(a, 10, 64)
+	j.FirstEnqueuedMs, _ = strconv.ParseInt(f, 10, 64)
 	j.PrevDelayMs, _ = strconv.ParseInt(str("prev_delay_ms"), 10, 64)
-	j.Malformed = j.ID == "" || err1 != nil || j.Attempt < 1 || err2 != nil
+	// The same rule as retry.lua: digits, attempt in 1..1e14.
+	j.Malformed = j.ID == "" || !digits(a) || a[0] == '0' || len(a) > 14 || !digits(f)
 	return j
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // jobFromReply decodes an entry from a script reply: [id, [k, v, ...]].

@@ -19,10 +19,20 @@ for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
 -- malformed attempt can never fail a write half-way through.
 local attempt = math.min(tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '1'), 1e15)
 local t = redis.call('TIME')
-local id = redis.call('XADD', KEYS[2], '*', 'reason', ARGV[3], 'error', ARGV[4] or '',
+local fields = {'reason', ARGV[3], 'error', ARGV[4] or '',
   'attempt', tostring(job.attempt or ''), 'id', job.id or '', 'source_id', ARGV[2],
   'first_enqueued_ms', job.first_enqueued_ms or '', 'payload', job.payload or '',
-  'dead_lettered_ms', tostring(t[1] * 1000 + math.floor(t[2] / 1000)))
+  'dead_lettered_ms', tostring(t[1] * 1000 + math.floor(t[2] / 1000))}
+-- Keep every other field of the entry too (a malformed one's whole body),
+-- under an "entry." prefix so it cannot clash with the fields above.
+local known = {id = 1, attempt = 1, first_enqueued_ms = 1, payload = 1}
+for i = 1, #e[2], 2 do
+  if not known[e[2][i]] then
+    fields[#fields + 1] = 'entry.' .. e[2][i]
+    fields[#fields + 1] = e[2][i + 1]
+  end
+end
+local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
 local bucket = attempt > 64 and 'inf' or tostring(attempt)
 redis.call('HINCRBY', KEYS[3], 'attempts:dead_letter', 1)
 redis.call('HINCRBY', KEYS[3], 'dead_letters:' .. ARGV[3], 1)

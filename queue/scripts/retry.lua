@@ -7,12 +7,13 @@
 -- ARGV[4] retry reason (transient, retry_after, uncertain)   ARGV[5] last error
 -- Reply: the due time (unix ms) when moved, 0 when the entry was not pending.
 -- Errors (nothing written): a bad delay, or an entry without a job id or
--- with a malformed attempt (not a whole number in 1..1e14): dead-letter it
+-- with a malformed attempt (not a whole number in 1..1e14) or
+-- first_enqueued_ms (not digits): dead-letter it
 -- with reason "malformed". The delay is kept as prev_delay_ms for the
 -- decorrelated strategy's next decision.
 local delay = tonumber(ARGV[3])
-if not delay or delay < 0 or delay ~= math.floor(delay) then
-  return redis.error_reply('ERR backstop retry: delay_ms must be a whole number >= 0, got ' .. tostring(ARGV[3]))
+if not delay or delay < 0 or delay > 1e13 or delay ~= math.floor(delay) then
+  return redis.error_reply('ERR backstop retry: delay_ms must be a whole number in 0..1e13, got ' .. tostring(ARGV[3]))
 end
 if ARGV[4] == nil or ARGV[4] == '' then
   return redis.error_reply('ERR backstop retry: reason must not be empty')
@@ -24,7 +25,8 @@ end
 local job = {}
 for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
 local attempt = tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '')
-if not job.id or job.id == '' or not attempt or attempt >= 1e14 then
+if not job.id or job.id == '' or not attempt or attempt >= 1e14
+    or not string.match(job.first_enqueued_ms or '', '^%d+$') then
   return redis.error_reply('ERR backstop retry: entry ' .. ARGV[2] .. ' is malformed (needs id and attempt >= 1)')
 end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then

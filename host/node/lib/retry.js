@@ -92,14 +92,15 @@ async function resolvePolicy(p) {
 }
 
 // A fresh object with the failure fields of x, from classify or describe.
-function failureOf(x, classify) {
+// The queue (lib/queue.js) classifies a job's error the same way.
+export function failureOf(x, classify) {
   const fields = classify?.(x);
   if (fields === undefined || fields === null) return describe(x);
   if (typeof fields !== 'object') throw new TypeError('Expected `classify` to return an object or undefined');
   return Object.assign({}, fields);
 }
 
-function isFailedResponse(r) {
+export function isFailedResponse(r) {
   return (
     r !== null && typeof r === 'object' && r.ok === false && typeof r.status === 'number' && r.status >= 400 &&
     typeof r.headers?.get === 'function'

@@ -1,0 +1,557 @@
+// backstop-policy/queue: the Redis queue contract (queue/README.md in the
+// backstop repository) for Node.js workers, over the caller's ioredis or
+// node-redis client. Every move is one of the contract's Lua scripts, shipped
+// in ../scripts and run with EVALSHA, falling back to EVAL on NOSCRIPT; the
+// policy decides locally (backstop.wasm), only the move talks to Redis.
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { InputError, RetryError } from './errors.js';
+import { failureOf, isFailedResponse } from './retry.js';
+
+const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay'];
+let scripts; // name → {source, sha}, read on first use
+// The entry fields a dead letter keeps (dead_letter.lua).
+const KEPT = new Set(['id', 'attempt', 'first_enqueued_ms', 'payload']);
+
+function script(name) {
+  if (!scripts) {
+    const loaded = new Map();
+    for (const n of SCRIPT_NAMES) {
+      const source = readFileSync(new URL(`../scripts/${n}.lua`, import.meta.url), 'utf8');
+      loaded.set(n, { source, sha: createHash('sha1').update(source).digest('hex') });
+    }
+    scripts = loaded;
+  }
+  return scripts.get(name);
+}
+
+/** The Lua source of one of the contract's scripts, as shipped in the package. */
+export function scriptSource(name) {
+  if (!SCRIPT_NAMES.includes(name)) {
+    throw new TypeError(`Expected \`name\` to be one of ${SCRIPT_NAMES.join(', ')} (got ${JSON.stringify(name)})`);
+  }
+  return script(name).source;
+}
+
+/**
+ * The default keys of queue name: {name}:jobs, {name}:delayed, {name}:dlq and
+ * {name}:stats, one hash tag so the scripts work on a Redis Cluster.
+ */
+export function keysFor(name) {
+  checkString('name', name);
+  const tag = `{${name}}`;
+  return Object.freeze({ jobs: `${tag}:jobs`, delayed: `${tag}:delayed`, dlq: `${tag}:dlq`, stats: `${tag}:stats` });
+}
+
+/**
+ * Returns the queue called name over client: an ioredis Redis or Cluster,
+ * or a node-redis v4+ client or cluster. The client stays the caller's.
+ */
+export function createQueue(client, name, options = {}) {
+  const send = sender(client);
+  checkString('name', name);
+  if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
+  const keys = options.keys === undefined ? keysFor(name) : checkKeys(options.keys);
+  const group = options.group ?? 'workers';
+  checkString('group', group);
+  return new Queue(send, name, keys, group);
+}
+
+// The one thing the queue needs from a client: send a command (strings and
+// Buffers) and get the raw reply, routed by its key on a cluster. Raw replies
+// have one shape in every version of both clients; typed methods do not.
+function sender(client) {
+  if (client !== null && typeof client === 'object') {
+    // ioredis Redis and Cluster: call() routes by the command's keys.
+    if (typeof client.call === 'function' && typeof client.evalsha === 'function') {
+      return (args) => client.call(...args);
+    }
+    // node-redis v4+: createClient, or createCluster (routed by the first key).
+    // A v4 client in legacy mode keeps its promise API under .v4.
+    if (client.options?.legacyMode === true && client.v4) client = client.v4;
+    if (typeof client.sendCommand === 'function' && typeof client.evalSha === 'function') {
+      if (typeof client.getSlotMaster === 'function') return (args, key) => client.sendCommand(key, false, args);
+      return (args) => client.sendCommand(args);
+    }
+  }
+  throw new TypeError(
+    'Expected `client` to be an ioredis client (Redis, Cluster) or a node-redis v4+ client (createClient, createCluster)',
+  );
+}
+
+class Queue {
+  #send;
+
+  constructor(send, name, keys, group) {
+    this.#send = send;
+    this.name = name;
+    this.keys = keys;
+    this.group = group;
+    Object.freeze(this);
+  }
+
+  // Runs script name with EVALSHA, and EVAL (which caches it) on NOSCRIPT.
+  async #script(name, keys, args, what) {
+    const s = script(name);
+    const tail = [String(keys.length), ...keys, ...args];
+    try {
+      try {
+        return await this.#send(['EVALSHA', s.sha, ...tail], keys[0]);
+      } catch (err) {
+        if (!/^NOSCRIPT/.test(err?.message)) throw err;
+        return await this.#send(['EVAL', s.source, ...tail], keys[0]);
+      }
+    } catch (err) {
+      throw this.#error(what, err);
+    }
+  }
+
+  #error(what, err) {
+    return new Error(`queue ${this.name}: ${what}: ${err?.message ?? err}`, { cause: err });
+  }
+
+  /** Creates the jobs stream and the consumer group when missing; true when it created the group. */
+  async ensureGroup() {
+    try {
+      await this.#send(['XGROUP', 'CREATE', this.keys.jobs, this.group, '0', 'MKSTREAM'], this.keys.jobs);
+      return true;
+    } catch (err) {
+      if (/BUSYGROUP/.test(err?.message)) return false;
+      throw this.#error(`create group ${this.group}`, err);
+    }
+  }
+
+  /** Adds a job; id is its stable identity (the idempotency key). Returns the stream entry id. */
+  async enqueue(id, payload = '') {
+    checkString('id', id);
+    const k = this.keys;
+    return text(await this.#script('enqueue', [k.jobs, k.stats], [id, bytes(payload)], `enqueue ${id}`));
+  }
+
+  /** Reads new jobs for consumer, waiting up to blockMs for one when given. */
+  async read(consumer, options = {}) {
+    checkString('consumer', consumer);
+    const { count = 16, blockMs } = options;
+    checkWhole('count', count, 1);
+    const args = ['XREADGROUP', 'GROUP', this.group, consumer, 'COUNT', String(count)];
+    if (blockMs !== undefined) {
+      checkWhole('blockMs', blockMs, 1);
+      args.push('BLOCK', String(blockMs));
+    }
+    args.push('STREAMS', this.keys.jobs, '>');
+    let reply;
+    try {
+      reply = await this.#send(args, this.keys.jobs);
+    } catch (err) {
+      throw this.#error('read', err);
+    }
+    return jobsOf(reply);
+  }
+
+  /** Records a success; false when the entry was no longer pending. */
+  async ack(entry) {
+    const id = entryId(entry);
+    const k = this.keys;
+    return Number(await this.#script('ack', [k.jobs, k.stats], [this.group, id], `ack ${id}`)) === 1;
+  }
+
+  /** Moves a failed job to the delayed set; returns its due time (unix ms), or null when it was no longer pending. */
+  async retry(entry, delayMs, reason, lastError = '') {
+    const id = entryId(entry);
+    checkWhole('delayMs', delayMs, 0);
+    checkString('reason', reason);
+    const k = this.keys;
+    const args = [this.group, id, String(delayMs), reason, errorString(lastError)];
+    const due = Number(await this.#script('retry', [k.jobs, k.delayed, k.stats], args, `retry ${id}`));
+    return due === 0 ? null : due;
+  }
+
+  /** Moves a job to the dead letter stream; returns the DLQ entry id, or null when it was no longer pending. */
+  async deadLetter(entry, reason, lastError = '') {
+    const id = entryId(entry);
+    checkString('reason', reason);
+    const k = this.keys;
+    const args = [this.group, id, reason, errorString(lastError)];
+    const r = await this.#script('dead_letter', [k.jobs, k.dlq, k.stats], args, `dead-letter ${id}`);
+    return typeof r === 'string' || Buffer.isBuffer(r) ? text(r) : null;
+  }
+
+  /** Moves at most limit due retries to the stream; nextDueMs is null when no retry is left. */
+  async promote(limit = 500) {
+    checkWhole('limit', limit, 1, 10000);
+    const k = this.keys;
+    const [moved, next] = await this.#script('promote', [k.delayed, k.jobs, k.stats], [String(limit)], 'promote');
+    return { moved: Number(moved), nextDueMs: Number(next) < 0 ? null : Number(next) };
+  }
+
+  /** Takes over entries idle for minIdleMs; those delivered maxDeliveries times go to the DLQ (crash_loop). */
+  async reclaim(consumer, options = {}) {
+    checkString('consumer', consumer);
+    const { minIdleMs = 60_000, count = 100, maxDeliveries = 5 } = options;
+    checkWhole('minIdleMs', minIdleMs, 0);
+    checkWhole('count', count, 1, 1000);
+    checkWhole('maxDeliveries', maxDeliveries, 1);
+    const k = this.keys;
+    const args = [this.group, consumer, String(minIdleMs), String(count), String(maxDeliveries)];
+    const [dead, ...claimed] = await this.#script('reclaim', [k.jobs, k.dlq, k.stats], args, 'reclaim');
+    return { deadLettered: Number(dead), jobs: claimed.filter(Array.isArray).map(([id, fields]) => jobOf(id, fields)) };
+  }
+
+  /** Moves at most limit dead letters (with reason, unless '') back to the stream, attempt reset. Returns how many. */
+  async replay(options = {}) {
+    const { limit = 1000, reason = '' } = options;
+    if (limit !== Infinity) checkWhole('limit', limit, 1);
+    if (typeof reason !== 'string') throw new TypeError(`Expected \`reason\` to be a string (got ${show(reason)})`);
+    const k = this.keys;
+    let moved = 0;
+    let cursor = '-';
+    while (moved < limit) {
+      const batch = Math.min(limit - moved, 1000);
+      const args = [String(batch), reason, cursor, String(batch * 10)];
+      const [n, next] = await this.#script('replay', [k.dlq, k.jobs, k.stats], args, 'replay');
+      moved += Number(n);
+      cursor = text(next);
+      if (cursor === '0') break;
+    }
+    return moved;
+  }
+
+  /** The queue's sizes, read live, and its counters. */
+  async stats() {
+    const k = this.keys;
+    const send = (args) => this.#send(args, args[1]).then((v) => ({ v }), (e) => ({ e }));
+    const [jobs, pending, delayed, dlq, hash] = await Promise.all([
+      send(['XLEN', k.jobs]),
+      send(['XPENDING', k.jobs, this.group]),
+      send(['ZCARD', k.delayed]),
+      send(['XLEN', k.dlq]),
+      send(['HGETALL', k.stats]),
+    ]);
+    for (const r of [jobs, pending, delayed, dlq, hash]) {
+      // NOGROUP: no group yet, so nothing is pending.
+      if (r.e && !(r === pending && /NOGROUP/.test(r.e?.message))) throw this.#error('stats', r.e);
+    }
+    const counters = {};
+    for (const [f, v] of pairs(hash.v)) counters[text(f)] = Number(text(v));
+    const p = pending.e ? 0 : Array.isArray(pending.v) ? pending.v[0] : 0;
+    return { jobs: Number(jobs.v), pending: Number(p), delayed: Number(delayed.v), dlq: Number(dlq.v), counters };
+  }
+
+  /**
+   * Applies the outcome of running job: error is what it threw (or a failed
+   * fetch Response), null or undefined for a success. A success is acked; a
+   * failure is classified as retry() does and decided by policy, then moved to
+   * the delayed set or the DLQ; a malformed job is dead-lettered (malformed).
+   */
+  async apply(job, error, policy, options = {}) {
+    if (job === null || typeof job !== 'object' || typeof job.entryId !== 'string' || job.entryId === '') {
+      throw new TypeError('Expected `job` to be a job from read(), reclaim() or work()');
+    }
+    checkPolicy(policy);
+    if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
+    const { classify, nowMs, random } = options;
+    if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
+    if (nowMs !== undefined && !Number.isFinite(nowMs)) {
+      throw new TypeError(`Expected \`nowMs\` to be a finite number (got ${show(nowMs)})`);
+    }
+    if (random !== undefined && typeof random !== 'number') {
+      throw new TypeError(`Expected \`random\` to be a number (got ${show(random)})`);
+    }
+
+    const wellFormed = typeof job.id === 'string' && job.id !== '' && Number.isSafeInteger(job.attempt) && job.attempt >= 1;
+    if (job.malformed || !wellFormed || job.attempt >= 1e14) {
+      let msg = 'malformed entry: needs id, attempt >= 1 and first_enqueued_ms';
+      // The DLQ keeps the contract's fields only: any other goes in the error.
+      const other = Object.entries(job.fields ?? {}).filter(([k]) => !KEPT.has(k));
+      if (other.length > 0) msg += ` (other fields: ${JSON.stringify(Object.fromEntries(other))})`;
+      if (error !== undefined && error !== null) msg += `: ${errorText(error)}`;
+      return this.#deadLettered(job, 'malformed', null, msg);
+    }
+    if (error === undefined || error === null) {
+      policy.recordSuccess(nowMs);
+      return { action: 'ack', reason: 'success', decision: null, applied: await this.ack(job) };
+    }
+    // A RetryError is an inner retry() giving up: its last failure says what failed.
+    const cause = error instanceof RetryError ? (error.response ?? error.cause) : error;
+    const failure = failureOf(cause, classify);
+    // The job's own facts win over whatever the classification said.
+    for (const f of ['attempt', 'idempotency_key', 'elapsed_ms', 'now_ms', 'prev_delay_ms']) delete failure[f];
+    const now = nowMs ?? Date.now();
+    failure.attempt = job.attempt;
+    failure.idempotencyKey = job.id;
+    failure.nowMs = now;
+    failure.elapsedMs = Math.max(0, now - (Number.isFinite(job.firstEnqueuedMs) ? job.firstEnqueuedMs : now));
+    // The delay before this attempt, kept across the delayed set (decorrelated backoff).
+    failure.prevDelayMs = Number.isSafeInteger(job.prevDelayMs) && job.prevDelayMs > 0 ? job.prevDelayMs : 0;
+    if (random !== undefined) failure.random = random;
+    const msg = errorText(error);
+    let decision;
+    try {
+      decision = policy.decide(failure);
+    } catch (err) {
+      if (!(err instanceof InputError || err?.name === 'InputError')) throw err;
+      return this.#deadLettered(job, 'malformed', null, `${msg} (policy refused the failure: ${err.message})`);
+    }
+    if (decision.action === 'retry') {
+      const dueMs = await this.retry(job, decision.delayMs, decision.reason, msg);
+      return { action: 'retry', reason: decision.reason, decision, applied: dueMs !== null, dueMs };
+    }
+    return this.#deadLettered(job, decision.reason, decision, msg);
+  }
+
+  async #deadLettered(job, reason, decision, msg) {
+    const dlqId = await this.deadLetter(job.entryId, reason, msg);
+    return { action: 'dead_letter', reason, decision, applied: dlqId !== null, dlqId };
+  }
+
+  /**
+   * Consumes the queue until signal aborts: reads jobs, runs handler and
+   * applies each outcome, promotes due retries and reclaims crashed
+   * consumers' entries. Resolves once the jobs it read are all applied.
+   */
+  async work(policy, handler, options = {}) {
+    checkPolicy(policy);
+    if (typeof handler !== 'function') throw new TypeError('Expected `handler` to be a function');
+    if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
+    const {
+      signal, consumer = `${hostname()}-${process.pid}`, classify, batch = 16, blockMs = 1000,
+      promoteEveryMs = 1000, promoteLimit = 500, reclaimEveryMs = 30_000, minIdleMs = 60_000, maxDeliveries = 5,
+      onOutcome, onError = (err) => console.error(`backstop queue ${this.name}:`, err),
+    } = options;
+    if (signal !== undefined && !(typeof signal?.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
+      throw new TypeError('Expected `signal` to be an AbortSignal');
+    }
+    checkString('consumer', consumer);
+    if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
+    checkWhole('batch', batch, 1);
+    checkWhole('blockMs', blockMs, 1);
+    checkWhole('promoteEveryMs', promoteEveryMs, 0);
+    checkWhole('promoteLimit', promoteLimit, 1, 10000);
+    checkWhole('reclaimEveryMs', reclaimEveryMs, 0);
+    checkWhole('minIdleMs', minIdleMs, 0);
+    checkWhole('maxDeliveries', maxDeliveries, 1);
+    if (onOutcome !== undefined && typeof onOutcome !== 'function') {
+      throw new TypeError('Expected `onOutcome` to be a function');
+    }
+    if (typeof onError !== 'function') throw new TypeError('Expected `onError` to be a function');
+
+    const report = (err, job) => {
+      try {
+        onError(err, job);
+      } catch {
+        // A failing logger must not stop the worker.
+      }
+    };
+    const run = async (job) => {
+      let error = null;
+      if (!job.malformed) {
+        try {
+          const result = await handler(job, { signal });
+          if (isFailedResponse(result)) {
+            error = result;
+            // Free the connection of a body nobody will read.
+            await result.body?.cancel?.().catch(() => {});
+          }
+        } catch (err) {
+          error = err ?? new Error(`handler threw ${err}`);
+        }
+      }
+      try {
+        const outcome = await this.apply(job, error, policy, { classify });
+        await onOutcome?.(outcome, job);
+      } catch (err) {
+        report(err, job); // the entry stays pending: reclaim delivers it again
+      }
+    };
+
+    await this.ensureGroup();
+    let nextPromote = performance.now();
+    let nextReclaim = nextPromote + jitter(reclaimEveryMs);
+    while (!signal?.aborted) {
+      let jobs;
+      try {
+        const now = performance.now();
+        if (promoteEveryMs > 0 && now >= nextPromote) {
+          // Full batches mean more are due: keep going.
+          let moved;
+          do moved = (await this.promote(promoteLimit)).moved;
+          while (moved === promoteLimit && !signal?.aborted);
+          nextPromote = now + jitter(promoteEveryMs);
+        }
+        if (reclaimEveryMs > 0 && now >= nextReclaim) {
+          nextReclaim = now + jitter(reclaimEveryMs);
+          const { jobs: claimed } = await this.reclaim(consumer, { minIdleMs, count: 100, maxDeliveries });
+          for (const job of claimed) await run(job);
+        }
+        // Block no longer than until the next promote.
+        const untilPromote = Math.ceil(nextPromote - performance.now());
+        const wait = promoteEveryMs > 0 ? Math.max(1, Math.min(blockMs, untilPromote)) : blockMs;
+        jobs = await this.read(consumer, { count: batch, blockMs: wait });
+      } catch (err) {
+        if (/NOGROUP/.test(err?.message)) {
+          // The stream was deleted: make it again.
+          try {
+            await this.ensureGroup();
+            continue;
+          } catch (e) {
+            err = e;
+          }
+        }
+        report(err);
+        await pause(1000, signal);
+        continue;
+      }
+      for (const job of jobs) await run(job);
+    }
+  }
+}
+
+// -- jobs and replies (RESP2 or RESP3, strings or Buffers) ----------------------
+
+function jobsOf(reply) {
+  // RESP2: [[stream, [[id, fields], ...]]]; RESP3: {stream: [[id, fields], ...]},
+  // which ioredis 6 gives flat by default: [stream, [[id, fields], ...]].
+  if (reply === null || reply === undefined) return [];
+  const nested = Array.isArray(reply) && Array.isArray(reply[0]);
+  const streams = nested ? reply.map((s) => s[1]) : [...pairs(reply)].map(([, entries]) => entries);
+  const jobs = [];
+  for (const entries of streams) for (const [id, fields] of entries ?? []) jobs.push(jobOf(id, fields));
+  return jobs;
+}
+
+function jobOf(entryId, raw) {
+  const fields = {};
+  for (const [k, v] of pairs(raw)) {
+    const key = text(k);
+    // A field called __proto__ is data, not a prototype.
+    Object.defineProperty(fields, key, { value: text(v), enumerable: true, writable: true, configurable: true });
+  }
+  const id = fields.id ?? '';
+  // The attempt as retry.lua accepts it: digits, 1..1e14 - 1.
+  const attempt = /^[1-9]\d{0,13}$/.test(fields.attempt) ? Number(fields.attempt) : null;
+  const first = whole(fields.first_enqueued_ms);
+  return {
+    entryId: text(entryId),
+    id,
+    attempt: attempt ?? 0,
+    firstEnqueuedMs: first ?? 0,
+    payload: fields.payload ?? '',
+    lastError: fields.last_error ?? '',
+    lastReason: fields.last_reason ?? '',
+    prevDelayMs: Math.max(0, whole(fields.prev_delay_ms) ?? 0),
+    malformed: id === '' || attempt === null || first === null,
+    fields,
+  };
+}
+
+// The [key, value] pairs of a flat RESP2 array, a Map or an object.
+function* pairs(v) {
+  if (Array.isArray(v)) {
+    for (let i = 0; i + 1 < v.length; i += 2) yield [v[i], v[i + 1]];
+  } else if (v instanceof Map) {
+    yield* v;
+  } else if (v !== null && typeof v === 'object') {
+    yield* Object.entries(v);
+  }
+}
+
+function text(v) {
+  if (typeof v === 'string') return v;
+  if (v instanceof Uint8Array) return Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('utf8');
+  return v === null || v === undefined ? '' : String(v);
+}
+
+function whole(s) {
+  if (typeof s !== 'string' || !/^-?\d{1,16}$/.test(s)) return null;
+  const n = Number(s);
+  return Number.isSafeInteger(n) ? n : null;
+}
+
+// -- arguments ---------------------------------------------------------------------
+
+function bytes(payload) {
+  if (payload === null || payload === undefined) return '';
+  if (typeof payload === 'string' || Buffer.isBuffer(payload)) return payload;
+  if (ArrayBuffer.isView(payload)) return Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+  throw new TypeError(`Expected \`payload\` to be a string, a Buffer or a Uint8Array (got ${show(payload)})`);
+}
+
+function entryId(entry) {
+  const id = typeof entry === 'object' && entry !== null ? entry.entryId : entry;
+  if (typeof id !== 'string' || id === '') {
+    throw new TypeError(`Expected \`entry\` to be a stream entry id or a job (got ${show(entry)})`);
+  }
+  return id;
+}
+
+function checkKeys(keys) {
+  if (keys === null || typeof keys !== 'object') {
+    throw new TypeError('Expected `keys` to be an object {jobs, delayed, dlq, stats}');
+  }
+  for (const k of ['jobs', 'delayed', 'dlq', 'stats']) checkString(`keys.${k}`, keys[k]);
+  return Object.freeze({ jobs: keys.jobs, delayed: keys.delayed, dlq: keys.dlq, stats: keys.stats });
+}
+
+function checkString(name, v) {
+  if (typeof v !== 'string' || v === '') throw new TypeError(`Expected \`${name}\` to be a non-empty string (got ${show(v)})`);
+}
+
+function checkWhole(name, v, lo, hi = Number.MAX_SAFE_INTEGER) {
+  if (!Number.isSafeInteger(v) || v < lo || v > hi) {
+    const want = hi === Number.MAX_SAFE_INTEGER ? `>= ${lo}` : `in ${lo}..${hi}`;
+    throw new TypeError(`Expected \`${name}\` to be a whole number ${want} (got ${show(v)})`);
+  }
+}
+
+function checkPolicy(policy) {
+  if (!policy || typeof policy.decide !== 'function' || typeof policy.recordSuccess !== 'function') {
+    throw new TypeError('Expected `policy` to be a Policy from loadPolicy()');
+  }
+}
+
+function errorString(v) {
+  if (v === undefined || v === null) return '';
+  if (typeof v !== 'string') throw new TypeError(`Expected \`lastError\` to be a string (got ${show(v)})`);
+  return v;
+}
+
+// The text the DLQ and the next attempt see for a failure.
+function errorText(e) {
+  if (e instanceof Error) {
+    const name = e.name && e.name !== 'Error' ? e.name : '';
+    return name && e.message ? `${name}: ${e.message}` : e.message || name || 'Error';
+  }
+  if (isFailedResponse(e)) return `HTTP ${e.status}${e.statusText ? ` ${e.statusText}` : ''}`;
+  if (typeof e === 'string') return e;
+  try {
+    return JSON.stringify(e) ?? String(e);
+  } catch {
+    return String(e);
+  }
+}
+
+function show(v) {
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (v === null || typeof v !== 'object') return String(v);
+  return Array.isArray(v) ? 'array' : 'object';
+}
+
+// Spreads loop intervals ±20% so a fleet of workers does not poll Redis in step.
+function jitter(ms) {
+  return ms * (0.8 + 0.4 * Math.random());
+}
+
+// Waits ms, or less when signal aborts.
+function pause(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
