@@ -49,6 +49,15 @@ func (p *Policy) String() string {
 	return b.String()
 }
 
+// BackoffLimits returns the backoff cap and, for the exponential strategy,
+// max_doublings (0 for the other strategies): the knees of a schedule.
+func (p *Policy) BackoffLimits() (capMs, maxDoublings int64) {
+	if p.strategy == strategyExponential {
+		return p.capMs, p.maxDoublings
+	}
+	return p.capMs, 0
+}
+
 // MaxElapsedMs returns the elapsed-time limit (0: none).
 func (p *Policy) MaxElapsedMs() int64 { return p.maxElapsedMs }
 
