@@ -17,10 +17,12 @@ import (
 )
 
 // TestScripts runs the script semantics against a real standalone
-// redis-server and a real 3-master Redis Cluster.
+// redis-server, a real 3-master Redis Cluster, and a master reached through
+// a real Redis Sentinel.
 func TestScripts(t *testing.T) {
 	t.Run("standalone", func(t *testing.T) { scriptSuite(t, redistest.Start(t).Client()) })
 	t.Run("cluster", func(t *testing.T) { scriptSuite(t, redistest.StartCluster(t, 3).Client(t)) })
+	t.Run("sentinel", func(t *testing.T) { scriptSuite(t, redistest.StartSentinel(t, redistest.Start(t)).Client(t)) })
 }
 
 func scriptSuite(t *testing.T, rdb redis.UniversalClient) {

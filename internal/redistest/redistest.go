@@ -164,3 +164,48 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 
 // String describes the cluster for test logs.
 func (c *Cluster) String() string { return fmt.Sprintf("cluster%v", c.Addrs) }
+
+// Sentinel is a redis-server in sentinel mode watching one master, named
+// "backstop".
+type Sentinel struct {
+	Addr   string
+	Master string
+	server *Server
+}
+
+// StartSentinel starts a sentinel that monitors master, and waits until it
+// answers for it.
+func StartSentinel(t testing.TB, master *Server) *Sentinel {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir()}
+	port := freePort(t)
+	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	host, mport, _ := net.SplitHostPort(master.Addr)
+	conf := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor backstop %s %s 1\nsentinel down-after-milliseconds backstop 1000\n", port, s.dir, host, mport)
+	if err := os.WriteFile(s.dir+"/sentinel.conf", []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.args = []string{s.dir + "/sentinel.conf", "--sentinel"}
+	s.start()
+	t.Cleanup(s.Stop)
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if addr, err := c.GetMasterAddrByName(context.Background(), "backstop").Result(); err == nil && len(addr) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sentinel on %s does not know the master", s.Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &Sentinel{Addr: s.Addr, Master: "backstop", server: s}
+}
+
+// Client returns a failover client through the sentinel.
+func (s *Sentinel) Client(t testing.TB) *redis.Client {
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Master, SentinelAddrs: []string{s.Addr}})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
