@@ -31,9 +31,12 @@ wasm:
 	for f in $(WASM_COPIES); do cp $(WASM) $$f; done
 	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp queue/scripts/*.lua $$d/; done
 
-## build: the wasm module and the commands into bin/
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/prometheus/common/version.Version=$(VERSION) -X main.version=$(VERSION)
+
+## build: the wasm module and the commands (backstop, backstop-exporter) into bin/
 build: wasm
-	$(GO) build -trimpath -o bin/ ./cmd/...
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 ## deps: install what the tests need: Go modules; a virtualenv with the
 ## Python host, wasmtime and pytest; Debian packages redis-server (queue

@@ -23,12 +23,13 @@ type Config struct {
 	DashboardURL string `yaml:"dashboard_url"`
 
 	DLQPagePerSecond    float64  `yaml:"dlq_page_per_second"`   // sustained DLQ ingestion that pages
+	DLQRateWindow       string   `yaml:"dlq_rate_window"`       // ... measured over this window (shorter than dlq_page_for: one burst does not page)
 	DLQPageFor          string   `yaml:"dlq_page_for"`          // ... for this long
 	RetryRatioWarning   float64  `yaml:"retry_ratio_warning"`   // share of attempt outcomes that are retries
 	RetryRatioFor       string   `yaml:"retry_ratio_for"`       //
 	OverdueSeconds      float64  `yaml:"overdue_seconds"`       // oldest overdue delayed job: the scheduler stalled
 	OverdueFor          string   `yaml:"overdue_for"`           //
-	CrashLoopDeliveries int      `yaml:"crash_loop_deliveries"` // a pending entry delivered more often than this (an le bucket of backstop_stream_pending_deliveries: 1, 2, 3, 5 or 10)
+	CrashLoopDeliveries int      `yaml:"crash_loop_deliveries"` // a pending entry delivered more often than this (an le bucket of backstop_stream_pending_deliveries_bucket: 1, 2, 3, 5 or 10)
 	CrashLoopFor        string   `yaml:"crash_loop_for"`        //
 	LagJobsWarning      float64  `yaml:"lag_jobs_warning"`      // stream lag above this and growing
 	LagFor              string   `yaml:"lag_for"`               //
@@ -43,6 +44,7 @@ func Default() Config {
 		RunbookURL:          "https://github.com/backstop-dev/backstop/blob/main/docs/runbooks.md",
 		DashboardURL:        "/d/backstop-queue/backstop-queue",
 		DLQPagePerSecond:    0.05,
+		DLQRateWindow:       "2m",
 		DLQPageFor:          "5m",
 		RetryRatioWarning:   0.2,
 		RetryRatioFor:       "15m",
@@ -79,7 +81,7 @@ func (c Config) validate() error {
 	case c.RetryRatioWarning <= 0 || c.RetryRatioWarning >= 1:
 		return fmt.Errorf("retry_ratio_warning: must be in (0, 1) (got %v)", c.RetryRatioWarning)
 	case c.CrashLoopDeliveries != 1 && c.CrashLoopDeliveries != 2 && c.CrashLoopDeliveries != 3 && c.CrashLoopDeliveries != 5 && c.CrashLoopDeliveries != 10:
-		return fmt.Errorf("crash_loop_deliveries: must be a bucket of backstop_stream_pending_deliveries: 1, 2, 3, 5 or 10 (got %d)", c.CrashLoopDeliveries)
+		return fmt.Errorf("crash_loop_deliveries: must be an le bucket of backstop_stream_pending_deliveries: 1, 2, 3, 5 or 10 (got %d)", c.CrashLoopDeliveries)
 	}
 	return nil
 }

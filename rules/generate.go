@@ -83,7 +83,7 @@ func (c Config) alert(name, severity, expr, forDur, summary, description string)
 func Alerts(c Config) File {
 	all := []Rule{
 		c.alert("BackstopDLQIngestion", "critical",
-			fmt.Sprintf("sum by (queue) (rate(%s[2m])) > %v", c.sel("backstop_dlq_ingested_total"), c.DLQPagePerSecond),
+			fmt.Sprintf("sum by (queue) (rate(%s[%s])) > %v", c.sel("backstop_dlq_ingested_total"), c.DLQRateWindow, c.DLQPagePerSecond),
 			c.DLQPageFor,
 			"Jobs are being dead-lettered on queue {{ $labels.queue }}.",
 			"Queue {{ $labels.queue }} has been dead-lettering {{ $value | humanize }} jobs/s for "+c.DLQPageFor+": work is failing for good. Find the reasons with `backstop dlq inspect --queue {{ $labels.queue }}`."),
@@ -110,7 +110,7 @@ func Alerts(c Config) File {
 			"The oldest due retry on queue {{ $labels.queue }} has been waiting {{ $value | humanizeDuration }} past its due time: the promote loop (the scheduler) is down or stuck."),
 		c.alert("BackstopCrashLoop", "warning",
 			fmt.Sprintf("sum by (queue, group) (%s)\n-\nsum by (queue, group) (%s)\n> 0",
-				c.sel("backstop_stream_pending_deliveries", `le="+Inf"`), c.sel("backstop_stream_pending_deliveries", fmt.Sprintf(`le="%d"`, c.CrashLoopDeliveries))),
+				c.sel("backstop_stream_pending_deliveries_bucket", `le="+Inf"`), c.sel("backstop_stream_pending_deliveries_bucket", fmt.Sprintf(`le="%d"`, c.CrashLoopDeliveries))),
 			c.CrashLoopFor,
 			"Pending jobs on queue {{ $labels.queue }} are being delivered again and again.",
 			"{{ $value | humanize }} pending entries of queue {{ $labels.queue }}, group {{ $labels.group }}, were delivered more than "+fmt.Sprint(c.CrashLoopDeliveries)+" times without an outcome: workers crash on them. They reach the DLQ as crash_loop at the reclaim limit."),

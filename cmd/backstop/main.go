@@ -5,6 +5,7 @@
 //	backstop policy show PRESET         print a preset's policy file
 //	backstop decide --policy FILE|PRESET
 //	                                    JSON lines in, decisions out, through backstop.wasm
+//	backstop demo                      queues, workers, exporter and a live view
 //	backstop queue stats --queue Q     sizes and counters of a queue
 //	backstop dlq inspect --queue Q     dead letters by reason, the newest ones
 //	backstop dlq replay --queue Q --limit N [--reason R]
@@ -23,17 +24,27 @@ import (
 const usage = `usage: backstop <command> [arguments]
 
 commands:
-  policy check FILE|PRESET    validate a policy and print its retry schedule
+  policy check [--chart] FILE|PRESET
+                              validate a policy and print its retry schedule
   policy presets              list the named presets
   policy show PRESET          print a preset's policy file
+  policy plot FILE|PRESET --out FILE.svg|.png [--compare FILE|PRESET,...]
+                              chart the schedule: jitter envelope, knees
+  simulate [--policy FILE|PRESET] [--clients N] [--capacity N] [--recovery D]
+                              the herd N clients send a recovering dependency
+  simulate contention         the jitter comparison (docs/simulation.md)
   decide --policy FILE|PRESET read failures as JSON lines on stdin, write
                               decisions as JSON lines, through backstop.wasm
+  demo                        the whole system moving: queues, workers deciding
+                              through backstop.wasm, the exporter, a live view
   queue stats --queue Q       sizes and counters of a queue
   dlq inspect --queue Q       dead letters by reason, and the newest ones
   dlq replay --queue Q --limit N [--reason R]
                               move dead letters back to the jobs stream
   rules generate [--config FILE] [--out DIR]
                               write the Prometheus rule files
+  dashboards generate [--out DIR]
+                              write the Grafana dashboards
   version                     print the version
 
 Queue commands take --redis-url (env BACKSTOP_REDIS_URL) or --redis-cluster,
@@ -78,13 +89,23 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return policyPresets(stdout)
 		case "show":
 			return policyShow(args[2:], stdout)
+		case "plot":
+			return policyPlot(args[2:], stdout)
 		}
 	case "decide":
 		return decide(ctx, args[1:], stdin, stdout)
+	case "simulate":
+		return simulateCmd(args[1:], stdout)
 	case "rules":
 		if len(args) >= 2 && args[1] == "generate" {
 			return rulesGenerate(args[2:], stdout)
 		}
+	case "dashboards":
+		if len(args) >= 2 && args[1] == "generate" {
+			return dashboardsGenerate(args[2:], stdout)
+		}
+	case "demo":
+		return demo(ctx, args[1:], stdout)
 	case "queue":
 		if len(args) >= 2 && args[1] == "stats" {
 			return queueStats(ctx, args[2:], stdout)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/backstop-dev/backstop/plot"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -49,6 +50,7 @@ func problems(name string, err error) error {
 func policyCheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
 	rows := fs.Int("rows", 30, "at most this many schedule rows")
+	chart := fs.Bool("chart", false, "draw the median and max delays as a text chart under the table")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
 		return errUsage
 	}
@@ -62,6 +64,10 @@ func policyCheck(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: valid\n%s\n\n", name, p)
 	writeSchedule(stdout, p, *rows)
+	if *chart {
+		fmt.Fprintln(stdout)
+		plot.Bars(stdout, p.Schedule(*rows), 50)
+	}
 	return nil
 }
 

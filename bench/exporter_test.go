@@ -1,0 +1,317 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+)
+
+// BenchmarkExporterScrape runs the real backstop-exporter binary against
+// a real redis-server and times one HTTP scrape of it with gzip, as
+// Prometheus makes it, for 10, 100 and 1,000 queues whose keys hold 10 or
+// 1,000,000 entries each. It reports per scrape the commands Redis ran
+// (INFO commandstats), the collector's own time (backstop_scrape_duration_seconds:
+// the Redis pipeline and building the samples; the rest is the registry,
+// text encoding and gzip) and the size sent, and the exporter's peak RSS
+// (VmHWM) after the scrapes.
+//
+// Every queue has the default layout: a jobs stream with the group
+// "workers", a delayed set, a DLQ stream and a stats hash.
+//
+//   - entries=10: distinct queues of 10 jobs (2 pending), 3 delayed jobs,
+//     2 dead letters and a stats hash each.
+//   - entries=1000000: 1,000 queues of 1,000,000 entries each would need
+//     some 300 GB, so 10 distinct big queues are built (each: a jobs stream
+//     of 1,000,000 entries with 10,000 pending, a delayed set of 1,000,000
+//     members, half of them overdue, a DLQ of 1,000,000 entries, a stats
+//     hash), filled by a Lua loop in chunks of 100,000 (about 45 s and 3 GB
+//     in all); queue i of the benchmark reads the keys of big queue i%10
+//     under its own name (--queues.config). Redis does the same work per
+//     command as for distinct keys of that size (every command is O(1) or
+//     O(log n) plus a bounded reply); only its CPU caches are warmer.
+func BenchmarkExporterScrape(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb, admin := srv.Client(), srv.Client()
+	bin := buildExporter(b)
+	var bigNames []string
+	for _, entries := range []int{10, 1_000_000} {
+		for _, n := range []int{10, 100, 1000} {
+			b.Run(fmt.Sprintf("entries=%d/queues=%d", entries, n), func(b *testing.B) {
+				var qs []exporter.Queue
+				if entries == 10 {
+					qs = smallQueues(b, rdb, n)
+				} else {
+					if bigNames == nil {
+						bigNames = bigQueues(b, rdb, 10, entries)
+					}
+					for i := range n {
+						q := exporter.QueueFor("b" + strconv.Itoa(i))
+						q.Keys = queue.KeysFor(bigNames[i%len(bigNames)])
+						qs = append(qs, q)
+					}
+				}
+				e := startExporter(b, bin, srv.Addr, qs)
+				size := scrape(b, e.url) // warm: connections, buffers
+				resetStats(b, admin)
+				b.ResetTimer()
+				for b.Loop() {
+					scrape(b, e.url)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(commands(b, admin))/float64(b.N), "cmds/scrape")
+				b.ReportMetric(float64(size)/1024, "gzip-KiB/scrape")
+				b.ReportMetric(e.collectSeconds(b)*1000, "collect-ms")
+				b.ReportMetric(float64(e.peakRSS(b))/(1<<20), "peak-RSS-MiB")
+			})
+		}
+	}
+}
+
+// smallQueues makes queues s0..s(n-1) of 10 entries each (idempotent).
+func smallQueues(b *testing.B, rdb redis.UniversalClient, n int) []exporter.Queue {
+	b.Helper()
+	ctx := context.Background()
+	var qs []exporter.Queue
+	for i := range n {
+		q := exporter.QueueFor("s" + strconv.Itoa(i))
+		qs = append(qs, q)
+		if rdb.Exists(ctx, q.Keys.Stats).Val() == 1 {
+			continue
+		}
+		p := rdb.Pipeline()
+		p.XGroupCreateMkStream(ctx, q.Keys.Jobs, "workers", "0")
+		for range 10 {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys.Jobs, Values: []string{"id", "j", "attempt", "1", "payload", payload}})
+		}
+		p.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys.Jobs, ">"}, Count: 2, Block: -1})
+		now := float64(time.Now().UnixMilli())
+		p.ZAdd(ctx, q.Keys.Delayed, redis.Z{Score: now - 1000, Member: "a"}, redis.Z{Score: now, Member: "b"}, redis.Z{Score: now + 1e6, Member: "c"})
+		p.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys.DLQ, Values: []string{"reason", "permanent_error", "payload", payload}})
+		p.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys.DLQ, Values: []string{"reason", "crash_loop", "payload", payload}})
+		p.HSet(ctx, q.Keys.Stats, stats)
+		if _, err := p.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return qs
+}
+
+var payload = strings.Repeat("x", 64)
+
+// stats is a stats hash as the scripts leave it after some traffic.
+var stats = map[string]any{
+	"enqueued": 1000, "promoted": 120, "reclaimed": 3, "replayed": 0, "max_attempts_reached": 4,
+	"attempts:success": 950, "attempts:retry": 130, "attempts:dead_letter": 10,
+	"retries:transient": 100, "retries:retry_after": 30, "dead_letters:permanent_error": 6, "dead_letters:max_attempts_reached": 4,
+	"finished:success:1": 850, "finished:success:2": 80, "finished:success:3": 20, "finished_sum:success": 1070,
+	"finished:dead_letter:1": 6, "finished:dead_letter:5": 4, "finished_sum:dead_letter": 26,
+}
+
+// fillScript appends ARGV[1] entries to the jobs stream KEYS[1] and the DLQ
+// KEYS[3], and as many members to the delayed set KEYS[2], due from
+// ARGV[2] (unix ms) on, one ms apart: Redis builds a million entries in
+// about a second, with no network in between.
+var fillScript = redis.NewScript(`
+local n, due, base, payload = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+for i = 1, n do
+  local id = 'job-' .. (base + i)
+  redis.call('XADD', KEYS[1], '*', 'id', id, 'attempt', '1', 'first_enqueued_ms', '1700000000000', 'payload', payload)
+  redis.call('ZADD', KEYS[2], due + base + i, id)
+  redis.call('XADD', KEYS[3], '*', 'reason', 'permanent_error', 'id', id, 'attempt', '3', 'payload', payload)
+end
+return n`)
+
+// bigQueues builds k queues of entries entries each (see the benchmark's
+// doc) and returns their names.
+func bigQueues(b *testing.B, rdb redis.UniversalClient, k, entries int) []string {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	var names []string
+	for i := range k {
+		name := "big" + strconv.Itoa(i)
+		keys := queue.KeysFor(name)
+		due := time.Now().UnixMilli() - int64(entries/2) // half overdue
+		for done := 0; done < entries; done += 100_000 {
+			n := min(100_000, entries-done)
+			if err := fillScript.Run(ctx, rdb, []string{keys.Jobs, keys.Delayed, keys.DLQ}, n, due, done, payload).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := rdb.XGroupCreate(ctx, keys.Jobs, "workers", "0").Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{keys.Jobs, ">"}, Count: 10_000, Block: -1}).Err(); err != nil {
+			b.Fatal(err)
+		}
+		if err := rdb.HSet(ctx, keys.Stats, stats).Err(); err != nil {
+			b.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	mem, _ := rdb.Info(ctx, "memory").Result()
+	b.Logf("built %d queues of %d entries in %v; redis %s", k, entries, time.Since(start).Round(time.Second), infoField(mem, "used_memory_human"))
+	return names
+}
+
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// scrape GETs url asking for gzip, as Prometheus does, and returns the
+// size of the compressed exposition. Asking explicitly keeps the client
+// from decompressing (Prometheus would, in its own process).
+func scrape(b *testing.B, url string) int64 {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("scrape: %s, %v", resp.Status, err)
+	}
+	return n
+}
+
+func resetStats(b *testing.B, admin *redis.Client) {
+	if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// commands sums INFO commandstats calls, leaving out INFO and CONFIG
+// (this benchmark's own).
+func commands(b *testing.B, admin *redis.Client) int64 {
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || name == "cmdstat_info" || strings.HasPrefix(name, "cmdstat_config") {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		v, _ := strconv.ParseInt(n, 10, 64)
+		total += v
+	}
+	return total
+}
+
+// buildExporter builds cmd/backstop-exporter into a temporary directory.
+func buildExporter(b *testing.B) string {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "backstop-exporter")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/backstop-dev/backstop/cmd/backstop-exporter").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type runningExporter struct {
+	url string
+	cmd *exec.Cmd
+}
+
+// startExporter runs the binary over the queues (through --queues.config)
+// until the benchmark ends.
+func startExporter(b *testing.B, bin, redisAddr string, qs []exporter.Queue) *runningExporter {
+	b.Helper()
+	var cfg strings.Builder
+	cfg.WriteString("queues:\n")
+	for _, q := range qs {
+		fmt.Fprintf(&cfg, "  - {name: %q, keys: {jobs: %q, delayed: %q, dlq: %q, stats: %q}}\n", q.Name, q.Keys.Jobs, q.Keys.Delayed, q.Keys.DLQ, q.Keys.Stats)
+	}
+	path := filepath.Join(b.TempDir(), "queues.yaml")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "--redis.addr="+redisAddr, "--queues.config="+path, "--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	e := &runningExporter{url: "http://" + addr + "/metrics", cmd: cmd}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/-/ready"); err == nil {
+			resp.Body.Close()
+			return e
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("exporter did not start")
+		}
+	}
+}
+
+// collectSeconds scrapes once more and returns backstop_scrape_duration_seconds.
+func (e *runningExporter) collectSeconds(b *testing.B) float64 {
+	resp, err := http.Get(e.url) // the transport asks for gzip and decompresses
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(nil, 1<<20)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "backstop_scrape_duration_seconds "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	b.Fatal("no backstop_scrape_duration_seconds")
+	return 0
+}
+
+// peakRSS returns the exporter's peak resident set size (VmHWM).
+func (e *runningExporter) peakRSS(b *testing.B) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM in /proc status")
+	return 0
+}

@@ -1,0 +1,332 @@
+// Command backstop-exporter serves Prometheus metrics about backstop's
+// Redis queues: retries, delayed jobs, dead letters and the attempts jobs
+// finish on (see package exporter for the metrics).
+//
+//	backstop-exporter --redis.addr=localhost:6379 --queues=orders,emails
+//	backstop-exporter --redis.mode=cluster --redis.addr=10.0.0.1:6379,10.0.0.2:6379 --queues.pattern='{*}:jobs'
+//
+// Every flag can also be set by an environment variable named after it:
+// BACKSTOP_EXPORTER_REDIS_ADDR for --redis.addr, and so on. TLS and basic
+// auth for the web server come from --web.config.file (exporter-toolkit).
+package main
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/exporter"
+)
+
+const name = "backstop-exporter"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// flags are the command line, parsed.
+type flags struct {
+	redis       redisFlags
+	queues      string
+	pattern     string
+	refresh     time.Duration
+	maxKeys     int
+	config      string
+	timeout     time.Duration
+	metricsPath string
+	web         *web.FlagConfig
+	log         promslog.Config
+}
+
+type redisFlags struct {
+	mode, addr, url, user, passwordFile, sentinelMaster string
+}
+
+// parse reads the flags from args and, for those not given, from the
+// BACKSTOP_EXPORTER_* environment.
+func parse(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
+	app := kingpin.New(name, "Prometheus exporter of backstop's Redis queues: retries, delayed jobs, dead letters, attempts.")
+	app.DefaultEnvars() // BACKSTOP_EXPORTER_<FLAG>, e.g. BACKSTOP_EXPORTER_REDIS_ADDR
+	app.UsageWriter(stderr).ErrorWriter(stderr)
+	app.HelpFlag.Short('h').NoEnvar()
+
+	app.Flag("redis.mode", "How to reach Redis: standalone, sentinel or cluster.").Default("standalone").EnumVar(&f.redis.mode, "standalone", "sentinel", "cluster")
+	app.Flag("redis.addr", "Redis address host:port; in cluster mode the seed nodes, in sentinel mode the sentinels, comma-separated.").Default("localhost:6379").StringVar(&f.redis.addr)
+	app.Flag("redis.url", "Redis URL instead of --redis.addr: redis:// or rediss:// (TLS), with user, password and database; in cluster mode further seeds as ?addr=host:port.").StringVar(&f.redis.url)
+	app.Flag("redis.user", "Redis ACL user name.").StringVar(&f.redis.user)
+	app.Flag("redis.password-file", "File holding the Redis password (a trailing newline is ignored).").StringVar(&f.redis.passwordFile)
+	app.Flag("redis.sentinel-master", "Name of the master the sentinels watch, in sentinel mode.").StringVar(&f.redis.sentinelMaster)
+	app.Flag("queues", "Queues in the default layout ({name}:jobs, {name}:delayed, {name}:dlq, {name}:stats; group workers), comma-separated.").StringVar(&f.queues)
+	app.Flag("queues.pattern", "Discover queues by SCAN MATCH on every master; the queue name is the key's hash tag, e.g. '{*}:jobs'.").StringVar(&f.pattern)
+	app.Flag("queues.refresh-interval", "How long discovered queues are cached before the next SCAN.").Default("1m").DurationVar(&f.refresh)
+	app.Flag("queues.max-keys", "Most matching keys one discovery takes.").Default("10000").IntVar(&f.maxKeys)
+	app.Flag("queues.config", "YAML file of queues with their own key names and consumer groups (see package exporter, LoadQueuesConfig).").StringVar(&f.config)
+	app.Flag("scrape.timeout", "Time budget of one scrape of Redis; a scrape that runs out says so in backstop_scrape_partial.").Default("5s").DurationVar(&f.timeout)
+	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
+	f.web = kingpinflag.AddFlags(app, ":9797")
+	promslogflag.AddFlags(app, &f.log)
+	app.Version(version.Print(name))
+	app.VersionFlag.NoEnvar()
+
+	if _, err := app.Parse(args); err != nil {
+		return nil, err
+	}
+	if f.queues == "" && f.pattern == "" && f.config == "" {
+		return nil, errors.New("no queues: give --queues, --queues.pattern or --queues.config")
+	}
+	return f, nil
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	f, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	f.log.Writer = stderr
+	logger := promslog.New(&f.log)
+	redis.SetLogger(redisLogger{logger})
+	logger.Info("starting "+name, "version", version.Info())
+	logger.Info("build context", "build_context", version.BuildContext())
+
+	rdb, err := f.redis.client()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	c, err := f.collector(rdb, logger)
+	if err != nil {
+		return err
+	}
+	handler, err := f.handler(c, logger)
+	if err != nil {
+		return err
+	}
+	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	}()
+	if err := web.ListenAndServe(server, f.web, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}
+
+// client returns the Redis client of the mode. Context deadlines are on
+// so a slow Redis cannot hold a scrape past its budget.
+func (r redisFlags) client() (redis.UniversalClient, error) {
+	password, err := r.password()
+	if err != nil {
+		return nil, err
+	}
+	addrs := splitList(r.addr)
+	switch r.mode {
+	case "cluster":
+		opt := &redis.ClusterOptions{Addrs: addrs}
+		if r.url != "" {
+			if opt, err = redis.ParseClusterURL(r.url); err != nil {
+				return nil, fmt.Errorf("--redis.url: %w", err)
+			}
+		}
+		setAuth(&opt.Username, &opt.Password, r.user, password)
+		opt.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(opt), nil
+	case "sentinel":
+		if r.sentinelMaster == "" {
+			return nil, errors.New("--redis.mode=sentinel needs --redis.sentinel-master")
+		}
+		opt := &redis.FailoverOptions{SentinelAddrs: addrs}
+		if r.url != "" {
+			if opt, err = redis.ParseFailoverURL(r.url); err != nil {
+				return nil, fmt.Errorf("--redis.url: %w", err)
+			}
+		}
+		opt.MasterName = r.sentinelMaster
+		setAuth(&opt.Username, &opt.Password, r.user, password)
+		opt.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(opt), nil
+	default:
+		if len(addrs) != 1 && r.url == "" {
+			return nil, fmt.Errorf("--redis.addr: standalone mode takes one address, got %q", r.addr)
+		}
+		opt := &redis.Options{Addr: r.addr}
+		if r.url != "" {
+			if opt, err = redis.ParseURL(r.url); err != nil {
+				return nil, fmt.Errorf("--redis.url: %w", err)
+			}
+		}
+		setAuth(&opt.Username, &opt.Password, r.user, password)
+		opt.ContextTimeoutEnabled = true
+		return redis.NewClient(opt), nil
+	}
+}
+
+func (r redisFlags) password() (string, error) {
+	if r.passwordFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(r.passwordFile)
+	if err != nil {
+		return "", fmt.Errorf("--redis.password-file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// setAuth lets the flags override what a URL says.
+func setAuth(user, password *string, u, p string) {
+	if u != "" {
+		*user = u
+	}
+	if p != "" {
+		*password = p
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (f *flags) collector(rdb redis.UniversalClient, logger *slog.Logger) (*exporter.Collector, error) {
+	opts := []exporter.Option{exporter.WithTimeout(f.timeout), exporter.WithLogger(logger)}
+	for _, q := range splitList(f.queues) {
+		opts = append(opts, exporter.WithQueues(exporter.QueueFor(q)))
+	}
+	if f.config != "" {
+		qs, err := exporter.LoadQueuesConfig(f.config)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, exporter.WithQueues(qs...))
+	}
+	if f.pattern != "" {
+		opts = append(opts, exporter.WithPattern(f.pattern, f.refresh, f.maxKeys))
+	}
+	return exporter.NewCollector(rdb, opts...)
+}
+
+// handler serves the metrics, a landing page and the health endpoints.
+// /-/ready does not depend on Redis: an exporter that says backstop_up 0
+// is doing its job.
+func (f *flags) handler(c *exporter.Collector, logger *slog.Logger) (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(c); err != nil {
+		return nil, fmt.Errorf("register collector: %w", err)
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle(f.metricsPath, gzipped(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandling:       promhttp.ContinueOnError, // one bad metric never empties the page
+		MaxRequestsInFlight: 10,
+		EnableOpenMetrics:   true,
+		DisableCompression:  true, // gzipped does it, faster
+	})))
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "OK\n") }
+	mux.HandleFunc("/-/healthy", ok)
+	mux.HandleFunc("/-/ready", ok)
+	if f.metricsPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        name,
+			Description: "Prometheus exporter of backstop's Redis queues",
+			Version:     version.Info(),
+			Profiling:   "false", // no pprof handlers here
+			Links: []web.LandingLinks{
+				{Address: f.metricsPath, Text: "Metrics"},
+				{Address: "/-/healthy", Text: "Health"},
+				{Address: "/-/ready", Text: "Readiness"},
+			},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("landing page: %w", err)
+		}
+		mux.Handle("/", landing)
+	}
+	return mux, nil
+}
+
+// gzipped compresses h's responses at gzip.BestSpeed for clients that
+// accept gzip (Prometheus does). promhttp compresses at the default level:
+// for 1,000 queues (4 MB of text) that costs three times the CPU, some
+// 9 ms a scrape, to save 9% of the bytes.
+func gzipped(h http.Handler) http.Handler {
+	pool := sync.Pool{New: func() any {
+		w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+		return w
+	}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Vary", "Accept-Encoding")
+		if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		gz := pool.Get().(*gzip.Writer)
+		defer pool.Put(gz)
+		gz.Reset(w)
+		defer gz.Close()
+		w.Header().Set("Content-Encoding", "gzip")
+		h.ServeHTTP(gzipWriter{ResponseWriter: w, gz: gz}, r)
+	})
+}
+
+type gzipWriter struct {
+	http.ResponseWriter
+	gz *gzip.Writer
+}
+
+func (g gzipWriter) Write(b []byte) (int, error) { return g.gz.Write(b) }
+
+// acceptsGzip reads an Accept-Encoding header: gzip, unless given q=0.
+func acceptsGzip(header string) bool {
+	for _, part := range strings.Split(header, ",") {
+		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+			q := strings.ReplaceAll(params, " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
+}
+
+// redisLogger sends go-redis's own log lines (dial retries and the like)
+// to slog at debug level: the scrape reports the same failures itself.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"compress/gzip"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+)
+
+func TestFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("BACKSTOP_EXPORTER_QUEUES", "orders,emails")
+	t.Setenv("BACKSTOP_EXPORTER_REDIS_MODE", "cluster")
+	t.Setenv("BACKSTOP_EXPORTER_SCRAPE_TIMEOUT", "2s")
+	t.Setenv("BACKSTOP_EXPORTER_WEB_LISTEN_ADDRESS", "127.0.0.1:9999")
+	t.Setenv("BACKSTOP_EXPORTER_LOG_LEVEL", "debug")
+	f, err := parse([]string{"--scrape.timeout=3s"}, io.Discard) // a flag beats its variable
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.queues != "orders,emails" || f.redis.mode != "cluster" || f.timeout != 3*time.Second ||
+		(*f.web.WebListenAddresses)[0] != "127.0.0.1:9999" || f.log.Level.String() != "debug" {
+		t.Errorf("parsed %+v, web %v, level %v", f, *f.web.WebListenAddresses, f.log.Level)
+	}
+}
+
+func TestFlagDefaults(t *testing.T) {
+	f, err := parse([]string{"--queues=a"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if (*f.web.WebListenAddresses)[0] != ":9797" || f.metricsPath != "/metrics" || f.timeout != 5*time.Second ||
+		f.redis.addr != "localhost:6379" || f.redis.mode != "standalone" || f.refresh != time.Minute || f.maxKeys != 10000 {
+		t.Errorf("defaults: %+v", f)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "no queues"},
+		{[]string{"--queues=a", "--redis.mode=ring"}, "enum value must be one of"},
+		{[]string{"--queues=a", "--scrape.timeout=soon"}, "time: invalid duration"},
+	} {
+		if _, err := parse(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parse(%q): %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	for _, r := range []redisFlags{
+		{mode: "sentinel", addr: "a:1"},
+		{mode: "standalone", addr: "a:1,b:2"},
+		{mode: "standalone", addr: "a:1", url: "http://x"},
+		{mode: "standalone", addr: "a:1", passwordFile: "/nonexistent"},
+	} {
+		if _, err := r.client(); err == nil {
+			t.Errorf("%+v: no error", r)
+		}
+	}
+	f, _ := parse([]string{"--queues.config=/nonexistent.yaml"}, io.Discard)
+	if _, err := f.collector(redis.NewClient(&redis.Options{}), nil); err == nil || !strings.Contains(err.Error(), "nonexistent.yaml") {
+		t.Errorf("missing config: %v", err)
+	}
+}
+
+// TestClients reaches a password-protected server by --redis.password-file
+// and by URL, and a cluster; the sentinel mode asks sentinels for the
+// master (a plain server refuses).
+func TestClients(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t)
+	if err := srv.Client().ConfigSet(ctx, "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cluster := redistest.StartCluster(t, 3)
+	for name, r := range map[string]redisFlags{
+		"password file": {mode: "standalone", addr: srv.Addr, passwordFile: pw},
+		"url":           {mode: "standalone", addr: "ignored:1", url: "redis://:s3cret@" + srv.Addr + "/0"},
+		"cluster":       {mode: "cluster", addr: strings.Join(cluster.Addrs, ",")},
+		"cluster url":   {mode: "cluster", url: "redis://" + cluster.Addrs[0] + "?addr=" + cluster.Addrs[1]},
+	} {
+		rdb, err := r.client()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Errorf("%s: ping: %v", name, err)
+		}
+		rdb.Close()
+	}
+	rdb, err := redisFlags{mode: "sentinel", addr: srv.Addr, sentinelMaster: "m", passwordFile: pw}.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "sentinel") {
+		t.Errorf("sentinel mode against a plain server: %v", err)
+	}
+}
+
+func TestAcceptsGzip(t *testing.T) {
+	for header, want := range map[string]bool{
+		"gzip": true, "deflate, gzip;q=1.0, *;q=0.5": true, "GZIP": true, "gzip;q=0": false,
+		"gzip; q=0.000": false, "identity": false, "": false, "x-gzip2": false,
+	} {
+		if got := acceptsGzip(header); got != want {
+			t.Errorf("acceptsGzip(%q) = %v", header, got)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestServe runs the exporter as main does, behind basic auth from
+// --web.config.file, and reads its pages.
+func TestServe(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	q := queue.New(srv.Client(), "orders")
+	if err := q.EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, "job-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte("pass"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{"--redis.addr=" + srv.Addr, "--queues=orders", "--web.listen-address=" + addr,
+			"--web.config.file=" + webConfig, "--log.level=warn"}, io.Discard)
+	}()
+
+	get := func(path string, auth bool) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		if auth {
+			req.SetBasicAuth("prom", "pass")
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				defer resp.Body.Close()
+				body, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(body)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+			time.Sleep(20 * time.Millisecond) // the server is starting
+		}
+	}
+	if code, _ := get("/metrics", false); code != http.StatusUnauthorized {
+		t.Errorf("metrics without auth: %d", code)
+	}
+	code, body := get("/metrics", true)
+	for _, want := range []string{"backstop_up 1", `backstop_enqueued_total{queue="orders"} 1`,
+		"backstop_exporter_build_info{", "go_goroutines ", "process_resident_memory_bytes "} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("metrics: %d, missing %q", code, want)
+		}
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	req.SetBasicAuth("prom", "pass")
+	req.Header.Set("Accept-Encoding", "gzip")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Error(err)
+	} else {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil || resp.Header.Get("Content-Encoding") != "gzip" {
+			t.Errorf("gzip scrape: %v, Content-Encoding %q", err, resp.Header.Get("Content-Encoding"))
+		} else if b, _ := io.ReadAll(zr); !strings.Contains(string(b), "backstop_up 1") {
+			t.Error("gzip scrape lacks backstop_up 1")
+		}
+		resp.Body.Close()
+	}
+	if code, body := get("/", true); code != http.StatusOK || !strings.Contains(body, "backstop-exporter") || !strings.Contains(body, `href="/metrics"`) {
+		t.Errorf("landing page: %d\n%s", code, body)
+	}
+	for _, p := range []string{"/-/healthy", "/-/ready"} {
+		if code, body := get(p, true); code != http.StatusOK || body != "OK\n" {
+			t.Errorf("%s: %d %q", p, code, body)
+		}
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not stop")
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/redistest"
+)
+
+// The demo drains: every produced job succeeds or is dead-lettered, and
+// the exporter's counters say the same as the demo's summary.
+func TestDemoDrainsAndTheExporterAgrees(t *testing.T) {
+	srv := redistest.Start(t)
+	out, err := runCLI(t, "", "demo", "--jobs", "300", "--listen", "127.0.0.1:0", "--redis-url", "redis://"+srv.Addr+"/0")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`summary: (\d+) produced, (\d+) succeeded, (\d+) dead-lettered, (\d+) still in flight`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no summary:\n%s", out)
+	}
+	n := func(i int) float64 { v, _ := strconv.Atoi(m[i]); return float64(v) }
+	if n(1) != 300 || n(2)+n(3) != 300 || n(4) != 0 {
+		t.Fatalf("summary %q: produced must equal succeeded + dead-lettered", m[0])
+	}
+
+	var qs []exporter.Queue
+	for _, dq := range demoQueues {
+		qs = append(qs, exporter.QueueFor("demo-"+dq.name))
+	}
+	c, err := exporter.NewCollector(redis.NewClient(&redis.Options{Addr: srv.Addr}), exporter.WithQueues(qs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "backstop_attempts_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "outcome" {
+					sums[l.GetValue()] += s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if sums["success"] != n(2) || sums["dead_letter"] != n(3) {
+		t.Errorf("exporter says %v; the demo says %s", sums, m[0])
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/backstop-dev/backstop/plot"
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// policyPlot draws a policy's schedule, its jitter envelope and knees,
+// alone or next to others, as SVG or PNG.
+func policyPlot(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("policy plot", flag.ContinueOnError)
+	out := fs.String("out", "", "chart to write: FILE.svg or FILE.png (required)")
+	compare := fs.String("compare", "", "more policies on the same chart: FILE|PRESET,...")
+	attempts := fs.Int("attempts", 0, "at most this many failed attempts (default: the policy's retries, at most 30)")
+	draws := fs.Int("draws", 1000, "random draws per attempt for the jitter envelope")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil || len(pos) != 1 || *out == "" || *attempts < 0 || *draws < 1 {
+		return errUsage
+	}
+	if *attempts == 0 {
+		*attempts = 30
+	}
+	args = append(pos, splitList(*compare)...)
+	envs := make([]plot.Envelope, 0, len(args))
+	for _, arg := range args {
+		p, name, _, err := loadPolicy(arg)
+		if err != nil {
+			return err
+		}
+		envs = append(envs, plot.NewEnvelope(p, name, *attempts, *draws, 1))
+	}
+	if err := writeChart(*out, func(w io.Writer, format string) error {
+		return plot.Schedule(w, format, envs...)
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "wrote", *out)
+	return nil
+}
+
+// checkChartPath fails early, before a simulation runs, when --out names
+// a format we cannot write.
+func checkChartPath(path string) error {
+	if path == "" {
+		return nil
+	}
+	_, err := plot.FormatOf(path)
+	return err
+}
+
+// loadPolicy loads a FILE|PRESET argument, returning its source too (the
+// simulations build their own instances from it), and names it for a
+// chart or a table: the policy's own name, else the file's base name.
+func loadPolicy(arg string) (p *policy.Policy, name string, src []byte, err error) {
+	src, what, err := readPolicy(arg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if p, err = policy.Load(src); err != nil {
+		return nil, "", nil, problems(what, err)
+	}
+	if name = p.Name(); name == "" {
+		name = strings.TrimSuffix(filepath.Base(arg), filepath.Ext(arg))
+	}
+	return p, name, src, nil
+}
+
+// writeChart creates path and draws into it in the format its extension
+// names; a failed draw leaves no half-written file behind.
+func writeChart(path string, draw func(w io.Writer, format string) error) error {
+	format, err := plot.FormatOf(path)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(draw(f, format), f.Close()); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// parseInterspersed parses flags that may come after the positional
+// arguments ("policy plot default --out x.svg"), which flag.Parse alone
+// does not allow, and returns the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}

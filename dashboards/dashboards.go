@@ -1,0 +1,235 @@
+// Package dashboards generates backstop's Grafana dashboards from code: an
+// overview of every queue and a per-queue drill-down. The shipped
+// dashboards/*.json are its output; tests keep them in sync and check them
+// (variables, units, descriptions, $__rate_interval, every counter inside
+// rate or increase, every metric emitted by the exporter).
+package dashboards
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Dashboard is the part of Grafana's dashboard model backstop uses.
+type Dashboard struct {
+	UID           string     `json:"uid"`
+	Title         string     `json:"title"`
+	Description   string     `json:"description"`
+	Tags          []string   `json:"tags"`
+	Timezone      string     `json:"timezone"`
+	SchemaVersion int        `json:"schemaVersion"`
+	Refresh       string     `json:"refresh"`
+	Time          TimeRange  `json:"time"`
+	Templating    Templating `json:"templating"`
+	Links         []Link     `json:"links"`
+	Panels        []Panel    `json:"panels"`
+}
+
+type TimeRange struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+type Templating struct {
+	List []Variable `json:"list"`
+}
+
+// Variable is a dashboard variable.
+type Variable struct {
+	Name       string      `json:"name"`
+	Label      string      `json:"label"`
+	Type       string      `json:"type"`
+	Query      string      `json:"query"`
+	Datasource *Datasource `json:"datasource,omitempty"`
+	Refresh    int         `json:"refresh,omitempty"`
+	Multi      bool        `json:"multi"`
+	IncludeAll bool        `json:"includeAll"`
+	AllValue   string      `json:"allValue,omitempty"`
+	Sort       int         `json:"sort,omitempty"`
+}
+
+type Datasource struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type Link struct {
+	Title       string   `json:"title"`
+	Type        string   `json:"type"`
+	Tags        []string `json:"tags"`
+	AsDropdown  bool     `json:"asDropdown"`
+	IncludeVars bool     `json:"includeVars"`
+	KeepTime    bool     `json:"keepTime"`
+}
+
+// Panel is a Grafana panel with Prometheus targets.
+type Panel struct {
+	ID          int         `json:"id"`
+	Type        string      `json:"type"`
+	Title       string      `json:"title"`
+	Description string      `json:"description"`
+	Datasource  Datasource  `json:"datasource"`
+	GridPos     GridPos     `json:"gridPos"`
+	Targets     []Target    `json:"targets"`
+	FieldConfig FieldConfig `json:"fieldConfig"`
+	Options     any         `json:"options,omitempty"`
+}
+
+type GridPos struct {
+	H int `json:"h"`
+	W int `json:"w"`
+	X int `json:"x"`
+	Y int `json:"y"`
+}
+
+type Target struct {
+	RefID        string     `json:"refId"`
+	Expr         string     `json:"expr"`
+	LegendFormat string     `json:"legendFormat"`
+	Format       string     `json:"format,omitempty"`
+	Datasource   Datasource `json:"datasource"`
+}
+
+type FieldConfig struct {
+	Defaults FieldDefaults `json:"defaults"`
+}
+
+type FieldDefaults struct {
+	Unit string `json:"unit"`
+	Min  *int   `json:"min,omitempty"`
+}
+
+var ds = Datasource{Type: "prometheus", UID: "${datasource}"}
+
+// sel is the selector every panel query carries.
+const sel = `job=~"$job", instance=~"$instance", queue=~"$queue"`
+
+// hostSel is for the exporter's own metrics, which have no queue label.
+const hostSel = `job=~"$job", instance=~"$instance"`
+
+func variables() Templating {
+	return Templating{List: []Variable{
+		{Name: "datasource", Label: "Data source", Type: "datasource", Query: "prometheus"},
+		{Name: "job", Label: "job", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
+			Query: "label_values(backstop_up, job)", Multi: true, IncludeAll: true, AllValue: ".+"},
+		{Name: "instance", Label: "instance", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
+			Query: `label_values(backstop_up{job=~"$job"}, instance)`, Multi: true, IncludeAll: true, AllValue: ".+"},
+		{Name: "queue", Label: "queue", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
+			Query: `label_values(backstop_dlq_size{job=~"$job", instance=~"$instance"}, queue)`, Multi: true, IncludeAll: true, AllValue: ".+"},
+	}}
+}
+
+// layout places panels two per row, 12 wide and 8 high.
+func layout(ps []Panel) []Panel {
+	for i := range ps {
+		ps[i].ID = i + 1
+		ps[i].Datasource = ds
+		ps[i].GridPos = GridPos{H: 8, W: 12, X: (i % 2) * 12, Y: (i / 2) * 8}
+		for j := range ps[i].Targets {
+			ps[i].Targets[j].RefID = string(rune('A' + j))
+			ps[i].Targets[j].Datasource = ds
+		}
+	}
+	return ps
+}
+
+func ts(title, desc, unit string, targets ...Target) Panel {
+	zero := 0
+	return Panel{Type: "timeseries", Title: title, Description: desc, Targets: targets,
+		FieldConfig: FieldConfig{Defaults: FieldDefaults{Unit: unit, Min: &zero}}}
+}
+
+func q(expr, legend string) Target { return Target{Expr: expr, LegendFormat: legend} }
+
+func links() []Link {
+	return []Link{{Title: "backstop", Type: "dashboards", Tags: []string{"backstop"}, AsDropdown: true, IncludeVars: true, KeepTime: true}}
+}
+
+// Overview is the dashboard of every queue.
+func Overview() Dashboard {
+	return Dashboard{
+		UID: "backstop-overview", Title: "backstop overview",
+		Description: "Every queue's dead letters, retries and backlog, and the exporter's health.",
+		Tags:        []string{"backstop"}, Timezone: "browser", SchemaVersion: 39, Refresh: "30s",
+		Time: TimeRange{"now-6h", "now"}, Templating: variables(), Links: links(),
+		Panels: layout([]Panel{
+			ts("DLQ ingestion", "Jobs dead-lettered per second, by queue (XINFO STREAM entries-added: survives trimming). What BackstopDLQIngestion pages on.", "ops",
+				q(fmt.Sprintf("sum by (queue) (rate(backstop_dlq_ingested_total{%s}[$__rate_interval]))", sel), "{{queue}}")),
+			ts("Retry rate", "Share of attempt outcomes that were retries, by queue.", "percentunit",
+				q(fmt.Sprintf("sum by (queue) (rate(backstop_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (queue) (rate(backstop_attempts_total{%s}[$__rate_interval]))", sel, sel), "{{queue}}")),
+			ts("Max attempts reached", "Jobs per second that failed on every attempt the policy allowed, by queue.", "ops",
+				q(fmt.Sprintf("sum by (queue) (rate(backstop_max_attempts_reached_total{%s}[$__rate_interval]))", sel), "{{queue}}")),
+			ts("Delayed retries", "Jobs waiting in the delayed set (cold retries), and how many of them are already due.", "short",
+				q(fmt.Sprintf("sum by (queue) (backstop_delayed_queue_size{%s})", sel), "{{queue}} delayed"),
+				q(fmt.Sprintf("sum by (queue) (backstop_delayed_overdue_jobs{%s})", sel), "{{queue}} overdue")),
+			ts("Oldest overdue retry", "How long the oldest due retry has waited past its due time: it grows when the promote loop (the scheduler) is down.", "s",
+				q(fmt.Sprintf("max by (queue) (backstop_delayed_oldest_overdue_seconds{%s})", sel), "{{queue}}")),
+			ts("Stream lag", "Jobs not yet delivered to each consumer group (left out when Redis cannot tell).", "short",
+				q(fmt.Sprintf("sum by (queue, group) (backstop_stream_lag_jobs{%s})", sel), "{{queue}} / {{group}}")),
+			ts("Exporter: Redis up", "1 when the exporter could read Redis on its last scrape.", "short",
+				q(fmt.Sprintf("min by (instance) (backstop_up{%s})", hostSel), "{{instance}}")),
+			ts("Exporter: scrape duration and errors", "Time one collection takes, and collection errors per second by kind.", "s",
+				q(fmt.Sprintf("max by (instance) (backstop_scrape_duration_seconds{%s})", hostSel), "{{instance}} duration"),
+				q(fmt.Sprintf("sum by (instance) (rate(backstop_scrape_errors_total{%s}[$__rate_interval]))", hostSel), "{{instance}} errors/s")),
+		}),
+	}
+}
+
+// Queue is the drill-down of one (or a few) queues.
+func Queue() Dashboard {
+	return Dashboard{
+		UID: "backstop-queue", Title: "backstop queue",
+		Description: "One queue in detail: how many attempts jobs take, why they are retried and dead-lettered, redeliveries.",
+		Tags:        []string{"backstop"}, Timezone: "browser", SchemaVersion: 39, Refresh: "30s",
+		Time: TimeRange{"now-6h", "now"}, Templating: variables(), Links: links(),
+		Panels: layout([]Panel{
+			{Type: "heatmap", Title: "Attempt distribution",
+				Description: "The attempt on which jobs finished (success or dead letter), per interval: a healthy queue sits on attempt 1.",
+				Targets:     []Target{{Expr: fmt.Sprintf("sum by (le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval]))", sel), LegendFormat: "{{le}}", Format: "heatmap"}},
+				FieldConfig: FieldConfig{Defaults: FieldDefaults{Unit: "short"}},
+				Options:     map[string]any{"calculate": false, "yAxis": map[string]any{"unit": "short"}}},
+			ts("Attempt outcomes", "Attempt outcomes per second: success, retry, dead letter.", "ops",
+				q(fmt.Sprintf("sum by (outcome) (rate(backstop_attempts_total{%s}[$__rate_interval]))", sel), "{{outcome}}")),
+			ts("Retries by reason", "transient, uncertain (HTTP 500 and the like), retry_after (the server set the wait).", "ops",
+				q(fmt.Sprintf("sum by (reason) (rate(backstop_retries_total{%s}[$__rate_interval]))", sel), "{{reason}}")),
+			ts("Dead letters by reason", "Why jobs were given up: permanent_error, max_attempts_reached, not_idempotent, crash_loop…", "ops",
+				q(fmt.Sprintf("sum by (reason) (rate(backstop_dead_letters_total{%s}[$__rate_interval]))", sel), "{{reason}}")),
+			ts("Retry-After share", "Share of retries whose wait the server set (Retry-After or grpc-retry-pushback-ms): throttling.", "percentunit",
+				q(fmt.Sprintf("sum(rate(backstop_retries_total{%s, reason=\"retry_after\"}[$__rate_interval]))\n/\nsum(rate(backstop_retries_total{%s}[$__rate_interval]))", sel, sel), "retry_after")),
+			ts("Pending deliveries", "Pending entries (from a bounded sample) by how often they were delivered: high counts are crash loops before they reach the DLQ.", "short",
+				q(fmt.Sprintf("sum by (le) (backstop_stream_pending_deliveries_bucket{%s})", sel), "delivered <= {{le}}")),
+			ts("Pending and lag", "Jobs delivered but not finished, and jobs not yet delivered.", "short",
+				q(fmt.Sprintf("sum by (group) (backstop_stream_pending_jobs{%s})", sel), "{{group}} pending"),
+				q(fmt.Sprintf("sum by (group) (backstop_stream_lag_jobs{%s})", sel), "{{group}} lag")),
+			ts("Dead letter queue", "Dead letters waiting (XLEN): what `backstop dlq inspect` lists and `backstop dlq replay` moves back.", "short",
+				q(fmt.Sprintf("sum(backstop_dlq_size{%s})", sel), "dead letters")),
+		}),
+	}
+}
+
+// All returns the dashboards by file name.
+func All() map[string]Dashboard {
+	return map[string]Dashboard{"backstop-overview.json": Overview(), "backstop-queue.json": Queue()}
+}
+
+// Marshal renders a dashboard as indented JSON.
+func Marshal(d Dashboard) ([]byte, error) {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Exprs returns every query of a dashboard, variables included, with
+// Grafana's interval variables replaced so the PromQL parser reads them.
+func Exprs(d Dashboard) []string {
+	var out []string
+	for _, p := range d.Panels {
+		for _, t := range p.Targets {
+			out = append(out, strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h").Replace(t.Expr))
+		}
+	}
+	return out
+}

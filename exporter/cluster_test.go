@@ -1,0 +1,57 @@
+package exporter
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+)
+
+// TestCluster runs queues through the scripts on a 3-master Redis Cluster
+// and discovers them by SCAN on every master: one pipeline, split per node
+// by go-redis, reads them all.
+func TestCluster(t *testing.T) {
+	rdb := redistest.StartCluster(t, 3).Client(t)
+	ctx := context.Background()
+	const n = 20
+	for i := range n {
+		q := queue.New(rdb, "q"+strconv.Itoa(i))
+		must(t, q.EnsureGroup(ctx))
+		for j := range 3 {
+			_, err := q.Enqueue(ctx, "job-"+strconv.Itoa(j), nil)
+			must(t, err)
+		}
+		m := readGroup(t, rdb, q.Keys().Jobs, "workers", 3)
+		ack(t, q, m[0].ID)
+		deadLetter(t, q, m[1].ID, "permanent_error")
+	}
+	// The queues really are spread: every master holds some.
+	must(t, rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		if size := node.DBSize(ctx).Val(); size == 0 {
+			t.Errorf("master %s holds no key", node.Options().Addr)
+		}
+		return nil
+	}))
+
+	c, logs := newTestCollector(t, rdb, WithPattern("{*}:jobs", time.Hour, 1000))
+	got := gather(t, c)
+	want(t, got, map[string]float64{"backstop_up": 1, "backstop_scrape_partial": 0, "backstop_queues": n})
+	for i := range n {
+		q := strconv.Quote("q" + strconv.Itoa(i))
+		want(t, got, map[string]float64{
+			`backstop_enqueued_total{queue=` + q + `}`:                              3,
+			`backstop_dlq_size{queue=` + q + `}`:                                    1,
+			`backstop_stream_pending_jobs{group="workers",queue=` + q + `}`:         1,
+			`backstop_attempts_total{outcome="success",queue=` + q + `}`:            1,
+			`backstop_dead_letters_total{queue=` + q + `,reason="permanent_error"}`: 1,
+		})
+	}
+	if logs.String() != "" {
+		t.Errorf("unexpected logs:\n%s", logs)
+	}
+}

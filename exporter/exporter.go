@@ -1,0 +1,356 @@
+// Package exporter is backstop's Prometheus collector. It reads the queues
+// of the queue contract (delayed set, dead letter stream, jobs stream and
+// its consumer groups, stats hash) and reports the metrics of DESIGN.md,
+// "Metrics (exporter contract)". It never writes to Redis.
+//
+// Every scrape reads live state in one pipeline of a fixed number of
+// commands per queue, whatever the queues' lengths, under a time budget;
+// scrapes that arrive while one runs share its result.
+//
+//	c, err := exporter.NewCollector(rdb, exporter.WithQueues(exporter.QueueFor("orders")))
+//	if err != nil { … }
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(c)
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors/version"
+	"github.com/redis/go-redis/v9"
+)
+
+type config struct {
+	queues  []Queue
+	pattern string
+	refresh time.Duration
+	maxKeys int
+	timeout time.Duration
+	log     *slog.Logger
+	now     func() time.Time // the clock: a seam for tests
+}
+
+func defaults() config {
+	return config{timeout: 5 * time.Second, log: slog.New(slog.DiscardHandler), now: time.Now}
+}
+
+// Option configures a Collector.
+type Option func(*config)
+
+// WithQueues adds queues to report. Use QueueFor for the default layout.
+func WithQueues(qs ...Queue) Option {
+	return func(c *config) { c.queues = append(c.queues, qs...) }
+}
+
+// WithPattern discovers queues by SCAN MATCH pattern on every master (each
+// master of a Redis Cluster), keeping at most maxKeys matching keys. The
+// queue name is the content of the key's hash tag: pattern "{*}:jobs"
+// finds queue orders through the key {orders}:jobs; discovered queues use
+// the default layout and group (QueueFor). The names are cached and
+// refreshed every refresh interval, in the background so a scrape never
+// waits for a SCAN except the first. A queue given to WithQueues keeps its
+// own layout when discovered too.
+func WithPattern(pattern string, refresh time.Duration, maxKeys int) Option {
+	return func(c *config) { c.pattern, c.refresh, c.maxKeys = pattern, refresh, maxKeys }
+}
+
+// WithTimeout sets the time budget of one scrape (default 5s). A scrape
+// that runs out of it returns on time with backstop_scrape_partial 1.
+//
+// # Notes
+//
+// Over a client with ContextTimeoutEnabled the replies that arrived in
+// time are still reported; over one without, go-redis ignores the budget,
+// so the scrape reports no queue and drops the replies when they come.
+// cmd/backstop-exporter turns it on.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// Collector reports backstop's queues and the exporter's health, build
+// info included (backstop_exporter_build_info: do not register
+// prometheus/collectors/version beside it). It implements
+// prometheus.Collector and is safe for concurrent use; it never closes the
+// client.
+type Collector struct {
+	rdb    redis.UniversalClient
+	cfg    config
+	disc   *discovery // nil without a pattern
+	build  prometheus.Collector
+	flight flight
+
+	mu   sync.Mutex
+	errs map[string]float64 // backstop_scrape_errors_total by kind
+}
+
+// NewCollector returns a collector of the queues that opts name over a
+// client: a plain client, a Sentinel failover client or a cluster client.
+// It does not contact Redis: an unreachable Redis is reported by the
+// scrapes (backstop_up 0), which reconnect on their own.
+//
+// # Errors
+//
+// No queue and no pattern, a queue without a name or given twice, a
+// pattern without a hash tag, or a budget, refresh interval or key bound
+// that is not positive.
+func NewCollector(rdb redis.UniversalClient, opts ...Option) (*Collector, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if rdb == nil {
+		return nil, errors.New("exporter: nil redis client")
+	}
+	if cfg.timeout <= 0 {
+		return nil, fmt.Errorf("exporter: timeout must be positive, got %v", cfg.timeout)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.queues) == 0 && cfg.pattern == "" {
+		return nil, errors.New("exporter: no queues: give WithQueues or WithPattern")
+	}
+	qs := make([]Queue, len(cfg.queues))
+	for i, q := range cfg.queues {
+		var err error
+		if qs[i], err = q.withDefaults(); err != nil {
+			return nil, fmt.Errorf("exporter: %w", err)
+		}
+	}
+	if err := checkUnique(qs); err != nil {
+		return nil, fmt.Errorf("exporter: %w", err)
+	}
+	sortQueues(qs)
+	cfg.queues = qs
+	c := &Collector{rdb: rdb, cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
+	if cfg.pattern != "" {
+		if err := checkPattern(cfg.pattern, cfg.refresh, cfg.maxKeys); err != nil {
+			return nil, fmt.Errorf("exporter: %w", err)
+		}
+		c.disc = &discovery{rdb: rdb, pattern: cfg.pattern, every: cfg.refresh, max: cfg.maxKeys, log: cfg.log}
+	}
+	return c, nil
+}
+
+// Describe sends the descriptors of every metric the collector reports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range descs {
+		ch <- d
+	}
+	c.build.Describe(ch)
+}
+
+// Collect scrapes Redis, or waits for the scrape already running and
+// reports its result.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.flight.do(c.scrape) {
+		ch <- m
+	}
+	c.build.Collect(ch)
+}
+
+// scrape reads every queue once, within the budget.
+func (c *Collector) scrape() []prometheus.Metric {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
+	defer cancel()
+	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
+	qs := c.queues(ctx, s)
+	c.read(ctx, qs, s)
+	return c.health(s, len(qs), time.Since(start))
+}
+
+// queues returns the configured and the discovered queues, by name.
+func (c *Collector) queues(ctx context.Context, s *sink) []Queue {
+	if c.disc == nil {
+		return c.cfg.queues // sorted by NewCollector
+	}
+	names, err := c.disc.names(ctx)
+	if err != nil {
+		s.fail(Queue{}, c.cfg.pattern, fmt.Errorf("discovery: %w", err))
+	}
+	qs := append([]Queue(nil), c.cfg.queues...)
+	known := make(map[string]bool, len(qs))
+	for _, q := range qs {
+		known[q.Name] = true
+	}
+	for _, n := range names {
+		if !known[n] {
+			qs = append(qs, QueueFor(n))
+		}
+	}
+	sortQueues(qs)
+	return qs
+}
+
+// sortQueues orders queues by name, so the samples come out nearly in the
+// order the registry sorts them to, which makes its sort cheap.
+func sortQueues(qs []Queue) {
+	slices.SortFunc(qs, func(a, b Queue) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// read sends every queue's commands in one pipeline (a cluster client
+// splits it per node) and turns the replies into metrics. The pipeline
+// runs in its own goroutine so the budget holds even over a client that
+// ignores context deadlines; replies that miss it are dropped.
+func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
+	groups := 0
+	for _, q := range qs {
+		groups += len(q.Groups)
+	}
+	pl := plan{now: c.cfg.now(), sample: sampleSize(groups)}
+	p := c.rdb.Pipeline()
+	ping := p.Ping(ctx) // says whether Redis is up even with no queue to read
+	var reads []func(*sink)
+	for _, q := range qs {
+		for _, r := range readers {
+			if f := r(ctx, p, q, pl); f != nil {
+				reads = append(reads, f)
+			}
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		cmds, err := p.Exec(ctx) // errors are read per command below
+		stampUnanswered(cmds, err)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.fail(Queue{}, "", fmt.Errorf("pipeline of %d queues: %w", len(qs), ctx.Err()))
+		return
+	}
+	if err := ping.Err(); err != nil {
+		s.fail(Queue{}, "", fmt.Errorf("ping: %w", err))
+	} else {
+		s.pinged = true
+	}
+	// Read every reply even after a failed ping: on a cluster the other
+	// nodes may have answered.
+	for _, f := range reads {
+		f(s)
+	}
+}
+
+// stampUnanswered gives every command the pipeline's error when none
+// carries one: go-redis returns an error reply met while opening the
+// connection (WRONGPASS, NOAUTH) without setting it on the commands, which
+// would then look answered with empty values.
+func stampUnanswered(cmds []redis.Cmder, err error) {
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return
+		}
+	}
+	for _, c := range cmds {
+		c.SetErr(err)
+	}
+}
+
+// A reader queues the commands that read one part of a queue on the
+// pipeline and returns the function that turns their replies into metrics
+// once the pipeline has run, or nil when the queue has no such part.
+type reader func(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink)
+
+// plan is what the readers of one scrape share.
+type plan struct {
+	now    time.Time // the exporter's clock: ages are measured against it
+	sample int64     // XPENDING entries to read per group
+}
+
+var readers = []reader{readDelayed, readDLQ, readStreams, readStats}
+
+// sink gathers one scrape's metrics and errors.
+type sink struct {
+	log     *slog.Logger
+	metrics []prometheus.Metric
+	kinds   map[string]error // the first error of each kind
+	pinged  bool             // Redis answered the scrape's PING
+}
+
+func (s *sink) gauge(d *desc, v float64, labels ...string) {
+	s.metrics = append(s.metrics, &sample{desc: d, typ: prometheus.GaugeValue, value: v, labels: labels})
+}
+
+func (s *sink) counter(d *desc, v float64, labels ...string) {
+	s.metrics = append(s.metrics, &sample{desc: d, typ: prometheus.CounterValue, value: v, labels: labels})
+}
+
+// histogram adds a histogram of count observations summing to sum, with
+// cum[i] of them at most bounds[i].
+func (s *sink) histogram(d *desc, bounds []float64, cum []uint64, count uint64, sum float64, labels ...string) {
+	s.metrics = append(s.metrics, &sample{desc: d, histogram: true, bounds: bounds, cum: cum, count: count, value: sum, labels: labels})
+}
+
+// fail records an error reading key of q. Errors about one key (a wrong
+// type, a refused command) are logged here with the key; errors about
+// Redis as a whole are logged once per scrape by health.
+func (s *sink) fail(q Queue, key string, err error) {
+	kind := kindOf(err)
+	if _, ok := s.kinds[kind]; !ok {
+		s.kinds[kind] = err
+	}
+	if kind == kindWrongType || kind == kindReply {
+		s.log.Warn("reading key failed", "queue", q.Name, "key", key, "kind", kind, "err", err)
+	}
+}
+
+// The kinds of scrape error, the label of backstop_scrape_errors_total.
+const (
+	kindConnection = "connection" // Redis unreachable, or a node of the cluster
+	kindAuth       = "auth"       // wrong password or user
+	kindTimeout    = "timeout"    // the scrape's budget ran out
+	kindWrongType  = "wrong_type" // a key holds another type than the layout says
+	kindReply      = "reply"      // any other error reply, e.g. an ACL refusing a command
+)
+
+var kinds = []string{kindConnection, kindAuth, kindTimeout, kindWrongType, kindReply}
+
+func kindOf(err error) string {
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), isTimeout(err):
+		return kindTimeout
+	case errors.As(err, &rerr):
+		msg := rerr.Error()
+		switch {
+		case strings.HasPrefix(msg, "WRONGTYPE"):
+			return kindWrongType
+		case strings.HasPrefix(msg, "NOAUTH"), strings.HasPrefix(msg, "WRONGPASS"):
+			return kindAuth
+		case strings.HasPrefix(msg, "LOADING"), strings.HasPrefix(msg, "CLUSTERDOWN"), strings.HasPrefix(msg, "MASTERDOWN"):
+			return kindConnection
+		}
+		return kindReply
+	}
+	return kindConnection
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// isMissing reports an error that only says a key or group does not exist
+// (yet): no error for a queue that never used it.
+func isMissing(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "ERR no such key") || strings.HasPrefix(msg, "NOGROUP")
+}

@@ -1,0 +1,136 @@
+package exporter
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	attemptsDesc    = newDesc("attempts_total", "Attempts by outcome (success, retry, dead_letter), counted by the queue scripts.", "queue", "outcome")
+	retriesDesc     = newDesc("retries_total", "Retries scheduled, by the policy's reason (transient, retry_after, uncertain).", "queue", "reason")
+	deadLettersDesc = newDesc("dead_letters_total", "Jobs dead-lettered, by reason.", "queue", "reason")
+	maxAttemptsDesc = newDesc("max_attempts_reached_total", "Jobs dead-lettered because they used up their attempts.", "queue")
+	jobAttemptsDesc = newDesc("job_attempts", "The attempt on which each job finished, by outcome (success, dead_letter).", "queue", "outcome")
+	enqueuedDesc    = newDesc("enqueued_total", "Jobs enqueued.", "queue")
+	promotedDesc    = newDesc("promoted_total", "Delayed jobs moved back to the jobs stream when due.", "queue")
+	reclaimedDesc   = newDesc("reclaimed_total", "Entries reclaimed from crashed consumers.", "queue")
+	replayedDesc    = newDesc("replayed_total", "Dead letters replayed to the jobs stream.", "queue")
+)
+
+// plainCounters are the stats fields that map one to one to a counter,
+// reported (0 when absent) once a queue has a stats hash.
+var plainCounters = []struct {
+	field string
+	desc  *desc
+}{
+	{"enqueued", enqueuedDesc}, {"promoted", promotedDesc}, {"reclaimed", reclaimedDesc},
+	{"replayed", replayedDesc}, {"max_attempts_reached", maxAttemptsDesc},
+}
+
+// outcomes are always reported once a queue has a stats hash, so rate()
+// sees the first attempt of each.
+var outcomes = []string{"success", "retry", "dead_letter"}
+
+// attemptBuckets are the upper bounds of backstop_job_attempts. The stats
+// hash counts attempts 1..64 exactly and "inf" above.
+var attemptBuckets = []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50}
+
+// readStats reads the stats hash (queue/README.md, "Counters") with one
+// HGETALL: its size depends on the reasons and attempt numbers seen, not on
+// the queue's length. A queue that never used the scripts has none and
+// gives no counters. Fields it does not know, or that are not numbers, are
+// skipped: a newer script may add some.
+func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*sink) {
+	key := q.Keys.Stats
+	if key == "" {
+		return nil
+	}
+	hash := p.HGetAll(ctx, key)
+	return func(s *sink) {
+		fields, err := hash.Result()
+		if err != nil {
+			s.fail(q, key, err)
+			return
+		}
+		if len(fields) == 0 {
+			return
+		}
+		plain := make([]float64, len(plainCounters))
+		attempts := map[string]float64{}
+		finished := map[string]*finishedJobs{}
+		jobs := func(outcome string) *finishedJobs {
+			if finished[outcome] == nil {
+				finished[outcome] = &finishedJobs{per: make([]uint64, len(attemptBuckets)+1)}
+			}
+			return finished[outcome]
+		}
+		for k, raw := range fields {
+			v, err := strconv.ParseFloat(raw, 64)
+			if err != nil || v < 0 || !utf8.ValidString(k) { // labels must be UTF-8
+				continue
+			}
+			kind, label, found := strings.Cut(k, ":")
+			switch {
+			case !found:
+				for i, c := range plainCounters {
+					if c.field == k {
+						plain[i] = v
+					}
+				}
+			case label == "":
+			case kind == "attempts":
+				attempts[label] = v
+			case kind == "retries":
+				s.counter(retriesDesc, v, q.Name, label)
+			case kind == "dead_letters":
+				s.counter(deadLettersDesc, v, q.Name, label)
+			case kind == "finished_sum":
+				jobs(label).sum = v
+			case kind == "finished":
+				if outcome, attempt, ok := strings.Cut(label, ":"); ok {
+					jobs(outcome).add(attempt, v)
+				}
+			}
+		}
+		for i, c := range plainCounters {
+			s.counter(c.desc, plain[i], q.Name)
+		}
+		for _, o := range outcomes {
+			attempts[o] += 0
+		}
+		for o, v := range attempts {
+			s.counter(attemptsDesc, v, q.Name, o)
+		}
+		for o, f := range finished {
+			for i := 1; i < len(f.per); i++ {
+				f.per[i] += f.per[i-1] // now cumulative
+			}
+			s.histogram(jobAttemptsDesc, attemptBuckets, f.per[:len(attemptBuckets)], f.per[len(attemptBuckets)], f.sum, q.Name, o)
+		}
+	}
+}
+
+// finishedJobs counts the jobs of one outcome by the attempt they finished on.
+type finishedJobs struct {
+	per []uint64 // jobs per bucket (previous bound, bound], the last +Inf
+	sum float64
+}
+
+// add counts jobs that finished on attempt ("1".."64", or "inf").
+func (f *finishedJobs) add(attempt string, jobs float64) {
+	n := math.Inf(1)
+	if attempt != "inf" {
+		var err error
+		if n, err = strconv.ParseFloat(attempt, 64); err != nil {
+			return
+		}
+	}
+	i, _ := slices.BinarySearch(attemptBuckets, n)
+	f.per[i] += uint64(jobs)
+}

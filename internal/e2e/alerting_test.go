@@ -1,0 +1,278 @@
+// Package e2e proves the path from a dead letter to a page with real parts:
+// redis-server, backstop-exporter, Prometheus running the generated rules
+// and Alertmanager running the shipped example configuration, all on
+// loopback ports, and a webhook receiver in the test.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/rules"
+)
+
+const root = "../.."
+
+func TestDeadLettersPageAndResolve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs in make test, not with -short")
+	}
+	dir := t.TempDir()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "orders")
+	if err := q.EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	hooks := newReceiver(t)
+	exporterAddr := startExporter(t, dir, srv.Addr)
+	amAddr := startAlertmanager(t, dir, hooks.addr)
+	startPrometheus(t, dir, exporterAddr, amAddr)
+
+	// Dead letters arrive at 10/s.
+	stop := make(chan struct{})
+	var injected sync.WaitGroup
+	injected.Add(1)
+	started := time.Now()
+	go func() {
+		defer injected.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
+		}
+	}()
+	page := hooks.wait(t, 120*time.Second, "/pager", "firing", "BackstopDLQIngestion")
+	pageLatency := time.Since(started)
+	close(stop)
+	injected.Wait()
+	if page.Labels["queue"] != "orders" || page.Labels["severity"] != "critical" || page.Annotations["runbook_url"] == "" {
+		t.Errorf("page: %+v", page)
+	}
+	stopped := time.Now()
+	hooks.wait(t, 120*time.Second, "/pager", "resolved", "BackstopDLQIngestion")
+	t.Logf("dead letter → page: %s; injection stopped → resolved: %s", pageLatency.Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+	ticket := hooks.wait(t, 10*time.Second, "/ticket", "firing", "BackstopDeadLetter")
+	if ticket.Labels["queue"] != "orders" || ticket.Labels["severity"] != "warning" {
+		t.Errorf("ticket: %+v", ticket)
+	}
+}
+
+func deadLetter(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, id string) {
+	if _, err := q.Enqueue(ctx, id, []byte("{}")); err != nil {
+		t.Error(err)
+		return
+	}
+	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "e2e", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
+	if err != nil || len(res) == 0 || len(res[0].Messages) == 0 {
+		t.Errorf("read: %v", err)
+		return
+	}
+	if _, err := q.DeadLetter(ctx, res[0].Messages[0].ID, "permanent_error", "HTTP 400"); err != nil {
+		t.Error(err)
+	}
+}
+
+// receiver is the webhook receiver Alertmanager notifies.
+type receiver struct {
+	addr string
+	mu   sync.Mutex
+	got  []notification
+}
+
+type notification struct {
+	path   string
+	status string
+	alert  alert
+}
+
+type alert struct {
+	Status      string            `json:"status"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = l.Addr().String()
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var msg struct {
+			Alerts []alert `json:"alerts"`
+		}
+		if err := json.NewDecoder(req.Body).Decode(&msg); err != nil {
+			t.Errorf("webhook: %v", err)
+			return
+		}
+		r.mu.Lock()
+		for _, a := range msg.Alerts {
+			r.got = append(r.got, notification{path: req.URL.Path, status: a.Status, alert: a})
+		}
+		r.mu.Unlock()
+	})}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	return r
+}
+
+func (r *receiver) wait(t *testing.T, limit time.Duration, path, status, alertname string) alert {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		for _, n := range r.got {
+			if n.path == path && n.status == status && n.alert.Labels["alertname"] == alertname {
+				r.mu.Unlock()
+				return n.alert
+			}
+		}
+		r.mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.Fatalf("no %s %s notification of %s within %s; got %+v", path, status, alertname, limit, r.got)
+	return alert{}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func need(t *testing.T, name, pkg string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s not found: run `make test`, which installs the Debian package %s", name, pkg)
+	}
+	return p
+}
+
+// start runs a process until the test ends and waits for its HTTP
+// readiness path.
+func start(t *testing.T, dir, name, readyURL string, bin string, args ...string) {
+	t.Helper()
+	log, _ := os.Create(filepath.Join(dir, name+".log"))
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if resp, err := http.Get(readyURL); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			out, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+			t.Fatalf("%s not ready at %s:\n%s", name, readyURL, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func startExporter(t *testing.T, dir, redisAddr string) string {
+	bin := filepath.Join(dir, "backstop-exporter")
+	if out, err := exec.Command("go", "build", "-o", bin, root+"/cmd/backstop-exporter").CombinedOutput(); err != nil {
+		t.Fatalf("build backstop-exporter: %v\n%s", err, out)
+	}
+	addr := freeAddr(t)
+	start(t, dir, "exporter", "http://"+addr+"/-/ready", bin,
+		"--redis.addr="+redisAddr, "--queues=orders", "--web.listen-address="+addr)
+	return addr
+}
+
+// startAlertmanager runs the shipped example configuration with the
+// receivers pointed at the test and the group waits shortened.
+func startAlertmanager(t *testing.T, dir, hooks string) string {
+	bin := need(t, "prometheus-alertmanager", "prometheus-alertmanager")
+	b, err := os.ReadFile(root + "/rules/alertmanager.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	route := cfg["route"].(map[string]any)
+	route["group_wait"], route["group_interval"] = "1s", "1s"
+	for _, r := range route["routes"].([]any) {
+		r.(map[string]any)["group_wait"] = "1s"
+	}
+	for _, r := range cfg["receivers"].([]any) {
+		for _, w := range r.(map[string]any)["webhook_configs"].([]any) {
+			wc := w.(map[string]any)
+			wc["url"] = strings.Replace(wc["url"].(string), "127.0.0.1:5001", hooks, 1)
+		}
+	}
+	out, _ := yaml.Marshal(cfg)
+	os.WriteFile(filepath.Join(dir, "alertmanager.yml"), out, 0o644)
+	addr := freeAddr(t)
+	start(t, dir, "alertmanager", "http://"+addr+"/-/ready", bin,
+		"--config.file=alertmanager.yml", "--storage.path=am-data", "--web.listen-address="+addr, "--cluster.listen-address=")
+	return addr
+}
+
+// startPrometheus scrapes and evaluates every second, with the rules the
+// generator writes for a configuration whose windows fit a test: the same
+// expressions as the shipped rules, shorter durations.
+func startPrometheus(t *testing.T, dir, exporterAddr, amAddr string) {
+	bin := need(t, "prometheus", "prometheus")
+	c := rules.Default()
+	c.DLQRateWindow, c.DLQPageFor, c.DownFor = "10s", "3s", "10s"
+	files, err := rules.Files(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range files {
+		os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	}
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [backstop.rules.yml, backstop.alerts.yml]
+alerting:
+  alertmanagers:
+    - static_configs: [{targets: [%q]}]
+scrape_configs:
+  - job_name: backstop
+    static_configs: [{targets: [%q]}]
+`, amAddr, exporterAddr)
+	os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644)
+	addr := freeAddr(t)
+	start(t, dir, "prometheus", "http://"+addr+"/-/ready", bin,
+		"--config.file=prometheus.yml", "--storage.tsdb.path=prom-data", "--web.listen-address="+addr,
+		"--rules.alert.resend-delay=1s")
+}

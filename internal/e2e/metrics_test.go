@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/dashboards"
+	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/rules"
+)
+
+// TestEveryNamedMetricIsEmitted parses every rule and panel expression
+// with the PromQL parser and proves each metric it names is in a real
+// scrape of the exporter over a queue that has seen every outcome.
+func TestEveryNamedMetricIsEmitted(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "orders")
+	q.EnsureGroup(ctx)
+	for i, outcome := range []string{"ack", "retry", "dead", "retry-due", "pending"} {
+		q.Enqueue(ctx, "job-"+outcome, []byte("{}"))
+		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res[0].Messages[0].ID
+		switch i {
+		case 0:
+			q.Ack(ctx, id)
+		case 1:
+			q.Retry(ctx, id, time.Hour, "retry_after", "429")
+		case 2:
+			q.DeadLetter(ctx, id, "max_attempts_reached", "503")
+		case 3:
+			q.Retry(ctx, id, 0, "transient", "503")
+		}
+	}
+	q.Enqueue(ctx, "job-waiting", []byte("{}")) // undelivered: lag
+	time.Sleep(5 * time.Millisecond)            // the 0 ms retry is now overdue
+
+	c, err := exporter.NewCollector(rdb, exporter.WithQueues(exporter.QueueFor("orders")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitted := map[string]bool{}
+	for _, f := range fams {
+		if f.GetType().String() != "HISTOGRAM" {
+			emitted[f.GetName()] = true
+			continue
+		}
+		// A histogram's series are its _bucket, _sum and _count.
+		for _, s := range []string{"_bucket", "_sum", "_count"} {
+			emitted[f.GetName()+s] = true
+		}
+	}
+
+	var exprs []string
+	for _, f := range []rules.File{rules.Recording(rules.Default()), rules.Alerts(rules.Default())} {
+		for _, r := range f.Groups[0].Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	for _, d := range dashboards.All() {
+		exprs = append(exprs, dashboards.Exprs(d)...)
+	}
+	p := parser.NewParser(parser.Options{})
+	named := 0
+	for _, e := range exprs {
+		expr, err := p.ParseExpr(e)
+		if err != nil {
+			t.Errorf("%v: %s", err, e)
+			continue
+		}
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				named++
+				if strings.Contains(vs.Name, ":") {
+					return nil // a recording rule's output
+				}
+				if !emitted[vs.Name] {
+					t.Errorf("%s names %s, which the exporter does not emit", e, vs.Name)
+				}
+			}
+			return nil
+		})
+	}
+	if named < 30 {
+		t.Errorf("only %d metric selectors found in the rules and dashboards", named)
+	}
+}
