@@ -92,7 +92,9 @@ def test_keys():
 
 
 @pytest.mark.parametrize("attempt, first, malformed", [
-    ("1", "1700000000000", False), ("+2", "0", False), ("9223372036854775807", "1", False),
+    # the scripts' rule: digits only, attempt in 1..1e14
+    ("1", "1700000000000", False), ("99999999999999", "0", False), ("+2", "0", True),
+    ("01", "1", True), ("100000000000000", "1", True), ("9223372036854775807", "1", True),
     ("0", "1", True), ("-1", "1", True), ("2.0", "1", True), ("1e3", "1", True), ("inf", "1", True),
     ("9223372036854775808", "1", True), (" 1", "1", True), ("1", "", True), ("1", "x", True), (None, "1", True),
 ])

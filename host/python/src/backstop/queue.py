@@ -56,6 +56,8 @@ __all__ = ["AsyncQueue", "Job", "Keys", "Outcome", "Promoted", "Queue", "Reclaim
 log = logging.getLogger("backstop.queue")
 
 _INT = re.compile(r"[+-]?[0-9]+\Z")
+_ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
+_DIGITS = re.compile(r"[0-9]+\Z")
 _SCRIPTS = ("enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay")
 _source_cache: Dict[str, str] = {}
 
@@ -125,7 +127,9 @@ class Job:
         f = {_text(k): v for k, v in fields.items()}
         jid = _text(f.get("id", ""))
         attempt, first = _whole(f.get("attempt")), _whole(f.get("first_enqueued_ms"))
-        malformed = not jid or attempt is None or attempt < 1 or first is None
+        # The scripts' rule (retry.lua): digits only, attempt in 1..1e14.
+        malformed = (not jid or not _ATTEMPT.match(_text(f.get("attempt", "")))
+                     or not _DIGITS.match(_text(f.get("first_enqueued_ms", ""))))
         return cls(_text(entry_id), jid, attempt or 0, first or 0, _bytes(f.get("payload", b"")),
                    _text(f.get("last_error", "")), _text(f.get("last_reason", "")), malformed,
                    max(0, _whole(f.get("prev_delay_ms")) or 0), {k: _text(v) for k, v in f.items()})
