@@ -94,3 +94,23 @@ func TestUsage(t *testing.T) {
 		t.Errorf("presets:\n%s", out)
 	}
 }
+
+// The generate commands write what the shipped files hold.
+func TestGenerateCommandsWriteTheShippedFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"rules", "generate", "--out", dir}, {"dashboards", "generate", "--out", dir}} {
+		if _, err := runCLI(t, "", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"rules/backstop.rules.yml", "rules/backstop.alerts.yml", "dashboards/backstop-overview.json", "dashboards/backstop-queue.json"} {
+		want, err := os.ReadFile("../../" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(dir, filepath.Base(name)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: generated file differs from the shipped one (%v)", name, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/backstop-dev/backstop/dashboards"
 	"github.com/backstop-dev/backstop/rules"
 )
 
@@ -31,13 +32,37 @@ func rulesGenerate(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return writeFiles(*out, files, stdout)
+}
+
+// dashboardsGenerate writes the Grafana dashboards:
+// `backstop dashboards generate --out DIR`.
+func dashboardsGenerate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("dashboards generate", flag.ContinueOnError)
+	out := fs.String("out", "dashboards", "directory to write the dashboards' JSON into")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return errUsage
+	}
+	files := map[string][]byte{}
+	for name, d := range dashboards.All() {
+		b, err := dashboards.Marshal(d)
+		if err != nil {
+			return err
+		}
+		files[name] = b
+	}
+	return writeFiles(*out, files, stdout)
+}
+
+// writeFiles writes generated files into dir, in name order.
+func writeFiles(dir string, files map[string][]byte, stdout io.Writer) error {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		path := filepath.Join(*out, n)
+		path := filepath.Join(dir, n)
 		if err := os.WriteFile(path, files[n], 0o644); err != nil {
 			return err
 		}
