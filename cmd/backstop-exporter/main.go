@@ -62,6 +62,14 @@ type flags struct {
 	metricsPath string
 	web         *web.FlagConfig
 	log         promslog.Config
+	alerter     alerterFlags
+}
+
+// alerterFlags configure the alerter mode (exporter.Alerter): off without
+// a URL.
+type alerterFlags struct {
+	url                    string
+	interval, resolveAfter time.Duration
 }
 
 type redisFlags struct {
@@ -90,6 +98,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	app.Flag("queues.config", "YAML file of queues with their own key names and consumer groups (see package exporter, LoadQueuesConfig).").StringVar(&f.config)
 	app.Flag("scrape.timeout", "Time budget of one scrape of Redis; a scrape that runs out says so in backstop_scrape_partial.").Default("5s").DurationVar(&f.timeout)
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
+	app.Flag("alertmanager.url", "Alertmanager to post BackstopDLQIngestion to directly, seconds after a dead letter arrives (the alerter mode), e.g. http://localhost:9093; empty: off.").StringVar(&f.alerter.url)
+	app.Flag("alertmanager.interval", "How often the alerter reads the DLQs and re-posts firing alerts.").Default("1s").DurationVar(&f.alerter.interval)
+	app.Flag("alertmanager.resolve-after", "How long a queue's DLQ must stay without new entries before the alerter resolves its alert.").Default("1m").DurationVar(&f.alerter.resolveAfter)
 	f.web = kingpinflag.AddFlags(app, ":9797")
 	promslogflag.AddFlags(app, &f.log)
 	app.Version(version.Print(name))
@@ -124,7 +135,20 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	handler, err := f.handler(c, logger)
+	var extra []prometheus.Collector
+	if f.alerter.url != "" {
+		a, err := exporter.NewAlerter(c, f.alerter.url,
+			exporter.WithAlertInterval(f.alerter.interval),
+			exporter.WithResolveAfter(f.alerter.resolveAfter),
+			exporter.WithAlertLogger(logger))
+		if err != nil {
+			return err
+		}
+		extra = append(extra, a)
+		logger.Info("alerter started", "alertmanager", f.alerter.url, "interval", f.alerter.interval, "resolve_after", f.alerter.resolveAfter)
+		go a.Run(ctx)
+	}
+	handler, err := f.handler(c, logger, extra...)
 	if err != nil {
 		return err
 	}
@@ -243,10 +267,15 @@ func (f *flags) collector(rdb redis.UniversalClient, logger *slog.Logger) (*expo
 // handler serves the metrics, a landing page and the health endpoints.
 // /-/ready does not depend on Redis: an exporter that says backstop_up 0
 // is doing its job.
-func (f *flags) handler(c *exporter.Collector, logger *slog.Logger) (http.Handler, error) {
+func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...prometheus.Collector) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(c); err != nil {
 		return nil, fmt.Errorf("register collector: %w", err)
+	}
+	for _, e := range extra { // the alerter's error counter
+		if err := reg.Register(e); err != nil {
+			return nil, fmt.Errorf("register collector: %w", err)
+		}
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()

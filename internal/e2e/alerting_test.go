@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -75,6 +76,86 @@ func TestDeadLettersPageAndResolve(t *testing.T) {
 	ticket := hooks.wait(t, 10*time.Second, "/ticket", "firing", "BackstopDeadLetter")
 	if ticket.Labels["queue"] != "orders" || ticket.Labels["severity"] != "warning" {
 		t.Errorf("ticket: %+v", ticket)
+	}
+}
+
+// TestAlerterPagesFaster runs the alerter path alone: backstop-exporter
+// with --alertmanager.url posts BackstopDLQIngestion to the real
+// Alertmanager itself, with no Prometheus, so the latency measured is the
+// alerter's (read interval + Alertmanager's group_wait), not the rules'.
+// TestDeadLettersPageAndResolve measures the rules path in the same run.
+func TestAlerterPagesFaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: runs in make test, not with -short")
+	}
+	dir := t.TempDir()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "orders")
+	if err := q.EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A dead letter from before the exporter started: it must not page.
+	deadLetter(t, ctx, rdb, q, "old")
+
+	hooks := newReceiver(t)
+	amAddr := startAlertmanager(t, dir, hooks.addr)
+	exporterAddr := startExporter(t, dir, srv.Addr,
+		"--alertmanager.url=http://"+amAddr, "--alertmanager.interval=1s", "--alertmanager.resolve-after=3s")
+
+	// Let the alerter take its baseline, and check the old dead letter did
+	// not page.
+	time.Sleep(2 * time.Second)
+	hooks.mu.Lock()
+	early := append([]notification(nil), hooks.got...)
+	hooks.mu.Unlock()
+	if len(early) != 0 {
+		t.Fatalf("paged for dead letters older than the exporter: %+v", early)
+	}
+
+	// Dead letters arrive at 10/s.
+	stop := make(chan struct{})
+	var injected sync.WaitGroup
+	injected.Add(1)
+	started := time.Now()
+	go func() {
+		defer injected.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
+		}
+	}()
+	page := hooks.wait(t, 30*time.Second, "/pager", "firing", "BackstopDLQIngestion")
+	pageLatency := time.Since(started)
+	close(stop)
+	injected.Wait()
+	want := map[string]string{"alertname": "BackstopDLQIngestion", "severity": "critical", "queue": "orders"}
+	if len(page.Labels) != len(want) || page.Labels["queue"] != "orders" || page.Labels["severity"] != "critical" {
+		t.Errorf("page labels %v, want exactly %v", page.Labels, want)
+	}
+	if page.Annotations["runbook_url"] == "" || page.Annotations["dashboard_url"] == "" || page.Annotations["summary"] == "" {
+		t.Errorf("page annotations: %+v", page.Annotations)
+	}
+	stopped := time.Now()
+	hooks.wait(t, 30*time.Second, "/pager", "resolved", "BackstopDLQIngestion")
+	t.Logf("alerter: dead letter → page: %s; injection stopped → resolved: %s (resolve-after 3s)", pageLatency.Round(100*time.Millisecond), time.Since(stopped).Round(100*time.Millisecond))
+
+	// The exporter reports the alerter's errors: none here.
+	resp, err := http.Get("http://" + exporterAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range []string{`backstop_alerter_errors_total{kind="alertmanager"} 0`, `backstop_alerter_errors_total{kind="redis"} 0`} {
+		if !strings.Contains(string(body), line) {
+			t.Errorf("metrics lack %q", line)
+		}
 	}
 }
 
@@ -203,14 +284,14 @@ func start(t *testing.T, dir, name, readyURL string, bin string, args ...string)
 	}
 }
 
-func startExporter(t *testing.T, dir, redisAddr string) string {
+func startExporter(t *testing.T, dir, redisAddr string, extraArgs ...string) string {
 	bin := filepath.Join(dir, "backstop-exporter")
 	if out, err := exec.Command("go", "build", "-o", bin, root+"/cmd/backstop-exporter").CombinedOutput(); err != nil {
 		t.Fatalf("build backstop-exporter: %v\n%s", err, out)
 	}
 	addr := freeAddr(t)
-	start(t, dir, "exporter", "http://"+addr+"/-/ready", bin,
-		"--redis.addr="+redisAddr, "--queues=orders", "--web.listen-address="+addr)
+	args := append([]string{"--redis.addr=" + redisAddr, "--queues=orders", "--web.listen-address=" + addr}, extraArgs...)
+	start(t, dir, "exporter", "http://"+addr+"/-/ready", bin, args...)
 	return addr
 }
 

@@ -1,0 +1,333 @@
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-openapi/strfmt"
+	amclient "github.com/prometheus/alertmanager/api/v2/client"
+	amalert "github.com/prometheus/alertmanager/api/v2/client/alert"
+	"github.com/prometheus/alertmanager/api/v2/models"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/rules"
+)
+
+// dlqAlertName is the rule-based alert the alerter doubles: same name and
+// labels, so Alertmanager sees one alert from both sources.
+const dlqAlertName = "BackstopDLQIngestion"
+
+type alerterConfig struct {
+	interval     time.Duration
+	resolveAfter time.Duration
+	runbookURL   string
+	dashboardURL string
+	log          *slog.Logger
+	now          func() time.Time // the clock: a seam for tests
+}
+
+// AlerterOption configures an Alerter.
+type AlerterOption func(*alerterConfig)
+
+// WithAlertInterval sets how often the alerter reads the dead letter
+// streams and re-posts firing alerts (default 1s).
+func WithAlertInterval(d time.Duration) AlerterOption {
+	return func(c *alerterConfig) { c.interval = d }
+}
+
+// WithResolveAfter sets how long a queue's DLQ must stay without a new
+// entry before its alert is resolved (default 1m).
+func WithResolveAfter(d time.Duration) AlerterOption {
+	return func(c *alerterConfig) { c.resolveAfter = d }
+}
+
+// WithAlertURLs sets the base of the runbook_url annotation (the alert's
+// anchor is appended) and the dashboard_url annotation. The defaults are
+// those of the shipped rules (rules.Default).
+func WithAlertURLs(runbook, dashboard string) AlerterOption {
+	return func(c *alerterConfig) { c.runbookURL, c.dashboardURL = runbook, dashboard }
+}
+
+// WithAlertLogger sets the logger (default: discard).
+func WithAlertLogger(l *slog.Logger) AlerterOption {
+	return func(c *alerterConfig) { c.log = l }
+}
+
+// Alerter watches the DLQ ingestion of a Collector's queues and posts the
+// BackstopDLQIngestion alert to Alertmanager's v2 API itself, seconds
+// after a dead letter arrives, without waiting for scrape, rule evaluation
+// and its `for`. The alert carries exactly the rule-based alert's labels
+// (alertname, severity=critical, queue), so Alertmanager deduplicates the
+// two.
+//
+// Every interval it reads each queue's XINFO STREAM entries-added (one
+// pipeline). The first read of a queue is its baseline: dead letters that
+// were there before do not page. When the count grows, the queue's alert
+// fires (startsAt the first growth) and is re-posted every interval with
+// endsAt a lease ahead (3 intervals plus the resolve window), so it stays
+// firing while the alerter runs and expires on its own when it dies. When
+// the count has not grown for the resolve window, the alert is posted once
+// more with endsAt now, which resolves it.
+//
+// Errors from Redis or Alertmanager are logged, counted in
+// backstop_alerter_errors_total{kind} (the Alerter is a
+// prometheus.Collector) and retried on the next interval.
+type Alerter struct {
+	coll   *Collector
+	rdb    redis.UniversalClient
+	api    *amclient.AlertmanagerAPI
+	cfg    alerterConfig
+	errors *prometheus.CounterVec
+
+	mu     sync.Mutex        // guards state against concurrent Run calls
+	state  map[string]*watch // by queue name
+	inited bool
+}
+
+// watch is the alerter's memory of one queue.
+type watch struct {
+	added     int64     // entries-added at the last successful read
+	from      int64     // entries-added before the first growth of the firing alert
+	firing    bool      // an alert is posted and not resolved yet
+	startsAt  time.Time // first growth of the firing alert
+	lastGrown time.Time // last read that saw growth
+}
+
+var errNoQueues = errors.New("alerter: nil collector")
+
+// NewAlerter returns an alerter of c's queues (the configured and the
+// discovered ones, over c's Redis client) that posts to the Alertmanager
+// at amURL, e.g. http://alertmanager:9093 (a path prefix is kept).
+//
+// # Errors
+//
+// A nil collector, a URL that is not http(s) with a host, or an interval
+// or resolve window that is not positive.
+func NewAlerter(c *Collector, amURL string, opts ...AlerterOption) (*Alerter, error) {
+	if c == nil {
+		return nil, errNoQueues
+	}
+	d := rules.Default()
+	cfg := alerterConfig{
+		interval: time.Second, resolveAfter: time.Minute,
+		runbookURL: d.RunbookURL, dashboardURL: d.DashboardURL,
+		log: slog.New(slog.DiscardHandler), now: time.Now,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.interval <= 0 || cfg.resolveAfter <= 0 {
+		return nil, fmt.Errorf("alerter: interval and resolve window must be positive, got %v and %v", cfg.interval, cfg.resolveAfter)
+	}
+	u, err := url.Parse(amURL)
+	if err != nil {
+		return nil, fmt.Errorf("alerter: alertmanager URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("alerter: alertmanager URL %q: want http(s)://host:port", amURL)
+	}
+	tc := amclient.DefaultTransportConfig().
+		WithHost(u.Host).
+		WithSchemes([]string{u.Scheme}).
+		WithBasePath(strings.TrimSuffix(u.Path, "/") + amclient.DefaultBasePath)
+	return &Alerter{
+		coll: c,
+		rdb:  c.rdb,
+		api:  amclient.NewHTTPClientWithConfig(strfmt.Default, tc),
+		cfg:  cfg,
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backstop_alerter_errors_total",
+			Help: "Errors of the alerter (--alertmanager.url) by kind: redis (reading the DLQs or discovering queues) or alertmanager (posting alerts).",
+		}, []string{"kind"}),
+		state: map[string]*watch{},
+	}, nil
+}
+
+// Describe implements prometheus.Collector.
+func (a *Alerter) Describe(ch chan<- *prometheus.Desc) { a.errors.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (a *Alerter) Collect(ch chan<- prometheus.Metric) { a.errors.Collect(ch) }
+
+// Run reads and posts every interval until ctx ends, and returns nil then.
+// Errors do not stop it.
+func (a *Alerter) Run(ctx context.Context) error {
+	a.errors.WithLabelValues("redis").Add(0)
+	a.errors.WithLabelValues("alertmanager").Add(0)
+	t := time.NewTicker(a.cfg.interval)
+	defer t.Stop()
+	for {
+		a.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// tick reads every queue's DLQ once and posts what changed.
+func (a *Alerter) tick(ctx context.Context) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	counts := a.read(ctx)
+	now := a.cfg.now()
+	first := !a.inited
+	if counts != nil {
+		a.inited = true
+	}
+	var post models.PostableAlerts
+	var posted []*watch // in post's order
+	var resolving []bool
+	for name, n := range counts {
+		w, ok := a.state[name]
+		if !ok || first {
+			a.state[name] = &watch{added: n} // baseline
+			continue
+		}
+		switch {
+		case n > w.added:
+			if !w.firing {
+				w.firing, w.startsAt, w.from = true, now, w.added
+			}
+			w.lastGrown = now
+		case n < w.added: // the stream was deleted and recreated: a new baseline
+			if w.firing {
+				w.from = max(0, w.from-(w.added-n))
+			}
+		}
+		w.added = n
+	}
+	lease := 3*a.cfg.interval + a.cfg.resolveAfter
+	for name, w := range a.state {
+		if !w.firing {
+			continue
+		}
+		resolve := now.Sub(w.lastGrown) >= a.cfg.resolveAfter
+		ends := now.Add(lease)
+		if resolve {
+			ends = now
+		}
+		post = append(post, a.alert(name, w, ends))
+		posted = append(posted, w)
+		resolving = append(resolving, resolve)
+	}
+	if len(post) == 0 {
+		return
+	}
+	if err := a.post(ctx, post); err != nil {
+		a.errors.WithLabelValues("alertmanager").Inc()
+		a.cfg.log.Error("posting alerts to alertmanager failed", "alerts", len(post), "err", err)
+		return // firing and resolving alerts are posted again on the next tick
+	}
+	for i, w := range posted {
+		if resolving[i] {
+			w.firing = false
+			a.cfg.log.Info("dlq alert resolved", "queue", string(post[i].Labels["queue"]))
+		}
+	}
+}
+
+// read returns entries-added of every queue's DLQ by queue name (0 for a
+// DLQ that does not exist yet), leaving out the queues whose read failed;
+// nil when nothing could be read.
+func (a *Alerter) read(ctx context.Context) map[string]int64 {
+	ctx, cancel := context.WithTimeout(ctx, a.coll.cfg.timeout)
+	defer cancel()
+	qs, err := a.coll.Queues(ctx)
+	if err != nil {
+		a.errors.WithLabelValues("redis").Inc()
+		a.cfg.log.Error("alerter queue discovery failed", "err", err)
+	}
+	type pending struct {
+		name string
+		cmd  *redis.XInfoStreamCmd
+	}
+	var cmds []pending
+	p := a.rdb.Pipeline()
+	for _, q := range qs {
+		if q.Keys.DLQ != "" {
+			cmds = append(cmds, pending{q.Name, p.XInfoStream(ctx, q.Keys.DLQ)})
+		}
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	res, err := p.Exec(ctx) // errors are read per command below
+	stampUnanswered(res, err)
+	counts := make(map[string]int64, len(cmds))
+	var failed error
+	bad := 0
+	for _, c := range cmds {
+		info, err := c.cmd.Result()
+		switch {
+		case err == nil:
+			counts[c.name] = info.EntriesAdded
+		case isMissing(err):
+			counts[c.name] = 0
+		default:
+			bad++
+			if failed == nil {
+				failed = err
+			}
+		}
+	}
+	if failed != nil {
+		a.errors.WithLabelValues("redis").Inc()
+		a.cfg.log.Error("alerter reading dlq failed", "queues", bad, "err", failed)
+	}
+	if len(counts) == 0 {
+		return nil
+	}
+	return counts
+}
+
+// alert is queue name's BackstopDLQIngestion alert, ending at ends.
+func (a *Alerter) alert(name string, w *watch, ends time.Time) *models.PostableAlert {
+	return &models.PostableAlert{
+		Alert: models.Alert{Labels: models.LabelSet{
+			"alertname": dlqAlertName,
+			"severity":  "critical",
+			"queue":     name,
+		}},
+		Annotations: models.LabelSet{
+			"summary": "Jobs are being dead-lettered on queue " + name + ".",
+			"description": fmt.Sprintf("Queue %s has dead-lettered %d jobs since %s: work is failing for good. Find the reasons with `backstop dlq inspect --queue %s`.",
+				name, w.added-w.from, w.startsAt.UTC().Format(time.RFC3339), name),
+			"runbook_url":   a.cfg.runbookURL + "#" + strings.ToLower(dlqAlertName),
+			"dashboard_url": a.cfg.dashboardURL,
+		},
+		StartsAt: strfmt.DateTime(w.startsAt),
+		EndsAt:   strfmt.DateTime(ends),
+	}
+}
+
+func (a *Alerter) post(ctx context.Context, alerts models.PostableAlerts) error {
+	ctx, cancel := context.WithTimeout(ctx, max(a.cfg.interval, 5*time.Second))
+	defer cancel()
+	_, err := a.api.Alert.PostAlerts(amalert.NewPostAlertsParamsWithContext(ctx).WithAlerts(alerts))
+	return err
+}
+
+// Queues returns the queues the collector reports: the configured ones and
+// those its pattern discovered (from the cached names, as a scrape does),
+// sorted by name. The error is a failed discovery's; the configured queues
+// are returned even then.
+func (c *Collector) Queues(ctx context.Context) ([]Queue, error) {
+	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
+	qs := c.queues(ctx, s)
+	for _, err := range s.kinds {
+		return qs, err
+	}
+	return qs, nil
+}

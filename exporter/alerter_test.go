@@ -1,0 +1,263 @@
+package exporter
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/api/v2/models"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+)
+
+// fakeAM stands in for Alertmanager's POST /api/v2/alerts and records
+// every alert posted. While fail is set it answers 500.
+type fakeAM struct {
+	*httptest.Server
+	fail  atomic.Bool
+	mu    sync.Mutex
+	posts []models.PostableAlert
+	at    []time.Time // when each post arrived
+}
+
+func newFakeAM(t *testing.T) *fakeAM {
+	am := &fakeAM{}
+	am.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v2/alerts" {
+			t.Errorf("unexpected request %s %s", r.Method, r.URL.Path)
+			http.NotFound(w, r)
+			return
+		}
+		if am.fail.Load() {
+			http.Error(w, "down for the test", http.StatusInternalServerError)
+			return
+		}
+		var alerts []models.PostableAlert
+		if err := json.NewDecoder(r.Body).Decode(&alerts); err != nil {
+			t.Errorf("decode posted alerts: %v", err)
+		}
+		am.mu.Lock()
+		am.posts = append(am.posts, alerts...)
+		for range alerts {
+			am.at = append(am.at, time.Now())
+		}
+		am.mu.Unlock()
+	}))
+	t.Cleanup(am.Close)
+	return am
+}
+
+func (am *fakeAM) all() []models.PostableAlert {
+	am.mu.Lock()
+	defer am.mu.Unlock()
+	return append([]models.PostableAlert(nil), am.posts...)
+}
+
+// waitFor polls until cond holds for a posted alert and returns it; it
+// fails the test after a generous limit (not a latency assertion).
+func (am *fakeAM) waitFor(t *testing.T, what string, cond func(a models.PostableAlert, firing bool) bool) models.PostableAlert {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		am.mu.Lock()
+		posts, at := append([]models.PostableAlert(nil), am.posts...), append([]time.Time(nil), am.at...)
+		am.mu.Unlock()
+		for i, a := range posts {
+			// Firing when it arrived: it ends after that (a resolve ends before).
+			if cond(a, time.Time(a.EndsAt).After(at[i])) {
+				return a
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no posted alert %s; got %+v", what, am.all())
+	return models.PostableAlert{}
+}
+
+func addDeadLetter(t *testing.T, rdb redis.UniversalClient, name string) {
+	t.Helper()
+	must(t, rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: queue.KeysFor(name).DLQ, Values: []any{"reason", "permanent_error"}}).Err())
+}
+
+func newTestAlerter(t *testing.T, rdb redis.UniversalClient, amURL string, opts ...AlerterOption) (*Alerter, *logBuffer) {
+	t.Helper()
+	c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("orders"), QueueFor("emails")))
+	logs := &logBuffer{}
+	opts = append([]AlerterOption{WithAlertLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	a, err := NewAlerter(c, amURL, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, logs
+}
+
+// TestAlerterFiresAndResolves: the first read is only a baseline; growth
+// posts the rule's alert; quiet for the resolve window resolves it.
+func TestAlerterFiresAndResolves(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	am := newFakeAM(t)
+	for range 3 { // old dead letters: they must not page
+		addDeadLetter(t, rdb, "orders")
+	}
+	a, _ := newTestAlerter(t, rdb, am.URL, WithAlertInterval(20*time.Millisecond), WithResolveAfter(300*time.Millisecond),
+		WithAlertURLs("https://example.com/runbooks.md", "/d/q"))
+
+	// Baseline: driven by hand so "no post" is exact, not timing.
+	ctx := context.Background()
+	a.tick(ctx)
+	a.tick(ctx)
+	if got := am.all(); len(got) != 0 {
+		t.Fatalf("posted on the baseline: %+v", got)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	// Two dead letters in one MULTI, so no read falls between them.
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for range 2 {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: queue.KeysFor("orders").DLQ, Values: []any{"reason", "permanent_error"}})
+		}
+		return nil
+	})
+	must(t, err)
+	page := am.waitFor(t, "firing for orders", func(a models.PostableAlert, firing bool) bool {
+		return a.Labels["queue"] == "orders" && firing
+	})
+	wantLabels := models.LabelSet{"alertname": "BackstopDLQIngestion", "severity": "critical", "queue": "orders"}
+	if len(page.Labels) != len(wantLabels) {
+		t.Errorf("labels %v, want exactly %v", page.Labels, wantLabels)
+	}
+	for k, v := range wantLabels {
+		if page.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, page.Labels[k], v)
+		}
+	}
+	if got := page.Annotations["runbook_url"]; got != "https://example.com/runbooks.md#backstopdlqingestion" {
+		t.Errorf("runbook_url %q", got)
+	}
+	if got := page.Annotations["dashboard_url"]; got != "/d/q" {
+		t.Errorf("dashboard_url %q", got)
+	}
+	if got := page.Annotations["summary"]; !strings.Contains(got, "orders") {
+		t.Errorf("summary %q", got)
+	}
+	if got := page.Annotations["description"]; !strings.Contains(got, "dead-lettered 2 jobs") {
+		t.Errorf("description %q does not count the 2 new dead letters", got)
+	}
+	starts := time.Time(page.StartsAt)
+
+	resolved := am.waitFor(t, "resolving orders", func(a models.PostableAlert, firing bool) bool {
+		return a.Labels["queue"] == "orders" && !firing
+	})
+	if !time.Time(resolved.StartsAt).Equal(starts) {
+		t.Errorf("resolve startsAt %v, want the first growth %v", time.Time(resolved.StartsAt), starts)
+	}
+	if d := time.Time(resolved.EndsAt).Sub(starts); d < 300*time.Millisecond {
+		t.Errorf("resolved %v after the first growth, before the resolve window", d)
+	}
+	for _, p := range am.all() {
+		if p.Labels["queue"] != "orders" {
+			t.Errorf("alert for a queue without new dead letters: %+v", p)
+		}
+	}
+}
+
+// TestAlerterErrors: Alertmanager and Redis failures are logged and
+// counted, and the alerter keeps going and pages once they pass.
+func TestAlerterErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	am := newFakeAM(t)
+	am.fail.Store(true)
+	a, logs := newTestAlerter(t, rdb, am.URL, WithAlertInterval(20*time.Millisecond), WithResolveAfter(time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	waitLog := func(msg string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(logs.String(), `msg="`+msg+`"`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no log %q:\n%s", msg, logs)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// Redis down: logged and counted.
+	srv.Stop()
+	waitLog("alerter reading dlq failed")
+	srv.Restart() // empty: the test server does not persist, the DLQ is new
+	rdb2 := srv.Client()
+	// Wait for a good read (the baseline of the new DLQ at 0) before growing it.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		a.mu.Lock()
+		w := a.state["orders"]
+		ok := w != nil && w.added == 0
+		a.mu.Unlock()
+		if ok && rdb.Ping(context.Background()).Err() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alerter did not read Redis again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// Alertmanager down: the growth is posted again until it is taken.
+	addDeadLetter(t, rdb2, "orders")
+	waitLog("posting alerts to alertmanager failed")
+	am.fail.Store(false)
+	am.waitFor(t, "firing for orders after Alertmanager came back", func(a models.PostableAlert, firing bool) bool {
+		return a.Labels["queue"] == "orders" && firing
+	})
+	got := gather(t, a)
+	if got[`backstop_alerter_errors_total{kind="redis"}`] < 1 || got[`backstop_alerter_errors_total{kind="alertmanager"}`] < 1 {
+		t.Errorf("errors not counted: %v", got)
+	}
+}
+
+func TestNewAlerterErrors(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("orders")))
+	for _, tc := range []struct {
+		url  string
+		opts []AlerterOption
+	}{
+		{"localhost:9093", nil},
+		{"ftp://am:9093", nil},
+		{"http://am:9093", []AlerterOption{WithAlertInterval(0)}},
+		{"http://am:9093", []AlerterOption{WithResolveAfter(-time.Second)}},
+	} {
+		if _, err := NewAlerter(c, tc.url, tc.opts...); err == nil {
+			t.Errorf("NewAlerter(%q) accepted", tc.url)
+		}
+	}
+	if _, err := NewAlerter(nil, "http://am:9093"); err == nil {
+		t.Error("NewAlerter(nil) accepted")
+	}
+}
