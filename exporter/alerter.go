@@ -213,7 +213,11 @@ func (a *Alerter) tick(ctx context.Context) {
 		if !w.firing {
 			continue
 		}
-		resolve := now.Sub(w.lastGrown) >= a.cfg.resolveAfter
+		// Resolve only on a fresh read: while Redis cannot be read, quiet
+		// proves nothing, so the page stays up (and the RedisDown alert
+		// inhibits it).
+		_, seen := counts[name]
+		resolve := seen && now.Sub(w.lastGrown) >= a.cfg.resolveAfter
 		ends := now.Add(lease)
 		if resolve {
 			ends = now

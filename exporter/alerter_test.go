@@ -261,3 +261,29 @@ func TestNewAlerterErrors(t *testing.T) {
 		t.Error("NewAlerter(nil) accepted")
 	}
 }
+
+// While Redis cannot be read, a firing page is not resolved: quiet that
+// nobody could observe proves nothing.
+func TestAlerterKeepsPagingWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	am := newFakeAM(t)
+	a, _ := newTestAlerter(t, rdb, am.URL, WithResolveAfter(time.Millisecond))
+	ctx := context.Background()
+	a.tick(ctx) // baseline
+	addDeadLetter(t, rdb, "orders")
+	a.tick(ctx) // grows: fires
+	srv.Stop()
+	time.Sleep(5 * time.Millisecond) // past the resolve window
+	a.tick(ctx)
+	a.tick(ctx)
+	for _, al := range am.all() {
+		if !time.Time(al.EndsAt).After(time.Time(al.StartsAt)) || time.Until(time.Time(al.EndsAt)) <= 0 {
+			t.Fatalf("the page was resolved while Redis was down: %+v", al)
+		}
+	}
+	if len(am.all()) < 2 {
+		t.Fatalf("the firing page was not re-posted while Redis was down: %d posts", len(am.all()))
+	}
+}
