@@ -228,12 +228,13 @@ func TestBadInputDoesNotTrap(t *testing.T) {
 				t.Errorf("Decide(%+v) = %v, want an InputError for %s", tc.f, err, tc.field)
 			}
 			// Still usable afterwards.
-			if _, err := p.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503}); err != nil {
+			if _, err := p.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503, NowMs: 1767225600000}); err != nil {
 				t.Fatalf("after a bad input: %v", err)
 			}
 		}
 		// In a batch: every valid failure is decided, the first bad one named.
-		fs := []policy.Failure{{Attempt: 1, HTTPStatus: 503}, {Attempt: 0}, {Attempt: 1, GRPCCode: 14}, {Attempt: -3}}
+		const now = 1767225600000
+		fs := []policy.Failure{{Attempt: 1, HTTPStatus: 503, NowMs: now}, {Attempt: 0, NowMs: now}, {Attempt: 1, GRPCCode: 14, NowMs: now}, {Attempt: -3, NowMs: now}}
 		got, err := p.DecideBatch(ctx, fs, nil)
 		var ie *host.InputError
 		if !errors.As(err, &ie) || ie.Index != 1 || !strings.HasPrefix(ie.Message, "invalid failure: attempt:") ||

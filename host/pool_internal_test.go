@@ -41,7 +41,7 @@ func TestPoolBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		pinned = append(pinned, s.pinned)
-		if _, err := s.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503}); err != nil {
+		if _, err := s.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503, NowMs: 1767225600000}); err != nil {
 			t.Fatal(err)
 		}
 		// The stateful policy lives only in its pinned instance.

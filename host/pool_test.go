@@ -160,7 +160,7 @@ func TestConcurrentLoadClose(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if _, err := p.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503}); err != nil {
+				if _, err := p.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503, NowMs: 1767225600000}); err != nil {
 					t.Error(err)
 				}
 				p.Close(ctx)

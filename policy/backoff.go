@@ -88,10 +88,13 @@ func (p *Policy) exponential(n int64) int64 {
 	if p.multMilli == 1000 {
 		return min(d, p.capMs)
 	}
-	for ; n > 0 && d < p.capMs; n-- {
+	// Grow in thousandths of a millisecond, so a small base with a small
+	// multiplier (1ms × 1.5) is not floored back to itself at every step.
+	d, limit := satMul(d, 1000), satMul(p.capMs, 1000)
+	for ; n > 0 && d < limit; n-- {
 		d = mulDiv(d, p.multMilli, 1000)
 	}
-	return min(d, p.capMs)
+	return min(d/1000, p.capMs)
 }
 
 // scale is the one place randomness enters a delay: floor(r × span), with

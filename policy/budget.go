@@ -70,10 +70,13 @@ func (b *budget) withdraw(nowMs int64) bool {
 	return true
 }
 
+// slot returns the slot of nowMs's second, starting it afresh when the
+// slot last held an older second. A clock that stepped back counts into
+// the slot it finds rather than erasing newer counts.
 func (b *budget) slot(nowMs int64) *budgetSlot {
 	sec := nowMs / 1000
 	s := &b.slots[sec%b.windowSec]
-	if s.sec != sec {
+	if sec > s.sec {
 		*s = budgetSlot{sec: sec}
 	}
 	return s

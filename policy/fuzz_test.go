@@ -39,7 +39,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		// A policy that parses decides sanely.
-		d, err := p.Decide(policy.Failure{Attempt: 3, HTTPStatus: 503, Random: 0.5})
+		d, err := p.Decide(policy.Failure{Attempt: 3, HTTPStatus: 503, Random: 0.5, NowMs: 1767225600000})
 		if err != nil || d.DelayMs < 0 {
 			t.Fatalf("Decide: %+v, %v", d, err)
 		}

@@ -61,7 +61,8 @@ func (p *Policy) MaxAttempts() int64 { return p.maxAttempts }
 //
 // Decide returns an *InputError, and changes no state, when a field of f is
 // out of range: Attempt < 1, HTTPStatus neither 0 nor 100..599, GRPCCode
-// outside 0..16, or a negative ElapsedMs, NowMs or PrevDelayMs. Everything
+// outside 0..16, a negative ElapsedMs, NowMs or PrevDelayMs, or NowMs 0 on a
+// stateful policy. Everything
 // else (unknown methods or error kinds, garbage Retry-After values, a NaN
 // Random) has a defined decision.
 //
@@ -74,6 +75,11 @@ func (p *Policy) MaxAttempts() int64 { return p.maxAttempts }
 func (p *Policy) Decide(f Failure) (Decision, error) {
 	if f.outOfRange() {
 		return Decision{}, f.invalid()
+	}
+	if p.stateful && f.NowMs == 0 {
+		// The budget's window and the breaker's timer run on now_ms: 0
+		// ("unknown") would open the breaker for good.
+		return Decision{}, inputErrorf("now_ms", "must be set (Unix milliseconds) for a policy with a retry budget or a circuit breaker")
 	}
 	class := p.classify(&f)
 	d := Decision{Action: DeadLetter, Class: class}

@@ -216,22 +216,42 @@ func TestStateIsNeverShared(t *testing.T) {
 func TestCircuitBreakerCycle(t *testing.T) {
 	p := mustParse(t, `{"circuit_breaker": {"failure_threshold": 2, "open_for": "10s", "half_open_successes": 2}}`)
 	fail := func(now int64) policy.Decision {
-		return mustDecide(t, p, policy.Failure{Attempt: 1, GRPCCode: 14, NowMs: now})
+		return mustDecide(t, p, policy.Failure{Attempt: 1, GRPCCode: 14, NowMs: 1_000_000 + now})
 	}
 	fail(0)
-	if d := fail(1); d.Reason != policy.CircuitOpen || p.CircuitState(1) != policy.BreakerOpen {
-		t.Fatalf("want open after 2 failures, got %+v / %s", d, p.CircuitState(1))
+	if d := fail(1); d.Reason != policy.CircuitOpen || p.CircuitState(1_000_001) != policy.BreakerOpen {
+		t.Fatalf("want open after 2 failures, got %+v / %s", d, p.CircuitState(1_000_001))
 	}
-	if s := p.CircuitState(10_001); s != policy.BreakerHalfOpen {
+	if s := p.CircuitState(1_010_001); s != policy.BreakerHalfOpen {
 		t.Fatalf("after open_for: %s, want half_open", s)
 	}
-	p.RecordSuccess(10_002)
-	if s := p.CircuitState(10_003); s != policy.BreakerHalfOpen {
+	p.RecordSuccess(1_010_002)
+	if s := p.CircuitState(1_010_003); s != policy.BreakerHalfOpen {
 		t.Fatalf("one of two successes: %s, want half_open", s)
 	}
-	p.RecordSuccess(10_004)
-	if s := p.CircuitState(10_005); s != policy.BreakerClosed {
+	p.RecordSuccess(1_010_004)
+	if s := p.CircuitState(1_010_005); s != policy.BreakerClosed {
 		t.Fatalf("after two successes: %s, want closed", s)
+	}
+}
+
+func TestStatefulPolicyNeedsNow(t *testing.T) {
+	p := mustParse(t, `{"circuit_breaker": {"failure_threshold": 1}}`)
+	_, err := p.Decide(policy.Failure{Attempt: 1, HTTPStatus: 503})
+	var ie *policy.InputError
+	if !errors.As(err, &ie) || ie.Field != "now_ms" {
+		t.Fatalf("got %v, want an InputError for now_ms", err)
+	}
+	if s := p.CircuitState(1); s != policy.BreakerClosed {
+		t.Fatalf("a refused failure changed the breaker: %s", s)
+	}
+}
+
+func TestMultiplierGrowsFromASmallBase(t *testing.T) {
+	p := mustParse(t, `{"max_attempts": 30, "backoff": {"base": "1ms", "multiplier": 1.5, "cap": "1h", "max_doublings": 62}, "jitter": {"mode": "none"}}`)
+	// 1.5^18 = 1477.9: the value is kept in thousandths, not floored each step.
+	if got := p.Backoff(19, 0, 0); got != 1477 {
+		t.Fatalf("attempt 19: %d ms, want 1477", got)
 	}
 }
 

@@ -170,6 +170,7 @@ func Unpack(w int64) Decision {
 
 const delayMask = 1<<48 - 1
 
-// MaxDelayMs is the largest delay any decision carries (about 8.9 years);
+// MaxDelayMs is the largest delay a packed decision can carry (about 8,900
+// years; policy durations stop at about 292);
 // every duration in a policy is validated against it.
 const MaxDelayMs = 1<<48 - 1

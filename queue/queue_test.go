@@ -151,7 +151,7 @@ func testRetryValidates(t *testing.T, ctx context.Context, rdb redis.UniversalCl
 		delay  time.Duration
 		reason string
 		want   string
-	}{{-time.Second, "transient", "delay_ms must be"}, {time.Second, "", "reason must not be empty"}} {
+	}{{-time.Second, "transient", "delay_ms must be"}, {time.Second, "", "reason must be transient, retry_after or uncertain"}} {
 		if _, _, err := q.Retry(ctx, m.ID, c.delay, c.reason, "e"); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("retry(%v, %q): %v, want %q", c.delay, c.reason, err, c.want)
 		}
@@ -447,5 +447,52 @@ func TestPrevDelayTravelsThroughTheDelayedSet(t *testing.T) {
 	}
 	if got := read(t, ctx, rdb, q, "c", 1)[0].Values["prev_delay_ms"]; got != "25" {
 		t.Errorf("prev_delay_ms = %v, want 25", got)
+	}
+}
+
+// A destination that cannot be written (a key of the wrong type in a
+// legacy layout) fails the script before the ack: the job stays pending.
+func TestFailedWriteLeavesTheEntryPending(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "wrongtype")
+	q.EnsureGroup(ctx)
+	rdb.Set(ctx, q.Keys().DLQ, "legacy", 0)
+	rdb.Set(ctx, q.Keys().Delayed, "legacy", 0)
+	m := enqueueRead(t, ctx, rdb, q, "j")
+	if _, err := q.DeadLetter(ctx, m.ID, "permanent_error", "e"); err == nil {
+		t.Fatal("dead letter into a string key succeeded")
+	}
+	if _, _, err := q.Retry(ctx, m.ID, 0, "transient", "e"); err == nil {
+		t.Fatal("retry into a string key succeeded")
+	}
+	if _, _, err := q.Retry(ctx, m.ID, 0, "because", "e"); err == nil {
+		t.Fatal("an unknown retry reason was accepted")
+	}
+	if p, _ := rdb.XPending(ctx, q.Keys().Jobs, q.Group()).Result(); p.Count != 1 {
+		t.Fatalf("the entry is no longer pending: %+v", p)
+	}
+}
+
+// Crash loops and replays keep a malformed entry's body.
+func TestMalformedBodiesAreNeverLost(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "bodies")
+	q.EnsureGroup(ctx)
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"malformed_delayed_member", "raw body", "last_error", "boom"}})
+	read(t, ctx, rdb, q, "c", 1)
+	if dead, _, err := q.Reclaim(ctx, "c2", 0, 10, 1); dead != 1 || err != nil {
+		t.Fatalf("reclaim: %d %v", dead, err)
+	}
+	dl, _ := rdb.XRange(ctx, q.Keys().DLQ, "-", "+").Result()
+	if len(dl) != 1 || dl[0].Values["entry.malformed_delayed_member"] != "raw body" || dl[0].Values["entry.last_error"] != "boom" {
+		t.Fatalf("crash loop dead letter: %v", dl)
+	}
+	if n, err := q.Replay(ctx, 10, ""); n != 0 || err != nil {
+		t.Fatalf("replayed %d id-less dead letters (%v)", n, err)
+	}
+	if n, _ := rdb.XLen(ctx, q.Keys().DLQ).Result(); n != 1 {
+		t.Fatalf("the id-less dead letter left the DLQ")
 	}
 }

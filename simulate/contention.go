@@ -100,7 +100,7 @@ func Contention(src []byte, clients int, opts ...Option) (ContentionResult, erro
 				}
 				s.attempt++
 				d, err := p.Decide(policy.Failure{Attempt: s.attempt, GRPCCode: 10, // ABORTED
-					ElapsedMs: now / 1000, NowMs: now / 1000, Random: rng.Float64(), PrevDelayMs: s.prevDelayMs})
+					ElapsedMs: now / 1000, NowMs: epochMs + now/1000, Random: rng.Float64(), PrevDelayMs: s.prevDelayMs})
 				if err != nil {
 					return res, fmt.Errorf("simulate: %w", err) // a bug: every input here is in range
 				}

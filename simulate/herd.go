@@ -104,14 +104,14 @@ func Herd(src []byte, clients int, opts ...Option) (*HerdResult, error) {
 			res.Shed++
 		}
 		if ok {
-			p.RecordSuccess(now)
+			p.RecordSuccess(epochMs + now)
 			res.CompletionMs = append(res.CompletionMs, now)
 			res.EndMs = now
 			continue
 		}
 		wasOpen := p.Stateful() && p.CircuitState(now) == policy.BreakerOpen
 		d, err := p.Decide(policy.Failure{Attempt: s.attempt, HTTPStatus: 503, ElapsedMs: now,
-			NowMs: now, Random: rng.Float64(), PrevDelayMs: s.prevDelayMs})
+			NowMs: epochMs + now, Random: rng.Float64(), PrevDelayMs: s.prevDelayMs})
 		if err != nil {
 			return nil, fmt.Errorf("simulate: %w", err) // a bug: every input here is in range
 		}

@@ -113,3 +113,7 @@ func newConfig(clients int, opts []Option) (config, error) {
 	}
 	return c, nil
 }
+
+// epochMs is virtual time zero as a Unix time: a policy with a budget or a
+// breaker needs a real now_ms (0 means "unknown" to the core).
+const epochMs = 1767225600000

@@ -14,7 +14,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
 for _, m in ipairs(due) do
   local ok, job = pcall(cjson.decode, m)
-  if ok and type(job) == 'table' and job.id then
+  if ok and type(job) == 'table' and type(job.id) == 'string' and job.id ~= '' then
     redis.call('XADD', KEYS[2], '*', 'id', tostring(job.id), 'attempt', tostring(job.attempt),
       'first_enqueued_ms', tostring(job.first_enqueued_ms or ''), 'payload', tostring(job.payload or ''),
       'last_error', tostring(job.last_error or ''), 'last_reason', tostring(job.last_reason or ''),

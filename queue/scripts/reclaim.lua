@@ -23,18 +23,26 @@ for _, p in ipairs(pending) do
   elseif deliveries >= maxd then
     local job = {}
     for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
-    redis.call('XACK', KEYS[1], ARGV[1], id)
-    redis.call('XDEL', KEYS[1], id)
-    redis.call('XADD', KEYS[2], '*', 'reason', 'crash_loop',
-      'error', 'delivered ' .. deliveries .. ' times without an outcome',
+    local fields = {'reason', 'crash_loop', 'error', 'delivered ' .. deliveries .. ' times without an outcome',
       'attempt', tostring(job.attempt or ''), 'id', job.id or '', 'source_id', id,
-      'first_enqueued_ms', job.first_enqueued_ms or '', 'payload', job.payload or '', 'dead_lettered_ms', now)
-    local attempt = math.min(tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '1'), 1e15)
+      'first_enqueued_ms', job.first_enqueued_ms or '', 'payload', job.payload or '', 'dead_lettered_ms', now}
+    -- As dead_letter: the entry's other fields are kept under "entry.".
+    for i = 1, #e[2], 2 do
+      local k = e[2][i]
+      if k ~= 'id' and k ~= 'attempt' and k ~= 'first_enqueued_ms' and k ~= 'payload' then
+        fields[#fields + 1] = 'entry.' .. k
+        fields[#fields + 1] = e[2][i + 1]
+      end
+    end
+    redis.call('XADD', KEYS[2], '*', unpack(fields))
+    local attempt = math.min(tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '1'), 1e6)
     local bucket = attempt > 64 and 'inf' or tostring(attempt)
     redis.call('HINCRBY', KEYS[3], 'attempts:dead_letter', 1)
     redis.call('HINCRBY', KEYS[3], 'dead_letters:crash_loop', 1)
     redis.call('HINCRBY', KEYS[3], 'finished:dead_letter:' .. bucket, 1)
     redis.call('HINCRBY', KEYS[3], 'finished_sum:dead_letter', attempt)
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+    redis.call('XDEL', KEYS[1], id)
     dead = dead + 1
   else
     claim[#claim + 1] = id

@@ -8,7 +8,7 @@
 -- ARGV[4] scan (limit..100000)
 -- Reply: {replayed, next cursor or "0" when the stream is exhausted}.
 local limit, scan = tonumber(ARGV[1]), tonumber(ARGV[4])
-if not limit or limit < 1 or limit > 10000 or not scan or scan < limit or scan > 100000 then
+if not limit or limit ~= math.floor(limit) or limit < 1 or limit > 10000 or not scan or scan < limit or scan > 100000 then
   return redis.error_reply('ERR backstop replay: want limit in 1..10000 and scan in limit..100000')
 end
 local cursor = ARGV[3]
@@ -20,7 +20,9 @@ for _, e in ipairs(entries) do
   last = e[1]
   local job = {}
   for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
-  if ARGV[2] == '' or job.reason == ARGV[2] then
+  -- A dead letter without a job id (a malformed entry, its body under
+  -- entry.*) stays in the DLQ for a person: replaying it would lose it.
+  if (ARGV[2] == '' or job.reason == ARGV[2]) and job.id and job.id ~= '' then
     local t = redis.call('TIME')
     redis.call('XADD', KEYS[2], '*', 'id', job.id or '', 'attempt', '1',
       'first_enqueued_ms', tostring(t[1] * 1000 + math.floor(t[2] / 1000)),

@@ -8,16 +8,20 @@
 if ARGV[3] == nil or ARGV[3] == '' then
   return redis.error_reply('ERR backstop dead_letter: reason must not be empty')
 end
-local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])[1]
-if not e or redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+-- Read-only checks first, then the writes, the ack last: a write that fails
+-- (a key of the wrong type) leaves the entry pending, never lost.
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
   return 0
 end
-redis.call('XDEL', KEYS[1], ARGV[2])
+local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])[1]
+if not e then
+  return 0
+end
 local job = {}
 for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
--- Counted as a whole number in 1..1e15 whatever the entry says, so a
--- malformed attempt can never fail a write half-way through.
-local attempt = math.min(tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '1'), 1e15)
+-- Counted as a whole number in 1..1e6 (max_attempts' bound) whatever the
+-- entry says, so no counter can overflow.
+local attempt = math.min(tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '1'), 1e6)
 local t = redis.call('TIME')
 local fields = {'reason', ARGV[3], 'error', ARGV[4] or '',
   'attempt', tostring(job.attempt or ''), 'id', job.id or '', 'source_id', ARGV[2],
@@ -41,4 +45,6 @@ redis.call('HINCRBY', KEYS[3], 'finished_sum:dead_letter', attempt)
 if ARGV[3] == 'max_attempts_reached' then
   redis.call('HINCRBY', KEYS[3], 'max_attempts_reached', 1)
 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
 return id

@@ -15,8 +15,13 @@ local delay = tonumber(ARGV[3])
 if not delay or delay < 0 or delay > 1e13 or delay ~= math.floor(delay) then
   return redis.error_reply('ERR backstop retry: delay_ms must be a whole number in 0..1e13, got ' .. tostring(ARGV[3]))
 end
-if ARGV[4] == nil or ARGV[4] == '' then
-  return redis.error_reply('ERR backstop retry: reason must not be empty')
+if ARGV[4] ~= 'transient' and ARGV[4] ~= 'retry_after' and ARGV[4] ~= 'uncertain' then
+  return redis.error_reply('ERR backstop retry: reason must be transient, retry_after or uncertain, got ' .. tostring(ARGV[4]))
+end
+-- Read-only checks first, then the writes, the ack last: a write that fails
+-- (a key of the wrong type) leaves the entry pending, never lost.
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
+  return 0
 end
 local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])[1]
 if not e then
@@ -29,10 +34,6 @@ if not job.id or job.id == '' or not attempt or attempt >= 1e14
     or not string.match(job.first_enqueued_ms or '', '^%d+$') then
   return redis.error_reply('ERR backstop retry: entry ' .. ARGV[2] .. ' is malformed (needs id and attempt >= 1)')
 end
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
-  return 0
-end
-redis.call('XDEL', KEYS[1], ARGV[2])
 local t = redis.call('TIME')
 local due = t[1] * 1000 + math.floor(t[2] / 1000) + delay
 local member = cjson.encode({
@@ -43,4 +44,6 @@ local member = cjson.encode({
 redis.call('ZADD', KEYS[2], due, member)
 redis.call('HINCRBY', KEYS[3], 'attempts:retry', 1)
 redis.call('HINCRBY', KEYS[3], 'retries:' .. ARGV[4], 1)
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
 return due
