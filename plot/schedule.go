@@ -43,7 +43,7 @@ type Envelope struct {
 func NewEnvelope(p *policy.Policy, name string, attempts, draws int, seed uint64) Envelope {
 	draws = max(draws, 3) // the two bounds and at least one random chain
 	env := Envelope{Name: name, Draws: draws, MaxElapsedMs: p.MaxElapsedMs()}
-	env.CapMs, env.MaxDoublings = backoffParams(p)
+	env.CapMs, env.MaxDoublings = p.BackoffLimits()
 	if p.MaxAttempts() > 0 {
 		attempts = min(attempts, int(p.MaxAttempts()-1))
 	}
@@ -86,8 +86,6 @@ func spread(buf, v []int64) (lo, median, hi int64) {
 	slices.Sort(buf)
 	return buf[0], buf[len(buf)/2], buf[len(buf)-1]
 }
-
-func backoffParams(p *policy.Policy) (capMs, maxDoublings int64) { return p.BackoffLimits() }
 
 // Schedule writes a chart of one or more policies' schedules (format "svg"
 // or "png"): the delay before each retry and the total waited, each as a

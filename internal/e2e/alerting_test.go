@@ -47,26 +47,11 @@ func TestDeadLettersPageAndResolve(t *testing.T) {
 	amAddr := startAlertmanager(t, dir, hooks.addr)
 	startPrometheus(t, dir, exporterAddr, amAddr)
 
-	// Dead letters arrive at 10/s.
-	stop := make(chan struct{})
-	var injected sync.WaitGroup
-	injected.Add(1)
 	started := time.Now()
-	go func() {
-		defer injected.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
-		}
-	}()
+	stop := injectDeadLetters(t, ctx, rdb, q)
 	page := hooks.wait(t, 120*time.Second, "/pager", "firing", "BackstopDLQIngestion")
 	pageLatency := time.Since(started)
-	close(stop)
-	injected.Wait()
+	stop()
 	if page.Labels["queue"] != "orders" || page.Labels["severity"] != "critical" || page.Annotations["runbook_url"] == "" {
 		t.Errorf("page: %+v", page)
 	}
@@ -114,26 +99,11 @@ func TestAlerterPagesFaster(t *testing.T) {
 		t.Fatalf("paged for dead letters older than the exporter: %+v", early)
 	}
 
-	// Dead letters arrive at 10/s.
-	stop := make(chan struct{})
-	var injected sync.WaitGroup
-	injected.Add(1)
 	started := time.Now()
-	go func() {
-		defer injected.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
-		}
-	}()
+	stop := injectDeadLetters(t, ctx, rdb, q)
 	page := hooks.wait(t, 30*time.Second, "/pager", "firing", "BackstopDLQIngestion")
 	pageLatency := time.Since(started)
-	close(stop)
-	injected.Wait()
+	stop()
 	want := map[string]string{"alertname": "BackstopDLQIngestion", "severity": "critical", "queue": "orders"}
 	if len(page.Labels) != len(want) || page.Labels["queue"] != "orders" || page.Labels["severity"] != "critical" {
 		t.Errorf("page labels %v, want exactly %v", page.Labels, want)
@@ -157,6 +127,26 @@ func TestAlerterPagesFaster(t *testing.T) {
 			t.Errorf("metrics lack %q", line)
 		}
 	}
+}
+
+// injectDeadLetters dead-letters a job of q every 100 ms until the
+// returned stop is called (stop waits for the injector to finish).
+func injectDeadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 func deadLetter(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, id string) {
