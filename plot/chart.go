@@ -100,30 +100,68 @@ var tickSteps = []time.Duration{
 	time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour,
 }
 
+// Ticks works in float seconds, never in time.Duration: an axis past about
+// 292 years (a policy with a huge cap) would overflow it, and the ticks
+// would then never end. There are at most 7.
 func (durationTicks) Ticks(lo, hi float64) []gplot.Tick {
-	span := time.Duration((hi - lo) * float64(time.Second))
-	step := tickSteps[len(tickSteps)-1]
+	span := hi - lo
+	if !(span >= 0) || math.IsInf(span, 0) || math.IsInf(lo, 0) {
+		return nil
+	}
+	step := tickSteps[len(tickSteps)-1].Seconds()
 	for _, s := range tickSteps {
-		if span/s <= 6 {
-			step = s
+		if span/s.Seconds() <= 6 {
+			step = s.Seconds()
 			break
 		}
 	}
 	for span/step > 6 {
 		step *= 2
 	}
-	sec := step.Seconds()
 	var ticks []gplot.Tick
-	for v := math.Ceil(lo/sec) * sec; v <= hi; v += sec {
-		d := time.Duration(math.Round(v/sec)) * step
-		ticks = append(ticks, gplot.Tick{Value: d.Seconds(), Label: short(d)})
+	first := math.Ceil(lo / step)
+	for i := 0.0; i < 7; i++ {
+		v := (first + i) * step
+		if v > hi {
+			break
+		}
+		ticks = append(ticks, gplot.Tick{Value: v, Label: short(Duration(msOf(v)))})
 	}
 	return ticks
 }
 
+// msOf converts seconds to whole milliseconds, saturating.
+func msOf(sec float64) int64 {
+	switch ms := math.Round(sec * 1000); {
+	case math.IsNaN(ms):
+		return 0
+	case ms >= math.MaxInt64:
+		return math.MaxInt64
+	case ms <= math.MinInt64:
+		return math.MinInt64
+	default:
+		return int64(ms)
+	}
+}
+
+// Duration formats a number of milliseconds as time.Duration's String
+// does ("1h2m3.5s"), without its limit of about 292 years, past which a
+// total of long waits would wrap negative; it goes on in hours.
+func Duration(ms int64) string {
+	const maxMs = math.MaxInt64 / int64(time.Millisecond)
+	if ms >= -maxMs && ms <= maxMs {
+		return (time.Duration(ms) * time.Millisecond).String()
+	}
+	sign, u := "", uint64(ms)
+	if ms < 0 {
+		sign, u = "-", -u
+	}
+	rest := int64(u % 3_600_000)
+	return fmt.Sprintf("%s%dh%dm%s", sign, u/3_600_000, rest/60_000, time.Duration(rest%60_000)*time.Millisecond)
+}
+
 // short formats a duration without its zero tails: "1h", "2m30s".
-func short(d time.Duration) string {
-	s := d.String()
+func short(s string) string {
 	if strings.HasSuffix(s, "m0s") {
 		s = s[:len(s)-2]
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"time"
 
 	gplot "gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -67,13 +66,14 @@ func Contention(w io.Writer, format string, series ...[]simulate.ContentionResul
 // labelled as durations.
 type logDurationTicks struct{}
 
+// Ticks runs over the decades from 1ms to 10^18 s at most, so a zero or
+// infinite bound cannot make the loop endless.
 func (logDurationTicks) Ticks(lo, hi float64) []gplot.Tick {
 	var ticks []gplot.Tick
-	for k := math.Floor(math.Log10(lo)); k <= math.Ceil(math.Log10(hi)); k++ {
+	for k := max(math.Floor(math.Log10(lo)), -3); k <= min(math.Ceil(math.Log10(hi)), 18); k++ {
 		for _, m := range []float64{1, 2, 5} {
 			if v := m * math.Pow(10, k); v >= lo && v <= hi {
-				d := time.Duration(math.Round(v*1e3)) * time.Millisecond
-				ticks = append(ticks, gplot.Tick{Value: v, Label: short(d)})
+				ticks = append(ticks, gplot.Tick{Value: v, Label: short(Duration(msOf(v)))})
 			}
 		}
 	}

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
-	"time"
 
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -57,7 +57,7 @@ func NewEnvelope(p *policy.Policy, name string, attempts, draws int, seed uint64
 				r = float64(k)
 			}
 			prev[k] = p.Backoff(a, prev[k], r)
-			cum[k] += prev[k]
+			cum[k] = satAdd(cum[k], prev[k])
 		}
 		s := policy.Step{Attempt: a}
 		s.MinMs, s.MedianMs, s.MaxMs = spread(sorted, prev)
@@ -126,7 +126,7 @@ func Schedule(w io.Writer, format string, envs ...Envelope) error {
 		}
 		total.Add(band, line)
 		if env.CapAt > 0 {
-			if err := vline(delay, i, float64(env.CapAt), top, "cap "+short(ms(env.CapMs)), c); err != nil {
+			if err := vline(delay, i, float64(env.CapAt), top, "cap "+short(Duration(env.CapMs)), c); err != nil {
 				return err
 			}
 		}
@@ -137,7 +137,7 @@ func Schedule(w io.Writer, format string, envs ...Envelope) error {
 		}
 		if env.MaxElapsedMs > 0 && seconds(env.MaxElapsedMs) <= 1.5*topTotal {
 			last := float64(env.Steps[len(env.Steps)-1].Attempt)
-			if err := hline(total, seconds(env.MaxElapsedMs), 1, last, "max elapsed "+short(ms(env.MaxElapsedMs)), c); err != nil {
+			if err := hline(total, seconds(env.MaxElapsedMs), 1, last, "max elapsed "+short(Duration(env.MaxElapsedMs)), c); err != nil {
 				return err
 			}
 		}
@@ -174,6 +174,12 @@ func envelope(steps []policy.Step, c color.Color, pick func(policy.Step) (lo, mi
 	return band, line, nil
 }
 
-func dur(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+func dur(ms int64) string { return Duration(ms) }
 
-func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+// satAdd returns a+b for non-negative a and b, saturating at MaxInt64.
+func satAdd(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
+}

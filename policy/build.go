@@ -73,7 +73,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		d.fail("circuit_breaker.open_for", "must be > 0")
 	}
 	if len(d.problems) > 0 {
-		return nil, &Error{Problems: d.problems}
+		return nil, &Error{Problems: d.problems, More: d.more}
 	}
 
 	p := &Policy{

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"strconv"
@@ -21,18 +22,27 @@ import (
 // path and the reason, for example
 //
 //	backoff.cap: must be >= backoff.base (got 100ms < 1s)
+//
+// So are a second YAML document and inputs past the limits (MaxFileBytes,
+// checked before parsing, MaxTableEntries, MaxListItems); at most
+// MaxProblems problems are listed.
+//
+// # Notes
+//
+// YAML anchors, aliases and merge keys ("<<") are resolved; explicit tags
+// are taken at their word ("!!str 3" is a string).
 func Parse(data []byte) (*Policy, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &Error{Problems: []*FieldError{{Field: "(document)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}}}
+	if len(data) > MaxFileBytes {
+		return nil, docError(fmt.Sprintf("must be at most %d bytes (64 KiB)", MaxFileBytes))
 	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
-		return nil, &Error{Problems: []*FieldError{{Field: "(document)", Reason: "must be a JSON or YAML object"}}}
+	root, problem := document(data)
+	if problem != nil {
+		return nil, &Error{Problems: []*FieldError{problem}}
 	}
-	root := doc.Content[0]
 	raw := defaultRaw()
 	d := &decoder{lines: map[string]int{}}
-	if base := extendsOf(d, root); base != "" {
+	if base, line := extendsOf(root); base != "" {
+		d.lines["extends"] = line
 		text, ok := presets[base]
 		if !ok {
 			d.fail("extends", fmt.Sprintf("unknown preset %q (presets: %s)", base, strings.Join(PresetNames(), ", ")))
@@ -42,6 +52,72 @@ func Parse(data []byte) (*Policy, error) {
 	}
 	d.policy(root, &raw)
 	return d.build(&raw)
+}
+
+func docError(reason string) *Error {
+	return &Error{Problems: []*FieldError{{Field: "(document)", Reason: reason}}}
+}
+
+// document returns the root node of the one YAML document in data (JSON is
+// YAML), or the problem: a syntax error, no document, or a second
+// document, which yaml.Unmarshal would ignore without a word.
+func document(data []byte) (*yaml.Node, *FieldError) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &FieldError{Field: "(document)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	if line := secondDocument(data); line > 0 {
+		return nil, &FieldError{Field: "(document)", Line: line,
+			Reason: fmt.Sprintf("must be one YAML document (a second one starts at line %d)", line)}
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, &FieldError{Field: "(document)", Reason: "must be a JSON or YAML object"}
+	}
+	return resolve(doc.Content[0]), nil
+}
+
+// secondDocument returns the line on which a second YAML document starts,
+// 0 when there is none: a "---" line after content, or content after a
+// "..." line. The parser takes "---" and "..." for markers only at the
+// start of a line and followed by a space, a tab or the line's end, and
+// nowhere else (not even inside a quoted or block scalar), so neither
+// does this.
+//
+// yaml.NewDecoder would find it too, but it reads from an io.Reader, and
+// that one dynamic Read call links (*os.File).Read, and with it the WASI
+// import fd_read, into backstop.wasm, which must import nothing the Go
+// runtime does not need.
+func secondDocument(data []byte) int {
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
+	content, ended := false, false
+	for line := 1; len(data) > 0; line++ {
+		var l []byte
+		l, data, _ = bytes.Cut(data, []byte("\n"))
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		switch {
+		case isMarker(l, "---"):
+			if content || ended {
+				return line
+			}
+			l = l[3:] // "--- {a: 1}": the document may start on the marker's line
+		case isMarker(l, "..."):
+			ended = true
+			continue
+		case !content && len(l) > 0 && l[0] == '%':
+			continue // a directive (%YAML, %TAG)
+		}
+		if t := bytes.TrimLeft(l, " \t"); len(t) > 0 && t[0] != '#' {
+			if ended {
+				return line
+			}
+			content = true
+		}
+	}
+	return 0
+}
+
+func isMarker(line []byte, m string) bool {
+	return bytes.HasPrefix(line, []byte(m)) && (len(line) == 3 || line[3] == ' ' || line[3] == '\t')
 }
 
 // Preset returns a new Policy built from a named preset: "default",
@@ -131,7 +207,7 @@ func mustRaw(text string) rawPolicy {
 	}
 	raw := defaultRaw()
 	d := &decoder{lines: map[string]int{}}
-	d.policy(doc.Content[0], &raw)
+	d.policy(resolve(doc.Content[0]), &raw)
 	if len(d.problems) > 0 {
 		panic(d.problems[0])
 	}
@@ -140,11 +216,16 @@ func mustRaw(text string) rawPolicy {
 
 type decoder struct {
 	problems []*FieldError
+	more     int // problems found past MaxProblems
 	lines    map[string]int
 	line     int
 }
 
 func (d *decoder) fail(path, reason string) {
+	if len(d.problems) >= MaxProblems {
+		d.more++
+		return
+	}
 	line := d.lines[path]
 	if line == 0 {
 		line = d.line
@@ -152,26 +233,107 @@ func (d *decoder) fail(path, reason string) {
 	d.problems = append(d.problems, &FieldError{Field: path, Line: line, Reason: reason})
 }
 
+// resolve follows an alias ("*name") to the node its anchor ("&name")
+// marks. That node is never an alias itself; the bound is a guard.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; i < 8 && n != nil && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// entry is one key/value pair of a mapping, aliases resolved.
+type entry struct {
+	key  string
+	k, v *yaml.Node
+}
+
+// entries returns the pairs of mapping n in file order, aliases resolved
+// and merge keys ("<<: *defaults", "<<: [*a, *b]") expanded as YAML
+// defines them: keys written in n win over merged ones, and an earlier
+// merged mapping over a later one. Keys n repeats are all returned (the
+// caller reports duplicates). norm, when not nil, says which keys are the
+// same one (a gRPC name and its code).
+//
+// Each mapping is expanded at most once per call, so merges of merges
+// cannot multiply the work, and a cycle ends.
+func (d *decoder) entries(n *yaml.Node, path string, norm func(string) string) []entry {
+	if norm == nil {
+		norm = func(k string) string { return k }
+	}
+	done := map[*yaml.Node]bool{}
+	var walk func(n *yaml.Node) (own, merged []entry)
+	walk = func(n *yaml.Node) (own, merged []entry) {
+		top := len(done) == 0
+		done[n] = true
+		seen := map[string]bool{} // a merged mapping's own duplicates (n's are the caller's)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+			d.line = k.Line
+			if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+				from := []*yaml.Node{v}
+				if v.Kind == yaml.SequenceNode {
+					from = v.Content
+				}
+				for _, m := range from {
+					if m = resolve(m); m.Kind != yaml.MappingNode {
+						d.fail(join(path, "<<"), "must be an object or a list of objects to merge")
+						continue
+					}
+					if !done[m] {
+						o, mm := walk(m)
+						merged = append(append(merged, o...), mm...)
+					}
+				}
+				continue
+			}
+			if k.Kind != yaml.ScalarNode {
+				d.fail(orRoot(path), "keys must be strings")
+				continue
+			}
+			key := norm(k.Value)
+			if !top && seen[key] {
+				d.lines[join(path, k.Value)] = k.Line
+				d.fail(join(path, k.Value), "duplicate key")
+				continue
+			}
+			seen[key] = true
+			own = append(own, entry{key: k.Value, k: k, v: v})
+		}
+		return own, merged
+	}
+	own, merged := walk(n)
+	set := map[string]bool{}
+	for _, e := range own {
+		set[norm(e.key)] = true
+	}
+	for _, e := range merged {
+		if key := norm(e.key); !set[key] {
+			set[key] = true
+			own = append(own, e)
+		}
+	}
+	return own
+}
+
 // fields walks a mapping node, calling the handler of each known key and
 // reporting unknown and duplicate keys.
 func (d *decoder) fields(n *yaml.Node, path string, handlers map[string]func(*yaml.Node, string)) {
-	if n.Kind != yaml.MappingNode {
-		d.line = n.Line
-		d.fail(orRoot(path), "must be an object")
+	if !d.object(n, path) {
 		return
 	}
 	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		p := join(path, k.Value)
+	for _, e := range d.entries(n, path, nil) {
+		k, v := e.k, e.v
+		p := join(path, e.key)
 		d.lines[p] = k.Line
 		d.line = k.Line
-		if seen[k.Value] {
+		if seen[e.key] {
 			d.fail(p, "duplicate key")
 			continue
 		}
-		seen[k.Value] = true
-		h, ok := handlers[k.Value]
+		seen[e.key] = true
+		h, ok := handlers[e.key]
 		if !ok {
 			d.fail(p, "unknown field")
 			continue
@@ -179,6 +341,22 @@ func (d *decoder) fields(n *yaml.Node, path string, handlers map[string]func(*ya
 		d.line = v.Line
 		h(v, p)
 	}
+}
+
+// object reports a node that is not a mapping, or is one with a tag other
+// than !!map.
+func (d *decoder) object(n *yaml.Node, path string) bool {
+	if n.Kind != yaml.MappingNode {
+		d.line = n.Line
+		d.fail(orRoot(path), "must be an object")
+		return false
+	}
+	if tag := n.ShortTag(); tag != "!!map" {
+		d.line = n.Line
+		d.fail(orRoot(path), "must be an object (got a mapping tagged "+tag+")")
+		return false
+	}
+	return true
 }
 
 func orRoot(path string) string {
@@ -198,21 +376,22 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-func extendsOf(d *decoder, root *yaml.Node) string {
+// extendsOf returns the preset a policy extends and the line that says
+// so, "" when none (or when its value is invalid, which d.policy reports).
+func extendsOf(root *yaml.Node) (string, int) {
 	if root.Kind != yaml.MappingNode {
-		return ""
+		return "", 0
 	}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		if root.Content[i].Value == "extends" {
-			v := root.Content[i+1]
-			d.lines["extends"] = root.Content[i].Line
-			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-				return ""
+	// A scratch decoder: d.policy reports the problems of these entries.
+	for _, e := range (&decoder{lines: map[string]int{}}).entries(root, "", nil) {
+		if e.key == "extends" {
+			if e.v.Kind != yaml.ScalarNode || e.v.ShortTag() != "!!str" {
+				return "", 0
 			}
-			return v.Value
+			return e.v.Value, e.k.Line
 		}
 	}
-	return ""
+	return "", 0
 }
 
 func (d *decoder) policy(n *yaml.Node, r *rawPolicy) {
@@ -299,10 +478,20 @@ func (d *decoder) scalar(v *yaml.Node, p, want string) bool {
 	return true
 }
 
+// tagged returns the tag a file wrote on a node ("!!str "), "" when none:
+// a value whose explicit tag makes it the wrong type says so in its error.
+func tagged(v *yaml.Node) string {
+	if v.Style&yaml.TaggedStyle != 0 {
+		return v.ShortTag() + " "
+	}
+	return ""
+}
+
 func (d *decoder) str(v *yaml.Node, p string, dst *string) {
 	if d.scalar(v, p, "a string") {
-		if v.ShortTag() != "!!str" {
-			d.fail(p, fmt.Sprintf("must be a string (got %s)", v.Value))
+		// A plain << is YAML's merge key only as a key; as a value it is text.
+		if tag := v.ShortTag(); tag != "!!str" && !(tag == "!!merge" && tagged(v) == "") {
+			d.fail(p, fmt.Sprintf("must be a string (got %s%s)", tagged(v), v.Value))
 			return
 		}
 		*dst = v.Value
@@ -320,13 +509,13 @@ func (d *decoder) enum(v *yaml.Node, p string, names []string, dst *string) {
 			return
 		}
 	}
-	d.fail(p, fmt.Sprintf("must be %s (got %q)", want, v.Value))
+	d.fail(p, fmt.Sprintf("must be %s (got %s%q)", want, tagged(v), v.Value))
 }
 
 func (d *decoder) boolean(v *yaml.Node, p string, dst *bool) {
 	if d.scalar(v, p, "true or false") {
 		if v.ShortTag() != "!!bool" {
-			d.fail(p, fmt.Sprintf("must be true or false (got %q)", v.Value))
+			d.fail(p, fmt.Sprintf("must be true or false (got %s%q)", tagged(v), v.Value))
 			return
 		}
 		*dst = v.Value == "true"
@@ -339,7 +528,11 @@ func (d *decoder) integer(v *yaml.Node, p string, lo, hi int64, dst *int64) {
 	}
 	n, err := strconv.ParseInt(v.Value, 10, 64)
 	if v.ShortTag() != "!!int" || err != nil {
-		d.fail(p, fmt.Sprintf("must be an integer (got %q)", v.Value))
+		want := "an integer"
+		if v.ShortTag() == "!!int" {
+			want = "a decimal integer" // 0x10, 0o17, 1_000 are YAML integers too
+		}
+		d.fail(p, fmt.Sprintf("must be %s (got %s%q)", want, tagged(v), v.Value))
 		return
 	}
 	if n < lo || n > hi {
@@ -359,7 +552,7 @@ func (d *decoder) fixed(v *yaml.Node, p string, decimals int, lo, hi int64, dst 
 	tag := v.ShortTag()
 	n, ok := parseFixed(v.Value, decimals)
 	if tag != "!!int" && tag != "!!float" || !ok {
-		d.fail(p, fmt.Sprintf("must be a decimal number with at most %d decimal places (got %q)", decimals, v.Value))
+		d.fail(p, fmt.Sprintf("must be a decimal number with at most %d decimal places (got %s%q)", decimals, tagged(v), v.Value))
 		return
 	}
 	if n < lo || n > hi {
@@ -395,8 +588,17 @@ func (d *decoder) duration(v *yaml.Node, p string, dst *int64) {
 		return
 	}
 	dur, err := time.ParseDuration(v.Value)
+	if v.ShortTag() == "!!str" && err != nil && durationSyntax(v.Value) {
+		// Well written, but past what time.Duration holds.
+		if strings.HasPrefix(v.Value, "-") {
+			d.fail(p, fmt.Sprintf("must not be negative (got %s)", v.Value))
+		} else {
+			d.fail(p, fmt.Sprintf("must be at most %s (got %s)", time.Duration(math.MaxInt64).Truncate(time.Millisecond), v.Value))
+		}
+		return
+	}
 	if v.ShortTag() != "!!str" || err != nil {
-		d.fail(p, fmt.Sprintf("must be %s (got %s)", want, v.Value))
+		d.fail(p, fmt.Sprintf("must be %s (got %s%s)", want, tagged(v), v.Value))
 		return
 	}
 	switch {
@@ -409,14 +611,49 @@ func (d *decoder) duration(v *yaml.Node, p string, dst *int64) {
 	}
 }
 
+// durationSyntax reports whether s is written as a Go duration ("1h30m",
+// "-1.5s"), whatever its size: time.ParseDuration gives the same error for
+// bad syntax and for values past about 292 years.
+func durationSyntax(s string) bool {
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	isNum := func(c byte) bool { return c >= '0' && c <= '9' || c == '.' }
+	for s != "" {
+		i := 0
+		for i < len(s) && isNum(s[i]) {
+			i++
+		}
+		if num := s[:i]; num == "" || num == "." || strings.Count(num, ".") > 1 {
+			return false
+		}
+		j := i
+		for j < len(s) && !isNum(s[j]) {
+			j++
+		}
+		switch s[i:j] {
+		case "ns", "us", "µs", "μs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		s = s[j:]
+	}
+	return true
+}
+
 func (d *decoder) strings(v *yaml.Node, p string, dst *[]string) {
-	if v.Kind != yaml.SequenceNode {
+	if v.Kind != yaml.SequenceNode || v.ShortTag() != "!!seq" {
 		d.fail(p, "must be a list of strings")
+		return
+	}
+	if len(v.Content) > MaxListItems {
+		d.fail(p, fmt.Sprintf("must have at most %d items (got %d)", MaxListItems, len(v.Content)))
 		return
 	}
 	out := []string{}
 	for i, e := range v.Content {
 		var s string
+		e = resolve(e)
 		ep := fmt.Sprintf("%s[%d]", p, i)
 		d.str(e, ep, &s)
 		if s == "" && e.ShortTag() == "!!str" {
@@ -429,14 +666,24 @@ func (d *decoder) strings(v *yaml.Node, p string, dst *[]string) {
 
 // rules reads a classification table: an object from key to class name.
 func (d *decoder) rules(v *yaml.Node, p string, checkKey func(string) (string, string)) []rule {
-	if v.Kind != yaml.MappingNode {
-		d.fail(p, "must be an object")
+	if !d.object(v, p) {
+		return nil
+	}
+	norm := func(k string) string {
+		if key, problem := checkKey(k); problem == "" {
+			return key
+		}
+		return k
+	}
+	entries := d.entries(v, p, norm)
+	if len(entries) > MaxTableEntries {
+		d.fail(p, fmt.Sprintf("must have at most %d entries (got %d)", MaxTableEntries, len(entries)))
 		return nil
 	}
 	var out []rule
 	seen := map[string]bool{}
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		k, val := v.Content[i], v.Content[i+1]
+	for _, e := range entries {
+		k, val := e.k, e.v
 		kp := join(p, k.Value)
 		d.lines[kp], d.line = k.Line, k.Line
 		key, problem := checkKey(k.Value)

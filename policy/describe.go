@@ -73,6 +73,10 @@ type Step struct {
 // Schedule returns the backoff schedule for retryable failures, up to the
 // attempt limit (or limit rows), ignoring Retry-After and the state. Rows
 // whose earliest due time passes max elapsed are left out.
+//
+// With unlimited attempts and a jitter whose shortest wait is 0 (full),
+// the earliest due time never passes max elapsed: only limit ends the
+// schedule, so bound it (backstop policy check allows 10000 rows).
 func (p *Policy) Schedule(limit int) []Step {
 	var out []Step
 	var prev [3]int64

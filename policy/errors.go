@@ -15,18 +15,39 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
 
-// Error is returned by Parse when a policy file is invalid. It lists every
-// problem found, in file order.
+// Error is returned by Parse when a policy file is invalid. It lists the
+// problems found, in file order: the first MaxProblems of them, with More
+// counting the rest.
 type Error struct {
 	Problems []*FieldError
+	More     int // problems found beyond those listed
 }
 
+// Error returns the problems on one line, separated by "; ", ending with
+// "and N more problems" when some are not listed:
+//
+//	invalid policy: backoff.cap: must be >= backoff.base (got 100ms < 1s); and 3 more problems
 func (e *Error) Error() string {
-	msgs := make([]string, len(e.Problems))
+	msgs := make([]string, len(e.Problems), len(e.Problems)+1)
 	for i, p := range e.Problems {
 		msgs[i] = p.Error()
 	}
+	if e.More > 0 {
+		msgs = append(msgs, e.moreText())
+	}
 	return "invalid policy: " + strings.Join(msgs, "; ")
+}
+
+// moreText says how many problems are not listed ("and 3 more problems"),
+// "" when none.
+func (e *Error) moreText() string {
+	switch {
+	case e.More == 1:
+		return "and 1 more problem"
+	case e.More > 1:
+		return fmt.Sprintf("and %d more problems", e.More)
+	}
+	return ""
 }
 
 // InputError reports an invalid Failure field. Decide returns it instead of

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/backstop-dev/backstop/policy"
@@ -21,6 +22,17 @@ func FuzzParse(f *testing.F) {
 		`{"classify": {"http": {"5xx": "permanent", "503": "retryable"}, "grpc": {"14": "permanent"}}}`,
 		"max_attempts: 3\nbackoff: {strategy: decorrelated}\njitter: {mode: decorrelated}\n",
 		`{"extends": "batch", "max_elapsed": "1h"}`, "&a [*a]", "{", "null", "- - -",
+		// YAML features: documents, aliases, merge keys, tags, odd keys.
+		"max_attempts: 3\n---\nmax_attempts: 4\n", "max_attempts: 3\n...\n# end\n", "--- {max_attempts: 3}\n",
+		"max_attempts: &n 3\nuncertain: {max_attempts: *n}\n",
+		"backoff: &b {base: 1s, cap: 2s}\ncircuit_breaker: {<<: *b}\njitter: {<<: [{mode: none}, {mode: full}]}\n",
+		"backoff: &x\n  <<: *x\n", "classify: {grpc: {<<: {UNAVAILABLE: permanent}, \"14\": retryable}}",
+		"max_attempts: !!binary AAA=\nname: !!str 3\nbackoff: !!set {base}\n", "max_attempts: 0x10\n",
+		"? [a]\n: 1\n", "name: <<\n",
+		// Past the limits: a long list, many unknown keys, huge durations.
+		"idempotency: {idempotent_methods: [" + strings.Repeat("A,", 101) + "]}\n",
+		"{" + strings.Repeat("a: 0,", 30) + "}",
+		"backoff: {base: 2562047h, cap: 2562047h}\nmax_elapsed: 2562047h\nmax_attempts: 0\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -28,8 +40,8 @@ func FuzzParse(f *testing.F) {
 		p, err := policy.Parse(data)
 		if err != nil {
 			var pe *policy.Error
-			if !errors.As(err, &pe) || len(pe.Problems) == 0 {
-				t.Fatalf("error %v is not an *Error with problems", err)
+			if !errors.As(err, &pe) || len(pe.Problems) == 0 || len(pe.Problems) > policy.MaxProblems {
+				t.Fatalf("error %v is not an *Error with 1..%d problems", err, policy.MaxProblems)
 			}
 			for _, pr := range pe.Problems {
 				if pr.Field == "" || pr.Reason == "" {

@@ -13,22 +13,42 @@ import (
 	"github.com/backstop-dev/backstop/policy"
 )
 
+// Bounds of policy plot's flags: more attempts than a chart can show, more
+// draws than the envelope needs, more policies than a chart can tell apart,
+// and small enough to draw in a moment.
+const (
+	maxPlotAttempts = 1000
+	maxDraws        = 10_000
+	maxPlotPolicies = 20
+)
+
 // policyPlot draws a policy's schedule, its jitter envelope and knees,
 // alone or next to others, as SVG or PNG.
 func policyPlot(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("policy plot", flag.ContinueOnError)
 	out := fs.String("out", "", "chart to write: FILE.svg or FILE.png (required)")
 	compare := fs.String("compare", "", "more policies on the same chart: FILE|PRESET,...")
-	attempts := fs.Int("attempts", 0, "at most this many failed attempts (default: the policy's retries, at most 30)")
-	draws := fs.Int("draws", 1000, "random draws per attempt for the jitter envelope")
+	attempts := fs.Int("attempts", 0, fmt.Sprintf("at most this many failed attempts, up to %d (default: the policy's retries, at most 30)", maxPlotAttempts))
+	draws := fs.Int("draws", 1000, fmt.Sprintf("random draws per attempt for the jitter envelope (1..%d)", maxDraws))
 	pos, err := parseInterspersed(fs, args)
-	if err != nil || len(pos) != 1 || *out == "" || *attempts < 0 || *draws < 1 {
+	if err != nil || len(pos) != 1 || *out == "" {
 		return errUsage
+	}
+	// The envelope holds a row per attempt and three numbers per draw, and
+	// costs attempts × draws decisions: bound both.
+	if *attempts < 0 || *attempts > maxPlotAttempts {
+		return fmt.Errorf("--attempts: must be in 0..%d (got %d)", maxPlotAttempts, *attempts)
+	}
+	if *draws < 1 || *draws > maxDraws {
+		return fmt.Errorf("--draws: must be in 1..%d (got %d)", maxDraws, *draws)
 	}
 	if *attempts == 0 {
 		*attempts = 30
 	}
 	args = append(pos, splitList(*compare)...)
+	if len(args) > maxPlotPolicies {
+		return fmt.Errorf("--compare: at most %d policies on a chart (got %d)", maxPlotPolicies-1, len(args)-1)
+	}
 	envs := make([]plot.Envelope, 0, len(args))
 	for _, arg := range args {
 		p, name, _, err := loadPolicy(arg)

@@ -8,23 +8,29 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/backstop-dev/backstop/plot"
 	"github.com/backstop-dev/backstop/policy"
 )
 
 // readPolicy returns the bytes of a policy argument: the contents of a file,
-// or a preset name as is (every loader accepts both).
+// or a preset name as is (every loader accepts both). It reads at most one
+// byte more than policy.MaxFileBytes, enough for the loader to refuse a
+// file that is too large, so a huge file or a device never fills memory.
 func readPolicy(arg string) (src []byte, name string, err error) {
 	if _, ok := policy.PresetText(arg); ok {
 		if _, statErr := os.Stat(arg); statErr != nil {
 			return []byte(arg), "preset " + arg, nil
 		}
 	}
-	b, err := os.ReadFile(arg)
+	f, err := os.Open(arg)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w (and %q is not a preset: %s)", err, arg, strings.Join(policy.PresetNames(), ", "))
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, policy.MaxFileBytes+1))
+	if err != nil {
+		return nil, "", err
 	}
 	return b, arg, nil
 }
@@ -44,15 +50,26 @@ func problems(name string, err error) error {
 			fmt.Fprintf(&b, "\n  %s: %s", name, p)
 		}
 	}
+	if pe.More > 0 {
+		fmt.Fprintf(&b, "\n  %s: and %d more", name, pe.More)
+	}
 	return errors.New(b.String())
 }
 
+// maxRows bounds policy check --rows: a table longer than anyone reads,
+// and short enough to build in a moment. (With unlimited attempts and full
+// jitter the schedule never ends, so --rows is all that stops it.)
+const maxRows = 10_000
+
 func policyCheck(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
-	rows := fs.Int("rows", 30, "at most this many schedule rows")
+	rows := fs.Int("rows", 30, fmt.Sprintf("at most this many schedule rows (1..%d)", maxRows))
 	chart := fs.Bool("chart", false, "draw the median and max delays as a text chart under the table")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
 		return errUsage
+	}
+	if *rows < 1 || *rows > maxRows {
+		return fmt.Errorf("--rows: must be in 1..%d (got %d)", maxRows, *rows)
 	}
 	src, name, err := readPolicy(fs.Arg(0))
 	if err != nil {
@@ -63,10 +80,11 @@ func policyCheck(args []string, stdout io.Writer) error {
 		return problems(name, err)
 	}
 	fmt.Fprintf(stdout, "%s: valid\n%s\n\n", name, p)
-	writeSchedule(stdout, p, *rows)
+	steps := p.Schedule(*rows)
+	writeSchedule(stdout, p, steps, *rows)
 	if *chart {
 		fmt.Fprintln(stdout)
-		plot.Bars(stdout, p.Schedule(*rows), 50)
+		plot.Bars(stdout, steps, 50)
 	}
 	return nil
 }
@@ -74,8 +92,7 @@ func policyCheck(args []string, stdout io.Writer) error {
 // writeSchedule prints the table people draw by hand in design docs: the
 // wait after each failed attempt, low/median/high across the jitter, and
 // the cumulative wait.
-func writeSchedule(w io.Writer, p *policy.Policy, rows int) {
-	steps := p.Schedule(rows)
+func writeSchedule(w io.Writer, p *policy.Policy, steps []policy.Step, rows int) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "failed attempt\tmin\tmedian\tmax\t\ttotal min\ttotal median\ttotal max\t")
 	for _, s := range steps {
@@ -93,12 +110,14 @@ func writeSchedule(w io.Writer, p *policy.Policy, rows int) {
 		fmt.Fprintf(w, "\nattempt %d is the last: its failure is dead-lettered (max_attempts_reached)\n", p.MaxAttempts())
 	case p.MaxElapsedMs() > 0 && len(steps) < rows:
 		fmt.Fprintf(w, "\nafter attempt %d even the shortest wait passes max elapsed %s: max_elapsed_exceeded\n", last+1, dur(p.MaxElapsedMs()))
+	case rows >= maxRows:
+		fmt.Fprintf(w, "\n(first %d rows, the most --rows shows)\n", len(steps))
 	default:
 		fmt.Fprintf(w, "\n(first %d rows; --rows shows more)\n", len(steps))
 	}
 }
 
-func dur(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+func dur(ms int64) string { return plot.Duration(ms) }
 
 func policyPresets(stdout io.Writer) error {
 	for _, n := range policy.PresetNames() {
