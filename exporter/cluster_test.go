@@ -16,7 +16,8 @@ import (
 // and discovers them by SCAN on every master: one pipeline, split per node
 // by go-redis, reads them all.
 func TestCluster(t *testing.T) {
-	rdb := redistest.StartCluster(t, 3).Client(t)
+	cluster := redistest.StartCluster(t, 3)
+	rdb := cluster.Client(t)
 	ctx := context.Background()
 	const n = 20
 	for i := range n {
@@ -41,6 +42,13 @@ func TestCluster(t *testing.T) {
 	c, logs := newTestCollector(t, rdb, WithPattern("{*}:jobs", time.Hour, 1000))
 	got := gather(t, c)
 	want(t, got, map[string]float64{"backstop_up": 1, "backstop_scrape_partial": 0, "backstop_queues": n})
+	// Every master's memory and refusals, by its address.
+	for _, addr := range cluster.Addrs {
+		want(t, got, map[string]float64{
+			`backstop_redis_memory_max_bytes{node="` + addr + `"}`:                   0,
+			`backstop_redis_rejected_writes_total{node="` + addr + `",reason="oom"}`: 0,
+		})
+	}
 	for i := range n {
 		q := strconv.Quote("q" + strconv.Itoa(i))
 		want(t, got, map[string]float64{

@@ -3,9 +3,10 @@
 // its consumer groups, stats hash) and reports the metrics of DESIGN.md,
 // "Metrics (exporter contract)". It never writes to Redis.
 //
-// Every scrape reads live state in one pipeline of a fixed number of
+// Every scrape reads live state in pipelines of a fixed number of
 // commands per queue, whatever the queues' lengths, under a time budget;
-// scrapes that arrive while one runs share its result.
+// scrapes that arrive while one runs share its result. Every bound the
+// exporter applies says in backstop_scrape_limit_reached when it was hit.
 //
 //	c, err := exporter.NewCollector(rdb, exporter.WithQueues(exporter.QueueFor("orders")))
 //	if err != nil { … }
@@ -51,13 +52,23 @@ func WithQueues(qs ...Queue) Option {
 }
 
 // WithPattern discovers queues by SCAN MATCH pattern on every master (each
-// master of a Redis Cluster), keeping at most maxKeys matching keys. The
-// queue name is the content of the key's hash tag: pattern "{*}:jobs"
-// finds queue orders through the key {orders}:jobs; discovered queues use
-// the default layout and group (QueueFor). The names are cached and
-// refreshed every refresh interval, in the background so a scrape never
-// waits for a SCAN except the first. A queue given to WithQueues keeps its
-// own layout when discovered too.
+// master of a Redis Cluster), taking at most maxKeys matching keys. A
+// matching key names a queue when it is exactly one of the keys of the
+// default layout, {Q}:jobs, {Q}:delayed, {Q}:dlq or {Q}:stats, where {Q}
+// is the key's hash tag as Redis Cluster reads it (from the first '{' to
+// the first '}' after it) and Q is a valid label value (UTF-8 without
+// control characters): pattern "{*}:jobs" finds queue orders through the
+// key {orders}:jobs, and skips {a}x}:jobs or {orders}:jobs:old. Discovered
+// queues use the default layout and group (QueueFor); queues in other
+// layouts are given with WithQueues, and keep their own layout when
+// discovered too.
+//
+// The names are cached and refreshed every refresh interval, in the
+// background so a scrape never waits for a SCAN except the first. A
+// discovery that reaches maxKeys goes on counting the matching keys
+// without taking them: backstop_discovery_keys says how many keys were
+// taken, skipped and left out, and backstop_scrape_limit_reached{limit=
+// "max_keys"} and backstop_scrape_partial say that queues are not read.
 func WithPattern(pattern string, refresh time.Duration, maxKeys int) Option {
 	return func(c *config) { c.pattern, c.refresh, c.maxKeys = pattern, refresh, maxKeys }
 }
@@ -144,7 +155,7 @@ func NewCollector(rdb redis.UniversalClient, opts ...Option) (*Collector, error)
 // Describe sends the descriptors of every metric the collector reports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range descs {
-		ch <- d
+		ch <- d.d
 	}
 	c.build.Describe(ch)
 }
@@ -152,20 +163,21 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect scrapes Redis, or waits for the scrape already running and
 // reports its result.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range c.flight.do(c.scrape) {
-		ch <- m
-	}
+	c.flight.do(c.scrape).all(func(s *sample) { ch <- s })
 	c.build.Collect(ch)
 }
 
-// scrape reads every queue once, within the budget.
-func (c *Collector) scrape() []prometheus.Metric {
+// scrape reads every queue once, and the nodes' memory and refusals,
+// within the budget.
+func (c *Collector) scrape() *samples {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
 	defer cancel()
 	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
+	nodes := c.readNodes(ctx) // beside the queues: a down Redis costs one dial timeout, not two
 	qs := c.queues(ctx, s)
 	c.read(ctx, qs, s)
+	nodes(s)
 	return c.health(s, len(qs), time.Since(start))
 }
 
@@ -174,9 +186,13 @@ func (c *Collector) queues(ctx context.Context, s *sink) []Queue {
 	if c.disc == nil {
 		return c.cfg.queues // sorted by NewCollector
 	}
-	names, err := c.disc.names(ctx)
+	found, err := c.disc.names(ctx)
 	if err != nil {
 		s.fail(Queue{}, c.cfg.pattern, fmt.Errorf("discovery: %w", err))
+	}
+	var names []string
+	if found != nil { // nil until the first SCAN ends
+		s.found, names = found, found.names
 	}
 	qs := append([]Queue(nil), c.cfg.queues...)
 	known := make(map[string]bool, len(qs))
@@ -198,47 +214,82 @@ func sortQueues(qs []Queue) {
 	slices.SortFunc(qs, func(a, b Queue) int { return strings.Compare(a.Name, b.Name) })
 }
 
-// read sends every queue's commands in one pipeline (a cluster client
-// splits it per node) and turns the replies into metrics. The pipeline
-// runs in its own goroutine so the budget holds even over a client that
-// ignores context deadlines; replies that miss it are dropped.
+// batchQueues is how many queues one pipeline reads. A scrape sends its
+// queues in pipelines of this many, one after the other: the replies of a
+// batch are garbage once turned into samples, so neither the exporter nor
+// Redis (whose output buffer holds the replies of a pipeline until the
+// client reads them) ever holds the replies of every queue at once.
+const batchQueues = 500
+
+// read sends the queues' commands in pipelines of batchQueues queues (a
+// cluster client splits each per node) and turns the replies into
+// metrics. Each pipeline runs in its own goroutine so the budget holds
+// even over a client that ignores context deadlines; replies that miss it
+// are dropped, and the queues of the batches not sent are not reported.
 func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	groups := 0
 	for _, q := range qs {
 		groups += len(q.Groups)
 	}
 	pl := plan{now: c.cfg.now(), sample: sampleSize(groups)}
-	p := c.rdb.Pipeline()
-	ping := p.Ping(ctx) // says whether Redis is up even with no queue to read
+	_, cluster := c.rdb.(*redis.ClusterClient)
 	var reads []func(*sink)
-	for _, q := range qs {
-		for _, r := range readers {
-			if f := r(ctx, p, q, pl); f != nil {
-				reads = append(reads, f)
+	for start := 0; start == 0 || start < len(qs); start += batchQueues {
+		batch := qs[start:min(start+batchQueues, len(qs))]
+		p := c.rdb.Pipeline()
+		var ping *redis.StatusCmd
+		if start == 0 {
+			ping = p.Ping(ctx) // says whether Redis is up even with no queue to read
+		}
+		clear(reads) // the last batch's replies are garbage now
+		reads = reads[:0]
+		for _, q := range batch {
+			for _, r := range readers {
+				if f := r(ctx, p, q, pl); f != nil {
+					reads = append(reads, f)
+				}
 			}
 		}
+		if !within(ctx, func() {
+			cmds, err := p.Exec(ctx) // errors are read per command below
+			stampUnanswered(cmds, err)
+		}) {
+			s.fail(Queue{}, "", fmt.Errorf("pipeline of queues %d to %d of %d: %w", start+1, start+len(batch), len(qs), ctx.Err()))
+			return
+		}
+		if ping != nil {
+			if err := ping.Err(); err != nil {
+				s.fail(Queue{}, "", fmt.Errorf("ping: %w", err))
+			} else {
+				s.pinged = true
+			}
+		}
+		// Read every reply even after a failed ping: on a cluster the other
+		// nodes may have answered.
+		for _, f := range reads {
+			f(s)
+		}
+		if !s.pinged && !cluster {
+			return // Redis is down: the next batches would wait for it in vain
+		}
 	}
+}
+
+// within runs f in its own goroutine and waits for it until ctx ends, so
+// the scrape's budget holds even over a client that ignores context
+// deadlines. It reports whether f returned; when it did not, f goes on
+// alone and the caller must not read what f writes.
+func within(ctx context.Context, f func()) bool {
 	done := make(chan struct{})
 	go func() {
-		cmds, err := p.Exec(ctx) // errors are read per command below
-		stampUnanswered(cmds, err)
-		close(done)
+		defer close(done)
+		f()
 	}()
 	select {
 	case <-done:
+		return true
 	case <-ctx.Done():
-		s.fail(Queue{}, "", fmt.Errorf("pipeline of %d queues: %w", len(qs), ctx.Err()))
-		return
-	}
-	if err := ping.Err(); err != nil {
-		s.fail(Queue{}, "", fmt.Errorf("ping: %w", err))
-	} else {
-		s.pinged = true
-	}
-	// Read every reply even after a failed ping: on a cluster the other
-	// nodes may have answered.
-	for _, f := range reads {
-		f(s)
+		return false
 	}
 }
 
@@ -276,23 +327,39 @@ var readers = []reader{readDelayed, readDLQ, readStreams, readStats}
 // sink gathers one scrape's metrics and errors.
 type sink struct {
 	log     *slog.Logger
-	metrics []prometheus.Metric
+	samples samples
 	kinds   map[string]error // the first error of each kind
 	pinged  bool             // Redis answered the scrape's PING
+	limits  map[string]bool  // the limits this scrape reached, by limit label
+	found   *found           // the discovery the scrape used; nil without a pattern
 }
 
 func (s *sink) gauge(d *desc, v float64, labels ...string) {
-	s.metrics = append(s.metrics, &sample{desc: d, typ: prometheus.GaugeValue, value: v, labels: labels})
+	s.put(d, prometheus.GaugeValue, v, nil, labels)
 }
 
 func (s *sink) counter(d *desc, v float64, labels ...string) {
-	s.metrics = append(s.metrics, &sample{desc: d, typ: prometheus.CounterValue, value: v, labels: labels})
+	s.put(d, prometheus.CounterValue, v, nil, labels)
 }
 
 // histogram adds a histogram of count observations summing to sum, with
 // cum[i] of them at most bounds[i].
 func (s *sink) histogram(d *desc, bounds []float64, cum []uint64, count uint64, sum float64, labels ...string) {
-	s.metrics = append(s.metrics, &sample{desc: d, histogram: true, bounds: bounds, cum: cum, count: count, value: sum, labels: labels})
+	s.put(d, prometheus.UntypedValue, sum, &hist{count: count, bounds: bounds, cum: cum}, labels)
+}
+
+func (s *sink) put(d *desc, typ prometheus.ValueType, v float64, h *hist, labels []string) {
+	m := s.samples.add()
+	m.desc, m.typ, m.value, m.hist = d, typ, v, h
+	copy(m.labels[:], labels)
+}
+
+// reached records that the scrape hit a limit (backstop_scrape_limit_reached).
+func (s *sink) reached(limit string) {
+	if s.limits == nil {
+		s.limits = map[string]bool{}
+	}
+	s.limits[limit] = true
 }
 
 // fail records an error reading key of q. Errors about one key (a wrong

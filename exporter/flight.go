@@ -1,10 +1,6 @@
 package exporter
 
-import (
-	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "sync"
 
 // flight runs one scrape at a time: a scrape that arrives while one is
 // running waits for it and shares its result, so N Prometheus servers (or
@@ -17,17 +13,17 @@ type flight struct {
 
 type call struct {
 	done    chan struct{}
-	metrics []prometheus.Metric
+	samples *samples
 	waiters int // scrapes sharing this call: for tests
 }
 
-func (f *flight) do(scrape func() []prometheus.Metric) []prometheus.Metric {
+func (f *flight) do(scrape func() *samples) *samples {
 	f.mu.Lock()
 	if c := f.cur; c != nil {
 		c.waiters++
 		f.mu.Unlock()
 		<-c.done
-		return c.metrics
+		return c.samples
 	}
 	c := &call{done: make(chan struct{})}
 	f.cur = c
@@ -39,8 +35,8 @@ func (f *flight) do(scrape func() []prometheus.Metric) []prometheus.Metric {
 		f.mu.Unlock()
 		close(c.done)
 	}()
-	c.metrics = scrape()
-	return c.metrics
+	c.samples = scrape()
+	return c.samples
 }
 
 // waiting returns how many scrapes wait for the running one.

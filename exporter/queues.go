@@ -7,7 +7,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -41,15 +40,15 @@ func (q Queue) withDefaults() (Queue, error) {
 	if q.Name == "" {
 		return q, errors.New("queue name must not be empty")
 	}
-	if !utf8.ValidString(q.Name) { // it becomes a label value
-		return q, fmt.Errorf("queue name %q is not valid UTF-8", q.Name)
+	if err := validName(q.Name); err != nil { // it becomes a label value
+		return q, fmt.Errorf("queue name %q %w", q.Name, err)
 	}
 	if len(q.Groups) == 0 {
 		q.Groups = []string{defaultGroup}
 	}
 	for _, g := range q.Groups {
-		if g == "" || !utf8.ValidString(g) {
-			return q, fmt.Errorf("queue %s: group name %q must be non-empty UTF-8", q.Name, g)
+		if err := validName(g); err != nil {
+			return q, fmt.Errorf("queue %s: group name %q %w", q.Name, g, err)
 		}
 	}
 	return q, nil

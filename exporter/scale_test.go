@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -58,7 +59,7 @@ func fill(t testing.TB, rdb redis.UniversalClient, prefix string, n, entries, pe
 
 // TestThousandQueues scrapes 1,000 queues and counts the commands Redis
 // ran for it (INFO commandstats): a fixed number per queue in one scrape,
-// plus one PING.
+// plus one PING and the node's INFO and CLIENT INFO.
 func TestThousandQueues(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb, admin := srv.Client(), srv.Client()
@@ -74,8 +75,9 @@ func TestThousandQueues(t *testing.T) {
 			t.Errorf("%s ran %d times, want %d", cmd, calls[cmd], n*1000)
 		}
 	}
-	if total(calls) != 7*1000+1 {
-		t.Errorf("scrape ran %d commands, want %d: %v", total(calls), 7*1000+1, calls)
+	// One PING, and CLIENT INFO beside INFO (not counted) for the node label.
+	if total(calls) != 7*1000+2 || calls["client|info"] != 1 {
+		t.Errorf("scrape ran %d commands, want %d: %v", total(calls), 7*1000+2, calls)
 	}
 	want(t, got, map[string]float64{
 		"backstop_up": 1, "backstop_scrape_partial": 0, "backstop_queues": 1000,
@@ -86,6 +88,9 @@ func TestThousandQueues(t *testing.T) {
 		`backstop_dlq_ingested_total{queue="q0"}`:                                2,
 		`backstop_delayed_overdue_jobs{queue="q500"}`:                            2,
 		`backstop_job_attempts_count{outcome="success",queue="q1"}`:              5,
+		// 50 pending, a sample of 10: the deliveries are a sample, and the
+		// metrics say so.
+		`backstop_scrape_limit_reached{limit="pending_sample"}`: 1,
 	})
 	if logs.String() != "" {
 		t.Errorf("unexpected logs:\n%s", logs)
@@ -116,8 +121,9 @@ func TestFlatInQueueLength(t *testing.T) {
 		got := gather(t, c)
 		return commandCalls(t, admin), got
 	}
-	smallCalls, _ := count(small)
+	smallCalls, gotSmall := count(small)
 	largeCalls, got := count(large)
+	want(t, gotSmall, map[string]float64{`backstop_scrape_limit_reached{limit="pending_sample"}`: 0})
 	if len(smallCalls) != len(largeCalls) {
 		t.Fatalf("commands differ: %v vs %v", smallCalls, largeCalls)
 	}
@@ -131,5 +137,37 @@ func TestFlatInQueueLength(t *testing.T) {
 		`backstop_stream_lag_jobs{group="workers",queue="large0"}`:                         90000,
 		`backstop_stream_pending_deliveries_count{group="workers",queue="large0"}`:         maxSample,
 		`backstop_stream_pending_deliveries_bucket{group="workers",le="1",queue="large0"}`: maxSample,
+		`backstop_scrape_limit_reached{limit="pending_sample"}`:                            1,
 	})
+}
+
+// TestBatches reads more queues than one pipeline takes: Redis runs the
+// same commands in two pipelines. When the second one misses the budget,
+// the first one's queues are still reported, and the scrape says it is
+// partial because of the timeout.
+func TestBatches(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, admin := srv.Client(), srv.Client()
+	qs := fill(t, rdb, "q", batchQueues+10, 1, 0)
+	c, _ := newTestCollector(t, rdb, WithQueues(qs...))
+	gather(t, c)
+	commandCalls(t, admin)
+	got := gather(t, c)
+	if calls := commandCalls(t, admin); calls["xinfo|stream"] != int64(len(qs)) {
+		t.Errorf("read %d DLQs of %d queues", calls["xinfo|stream"], len(qs))
+	}
+	want(t, got, map[string]float64{"backstop_queues": float64(len(qs)), "backstop_scrape_partial": 0, `backstop_dlq_size{queue="q509"}`: 2})
+
+	hook := newBlockHook()
+	hook.pass.Store(1) // the first pipeline of queues answers, the second is held
+	rdb.AddHook(hook)
+	t.Cleanup(hook.Release)
+	c, _ = newTestCollector(t, rdb, WithQueues(qs...), WithTimeout(200*time.Millisecond))
+	got = gather(t, c)
+	want(t, got, map[string]float64{
+		"backstop_up": 1, "backstop_scrape_partial": 1, "backstop_queues": float64(len(qs)),
+		`backstop_scrape_limit_reached{limit="timeout"}`: 1,
+		`backstop_scrape_errors_total{kind="timeout"}`:   1,
+		`backstop_dlq_size{queue="q0"}`:                  2,
+	}, `backstop_dlq_size{queue="q99"}`) // queues sort by name: q99 is last
 }

@@ -2,11 +2,11 @@ package exporter
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -41,11 +41,21 @@ var outcomes = []string{"success", "retry", "dead_letter"}
 // hash counts attempts 1..64 exactly and "inf" above.
 var attemptBuckets = []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50}
 
+// maxStatsLabels bounds the label values one queue's stats hash gives each
+// metric (reasons of retries_total and dead_letters_total, outcomes of
+// attempts_total and job_attempts): the scripts write the reasons they
+// are given, and a caller that passes an error message as the reason
+// would otherwise grow the exporter's memory, and Prometheus's, without
+// bound. Past it the values that sort last are left out and
+// backstop_scrape_limit_reached{limit="stats_labels"} says so.
+const maxStatsLabels = 64
+
 // readStats reads the stats hash (queue/README.md, "Counters") with one
 // HGETALL: its size depends on the reasons and attempt numbers seen, not on
 // the queue's length. A queue that never used the scripts has none and
 // gives no counters. Fields it does not know, or that are not numbers, are
-// skipped: a newer script may add some.
+// skipped: a newer script may add some. So are labels that are not valid
+// label values (validName).
 func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*sink) {
 	key := q.Keys.Stats
 	if key == "" {
@@ -63,6 +73,8 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*si
 		}
 		plain := make([]float64, len(plainCounters))
 		attempts := map[string]float64{}
+		retries := map[string]float64{}
+		deadLetters := map[string]float64{}
 		finished := map[string]*finishedJobs{}
 		jobs := func(outcome string) *finishedJobs {
 			if finished[outcome] == nil {
@@ -72,7 +84,7 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*si
 		}
 		for k, raw := range fields {
 			v, err := strconv.ParseFloat(raw, 64)
-			if err != nil || v < 0 || !utf8.ValidString(k) { // labels must be UTF-8
+			if err != nil || v < 0 {
 				continue
 			}
 			kind, label, found := strings.Cut(k, ":")
@@ -83,19 +95,19 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*si
 						plain[i] = v
 					}
 				}
-			case label == "":
+			case kind == "finished":
+				if outcome, attempt, ok := strings.Cut(label, ":"); ok && validName(outcome) == nil {
+					jobs(outcome).add(attempt, v)
+				}
+			case validName(label) != nil:
 			case kind == "attempts":
 				attempts[label] = v
 			case kind == "retries":
-				s.counter(retriesDesc, v, q.Name, label)
+				retries[label] = v
 			case kind == "dead_letters":
-				s.counter(deadLettersDesc, v, q.Name, label)
+				deadLetters[label] = v
 			case kind == "finished_sum":
 				jobs(label).sum = v
-			case kind == "finished":
-				if outcome, attempt, ok := strings.Cut(label, ":"); ok {
-					jobs(outcome).add(attempt, v)
-				}
 			}
 		}
 		for i, c := range plainCounters {
@@ -104,16 +116,47 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*si
 		for _, o := range outcomes {
 			attempts[o] += 0
 		}
-		for o, v := range attempts {
-			s.counter(attemptsDesc, v, q.Name, o)
+		for _, m := range []struct {
+			d      *desc
+			values map[string]float64
+			always []string
+		}{{attemptsDesc, attempts, outcomes}, {retriesDesc, retries, nil}, {deadLettersDesc, deadLetters, nil}} {
+			for _, label := range bounded(s, m.values, m.always) {
+				s.counter(m.d, m.values[label], q.Name, label)
+			}
 		}
-		for o, f := range finished {
+		for _, o := range bounded(s, finished, outcomes) {
+			f := finished[o]
 			for i := 1; i < len(f.per); i++ {
 				f.per[i] += f.per[i-1] // now cumulative
 			}
 			s.histogram(jobAttemptsDesc, attemptBuckets, f.per[:len(attemptBuckets)], f.per[len(attemptBuckets)], f.sum, q.Name, o)
 		}
 	}
+}
+
+// bounded returns at most maxStatsLabels keys of m: those of always that
+// m has, then the others, sorted. When it leaves some out it says so in s.
+func bounded[V any](s *sink, m map[string]V, always []string) []string {
+	if len(m) <= maxStatsLabels {
+		return slices.Sorted(maps.Keys(m))
+	}
+	s.reached(limitStatsLabels)
+	var keys []string
+	for _, k := range always {
+		if _, ok := m[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if len(keys) == maxStatsLabels {
+			break
+		}
+		if !slices.Contains(always, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // finishedJobs counts the jobs of one outcome by the attempt they finished on.

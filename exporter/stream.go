@@ -77,6 +77,9 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 			if g.Lag >= 0 { // go-redis gives -1 for Redis's NULL: unknown, not 0
 				s.gauge(lagDesc, float64(g.Lag), q.Name, name)
 			}
+			if g.Pending > int64(len(sample)) {
+				s.reached(limitPendingSample) // the histogram covers the oldest only
+			}
 			s.gauge(oldestPendingDesc, oldestAge(sample, pl.now), q.Name, name)
 			var sum float64
 			cum := make([]uint64, len(deliveryBuckets)+1) // the last one is +Inf

@@ -34,6 +34,10 @@ type Config struct {
 	LagJobsWarning      float64  `yaml:"lag_jobs_warning"`      // stream lag above this and growing
 	LagFor              string   `yaml:"lag_for"`               //
 	DownFor             string   `yaml:"down_for"`              // backstop_up == 0 or the exporter gone
+	RejectedWritesFor   string   `yaml:"rejected_writes_for"`   // Redis refusing writes (OOM, MISCONF, READONLY, NOREPLICAS) for this long
+	MemoryRatioWarning  float64  `yaml:"memory_ratio_warning"`  // Redis used memory over this share of maxmemory
+	MemoryFor           string   `yaml:"memory_for"`            //
+	LimitFor            string   `yaml:"limit_for"`             // the exporter hitting a bound (max keys, timeout, stats labels) on every scrape
 	Disabled            []string `yaml:"disabled_alerts"`       // alert names to leave out
 }
 
@@ -55,6 +59,10 @@ func Default() Config {
 		LagJobsWarning:      1000,
 		LagFor:              "15m",
 		DownFor:             "2m",
+		RejectedWritesFor:   "1m",
+		MemoryRatioWarning:  0.9,
+		MemoryFor:           "10m",
+		LimitFor:            "15m",
 	}
 }
 
@@ -80,6 +88,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("dlq_page_per_second: must be > 0 (got %v)", c.DLQPagePerSecond)
 	case c.RetryRatioWarning <= 0 || c.RetryRatioWarning >= 1:
 		return fmt.Errorf("retry_ratio_warning: must be in (0, 1) (got %v)", c.RetryRatioWarning)
+	case c.MemoryRatioWarning <= 0 || c.MemoryRatioWarning > 1:
+		return fmt.Errorf("memory_ratio_warning: must be in (0, 1] (got %v)", c.MemoryRatioWarning)
 	case c.CrashLoopDeliveries != 1 && c.CrashLoopDeliveries != 2 && c.CrashLoopDeliveries != 3 && c.CrashLoopDeliveries != 5 && c.CrashLoopDeliveries != 10:
 		return fmt.Errorf("crash_loop_deliveries: must be an le bucket of backstop_stream_pending_deliveries: 1, 2, 3, 5 or 10 (got %d)", c.CrashLoopDeliveries)
 	}

@@ -53,7 +53,11 @@ func TestPromtoolCheckAndTestRules(t *testing.T) {
 	if len(tests) < 2 {
 		t.Fatalf("rule tests: %v", tests)
 	}
-	cmd := exec.Command(bin, append([]string{"test", "rules"}, filepath.Base(tests[0]), filepath.Base(tests[1]))...)
+	args := []string{"test", "rules"}
+	for _, f := range tests {
+		args = append(args, filepath.Base(f))
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = "tests"
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool test rules: %v\n%s", err, out)

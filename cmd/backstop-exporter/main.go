@@ -11,7 +11,6 @@
 package main
 
 import (
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -21,14 +20,12 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/promslog"
 	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
@@ -94,7 +91,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	app.Flag("queues", "Queues in the default layout ({name}:jobs, {name}:delayed, {name}:dlq, {name}:stats; group workers), comma-separated.").StringVar(&f.queues)
 	app.Flag("queues.pattern", "Discover queues by SCAN MATCH on every master; the queue name is the key's hash tag, e.g. '{*}:jobs'.").StringVar(&f.pattern)
 	app.Flag("queues.refresh-interval", "How long discovered queues are cached before the next SCAN.").Default("1m").DurationVar(&f.refresh)
-	app.Flag("queues.max-keys", "Most matching keys one discovery takes.").Default("10000").IntVar(&f.maxKeys)
+	app.Flag("queues.max-keys", "Most matching keys one discovery takes; past it the keys are counted, not read, and backstop_scrape_limit_reached{limit=\"max_keys\"} says so.").Default("10000").IntVar(&f.maxKeys)
 	app.Flag("queues.config", "YAML file of queues with their own key names and consumer groups (see package exporter, LoadQueuesConfig).").StringVar(&f.config)
 	app.Flag("scrape.timeout", "Time budget of one scrape of Redis; a scrape that runs out says so in backstop_scrape_partial.").Default("5s").DurationVar(&f.timeout)
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
@@ -266,12 +263,10 @@ func (f *flags) collector(rdb redis.UniversalClient, logger *slog.Logger) (*expo
 
 // handler serves the metrics, a landing page and the health endpoints.
 // /-/ready does not depend on Redis: an exporter that says backstop_up 0
-// is doing its job.
+// is doing its job. Concurrent scrapes of the metrics share one
+// collection and one encoded body per format (exporter.Collector.Handler).
 func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...prometheus.Collector) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(c); err != nil {
-		return nil, fmt.Errorf("register collector: %w", err)
-	}
 	for _, e := range extra { // the alerter's error counter
 		if err := reg.Register(e); err != nil {
 			return nil, fmt.Errorf("register collector: %w", err)
@@ -279,13 +274,7 @@ func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...pro
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle(f.metricsPath, gzipped(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling:       promhttp.ContinueOnError, // one bad metric never empties the page
-		MaxRequestsInFlight: 10,
-		EnableOpenMetrics:   true,
-		DisableCompression:  true, // gzipped does it, faster
-	})))
+	mux.Handle(f.metricsPath, c.Handler(reg))
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "OK\n") }
 	mux.HandleFunc("/-/healthy", ok)
 	mux.HandleFunc("/-/ready", ok)
@@ -307,49 +296,6 @@ func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...pro
 		mux.Handle("/", landing)
 	}
 	return mux, nil
-}
-
-// gzipped compresses h's responses at gzip.BestSpeed for clients that
-// accept gzip (Prometheus does). promhttp compresses at the default level:
-// for 1,000 queues (4 MB of text) that costs three times the CPU, some
-// 9 ms a scrape, to save 9% of the bytes.
-func gzipped(h http.Handler) http.Handler {
-	pool := sync.Pool{New: func() any {
-		w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
-		return w
-	}}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Add("Vary", "Accept-Encoding")
-		if !acceptsGzip(r.Header.Get("Accept-Encoding")) {
-			h.ServeHTTP(w, r)
-			return
-		}
-		gz := pool.Get().(*gzip.Writer)
-		defer pool.Put(gz)
-		gz.Reset(w)
-		defer gz.Close()
-		w.Header().Set("Content-Encoding", "gzip")
-		h.ServeHTTP(gzipWriter{ResponseWriter: w, gz: gz}, r)
-	})
-}
-
-type gzipWriter struct {
-	http.ResponseWriter
-	gz *gzip.Writer
-}
-
-func (g gzipWriter) Write(b []byte) (int, error) { return g.gz.Write(b) }
-
-// acceptsGzip reads an Accept-Encoding header: gzip, unless given q=0.
-func acceptsGzip(header string) bool {
-	for _, part := range strings.Split(header, ",") {
-		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.EqualFold(strings.TrimSpace(coding), "gzip") {
-			q := strings.ReplaceAll(params, " ", "")
-			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
-		}
-	}
-	return false
 }
 
 // redisLogger sends go-redis's own log lines (dial retries and the like)
