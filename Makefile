@@ -82,12 +82,16 @@ bench: deps wasm
 	$(VPY) -m pip install -q -r bench/python/requirements.txt
 	$(VPY) bench/python/bench.py
 
-## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in `make test`)
+## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in `make test`);
+## the queue targets run the scripts on fuzzed entries, members and ARGV against a
+## real redis-server (one per fuzzing process; `make deps` installs it)
 fuzz: wasm
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./policy
 	for f in FuzzPolicyLoad FuzzDecide FuzzDecideBatch FuzzBuffer; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./wasm || exit 1; done
+	for f in FuzzScriptEntries FuzzScriptMembers FuzzScriptArgs; do \
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./queue || exit 1; done
 
 clean:
 	rm -rf bin $(VENV)

@@ -73,10 +73,20 @@ func (q *Queue) Group() string { return q.group }
 // EnsureGroup creates the jobs stream and its consumer group when missing.
 func (q *Queue) EnsureGroup(ctx context.Context) error {
 	err := q.rdb.XGroupCreateMkStream(ctx, q.keys.Jobs, q.group, "0").Err()
-	if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("queue %s: create group %s: %w", q.name, q.group, err)
+	if err == nil || strings.Contains(err.Error(), "BUSYGROUP") {
+		return nil
 	}
-	return nil
+	// Redis refuses XGROUP CREATE before it looks for the group when it
+	// refuses writes (out of memory, a read-only replica): a group that
+	// exists is all a worker needs.
+	if groups, gerr := q.rdb.XInfoGroups(ctx, q.keys.Jobs).Result(); gerr == nil {
+		for _, g := range groups {
+			if g.Name == q.group {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("queue %s: create group %s: %w", q.name, q.group, err)
 }
 
 // Enqueue adds a job. id is its stable identity (the idempotency key a
@@ -149,24 +159,57 @@ func (q *Queue) Promote(ctx context.Context, limit int) (int, time.Duration, err
 	return int(v[0]), next, nil
 }
 
+// Reclaimed is what Reclaim did.
+type Reclaimed struct {
+	// DeadLettered counts the crash loops moved to the DLQ (reason
+	// crash_loop).
+	DeadLettered int
+	// Jobs are the entries now claimed for the consumer: process them as if
+	// read.
+	Jobs []Job
+	// Skipped are the crash loops the DLQ refused (a key of the wrong type,
+	// an entry too large for it, Redis out of memory): they stay pending,
+	// their idle time reset, and are tried again after the min idle time.
+	Skipped []Skipped
+}
+
+// Skipped is an entry Reclaim could not move, and why.
+type Skipped struct {
+	EntryID string
+	Reason  string
+}
+
 // Reclaim takes over at most count entries pending longer than minIdle for
 // consumer. Entries already delivered maxDeliveries times go to the DLQ with
-// reason crash_loop instead. It returns how many were dead-lettered and the
-// claimed jobs.
-func (q *Queue) Reclaim(ctx context.Context, consumer string, minIdle time.Duration, count, maxDeliveries int) (int, []Job, error) {
+// reason crash_loop instead; one the DLQ refuses is skipped, so that no
+// entry can stop the others from being reclaimed.
+func (q *Queue) Reclaim(ctx context.Context, consumer string, minIdle time.Duration, count, maxDeliveries int) (Reclaimed, error) {
 	v, err := scriptReclaim.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.DLQ, q.keys.Stats},
 		q.group, consumer, minIdle.Milliseconds(), count, maxDeliveries).Slice()
-	if err != nil || len(v) == 0 {
-		return 0, nil, fmt.Errorf("queue %s: reclaim: %w", q.name, errOr(err, "empty reply"))
+	if err == nil && len(v) != 3 {
+		err = fmt.Errorf("unexpected reply of %d elements", len(v))
 	}
+	if err != nil {
+		return Reclaimed{}, fmt.Errorf("queue %s: reclaim: %w", q.name, err)
+	}
+	var r Reclaimed
 	dead, _ := v[0].(int64)
-	var jobs []Job
-	for _, raw := range v[1:] {
+	r.DeadLettered = int(dead)
+	claimed, _ := v[1].([]any)
+	for _, raw := range claimed {
 		if j, ok := jobFromReply(raw); ok {
-			jobs = append(jobs, j)
+			r.Jobs = append(r.Jobs, j)
 		}
 	}
-	return int(dead), jobs, nil
+	skipped, _ := v[2].([]any)
+	for _, raw := range skipped {
+		if s, ok := raw.([]any); ok && len(s) == 2 {
+			id, _ := s[0].(string)
+			why, _ := s[1].(string)
+			r.Skipped = append(r.Skipped, Skipped{EntryID: id, Reason: why})
+		}
+	}
+	return r, nil
 }
 
 // Replay moves at most limit dead letters (only those with reason, unless

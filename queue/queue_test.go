@@ -243,21 +243,24 @@ func testPromoteMalformedMember(t *testing.T, ctx context.Context, rdb redis.Uni
 }
 
 func testReclaim(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
-	enqueueRead(t, ctx, rdb, q, "crashy")             // delivered once to c1, never acked
-	q.Enqueue(ctx, "loopy", nil)                      // delivered three times below
-	read(t, ctx, rdb, q, "c1", 1)                     // delivery 1
-	dead, jobs, err := q.Reclaim(ctx, "c2", 0, 10, 3) // crashy: delivery 2; loopy: delivery 2
+	enqueueRead(t, ctx, rdb, q, "crashy")    // delivered once to c1, never acked
+	q.Enqueue(ctx, "loopy", nil)             // delivered three times below
+	read(t, ctx, rdb, q, "c1", 1)            // delivery 1
+	r, err := q.Reclaim(ctx, "c2", 0, 10, 3) // crashy: delivery 2; loopy: delivery 2
+	dead, jobs := r.DeadLettered, r.Jobs
 	if err != nil || dead != 0 || len(jobs) != 2 || jobs[0].ID != "crashy" || jobs[0].Attempt != 1 {
 		t.Fatalf("first reclaim: dead %d jobs %+v err %v", dead, jobs, err)
 	}
-	dead, jobs, _ = q.Reclaim(ctx, "c3", 0, 10, 3) // delivery 3 for both
+	r, _ = q.Reclaim(ctx, "c3", 0, 10, 3) // delivery 3 for both
+	dead, jobs = r.DeadLettered, r.Jobs
 	if dead != 0 || len(jobs) != 2 {
 		t.Fatalf("second reclaim: dead %d jobs %d", dead, len(jobs))
 	}
 	if ok, _ := q.Ack(ctx, jobs[0].EntryID); !ok {
 		t.Fatal("ack of the reclaimed job failed")
 	}
-	dead, jobs, _ = q.Reclaim(ctx, "c4", 0, 10, 3)
+	r, _ = q.Reclaim(ctx, "c4", 0, 10, 3)
+	dead, jobs = r.DeadLettered, r.Jobs
 	if dead != 1 || len(jobs) != 0 {
 		t.Fatalf("third reclaim: dead %d jobs %d, want the crash loop dead-lettered", dead, len(jobs))
 	}
@@ -265,13 +268,13 @@ func testReclaim(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q
 	if len(dl) != 1 || dl[0].Values["reason"] != "crash_loop" || dl[0].Values["id"] != "loopy" {
 		t.Fatalf("dlq: %v", dl)
 	}
-	if _, _, err := q.Reclaim(ctx, "c4", 0, 0, 3); err == nil {
+	if _, err := q.Reclaim(ctx, "c4", 0, 0, 3); err == nil {
 		t.Fatal("count 0 accepted")
 	}
 	// Entries idle less than min_idle stay with their consumer.
 	enqueueRead(t, ctx, rdb, q, "fresh")
-	if _, jobs, _ := q.Reclaim(ctx, "c5", time.Hour, 10, 3); len(jobs) != 0 {
-		t.Fatalf("claimed a fresh entry: %+v", jobs)
+	if r, _ := q.Reclaim(ctx, "c5", time.Hour, 10, 3); len(r.Jobs) != 0 {
+		t.Fatalf("claimed a fresh entry: %+v", r.Jobs)
 	}
 }
 
@@ -369,7 +372,8 @@ func testCustomLayout(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 // entry was reclaimed and finished elsewhere changes nothing.
 func testOutcomeAfterMove(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
 	m := enqueueRead(t, ctx, rdb, q, "job-1")
-	_, jobs, _ := q.Reclaim(ctx, "c2", 0, 10, 10)
+	r, _ := q.Reclaim(ctx, "c2", 0, 10, 10)
+	jobs := r.Jobs
 	if len(jobs) != 1 {
 		t.Fatal("reclaim")
 	}
@@ -482,8 +486,8 @@ func TestMalformedBodiesAreNeverLost(t *testing.T) {
 	q.EnsureGroup(ctx)
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"malformed_delayed_member", "raw body", "last_error", "boom"}})
 	read(t, ctx, rdb, q, "c", 1)
-	if dead, _, err := q.Reclaim(ctx, "c2", 0, 10, 1); dead != 1 || err != nil {
-		t.Fatalf("reclaim: %d %v", dead, err)
+	if r, err := q.Reclaim(ctx, "c2", 0, 10, 1); r.DeadLettered != 1 || err != nil {
+		t.Fatalf("reclaim: %+v %v", r, err)
 	}
 	dl, _ := rdb.XRange(ctx, q.Keys().DLQ, "-", "+").Result()
 	if len(dl) != 1 || dl[0].Values["entry.malformed_delayed_member"] != "raw body" || dl[0].Values["entry.last_error"] != "boom" {

@@ -31,4 +31,5 @@ var (
 	scriptPromote    = mustScript("promote")
 	scriptReclaim    = mustScript("reclaim")
 	scriptReplay     = mustScript("replay")
+	scriptHold       = mustScript("hold")
 )

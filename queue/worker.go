@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,7 +59,10 @@ type worker struct {
 	reclaimEvery  time.Duration
 	minIdle       time.Duration
 	maxDeliveries int
-	outcomeWait   time.Duration
+	outcomeWait   time.Duration // per attempt at applying an outcome
+	applyBase     time.Duration // first pause after Redis refused an outcome
+	applyCap      time.Duration // longest pause (also capped at minIdle/4)
+	refused       atomic.Int64  // outcomes Redis refused, every attempt counted
 	log           *slog.Logger
 	rand          func() float64
 }
@@ -94,13 +98,29 @@ func WithLogger(l *slog.Logger) WorkerOption { return func(w *worker) { w.log = 
 // scripts; alongside, it runs the promote loop and the reclaim loop. On
 // shutdown it stops reading, lets the running handler finish, and applies
 // its outcome before returning, so no outcome is lost.
+//
+// # Notes
+//
+// When Redis refuses to apply an outcome for a while (out of memory with
+// noeviction, a read-only replica during a failover, a server loading or
+// busy, a lost connection), the worker keeps the outcome, decided once,
+// and sends it again with jittered backoff (20ms doubling to at most 2s and
+// a quarter of the min idle time) until Redis takes it or the entry is no
+// longer pending. Meanwhile it holds the job and the jobs read with it (see
+// Hold), so reclaim does not run them a second time elsewhere; it reads
+// nothing new. Stopped meanwhile, it makes one last attempt and logs "queue
+// outcome not applied": the entry stays pending, for reclaim. A request
+// Redis rejects as such (bad arguments, a key of the wrong type) is logged
+// and not sent again. The log says when an outcome is first refused, and
+// after how many refusals it was applied.
 func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOption) error {
 	host, _ := os.Hostname()
 	w := &worker{
 		consumer: fmt.Sprintf("%s-%d", host, os.Getpid()), batch: 16, block: time.Second,
 		promoteEvery: time.Second, promoteLimit: 500,
 		reclaimEvery: 30 * time.Second, minIdle: time.Minute, maxDeliveries: 5,
-		outcomeWait: 10 * time.Second, log: slog.Default(), rand: rand.Float64,
+		outcomeWait: 10 * time.Second, applyBase: 20 * time.Millisecond, applyCap: 2 * time.Second,
+		log: slog.Default(), rand: rand.Float64,
 	}
 	for _, o := range opts {
 		o(w)
@@ -144,44 +164,59 @@ func (q *Queue) readLoop(ctx context.Context, w *worker, p Decider, h Handler) e
 			sleep(ctx, time.Second)
 			continue
 		}
+		readAt := time.Now()
+		var jobs []Job
 		for _, s := range streams {
 			for _, m := range s.Messages {
-				q.process(ctx, w, p, h, jobFromMessage(m))
+				jobs = append(jobs, jobFromMessage(m))
 			}
+		}
+		for i, j := range jobs {
+			q.process(ctx, w, p, h, j, readAt, jobs[i+1:])
 		}
 	}
 	return nil
 }
 
-// process runs one job and applies its outcome. The outcome is applied with
-// a context that outlives shutdown, so a finished job is never left pending.
-func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j Job) {
+// process runs one job and applies its outcome (see settle). The outcome is
+// applied with a context that outlives shutdown, so a finished job is never
+// left pending for want of trying. waiting are the jobs read with j and not
+// started yet: settle holds them too. A job that waited in the batch for
+// half the min idle time is first held again (Hold): when another consumer
+// reclaimed it meanwhile, it is skipped, not run a second time.
+func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j Job, readAt time.Time, waiting []Job) {
+	if w.minIdle > 0 && time.Since(readAt) > w.minIdle/2 {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.outcomeWait)
+		held, err := q.Hold(hctx, w.consumer, j.EntryID)
+		cancel()
+		if err == nil && !held[0] {
+			w.log.Info("queue job skipped: another consumer took it, or it was finished", "queue", q.name, "entry", j.EntryID, "job", j.ID)
+			return
+		}
+	}
 	var err error
 	if j.Malformed {
 		err = errors.New("malformed entry: needs id, attempt >= 1 and first_enqueued_ms")
 	} else {
 		err = h(ctx, j)
 	}
-	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.outcomeWait)
-	defer cancel()
-	if err := q.apply(octx, w, p, j, err); err != nil {
-		// The entry stays pending; the reclaim loop will deliver it again.
-		w.log.Error("queue outcome not applied", "queue", q.name, "entry", j.EntryID, "job", j.ID, "err", err)
-	}
+	// Deciding must not see shutdown either: a cancelled context would fail
+	// a wasm policy's call.
+	q.settle(ctx, w, j, q.decide(context.WithoutCancel(ctx), w, p, j, err), waiting)
 }
 
-func (q *Queue) apply(ctx context.Context, w *worker, p Decider, j Job, herr error) error {
+// decide turns the handler's result into an outcome, once: a success feeds
+// the policy's budget and breaker, a failure is decided by the policy.
+func (q *Queue) decide(ctx context.Context, w *worker, p Decider, j Job, herr error) outcome {
 	if herr == nil {
 		if s, ok := p.(successRecorder); ok {
 			// Feed the policy's budget and breaker: a queue is traffic too.
 			s.RecordSuccess(ctx, time.Now().UnixMilli())
 		}
-		_, err := q.Ack(ctx, j.EntryID)
-		return err
+		return outcome{action: "ack"}
 	}
 	if j.Malformed {
-		_, err := q.DeadLetter(ctx, j.EntryID, "malformed", herr.Error())
-		return err
+		return outcome{action: "dead_letter", reason: "malformed", lastErr: herr.Error()}
 	}
 	now := time.Now().UnixMilli()
 	f := policy.Failure{
@@ -191,15 +226,12 @@ func (q *Queue) apply(ctx context.Context, w *worker, p Decider, j Job, herr err
 	ClassifyError(herr, &f)
 	d, err := p.Decide(ctx, f)
 	if err != nil {
-		_, dlErr := q.DeadLetter(ctx, j.EntryID, "malformed", fmt.Sprintf("%v (policy refused the failure: %v)", herr, err))
-		return dlErr
+		return outcome{action: "dead_letter", reason: "malformed", lastErr: fmt.Sprintf("%v (policy refused the failure: %v)", herr, err)}
 	}
 	if d.Action == policy.Retry {
-		_, _, err = q.Retry(ctx, j.EntryID, d.Delay(), d.Reason.String(), herr.Error())
-		return err
+		return outcome{action: "retry", reason: d.Reason.String(), delay: d.Delay(), lastErr: herr.Error()}
 	}
-	_, err = q.DeadLetter(ctx, j.EntryID, d.Reason.String(), herr.Error())
-	return err
+	return outcome{action: "dead_letter", reason: d.Reason.String(), lastErr: herr.Error()}
 }
 
 func (q *Queue) promoteLoop(ctx context.Context, w *worker) {
@@ -218,16 +250,21 @@ func (q *Queue) promoteLoop(ctx context.Context, w *worker) {
 
 func (q *Queue) reclaimLoop(ctx context.Context, w *worker, p Decider, h Handler) {
 	for sleep(ctx, jitter(w.reclaimEvery)) {
-		dead, jobs, err := q.Reclaim(ctx, w.consumer, w.minIdle, 100, w.maxDeliveries)
+		rec, err := q.Reclaim(ctx, w.consumer, w.minIdle, 100, w.maxDeliveries)
 		if err != nil {
 			w.log.Warn("queue reclaim failed", "queue", q.name, "err", err)
 			continue
 		}
+		for _, s := range rec.Skipped {
+			w.log.Error("queue crash loop not dead-lettered; it stays pending", "queue", q.name, "entry", s.EntryID, "err", s.Reason)
+		}
+		dead, jobs := rec.DeadLettered, rec.Jobs
 		if dead > 0 {
 			w.log.Warn("queue crash loops dead-lettered", "queue", q.name, "count", dead)
 		}
-		for _, j := range jobs {
-			q.process(ctx, w, p, h, j)
+		readAt := time.Now()
+		for i, j := range jobs {
+			q.process(ctx, w, p, h, j, readAt, jobs[i+1:])
 		}
 	}
 }

@@ -99,6 +99,10 @@ export interface Reclaimed {
 	readonly deadLettered: number;
 	/** The entries now claimed by the consumer, to run. */
 	readonly jobs: Job[];
+	/**
+	Crash loops the DLQ refused (a key of the wrong type, an entry too large for it, Redis out of memory), with why: they stay pending, their delivery count unchanged, and are tried again after `minIdleMs`. Counted in the stats hash as `reclaim_skipped`.
+	*/
+	readonly skipped: ReadonlyArray<{readonly entryId: string; readonly reason: string}>;
 }
 
 export interface QueueStats {
@@ -249,11 +253,11 @@ export interface WorkOptions {
 	/** @default 5 */
 	readonly maxDeliveries?: number;
 
-	/** Called after each outcome is applied. */
-	readonly onOutcome?: (outcome: Outcome, job: Job) => unknown;
+	/** Called after each outcome is applied. When Redis refused it first (see `work()`), the outcome also says how many times, as `refusals`. */
+	readonly onOutcome?: (outcome: Outcome & {readonly refusals?: number}, job: Job) => unknown;
 
 	/**
-	Called with errors that do not stop the worker: Redis unreachable (the worker tries again a second later), an outcome not applied (the entry stays pending and is reclaimed later).
+	Called with errors that do not stop the worker: Redis unreachable (the worker tries again a second later); the first refusal of an outcome that the worker then keeps sending (see `work()`); an outcome not applied (the entry stays pending and is reclaimed later).
 
 	@default console.error
 	*/
@@ -282,7 +286,11 @@ export interface Queue {
 	/** Reads new jobs for `consumer` (XREADGROUP). */
 	read(consumer: string, options?: ReadOptions): Promise<Job[]>;
 
-	/** Records a success. False when the entry was no longer pending. */
+	/**
+	Records a success. False when the entry was no longer pending.
+
+	@param entry - A job, or its full stream entry id (`<ms>-<seq>`; anything else is a TypeError, as `retry` and `deadLetter` do).
+	*/
 	ack(entry: string | Job): Promise<boolean>;
 
 	/**
@@ -294,7 +302,11 @@ export interface Queue {
 	*/
 	retry(entry: string | Job, delayMs: number, reason: string, lastError?: string): Promise<number | null>;
 
-	/** Moves a job to the DLQ. Returns the DLQ entry id, or null when the entry was no longer pending. */
+	/**
+	Moves a job to the DLQ. Returns the DLQ entry id, or null when the entry was no longer pending.
+
+	@param reason - 1..128 printable ASCII characters without spaces (it names a counter and a metric label); the script refuses others.
+	*/
 	deadLetter(entry: string | Job, reason: string, lastError?: string): Promise<string | null>;
 
 	/**
@@ -306,6 +318,14 @@ export interface Queue {
 
 	/** Claims entries crashed consumers left pending for `consumer`; dead-letters crash loops. */
 	reclaim(consumer: string, options?: ReclaimOptions): Promise<Reclaimed>;
+
+	/**
+	Keeps entries pending to `consumer` from being reclaimed, without delivering them again: their idle time is reset (XCLAIM … JUSTID) and their delivery count left alone. Redis runs it when it refuses ack, retry and dead-letter for lack of memory (maxmemory with noeviction).
+
+	@param entries - At most 1000 entry ids or jobs.
+	@returns Per entry, whether `consumer` holds it: false when it is pending to another consumer (left alone) or no longer pending.
+	*/
+	hold(consumer: string, entries: ReadonlyArray<string | Job>): Promise<boolean[]>;
 
 	/** Moves dead letters back to the stream, attempt reset to 1. Returns how many moved. */
 	replay(options?: ReplayOptions): Promise<number>;
@@ -335,6 +355,8 @@ export interface Queue {
 
 	/**
 	Consumes the queue until `signal` aborts: reads jobs, runs `handler` one at a time and applies each outcome, promotes due retries and reclaims entries of crashed consumers. A malformed job is dead-lettered without running the handler. XREADGROUP blocks the connection: give the worker a client of its own (`client.duplicate()`), one per concurrent worker.
+
+	When Redis refuses to apply an outcome for a while (out of memory with noeviction, a read-only replica during a failover, a server loading or busy, a lost connection), the worker keeps the outcome, decided once, and sends it again with jittered backoff (20 ms doubling to at most 2 s and a quarter of `minIdleMs`) until Redis takes it or the entry is no longer pending. Meanwhile it holds the job and the jobs read with it (`hold()`), so that reclaim does not run them a second time elsewhere, and reads nothing new. Aborted meanwhile, it makes one last attempt and reports the outcome not applied (`onError`): the entry stays pending, for reclaim. A request Redis rejects as such (bad arguments, a key of the wrong type) is reported and not sent again. A job that waited in its batch for half of `minIdleMs` is held again before it runs, and skipped when another consumer took it meanwhile.
 
 	@returns Resolves once stopped, every outcome applied. Rejects only when the group cannot be created at start.
 	*/

@@ -7,9 +7,10 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { InputError, RetryError } from './errors.js';
+import { writeRefused } from './refused.js';
 import { failureOf, isFailedResponse } from './retry.js';
 
-const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay'];
+const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold'];
 let scripts; // name → {source, sha}, read on first use
 // The entry fields a dead letter keeps (dead_letter.lua).
 const KEPT = new Set(['id', 'attempt', 'first_enqueued_ms', 'payload']);
@@ -118,7 +119,23 @@ class Queue {
       return true;
     } catch (err) {
       if (/BUSYGROUP/.test(err?.message)) return false;
+      // Redis refuses XGROUP CREATE before it looks for the group when it
+      // refuses writes (out of memory, a read-only replica): a group that
+      // exists is all a worker needs.
+      if (await this.#groupExists()) return false;
       throw this.#error(`create group ${this.group}`, err);
+    }
+  }
+
+  async #groupExists() {
+    try {
+      const groups = await this.#send(['XINFO', 'GROUPS', this.keys.jobs], this.keys.jobs);
+      return (groups ?? []).some((g) => {
+        for (const [k, v] of pairs(g)) if (text(k) === 'name') return text(v) === this.group;
+        return false;
+      });
+    } catch {
+      return false;
     }
   }
 
@@ -194,8 +211,34 @@ class Queue {
     checkWhole('maxDeliveries', maxDeliveries, 1);
     const k = this.keys;
     const args = [this.group, consumer, String(minIdleMs), String(count), String(maxDeliveries)];
-    const [dead, ...claimed] = await this.#script('reclaim', [k.jobs, k.dlq, k.stats], args, 'reclaim');
-    return { deadLettered: Number(dead), jobs: claimed.filter(Array.isArray).map(([id, fields]) => jobOf(id, fields)) };
+    const [dead, claimed, skipped] = await this.#script('reclaim', [k.jobs, k.dlq, k.stats], args, 'reclaim');
+    return {
+      deadLettered: Number(dead),
+      jobs: (claimed ?? []).filter(Array.isArray).map(([id, fields]) => jobOf(id, fields)),
+      // Crash loops the DLQ refused: still pending, tried again after minIdleMs.
+      skipped: (skipped ?? []).filter(Array.isArray).map(([id, reason]) => ({ entryId: text(id), reason: text(reason) })),
+    };
+  }
+
+  /**
+   * Keeps entries pending to consumer from being reclaimed, without
+   * delivering them again (XCLAIM ... JUSTID resets their idle time). Returns,
+   * per entry, whether consumer holds it: false for an entry pending to
+   * another consumer (left alone) or no longer pending. Redis runs it when it
+   * refuses ack, retry and dead_letter for lack of memory.
+   */
+  async hold(consumer, entries) {
+    checkString('consumer', consumer);
+    if (!Array.isArray(entries) || entries.length > 1000) {
+      throw new TypeError(`Expected \`entries\` to be an array of at most 1000 entry ids or jobs (got ${show(entries)})`);
+    }
+    if (entries.length === 0) return [];
+    const ids = entries.map(entryId);
+    const reply = await this.#script('hold', [this.keys.jobs], [this.group, consumer, ...ids], 'hold');
+    if (!Array.isArray(reply) || reply.length !== ids.length) {
+      throw this.#error('hold', new Error(`unexpected reply for ${ids.length} entries`));
+    }
+    return reply.map((v) => Number(v) === 1);
   }
 
   /** Moves at most limit dead letters (with reason, unless '') back to the stream, attempt reset. Returns how many. */
@@ -259,6 +302,14 @@ class Queue {
       throw new TypeError(`Expected \`random\` to be a number (got ${show(random)})`);
     }
 
+    return this.#move(job, this.#plan(job, error, policy, { classify, nowMs, random }));
+  }
+
+  // What to do about the outcome of running job, decided once (locally:
+  // backstop.wasm): {action, reason, decision, msg, delayMs}. Only #move
+  // talks to Redis, and work() sends the same plan again while Redis
+  // refuses it.
+  #plan(job, error, policy, { classify, nowMs, random }) {
     const wellFormed = typeof job.id === 'string' && job.id !== '' && Number.isSafeInteger(job.attempt) && job.attempt >= 1;
     if (job.malformed || !wellFormed || job.attempt >= 1e14) {
       let msg = 'malformed entry: needs id, attempt >= 1 and first_enqueued_ms';
@@ -266,11 +317,11 @@ class Queue {
       const other = Object.entries(job.fields ?? {}).filter(([k]) => !KEPT.has(k));
       if (other.length > 0) msg += ` (other fields: ${JSON.stringify(Object.fromEntries(other))})`;
       if (error !== undefined && error !== null) msg += `: ${errorText(error)}`;
-      return this.#deadLettered(job, 'malformed', null, msg);
+      return { action: 'dead_letter', reason: 'malformed', decision: null, msg };
     }
     if (error === undefined || error === null) {
       policy.recordSuccess(nowMs);
-      return { action: 'ack', reason: 'success', decision: null, applied: await this.ack(job) };
+      return { action: 'ack', reason: 'success', decision: null };
     }
     // A RetryError is an inner retry() giving up: its last failure says what failed.
     const cause = error instanceof RetryError ? (error.response ?? error.cause) : error;
@@ -291,18 +342,21 @@ class Queue {
       decision = policy.decide(failure);
     } catch (err) {
       if (!(err instanceof InputError || err?.name === 'InputError')) throw err;
-      return this.#deadLettered(job, 'malformed', null, `${msg} (policy refused the failure: ${err.message})`);
+      return { action: 'dead_letter', reason: 'malformed', decision: null, msg: `${msg} (policy refused the failure: ${err.message})` };
     }
-    if (decision.action === 'retry') {
-      const dueMs = await this.retry(job, decision.delayMs, decision.reason, msg);
-      return { action: 'retry', reason: decision.reason, decision, applied: dueMs !== null, dueMs };
-    }
-    return this.#deadLettered(job, decision.reason, decision, msg);
+    if (decision.action === 'retry') return { action: 'retry', reason: decision.reason, decision, msg, delayMs: decision.delayMs };
+    return { action: 'dead_letter', reason: decision.reason, decision, msg };
   }
 
-  async #deadLettered(job, reason, decision, msg) {
+  // One attempt at applying a plan: the Outcome.
+  async #move(job, { action, reason, decision, msg, delayMs }) {
+    if (action === 'ack') return { action, reason, decision, applied: await this.ack(job) };
+    if (action === 'retry') {
+      const dueMs = await this.retry(job, delayMs, reason, msg);
+      return { action, reason, decision, applied: dueMs !== null, dueMs };
+    }
     const dlqId = await this.deadLetter(job.entryId, reason, msg);
-    return { action: 'dead_letter', reason, decision, applied: dlqId !== null, dlqId };
+    return { action, reason, decision, applied: dlqId !== null, dlqId };
   }
 
   /**
@@ -343,7 +397,68 @@ class Queue {
         // A failing logger must not stop the worker.
       }
     };
-    const run = async (job) => {
+    // While Redis refuses an outcome, the pauses between attempts: doubling
+    // from 20 ms to 2 s, and to a quarter of minIdleMs, so that holding the
+    // entry keeps its idle time below what reclaim takes.
+    const ceiling = minIdleMs > 0 ? Math.min(APPLY_CAP_MS, Math.max(1, minIdleMs / 4)) : APPLY_CAP_MS;
+    // Applies plan, the outcome of job, holding on while Redis refuses it
+    // (see the README's "When Redis refuses a write").
+    const settle = async (job, plan, waiting) => {
+      const ids = [job, ...waiting].slice(0, 1000).map((j) => j.entryId);
+      let delay = Math.min(APPLY_BASE_MS, ceiling);
+      let holdFailed = false;
+      for (let refusals = 0; ; refusals++) {
+        const stopped = signal?.aborted === true;
+        let outcome;
+        try {
+          outcome = await this.#move(job, plan);
+        } catch (err) {
+          if (!writeRefused(err)) {
+            report(err, job); // not worth sending again: the entry stays pending for reclaim
+            return;
+          }
+          if (stopped) {
+            report(
+              new Error(
+                `queue ${this.name}: outcome ${plan.action} of entry ${job.entryId} (job ${job.id}) not applied: ` +
+                  `the worker stopped while Redis refused it (${refusals + 1} times); the entry stays pending`,
+                { cause: err },
+              ),
+              job,
+            );
+            return;
+          }
+          if (refusals === 0) report(err, job); // the first refusal; onOutcome gets the count
+          try {
+            await this.hold(consumer, ids);
+          } catch (err) {
+            // Holding is best effort (the next attempt tells): say so once.
+            if (!holdFailed) report(err, job);
+            holdFailed = true;
+          }
+          await pause(delay / 2 + Math.random() * (delay / 2), signal);
+          delay = Math.min(2 * delay, ceiling);
+          continue;
+        }
+        try {
+          await onOutcome?.(refusals > 0 ? { ...outcome, refusals } : outcome, job);
+        } catch (err) {
+          report(err, job);
+        }
+        return;
+      }
+    };
+    const run = async (job, waiting = [], readAt = performance.now()) => {
+      // A job that waited in the batch for half of minIdleMs may have been
+      // reclaimed by another consumer: hold it first, and skip it if so.
+      if (minIdleMs > 0 && performance.now() - readAt > minIdleMs / 2) {
+        try {
+          const [held] = await this.hold(consumer, [job]);
+          if (!held) return;
+        } catch {
+          // Cannot tell: run it.
+        }
+      }
       let error = null;
       if (!job.malformed) {
         try {
@@ -357,12 +472,14 @@ class Queue {
           error = err ?? new Error(`handler threw ${err}`);
         }
       }
+      let plan;
       try {
-        const outcome = await this.apply(job, error, policy, { classify });
-        await onOutcome?.(outcome, job);
+        plan = this.#plan(job, error, policy, { classify });
       } catch (err) {
         report(err, job); // the entry stays pending: reclaim delivers it again
+        return;
       }
+      await settle(job, plan, waiting);
     };
 
     await this.ensureGroup();
@@ -382,7 +499,8 @@ class Queue {
         if (reclaimEveryMs > 0 && now >= nextReclaim) {
           nextReclaim = now + jitter(reclaimEveryMs);
           const { jobs: claimed } = await this.reclaim(consumer, { minIdleMs, count: 100, maxDeliveries });
-          for (const job of claimed) await run(job);
+          const readAt = performance.now();
+          for (const [i, job] of claimed.entries()) await run(job, claimed.slice(i + 1), readAt);
         }
         // Block no longer than until the next promote.
         const untilPromote = Math.ceil(nextPromote - performance.now());
@@ -402,10 +520,14 @@ class Queue {
         await pause(1000, signal);
         continue;
       }
-      for (const job of jobs) await run(job);
+      const readAt = performance.now();
+      for (const [i, job] of jobs.entries()) await run(job, jobs.slice(i + 1), readAt);
     }
   }
 }
+
+const APPLY_BASE_MS = 20;
+const APPLY_CAP_MS = 2000;
 
 // -- jobs and replies (RESP2 or RESP3, strings or Buffers) ----------------------
 
@@ -477,10 +599,16 @@ function bytes(payload) {
   throw new TypeError(`Expected \`payload\` to be a string, a Buffer or a Uint8Array (got ${show(payload)})`);
 }
 
+// A full stream id, <ms>-<seq>, each part a canonical decimal below 2^64, as
+// the scripts want it: Redis reads "5000" as a range in XPENDING.
+const ENTRY_ID = /^(0|[1-9]\d{0,19})-(0|[1-9]\d{0,19})$/;
+const U64_MAX = (1n << 64n) - 1n;
+
 function entryId(entry) {
   const id = typeof entry === 'object' && entry !== null ? entry.entryId : entry;
-  if (typeof id !== 'string' || id === '') {
-    throw new TypeError(`Expected \`entry\` to be a stream entry id or a job (got ${show(entry)})`);
+  const m = typeof id === 'string' ? ENTRY_ID.exec(id) : null;
+  if (m === null || BigInt(m[1]) > U64_MAX || BigInt(m[2]) > U64_MAX) {
+    throw new TypeError(`Expected \`entry\` to be a stream entry id (<ms>-<seq>) or a job (got ${show(entry)})`);
   }
   return id;
 }

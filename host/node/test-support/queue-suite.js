@@ -301,6 +301,33 @@ export function scriptSuite(name, kind, target, env) {
       await assert.rejects(q.reclaim('c5', { maxDeliveries: 0 }), { name: 'TypeError', message: /`maxDeliveries`/ });
     });
 
+    test('reclaim: a crash loop the DLQ refuses is skipped and reported; the rest is claimed', async () => {
+      const q = await fresh();
+      const loop = await enqueueRead(q, 'loop');
+      await raw('XCLAIM', q.keys.jobs, q.group, 'c1', 0, loop.entryId); // delivery 2
+      const crashed = await enqueueRead(q, 'crashed'); // delivery 1
+      await raw('SET', q.keys.dlq, 'legacy');
+      const r = await q.reclaim('c2', { minIdleMs: 0, count: 10, maxDeliveries: 2 });
+      assert.equal(r.deadLettered, 0);
+      assert.deepEqual(r.jobs.map((j) => j.entryId), [crashed.entryId]);
+      assert.deepEqual(r.skipped.map((s) => s.entryId), [loop.entryId]);
+      assert.match(r.skipped[0].reason, /is a string, not a stream/);
+      const c = await counters(raw, q);
+      assert.deepEqual([c.reclaim_skipped, c.reclaimed], [1, 1]);
+      await raw('DEL', q.keys.dlq);
+      assert.deepEqual(await q.reclaim('c3', { minIdleMs: 0, count: 10, maxDeliveries: 2 }).then((x) => [x.deadLettered, x.skipped]), [2, []]);
+    });
+
+    test('an entry id that is not a full stream id is refused before Redis', async () => {
+      const q = await fresh();
+      for (const id of ['5000', '+', '-', '(1-0', '01-0', '1-0 ', '18446744073709551616-0']) {
+        await assert.rejects(q.ack(id), { name: 'TypeError', message: /`entry` to be a stream entry id \(<ms>-<seq>\)/ }, id);
+        await assert.rejects(q.retry(id, 0, 'transient'), { name: 'TypeError' }, id);
+        await assert.rejects(q.deadLetter(id, 'permanent_error'), { name: 'TypeError' }, id);
+      }
+      assert.equal(await q.ack('18446744073709551615-0'), false);
+    });
+
     test('a late outcome, after another worker moved the entry, changes nothing', async () => {
       const q = await fresh();
       const job = await enqueueRead(q, 'job-1');

@@ -21,7 +21,7 @@ for (const [name, kind] of Object.entries(standalone)) {
 
 test('the shipped scripts are the contract’s', async () => {
   const { readFileSync } = await import('node:fs');
-  for (const name of ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay']) {
+  for (const name of ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold']) {
     const contract = new URL(`../../../queue/scripts/${name}.lua`, import.meta.url);
     assert.equal(scriptSource(name), readFileSync(contract, 'utf8'), `scripts/${name}.lua differs from queue/scripts`);
   }
@@ -48,7 +48,7 @@ test('a Redis error names the queue and the step, and keeps the client error as 
   await raw('SET', '{wrongtype}:jobs', 'x');
   const q = createQueue(raw.client, 'wrongtype');
   await assert.rejects(q.enqueue('job-1', 'p'), (err) => {
-    assert.match(err.message, /^queue wrongtype: enqueue job-1: WRONGTYPE/);
+    assert.match(err.message, /^queue wrongtype: enqueue job-1: ERR backstop enqueue: \{wrongtype\}:jobs is a string, not a stream/);
     assert.equal(err.cause?.name, 'ReplyError');
     return true;
   });

@@ -20,7 +20,7 @@ from backstop.queue import AsyncQueue, Job, Keys, Outcome, Queue, script_source
 # Deterministic delays: 250 ms, no jitter, three attempts.
 FIXED = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "250ms", "cap": "1s"}, "jitter": {"mode": "none"}}
 CONTRACT = Path(__file__).resolve().parents[3] / "queue" / "scripts"
-SCRIPTS = ("ack", "dead_letter", "enqueue", "promote", "reclaim", "replay", "retry")
+SCRIPTS = ("ack", "dead_letter", "enqueue", "hold", "promote", "reclaim", "replay", "retry")
 
 
 class HTTPError(Exception):
@@ -253,6 +253,33 @@ def test_reclaim_acks_entries_whose_data_is_gone(r, q):
     assert q.stats().pending == 1
     assert q.reclaim("w2", min_idle_ms=0) == (0, [])
     assert q.stats().pending == 0
+
+
+def test_reclaim_skips_a_crash_loop_the_dlq_refuses(r, q):
+    q.enqueue("loop")
+    [loop] = q.read("w1")
+    r.xclaim(q.keys.jobs, q.group, "w1", 0, [loop.entry_id])  # delivery 2
+    q.enqueue("crashed")
+    [crashed] = q.read("w1")  # delivery 1
+    r.set(q.keys.dlq, "legacy")
+    got = q.reclaim("w2", min_idle_ms=0, max_deliveries=2)
+    dead, jobs = got  # still a pair
+    assert dead == 0 and [j.entry_id for j in jobs] == [crashed.entry_id]
+    [(eid, why)] = got.skipped
+    assert eid == loop.entry_id and "is a string, not a stream" in why
+    c = r.hgetall(q.keys.stats)  # stats() reads the dlq too
+    assert (c[b"reclaim_skipped"], c[b"reclaimed"]) == (b"1", b"1")
+    r.delete(q.keys.dlq)
+    got = q.reclaim("w3", min_idle_ms=0, max_deliveries=2)
+    assert (got.dead_lettered, got.skipped) == (2, [])
+
+
+@pytest.mark.parametrize("entry_id", ["5000", "+", "-", "(1-0", "01-0", "1-0 ", "18446744073709551616-0", b"5000"])
+def test_an_entry_id_that_is_not_a_full_stream_id_is_refused(q, entry_id):
+    for call in (lambda: q.ack(entry_id), lambda: q.retry(entry_id, 0, "transient"),
+                 lambda: q.dead_letter(entry_id, "permanent_error")):
+        with pytest.raises(ValueError, match=r"entry must be a stream entry id \(<ms>-<seq>\)"):
+            call()
 
 
 def test_a_late_outcome_changes_nothing(r, q, policy):

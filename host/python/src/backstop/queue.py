@@ -58,14 +58,16 @@ log = logging.getLogger("backstop.queue")
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
-_SCRIPTS = ("enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay")
+# A full stream id, as the scripts want it: Redis reads "5000" as a range in XPENDING.
+_ENTRY_ID = re.compile(r"(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,19})\Z")
+_SCRIPTS = ("enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay", "hold")
 _source_cache: Dict[str, str] = {}
 
 
 def script_source(name: str) -> str:
     """The Lua source of one of the contract's scripts (``enqueue``, ``ack``,
-    ``retry``, ``dead_letter``, ``promote``, ``reclaim``, ``replay``), as
-    shipped in the package."""
+    ``retry``, ``dead_letter``, ``promote``, ``reclaim``, ``replay``,
+    ``hold``), as shipped in the package."""
     if name not in _SCRIPTS:
         raise ValueError("unknown script %r (want one of %s)" % (name, ", ".join(_SCRIPTS)))
     src = _source_cache.get(name)
@@ -161,9 +163,24 @@ class Promoted(NamedTuple):
     next_due_ms: Optional[int]  # ms until the next one is due; None when the set is empty
 
 
-class Reclaimed(NamedTuple):
+class _Reclaimed(NamedTuple):
     dead_lettered: int  # crash loops moved to the DLQ (reason crash_loop)
     jobs: List[Job]  # the entries claimed for the consumer, to process
+
+
+class Reclaimed(_Reclaimed):
+    """What ``reclaim`` did: ``(dead_lettered, jobs)``, and ``skipped``, the
+    crash loops the DLQ refused (a key of the wrong type, an entry too large
+    for it, Redis out of memory) as ``(entry_id, reason)`` pairs: they stay
+    pending, their delivery count unchanged, and are tried again after
+    ``min_idle_ms`` (counted as ``reclaim_skipped``). Unpacks as a pair."""
+
+    skipped: List[Tuple[str, str]]
+
+    def __new__(cls, dead_lettered: int, jobs: List[Job], skipped: Sequence[Tuple[str, str]] = ()) -> "Reclaimed":
+        self = super().__new__(cls, dead_lettered, jobs)
+        self.skipped = list(skipped)
+        return self
 
 
 @dataclass(frozen=True)
@@ -243,6 +260,13 @@ class _Base:
         return "reclaim", [self.keys.jobs, self.keys.dlq, self.keys.stats], \
             [self.group, consumer, idle, count, max_deliveries]
 
+    def _hold(self, consumer: str, entries: Sequence[Union[str, Job]]) -> Tuple[str, List[str], List[Any]]:
+        if not isinstance(consumer, str) or not consumer:
+            raise ValueError("hold: consumer must be a non-empty string (got %r)" % (consumer,))
+        if isinstance(entries, (str, bytes, Job)) or not isinstance(entries, Sequence) or len(entries) > 1000:
+            raise ValueError("hold: entries must be a sequence of at most 1000 entry ids or Jobs (got %r)" % (entries,))
+        return "hold", [self.keys.jobs], [self.group, consumer, *(_entry("hold", e) for e in entries)]
+
     def _replay_batch(self, limit: int, reason: str, cursor: str) -> Tuple[str, List[str], List[Any]]:
         return "replay", [self.keys.dlq, self.keys.jobs, self.keys.stats], [limit, reason, cursor, limit * 10]
 
@@ -316,9 +340,17 @@ class Queue(_Base):
         try:
             self.client.xgroup_create(self.keys.jobs, self.group, id="0", mkstream=True)
         except ResponseError as e:
-            if "BUSYGROUP" not in str(e):
-                raise
-            return False
+            if "BUSYGROUP" in str(e):
+                return False
+            # Redis refuses XGROUP CREATE before it looks for the group when
+            # it refuses writes (out of memory, a read-only replica): a group
+            # that exists is all a worker needs.
+            try:
+                if _has_group(self, self.client.xinfo_groups(self.keys.jobs)):
+                    return False
+            except redis.RedisError:
+                pass
+            raise
         return True
 
     def enqueue(self, job_id: str, payload: Payload = b"") -> str:
@@ -378,6 +410,19 @@ class Queue(_Base):
                 break
         return moved
 
+    def hold(self, consumer: str, entries: Sequence[Union[str, Job]]) -> List[bool]:
+        """Keeps entries pending to ``consumer`` from being reclaimed,
+        without delivering them again: their idle time is reset (XCLAIM ...
+        JUSTID), their delivery count left alone. Returns, per entry,
+        whether ``consumer`` holds it: False for one pending to another
+        consumer (left alone) or no longer pending. Redis runs it when it
+        refuses ``ack``, ``retry`` and ``dead_letter`` for lack of memory
+        (maxmemory with noeviction). At most 1000 entries."""
+        if not entries:
+            self._hold(consumer, ["0-1"])  # check the arguments all the same
+            return []
+        return _held(self._run(self._hold(consumer, entries)))
+
     def read(self, consumer: str, *, count: int = 16, block_ms: Optional[Union[int, timedelta]] = None) -> List[Job]:
         """Reads at most ``count`` new jobs for ``consumer`` with the
         consumer group (XREADGROUP ``>``), waiting up to ``block_ms`` for
@@ -412,7 +457,11 @@ class Queue(_Base):
 
     def _apply(self, job: Job, exc: Optional[BaseException], policy: Policy,
                classify: Callable[[BaseException], Dict[str, Any]]) -> Outcome:
-        action, reason, d, text, delay = self._plan(job, exc, policy, classify)
+        return self._move(job, self._plan(job, exc, policy, classify))
+
+    def _move(self, job: Job, plan: Tuple[str, str, Optional[Decision], str, int]) -> Outcome:
+        """One attempt at applying a plan (``_plan``)."""
+        action, reason, d, text, delay = plan
         if action == "ack":
             return Outcome("ack", reason, None, self.ack(job))
         if action == "retry":
@@ -436,6 +485,22 @@ class Queue(_Base):
         (``backstop.queue``) and retried after a second; a handler's
         ``BaseException`` (``KeyboardInterrupt``) ends the loop and leaves
         its entry pending for ``reclaim``.
+
+        When Redis refuses to apply an outcome for a while (out of memory
+        with noeviction, a read-only replica during a failover, a server
+        loading or busy, a lost connection), the worker keeps the outcome,
+        decided once, and sends it again with jittered backoff (20 ms
+        doubling to at most 2 s and a quarter of ``min_idle_ms``) until
+        Redis takes it or the entry is no longer pending. Meanwhile it holds
+        the job and the jobs read with it (``hold``), so that reclaim does
+        not run them a second time elsewhere, and reads nothing new. Stopped
+        meanwhile, it makes one last attempt and logs that the outcome was
+        not applied: the entry stays pending, for ``reclaim``. A request
+        Redis rejects as such (bad arguments, a key of the wrong type) is
+        logged and not sent again. The log says when an outcome is first
+        refused and after how many refusals it was applied. A job that
+        waited in its batch for half of ``min_idle_ms`` is held again before
+        it runs, and skipped when another consumer took it meanwhile.
         """
         check_classify("work", classify)
         cls = classifier(classify)
@@ -446,7 +511,17 @@ class Queue(_Base):
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
 
-        def process(job: Job) -> None:
+        def process(job: Job, waiting: Sequence[Job] = (), read_at: Optional[float] = None) -> None:
+            # A job that waited in the batch for half of min_idle_ms may have
+            # been reclaimed by another consumer: hold it first, skip it if so.
+            if min_idle_ms > 0 and read_at is not None and clock() - read_at > min_idle_ms / 2000:
+                try:
+                    if not self.hold(consumer, [job])[0]:
+                        log.info("queue %s: entry %s (job %s) skipped: another consumer took it, or it was finished",
+                                 self.name, job.entry_id, job.id)
+                        return
+                except redis.RedisError:
+                    pass  # cannot tell: run it
             exc: Optional[Exception] = None
             if not job.malformed:
                 try:
@@ -454,10 +529,18 @@ class Queue(_Base):
                 except Exception as e:
                     exc = e
             try:
-                self._apply(job, exc, policy, cls)
+                plan = self._plan(job, exc, policy, cls)
             except Exception:
                 # The entry stays pending; reclaim delivers it again.
                 log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
+                return
+            settle = _Settle(self, job, plan, waiting, min_idle_ms)
+            while settle.attempt(stop.is_set()):
+                try:
+                    self.hold(consumer, settle.ids)
+                except (redis.RedisError, ValueError) as e:
+                    settle.hold_failed(e)
+                stop.wait(settle.pause())
 
         while not stop.is_set():
             try:
@@ -472,8 +555,9 @@ class Queue(_Base):
                                                  max_deliveries=max_deliveries)
                     if dead:
                         log.warning("queue %s: %d crash loop(s) dead-lettered", self.name, dead)
-                    for job in claimed:
-                        process(job)
+                    read_at = clock()
+                    for i, job in enumerate(claimed):
+                        process(job, claimed[i + 1:], read_at)
                 jobs = self.read(consumer, count=batch, block_ms=_block(block_ms, promote_every, next_promote, clock()))
             except ResponseError as e:
                 if "NOGROUP" in str(e):  # the stream was deleted
@@ -489,8 +573,9 @@ class Queue(_Base):
                 log.warning("queue %s: %s", self.name, e)
                 stop.wait(1)
                 continue
-            for job in jobs:
-                process(job)
+            read_at = clock()
+            for i, job in enumerate(jobs):
+                process(job, jobs[i + 1:], read_at)
 
 
 class AsyncQueue(_Base):
@@ -511,9 +596,14 @@ class AsyncQueue(_Base):
         try:
             await self.client.xgroup_create(self.keys.jobs, self.group, id="0", mkstream=True)
         except ResponseError as e:
-            if "BUSYGROUP" not in str(e):
-                raise
-            return False
+            if "BUSYGROUP" in str(e):
+                return False
+            try:
+                if _has_group(self, await self.client.xinfo_groups(self.keys.jobs)):
+                    return False
+            except redis.RedisError:
+                pass
+            raise
         return True
 
     async def enqueue(self, job_id: str, payload: Payload = b"") -> str:
@@ -553,6 +643,13 @@ class AsyncQueue(_Base):
                 break
         return moved
 
+    async def hold(self, consumer: str, entries: Sequence[Union[str, Job]]) -> List[bool]:
+        """See ``Queue.hold``."""
+        if not entries:
+            self._hold(consumer, ["0-1"])
+            return []
+        return _held(await self._run(self._hold(consumer, entries)))
+
     async def read(self, consumer: str, *, count: int = 16,
                    block_ms: Optional[Union[int, timedelta]] = None) -> List[Job]:
         """See ``Queue.read``."""
@@ -572,7 +669,11 @@ class AsyncQueue(_Base):
 
     async def _apply(self, job: Job, exc: Optional[BaseException], policy: Policy,
                      classify: Callable[[BaseException], Dict[str, Any]]) -> Outcome:
-        action, reason, d, text, delay = self._plan(job, exc, policy, classify)
+        return await self._move(job, self._plan(job, exc, policy, classify))
+
+    async def _move(self, job: Job, plan: Tuple[str, str, Optional[Decision], str, int]) -> Outcome:
+        """See ``Queue._move``."""
+        action, reason, d, text, delay = plan
         if action == "ack":
             return Outcome("ack", reason, None, await self.ack(job))
         if action == "retry":
@@ -589,7 +690,8 @@ class AsyncQueue(_Base):
         (or returns an awaitable), run one job at a time; ``stop`` an
         ``asyncio.Event``. Cancelling the task ends it at once: a job whose
         handler was cancelled gets no outcome and stays pending for
-        ``reclaim``; set ``stop`` to finish the batch first."""
+        ``reclaim``; set ``stop`` to finish the batch first. Outcomes Redis
+        refuses are kept and sent again as ``Queue.work`` does."""
         check_classify("work", classify)
         cls = classifier(classify)
         consumer = consumer or _default_consumer()
@@ -599,7 +701,15 @@ class AsyncQueue(_Base):
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
 
-        async def process(job: Job) -> None:
+        async def process(job: Job, waiting: Sequence[Job] = (), read_at: Optional[float] = None) -> None:
+            if min_idle_ms > 0 and read_at is not None and clock() - read_at > min_idle_ms / 2000:
+                try:
+                    if not (await self.hold(consumer, [job]))[0]:
+                        log.info("queue %s: entry %s (job %s) skipped: another consumer took it, or it was finished",
+                                 self.name, job.entry_id, job.id)
+                        return
+                except redis.RedisError:
+                    pass
             exc: Optional[Exception] = None
             if not job.malformed:
                 try:
@@ -609,9 +719,27 @@ class AsyncQueue(_Base):
                 except Exception as e:
                     exc = e
             try:
-                await self._apply(job, exc, policy, cls)
+                plan = self._plan(job, exc, policy, cls)
             except Exception:
                 log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
+                return
+            settle = _Settle(self, job, plan, waiting, min_idle_ms)
+            while True:
+                stopped = stop.is_set()
+                try:
+                    settle.applied(await self._move(job, plan))
+                    return
+                except Exception as e:
+                    if not settle.refused(e, stopped):
+                        return
+                try:
+                    await self.hold(consumer, settle.ids)
+                except (redis.RedisError, ValueError) as e:
+                    settle.hold_failed(e)
+                try:
+                    await asyncio.wait_for(stop.wait(), settle.pause())
+                except asyncio.TimeoutError:
+                    pass
 
         async def pause() -> None:
             try:
@@ -632,8 +760,9 @@ class AsyncQueue(_Base):
                                                        max_deliveries=max_deliveries)
                     if dead:
                         log.warning("queue %s: %d crash loop(s) dead-lettered", self.name, dead)
-                    for job in claimed:
-                        await process(job)
+                    read_at = clock()
+                    for i, job in enumerate(claimed):
+                        await process(job, claimed[i + 1:], read_at)
                 jobs = await self.read(consumer, count=batch,
                                        block_ms=_block(block_ms, promote_every, next_promote, clock()))
             except ResponseError as e:
@@ -650,8 +779,107 @@ class AsyncQueue(_Base):
                 log.warning("queue %s: %s", self.name, e)
                 await pause()
                 continue
-            for job in jobs:
-                await process(job)
+            read_at = clock()
+            for i, job in enumerate(jobs):
+                await process(job, jobs[i + 1:], read_at)
+
+
+# -- outcomes Redis refuses ------------------------------------------------------
+
+_APPLY_BASE = 0.02  # seconds: the first pause after Redis refused an outcome
+_APPLY_CAP = 2.0  # the longest pause (also at most a quarter of min_idle_ms)
+_REFUSED_CODES = frozenset(("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "MISCONF", "TRYAGAIN", "CLUSTERDOWN",
+                            "NOREPLICAS"))
+
+
+def _write_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` says that Redis could not apply a write now but may
+    soon, so that the same request is worth sending again: the replies OOM
+    (maxmemory reached with noeviction), READONLY (a replica, during a
+    failover), LOADING, BUSY (a slow script), MASTERDOWN, MISCONF (writes
+    refused after a failed save), TRYAGAIN, CLUSTERDOWN, NOREPLICAS and
+    "ERR max number of clients reached"; no reply at all (a connection
+    refused, reset or lost, a timeout). Anything else is not sent again:
+    bad arguments (``ERR backstop ...``, a ValueError), WRONGTYPE, NOPERM,
+    a failed authentication."""
+    ex = redis.exceptions
+    if isinstance(exc, (ex.AuthenticationError, getattr(ex, "AuthorizationError", ex.AuthenticationError))):
+        return False
+    if isinstance(exc, (ex.ConnectionError, ex.TimeoutError, ConnectionError, TimeoutError)):
+        return True  # redis-py: BusyLoadingError (LOADING) and "max number of clients reached" too
+    if isinstance(exc, ResponseError):
+        # redis-py strips the code of the replies it knows (OOM, READONLY...)
+        # from the message and keeps it in the class and in status_code.
+        for cls in ("OutOfMemoryError", "ReadOnlyError", "TryAgainError", "ClusterDownError"):
+            if isinstance(exc, getattr(ex, cls, ())):
+                return True
+        code = getattr(exc, "status_code", None) or str(exc).split(" ", 1)[0]
+        return code in _REFUSED_CODES
+    return False
+
+
+class _Settle:
+    """The state of applying one job's outcome while Redis refuses it: the
+    plan, decided once, is sent again with jittered backoff (doubling from
+    20 ms to at most 2 s and a quarter of ``min_idle_ms``), the job and the
+    jobs of its batch still waiting are held in between, and the log says
+    what happened. Shared by ``Queue.work`` and ``AsyncQueue.work``, which
+    do the I/O."""
+
+    def __init__(self, q: _Base, job: Job, plan: Tuple[str, str, Optional[Decision], str, int],
+                 waiting: Sequence[Job], min_idle_ms: int) -> None:
+        self.q, self.job, self.plan, self.action = q, job, plan, plan[0]
+        self.ids = [job.entry_id] + [j.entry_id for j in waiting][:999]
+        self.ceiling = min(_APPLY_CAP, max(0.001, min_idle_ms / 4000)) if min_idle_ms > 0 else _APPLY_CAP
+        self.delay = min(_APPLY_BASE, self.ceiling)
+        self.refusals = 0
+        self._hold_failed = False
+
+    def attempt(self, stopped: bool) -> bool:
+        """One attempt (sync): whether to hold, pause and attempt again."""
+        q = self.q
+        assert isinstance(q, Queue)
+        try:
+            self.applied(q._move(self.job, self.plan))
+            return False
+        except Exception as e:
+            return self.refused(e, stopped)
+
+    def applied(self, out: Outcome) -> None:
+        if self.refusals:
+            log.info("queue %s: outcome %s of entry %s (job %s) applied after %d refusal(s)%s", self.q.name, self.action,
+                     self.job.entry_id, self.job.id, self.refusals, "" if out.applied else " (no longer pending)")
+
+    def refused(self, e: Exception, stopped: bool) -> bool:
+        """Logs a failed attempt; whether to hold, pause and attempt again."""
+        name, job = self.q.name, self.job
+        if not _write_refused(e):
+            # Not worth sending again: the entry stays pending for reclaim.
+            log.error("queue %s: outcome %s of entry %s (job %s) not applied: %s", name, self.action, job.entry_id,
+                      job.id, e, exc_info=e)
+            return False
+        self.refusals += 1
+        if stopped:
+            log.error("queue %s: outcome %s of entry %s (job %s) not applied: the worker stopped while Redis refused it "
+                      "(%d time(s)); the entry stays pending: %s", name, self.action, job.entry_id, job.id,
+                      self.refusals, e)
+            return False
+        if self.refusals == 1:
+            log.warning("queue %s: outcome %s of entry %s (job %s) refused, retrying: %s", name, self.action,
+                        job.entry_id, job.id, e)
+        return True
+
+    def hold_failed(self, e: Exception) -> None:
+        if not self._hold_failed:
+            log.warning("queue %s: cannot hold entry %s (job %s) while its outcome is refused: %s", self.q.name,
+                        self.job.entry_id, self.job.id, e)
+        self._hold_failed = True
+
+    def pause(self) -> float:
+        """The next pause, in seconds."""
+        d = self.delay
+        self.delay = min(2 * d, self.ceiling)
+        return d / 2 + random.random() * d / 2
 
 
 # -- arguments -----------------------------------------------------------------
@@ -662,8 +890,9 @@ def _entry(who: str, entry: Union[str, Job]) -> str:
         return entry.entry_id
     if isinstance(entry, bytes):
         entry = entry.decode("ascii", "replace")
-    if not isinstance(entry, str) or not entry:
-        raise ValueError("%s: entry must be a stream entry id or a Job (got %r)" % (who, entry))
+    m = _ENTRY_ID.match(entry) if isinstance(entry, str) else None
+    if m is None or int(m.group(1)) >= 1 << 64 or int(m.group(2)) >= 1 << 64:
+        raise ValueError("%s: entry must be a stream entry id (<ms>-<seq>) or a Job (got %r)" % (who, entry))
     return entry
 
 
@@ -767,12 +996,23 @@ def _promoted(v: Sequence[Any]) -> Promoted:
 
 
 def _reclaimed(v: Sequence[Any]) -> Reclaimed:
+    # {dead-lettered, {claimed entries}, {{skipped entry id, why}, ...}}
     jobs = []
-    for e in v[1:]:
+    for e in v[1] or ():
         if isinstance(e, (list, tuple)) and len(e) == 2 and isinstance(e[1], (list, tuple)):
             f = e[1]
             jobs.append(Job.from_entry(e[0], {f[i]: f[i + 1] for i in range(0, len(f) - 1, 2)}))
-    return Reclaimed(int(v[0]), jobs)
+    skipped = [(_text(s[0]), _text(s[1])) for s in v[2] or () if isinstance(s, (list, tuple)) and len(s) == 2]
+    return Reclaimed(int(v[0]), jobs, skipped)
+
+
+def _held(v: Sequence[Any]) -> List[bool]:
+    return [int(x) == 1 for x in v]
+
+
+def _has_group(q: _Base, groups: Any) -> bool:
+    """Whether XINFO GROUPS (as redis-py returns it) lists the queue's group."""
+    return any(_text(g.get("name", g.get(b"name")) if isinstance(g, dict) else "") == q.group for g in groups or ())
 
 
 def _replayed(v: Sequence[Any]) -> Tuple[int, str]:

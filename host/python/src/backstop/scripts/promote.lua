@@ -1,34 +1,155 @@
 -- promote: move at most N due members of the delayed set to the work
 -- stream, in one atomic step (no duplicate, no loss if the caller dies
--- between calls). "Due" is by the server's clock. A member that does not
--- decode is still moved, raw, so a worker dead-letters it as malformed.
+-- between calls). "Due" is by the server's clock. A member moves as the job
+-- retry.lua wrote only when nothing of it can be lost; any other member
+-- moves raw, byte for byte, so a worker dead-letters it as malformed.
 -- KEYS[1] delayed zset   KEYS[2] jobs stream   KEYS[3] stats hash
 -- ARGV[1] limit (1..10000)
 -- Reply: {moved, ms until the next member is due or -1 when none is left}.
-local limit = tonumber(ARGV[1])
-if not limit or limit < 1 or limit > 10000 or limit ~= math.floor(limit) then
-  return redis.error_reply('ERR backstop promote: limit must be a whole number in 1..10000, got ' .. tostring(ARGV[1]))
+-- All or nothing (README.md), member by member: the checks only read; each
+-- member's XADD is its first write, and a failed one ends the batch (an
+-- error when it was the first).
+local function refuse(msg) return redis.error_reply('ERR backstop promote: ' .. msg) end
+-- ARGV s as a whole number in lo..hi (hi < 2^53), or nil: decimal digits
+-- only, as Lua's tonumber also reads " 5", "0x10", "1e3", "inf" and "nan".
+local function whole(s, lo, hi)
+  if not s or #s > 16 or not (s == '0' or string.find(s, '^[1-9]%d*$')) then return nil end
+  local n = tonumber(s)
+  if n >= lo and n <= hi then return n end
 end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
-for _, m in ipairs(due) do
+-- s quoted for an error message: at most 64 bytes, escaped.
+local function show(s)
+  s = tostring(s)
+  local cut = #s > 64
+  s = string.gsub(string.sub(s, 1, 64), '.', function(ch)
+    local b = string.byte(ch)
+    if b < 32 or b > 126 or ch == '"' or ch == '\\' then return string.format('\\%03d', b) end
+  end)
+  return '"' .. s .. '"' .. (cut and '...' or '')
+end
+-- Why key cannot be used as a `want`, or nil (a missing key is fine).
+local function wrong_type(key, want)
+  local t = redis.call('TYPE', key).ok
+  if t ~= want and t ~= 'none' then return key .. ' is a ' .. t .. ', not a ' .. want end
+end
+-- Whether HINCRBY can add n (0 <= n < 2^53) to the hash value v: v is an
+-- integer as Redis reads one (no sign +, no leading zero, int64) and the sum
+-- stays in int64 (compared in two exact halves: Lua numbers are doubles).
+local function addable(v, n)
+  if v == '0' then return true end
+  local neg, d = string.match(v, '^(%-?)([1-9]%d*)$')
+  if not d or #d > 19 then return false end
+  if neg == '-' then return #d < 19 or d <= '9223372036854775808' end
+  if #d == 19 and d > '9223372036854775807' then return false end
+  local hi, lo = tonumber(string.sub(d, 1, -10)) or 0, tonumber(string.sub(d, -9)) + n % 1e9
+  hi = hi + math.floor(n / 1e9) + math.floor(lo / 1e9)
+  return hi < 9223372036 or (hi == 9223372036 and lo % 1e9 <= 854775807)
+end
+-- Counters to add: {order = {field, ...}, n = {[field] = increment}}.
+local function counters() return {order = {}, n = {}} end
+local function add(c, f, n)
+  if not c.n[f] then c.order[#c.order + 1] = f; c.n[f] = 0 end
+  c.n[f] = c.n[f] + n
+end
+-- Why the counters c cannot all be added to the hash key, or nil.
+local function bad_counters(key, c)
+  local err = wrong_type(key, 'hash')
+  if err or #c.order == 0 then return err end
+  local vals = redis.call('HMGET', key, unpack(c.order))
+  for i, f in ipairs(c.order) do
+    if vals[i] and not addable(vals[i], c.n[f]) then
+      return key .. ' field ' .. show(f) .. ' holds ' .. show(vals[i]) .. ': HINCRBY cannot add ' .. c.n[f] .. ' to it'
+    end
+  end
+end
+local function count(key, c)
+  for _, f in ipairs(c.order) do
+    if c.n[f] ~= 0 then redis.call('HINCRBY', key, f, string.format('%d', c.n[f])) end
+  end
+end
+-- XADD key * fields...: the entry id, or nil and Redis' error. A failed
+-- XADD writes nothing.
+local function xadd(key, fields)
+  local r = redis.pcall('XADD', key, '*', unpack(fields))
+  if type(r) == 'table' and r.err then return nil, r.err end
+  return r
+end
+-- The reply for an XADD that failed with e: ours when the data is at fault,
+-- Redis' own when the server refuses writes for now (OOM, READONLY, ...),
+-- so that the caller knows to try again.
+local function xadd_refused(key, e)
+  if string.find(e, '^ERR ') then return refuse('cannot add to ' .. key .. ': ' .. string.sub(e, 5)) end
+  return redis.error_reply(e)
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- The stream fields of a member retry.lua wrote, or nil for any other: a
+-- JSON object of the fields below and nothing else, each once, strings
+-- (copied byte for byte) or, for attempt, first_enqueued_ms and
+-- prev_delay_ms, whole numbers of at most 15 digits (exact as Lua numbers,
+-- so copied digit for digit).
+local STRING, NUMBER = 1, 2
+local MEMBER = {id = STRING, attempt = NUMBER, first_enqueued_ms = NUMBER, payload = STRING,
+  last_error = STRING, last_reason = STRING, source = STRING, prev_delay_ms = NUMBER}
+local function job_fields(m)
   local ok, job = pcall(cjson.decode, m)
-  if ok and type(job) == 'table' and type(job.id) == 'string' and job.id ~= '' then
-    redis.call('XADD', KEYS[2], '*', 'id', tostring(job.id), 'attempt', tostring(job.attempt),
-      'first_enqueued_ms', tostring(job.first_enqueued_ms or ''), 'payload', tostring(job.payload or ''),
-      'last_error', tostring(job.last_error or ''), 'last_reason', tostring(job.last_reason or ''),
-      'prev_delay_ms', string.format('%d', tonumber(job.prev_delay_ms) or 0))
-  else
-    redis.call('XADD', KEYS[2], '*', 'malformed_delayed_member', m)
+  if not ok or type(job) ~= 'table' then return nil end
+  -- What is left without the strings: braces, colons, commas, blanks and
+  -- digits only, or a number (a fraction, an exponent, a sign, hex, inf,
+  -- nan, over 15 digits), a literal, an array or a nested object is there.
+  local rest = string.gsub(string.gsub(m, '\\.', ''), '"[^"]*"', '""')
+  if not string.find(rest, '^%s*{[%s":,%d]*}%s*$') or string.find(rest, '%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d')
+      or string.find(rest, '[^%d]0%d') then
+    return nil
+  end
+  local _, colons = string.gsub(rest, ':', '')
+  local keys = 0
+  for k, v in pairs(job) do
+    keys = keys + 1
+    local want = MEMBER[k]
+    if not want or not (type(v) == 'string' or (want == NUMBER and type(v) == 'number')) then return nil end
+    if type(v) == 'number' then job[k] = string.format('%d', v) end
+  end
+  -- A name given twice decodes once: the other value would be lost.
+  if keys ~= colons or type(job.id) ~= 'string' or job.id == '' then return nil end
+  return {'id', job.id, 'attempt', job.attempt or '', 'first_enqueued_ms', job.first_enqueued_ms or '',
+    'payload', job.payload or '', 'last_error', job.last_error or '', 'last_reason', job.last_reason or '',
+    'prev_delay_ms', job.prev_delay_ms or '0'}
+end
+
+if #KEYS ~= 3 or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3] then
+  return refuse('want 3 distinct keys: delayed, jobs, stats')
+end
+local limit = whole(ARGV[1], 1, 10000)
+if not limit then
+  return refuse('limit must be a whole number in 1..10000, got ' .. show(ARGV[1]))
+end
+local err = wrong_type(KEYS[1], 'zset') or wrong_type(KEYS[2], 'stream')
+if err then return refuse(err) end
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+local c = counters()
+if #due > 0 then add(c, 'promoted', #due) end
+err = bad_counters(KEYS[3], c)
+if err then return refuse(err) end
+local moved = 0
+for _, m in ipairs(due) do
+  local id, failed = xadd(KEYS[2], job_fields(m) or {'malformed_delayed_member', m})
+  if not id then
+    if moved == 0 then return xadd_refused(KEYS[2], failed) end
+    break
   end
   redis.call('ZREM', KEYS[1], m)
+  moved = moved + 1
 end
-if #due > 0 then
-  redis.call('HINCRBY', KEYS[3], 'promoted', #due)
-end
+if moved > 0 then c.n.promoted = moved end
+count(KEYS[3], c)
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if nxt[2] then
-  return {#due, math.max(0, tonumber(nxt[2]) - now)}
+  -- A score of +inf is never due: report the largest exact wait instead.
+  return {moved, math.min(math.max(0, tonumber(nxt[2]) - now), 9007199254740991)}
 end
-return {#due, -1}
+return {moved, -1}
