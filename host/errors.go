@@ -11,6 +11,13 @@ import (
 // ErrClosed is returned when a Runtime or a Policy is used after Close.
 var ErrClosed = errors.New("backstop: closed")
 
+// ErrStateLost is returned, for good, by a stateful Policy (one with a
+// retry budget or a circuit breaker) whose module instance trapped: that
+// state lived in the instance and is gone. Load the policy again to start
+// afresh. A trap retires only its own instance: stateless policies carry
+// on in the others, or in a fresh one.
+var ErrStateLost = errors.New("backstop: the policy's retry budget and circuit breaker were lost with the module instance that held them, which trapped; load the policy again")
+
 // PolicyError reports policy bytes or a preset name the module refused.
 // Load, LoadFile and Preset return it; check for it with errors.As.
 type PolicyError struct {

@@ -33,3 +33,9 @@ func MemorySize(r *Runtime) uint32 {
 	}
 	return n
 }
+
+// WithMemoryLimit caps each instance's linear memory at pages of 64 KiB,
+// so that a large buffer makes the module run out of memory and trap.
+func WithMemoryLimit(pages uint32) Option {
+	return func(c *config) { c.memoryLimitPages = pages }
+}

@@ -124,9 +124,11 @@ func TestDecideBatchMatchesDecide(t *testing.T) {
 	ctx := context.Background()
 	rt := runtime(t)
 	fs := failures(7, 10_000) // several decide_batch calls
-	// Strings too long for a batch record go through decide, in order.
-	fs[5].RetryAfter = strings.Repeat(" ", 70_000) + "5"
-	fs[9000].ErrorKind = strings.Repeat("k", 70_000)
+	// Strings at the limit (65535 bytes: longer ones are refused, see
+	// TestHostChecksMatchTheSharedInputs) fit a batch record.
+	fs[5].RetryAfter = strings.Repeat(" ", 65_534) + "5"
+	fs[9000].ErrorKind = strings.Repeat("k", 65_535)
+	fs[9001].Method = strings.Repeat("m", 65_535)
 	for _, src := range []string{"default", statefulPolicy} {
 		scalar, _ := rt.Load(ctx, []byte(src))
 		batch, _ := rt.Load(ctx, []byte(src))

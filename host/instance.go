@@ -62,6 +62,7 @@ type instance struct {
 	mem     api.Memory
 	handles map[uint64]int32
 	dead    error // set when a call trapped: the instance is unusable
+	clock   clock // the module's virtual time
 
 	// stack is reused by every call (CallWithStack), so a call allocates
 	// nothing; 12 is decide's parameter count, the most of any export.
@@ -78,11 +79,12 @@ type instance struct {
 // (_initialize: the module is a WASI reactor). The name is empty so that
 // many instances of one module can live in a Runtime.
 func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModule, cfg wazero.ModuleConfig) (*instance, error) {
-	mod, err := rt.InstantiateModule(ctx, cm, cfg)
+	in := &instance{handles: map[uint64]int32{}}
+	mod, err := rt.InstantiateModule(ctx, cm, in.clock.config(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("backstop.wasm: instantiate: %w", err)
 	}
-	in := &instance{mod: mod, mem: mod.Memory(), handles: map[uint64]int32{}}
+	in.mod, in.mem = mod, mod.Memory()
 	in.abiVersion = mod.ExportedFunction("abi_version")
 	if in.abiVersion == nil {
 		mod.Close(ctx)
@@ -128,6 +130,7 @@ func (in *instance) call(ctx context.Context, fn api.Function, params ...uint64)
 	}
 	s := in.stack[:]
 	copy(s, params)
+	in.clock.tick()
 	if err := fn.CallWithStack(ctx, s); err != nil {
 		in.dead = fmt.Errorf("backstop.wasm: %s: %w", exportName(fn), err)
 		return 0, in.dead
@@ -288,6 +291,7 @@ func (in *instance) decideOne(ctx context.Context, h int32, f *policy.Failure) (
 	s[9] = api.EncodeI32(int32(ml))
 	s[10] = api.EncodeI32(int32(kl))
 	s[11] = api.EncodeI32(int32(hl))
+	in.clock.tick()
 	if err := in.decide.CallWithStack(ctx, s); err != nil {
 		in.dead = fmt.Errorf("backstop.wasm: decide: %w", err)
 		return 0, in.dead

@@ -15,6 +15,11 @@ type config struct {
 	cacheDir string
 	poolSize int
 	output   io.Writer
+
+	// memoryLimitPages caps each instance's linear memory (wazero's
+	// default, 0, is 4 GiB). Only tests set it, to make an instance run out
+	// of memory, and trap, cheaply.
+	memoryLimitPages uint32
 }
 
 // defaults returns the configuration New starts from.

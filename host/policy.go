@@ -2,7 +2,10 @@ package host
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -20,8 +23,9 @@ type Policy struct {
 	data     []byte // what instances load, lazily
 	preset   bool   // data is a preset name for policy_preset
 	stateful bool
-	pinned   *instance // the one instance holding a stateful policy's state
+	pinned   atomic.Pointer[instance] // the one instance holding a stateful policy's state
 	closed   atomic.Bool
+	cleanup  runtime.Cleanup // frees the handles if the Policy is collected without Close
 }
 
 // Stateful reports whether the policy has a retry budget or a circuit
@@ -34,9 +38,12 @@ func (p *Policy) acquire(ctx context.Context) (*instance, int32, error) {
 	if p.closed.Load() || p.rt.closed.Load() {
 		return nil, 0, ErrClosed
 	}
-	in := p.pinned
-	if in != nil {
-		in.mu.Lock()
+	var in *instance
+	if p.stateful {
+		var err error
+		if in, err = p.lockPinned(ctx); err != nil {
+			return nil, 0, err
+		}
 	} else {
 		var err error
 		if in, err = p.rt.get(ctx); err != nil {
@@ -49,6 +56,33 @@ func (p *Policy) acquire(ctx context.Context) (*instance, int32, error) {
 		return nil, 0, err
 	}
 	return in, h, nil
+}
+
+// lockPinned locks the instance of a stateful policy. If that instance
+// trapped (it left the pool then) after the policy was loaded into it, the
+// budget and breaker state went with it: ErrStateLost, for good. If the
+// policy had not reached it yet, nothing was lost, and it moves to another
+// instance.
+func (p *Policy) lockPinned(ctx context.Context) (*instance, error) {
+	for {
+		in := p.pinned.Load()
+		in.mu.Lock()
+		if in.dead == nil {
+			return in, nil
+		}
+		_, had := in.handles[p.id]
+		dead := in.dead
+		in.mu.Unlock()
+		if had {
+			trap, _, _ := strings.Cut(dead.Error(), "\n") // not the wasm stack trace
+			return nil, fmt.Errorf("%w (%s)", ErrStateLost, trap)
+		}
+		next, err := p.rt.pinTarget(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.pinned.CompareAndSwap(in, next)
+	}
 }
 
 // handle returns the policy's handle in in (locked). Checking closed under
@@ -74,10 +108,19 @@ func (p *Policy) handle(ctx context.Context, in *instance) (int32, error) {
 //
 // # Errors
 //
-// An out-of-range field (Attempt < 1, HTTPStatus not 0 or 100..599,
-// GRPCCode not 0..16, a negative ElapsedMs, NowMs or PrevDelayMs) gives an
-// *InputError naming it, and changes no state. ErrClosed after Close.
+// An invalid field gives an *InputError naming it, and changes no state:
+// an HTTPStatus or GRPCCode that does not fit in 32 bits, a Method,
+// ErrorKind, RetryAfter or RetryPushback longer than 65535 bytes (checked
+// by the host, in that order, as every host does), then what the module
+// refuses (Attempt < 1, HTTPStatus not 0 or 100..599, GRPCCode not 0..16, a
+// negative ElapsedMs, NowMs or PrevDelayMs). ErrClosed after Close.
 func (p *Policy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
+	if err := check(&f); err != nil {
+		if closed := p.checkOpen(); closed != nil {
+			err = closed
+		}
+		return policy.Decision{}, err
+	}
 	in, h, err := p.acquire(ctx)
 	if err != nil {
 		return policy.Decision{}, err
@@ -120,10 +163,21 @@ func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out
 		if err := ctx.Err(); err != nil {
 			return out[:base], err
 		}
-		// A chunk: as many failures as fit in batchBytes, or one failure
-		// whose strings are too long for a batch record, decided alone.
+		// A failure the host refuses is not sent: the module never sees
+		// it, as in Decide.
+		if err := check(&failures[i]); err != nil {
+			res[i] = policy.Decision{}
+			if first == nil {
+				err.(*InputError).Index = i
+				first = err
+			}
+			i++
+			continue
+		}
+		// A chunk: as many valid failures as fit in batchBytes (a valid
+		// failure's strings fit in a batch record).
 		n, size := 0, 0
-		for i+n < len(failures) && batchFits(&failures[i+n]) {
+		for i+n < len(failures) && check(&failures[i+n]) == nil {
 			f := &failures[i+n]
 			hs, _ := hint(f)
 			size += recordSize + resultSize + len(f.Method) + len(f.ErrorKind) + len(hs)
@@ -132,15 +186,8 @@ func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out
 			}
 			n++
 		}
-		words := in.words(max(n, 1))
-		var err error
-		if n == 0 {
-			n = 1
-			words[0], err = in.decideOne(ctx, h, &failures[i])
-		} else {
-			err = in.decideChunk(ctx, h, failures[i:i+n], words)
-		}
-		if err != nil {
+		words := in.words(n)
+		if err := in.decideChunk(ctx, h, failures[i:i+n], words); err != nil {
 			return out[:base], err
 		}
 		for k, w := range words {
@@ -154,6 +201,36 @@ func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out
 		i += n
 	}
 	return out, first
+}
+
+// check returns the *InputError of a failure the host refuses before the
+// module sees it: a status or code that does not fit the ABI's i32, or a
+// string longer than a batch record holds (the rule of every host, for
+// Decide too). The order and the messages are those of every host
+// (testdata/vectors/README.md).
+func check(f *policy.Failure) error {
+	var field, reason string
+	switch {
+	case f.HTTPStatus != int(int32(f.HTTPStatus)):
+		field, reason = "http_status", "must be a 32-bit integer (got "+strconv.Itoa(f.HTTPStatus)+")"
+	case f.GRPCCode != int(int32(f.GRPCCode)):
+		field, reason = "grpc_code", "must be a 32-bit integer or a status name (got "+strconv.Itoa(f.GRPCCode)+")"
+	case len(f.ErrorKind) > maxStrLen:
+		field, reason = "error_kind", tooLong(len(f.ErrorKind))
+	case len(f.RetryAfter) > maxStrLen:
+		field, reason = "retry_after", tooLong(len(f.RetryAfter))
+	case len(f.RetryPushback) > maxStrLen:
+		field, reason = "grpc_retry_pushback_ms", tooLong(len(f.RetryPushback))
+	case len(f.Method) > maxStrLen:
+		field, reason = "method", tooLong(len(f.Method))
+	default:
+		return nil
+	}
+	return &InputError{Index: -1, Message: "invalid failure: " + field + ": " + reason}
+}
+
+func tooLong(n int) string {
+	return "must be at most " + strconv.Itoa(maxStrLen) + " bytes (got " + strconv.Itoa(n) + ")"
 }
 
 // batchErr builds the error of the first failed record of a batch. The
@@ -209,11 +286,13 @@ func (p *Policy) checkOpen() error {
 }
 
 // Close frees the policy in every instance that loaded it. Later calls
-// return ErrClosed. Closing the Runtime frees all its policies at once.
+// return ErrClosed. Closing the Runtime frees all its policies at once; a
+// Policy collected without Close is freed then.
 func (p *Policy) Close(ctx context.Context) error {
 	if p.closed.Swap(true) || p.rt.closed.Load() {
 		return nil
 	}
+	p.cleanup.Stop()
 	for _, in := range p.rt.instances() {
 		in.mu.Lock()
 		in.free(ctx, p.id)

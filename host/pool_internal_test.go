@@ -40,7 +40,7 @@ func TestPoolBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pinned = append(pinned, s.pinned)
+		pinned = append(pinned, s.pinned.Load())
 		if _, err := s.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503, NowMs: 1767225600000}); err != nil {
 			t.Fatal(err)
 		}
@@ -49,7 +49,7 @@ func TestPoolBounds(t *testing.T) {
 			in.mu.Lock()
 			_, ok := in.handles[s.id]
 			in.mu.Unlock()
-			if ok != (in == s.pinned) {
+			if ok != (in == s.pinned.Load()) {
 				t.Errorf("policy %d: loaded in a non-pinned instance (or not in its own)", s.id)
 			}
 		}

@@ -17,6 +17,11 @@
 // so calls run in parallel. A stateful policy lives in exactly one instance,
 // chosen round-robin when it is loaded, so its budget and breaker see every
 // decision in order, whichever goroutine makes it.
+//
+// A trap (a bug, or an instance out of memory) retires only its instance:
+// stateless policies go on in the others or in a fresh one, and a stateful
+// policy that lived there returns ErrStateLost (wasm/ABI.md, "When an
+// instance traps").
 package host
 
 import (
@@ -25,6 +30,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -54,9 +60,10 @@ type Runtime struct {
 // and starts its first instance.
 //
 // The module gets no capability: no files, no environment, no arguments,
-// no network; its clocks and random source are wazero's deterministic
-// fakes, which only the Go runtime reads (decisions take time and
-// randomness as inputs).
+// no network. Only the Go runtime inside it reads a clock or a random
+// source (decisions take time and randomness as inputs): it gets the
+// virtual clock of wasm/ABI.md, never the host's, and wazero's
+// deterministic random source.
 //
 // # Errors
 //
@@ -80,6 +87,9 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 		}
 		r.cache = cache
 		rc = rc.WithCompilationCache(cache)
+	}
+	if cfg.memoryLimitPages > 0 {
+		rc = rc.WithMemoryLimitPages(cfg.memoryLimitPages)
 	}
 	r.rt = wazero.NewRuntimeWithConfig(ctx, rc)
 	err := r.start(ctx, cfg)
@@ -191,20 +201,39 @@ func (r *Runtime) load(ctx context.Context, data []byte, preset bool) (*Policy, 
 	if err != nil {
 		return nil, err
 	}
+	// A Policy dropped without Close frees its handles when collected, as
+	// the Node.js and Python hosts do: else each one would hold a slot of
+	// the module's handle table, and its memory, for good.
+	p.cleanup = runtime.AddCleanup(p, r.forget, p.id)
 	if !p.stateful {
 		return p, nil
 	}
-	if p.pinned, err = r.pinTarget(ctx); err != nil {
+	pin, err := r.pinTarget(ctx)
+	if err != nil {
 		p.Close(ctx)
 		return nil, err
 	}
-	if p.pinned != in {
+	p.pinned.Store(pin)
+	if pin != in {
 		// Drop the validation copy; the pinned instance loads its own.
 		in.mu.Lock()
 		in.free(ctx, p.id)
 		r.release(in)
 	}
 	return p, nil
+}
+
+// forget frees the handles of policy id, collected without Close, in every
+// instance, as Close does.
+func (r *Runtime) forget(id uint64) {
+	if r.closed.Load() {
+		return
+	}
+	for _, in := range r.instances() {
+		in.mu.Lock()
+		in.free(context.Background(), id)
+		in.mu.Unlock()
+	}
 }
 
 // get locks an instance for a stateless call: the first free one (so a

@@ -10,6 +10,9 @@ package main
 
 import (
 	"errors"
+	"math"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"unsafe"
 
@@ -95,8 +98,11 @@ func panicString(e any) string {
 func abi_version() int32 { return abiVersion }
 
 // buffer returns the address of the shared buffer, grown to at least size
-// bytes. Growing copies the old contents, though hosts rewrite their inputs
-// before every call anyway.
+// bytes. Growing copies the old contents (a host may grow it while writing
+// a batch). It grows to at least twice its size, up to maxBuffer, so a host
+// that asks for a little more each time (64 KiB steps to 64 MiB) causes a
+// dozen copies rather than a thousand, each leaving its old buffer to the
+// garbage collector.
 //
 //go:wasmexport buffer
 func buffer(size int32) (r int32) {
@@ -105,12 +111,57 @@ func buffer(size int32) (r int32) {
 		return fail(errMemory, "buffer: size must be in 0.."+strconv.Itoa(maxBuffer)+" (got "+strconv.Itoa(int(size))+")")
 	}
 	if int(size) > len(buf) || buf == nil {
-		b := make([]byte, max(int(size), minBuffer))
+		b := make([]byte, max(int(size), minBuffer, min(2*len(buf), maxBuffer)))
 		copy(b, buf)
 		buf = b
+		settleGC()
 	}
-	// wasm32 addresses fit in 31 bits here: the heap is far below 2 GiB.
-	return int32(uintptr(unsafe.Pointer(&buf[0])))
+	addr := uintptr(unsafe.Pointer(&buf[0]))
+	if runtime.GOARCH == "wasm" && addr > math.MaxInt32 {
+		// A wasm32 address above 2 GiB would read as a negative i32, an
+		// error code. The heap stays far below that unless something is
+		// badly wrong; say so rather than hand out a bogus address.
+		return fail(errMemory, "buffer: the module's heap has grown past 2 GiB")
+	}
+	return int32(addr)
+}
+
+// gcSamples are the runtime metrics settleGC reads.
+var gcSamples = []metrics.Sample{
+	{Name: "/gc/heap/goal:bytes"},
+	{Name: "/memory/classes/heap/objects:bytes"},
+}
+
+// settleGC finishes a garbage collection that cannot finish by itself, so
+// the heap stays bounded whatever clock the host gives the module. The
+// exports that allocate much (buffer, policy_load, policy_preset) call it
+// before they return.
+//
+// Why it can be needed: in a reactor, goroutines other than the one
+// running an export run only while that one blocks, and an export never
+// blocks. So the background mark workers never run, and each GC cycle is
+// marked by the allocating export itself, through mark assists. The GC's
+// CPU limiter (runtime/mgclimit.go) switches assists off when, by the
+// module's clock, GC time exceeds mutator time for about a second; it is
+// re-evaluated only by assists and by the scheduler, neither of which runs
+// then. The cycle in progress never ends, no new one starts, and the heap
+// grows until memory runs out. wazero's default clocks (1 ms per reading,
+// so "time" is the number of readings, nearly all made by the GC) turn
+// the limiter on after about 100 cycles; a real clock does when the host
+// pauses for a second during a GC phase. ABI.md ("Clocks") gives hosts a
+// virtual clock that keeps the limiter off; this is the module's own guard
+// for any other clock.
+//
+// A cycle that cannot finish lets the heap grow past twice its goal, which
+// a working collector never allows. runtime.GC then blocks the export,
+// which lets the mark workers run and finish the cycle. A false alarm (one
+// large allocation, such as a big buffer) costs one collection.
+func settleGC() {
+	metrics.Read(gcSamples)
+	goal, objects := gcSamples[0].Value.Uint64(), gcSamples[1].Value.Uint64()
+	if objects > 2*goal {
+		runtime.GC()
+	}
 }
 
 //go:wasmexport policy_load
@@ -123,6 +174,7 @@ func policy_load(n int32) (r int32) {
 	// policy.Load copies what it keeps, so reading the buffer in place is
 	// safe. It also accepts a preset name, as every host's Load does.
 	p, err := policy.Load(b)
+	settleGC()
 	if err != nil {
 		return loadError(err)
 	}
@@ -137,6 +189,7 @@ func policy_preset(n int32) (r int32) {
 		return fail(errInput, "policy_preset: length "+strconv.Itoa(int(n))+" is outside the buffer")
 	}
 	p, err := policy.Preset(string(b))
+	settleGC()
 	if err != nil {
 		return loadError(err)
 	}

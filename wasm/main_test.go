@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/backstop-dev/backstop/policy"
 )
@@ -273,5 +274,62 @@ func TestBatchDoesNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { decide_batch(h, 0, 16, 1024) })
 	if allocs != 0 {
 		t.Errorf("decide_batch allocates %v times per call", allocs)
+	}
+}
+
+// The handle table fills at maxHandles (then -4, ERR_MEMORY, naming the
+// limit), and freeing every handle makes each reusable, round after round,
+// without the table or its free list growing. (In the real module, filling
+// and freeing it three times used to trap: not this logic, but a GC that
+// had stopped; host/ tests the module's memory.)
+func TestHandleTableRefills(t *testing.T) {
+	p, err := policy.Preset("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	savedPolicies, savedFree := policies, freeSlots
+	policies, freeSlots = nil, nil
+	t.Cleanup(func() { policies, freeSlots = savedPolicies, savedFree })
+	for round := range 3 {
+		seen := make([]bool, maxHandles+1)
+		for range maxHandles {
+			h := addPolicy(p)
+			if h < 1 || h > maxHandles || seen[h] {
+				t.Fatalf("round %d: handle %d is out of range or taken", round, h)
+			}
+			seen[h] = true
+		}
+		if h := addPolicy(p); h != errMemory || !strings.Contains(lastMsg, "handle table is full (65536 policies)") {
+			t.Fatalf("round %d: a full table gave %d %q, want -4", round, h, lastMsg)
+		}
+		for h := int32(1); h <= maxHandles; h++ {
+			if r := policy_free(h); r != 0 {
+				t.Fatalf("round %d: policy_free(%d) = %d", round, h, r)
+			}
+		}
+		if len(policies) != maxHandles || len(freeSlots) != maxHandles {
+			t.Fatalf("round %d: table %d, free list %d", round, len(policies), len(freeSlots))
+		}
+	}
+}
+
+// A host that grows the buffer a little at a time (64 KiB steps to the
+// maximum) causes a dozen reallocations, not a thousand, and the buffer
+// never exceeds maxBuffer.
+func TestBufferGrowsGeometrically(t *testing.T) {
+	saved := buf
+	buf = nil
+	t.Cleanup(func() { buf = saved })
+	moves, last := 0, -1
+	for n := 64 << 10; n <= maxBuffer; n += 64 << 10 {
+		if r := buffer(int32(n)); r == errMemory || len(buf) < n || len(buf) > maxBuffer {
+			t.Fatalf("buffer(%d) = %d, %d bytes: %s", n, r, len(buf), lastMsg)
+		}
+		if a := int(uintptr(unsafe.Pointer(&buf[0]))); a != last {
+			moves, last = moves+1, a
+		}
+	}
+	if moves > 12 {
+		t.Errorf("the buffer moved %d times on its way to %d MiB", moves, maxBuffer>>20)
 	}
 }

@@ -4,20 +4,22 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/vector"
+	"github.com/backstop-dev/backstop/policy"
 )
 
 // decide answers failures read as JSON lines (the vector `input` shape)
 // with decisions written as JSON lines (the `expect` shape), through
-// backstop.wasm: any shell or language can ask the policy. One output line
-// per input line, in order; a bad line gets {"error": "..."} and the stream
-// goes on.
+// backstop.wasm: any shell or language can ask the policy. Exactly one
+// output line per input line, in order, also for a blank, invalid or
+// overlong line and for a last line without "\n": a bad line gets
+// {"error": "..."} (vector.DecodeLine says which) and the stream goes on.
+// An answer is flushed before the command waits for more input.
 func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("decide", flag.ContinueOnError)
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
@@ -41,26 +43,31 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 
 	in := bufio.NewReaderSize(stdin, 64<<10)
 	out := bufio.NewWriterSize(stdout, 64<<10)
-	enc := json.NewEncoder(out)
-	enc.SetEscapeHTML(false)
+	var buf []byte
 	for {
-		line, readErr := in.ReadBytes('\n')
-		if line = bytes.TrimSpace(line); len(line) > 0 {
-			var answer any
-			if input, err := vector.DecodeInput(line); err != nil {
-				answer = errorLine{"invalid input line: " + err.Error()}
-			} else if d, err := p.Decide(ctx, input.Failure()); err != nil {
-				answer = errorLine{vector.FromDecision(d, err).Error}
-			} else {
-				answer = vector.FromDecision(d, nil)
-			}
-			if err := enc.Encode(answer); err != nil {
-				return err
-			}
+		line, tooLong, readErr := readLine(in, buf[:0])
+		buf = line
+		if readErr != nil && readErr != io.EOF {
+			return readErr
 		}
-		// Flush whenever the reader would block, so a process that writes
-		// one line and waits for the answer gets it.
-		if in.Buffered() == 0 || readErr != nil {
+		if readErr == io.EOF && line == nil && !tooLong {
+			return out.Flush()
+		}
+		var d policy.Decision
+		input, err := vector.DecodeLine(line)
+		if tooLong {
+			err = vector.ErrLineTooLong
+		}
+		if err == nil {
+			d, err = p.Decide(ctx, input.Failure())
+		}
+		if _, err := out.Write(vector.Answer(d, err)); err != nil {
+			return err
+		}
+		// Flush unless another whole line is already buffered: a process
+		// that writes one line and waits gets its answer, and a burst of
+		// lines is answered in one write.
+		if next, _ := in.Peek(in.Buffered()); bytes.IndexByte(next, '\n') < 0 || readErr != nil {
 			if err := out.Flush(); err != nil {
 				return err
 			}
@@ -68,12 +75,40 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 		if readErr == io.EOF {
 			return nil
 		}
-		if readErr != nil {
-			return readErr
-		}
 	}
 }
 
-type errorLine struct {
-	Error string `json:"error"`
+// readLine reads the next line into buf and returns it without its "\n".
+// A line longer than vector.MaxLineBytes is read to its end but not kept:
+// tooLong is set and line is nil. At the end of the input, err is io.EOF,
+// with the last line when it had no "\n" (line is nil when nothing was
+// left).
+func readLine(r *bufio.Reader, buf []byte) (line []byte, tooLong bool, err error) {
+	n := 0
+	for {
+		frag, err := r.ReadSlice('\n')
+		content := frag
+		if err == nil {
+			content = frag[:len(frag)-1]
+		}
+		if n += len(content); n > vector.MaxLineBytes {
+			tooLong, buf = true, nil
+		} else if !tooLong {
+			buf = append(buf, content...)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == nil:
+			if buf == nil && !tooLong {
+				buf = []byte{} // an empty line, not the end
+			}
+			return buf, tooLong, nil
+		case n == 0 && err == io.EOF:
+			return nil, false, io.EOF
+		case buf == nil && !tooLong:
+			buf = []byte{}
+		}
+		return buf, tooLong, err
+	}
 }

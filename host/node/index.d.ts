@@ -46,7 +46,7 @@ An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEG
 export type Int64 = number | bigint;
 
 /**
-One failed execution. Every field is optional except `attempt`; absent means none (or 0). Each field is also accepted in the snake_case of the shared vectors (`http_status`, `grpc_code`, `error_kind`, `retry_after`, `grpc_retry_pushback_ms`, `idempotency_key`, `elapsed_ms`, `now_ms`, `prev_delay_ms`).
+One failed execution. Every field is optional except `attempt`; absent (`undefined` or `null`) means none (or 0). Each field is also accepted in the snake_case of the shared vectors (`http_status`, `grpc_code`, `error_kind`, `retry_after`, `grpc_retry_pushback_ms`, `idempotency_key`, `elapsed_ms`, `now_ms`, `prev_delay_ms`). Any other name is an `InputError` (`http_stauts: unknown field`), as in every backstop host. A string field also takes bytes (a `Uint8Array`, such as a `Buffer`), passed as they are; a string is written as UTF-8, a lone surrogate as U+FFFD.
 */
 export interface Failure {
 	/**
@@ -78,23 +78,23 @@ export interface Failure {
 	@default undefined
 	@example 'timeout'
 	*/
-	readonly errorKind?: string;
+	readonly errorKind?: string | Uint8Array;
 
 	/**
-	The raw `Retry-After` header: delta-seconds or an HTTP-date. Honoured as a floor on the delay.
+	The raw `Retry-After` header: delta-seconds or an HTTP-date. Honoured as a floor on the delay. A number is seconds, rounded up to an integer.
 
 	@default undefined
 	@example response.headers.get('retry-after')
 	*/
-	readonly retryAfter?: string | number | null;
+	readonly retryAfter?: string | number | bigint | Uint8Array | null;
 
 	/**
-	The raw `grpc-retry-pushback-ms` value, used only when there is no `retryAfter`.
+	The raw `grpc-retry-pushback-ms` value, used only when there is no `retryAfter`. A number is milliseconds, rounded up to an integer.
 
 	@default undefined
 	@example '250'
 	*/
-	readonly grpcRetryPushbackMs?: string | number | null;
+	readonly grpcRetryPushbackMs?: string | number | bigint | Uint8Array | null;
 
 	/**
 	The request's HTTP method. Non-idempotent methods (POST, PATCH by default) are not retried without an idempotency key.
@@ -102,7 +102,7 @@ export interface Failure {
 	@default undefined (not HTTP)
 	@example 'POST'
 	*/
-	readonly method?: string;
+	readonly method?: string | Uint8Array;
 
 	/**
 	The request's idempotency key, or `true` when it has one.
@@ -110,7 +110,7 @@ export interface Failure {
 	@default undefined
 	@example 'order-7f3a'
 	*/
-	readonly idempotencyKey?: string | boolean;
+	readonly idempotencyKey?: string | boolean | Uint8Array;
 
 	/**
 	Milliseconds since the first execution started. Fractions are dropped.
@@ -167,7 +167,7 @@ export interface Policy {
 	/**
 	Decides one failure.
 
-	@throws {InputError} When a field is invalid (`attempt: must be >= 1 (got 0)`). No state changes then.
+	@throws {InputError} When a field is invalid (`attempt: must be >= 1 (got 0)`) or unknown (`http_stauts: unknown field`): the first in the order of the shared vectors' fields, after unknown names. No state changes then.
 
 	@example
 	```
@@ -182,7 +182,7 @@ export interface Policy {
 	/**
 	Decides many failures in order (a stateful policy sees them as a sequence), in one call per 256 failures.
 
-	@throws {InputError} With `index`, for the first invalid failure. Failures are decided in chunks of 256: those decided before the error (all of the chunk, when the module refused a value out of range) count for a stateful policy's budget and breaker.
+	@throws {InputError} With `index`, for the first invalid failure, once every valid failure has been decided (and counted by a stateful policy's budget and breaker, in order); its `decisions` hold them, `null` at each invalid index. An invalid failure never stops the batch, as in every backstop host.
 	*/
 	decideMany(failures: readonly Failure[]): Decision[];
 
@@ -337,11 +337,13 @@ An invalid failure. The message is the one every backstop host reports: `attempt
 */
 export class InputError extends Error {
 	readonly name: 'InputError';
-	/** The field, in the vectors' snake_case: `attempt`, `http_status`, … */
+	/** The field, in the vectors' snake_case (`attempt`, `http_status`, …), or an unknown name as given, or `failure` when the failure is not an object. */
 	readonly field: string;
 	readonly reason: string;
 	/** The position in decideMany's failures. */
 	readonly index?: number;
+	/** From decideMany: the decision of every failure, `null` where invalid. */
+	readonly decisions?: ReadonlyArray<Decision | null>;
 }
 
 /**

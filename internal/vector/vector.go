@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 
 	"github.com/backstop-dev/backstop/policy"
 )
@@ -157,13 +156,12 @@ func (c *GRPCCode) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &name); err != nil {
 			return err
 		}
-		for code, n := range policy.GRPCCodeNames {
-			if strings.EqualFold(n, name) {
-				*c = GRPCCode(code)
-				return nil
-			}
+		code, ok := GRPCCodeByName(name)
+		if !ok {
+			return fmt.Errorf("grpc_code: unknown gRPC status name %s", Quote(name))
 		}
-		return fmt.Errorf("grpc_code: unknown gRPC status name %q", name)
+		*c = GRPCCode(code)
+		return nil
 	}
 	var n int
 	if err := json.Unmarshal(b, &n); err != nil {
@@ -171,20 +169,6 @@ func (c *GRPCCode) UnmarshalJSON(b []byte) error {
 	}
 	*c = GRPCCode(n)
 	return nil
-}
-
-// DecodeInput parses one input object strictly: unknown fields are errors.
-func DecodeInput(line []byte) (Input, error) {
-	var in Input
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
-		return Input{}, err
-	}
-	if dec.More() {
-		return Input{}, fmt.Errorf("trailing data after the input object")
-	}
-	return in, nil
 }
 
 // Format writes the file with one case per line: small, and diffs show

@@ -1,24 +1,31 @@
 #!/usr/bin/env node
 // backstop-decide: failures in (JSON lines, the vector `input` shape),
 // decisions out (one JSON line each, in order), like the Go `backstop
-// decide` command, so the two hosts can be compared line for line. A bad
-// line gets {"error": "..."} and the stream goes on. An absent random or
-// now_ms is 0 here, as in the vectors: the output depends on the input only.
+// decide` command: for the same input both write the same bytes
+// (testdata/vectors/README.md, "Input lines"). Every input line gets exactly
+// one output line: a blank, invalid or overlong line (and a last line
+// without "\n") included; a bad line gets {"error": "..."} and the stream
+// goes on. An absent random or now_ms is 0 here, as in the vectors: the
+// output depends on the input only.
 import { existsSync, readFileSync } from 'node:fs';
-import { InputError, PolicyError, loadPolicy } from '../index.js';
+import { PolicyError, loadPolicy } from '../index.js';
 import { parseJSON } from '../lib/json.js';
-import { GRPC_CODES } from '../lib/policy.js';
+import { codePointLess } from '../lib/policy.js';
 
 const PRESETS = ['default', 'critical', 'batch', 'fast-transient'];
-// The input fields and their JSON types, checked as strictly as the Go
-// command decodes them, so that both give the same answer for any line.
-const FIELDS = {
-  attempt: 'int', http_status: 'int', elapsed_ms: 'int', now_ms: 'int', prev_delay_ms: 'int',
-  error_kind: 'string', retry_after: 'string', grpc_retry_pushback_ms: 'string', method: 'string',
-  idempotency_key: 'string', grpc_code: 'grpc', random: 'random',
-};
-const SPECIAL = ['NaN', 'Infinity', '+Infinity', '-Infinity'];
+// The input fields: the library also takes their camelCase names, the
+// command only these, as the Go command.
+const FIELDS = new Set([
+  'attempt', 'http_status', 'grpc_code', 'error_kind', 'retry_after', 'grpc_retry_pushback_ms',
+  'method', 'idempotency_key', 'elapsed_ms', 'now_ms', 'random', 'prev_delay_ms',
+]);
+// The limits of a line (internal/vector/line.go).
+const MAX_LINE_BYTES = 4 << 20;
+const MAX_DEPTH = 32;
+const MAX_NUMBER_CHARS = 32;
 const USAGE = 'usage: backstop-decide [--policy FILE|PRESET] < failures.jsonl > decisions.jsonl';
+
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 function fail(msg, code = 1) {
   process.stderr.write(`backstop-decide: ${msg}\n`);
@@ -54,51 +61,76 @@ function readPolicy(arg) {
   }
 }
 
-function answer(policy, line) {
+// The answer to one line (its bytes without the "\n"), as a JSON line.
+function answer(policy, line, tooLong) {
+  return `${JSON.stringify(answerOf(policy, line, tooLong)).replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`)}\n`;
+}
+
+function answerOf(policy, line, tooLong) {
+  const bad = (reason) => ({ error: `invalid input line: ${reason}` });
+  if (tooLong) return bad(`longer than ${MAX_LINE_BYTES} bytes`);
+  if (line.every((b) => b === 0x20 || b === 0x09 || b === 0x0d)) return bad('empty');
+  let text;
+  try {
+    text = utf8.decode(line);
+  } catch {
+    return bad('not UTF-8');
+  }
+  const { depth, longNumber } = scan(text);
+  if (depth > MAX_DEPTH) return bad(`nested deeper than ${MAX_DEPTH} levels`);
+  if (longNumber) return bad(`a number longer than ${MAX_NUMBER_CHARS} characters`);
   let input;
   try {
-    input = parseJSON(line);
-  } catch (err) {
-    return { error: `invalid input line: ${err.message}` };
+    input = parseJSON(text);
+  } catch {
+    return bad('not valid JSON');
   }
-  if (input === null || typeof input !== 'object' || Array.isArray(input)) {
-    return { error: 'invalid input line: expected a JSON object' };
+  if (input === null || typeof input !== 'object' || Array.isArray(input)) return bad('expected a JSON object');
+  let unknown;
+  for (const name of Object.keys(input)) {
+    const u = name.toWellFormed();
+    if (!FIELDS.has(name) && (unknown === undefined || codePointLess(u, unknown))) unknown = u;
   }
-  const problem = check(input);
-  if (problem) return { error: `invalid input line: ${problem}` };
+  if (unknown !== undefined) return { error: `${unknown}: unknown field` };
+  if (input.random === null || input.random === undefined) input.random = 0;
+  if (input.now_ms === null || input.now_ms === undefined) input.now_ms = 0;
   try {
-    const d = policy.decide({ random: 0, now_ms: 0, ...input });
+    const d = policy.decide(input);
     return { action: d.action, delay_ms: d.delayMs, reason: d.reason, class: d.class };
   } catch (err) {
-    if (err instanceof InputError) return { error: err.message };
-    throw err;
+    return { error: err.message }; // an InputError: "field: reason", as Go prints it
   }
 }
 
-// Returns what is wrong with the input's fields, if anything, and turns a
-// gRPC status name into its code.
-function check(input) {
-  const show = (v) => (typeof v === 'bigint' ? String(v) : JSON.stringify(v));
-  for (const [k, v] of Object.entries(input)) {
-    const type = FIELDS[k];
-    if (type === undefined) return `unknown field ${JSON.stringify(k)}`;
-    if (v === null) continue; // as absent, like Go's encoding/json
-    if (type === 'int' && !(typeof v === 'bigint' || Number.isInteger(v))) return `${k}: must be an integer (got ${show(v)})`;
-    if (type === 'string' && typeof v !== 'string') return `${k}: must be a string (got ${show(v)})`;
-    if (type === 'random' && typeof v !== 'number' && !SPECIAL.includes(v)) {
-      return `random: must be a number, "NaN", "Infinity" or "-Infinity" (got ${show(v)})`;
-    }
-    if (type === 'grpc') {
-      if (typeof v === 'string') {
-        const code = GRPC_CODES.get(v.toUpperCase());
-        if (code === undefined) return `grpc_code: unknown gRPC status name ${JSON.stringify(v)}`;
-        input.grpc_code = code;
-      } else if (!(typeof v === 'bigint' || Number.isInteger(v))) {
-        return `grpc_code: must be a number or a status name (got ${show(v)})`;
+// The deepest nesting of brackets outside strings, and whether a run of
+// number characters outside strings is longer than MAX_NUMBER_CHARS. A
+// string runs from '"' to the next '"' not escaped by '\'; an unterminated
+// one to the end (internal/vector/line.go, scanLine).
+function scan(s) {
+  let depth = 0;
+  let d = 0;
+  let run = 0;
+  let longNumber = false;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 0x22) {
+      for (i++; i < s.length && s.charCodeAt(i) !== 0x22; i++) {
+        if (s.charCodeAt(i) === 0x5c) i++;
       }
+      run = 0;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++d > depth) depth = d;
+      run = 0;
+    } else if (c === 0x5d || c === 0x7d) {
+      d--;
+      run = 0;
+    } else if ((c >= 0x30 && c <= 0x39) || c === 0x2d || c === 0x2b || c === 0x2e || c === 0x65 || c === 0x45) {
+      if (++run > MAX_NUMBER_CHARS) longNumber = true;
+    } else {
+      run = 0;
     }
   }
-  return '';
+  return { depth, longNumber };
 }
 
 async function main() {
@@ -115,22 +147,40 @@ async function main() {
     if (err.code === 'EPIPE') process.exit(0); // the reader went away
     throw err;
   });
-  let rest = '';
-  process.stdin.setEncoding('utf8');
+  // The current line's pieces; a line past the limit is not kept.
+  const parts = [];
+  let size = 0;
+  let tooLong = false;
+  const take = () => {
+    const line = parts.length === 1 ? parts[0] : Buffer.concat(parts);
+    const out = answer(policy, line, tooLong);
+    parts.length = 0;
+    size = 0;
+    tooLong = false;
+    return out;
+  };
   // One write per chunk read: a process that writes one line and waits for
   // the answer gets it, and a long stream is not written line by line.
   for await (const chunk of process.stdin) {
-    const lines = (rest + chunk).split('\n');
-    rest = lines.pop();
     let out = '';
-    for (const line of lines) {
-      if (line.trim()) out += `${JSON.stringify(answer(policy, line))}\n`;
+    for (let start = 0; ; ) {
+      const nl = chunk.indexOf(0x0a, start);
+      const end = nl < 0 ? chunk.length : nl;
+      if (end > start && (size += end - start) > MAX_LINE_BYTES) {
+        tooLong = true;
+        parts.length = 0;
+      } else if (end > start && !tooLong) {
+        parts.push(chunk.subarray(start, end));
+      }
+      if (nl < 0) break;
+      out += take();
+      start = nl + 1;
     }
     if (out && !process.stdout.write(out)) {
       await new Promise((resolve) => process.stdout.once('drain', resolve));
     }
   }
-  if (rest.trim()) process.stdout.write(`${JSON.stringify(answer(policy, rest))}\n`);
+  if (size > 0 || tooLong) process.stdout.write(take()); // a last line without "\n"
 }
 
 main().catch((err) => fail(err.stack ?? String(err)));

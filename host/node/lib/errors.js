@@ -18,9 +18,12 @@ export class PolicyError extends Error {
 }
 
 /**
- * An invalid failure passed to decide(): a field out of range or of the
- * wrong type. The message is the one every backstop host reports,
- * `attempt: must be >= 1 (got 0)`. No policy state changed for it.
+ * An invalid failure passed to decide(): a field out of range, of the
+ * wrong type or unknown. The message is the one every backstop host
+ * reports, `attempt: must be >= 1 (got 0)` (testdata/vectors/inputs.json).
+ * No policy state changed for it. From decideMany, `index` is the position
+ * of the first invalid failure and `decisions` the decisions of the whole
+ * batch, null where invalid.
  */
 export class InputError extends Error {
   constructor(field, reason, index) {

@@ -6,48 +6,80 @@ import { wasiImports } from './wasi.js';
 /** The ABI version (wasm/ABI.md) this package implements. */
 export const ABI_VERSION = 1;
 
+const ERR_HANDLE = -1;
 const ERR_POLICY = -2;
 const MIN_BUFFER = 4096;
+const MAX_HANDLES = 1 << 16; // the module's handles are 1..65536
 const EXPORTS = ['buffer', 'policy_load', 'policy_preset', 'policy_free', 'policy_stateful', 'decide_batch',
   'record_success', 'circuit_state', 'error_message'];
 const MAX_BUFFER = 64 << 20; // the module refuses more
 
+/**
+ * The error of every call on a stateful policy whose module instance
+ * trapped: its retry budget and circuit breaker were lost with it
+ * (wasm/ABI.md, "When an instance traps"). Load the policy again.
+ */
+export class StateLostError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'StateLostError';
+  }
+}
+
+/**
+ * backstop.wasm, as one instance that outlives traps. A trap leaves the Go
+ * runtime inside broken, so the module instance is replaced at once by a
+ * fresh one (wasm/ABI.md, "When an instance traps"): the policies loaded
+ * through this Instance keep their handles, stateless ones loaded again
+ * into the fresh instance, stateful ones throwing StateLostError. Until
+ * the first trap, handles are the module's own and `e.decide_batch` is the
+ * module's export; after it, handles are mapped.
+ */
 export class Instance {
   /** @param {WebAssembly.Module | BufferSource} source */
   static async create(source) {
     const module = source instanceof WebAssembly.Module ? source : await WebAssembly.compile(source);
     const wasi = wasiImports();
     const instance = await WebAssembly.instantiate(module, { wasi_snapshot_preview1: wasi.imports });
-    const e = instance.exports;
-    for (const [name, kind] of [['memory', WebAssembly.Memory], ['_initialize', Function], ['abi_version', Function]]) {
-      if (!(e[name] instanceof kind)) {
-        throw new Error(`backstop.wasm: the module has no ${name} export: it is not a backstop policy module (wasm/ABI.md)`);
-      }
-    }
-    wasi.bind(e.memory);
-    e._initialize();
-    const version = e.abi_version();
-    if (version !== ABI_VERSION) {
-      throw new Error(
-        `backstop.wasm: ABI version ${version} is not supported: this backstop-policy implements ABI version ${ABI_VERSION}; use the module built for it`,
-      );
-    }
-    for (const name of EXPORTS) {
-      if (typeof e[name] !== 'function') throw new Error(`backstop.wasm: the module has no ${name} export, which ABI version 1 requires`);
-    }
-    return new Instance(e);
+    return new Instance(module, startModule(instance, wasi), wasi);
   }
 
-  constructor(exports) {
-    this.e = exports;
-    this.memory = exports.memory;
-    this.base = 0; // address of the shared buffer
-    this.size = 0; // its size in bytes
-    this.dead = null; // the error that broke the instance, if any
+  constructor(module, exports, wasi) {
+    this.module = module;
+    this.dead = null; // the error that broke the instance for good, if any
     this.onDead = null;
     this.decoder = new TextDecoder();
+    // Policies loaded through this instance, by the handle it gave out:
+    // { bytes (null when stateful), preset, stateful, handle (the module's), lost }.
+    this.loaded = new Map();
+    this.remap = false; // set by the first restart: handles are no longer the module's
+    this.next = MAX_HANDLES + 1;
+    this.restarting = false;
+    this.use(exports, wasi);
+  }
+
+  /** Makes the module instance with these exports the current one. */
+  use(raw, wasi) {
+    this.raw = raw;
+    this.wasi = wasi;
+    this.memory = raw.memory;
+    this.base = 0; // address of the shared buffer
+    this.size = 0; // its size in bytes
     this.u8 = this.i32 = this.u32 = this.f64 = null;
     this.refresh();
+    // The exports policies call. Virtual time moves on before every call
+    // but those of the hot path (wasm/ABI.md, "Clocks").
+    const tick = () => wasi.tick();
+    const handle = (h) => this.handle(h);
+    this.e = {
+      buffer: (n) => (tick(), raw.buffer(n)),
+      error_message: raw.error_message,
+      policy_free: (h) => this.free(h),
+      policy_stateful: (h) => this.stateful(h),
+      decide_batch: this.remap ? (h, i, n, o) => raw.decide_batch(handle(h), i, n, o) : raw.decide_batch,
+      record_success: (h, now) => (tick(), raw.record_success(this.remap ? handle(h) : h, now)),
+      circuit_state: (h, now) => (tick(), raw.circuit_state(this.remap ? handle(h) : h, now)),
+    };
     this.reserve(MIN_BUFFER);
   }
 
@@ -93,7 +125,7 @@ export class Instance {
 
   /**
    * Runs a call into the module. A trap or a proc_exit leaves the Go runtime
-   * in an unknown state, so the instance is retired for good.
+   * in an unknown state: see crashed.
    */
   call(fn) {
     if (this.dead) throw this.dead;
@@ -104,12 +136,66 @@ export class Instance {
     }
   }
 
+  /**
+   * Returns the error to throw for err, thrown by a call into the module.
+   * A StateLostError passes through. Anything else is a trap (or a
+   * proc_exit): the module instance is replaced by a fresh one, or, if none
+   * can start, this Instance is retired for good.
+   */
   crashed(err) {
-    if (!this.dead) {
+    if (err instanceof StateLostError || this.restarting) return err;
+    if (this.dead) return this.dead;
+    const lost = new StateLostError(
+      `backstop: the policy's retry budget and circuit breaker were lost with the module instance that held them, which trapped (${firstLine(err)}); load the policy again`,
+      { cause: err },
+    );
+    for (const p of this.loaded.values()) if (p.stateful && !p.lost) p.lost = lost;
+    try {
+      this.restart();
+    } catch (restart) {
       this.dead = new Error(`backstop.wasm crashed; load the policy again: ${err.message}`, { cause: err });
+      const refuse = () => {
+        throw this.dead;
+      };
+      this.e = Object.fromEntries(Object.keys(this.e).map((name) => [name, refuse]));
       this.onDead?.();
+      return this.dead;
     }
-    return this.dead;
+    return new Error(`backstop.wasm crashed (the instance was replaced by a fresh one): ${err.message}`, { cause: err });
+  }
+
+  /**
+   * Starts a fresh module instance and loads the stateless policies into it
+   * again. One that fails on the way (it loaded before, so it should not)
+   * is given up as lost.
+   */
+  restart() {
+    this.restarting = true;
+    try {
+      this.remap = true;
+      for (;;) {
+        const wasi = wasiImports();
+        const instance = new WebAssembly.Instance(this.module, { wasi_snapshot_preview1: wasi.imports });
+        this.use(startModule(instance, wasi), wasi);
+        let failed = false;
+        for (const p of this.loaded.values()) {
+          if (p.lost) continue;
+          try {
+            p.handle = this.loadRaw(p.bytes, p.preset);
+          } catch (err) {
+            p.lost = new StateLostError(
+              `backstop: the policy could not be loaded again after its module instance trapped (${firstLine(err)}); load it again`,
+              { cause: err },
+            );
+            failed = true;
+            break;
+          }
+        }
+        if (!failed) return;
+      }
+    } finally {
+      this.restarting = false;
+    }
   }
 
   /**
@@ -117,15 +203,77 @@ export class Instance {
    * is true, and returns a handle.
    */
   load(bytes, preset) {
+    const h = this.loadRaw(bytes, preset);
+    const stateful = this.call(() => (this.wasi.tick(), this.raw.policy_stateful(h))) === 1;
+    const handle = this.remap ? this.next++ : h;
+    // A stateless policy's bytes are kept to load it into a fresh instance.
+    this.loaded.set(handle, { bytes: stateful ? null : bytes.slice(), preset, stateful, handle: h, lost: null });
+    return handle;
+  }
+
+  /** Loads bytes into the current module instance: its handle there. */
+  loadRaw(bytes, preset) {
     this.reserve(bytes.length);
     this.views();
     this.u8.set(bytes, this.base);
-    const h = this.call(() => (preset ? this.e.policy_preset(bytes.length) : this.e.policy_load(bytes.length)));
+    const n = bytes.length;
+    const raw = this.raw;
+    const h = this.call(() => (this.wasi.tick(), preset ? raw.policy_preset(n) : raw.policy_load(n)));
     if (h > 0) return h;
     const msg = this.lastError();
     if (h === ERR_POLICY) throw new PolicyError(msg);
     throw new Error(`backstop.wasm: policy_load: ${msg} (code ${h})`);
   }
+
+  free(h) {
+    const p = this.loaded.get(h);
+    if (p === undefined) return ERR_HANDLE;
+    this.loaded.delete(h);
+    if (p.lost) return 0; // it went with its instance
+    this.wasi.tick();
+    return this.raw.policy_free(p.handle);
+  }
+
+  stateful(h) {
+    const p = this.loaded.get(h);
+    return p === undefined ? ERR_HANDLE : p.stateful ? 1 : 0;
+  }
+
+  /** The module's handle for one this instance gave out, after a restart. */
+  handle(h) {
+    const p = this.loaded.get(h);
+    if (p === undefined) return 0; // closed: the module answers ERR_HANDLE
+    if (p.lost) throw p.lost;
+    return p.handle;
+  }
+}
+
+// The gist of an error whose message may hold a crash report: its first line.
+const firstLine = (err) => String(err?.message ?? err).split('\n', 1)[0];
+
+/**
+ * Checks a new module instance against the ABI and starts its Go runtime:
+ * its exports.
+ */
+function startModule(instance, wasi) {
+  const e = instance.exports;
+  for (const [name, kind] of [['memory', WebAssembly.Memory], ['_initialize', Function], ['abi_version', Function]]) {
+    if (!(e[name] instanceof kind)) {
+      throw new Error(`backstop.wasm: the module has no ${name} export: it is not a backstop policy module (wasm/ABI.md)`);
+    }
+  }
+  wasi.bind(e.memory);
+  e._initialize();
+  const version = e.abi_version();
+  if (version !== ABI_VERSION) {
+    throw new Error(
+      `backstop.wasm: ABI version ${version} is not supported: this backstop-policy implements ABI version ${ABI_VERSION}; use the module built for it`,
+    );
+  }
+  for (const name of EXPORTS) {
+    if (typeof e[name] !== 'function') throw new Error(`backstop.wasm: the module has no ${name} export, which ABI version 1 requires`);
+  }
+  return e;
 }
 
 // The process-wide instance of the bundled module: JavaScript runs one

@@ -104,29 +104,56 @@ class Policy {
     if (this.h === 0) throw closed();
     const inst = this.inst;
     const out = new Array(failures.length);
+    let first; // the InputError of the first invalid failure
     for (let start = 0; start < failures.length; start += BATCH) {
       const n = Math.min(BATCH, failures.length - start);
       let str = n * (RECORD + RESULT);
       inst.reserve(str);
-      // Encode the whole chunk first: a bad field throws before any decision.
-      for (let i = 0; i < n; i++) str = writeFailure(inst, failures[start + i], i * RECORD, str, start + i);
+      // Encode the chunk first. An invalid failure gets no record: the
+      // module never sees it, as with decide().
+      const at = []; // the failure index of each record
+      for (let i = start; i < start + n; i++) {
+        try {
+          str = writeFailure(inst, failures[i], at.length * RECORD, str, i);
+          at.push(i);
+        } catch (err) {
+          if (!(err instanceof InputError)) throw err;
+          out[i] = null;
+          if (first === undefined || i < first.index) first = err;
+        }
+      }
+      const k = at.length;
+      if (k === 0) continue;
       let got;
       try {
-        got = inst.e.decide_batch(this.h, 0, n, n * RECORD);
+        got = inst.e.decide_batch(this.h, 0, k, n * RECORD);
       } catch (err) {
         throw inst.crashed(err);
       }
-      if (got !== n) throw this.callError(got);
+      if (got !== k) throw this.callError(got);
       inst.views();
       const u32 = inst.u32;
       const w = (inst.base + n * RECORD) >> 2;
-      for (let i = 0; i < n; i++) {
-        const hi = u32[w + 2 * i + 1];
-        // Only the first bad record's message is kept by the module; the
-        // records after it were decided too.
-        if (hi > 0x7fffffff) throw this.recordError(inst.i32[w + 2 * i], start + i);
-        out[start + i] = unpack(u32[w + 2 * i], hi);
+      let named = false;
+      for (let j = 0; j < k; j++) {
+        const hi = u32[w + 2 * j + 1];
+        if (hi <= 0x7fffffff) {
+          out[at[j]] = unpack(u32[w + 2 * j], hi);
+          continue;
+        }
+        out[at[j]] = null;
+        // The module keeps the message of the first bad record of a call.
+        if (!named) {
+          named = true;
+          const err = this.recordError(inst.i32[w + 2 * j], at[j]);
+          if (!(err instanceof InputError)) throw err;
+          if (first === undefined || at[j] < first.index) first = err;
+        }
       }
+    }
+    if (first !== undefined) {
+      first.decisions = out;
+      throw first;
     }
     return out;
   }
@@ -185,23 +212,30 @@ function unpack(lo, hi) {
   };
 }
 
+// Converted int64 fields, as little-endian uint32 pairs: attempt, elapsed,
+// now, prev. A scratch area, so the hot path allocates nothing.
+const ints = new Uint32Array(8);
+
 /**
  * Writes failure f as the record at buffer offset rec, its strings at str,
  * and returns the offset after the strings. An absent now_ms or random comes
  * from the host's clock and Math.random: hosts own time and randomness.
- * Written for speed: the common call has no strings and small numbers.
+ * Throws the InputError of the first invalid field, in the order of every
+ * host, before writing anything. Written for speed: the common call has no
+ * strings and small numbers.
  */
 function writeFailure(inst, f, rec, str, index) {
-  if (f === null || typeof f !== 'object') {
-    throw new InputError('failure', `must be an object (got ${f === null ? 'null' : typeof f})`, index);
+  if (f === null || typeof f !== 'object' || Array.isArray(f)) {
+    throw new InputError('failure', `must be an object (got ${describe(f)})`, index);
   }
   // One pass over the keys the object has: much faster than probing both
   // spellings of every field when failures come in many shapes, which makes
-  // property loads megamorphic. null means absent, as undefined.
-  let attempt, elapsed, now, random, prev, http, grpc, method, kind, hint, pushback, key;
+  // property loads megamorphic. null means absent, as undefined; a name
+  // with an undefined value is not there at all.
+  let attempt, elapsed, now, random, prev, http, grpc, method, kind, hint, pushback, key, unknown;
   for (const name in f) {
     const v = f[name];
-    if (v === null || v === undefined) continue;
+    if (v === undefined) continue;
     switch (name) {
       case 'attempt': attempt = v; break;
       case 'http_status': case 'httpStatus': http = v; break;
@@ -215,37 +249,55 @@ function writeFailure(inst, f, rec, str, index) {
       case 'now_ms': case 'nowMs': now = v; break;
       case 'random': random = v; break;
       case 'prev_delay_ms': case 'prevDelayMs': prev = v; break;
+      default: {
+        const u = name.toWellFormed();
+        if (unknown === undefined || codePointLess(u, unknown)) unknown = u;
+      }
     }
   }
-  let flags = 0;
-  if ((hint === undefined || hint === '') && pushback !== undefined && pushback !== '') {
+  if (unknown !== undefined) throw new InputError(unknown, 'unknown field', index);
+
+  // Convert every field, in order, before writing anything.
+  int64(attempt, 'attempt', false, 0, index);
+  const httpStatus = toInt32(http, 'http_status', 'must be a 32-bit integer', index);
+  const grpcStatus =
+    typeof grpc === 'string' ? grpcCode(grpc, index) : toInt32(grpc, 'grpc_code', 'must be a 32-bit integer or a status name', index);
+  let kl = 0;
+  let hl = 0;
+  let pl = 0;
+  let ml = 0;
+  if (kind !== undefined || hint !== undefined || pushback !== undefined || method !== undefined) {
+    kind = toStr(kind, 'error_kind', index);
+    kl = byteLength(kind, 'error_kind', index);
+    hint = toHint(hint, 'retry_after', index);
+    hl = byteLength(hint, 'retry_after', index);
+    pushback = toHint(pushback, 'grpc_retry_pushback_ms', index);
+    pl = byteLength(pushback, 'grpc_retry_pushback_ms', index);
+    method = toStr(method, 'method', index);
+    ml = byteLength(method, 'method', index);
+  }
+  let flags = key === undefined ? 0 : hasKey(key, index);
+  int64(elapsed, 'elapsed_ms', true, 2, index);
+  if (now === undefined || now === null) now = Date.now();
+  int64(now, 'now_ms', true, 4, index);
+  random = toRandom(random, index);
+  int64(prev, 'prev_delay_ms', true, 6, index);
+  if (hl === 0 && pl > 0) {
     hint = pushback;
-    flags = 2;
-  }
-  if (key !== undefined && key !== false && key !== '') {
-    if (typeof key !== 'string' && key !== true) {
-      throw new InputError('idempotency_key', `must be a string (got ${typeof key})`, index);
-    }
-    flags |= 1;
+    hl = pl;
+    flags |= 2;
   }
 
   const strOff = str;
-  let lens = 0; // method_len | kind_len << 16
-  let hintLen = 0;
-  if (method !== undefined || kind !== undefined || hint !== undefined) {
-    method = str16(method, 'method', index);
-    kind = str16(kind, 'error_kind', index);
-    hint = str16(hint, flags & 2 ? 'grpc_retry_pushback_ms' : 'retry_after', index);
-    // Room for the worst case, 3 UTF-8 bytes per UTF-16 unit. This may move
-    // the buffer and grow memory, so views and base are read after it.
-    inst.reserve(str + 3 * (method.length + kind.length + hint.length));
+  if (ml + kl + hl > 0) {
+    // This may move the buffer and grow memory, so views and base are read
+    // after it.
+    inst.reserve(str + ml + kl + hl);
     inst.views();
     const at = inst.base + str;
-    const ml = putString(inst.u8, method, at, 'method', index);
-    const kl = putString(inst.u8, kind, at + ml, 'error_kind', index);
-    const hl = putString(inst.u8, hint, at + ml + kl, flags & 2 ? 'grpc_retry_pushback_ms' : 'retry_after', index);
-    lens = ml | (kl << 16);
-    hintLen = hl;
+    putString(inst.u8, method, at, ml);
+    putString(inst.u8, kind, at + ml, kl);
+    putString(inst.u8, hint, at + ml + kl, hl);
     str += ml + kl + hl;
   } else {
     inst.views();
@@ -253,114 +305,200 @@ function writeFailure(inst, f, rec, str, index) {
 
   const u32 = inst.u32;
   const w = (inst.base + rec) >> 2;
-  int64(u32, w, attempt, 'attempt', index);
-  int64(u32, w + 2, elapsed, 'elapsed_ms', index);
-  int64(u32, w + 4, now === undefined ? Date.now() : now, 'now_ms', index);
-  inst.f64[(w >> 1) + 3] = toRandom(random, index);
-  int64(u32, w + 8, prev, 'prev_delay_ms', index);
-  inst.i32[w + 10] = toInt32(http, 'http_status', index);
-  inst.i32[w + 11] = typeof grpc === 'string' ? grpcCode(grpc, index) : toInt32(grpc, 'grpc_code', index);
+  u32[w] = ints[0];
+  u32[w + 1] = ints[1];
+  u32[w + 2] = ints[2];
+  u32[w + 3] = ints[3];
+  u32[w + 4] = ints[4];
+  u32[w + 5] = ints[5];
+  inst.f64[(w >> 1) + 3] = random;
+  u32[w + 8] = ints[6];
+  u32[w + 9] = ints[7];
+  inst.i32[w + 10] = httpStatus;
+  inst.i32[w + 11] = grpcStatus;
   u32[w + 12] = flags;
   u32[w + 13] = strOff;
-  u32[w + 14] = lens;
-  u32[w + 15] = hintLen; // and the reserved u16, 0
+  u32[w + 14] = ml | (kl << 16);
+  u32[w + 15] = hl; // and the reserved u16, 0
   return str;
 }
 
-function str16(v, field, index) {
-  if (v === undefined || v === null) return '';
-  if (typeof v === 'string') return v;
-  // A Retry-After of delta-seconds is often at hand as a number.
-  if (typeof v === 'number' && field !== 'method' && field !== 'error_kind') return String(v);
-  throw new InputError(field, `must be a string (got ${typeof v})`, index);
+/**
+ * How a message shows a value of the wrong type or range, as every host
+ * does: true, false, null, a number as String() prints it, an integer in
+ * full, or "a string", "bytes", "an array", "an object".
+ */
+export function describe(v) {
+  switch (typeof v) {
+    case 'boolean':
+    case 'number':
+    case 'bigint':
+    case 'undefined':
+      return String(v);
+    case 'string':
+      return 'a string';
+    case 'object':
+      if (v === null) return 'null';
+      if (v instanceof Uint8Array) return 'bytes';
+      return Array.isArray(v) ? 'an array' : 'an object';
+  }
+  return `a ${typeof v}`;
 }
 
-// Writes s at address at and returns its UTF-8 length. Methods, error kinds
-// and hints are ASCII, copied directly; anything else goes to encodeInto.
-function putString(u8, s, at, field, index) {
-  const n = s.length;
+/** s as a JSON string, as every host's messages quote it. */
+export function quote(s) {
+  return JSON.stringify(s.toWellFormed()).replace(/[\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16)}`);
+}
+
+/**
+ * a < b in code point order, as Go and Python compare strings (JavaScript's
+ * < compares UTF-16 units, which orders U+E000..U+FFFF after the astral
+ * planes).
+ */
+export function codePointLess(a, b) {
+  const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) {
-    const c = s.charCodeAt(i);
-    if (c > 0x7f) {
-      const len = encoder.encodeInto(s, u8.subarray(at, at + 3 * n)).written;
-      if (len > MAX_STRING) throw new InputError(field, `must be at most ${MAX_STRING} bytes (got ${len})`, index);
-      return len;
+    const x = a.codePointAt(i);
+    const y = b.codePointAt(i);
+    if (x !== y) return x < y;
+    if (x > 0xffff) i++;
+  }
+  return a.length < b.length;
+}
+
+// Converts an int64 field into ints[slot], ints[slot + 1]: an integral
+// Number or a BigInt; times (truncate set) drop fractions, as they often
+// come from performance.now.
+function int64(v, field, truncate, slot, index) {
+  if (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Math.floor(v) === v) {
+    ints[slot] = v >>> 0;
+    ints[slot + 1] = (v / TWO32) >>> 0;
+  } else {
+    int64Slow(v, field, truncate, slot, index);
+  }
+}
+
+function int64Slow(v, field, truncate, slot, index) {
+  if (v === undefined || v === null) {
+    ints[slot] = 0;
+    ints[slot + 1] = 0;
+  } else if (typeof v === 'number') {
+    if (!Number.isFinite(v) || (!truncate && !Number.isInteger(v))) {
+      throw new InputError(field, `must be an integer (got ${describe(v)})`, index);
     }
-    u8[at + i] = c;
+    const t = Math.trunc(v);
+    if (t >= TWO63 || t < -TWO63) throw new InputError(field, `must fit in 64 bits (got ${describe(v)})`, index);
+    ints[slot] = t >>> 0; // ToUint32 is exact modular arithmetic
+    ints[slot + 1] = Math.floor(t / TWO32) >>> 0;
+  } else if (typeof v === 'bigint') {
+    if (v > INT64_MAX || v < INT64_MIN) throw new InputError(field, `must fit in 64 bits (got ${v})`, index);
+    ints[slot] = Number(v & 0xffffffffn);
+    ints[slot + 1] = Number((v >> 32n) & 0xffffffffn);
+  } else {
+    throw new InputError(field, `must be an integer (got ${describe(v)})`, index);
+  }
+}
+
+// A time for recordSuccess and circuitState, with the rules of decide's
+// now_ms (an i64 parameter would wrap a BigInt past the int64 range).
+function toBigInt(v, field) {
+  let b;
+  if (typeof v === 'bigint') b = v;
+  else if (typeof v === 'number' && Number.isFinite(v)) b = BigInt(Math.trunc(v));
+  else throw new InputError(field, `must be an integer (got ${describe(v)})`);
+  if (b > INT64_MAX || b < INT64_MIN) throw new InputError(field, `must fit in 64 bits (got ${describe(v)})`);
+  return b;
+}
+
+function toInt32(v, field, reason, index) {
+  if (typeof v === 'number' && (v | 0) === v) return v;
+  if (v === undefined || v === null) return 0;
+  if (typeof v === 'bigint' && BigInt.asIntN(32, v) === v) return Number(v);
+  throw new InputError(field, `${reason} (got ${describe(v)})`, index);
+}
+
+// A gRPC status name in any ASCII letter case: only ASCII letters fold, as
+// in every host.
+function grpcCode(v, index) {
+  const code = /^[\x00-\x7f]*$/.test(v) ? GRPC_CODES.get(v.toUpperCase()) : undefined;
+  if (code === undefined) throw new InputError('grpc_code', `unknown gRPC status name ${quote(v)}`, index);
+  return code;
+}
+
+// A string field: a string or bytes (a Uint8Array, such as a Buffer).
+function toStr(v, field, index) {
+  if (v === undefined || v === null) return '';
+  if (typeof v === 'string' || v instanceof Uint8Array) return v;
+  throw new InputError(field, `must be a string (got ${describe(v)})`, index);
+}
+
+// A hint: the raw value (a string or bytes), or a number of seconds
+// (retry_after) or milliseconds (pushback), written as the integer it
+// rounds up to; "NaN", "Infinity", "-Infinity" stay malformed.
+function toHint(v, field, index) {
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v)) return String(v);
+    const c = Math.ceil(v);
+    return Math.abs(c) <= Number.MAX_SAFE_INTEGER ? String(c) : BigInt(c).toString();
+  }
+  if (typeof v === 'bigint') return v.toString();
+  if (typeof v === 'boolean' || (typeof v === 'object' && v !== null && !(v instanceof Uint8Array))) {
+    throw new InputError(field, `must be a string or a number (got ${describe(v)})`, index);
+  }
+  return toStr(v, field, index);
+}
+
+function hasKey(key, index) {
+  if (key === undefined || key === null || key === false || key === '') return 0;
+  if (key === true || typeof key === 'string') return 1;
+  if (key instanceof Uint8Array) return key.length > 0 ? 1 : 0;
+  throw new InputError('idempotency_key', `must be a string or a boolean (got ${describe(key)})`, index);
+}
+
+// The UTF-8 length of a string field (a lone surrogate becomes U+FFFD, 3
+// bytes, as TextEncoder writes it), at most MAX_STRING.
+function byteLength(v, field, index) {
+  let n = v.length;
+  if (typeof v === 'string') {
+    for (let i = 0; i < v.length; i++) {
+      const c = v.charCodeAt(i);
+      if (c < 0x80) continue;
+      if (c < 0x800) {
+        n += 1;
+      } else if (c >= 0xd800 && c <= 0xdbff && (v.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+        n += 2; // a pair: 2 units, 4 bytes
+        i++;
+      } else {
+        n += 2;
+      }
+    }
   }
   if (n > MAX_STRING) throw new InputError(field, `must be at most ${MAX_STRING} bytes (got ${n})`, index);
   return n;
 }
 
-// Writes an int64 as two little-endian uint32 words at u32[w] and u32[w+1].
-// Small enough to be inlined; the common values never leave the first line.
-function int64(u32, w, v, field, index) {
-  if (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Math.floor(v) === v) {
-    u32[w] = v >>> 0;
-    u32[w + 1] = (v / TWO32) >>> 0;
+// Writes a string field of len UTF-8 bytes at address at. Methods, error
+// kinds and hints are ASCII (len equals the length), copied directly;
+// anything else goes to encodeInto.
+function putString(u8, v, at, len) {
+  if (len === 0) return;
+  if (typeof v !== 'string') {
+    u8.set(v, at);
+  } else if (len === v.length) {
+    for (let i = 0; i < len; i++) u8[at + i] = v.charCodeAt(i);
   } else {
-    int64Slow(u32, w, v, field, index);
+    encoder.encodeInto(v, u8.subarray(at, at + len));
   }
-}
-
-// The rest: absent (0), negatives (two's complement), fractions (dropped
-// for times, which often come from performance.now), BigInt, and Numbers
-// past the int64 range, which saturate.
-function int64Slow(u32, w, v, field, index) {
-  if (v === undefined) {
-    u32[w] = 0;
-    u32[w + 1] = 0;
-  } else if (typeof v === 'number') {
-    if (!Number.isInteger(v)) {
-      if (field === 'attempt' || !Number.isFinite(v)) throw new InputError(field, `must be an integer (got ${v})`, index);
-      v = Math.floor(v);
-    }
-    if (v >= TWO63) {
-      u32[w] = 0xffffffff;
-      u32[w + 1] = 0x7fffffff;
-    } else if (v < -TWO63) {
-      u32[w] = 0;
-      u32[w + 1] = 0x80000000;
-    } else {
-      u32[w] = v >>> 0; // ToUint32 is exact modular arithmetic
-      u32[w + 1] = Math.floor(v / TWO32) >>> 0;
-    }
-  } else if (typeof v === 'bigint') {
-    if (v > INT64_MAX || v < INT64_MIN) throw new InputError(field, `must fit in 64 bits (got ${v})`, index);
-    u32[w] = Number(v & 0xffffffffn);
-    u32[w + 1] = Number((v >> 32n) & 0xffffffffn);
-  } else {
-    throw new InputError(field, `must be an integer (got ${typeof v})`, index);
-  }
-}
-
-function toBigInt(v, field) {
-  if (typeof v === 'bigint') return v;
-  if (typeof v === 'number' && Number.isFinite(v)) return BigInt(Math.floor(v));
-  throw new InputError(field, `must be an integer (got ${v})`);
-}
-
-function toInt32(v, field, index) {
-  if (typeof v === 'number' && (v | 0) === v) return v;
-  if (v === undefined) return 0;
-  if (typeof v === 'bigint' && BigInt.asIntN(32, v) === v) return Number(v);
-  throw new InputError(field, `must be a 32-bit integer (got ${typeof v === 'number' || typeof v === 'bigint' ? v : typeof v})`, index);
-}
-
-function grpcCode(v, index) {
-  const code = GRPC_CODES.get(v.toUpperCase());
-  if (code === undefined) throw new InputError('grpc_code', `unknown gRPC status name ${JSON.stringify(v)}`, index);
-  return code;
 }
 
 // The jitter draw: a number (the module clamps it into [0, 1), NaN too), or
 // the vectors' "NaN" / "Infinity" / "-Infinity".
 function toRandom(v, index) {
   if (typeof v === 'number') return v;
-  if (typeof v === 'bigint') return Number(v);
   if (v === undefined || v === null) return Math.random();
+  if (typeof v === 'bigint') return Number(v);
   if (v === 'NaN') return NaN;
   if (v === 'Infinity' || v === '+Infinity') return Infinity;
   if (v === '-Infinity') return -Infinity;
-  throw new InputError('random', `must be a number, "NaN", "Infinity" or "-Infinity" (got ${JSON.stringify(v)})`, index);
+  throw new InputError('random', `must be a number, "NaN", "Infinity" or "-Infinity" (got ${describe(v)})`, index);
 }

@@ -51,8 +51,6 @@ test('decide accepts camelCase and snake_case, gRPC names and BigInt', async () 
   assert.equal(p.decide({ attempt: 1, grpcCode: 14, random: 0 }).class, 'retryable');
   assert.equal(p.decide({ attempt: 9223372036854775807n, httpStatus: 503 }).reason, 'max_attempts_reached');
   assert.deepEqual(p.decide({ attempt: 2n, httpStatus: 503n, random: 0.5, nowMs: BigInt(T0), elapsedMs: 1n }), p.decide(retry503({ attempt: 2 })));
-  // Numbers past the int64 range saturate rather than wrap.
-  assert.equal(p.decide({ attempt: 1e300, httpStatus: 503 }).reason, 'max_attempts_reached');
   // Fractions of a millisecond (performance.now) are dropped.
   assert.equal(p.decide(retry503({ elapsedMs: 1234.75 })).action, 'retry');
   // The hint may be gRPC pushback, and non-ASCII strings are encoded.
@@ -74,11 +72,18 @@ test('invalid input is an InputError with the vectors message', async () => {
     [{ attempt: 1, prevDelayMs: -(2 ** 40) - 3 }, `prev_delay_ms: must be >= 0 (got ${-(2 ** 40) - 3})`],
     // Checked by this host before the module sees them.
     [{ attempt: 1.5 }, 'attempt: must be an integer (got 1.5)'],
-    [{ attempt: '1' }, 'attempt: must be an integer (got string)'],
+    [{ attempt: '1' }, 'attempt: must be an integer (got a string)'],
+    [{ attempt: true }, 'attempt: must be an integer (got true)'],
+    // Numbers past the int64 range are refused, never saturated or wrapped.
+    [{ attempt: 1e300 }, 'attempt: must fit in 64 bits (got 1e+300)'],
     [{ attempt: 2n ** 63n }, 'attempt: must fit in 64 bits (got 9223372036854775808)'],
     [{ attempt: 1, grpcCode: 'NOPE' }, 'grpc_code: unknown gRPC status name "NOPE"'],
-    [{ attempt: 1, method: 5 }, 'method: must be a string (got number)'],
-    [{ attempt: 1, random: 'x' }, 'random: must be a number, "NaN", "Infinity" or "-Infinity" (got "x")'],
+    [{ attempt: 1, method: 5 }, 'method: must be a string (got 5)'],
+    [{ attempt: 1, random: 'x' }, 'random: must be a number, "NaN", "Infinity" or "-Infinity" (got a string)'],
+    // Unknown names, such as a typo, are refused (null values too).
+    [{ attempt: 1, http_stauts: 503 }, 'http_stauts: unknown field'],
+    [{ attempt: 1, http_stauts: null }, 'http_stauts: unknown field'],
+    [{ attempt: 1, idempotencyKey: 0 }, 'idempotency_key: must be a string or a boolean (got 0)'],
     [{ attempt: 1, retryAfter: 'x'.repeat(70000) }, 'retry_after: must be at most 65535 bytes (got 70000)'],
   ];
   for (const [input, message] of cases) {
@@ -90,6 +95,12 @@ test('invalid input is an InputError with the vectors message', async () => {
     });
   }
   assert.throws(() => p.decide(null), { name: 'InputError', message: 'failure: must be an object (got null)' });
+  // The times of recordSuccess and circuitState follow now_ms's rules (an
+  // i64 parameter would wrap a BigInt).
+  for (const [nowMs, message] of [[1e300, 'now_ms: must fit in 64 bits (got 1e+300)'], [2n ** 64n, 'now_ms: must fit in 64 bits (got 18446744073709551616)'], [true, 'now_ms: must be an integer (got true)']]) {
+    assert.throws(() => p.recordSuccess(nowMs), { name: 'InputError', message });
+    assert.throws(() => p.circuitState(nowMs), { name: 'InputError', message });
+  }
   p.close();
 });
 

@@ -43,9 +43,10 @@ def test_bad_lines_do_not_stop_the_stream():
     assert lines[0] == '{"action":"retry","delay_ms":0,"reason":"transient","class":"retryable"}'
     assert lines[1].startswith('{"error":"invalid input line: ')
     assert lines[2] == '{"error":"invalid input line: expected a JSON object"}'
-    assert lines[3] == '{"error":"invalid input line: unknown field \\"colour\\""}'
-    assert lines[4] == '{"error":"attempt: must be >= 1 (got 0)"}'
-    assert len(lines) == 5 and code == 0
+    assert lines[3] == '{"error":"colour: unknown field"}'
+    assert lines[4] == '{"error":"invalid input line: empty"}'
+    assert lines[5] == '{"error":"attempt: must be >= 1 (got 0)"}'
+    assert len(lines) == 6 and code == 0
 
 
 def test_bad_policy():

@@ -68,6 +68,17 @@ def test_input_errors():
         p.decide(attempt=1, grpc_code="NOPE")
     with pytest.raises(InputError, match="^attempt: must be an integer"):
         p.decide(attempt="one")
+    # The times of record_success and circuit_state follow now_ms's rules.
+    q = backstop.load_policy({"circuit_breaker": {"failure_threshold": 2, "open_for": "1s", "half_open_successes": 1}})
+    for now, message in ((1e300, "now_ms: must fit in 64 bits (got 1e+300)"),
+                         (2 ** 64, "now_ms: must fit in 64 bits (got 18446744073709551616)"),
+                         (True, "now_ms: must be an integer (got true)")):
+        with pytest.raises(InputError) as e:
+            q.record_success(now)
+        assert str(e.value) == message
+        with pytest.raises(InputError) as e:
+            q.circuit_state(now)
+        assert str(e.value) == message
 
 
 def test_field_types():
@@ -89,11 +100,21 @@ def test_field_types():
     q = backstop.load_policy({**NO_JITTER, **short})
     for elapsed in (950, 950.7, timedelta(milliseconds=950)):
         assert q.decide(attempt=1, http_status=503, elapsed_ms=elapsed, now_ms=0).reason == "max_elapsed_exceeded"
-    # None means absent; huge integers saturate instead of wrapping.
+    # None means absent; integers past 64 bits are refused, never saturated
+    # or wrapped; a bool is no number.
     assert p.decide(attempt=1, http_status=None, grpc_code=None, method=None, now_ms=0).klass == "uncertain"
-    assert p.decide(attempt=2 ** 70, http_status=503, now_ms=0).reason == "max_attempts_reached"
-    with pytest.raises(InputError, match=r"^attempt: must be >= 1 \(got -9223372036854775808\)$"):
+    with pytest.raises(InputError, match=r"^attempt: must fit in 64 bits \(got 1180591620717411303424\)$"):
+        p.decide(attempt=2 ** 70, http_status=503, now_ms=0)
+    with pytest.raises(InputError, match=r"^attempt: must fit in 64 bits \(got -1180591620717411303424\)$"):
         p.decide(attempt=-(2 ** 70))
+    with pytest.raises(InputError, match=r"^http_status: must be a 32-bit integer \(got true\)$"):
+        p.decide(attempt=1, http_status=True)
+    # The cases: a huge random is +Infinity (clamped), a lone
+    # surrogate is U+FFFD, a key must be a string or a boolean.
+    assert p.decide(attempt=1, http_status=503, random=10 ** 400, now_ms=0) == p.decide(attempt=1, http_status=503, random=1.0, now_ms=0)
+    assert p.decide(attempt=1, http_status=503, method="GET\ud800", now_ms=0) == p.decide(attempt=1, http_status=503, method="GET\ufffd", now_ms=0)
+    with pytest.raises(InputError, match=r"^idempotency_key: must be a string or a boolean \(got 0\)$"):
+        p.decide(attempt=1, idempotency_key=0)
 
 
 def test_defaults_draw_random_and_read_the_clock():
@@ -108,7 +129,7 @@ def test_defaults_draw_random_and_read_the_clock():
 def test_decide_many_matches_decide_and_handles_long_strings():
     p = backstop.load_policy(NO_JITTER)
     fs = [{"attempt": a % 7 + 1, "http_status": s, "method": m, "retry_after": ra, "now_ms": 0, "random": 0.25}
-          for a, (s, m, ra) in enumerate([(503, "GET", ""), (429, "POST", "2"), (500, "PUT", "x" * 70000)] * 1500)]
+          for a, (s, m, ra) in enumerate([(503, "GET", ""), (429, "POST", "2"), (500, "PUT", "x" * 65535)] * 1500)]
     fs.insert(3, {"attempt": 1, "grpc_code": "UNAVAILABLE", "elapsed_ms": 1.5, "random": "NaN", "now_ms": 0})
     assert p.decide_many(fs) == [p.decide(f) for f in fs]
     assert p.decide_many(iter([])) == []
@@ -225,8 +246,8 @@ def test_a_trap_retires_the_instance(fast):
     from backstop._policy import load_into
 
     p = load_into(Instance(wasmtime.wat2wasm(TRAPPING), cache_dir=None, fast=fast), "default")
-    with pytest.raises(BackstopError, match="decide trapped") as e:
+    with pytest.raises(BackstopError, match=r"decide trapped \(the instance was replaced by a fresh one\)") as e:
         p.decide(attempt=1)
     assert isinstance(e.value.__cause__, wasmtime.Trap)
     with pytest.raises(BackstopError, match="decide trapped"):
-        p.decide_many([{"attempt": 1}])  # every export now refuses
+        p.decide(attempt=1)  # the stateless policy went to the fresh instance, which traps too

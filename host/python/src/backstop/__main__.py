@@ -2,9 +2,10 @@
 
 Failures in (JSON lines, the vector `input` shape), decisions out (one JSON
 line each, in order: {"action","delay_ms","reason","class"} or {"error"}),
-like the Go `backstop decide` command, so the hosts can be compared line for
-line. An absent random or now_ms is 0 here, as in the vectors: the output
-depends on the input only.
+like the Go `backstop decide` command: for the same input, every host's
+command writes the same bytes (testdata/vectors/README.md, "Input lines").
+Every input line gets exactly one output line. An absent random or now_ms
+is 0 here, as in the vectors: the output depends on the input only.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from itertools import accumulate
 from pathlib import Path
-from typing import BinaryIO, List, Optional
+from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
 from ._errors import BackstopError, PolicyError
-from ._policy import Policy, load_policy
+from ._policy import Policy, _well_formed, load_policy
 
 _FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "grpc_retry_pushback_ms",
            "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms")
@@ -45,42 +48,112 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
+# The limits of a line (internal/vector/line.go).
+_MAX_LINE_BYTES = 4 << 20
+_MAX_DEPTH = 32
+_MAX_NUMBER_CHARS = 32
+
+
 def _decide_stream(policy: Policy, stdin: BinaryIO, stdout: BinaryIO) -> None:
-    # Read what is available and answer it, then flush before reading again:
-    # a process that writes one line and waits gets its answer, and a long
+    # Every input line gets exactly one output line, in order: a blank,
+    # invalid or overlong one too, and a last line without "\n". Read what
+    # is available and answer it, then flush before reading again: a
+    # process that writes one line and waits gets its answer, and a long
     # stream is not written line by line.
     fd = stdin.fileno()
-    rest = b""
+    parts: List[bytes] = []  # the current line's pieces; none past the limit
+    size = 0
+    too_long = False
     while True:
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             break
-        *lines, rest = (rest + chunk).split(b"\n")
-        out = b"".join(_answer(policy, line) for line in lines if line.strip())
+        out = []
+        start = 0
+        while True:
+            nl = chunk.find(b"\n", start)
+            end = len(chunk) if nl < 0 else nl
+            if end > start:
+                size += end - start
+                if size > _MAX_LINE_BYTES:
+                    too_long, parts = True, []
+                elif not too_long:
+                    parts.append(chunk[start:end])
+            if nl < 0:
+                break
+            out.append(_answer(policy, b"".join(parts), too_long))
+            parts, size, too_long = [], 0, False
+            start = nl + 1
         if out:
-            stdout.write(out)
+            stdout.write(b"".join(out))
             stdout.flush()
-    if rest.strip():
-        stdout.write(_answer(policy, rest))
+    if size or too_long:
+        stdout.write(_answer(policy, b"".join(parts), too_long))
     stdout.flush()
 
 
-def _answer(policy: Policy, line: bytes) -> bytes:
+def _answer(policy: Policy, line: bytes, too_long: bool = False) -> bytes:
+    """The answer line to one input line (its bytes without the "\n")."""
+    return _line(_answer_of(policy, line, too_long))
+
+
+def _bad(reason: str) -> Dict[str, Any]:
+    return {"error": "invalid input line: " + reason}
+
+
+def _answer_of(policy: Policy, line: bytes, too_long: bool) -> Dict[str, Any]:
+    if too_long:
+        return _bad("longer than %d bytes" % _MAX_LINE_BYTES)
+    if not line.strip(b" \t\r"):
+        return _bad("empty")
     try:
-        obj = json.loads(line)
-    except ValueError as e:
-        return _line({"error": "invalid input line: %s" % e})
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return _bad("not UTF-8")
+    depth, long_number = _scan(text)
+    if depth > _MAX_DEPTH:
+        return _bad("nested deeper than %d levels" % _MAX_DEPTH)
+    if long_number:
+        return _bad("a number longer than %d characters" % _MAX_NUMBER_CHARS)
+    try:
+        obj = json.loads(text, parse_constant=_not_json)
+    except ValueError:
+        return _bad("not valid JSON")
     if not isinstance(obj, dict):
-        return _line({"error": "invalid input line: expected a JSON object"})
-    unknown = next((k for k in obj if k not in _FIELDS), None)
-    if unknown is not None:
-        return _line({"error": "invalid input line: unknown field %s" % json.dumps(unknown)})
-    obj.setdefault("random", 0)
-    obj.setdefault("now_ms", 0)
+        return _bad("expected a JSON object")
+    unknown = [_well_formed(k) for k in obj if k not in _FIELDS]
+    if unknown:
+        return {"error": "%s: unknown field" % min(unknown)}
+    if obj.get("random") is None:
+        obj["random"] = 0
+    if obj.get("now_ms") is None:
+        obj["now_ms"] = 0
     try:
-        return _line(policy.decide(obj).to_dict())
+        return policy.decide(obj).to_dict()
     except BackstopError as e:  # InputError: "field: reason", as Go prints it
-        return _line({"error": str(e)})
+        return {"error": str(e)}
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError("%s is not JSON" % name)  # NaN, Infinity, -Infinity
+
+
+# A string (to the next unescaped '"', or the end), or the text between.
+_STRING = re.compile(r'"[^"\\]*(?:\\[\s\S]?[^"\\]*)*(?:"|\Z)')
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_LONG_NUMBER = re.compile(r"[-+.eE0-9]{%d}" % (_MAX_NUMBER_CHARS + 1))
+_DEPTH = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _scan(text: str) -> Tuple[int, bool]:
+    """The deepest nesting of brackets outside strings, and whether a run of
+    number characters outside strings is longer than _MAX_NUMBER_CHARS. A
+    string runs from '"' to the next '"' not escaped by '\\'; an
+    unterminated one to the end (internal/vector/line.go, scanLine)."""
+    outside = _STRING.sub('""', text) if '"' in text else text
+    brackets = _NOT_BRACKETS.sub("", outside)
+    depth = max(accumulate(map(_DEPTH.__getitem__, brackets)), default=0) if brackets else 0
+    return max(depth, 0), _LONG_NUMBER.search(outside) is not None
 
 
 def _line(obj: object) -> bytes:

@@ -28,9 +28,12 @@ class PolicyError(BackstopError, ValueError):
 
 
 class InputError(BackstopError, ValueError):
-    """An invalid failure passed to ``decide``: a field out of range or of
-    the wrong type. The message is the one every backstop host reports,
-    ``attempt: must be >= 1 (got 0)``. No policy state changed for it.
+    """An invalid failure passed to ``decide``: a field out of range, of the
+    wrong type or unknown. The message is the one every backstop host
+    reports, ``<field>: <reason>`` (testdata/vectors/inputs.json), such as
+    ``attempt: must be >= 1 (got 0)``. ``field`` is the vectors' name, an
+    unknown name as given, or ``failure`` when the failure is not a
+    mapping. No policy state changed for it.
 
     From ``decide_many``, ``index`` is the position of the first invalid
     failure (the message starts with ``failures[index]: ``) and ``decisions``
@@ -41,7 +44,7 @@ class InputError(BackstopError, ValueError):
     def __init__(self, field: str, reason: str, index: Optional[int] = None,
                  decisions: Optional[List[Optional[Decision]]] = None) -> None:
         prefix = "" if index is None else "failures[%d]: " % index
-        super().__init__(prefix + (field + ": " + reason if field else reason))
+        super().__init__(prefix + field + ": " + reason)
         self.field = field
         self.reason = reason
         self.index = index
@@ -56,7 +59,7 @@ class InputError(BackstopError, ValueError):
         if message.startswith("invalid failure: "):
             message = message[len("invalid failure: "):]
         field, reason = _split(message)
-        return cls(field, reason, index)
+        return cls(field or "failure", reason, index)
 
 
 class RetryError(BackstopError):

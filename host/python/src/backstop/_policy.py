@@ -6,6 +6,7 @@ import json
 import math
 import operator
 import os
+import re
 import struct
 import weakref
 from dataclasses import dataclass
@@ -38,9 +39,19 @@ GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEED
 _GRPC_BY_NAME = {n: i for i, n in enumerate(GRPC_CODES)}
 
 _FLAG_KEY, _FLAG_PUSHBACK = 1, 2
-_U16 = 0xFFFF
+_MAX_STRING = 0xFFFF  # a method, error kind or hint, in UTF-8 bytes: a batch record's u16
 _I64 = (-(1 << 63), (1 << 63) - 1)
 _I32 = (-(1 << 31), (1 << 31) - 1)
+_TWO63 = 2.0 ** 63
+
+
+class _Unusual(Exception):
+    """A failure the fast path leaves to _convert."""
+
+
+# What the fast path raises for a value it does not take as it is.
+_UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError, _Unusual)
+_NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
 
 # The failure fields (the vector `input` names) and their "absent" values;
 # None for now_ms and random means "the host's clock / a fresh draw".
@@ -56,23 +67,25 @@ _fields = operator.itemgetter(*_DEFAULTS)
 _RECORD = struct.Struct("<qqqdqiiIIHHHH")
 assert _RECORD.size == 64
 _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
+_BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 
 
 class Failure(TypedDict, total=False):
     """The fields of a failure, named as in the shared vectors. All are
-    optional; absent means zero or empty."""
+    optional; absent (or None) means zero or empty. Any other name is an
+    InputError. A string field also takes bytes, passed as they are."""
 
     attempt: int  # 1-based number of the execution that just failed
     http_status: Optional[int]
     grpc_code: Union[int, str, Any, None]  # 14, "UNAVAILABLE" or grpc.StatusCode.UNAVAILABLE
-    error_kind: Optional[str]  # "timeout", "connection_refused", ...
-    retry_after: Union[str, int, float, timedelta, None]  # raw header, or seconds
-    grpc_retry_pushback_ms: Union[str, int, None]
-    method: Optional[str]
-    idempotency_key: Optional[str]
-    elapsed_ms: Union[int, float, timedelta]
+    error_kind: Union[str, bytes, None]  # "timeout", "connection_refused", ...
+    retry_after: Union[str, bytes, int, float, timedelta, None]  # raw header, or seconds (rounded up)
+    grpc_retry_pushback_ms: Union[str, bytes, int, float, None]  # raw value, or milliseconds (rounded up)
+    method: Union[str, bytes, None]
+    idempotency_key: Union[str, bytes, bool, None]  # the key, or True when there is one
+    elapsed_ms: Union[int, float, timedelta]  # fractions are dropped
     now_ms: Union[int, float, None]  # default: the host's clock
-    random: Union[float, str, None]  # default: random.random()
+    random: Union[float, str, None]  # default: random.random(); also "NaN", "Infinity", "-Infinity"
     prev_delay_ms: Union[int, float, timedelta]
 
 
@@ -155,19 +168,27 @@ class Policy:
         """True when the policy has a retry budget or a circuit breaker."""
         return self._stateful
 
-    def decide(self, failure: Optional[Mapping[str, Any]] = None, /, **fields: Any) -> Decision:
+    def decide(self, failure: Mapping[str, Any] = _NO_FAILURE, /, **fields: Any) -> Decision:  # type: ignore[assignment]
         """Decides a failure given as a dict, as keyword fields, or both
-        (the keywords win). The field names are those of ``Failure``.
+        (the keywords win). The field names are those of ``Failure``; a
+        ``None`` value is an absent field.
 
         ``now_ms`` defaults to the host's clock and ``random`` to
         ``random.random()``: the module itself has neither.
 
         Raises ``InputError`` for an invalid field (the message names it:
-        ``attempt: must be >= 1 (got 0)``) and for an unknown field name.
+        ``attempt: must be >= 1 (got 0)``), for an unknown field name
+        (``http_stauts: unknown field``) and for a failure that is not a
+        mapping: the first problem in the order of the shared vectors'
+        fields, after unknown names, with the message every backstop host
+        gives (testdata/vectors/inputs.json).
         """
-        if failure is not None:
-            fields = {**failure, **fields} if fields else failure  # type: ignore[assignment]
-        d = {**_DEFAULTS, **fields}
+        try:
+            if failure is not _NO_FAILURE:
+                fields = {**failure, **fields} if fields else failure  # type: ignore[assignment]
+            d = {**_DEFAULTS, **fields}
+        except TypeError:  # not a mapping
+            raise _not_object(failure) from None
         if len(d) != _NFIELDS:
             _merge(fields)  # raises for the unknown field
         with self._inst.lock:
@@ -182,13 +203,21 @@ class Policy:
             rnd = d["random"] = _draw()
         inst = self._inst
         try:
+            # The fast path takes str strings and no bool (an int to the
+            # struct); anything else goes to _convert.
+            if (attempt.__class__ is bool or http.__class__ is bool or grpc.__class__ is bool or elapsed.__class__ is bool
+                    or now.__class__ is bool or rnd.__class__ is bool or prev.__class__ is bool
+                    or (key.__class__ is not str and key is not True and key is not False)
+                    or method.__class__ is not str or kind.__class__ is not str or ra.__class__ is not str
+                    or push.__class__ is not str):
+                raise _Unusual
             flags, ml, kl, hl = 1 if key else 0, 0, 0, 0  # bit 0: an idempotency key
             if method or kind or ra or push:
                 strs, ml, kl, hl, flags = _strings(method, kind, ra, push, flags)
                 inst.ensure_buffer(len(strs))[:len(strs)] = strs
             # The struct in the call checks the types of the common case.
             w = inst.decide(self._h, attempt, http, grpc, elapsed, now, rnd, prev, flags, ml, kl, hl)
-        except (AttributeError, struct.error):  # unusual types or ranges: convert them
+        except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
             attempt, http, grpc, elapsed, now, rnd, prev, flags, strs, ml, kl, hl = _convert(d)
             if strs:
                 inst.ensure_buffer(len(strs))[:len(strs)] = strs
@@ -203,10 +232,11 @@ class Policy:
 
         All draws of the host's clock in one call share one ``now_ms``. A
         stateful policy decides the whole batch without interleaving other
-        calls. An invalid failure does not stop the batch: the others are
-        decided (and counted by a stateful policy), then ``InputError`` is
-        raised for the first invalid one, with its ``index`` and the
-        ``decisions`` (``None`` where invalid).
+        calls. An invalid failure (a field, or an entry that is not a
+        mapping) does not stop the batch, as in every backstop host: the
+        others are decided (and counted by a stateful policy, in order),
+        then ``InputError`` is raised for the first invalid one, with its
+        ``index`` and the ``decisions`` (``None`` where invalid).
         """
         fs = failures if isinstance(failures, list) else list(failures)
         n = len(fs)
@@ -358,13 +388,21 @@ def load_into(inst: Instance, source: Any) -> Policy:
 # -- failure fields ------------------------------------------------------------
 
 
-def _merge(fields: Mapping[str, Any]) -> Dict[str, Any]:
+def _merge(fields: Any) -> Dict[str, Any]:
     """The failure with every field, absent ones at their defaults."""
-    d = {**_DEFAULTS, **fields}
+    try:
+        d = {**_DEFAULTS, **fields}
+    except TypeError:
+        raise _not_object(fields) from None
     if len(d) != _NFIELDS:
-        name = next(k for k in fields if k not in _DEFAULTS)
-        raise InputError(str(name), "unknown field (want one of %s)" % ", ".join(_DEFAULTS))
+        # The least unknown name in code point order, as every host reports.
+        name = min(_well_formed(k if isinstance(k, str) else str(k)) for k in fields if k not in _DEFAULTS)
+        raise InputError(name, "unknown field")
     return d
+
+
+def _not_object(v: Any) -> InputError:
+    return InputError("failure", "must be an object (got %s)" % _describe(v))
 
 
 def _at(e: BackstopError, index: int) -> InputError:
@@ -375,16 +413,19 @@ def _at(e: BackstopError, index: int) -> InputError:
 
 def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tuple[int, bytearray]:
     """Packs fs[lo:hi] as decide_batch records followed by their strings.
-    Stops before a failure that cannot go in a record (an invalid field or
-    a string over 64 KiB), which the caller decides alone. Returns how many
-    were packed, and the bytes."""
+    Stops before a failure that cannot go in a record (an invalid one, or
+    one whose strings do not fit in _BATCH_BYTES any more), which the caller
+    decides alone. Returns how many were packed, and the bytes."""
     soff = (hi - lo) * 64
     buf = bytearray(soff)
     off = 0
     # Locals, not globals, in the loop: this runs a million times a second.
     pack, defaults, nfields, fields, draw, strings = _RECORD.pack_into, _DEFAULTS, _NFIELDS, _fields, _draw, _strings
     for f in fs[lo:hi]:
-        d = {**defaults, **f}
+        try:
+            d = {**defaults, **f}
+        except TypeError:  # not a mapping: decided alone, which raises
+            break
         if len(d) != nfields:
             break
         attempt, http, grpc, elapsed, now, rnd, prev, method, kind, ra, push, key = fields(d)
@@ -393,17 +434,25 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
         if rnd is None:
             rnd = draw()
         try:
+            if (attempt.__class__ is bool or http.__class__ is bool or grpc.__class__ is bool or elapsed.__class__ is bool
+                    or now.__class__ is bool or rnd.__class__ is bool or prev.__class__ is bool
+                    or (key.__class__ is not str and key is not True and key is not False)
+                    or method.__class__ is not str or kind.__class__ is not str or ra.__class__ is not str
+                    or push.__class__ is not str):
+                raise _Unusual
             flags, strs, ml, kl, hl = 1 if key else 0, b"", 0, 0, 0  # bit 0: an idempotency key
             if method or kind or ra or push:
                 strs, ml, kl, hl, flags = strings(method, kind, ra, push, flags)
             pack(buf, off, attempt, elapsed, now, rnd, prev, http, grpc, flags, soff, ml, kl, hl, 0)
-        except (AttributeError, struct.error):  # unusual types or ranges: convert them
+        except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
             d["now_ms"], d["random"] = now, rnd
             try:
                 attempt, http, grpc, elapsed, now, rnd, prev, flags, strs, ml, kl, hl = _convert(d)
-                pack(buf, off, attempt, elapsed, now, rnd, prev, http, grpc, flags, soff, ml, kl, hl, 0)
-            except (InputError, struct.error):
-                break
+            except InputError:
+                break  # decided alone, which raises it
+            pack(buf, off, attempt, elapsed, now, rnd, prev, http, grpc, flags, soff, ml, kl, hl, 0)
+        if strs and off and soff + len(strs) > _BATCH_BYTES:
+            break  # the chunk is full: this one goes alone (or starts the next)
         if strs:
             buf += strs
             soff += len(strs)
@@ -414,107 +463,264 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
 
 def _strings(method: Any, kind: Any, ra: Any, push: Any, flags: int) -> Tuple[bytes, int, int, int, int]:
     """The strings of a failure as the ABI lays them out: method, error
-    kind, then the hint (Retry-After wins over the gRPC pushback)."""
+    kind, then the hint (Retry-After wins over the gRPC pushback). The fast
+    path: str values only, each at most _MAX_STRING bytes, and a pushback
+    only alone (_convert checks both)."""
     m = method.encode() if method else b""
     k = kind.encode() if kind else b""
     if ra:
+        if push:
+            raise _Unusual
         h = ra.encode()
     elif push:
         h = push.encode()
         flags |= _FLAG_PUSHBACK
     else:
         h = b""
+    if len(m) > _MAX_STRING or len(k) > _MAX_STRING or len(h) > _MAX_STRING:
+        raise _Unusual
     return m + k + h, len(m), len(k), len(h), flags
 
 
 def _convert(d: Dict[str, Any]) -> Tuple[Any, ...]:
-    """Converts every field of a merged failure dict to its ABI value,
-    accepting the looser types the fast path does not."""
-    attempt = _sat(_int("attempt", d["attempt"]), _I64)
-    http = _sat(_int("http_status", d["http_status"] or 0), _I32)
-    grpc = _sat(_grpc(d["grpc_code"]), _I32)
-    elapsed = _sat(_ms("elapsed_ms", d["elapsed_ms"]), _I64)
-    now = _sat(_ms("now_ms", d["now_ms"]), _I64)
-    rnd = _float("random", d["random"])
-    prev = _sat(_ms("prev_delay_ms", d["prev_delay_ms"]), _I64)
-    flags = _FLAG_KEY if d["idempotency_key"] else 0
+    """Checks and converts every field of a merged failure dict to its ABI
+    value, accepting the looser types the fast path does not. The fields
+    are checked in the order every host checks them (testdata/vectors/
+    README.md, "Field values"): the first invalid one raises InputError."""
+    attempt = _int64("attempt", d["attempt"], False)
+    http = _int32("http_status", d["http_status"], "must be a 32-bit integer")
+    grpc = _grpc(d["grpc_code"])
+    kind = _text("error_kind", d["error_kind"])
     ra = _hint("retry_after", d["retry_after"])
     push = _hint("grpc_retry_pushback_ms", d["grpc_retry_pushback_ms"])
-    strs, ml, kl, hl, flags = _strings(_str("method", d["method"]), _str("error_kind", d["error_kind"]), ra, push, flags)
-    return attempt, http, grpc, elapsed, now, rnd, prev, flags, strs, ml, kl, hl
+    method = _text("method", d["method"])
+    flags = _key(d["idempotency_key"])
+    elapsed = _int64("elapsed_ms", d["elapsed_ms"], True)
+    now = _int64("now_ms", d["now_ms"], True)
+    rnd = _random(d["random"])
+    prev = _int64("prev_delay_ms", d["prev_delay_ms"], True)
+    if ra:
+        hint = ra
+    else:
+        hint = push
+        if push:
+            flags |= _FLAG_PUSHBACK
+    return (attempt, http, grpc, elapsed, now, rnd, prev, flags, method + kind + hint,
+            len(method), len(kind), len(hint))
 
 
 def _now(now_ms: Any) -> int:
-    return int(_time() * 1000) if now_ms is None else _sat(_ms("now_ms", now_ms), _I64)
+    return int(_time() * 1000) if now_ms is None else _int64("now_ms", now_ms, True)
 
 
-def _sat(v: int, lim: Tuple[int, int]) -> int:
-    # Saturate so an out-of-range value stays out of range (and is refused
-    # by the module with its message) instead of wrapping into a valid one.
-    return min(max(v, lim[0]), lim[1])
-
-
-def _int(name: str, v: Any) -> int:
+def _int64(name: str, v: Any, truncate: bool) -> int:
+    """An int64 field: an integer (or an integral float); times (truncate
+    set) drop fractions and also take a timedelta."""
     if v is None:
         return 0
-    try:
-        return operator.index(v)
-    except TypeError:
-        if isinstance(v, float) and v.is_integer():
+    if v.__class__ is not bool:
+        if isinstance(v, float):
+            if not math.isfinite(v) or (not truncate and not v.is_integer()):
+                raise InputError(name, "must be an integer (got %s)" % _es_format(v))
+            if not -_TWO63 <= math.trunc(v) < _TWO63:
+                raise InputError(name, "must fit in 64 bits (got %s)" % _es_format(v))
             return int(v)
-        raise InputError(name, "must be an integer (got %r)" % (v,)) from None
+        if truncate and isinstance(v, timedelta):
+            v = v // timedelta(milliseconds=1)
+        try:
+            i = operator.index(v)
+        except TypeError:
+            pass
+        else:
+            if not _I64[0] <= i <= _I64[1]:
+                raise InputError(name, "must fit in 64 bits (got %s)" % _decimal(i))
+            return i
+    raise InputError(name, "must be an integer (got %s)" % _describe(v))
 
 
-def _ms(name: str, v: Any) -> int:
-    """Milliseconds from an int, a float (truncated) or a timedelta."""
-    if isinstance(v, timedelta):
-        return v // timedelta(milliseconds=1)
-    if isinstance(v, float) and math.isfinite(v):
-        return int(v)
-    return _int(name, v)
-
-
-def _float(name: str, v: Any) -> float:
-    try:
-        return float(v)  # also "NaN", "Infinity", "-Infinity"
-    except (TypeError, ValueError):
-        raise InputError(name, 'must be a number, "NaN", "Infinity" or "-Infinity" (got %r)' % (v,)) from None
+def _int32(name: str, v: Any, reason: str) -> int:
+    """An i32 field: an integer (or an integral float) that fits in 32 bits."""
+    if v is None:
+        return 0
+    if v.__class__ is not bool:
+        if isinstance(v, float):
+            if v.is_integer() and _I32[0] <= v <= _I32[1]:
+                return int(v)
+        else:
+            try:
+                i = operator.index(v)
+            except TypeError:
+                pass
+            else:
+                if _I32[0] <= i <= _I32[1]:
+                    return i
+    raise InputError(name, "%s (got %s)" % (reason, _describe(v)))
 
 
 def _grpc(v: Any) -> int:
-    if v is None:
-        return 0
     if isinstance(v, str):
-        code = _GRPC_BY_NAME.get(v.upper())
+        # Only ASCII letters fold ("unavailable"), as in every host.
+        code = _GRPC_BY_NAME.get(v.upper()) if v.isascii() else None
         if code is None:
-            raise InputError("grpc_code", 'unknown gRPC status name "%s"' % v)
+            raise InputError("grpc_code", "unknown gRPC status name %s" % _quote(v))
         return code
     value = getattr(v, "value", None)  # grpc.StatusCode: value is (14, "unavailable")
     if isinstance(value, tuple) and value:
         v = value[0]
-    return _int("grpc_code", v)
+    return _int32("grpc_code", v, "must be a 32-bit integer or a status name")
 
 
-def _hint(name: str, v: Any) -> str:
-    """A Retry-After or pushback value: the raw string, or seconds (int,
-    float, timedelta) for Retry-After and milliseconds for the pushback."""
-    if v is None or v == "":
-        return ""
+def _text(name: str, v: Any) -> bytes:
+    """A string field as UTF-8 (a lone surrogate as U+FFFD, as every host
+    writes it), or bytes as they are; at most _MAX_STRING bytes."""
+    if v is None:
+        return b""
     if isinstance(v, str):
-        return v
-    if isinstance(v, bytes):
-        return v.decode("latin-1")
-    if name == "retry_after":
-        if isinstance(v, timedelta):
-            v = v.total_seconds()
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return str(math.ceil(v)) if math.isfinite(v) else "garbage"
-    elif isinstance(v, int) and not isinstance(v, bool):
-        return str(v)
-    raise InputError(name, "must be a string or a number (got %r)" % (v,))
+        try:
+            b = v.encode()
+        except UnicodeEncodeError:
+            b = _well_formed(v).encode()
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+    else:
+        raise InputError(name, "must be a string (got %s)" % _describe(v))
+    if len(b) > _MAX_STRING:
+        raise InputError(name, "must be at most %d bytes (got %d)" % (_MAX_STRING, len(b)))
+    return b
 
 
-def _str(name: str, v: Any) -> str:
-    if v is None or isinstance(v, str):
-        return v or ""
-    raise InputError(name, "must be a string (got %r)" % (v,))
+def _hint(name: str, v: Any) -> bytes:
+    """A Retry-After or pushback value: the raw string or bytes, or a number
+    of seconds (retry_after, also a timedelta) or milliseconds (pushback),
+    written as the integer it rounds up to ("NaN", "Infinity", "-Infinity"
+    stay malformed, as the policy ignores them)."""
+    if name == "retry_after" and isinstance(v, timedelta):
+        v = v.total_seconds()
+    if v.__class__ is not bool:
+        if isinstance(v, float):
+            return _text(name, _es_format(v) if not math.isfinite(v) else str(math.ceil(v)))
+        try:
+            return _text(name, _decimal(operator.index(v)))
+        except TypeError:
+            pass
+    if v is None or isinstance(v, (str, bytes, bytearray, memoryview)):
+        return _text(name, v)
+    raise InputError(name, "must be a string or a number (got %s)" % _describe(v))
+
+
+def _key(v: Any) -> int:
+    """The idempotency-key flag: a string or bytes (present when not
+    empty), or a boolean."""
+    if v is None or v is False:
+        return 0
+    if v is True:
+        return _FLAG_KEY
+    if isinstance(v, (str, bytes, bytearray, memoryview)):
+        return _FLAG_KEY if len(v) else 0
+    raise InputError("idempotency_key", "must be a string or a boolean (got %s)" % _describe(v))
+
+
+def _random(v: Any) -> float:
+    """The jitter draw: a number (the module clamps it into [0, 1), NaN
+    too), or "NaN", "Infinity", "-Infinity"."""
+    if v is None:
+        return _draw()
+    if v.__class__ is not bool:
+        if isinstance(v, float):
+            return v
+        if isinstance(v, str):
+            special = _SPECIAL_FLOATS.get(v)
+            if special is not None:
+                return special
+        else:
+            try:
+                i = operator.index(v)
+            except TypeError:
+                pass
+            else:
+                try:
+                    return float(i)
+                except OverflowError:  # past the float range, as JSON readers read it
+                    return math.inf if i > 0 else -math.inf
+    raise InputError("random", 'must be a number, "NaN", "Infinity" or "-Infinity" (got %s)' % _describe(v))
+
+
+_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _describe(v: Any) -> str:
+    """How a message shows a value of the wrong type or range, as every host
+    does: true, false, null, a number as JavaScript prints it, an integer in
+    full, or "a string", "bytes", "an array", "an object"."""
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return _es_format(v)
+    if isinstance(v, int):
+        return _decimal(v)
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "bytes"
+    if isinstance(v, (list, tuple)):
+        return "an array"
+    if isinstance(v, Mapping):
+        return "an object"
+    return "a " + type(v).__name__
+
+
+def _decimal(i: int) -> str:
+    """str(i), also past sys.get_int_max_str_digits()."""
+    try:
+        return str(i)
+    except ValueError:
+        q, r = divmod(abs(i), _10_4000)
+        return ("-" if i < 0 else "") + _decimal(q) + str(r).zfill(4000)
+
+
+_10_4000 = 10 ** 4000
+
+
+def _es_format(f: float) -> str:
+    """f as JavaScript's String(f) writes it (ECMAScript Number::toString):
+    the shortest digits that round-trip, in plain notation from 1e-7 to
+    1e21, else with an exponent ("1e+21", "1.5e-7")."""
+    if f != f:
+        return "NaN"
+    if f in (math.inf, -math.inf):
+        return "Infinity" if f > 0 else "-Infinity"
+    if f == 0:
+        return "0"
+    if f < 0:
+        return "-" + _es_format(-f)
+    r = repr(f)  # the shortest round-trip digits: "123.45", "1e-07", "1.5e+300"
+    mant, _, exp = r.partition("e")
+    whole, _, frac = mant.partition(".")
+    digits = (whole + frac).lstrip("0")
+    n = len(whole) + (int(exp) if exp else 0) - (len(whole + frac) - len((whole + frac).lstrip("0")))
+    digits = digits.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * -n + digits
+    e = n - 1
+    return (digits if k == 1 else digits[0] + "." + digits[1:]) + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+
+
+def _well_formed(s: str) -> str:
+    """s with each lone surrogate as U+FFFD, as JSON readers and
+    TextEncoder write them."""
+    return _SURROGATE.sub("\ufffd", s)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _quote(s: str) -> str:
+    """s as a JSON string, as every host's messages quote it."""
+    return json.dumps(_well_formed(s), ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

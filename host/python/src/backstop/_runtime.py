@@ -13,7 +13,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, NoReturn, Optional, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
 import wasmtime
 
@@ -24,6 +24,21 @@ ABI_VERSION = 1
 
 # Error codes (ABI.md, "Error codes").
 ERR_HANDLE, ERR_POLICY, ERR_INPUT = -1, -2, -3
+
+# The module's virtual time (ABI.md, "Clocks"): the realtime clock's epoch
+# (2022-01-01T00:00:00Z) and the step before each call, in nanoseconds.
+_EPOCH_NS = 1_640_995_200_000_000_000
+_CALL_NS = 1_000_000
+_EINVAL = 28
+
+# The hot path: no clock step before these calls (ABI.md allows it), and
+# the exports whose first parameter is a policy handle.
+_HOT = frozenset(("decide", "decide_batch"))
+_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state")
+
+# Handles the module gives out are 1..65536; after a restart the host's own
+# handles start above them.
+_MAX_HANDLES = 1 << 16
 
 # Every export of ABI version 1: parameter and result types as struct codes
 # (i = i32, q = i64, d = f64). Checked when an instance starts, so a wrong
@@ -45,10 +60,50 @@ _WASM_TYPES = {"i": "i32", "q": "i64", "d": "f64"}
 _WASM_FILE = Path(__file__).with_name("backstop.wasm")
 
 
+class _Clock:
+    """An instance's virtual time, in nanoseconds (ABI.md, "Clocks")."""
+
+    __slots__ = ("ns",)
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+
+class _Loaded:
+    """A policy loaded through an Instance: what a fresh module instance
+    needs to load it again, and its handle in the current one."""
+
+    __slots__ = ("data", "preset", "stateful", "handle", "lost")
+
+    def __init__(self, data: Optional[bytes], preset: bool, stateful: bool, handle: int) -> None:
+        self.data = data  # None for a stateful policy: its state cannot move
+        self.preset = preset
+        self.stateful = stateful
+        self.handle = handle
+        self.lost: Optional[BackstopError] = None
+
+
+class StateLostError(BackstopError):
+    """Raised by every call on a stateful policy whose module instance
+    trapped: its retry budget and circuit breaker were lost with it
+    (wasm/ABI.md, "When an instance traps"). Load the policy again."""
+
+
+class _Trap(Exception):
+    """A trap while an Instance is restarting (internal)."""
+
+
 class Instance:
-    """One instance of backstop.wasm with its own Store.
+    """backstop.wasm under wasmtime: a module instance in its own Store.
 
     A module instance is single-threaded: every call must hold ``lock``.
+
+    A trap leaves the Go runtime inside broken, so the module instance is
+    replaced at once by a fresh one (ABI.md, "When an instance traps"). The
+    policies loaded through this Instance keep their handles: stateless
+    ones are loaded again into the fresh instance; stateful ones, whose
+    budget and breaker were lost, raise ``StateLostError`` on every call. Until the first trap, handles are the module's own and the hot
+    path calls the module directly; after it, they are mapped.
     """
 
     def __init__(self, wasm: Optional[bytes] = None, *, cache_dir: Any = "default", fast: bool = True) -> None:
@@ -63,57 +118,179 @@ class Instance:
         # Memory never moves (it reserves its whole 4 GiB range instead), so
         # the address of the shared buffer stays valid across calls.
         config.memory_may_move = False
-        engine = wasmtime.Engine(config)
-        module = load_module(engine, wasm, cache_dir)
+        self._engine = wasmtime.Engine(config)
+        self._module = load_module(self._engine, wasm, cache_dir)
+        self._fast = fast
+        self.lock = threading.Lock()
+        self._dead: Optional[BackstopError] = None
+        self._loaded: Dict[int, _Loaded] = {}  # by the handle this Instance gave out
+        self._remap = False  # set by the first restart: handles are no longer the module's
+        self._next = _MAX_HANDLES + 1
+        self._restarting = False
+        self._start()
+        self._install()
+
+    def _start(self) -> None:
+        """Starts a fresh module instance (store, clock, exports, buffer)."""
+        engine = self._engine
         # WASI granting nothing: no preopened directories, no environment,
-        # no arguments, no inherited stdio. The Go runtime only reads the
-        # clock and the random source to start.
+        # no arguments, no inherited stdio. The Go runtime reads the clock,
+        # which is virtual, and the random source, to start and to pace its
+        # garbage collector.
         store = wasmtime.Store(engine)
         store.set_wasi(wasmtime.WasiConfig())
         linker = wasmtime.Linker(engine)
+        linker.allow_shadowing = True
         linker.define_wasi()
+        clock = _Clock()
+        memory: List[Any] = [None, 0]  # the Memory and its address, once instantiated
+        _define_clock(linker, store, clock, memory)
         try:
-            exports = linker.instantiate(store, module).exports(store)
+            exports = linker.instantiate(store, self._module).exports(store)
+            mem = exports.get("memory")
+            if isinstance(mem, wasmtime.Memory):
+                memory[:] = [mem, ctypes.addressof(mem.data_ptr(store).contents)]
             init = exports.get("_initialize")  # a WASI reactor starts its runtime here
             if isinstance(init, wasmtime.Func):
                 init(store)
             version = _func(store, exports, "abi_version", "", "i")(store)
         except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
             raise BackstopError("backstop.wasm: cannot start: %s" % e) from e
-        self.lock = threading.Lock()
-        self._store = store
-        self._exports = exports  # keeps the Func objects alive for the fast path
-        self._dead: Optional[BackstopError] = None
         if version != ABI_VERSION:
             raise BackstopError(
                 "backstop.wasm ABI version %d is not supported by this host (want %d): "
                 "install the backstop-policy release that matches the module" % (version, ABI_VERSION))
-        mem = exports.get("memory")
         if not isinstance(mem, wasmtime.Memory):
             raise BackstopError("backstop.wasm: memory is not exported")
-        self._mem = mem
-        self._base = ctypes.addressof(mem.data_ptr(store).contents)
 
         maker: Callable[..., Callable[..., int]] = _SlowFn
-        if fast:
+        if self._fast:
             try:
                 maker = _Raw(store).fn
             except (AttributeError, TypeError, ValueError):
                 pass  # wasmtime's internals changed: use its public (slower) calls
+        raw: Dict[str, Callable[..., int]] = {}
         for name, (params, result) in _EXPORTS.items():
             fn = _func(store, exports, name, params, result)
-            setattr(self, name, maker(store, fn, params, result, functools.partial(self._trapped, name)))
+            tick = None if name in _HOT else clock
+            raw[name] = maker(store, fn, params, result, functools.partial(self._trapped, name), tick)
 
+        self._store = store
+        self._exports = exports  # keeps the Func objects alive for the fast path
+        self._mem = mem
+        self._base = memory[1]
+        self._clock = clock
+        self._raw = raw
+        self.buffer = raw["buffer"]
+        self.error_message = raw["error_message"]
         self.buf = memoryview(b"")
         self.ensure_buffer(0)
 
+    def _install(self) -> None:
+        """Sets the exports callers use: the module's own for the hot path
+        while handles are the module's, mapping ones after a restart."""
+        raw = self._raw
+        self.policy_load = functools.partial(self._load, "policy_load")
+        self.policy_preset = functools.partial(self._load, "policy_preset")
+        self.policy_free = self._free
+        self.policy_stateful = self._stateful
+        for name in _BY_HANDLE:
+            setattr(self, name, _mapped(raw[name], self._handle) if self._remap else raw[name])
+
+    # -- policies ------------------------------------------------------------
+
+    def _load(self, name: str, n: int) -> int:
+        """policy_load or policy_preset of buffer[0:n], remembering the bytes
+        of a stateless policy so that a fresh instance can load it again."""
+        data = bytes(self.buf[:n]) if 0 <= n <= len(self.buf) else b""
+        h = self._raw[name](n)
+        if h <= 0:
+            return h
+        stateful = self._raw["policy_stateful"](h) == 1
+        if self._remap:
+            handle, self._next = self._next, self._next + 1
+        else:
+            handle = h
+        self._loaded[handle] = _Loaded(None if stateful else data, name == "policy_preset", stateful, h)
+        return handle
+
+    def _free(self, handle: int) -> int:
+        loaded = self._loaded.pop(handle, None)
+        if loaded is None:
+            return ERR_HANDLE
+        if loaded.lost is not None:
+            return 0  # it went with its instance
+        return self._raw["policy_free"](loaded.handle)
+
+    def _stateful(self, handle: int) -> int:
+        loaded = self._loaded.get(handle)
+        if loaded is None:
+            return ERR_HANDLE
+        return 1 if loaded.stateful else 0
+
+    def _handle(self, handle: int) -> int:
+        """The module's handle for one this Instance gave out (after a
+        restart). Raises the error of a policy lost in a trap."""
+        loaded = self._loaded.get(handle)
+        if loaded is None:
+            return 0  # closed: the module answers ERR_HANDLE
+        if loaded.lost is not None:
+            raise loaded.lost
+        return loaded.handle
+
+    # -- traps ---------------------------------------------------------------
+
     def _trapped(self, name: str, e: Exception) -> NoReturn:
-        # A trap leaves the Go runtime in an undefined state: from now on
-        # every export refuses to run, with the first trap's message.
-        self._dead = BackstopError("backstop.wasm: %s trapped (the instance is no longer usable): %s" % (name, e))
-        for n in _EXPORTS:
-            setattr(self, n, self._refuse)
-        raise self._dead from e
+        # A trap leaves the Go runtime in an undefined state: the module
+        # instance is never called again. A fresh one takes its place.
+        if self._restarting:
+            raise _Trap(name, e)
+        lost = StateLostError(
+            "backstop: the policy's retry budget and circuit breaker were lost with the module instance "
+            "that held them, which trapped (%s: %s); load the policy again" % (name, _last_line(e)))
+        for loaded in self._loaded.values():
+            if loaded.stateful and loaded.lost is None:
+                loaded.lost = lost
+        try:
+            self._restart()
+            err = BackstopError("backstop.wasm: %s trapped (the instance was replaced by a fresh one): %s" % (name, e))
+        except (BackstopError, _Trap) as restart:
+            # No fresh instance: every export refuses from now on.
+            self._dead = err = BackstopError(
+                "backstop.wasm: %s trapped (the instance is no longer usable: %s): %s" % (name, restart, e))
+            for n in _EXPORTS:
+                setattr(self, n, self._refuse)
+        raise err from e
+
+    def _restart(self) -> None:
+        """Replaces the module instance with a fresh one and loads the
+        stateless policies into it again. One that traps on the way (it
+        loaded before, so it should not) is given up as lost."""
+        self._restarting = True
+        try:
+            while True:
+                self._start()
+                try:
+                    for loaded in self._loaded.values():
+                        if loaded.lost is None:
+                            loaded.handle = self._reload(loaded)
+                    break
+                except _Trap as t:
+                    loaded.lost = StateLostError(
+                        "backstop: the policy could not be loaded again after its module instance trapped (%s); "
+                        "load it again" % _last_line(t.args[1]))
+        finally:
+            self._restarting = False
+        self._remap = True
+        self._install()
+
+    def _reload(self, loaded: _Loaded) -> int:
+        data = loaded.data or b""
+        self.ensure_buffer(len(data))[:len(data)] = data
+        h = self._raw["policy_preset" if loaded.preset else "policy_load"](len(data))
+        if h <= 0:
+            raise _Trap("policy_load", BackstopError(self.message()))
+        return h
 
     def _refuse(self, *args: object) -> int:
         assert self._dead is not None
@@ -169,6 +346,66 @@ class Instance:
     error_message: Callable[[], int]
 
 
+def _last_line(e: BaseException) -> str:
+    """The gist of an error whose message may be a backtrace: its last line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
+def _mapped(fn: Callable[..., int], handle: Callable[[int], int]) -> Callable[..., int]:
+    """fn with its first parameter, a handle, mapped by handle."""
+
+    def call(h: int, *args: Any) -> int:
+        return fn(handle(h), *args)
+
+    return call
+
+
+def _define_clock(linker: wasmtime.Linker, store: wasmtime.Store, clock: _Clock, memory: List[Any]) -> None:
+    """Defines the WASI clock and sleep over virtual time (ABI.md,
+    "Clocks"), in place of wasmtime's, which read the host's clock and
+    really sleep. memory holds the Memory and its address once known."""
+    i32, i64 = wasmtime.ValType.i32(), wasmtime.ValType.i64()
+
+    def fits(ptr: int, n: int) -> bool:
+        return memory[0] is not None and 0 <= ptr and ptr + n <= memory[0].data_len(store)
+
+    def clock_time_get(clock_id: int, _precision: int, ptr: int) -> int:
+        if clock_id not in (0, 1) or not fits(ptr, 8):
+            return _EINVAL
+        clock.ns += 1
+        ctypes.c_uint64.from_address(memory[1] + ptr).value = clock.ns + (_EPOCH_NS if clock_id == 0 else 0)
+        return 0
+
+    def poll_oneoff(in_ptr: int, out_ptr: int, nsubs: int, nevents_ptr: int) -> int:
+        # Every subscription completes at once. A clock one (the runtime's
+        # sleep) moves virtual time on by its timeout, the shortest if several.
+        if nsubs <= 0 or not (fits(in_ptr, 48 * nsubs) and fits(out_ptr, 32 * nsubs) and fits(nevents_ptr, 4)):
+            return _EINVAL
+        subs = ctypes.string_at(memory[1] + in_ptr, 48 * nsubs)
+        events = bytearray(32 * nsubs)
+        wake = None
+        for i in range(nsubs):
+            userdata, tag = struct.unpack_from("<QB", subs, 48 * i)
+            errno = 8  # EBADF: no file descriptor is granted
+            if tag == 0:
+                errno = 0
+                clock_id, timeout, _precision, flags = struct.unpack_from("<I4xQQH", subs, 48 * i + 16)
+                if flags & 1:  # subscription_clock_abstime
+                    timeout -= clock.ns + (_EPOCH_NS if clock_id == 0 else 0)
+                wake = max(timeout, 0) if wake is None else min(wake, max(timeout, 0))
+            struct.pack_into("<QHB", events, 32 * i, userdata, errno, tag)
+        if wake is not None:
+            clock.ns += wake
+        ctypes.memmove(memory[1] + out_ptr, bytes(events), len(events))
+        ctypes.c_uint32.from_address(memory[1] + nevents_ptr).value = nsubs
+        return 0
+
+    wasi = "wasi_snapshot_preview1"
+    linker.define_func(wasi, "clock_time_get", wasmtime.FuncType([i32, i64, i32], [i32]), clock_time_get)
+    linker.define_func(wasi, "poll_oneoff", wasmtime.FuncType([i32, i32, i32, i32], [i32]), poll_oneoff)
+
+
 def _func(store: wasmtime.Store, exports: Any, name: str, params: str, result: str) -> wasmtime.Func:
     """The export name, checked against its ABI signature."""
     fn = exports.get(name)
@@ -186,8 +423,8 @@ class _SlowFn:
     """Calls an export through wasmtime's public API (about 70 µs a call)."""
 
     def __init__(self, store: wasmtime.Store, fn: wasmtime.Func, params: str, result: str,
-                 on_trap: Callable[[Exception], NoReturn]) -> None:
-        self._store, self._fn, self._on_trap = store, fn, on_trap
+                 on_trap: Callable[[Exception], NoReturn], tick: Optional[_Clock]) -> None:
+        self._store, self._fn, self._on_trap, self._tick = store, fn, on_trap, tick
         # The same checks as the fast path's struct (struct.error on a bad
         # type or range), and f64 parameters as floats, as wasmtime wants.
         self._check = struct.Struct("<" + params).pack
@@ -197,6 +434,8 @@ class _SlowFn:
         self._check(*args)
         if self._floats:
             args = tuple(float(a) if i in self._floats else a for i, a in enumerate(args))  # type: ignore[arg-type]
+        if self._tick is not None:
+            self._tick.ns += _CALL_NS
         try:
             return self._fn(self._store, *args)  # type: ignore[no-any-return]
         except (wasmtime.Trap, wasmtime.WasmtimeError) as e:
@@ -226,7 +465,7 @@ class _Raw:
         self._ctx = ctypes.cast(store._context(), ctypes.c_void_p).value
 
     def fn(self, store: wasmtime.Store, fn: wasmtime.Func, params: str, result: str,
-           on_trap: Callable[[Exception], NoReturn]) -> Callable[..., int]:
+           on_trap: Callable[[Exception], NoReturn], tick: Optional[_Clock]) -> Callable[..., int]:
         ffi, call, ctx = self._ffi, self._call, self._ctx
         # wasmtime_val_raw_t is a 16-byte union: each value takes one slot,
         # written in place by a precompiled struct.
@@ -243,7 +482,14 @@ class _Raw:
                 on_trap(_error(ffi, err, trap))
             return unpack(slots, 0)[0]  # type: ignore[no-any-return]
 
-        return raw_call
+        if tick is None:
+            return raw_call
+
+        def ticking_call(*args: object) -> int:
+            tick.ns += _CALL_NS  # virtual time moves on between calls
+            return raw_call(*args)
+
+        return ticking_call
 
 
 def _error(ffi: Any, err: Optional[int], trap: ctypes.c_void_p) -> Exception:
@@ -339,10 +585,14 @@ _shared_lock = threading.Lock()
 
 def shared() -> Instance:
     """The process's instance, started on first use. It holds the handles of
-    every policy; its lock serialises their calls."""
+    every policy; its lock serialises their calls. A trap replaces its module
+    instance; in the unlikely case that no fresh one could start, the next
+    call starts another Instance."""
     global _shared
-    if _shared is None:
+    inst = _shared
+    if inst is None or inst._dead is not None:
         with _shared_lock:
-            if _shared is None:
+            if _shared is None or _shared._dead is not None:
                 _shared = Instance()
-    return _shared
+            inst = _shared
+    return inst

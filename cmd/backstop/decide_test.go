@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/backstop-dev/backstop/internal/vector"
+)
+
+// sharedLines returns the line cases of testdata/vectors/inputs.json as
+// one input stream, and the answer lines expected for it.
+func sharedLines(t *testing.T) (stdin string, want []string) {
+	t.Helper()
+	b, err := os.ReadFile("../../testdata/vectors/inputs.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f vector.InputsFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	var in strings.Builder
+	for _, c := range f.Cases {
+		switch {
+		case c.Line != nil:
+			in.WriteString(*c.Line)
+		case c.LineHex != "":
+			raw, err := hex.DecodeString(c.LineHex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in.Write(raw)
+		default:
+			continue // a value: the libraries' case
+		}
+		in.WriteByte('\n')
+		want = append(want, c.Output)
+	}
+	return in.String(), want
+}
+
+func lines(out string) []string {
+	return strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+}
+
+// Every shared line case gets its answer, byte for byte, in one stream.
+func TestDecideAnswersTheSharedInputLines(t *testing.T) {
+	stdin, want := sharedLines(t)
+	out, err := runCLI(t, stdin, "decide", "--policy", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lines(out)
+	if len(got) != len(want) {
+		t.Fatalf("%d answers for %d lines", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d:\n got %.300s\nwant %.300s", i, got[i], want[i])
+		}
+	}
+}
+
+// One output line per input line: blank lines, CRLF, a last line without
+// "\n", and nothing at all for empty input.
+func TestDecideAnswersEveryLine(t *testing.T) {
+	const retry = `{"action":"retry","delay_ms":0,"reason":"transient","class":"retryable"}`
+	const blank = `{"error":"invalid input line: empty"}`
+	const last = `{"action":"dead_letter","delay_ms":0,"reason":"uncertain_limit_reached","class":"uncertain"}`
+	cases := []struct {
+		in   string
+		want []string
+	}{
+		{"{\"attempt\":1,\"http_status\":503}\n\n", []string{retry, blank}}, // the issue's example
+		{"\n", []string{blank}},
+		{"\n\n\n", []string{blank, blank, blank}},
+		{"{\"attempt\":1,\"http_status\":503}\r\n\r\n{\"attempt\":2}\r\n", []string{retry, blank, last}},
+	}
+	// The cases above end with "\n": one stream holds them all. The ones
+	// below end without it, each in a stream of its own.
+	all := cases[0]
+	for _, c := range cases[1:] {
+		all.in += c.in
+		all.want = append(all.want, c.want...)
+	}
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		all,
+		{"{\"attempt\":1,\"http_status\":503}\n{\"attempt\":2}", []string{retry, last}},
+		{"\n  ", []string{blank, blank}},
+		{"\r", []string{blank}},
+	} {
+		out, err := runCLI(t, c.in, "decide")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lines(out); strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("%q:\n got %q\nwant %q", c.in, got, c.want)
+		}
+	}
+	if out, err := runCLI(t, "", "decide"); err != nil || out != "" {
+		t.Errorf("empty input: %q, %v", out, err)
+	}
+}
+
+// A line longer than the limit gets one error line, is not buffered, and
+// the stream goes on; a line at the limit is decided.
+func TestDecideLongLines(t *testing.T) {
+	const failure = `{"attempt":1,"http_status":503}`
+	atLimit := failure + strings.Repeat(" ", vector.MaxLineBytes-len(failure))
+	over := atLimit + " "
+	tooLong := `{"error":"invalid input line: longer than 4194304 bytes"}`
+	retry := `{"action":"retry","delay_ms":0,"reason":"transient","class":"retryable"}`
+	in := atLimit + "\n" + over + "\n" + failure + "\n" + strings.Repeat("x", 3*vector.MaxLineBytes) + "\n" + over
+	out, err := runCLI(t, in, "decide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{retry, tooLong, retry, tooLong, tooLong}
+	if got := lines(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
+
+// A process that writes one line and waits gets its answer, blank lines
+// included: decide never holds an answer while it waits for input.
+func TestDecideAnswersBeforeWaiting(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), []string{"decide"}, inR, outW, io.Discard)
+		outW.Close()
+	}()
+	answers := bufio.NewReader(outR)
+	for _, line := range []string{`{"attempt":1,"http_status":503}`, "", "garbage", "   \r", `{"attempt":2}`} {
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan string, 1)
+		go func() {
+			s, _ := answers.ReadString('\n')
+			got <- s
+		}()
+		select {
+		case s := <-got:
+			if !strings.HasPrefix(s, "{") {
+				t.Fatalf("answer to %q: %q", line, s)
+			}
+		case <-time.After(time.Minute): // a deadlock guard, not a timing check
+			t.Fatalf("no answer to %q: the command waits for more input first", line)
+		}
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,228 @@
+package crosshost
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/backstop-dev/backstop/host"
+	"github.com/backstop-dev/backstop/internal/vector"
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// commands returns the three `decide` commands: the Go one (built here),
+// Node's bin/backstop-decide.js and `python -m backstop decide`.
+func commands(t *testing.T) map[string][]string {
+	t.Helper()
+	node := requireTool(t, "node", "Node.js runs host/node")
+	python := filepath.Join(root, ".venv", "bin", "python")
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s missing: run `make test`, which creates the virtualenv with the Python host", python)
+	}
+	bin := filepath.Join(t.TempDir(), "backstop")
+	if out, err := exec.Command("go", "build", "-o", bin, root+"/cmd/backstop").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return map[string][]string{
+		"go":     {bin, "decide", "--policy", "default"},
+		"node":   {node, filepath.Join(root, "host/node/bin/backstop-decide.js"), "--policy", "default"},
+		"python": {python, "-m", "backstop", "decide", "--policy", "default"},
+	}
+}
+
+// stream is the input every command gets: each line case of
+// testdata/vectors/inputs.json, each once more with a CRLF ending, blank
+// lines, lines at and past the length limit, and a last line without "\n".
+func stream(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "testdata/vectors/inputs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f vector.InputsFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	var lines [][]byte
+	for _, c := range f.Cases {
+		switch {
+		case c.Line != nil:
+			lines = append(lines, []byte(*c.Line))
+		case c.LineHex != "":
+			raw, err := hex.DecodeString(c.LineHex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, raw)
+		}
+	}
+	var s bytes.Buffer
+	for _, l := range lines {
+		s.Write(l)
+		s.WriteByte('\n')
+	}
+	for _, l := range lines {
+		s.Write(l)
+		s.WriteString("\r\n")
+	}
+	const failure = `{"attempt":1,"http_status":503}`
+	atLimit := failure + strings.Repeat(" ", vector.MaxLineBytes-len(failure))
+	for _, l := range []string{"", "\r", " \t", atLimit, atLimit + " ", strings.Repeat("[", 2*vector.MaxLineBytes), failure, "\r"} {
+		s.WriteString(l)
+		s.WriteByte('\n')
+	}
+	s.WriteString(`{"attempt":2,"http_status":503,"random":0.5}`) // no "\n"
+	return s.Bytes()
+}
+
+// reference answers a stream as the contract says, line by line, with the
+// Go host in this process.
+func reference(t *testing.T, in []byte) []byte {
+	t.Helper()
+	ctx := context.Background()
+	rt, err := host.New(ctx, host.WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	p, err := rt.Load(ctx, []byte("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(in, []byte("\n"))
+	if len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1] // the input ended with "\n"
+	}
+	var out bytes.Buffer
+	for _, l := range lines {
+		var d policy.Decision
+		in, err := vector.DecodeLine(l)
+		if err == nil {
+			d, err = p.Decide(ctx, in.Failure())
+		}
+		out.Write(vector.Answer(d, err))
+	}
+	return out.Bytes()
+}
+
+// The three commands answer the same stream with the same bytes: one line
+// per input line, whatever the line.
+func TestDecideCommandsAgree(t *testing.T) {
+	cmds := commands(t)
+	in := stream(t)
+	want := reference(t, in)
+	wantLines := bytes.Count(in, []byte("\n")) + 1 // the last line has no "\n"
+	if n := bytes.Count(want, []byte("\n")); n != wantLines {
+		t.Fatalf("the reference has %d answers for %d lines", n, wantLines)
+	}
+	for name, argv := range cmds {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Stdin = bytes.NewReader(in)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			got, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+			if bytes.Equal(got, want) {
+				return
+			}
+			g, w := bytes.Split(got, []byte("\n")), bytes.Split(want, []byte("\n"))
+			t.Errorf("%d answer lines, want %d", len(g)-1, len(w)-1)
+			for i, diffs := 0, 0; i < min(len(g), len(w)) && diffs < 5; i++ {
+				if !bytes.Equal(g[i], w[i]) {
+					diffs++
+					t.Errorf("line %d:\n got %.300s\nwant %.300s", i, g[i], w[i])
+				}
+			}
+		})
+	}
+}
+
+// Each command answers a line before the next one is written (a
+// co-process waits for each answer), blank and bad lines included.
+func TestDecideCommandsAnswerBeforeWaiting(t *testing.T) {
+	lines := []string{`{"attempt":1,"http_status":503}`, "", "\r", "not json", "{\"attempt\":2,\"method\":\"\xff\"}", `{"attempt":0}`, `{"attempt":2}`}
+	for name, argv := range commands(t) {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(argv[0], argv[1:]...)
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Wait()
+			defer stdin.Close()
+			answers := bufio.NewReader(stdout)
+			for _, l := range lines {
+				io.WriteString(stdin, l+"\n")
+				got := make(chan string, 1)
+				go func() {
+					s, _ := answers.ReadString('\n')
+					got <- s
+				}()
+				select {
+				case s := <-got:
+					if !strings.HasPrefix(s, "{") || !strings.HasSuffix(s, "}\n") {
+						t.Fatalf("answer to %q: %q", l, s)
+					}
+				case <-time.After(time.Minute): // a deadlock guard, not a timing check
+					cmd.Process.Kill()
+					t.Fatalf("no answer to %q: the command waits for more input first", l)
+				}
+			}
+		})
+	}
+}
+
+// Messages show numbers as JavaScript prints them: Go (vector.ESFormat)
+// and Python (_es_format) write every double as Node.js does.
+func TestNumbersPrintAlike(t *testing.T) {
+	node := requireTool(t, "node", "Node.js runs host/node")
+	python := filepath.Join(root, ".venv", "bin", "python")
+	rng := rand.New(rand.NewPCG(7, 8))
+	var in bytes.Buffer
+	var want []string
+	for i := 0; i < 3000; i++ {
+		var f float64
+		switch i % 3 {
+		case 0:
+			f = math.Float64frombits(rng.Uint64())
+		case 1:
+			f = rng.Float64() * math.Pow(10, float64(rng.IntN(60)-30))
+		default:
+			f = float64(rng.Int64N(1<<62)) / float64(int64(1)<<rng.IntN(62))
+		}
+		fmt.Fprintf(&in, "%016x\n", math.Float64bits(f))
+		want = append(want, vector.ESFormat(f))
+	}
+	for name, argv := range map[string][]string{
+		"node": {node, "-e", `const b = Buffer.alloc(8); const out = require('fs').readFileSync(0, 'utf8').trim().split('\n').map((h) => { b.write(h, 'hex'); return String(b.readDoubleBE(0)); }); process.stdout.write(out.join('\n') + '\n');`},
+		"python": {python, "-c", `import struct, sys
+from backstop._policy import _es_format
+print("\n".join(_es_format(struct.unpack(">d", bytes.fromhex(h))[0]) for h in sys.stdin.read().split()))`},
+	} {
+		got := run(t, in.Bytes(), argv[0], argv[1:]...)
+		if len(got) != len(want) {
+			t.Fatalf("%s printed %d numbers for %d", name, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s prints %s, Go %s", name, got[i], want[i])
+			}
+		}
+	}
+}
