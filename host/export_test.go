@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"os"
 	"testing"
 )
@@ -38,4 +39,16 @@ func MemorySize(r *Runtime) uint32 {
 // so that a large buffer makes the module run out of memory and trap.
 func WithMemoryLimit(pages uint32) Option {
 	return func(c *config) { c.memoryLimitPages = pages }
+}
+
+// GrowBuffer asks one of the Runtime's instances for an input buffer of n
+// bytes: with WithMemoryLimit, a real trap that costs nothing to cause
+// (policies are cut at policy.MaxFileBytes, so Load no longer grows it).
+func GrowBuffer(ctx context.Context, r *Runtime, n int) error {
+	in, err := r.get(ctx)
+	if err != nil {
+		return err
+	}
+	defer r.release(in)
+	return in.grow(ctx, n)
 }

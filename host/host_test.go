@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -307,5 +308,36 @@ func TestOptions(t *testing.T) {
 	}
 	if _, err := host.New(ctx, host.WithModule([]byte("not wasm"))); err == nil {
 		t.Error("WithModule(garbage) accepted")
+	}
+}
+
+// Policies are cut one byte past policy.MaxFileBytes before they reach the
+// module, so any oversized input, a file or bytes, gets the module's own
+// PolicyError, never a buffer error, and costs no more than the limit.
+func TestOversizedPolicy(t *testing.T) {
+	ctx := context.Background()
+	rt := runtime(t)
+	fits := append([]byte("{}"), bytes.Repeat([]byte(" "), policy.MaxFileBytes-2)...)
+	if _, err := rt.Load(ctx, fits); err != nil {
+		t.Fatalf("a policy of exactly %d bytes: %v", policy.MaxFileBytes, err)
+	}
+	path := filepath.Join(t.TempDir(), "huge.json")
+	huge := append([]byte("{}"), bytes.Repeat([]byte(" "), 65<<20)...)
+	if err := os.WriteFile(path, huge, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, load := range map[string]func() (*host.Policy, error){
+		"one byte over": func() (*host.Policy, error) { return rt.Load(ctx, append(fits, ' ')) },
+		"65 MiB":        func() (*host.Policy, error) { return rt.Load(ctx, huge) },
+		"65 MiB file":   func() (*host.Policy, error) { return rt.LoadFile(ctx, path) },
+	} {
+		_, err := load()
+		var pe *host.PolicyError
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "must be at most 65536 bytes") {
+			t.Errorf("%s: %v, want the module's PolicyError", name, err)
+		}
+	}
+	if pages := host.MemorySize(rt) / (64 << 10); pages > 1024 {
+		t.Errorf("loading 65 MiB policies left %d pages of memory", pages)
 	}
 }

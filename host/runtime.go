@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -38,6 +39,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/backstop-dev/backstop/policy"
 )
 
 // Runtime is a compiled backstop.wasm with its pool of instances. It is
@@ -157,12 +160,24 @@ func (r *Runtime) Close(ctx context.Context) error {
 // A policy the module refuses gives a *PolicyError whose message names the
 // field.
 func (r *Runtime) Load(ctx context.Context, presetOrPolicy []byte) (*Policy, error) {
-	return r.load(ctx, slices.Clone(presetOrPolicy), false)
+	return r.load(ctx, slices.Clone(capPolicy(presetOrPolicy)), false)
+}
+
+// capPolicy cuts data one byte past policy.MaxFileBytes: the module refuses
+// anything longer with a *PolicyError, and that byte is all it needs to say
+// so, whatever the size.
+func capPolicy(data []byte) []byte {
+	return data[:min(len(data), policy.MaxFileBytes+1)]
 }
 
 // LoadFile reads a policy file (JSON or YAML) and loads it as Load does.
 func (r *Runtime) LoadFile(ctx context.Context, path string) (*Policy, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("backstop: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, policy.MaxFileBytes+1))
+	f.Close()
 	if err != nil {
 		return nil, fmt.Errorf("backstop: %w", err)
 	}

@@ -16,7 +16,7 @@ import (
 // trap's error forever or decisions from a broken Go runtime.
 func TestTrapRetiresOnlyItsInstance(t *testing.T) {
 	ctx := context.Background()
-	// 32 MiB per instance: a 40 MiB input runs the module out of memory,
+	// 32 MiB per instance: a 40 MiB buffer runs the module out of memory,
 	// a real trap (the Go runtime's "out of memory" exit) that costs
 	// nothing to cause.
 	rt, err := host.New(ctx, host.SharedCache(), host.WithPoolSize(1), host.WithMemoryLimit(512))
@@ -36,8 +36,8 @@ func TestTrapRetiresOnlyItsInstance(t *testing.T) {
 		}
 	}
 
-	if _, err := rt.Load(ctx, make([]byte, 40<<20)); err == nil {
-		t.Fatal("a 40 MiB policy in 32 MiB of memory did not fail")
+	if err := host.GrowBuffer(ctx, rt, 40<<20); err == nil {
+		t.Fatal("a 40 MiB buffer in 32 MiB of memory did not fail")
 	} else {
 		t.Logf("the trap: %v", err)
 	}

@@ -347,6 +347,13 @@ export class InputError extends Error {
 }
 
 /**
+Thrown by every call on a stateful policy (one with a retry budget or a circuit breaker) whose module instance trapped: its budget and breaker state were lost with the instance, and reloading them from the file would silently close a tripped breaker. Load the policy again. Stateless policies survive a trap (wasm/ABI.md, "When an instance traps").
+*/
+export class StateLostError extends Error {
+	readonly name: 'StateLostError';
+}
+
+/**
 Thrown by retry() when the policy stops retrying.
 */
 export class RetryError extends Error {

@@ -3,7 +3,7 @@ import { loadPolicy as load } from './lib/policy.js';
 import { readBundledWasm } from './lib/wasm-file.js';
 
 export { PolicyError, InputError, RetryError } from './lib/errors.js';
-export { ABI_VERSION } from './lib/instance.js';
+export { ABI_VERSION, StateLostError } from './lib/instance.js';
 export { retry } from './lib/retry.js';
 
 /**

@@ -50,9 +50,14 @@ const finalizer =
  * Loads a policy: a preset name, a JSON or YAML string, a plain object or
  * bytes. Each call returns a new handle with its own budget and breaker.
  */
+// policy.MaxFileBytes (docs/policy.md, "Limits"); a test pins it to the module's.
+export const MAX_POLICY_BYTES = 64 << 10;
+
 export async function loadPolicy(config, options = {}, loadDefault) {
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
-  const bytes = policyBytes(config);
+  // The module refuses a policy over MAX_POLICY_BYTES with a PolicyError;
+  // a byte more than that is all it needs to say so, whatever the size.
+  const bytes = policyBytes(config).subarray(0, MAX_POLICY_BYTES + 1);
   const inst = await getInstance(options.wasm, loadDefault);
   // A bare word is never a policy document: load it as a preset, so a typo
   // gets "unknown preset" and the list of presets, not a parse error.

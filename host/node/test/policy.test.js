@@ -160,3 +160,16 @@ test('a closed policy refuses to decide', async () => {
   assert.throws(() => p.decide(retry503()), /closed/);
   assert.throws(() => p.circuitState(), /closed/);
 });
+
+// Policies are cut one byte past the module's limit (policy.MaxFileBytes)
+// before they are copied in: any oversized input gets the module's own
+// PolicyError, never a buffer error, and costs no more than the limit.
+test('an oversized policy is a PolicyError at any size, and the limit is the module\'s', async () => {
+  const { MAX_POLICY_BYTES } = await import('../lib/policy.js');
+  const fits = '{}' + ' '.repeat(MAX_POLICY_BYTES - 2);
+  const p = await loadPolicy(fits);
+  p.close();
+  for (const config of [fits + ' ', Buffer.alloc(65 << 20, 0x20)]) {
+    await assert.rejects(loadPolicy(config), (err) => err instanceof PolicyError && /must be at most 65536 bytes/.test(err.message));
+  }
+});

@@ -203,7 +203,7 @@ def test_compile_cache(tmp_path, monkeypatch):
     engine = wasmtime.Engine()
     cache = tmp_path / "cache"
     load_module(engine, wasm, cache)
-    (cached,) = cache.iterdir()
+    (cached,) = cache.glob("*.cwasm")  # beside it, backstop-KEY.json: what it was compiled from and for
     compiled = []
     real = wasmtime.Module
     monkeypatch.setattr(wasmtime, "Module", type("Counting", (real,), {
@@ -216,7 +216,7 @@ def test_compile_cache(tmp_path, monkeypatch):
     os.utime(stale, (0, 0))
     load_module(engine, wasm, cache)
     assert compiled == [1]  # recompiled and rewritten
-    assert sorted(cache.iterdir()) == [cached]  # entries unused for a week are dropped
+    assert sorted(cache.iterdir()) == [cached, cached.with_suffix(".json")]  # entries unused for a week are dropped
     os.chmod(cache, 0o777)  # a directory others can write to is not trusted
     load_module(engine, wasm, cache)
     assert compiled == [1, 1]
@@ -251,3 +251,18 @@ def test_a_trap_retires_the_instance(fast):
     assert isinstance(e.value.__cause__, wasmtime.Trap)
     with pytest.raises(BackstopError, match="decide trapped"):
         p.decide(attempt=1)  # the stateless policy went to the fresh instance, which traps too
+
+
+def test_an_oversized_policy_is_a_policy_error_at_any_size(tmp_path):
+    """Policies are cut one byte past the module's limit
+    (policy.MaxFileBytes) before they are copied in: any oversized input
+    gets the module's own PolicyError, never a buffer error."""
+    from backstop._policy import MAX_POLICY_BYTES
+
+    fits = b"{}" + b" " * (MAX_POLICY_BYTES - 2)
+    backstop.load_policy(fits).close()
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b"{}" + b" " * (65 << 20))
+    for source in (fits + b" ", b"{}" + b" " * (65 << 20), huge):
+        with pytest.raises(PolicyError, match="must be at most 65536 bytes"):
+            backstop.load_policy(source)

@@ -17,7 +17,7 @@ Python service decides exactly as its Go and Node.js neighbours do::
 from ._errors import BackstopError, InputError, PolicyError, RetryError
 from ._policy import Decision, Failure, Policy, load_policy
 from ._retry import RetryState, describe
-from ._runtime import ABI_VERSION
+from ._runtime import ABI_VERSION, StateLostError
 
 __all__ = [
     "ABI_VERSION",
@@ -29,6 +29,7 @@ __all__ = [
     "PolicyError",
     "RetryError",
     "RetryState",
+    "StateLostError",
     "describe",
     "load_policy",
 ]

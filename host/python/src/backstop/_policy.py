@@ -9,11 +9,12 @@ import os
 import re
 import struct
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from random import random as _draw
 from time import time as _time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, TypeVar, Union, overload
 
 from ._errors import BackstopError, InputError
 from ._runtime import Instance, shared
@@ -336,7 +337,10 @@ class Policy:
         """Frees the policy in the module. Later calls raise BackstopError."""
         with self._inst.lock:
             self._h = 0  # under the lock: no call can use the handle once freed
-        self._finalizer()
+            found = self._finalizer.detach()
+            if found is not None:
+                _free_locked(self._inst, found[2][1])
+            _drain(self._inst)
 
     def __enter__(self) -> Policy:
         return self
@@ -345,12 +349,47 @@ class Policy:
         self.close()
 
 
+# Handles of collected policies not freed yet. The garbage collector runs
+# finalizers wherever Python allocates, also in a thread that holds the
+# instance's lock (between two calls of a decide_many, or in a WASI
+# callback during a call), so a finalizer never waits for the lock: it
+# queues the handle, and whoever holds the lock next frees it.
+_collected: Deque[Tuple[Instance, int]] = deque()
+
+
 def _free(inst: Instance, handle: int) -> None:
-    with inst.lock:
+    """The finalizer of a Policy: frees its handle now if the instance is
+    free, else queues it for the next load or close."""
+    _collected.append((inst, handle))
+    if inst.lock.acquire(blocking=False):
         try:
-            inst.policy_free(handle)
-        except BackstopError:
-            pass  # the instance trapped: it holds nothing any more
+            _drain(inst)
+        finally:
+            inst.lock.release()
+
+
+def _drain(inst: Instance) -> None:
+    """Frees the queued handles of inst; the caller holds inst.lock."""
+    for _ in range(len(_collected)):
+        try:
+            owner, handle = _collected.popleft()
+        except IndexError:
+            return
+        if owner is inst:
+            _free_locked(inst, handle)
+        else:
+            _collected.append((owner, handle))
+
+
+def _free_locked(inst: Instance, handle: int) -> None:
+    try:
+        inst.policy_free(handle)
+    except BackstopError:
+        pass  # the instance trapped: it holds nothing any more
+
+
+# policy.MaxFileBytes (docs/policy.md, "Limits"); a test pins it to the module's.
+MAX_POLICY_BYTES = 64 << 10
 
 
 def load_policy(source: Union[str, bytes, bytearray, Mapping[str, Any], "os.PathLike[str]"]) -> Policy:
@@ -361,7 +400,8 @@ def load_policy(source: Union[str, bytes, bytearray, Mapping[str, Any], "os.Path
     Raises ``PolicyError`` naming every invalid field.
     """
     if isinstance(source, os.PathLike):
-        data = open(source, "rb").read()
+        with open(source, "rb") as f:
+            data = f.read(MAX_POLICY_BYTES + 1)
     elif isinstance(source, str):
         data = source.encode("utf-8")
     elif isinstance(source, (bytes, bytearray, memoryview)):
@@ -377,7 +417,11 @@ def load_policy(source: Union[str, bytes, bytearray, Mapping[str, Any], "os.Path
 def load_into(inst: Instance, source: Any) -> Policy:
     """Loads a policy into a given instance (tests use their own)."""
     data = source.encode("utf-8") if isinstance(source, str) else source
+    # The module refuses a policy over MAX_POLICY_BYTES with a PolicyError;
+    # a byte more than that is all it needs to say so, whatever the size.
+    data = data[:MAX_POLICY_BYTES + 1]
     with inst.lock:
+        _drain(inst)
         inst.ensure_buffer(len(data))[:len(data)] = data
         h = inst.policy_load(len(data))
         if h < 0:
