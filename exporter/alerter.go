@@ -67,8 +67,13 @@ func WithAlertLogger(l *slog.Logger) AlerterOption {
 // (alertname, severity=critical, queue), so Alertmanager deduplicates the
 // two.
 //
-// Every interval it reads each queue's XINFO STREAM entries-added (one
-// pipeline). The first read of a queue is its baseline: dead letters that
+// Every interval it reads each queue's DLQ ingestion, in one pipeline, as
+// the collector reads backstop_dlq_ingested_total: XINFO STREAM
+// entries-added, or on a server that does not report it (Redis 6, the
+// embedded server of backstop demo) the dead letters the queue scripts
+// wrote. A queue whose ingestion is unknown (entries-added not reported and
+// DLQ entries the scripts did not write) is not watched, and says so once
+// in the log. The first read of a queue is its baseline: dead letters that
 // were there before do not page. When the count grows, the queue's alert
 // fires (startsAt the first growth) and is re-posted every interval with
 // endsAt a lease ahead (3 intervals plus the resolve window), so it stays
@@ -86,15 +91,16 @@ type Alerter struct {
 	cfg    alerterConfig
 	errors *prometheus.CounterVec
 
-	mu     sync.Mutex        // guards state against concurrent Run calls
-	state  map[string]*watch // by queue name
-	inited bool
+	mu      sync.Mutex        // guards state against concurrent Run calls
+	state   map[string]*watch // by queue name
+	inited  bool
+	unknown map[string]bool // queues whose ingestion was unknown at the last read, logged once
 }
 
 // watch is the alerter's memory of one queue.
 type watch struct {
-	added     int64     // entries-added at the last successful read
-	from      int64     // entries-added before the first growth of the firing alert
+	added     int64     // ingestion (entries-added) at the last successful read
+	from      int64     // ingestion before the first growth of the firing alert
 	firing    bool      // an alert is posted and not resolved yet
 	startsAt  time.Time // first growth of the firing alert
 	lastGrown time.Time // last read that saw growth
@@ -149,7 +155,8 @@ func NewAlerter(c *Collector, amURL string, opts ...AlerterOption) (*Alerter, er
 			Name: "backstop_alerter_errors_total",
 			Help: "Errors of the alerter (--alertmanager.url) by kind: redis (reading the DLQs or discovering queues) or alertmanager (posting alerts).",
 		}, []string{"kind"}),
-		state: map[string]*watch{},
+		state:   map[string]*watch{},
+		unknown: map[string]bool{},
 	}, nil
 }
 
@@ -242,9 +249,11 @@ func (a *Alerter) tick(ctx context.Context) {
 	}
 }
 
-// read returns entries-added of every queue's DLQ by queue name (0 for a
-// DLQ that does not exist yet), leaving out the queues whose read failed;
-// nil when nothing could be read.
+// read returns the ingestion of every queue's DLQ by queue name (dlqRead:
+// entries-added, or the scripts' count where the server does not report
+// it; 0 for a DLQ that does not exist yet), leaving out the queues whose
+// read failed or whose ingestion is unknown; nil when nothing could be
+// read.
 func (a *Alerter) read(ctx context.Context) map[string]int64 {
 	ctx, cancel := context.WithTimeout(ctx, a.coll.cfg.timeout)
 	defer cancel()
@@ -255,13 +264,13 @@ func (a *Alerter) read(ctx context.Context) map[string]int64 {
 	}
 	type pending struct {
 		name string
-		cmd  *redis.XInfoStreamCmd
+		read *dlqRead
 	}
 	var cmds []pending
 	p := a.rdb.Pipeline()
 	for _, q := range qs {
-		if q.Keys.DLQ != "" {
-			cmds = append(cmds, pending{q.Name, p.XInfoStream(ctx, q.Keys.DLQ)})
+		if r := queueDLQRead(ctx, p, q); r != nil {
+			cmds = append(cmds, pending{q.Name, r})
 		}
 	}
 	if len(cmds) == 0 {
@@ -273,17 +282,20 @@ func (a *Alerter) read(ctx context.Context) map[string]int64 {
 	var failed error
 	bad := 0
 	for _, c := range cmds {
-		info, err := c.cmd.Result()
+		f, err := c.read.result()
 		switch {
-		case err == nil:
-			counts[c.name] = info.EntriesAdded
-		case isMissing(err):
-			counts[c.name] = 0
-		default:
+		case err != nil:
 			bad++
 			if failed == nil {
 				failed = err
 			}
+		case f.known:
+			counts[c.name] = f.ingested
+			delete(a.unknown, c.name)
+		case !a.unknown[c.name]:
+			a.unknown[c.name] = true
+			a.cfg.log.Warn("alerter cannot watch dlq: the server does not report entries-added and the queue scripts did not write all of its entries",
+				"queue", c.name, "dlq_size", f.size)
 		}
 	}
 	if failed != nil {

@@ -3,40 +3,120 @@ package exporter
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var (
 	dlqSizeDesc     = newDesc("dlq_size", "Entries in the dead letter stream (XLEN).", "queue")
-	dlqIngestedDesc = newDesc("dlq_ingested_total", "Entries ever added to the dead letter stream (XINFO STREAM entries-added): counts past trimming, for the DLQ ingestion rate.", "queue")
+	dlqIngestedDesc = newDesc("dlq_ingested_total", "Entries ever added to the dead letter stream (XINFO STREAM entries-added): counts past trimming, for the DLQ ingestion rate. On a server that does not report entries-added (Redis 6, the embedded server of backstop demo) it is the dead letters the queue scripts wrote (stats hash attempts:dead_letter), and absent when those cannot account for the stream's entries.", "queue")
 )
 
 var errNoReply = errors.New("no reply")
 
-// readDLQ reads the dead letter stream with one XINFO STREAM, which gives
-// both its length and entries-added. A DLQ that does not exist yet is
-// empty.
-func readDLQ(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*sink) {
-	key := q.Keys.DLQ
-	if key == "" {
+// scriptDeadLetters is the stats field the queue scripts increment in the
+// same step as each XADD to the DLQ (dead_letter.lua, and reclaim.lua for
+// a crash loop), and at no other time: the count of dead letters they
+// wrote, which equals entries-added while every write to the DLQ goes
+// through them.
+const scriptDeadLetters = "attempts:dead_letter"
+
+// dlqRead is one queue's DLQ read, queued on a pipeline: XINFO STREAM of
+// the DLQ, which gives its length and entries-added, and the scripts'
+// count of dead letters for a server that does not report entries-added.
+// The collector and the alerter read the DLQ through it, so both give the
+// same figure.
+type dlqRead struct {
+	info    *redis.Cmd
+	scripts *redis.StringCmd // nil when the queue has no stats hash
+}
+
+// queueDLQRead queues q's DLQ read on p; nil when q has no DLQ.
+func queueDLQRead(ctx context.Context, p redis.Pipeliner, q Queue) *dlqRead {
+	if q.Keys.DLQ == "" {
 		return nil
 	}
-	info := p.XInfoStream(ctx, key)
+	r := &dlqRead{info: p.Do(ctx, "xinfo", "stream", q.Keys.DLQ)}
+	if q.Keys.Stats != "" {
+		r.scripts = p.HGet(ctx, q.Keys.Stats, scriptDeadLetters)
+	}
+	return r
+}
+
+// dlqFigures are what a DLQ read tells.
+type dlqFigures struct {
+	size     int64 // entries now (XLEN)
+	ingested int64 // entries ever added, when known
+	known    bool  // whether ingested is known
+}
+
+// result returns the DLQ's figures once the pipeline has run. A DLQ that
+// does not exist yet is empty and has had nothing added. The error is
+// XINFO STREAM's.
+//
+// ingested is entries-added when the server reports it. Otherwise it is
+// the scripts' count, when that is at least the stream's length: a DLQ
+// holding more entries than the scripts wrote was written by something
+// else too (an older tool, a hand XADD), so no count of the server's
+// covers it and ingested is unknown. So is it when the stats hash cannot
+// be read (readStats reports that error).
+func (r *dlqRead) result() (dlqFigures, error) {
+	v, err := r.info.Result()
+	if err == nil && v == nil {
+		err = errNoReply
+	}
+	switch {
+	case err == nil:
+	case isMissing(err):
+		return dlqFigures{known: true}, nil
+	default:
+		return dlqFigures{}, err
+	}
+	fields := replyFields(v)
+	size, ok := replyInt(fields, "length")
+	if !ok {
+		return dlqFigures{}, badReply(fmt.Sprintf("XINFO STREAM reply without a length: %.200v", v))
+	}
+	f := dlqFigures{size: size}
+	if added, ok := replyInt(fields, "entries-added"); ok {
+		f.ingested, f.known = added, true
+		return f, nil
+	}
+	if r.scripts == nil {
+		return f, nil
+	}
+	raw, err := r.scripts.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		raw = "0"
+	case err != nil:
+		return f, nil
+	}
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err == nil && n >= size {
+		f.ingested, f.known = n, true
+	}
+	return f, nil
+}
+
+// readDLQ reads the dead letter stream (dlqRead). dlq_ingested_total is
+// left out when it is not known: never a 0 that only means "not reported".
+func readDLQ(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*sink) {
+	r := queueDLQRead(ctx, p, q)
+	if r == nil {
+		return nil
+	}
 	return func(s *sink) {
-		var size, added int64
-		err := info.Err()
-		if err == nil && info.Val() == nil {
-			err = errNoReply
-		}
-		switch {
-		case err == nil:
-			size, added = info.Val().Length, info.Val().EntriesAdded
-		case !isMissing(err):
-			s.fail(q, key, err)
+		f, err := r.result()
+		if err != nil {
+			s.fail(q, q.Keys.DLQ, err)
 			return
 		}
-		s.gauge(dlqSizeDesc, float64(size), q.Name)
-		s.counter(dlqIngestedDesc, float64(added), q.Name)
+		s.gauge(dlqSizeDesc, float64(f.size), q.Name)
+		if f.known {
+			s.counter(dlqIngestedDesc, float64(f.ingested), q.Name)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -31,6 +32,9 @@ type node struct {
 	err      error
 	fallback string // the address to use when the node does not say its own
 }
+
+// infoSections are the INFO sections the exporter reads, in one command.
+var infoSections = []string{"memory", "stats", "errorstats"}
 
 // readNodes starts reading INFO memory, stats and errorstats from the
 // node the client talks to, or from every master of a cluster (in
@@ -88,11 +92,17 @@ func (c *Collector) readNodes(ctx context.Context) func(*sink) {
 
 func readNode(ctx context.Context, rdb redis.Cmdable, addr string) *node {
 	p := rdb.Pipeline()
-	info := p.Info(ctx, "memory", "stats", "errorstats")
+	info := p.Info(ctx, infoSections...)
 	me := p.ClientInfo(ctx)
 	cmds, err := p.Exec(ctx)
 	stampUnanswered(cmds, err)
 	n := &node{name: addr, fallback: addr, err: info.Err()}
+	if unsupported(n.err) {
+		// A server whose INFO takes one section (Redis 6, the embedded
+		// server of backstop demo) reports none of these figures: they are
+		// left out, which is not an error of the scrape.
+		n.err, n.info = nil, map[string]string{}
+	}
 	if n.err != nil {
 		return n
 	}
@@ -103,11 +113,33 @@ func readNode(ctx context.Context, rdb redis.Cmdable, addr string) *node {
 	return n
 }
 
-// parseInfo reads the field:value lines of INFO.
+// unsupported reports an error reply that says the server does not take
+// the command as sent: Redis 6 answers INFO with several sections "ERR
+// syntax error", the embedded server "ERR wrong number of arguments".
+func unsupported(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	for _, prefix := range []string{"ERR wrong number of arguments", "ERR syntax error", "ERR unknown command", "ERR unknown subcommand"} {
+		if strings.HasPrefix(rerr.Error(), prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseInfo reads the field:value lines of INFO, and each "# Section"
+// header as the field "#section" (lower case) with an empty value: a
+// section can be there without a field (Errorstats before the first
+// error).
 func parseInfo(text string) map[string]string {
 	out := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+		line = strings.TrimSpace(line)
+		if section, ok := strings.CutPrefix(line, "#"); ok {
+			out["#"+strings.ToLower(strings.TrimSpace(section))] = ""
+		} else if k, v, ok := strings.Cut(line, ":"); ok {
 			out[k] = v
 		}
 	}
@@ -133,6 +165,9 @@ func (n *node) report(s *sink) {
 	}
 	if v, ok := num("evicted_keys"); ok {
 		s.counter(evictedDesc, v, n.name)
+	}
+	if _, ok := n.info["#errorstats"]; !ok {
+		return // no INFO errorstats (Redis < 6.2): no count, not a count of 0
 	}
 	for _, r := range refusals {
 		// errorstat_OOM:count=3 (absent until the first such error)

@@ -101,13 +101,15 @@ func TestRedisReplicaRefuses(t *testing.T) {
 }
 
 // TestNodeReport reads every refusal of INFO errorstats, and leaves out
-// what INFO does not say.
+// what INFO does not say: no errorstats section, no refusal counts (a
+// section without lines is no refusal yet).
 func TestNodeReport(t *testing.T) {
 	info := "# Memory\r\nused_memory:1024\r\nmaxmemory:2048\r\nmaxmemory_policy:noeviction\r\n# Stats\r\nevicted_keys:0\r\n" +
 		"# Errorstats\r\nerrorstat_ERR:count=9\r\nerrorstat_MISCONF:count=4\r\nerrorstat_NOREPLICAS:count=5\r\nerrorstat_OOM:count=7\r\nerrorstat_READONLY:count=1\r\n"
 	s := &sink{kinds: map[string]error{}}
 	(&node{name: "n:1", info: parseInfo(info)}).report(s)
-	(&node{name: "bad\xff", info: parseInfo("used_memory:x\r\n")}).report(s)
+	(&node{name: "bad\xff", info: parseInfo("used_memory:x\r\n# Errorstats\r\n")}).report(s)
+	(&node{name: "old:1", info: parseInfo("# Memory\r\nused_memory:5\r\n")}).report(s)
 	got := gather(t, replay{&s.samples})
 	want(t, got, map[string]float64{
 		`backstop_redis_memory_used_bytes{node="n:1"}`:                         1024,
@@ -117,5 +119,7 @@ func TestNodeReport(t *testing.T) {
 		`backstop_redis_rejected_writes_total{node="n:1",reason="noreplicas"}`: 5,
 		`backstop_redis_rejected_writes_total{node="n:1",reason="readonly"}`:   1,
 		`backstop_redis_rejected_writes_total{node="unknown",reason="oom"}`:    0,
-	}, `backstop_redis_memory_used_bytes{node="unknown"}`, `backstop_redis_memory_policy_info{node="unknown",policy=""}`)
+		`backstop_redis_memory_used_bytes{node="old:1"}`:                       5,
+	}, `backstop_redis_memory_used_bytes{node="unknown"}`, `backstop_redis_memory_policy_info{node="unknown",policy=""}`,
+		`backstop_redis_rejected_writes_total{node="old:1",reason="oom"}`)
 }

@@ -21,6 +21,7 @@ var (
 	promotedDesc    = newDesc("promoted_total", "Delayed jobs moved back to the jobs stream when due.", "queue")
 	reclaimedDesc   = newDesc("reclaimed_total", "Entries reclaimed from crashed consumers.", "queue")
 	replayedDesc    = newDesc("replayed_total", "Dead letters replayed to the jobs stream.", "queue")
+	skippedDesc     = newDesc("reclaim_skipped_total", "Crash loops reclaim could not dead-letter (the DLQ refused them: a key of the wrong type, an entry too large, Redis out of memory); each stays pending and is tried again.", "queue")
 )
 
 // plainCounters are the stats fields that map one to one to a counter,
@@ -30,7 +31,7 @@ var plainCounters = []struct {
 	desc  *desc
 }{
 	{"enqueued", enqueuedDesc}, {"promoted", promotedDesc}, {"reclaimed", reclaimedDesc},
-	{"replayed", replayedDesc}, {"max_attempts_reached", maxAttemptsDesc},
+	{"reclaim_skipped", skippedDesc}, {"replayed", replayedDesc}, {"max_attempts_reached", maxAttemptsDesc},
 }
 
 // outcomes are always reported once a queue has a stats hash, so rate()

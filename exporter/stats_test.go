@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
 )
 
 // TestStatsLabelsBounded gives one queue's stats hash more reasons and
@@ -54,4 +55,34 @@ func TestStatsLabelsBounded(t *testing.T) {
 		`backstop_attempts_total{outcome="success",queue="calm"}`:  0,
 		`backstop_enqueued_total{queue="noisy"}`:                   1,
 	}, `backstop_retries_total{queue="noisy",reason="r1064"}`, `backstop_attempts_total{outcome="r1061",queue="noisy"}`)
+}
+
+// Reclaim counts the crash loops the DLQ refused in reclaim_skipped; the
+// exporter skipped that field, so a crash loop stuck in a queue (pending,
+// never dead-lettered) showed nowhere. It is backstop_reclaim_skipped_total.
+func TestReclaimSkippedIsExported(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "loopy")
+	must(t, q.EnsureGroup(ctx))
+	_, err := q.Enqueue(ctx, "loop", []byte("x"))
+	must(t, err)
+	m := readGroup(t, rdb, q.Keys().Jobs, q.Group(), 1)
+	// Delivered twice, the reclaim limit: a crash loop.
+	must(t, rdb.Do(ctx, "XCLAIM", q.Keys().Jobs, q.Group(), "c", 0, m[0].ID, "RETRYCOUNT", 2).Err())
+	must(t, rdb.Set(ctx, q.Keys().DLQ, "legacy", 0).Err()) // a DLQ that refuses it
+	for range 3 {
+		r, err := q.Reclaim(ctx, "c2", 0, 10, 2)
+		if err != nil || len(r.Skipped) != 1 || r.DeadLettered != 0 {
+			t.Fatalf("reclaim: %+v %v", r, err)
+		}
+	}
+	must(t, rdb.HSet(ctx, QueueFor("fine").Keys.Stats, "enqueued", 1).Err())
+
+	c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("loopy"), QueueFor("fine")))
+	want(t, gather(t, c), map[string]float64{
+		`backstop_reclaim_skipped_total{queue="loopy"}`: 3,
+		`backstop_reclaim_skipped_total{queue="fine"}`:  0, // reported once a queue has stats, as the other counters
+		`backstop_reclaimed_total{queue="loopy"}`:       0,
+	})
 }

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,7 +13,7 @@ import (
 
 var (
 	pendingDesc       = newDesc("stream_pending_jobs", "Entries delivered to the group's consumers and not finished yet (XINFO GROUPS pending).", "queue", "group")
-	lagDesc           = newDesc("stream_lag_jobs", "Entries not delivered to the group yet (XINFO GROUPS lag); absent while Redis cannot tell (after deletions ahead of the group).", "queue", "group")
+	lagDesc           = newDesc("stream_lag_jobs", "Entries not delivered to the group yet (XINFO GROUPS lag); absent while Redis cannot tell (after deletions ahead of the group), and once the group has delivered entries on a server that does not report its entries-read, the counter Redis computes the lag from (Redis 6; the embedded server of backstop demo, whose lag is the stream's length, pending entries included).", "queue", "group")
 	oldestPendingDesc = newDesc("stream_oldest_pending_seconds", "Age of the oldest pending entry (from its stream id), 0 when none is pending.", "queue", "group")
 	deliveriesDesc    = newDesc("stream_pending_deliveries", "Delivery counts of the group's oldest pending entries (an XPENDING sample of 10 to 100, _count says how many): entries delivered again and again are crash loops on their way to the DLQ. A gauge in histogram form: read the buckets, do not rate() them.", "queue", "group")
 )
@@ -45,7 +46,7 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 	if key == "" {
 		return nil
 	}
-	groups := p.XInfoGroups(ctx, key)
+	groups := p.Do(ctx, "xinfo", "groups", key)
 	samples := make([]*redis.XPendingExtCmd, len(q.Groups))
 	for i, g := range q.Groups {
 		samples[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: g, Start: "-", End: "+", Count: pl.sample})
@@ -57,9 +58,10 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 			}
 			return
 		}
-		info := make(map[string]redis.XInfoGroup, len(groups.Val()))
-		for _, g := range groups.Val() {
-			info[g.Name] = g
+		info, err := groupInfo(groups.Val())
+		if err != nil {
+			s.fail(q, key, err)
+			return
 		}
 		for i, name := range q.Groups {
 			g, ok := info[name]
@@ -73,11 +75,11 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 				}
 				continue
 			}
-			s.gauge(pendingDesc, float64(g.Pending), q.Name, name)
-			if g.Lag >= 0 { // go-redis gives -1 for Redis's NULL: unknown, not 0
-				s.gauge(lagDesc, float64(g.Lag), q.Name, name)
+			s.gauge(pendingDesc, float64(g.pending), q.Name, name)
+			if g.lagKnown {
+				s.gauge(lagDesc, float64(g.lag), q.Name, name)
 			}
-			if g.Pending > int64(len(sample)) {
+			if g.pending > int64(len(sample)) {
 				s.reached(limitPendingSample) // the histogram covers the oldest only
 			}
 			s.gauge(oldestPendingDesc, oldestAge(sample, pl.now), q.Name, name)
@@ -94,6 +96,49 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 			s.histogram(deliveriesDesc, deliveryBuckets, cum[:len(deliveryBuckets)], uint64(len(sample)), sum, q.Name, name)
 		}
 	}
+}
+
+// group is what XINFO GROUPS says of one consumer group.
+type group struct {
+	pending  int64
+	lag      int64
+	lagKnown bool
+}
+
+// groupInfo reads an XINFO GROUPS reply by group name. A group's lag is
+// taken when the server reports it together with the group's entries-read,
+// the counter Redis computes it from (entries-added minus entries-read),
+// or with a NULL entries-read while the group has delivered nothing
+// (last-delivered-id 0-0): every entry is undelivered then, and Redis's
+// estimate is the stream's length. Redis reports a NULL lag when it cannot
+// tell, Redis 6 neither field, and the embedded server of backstop demo
+// always a NULL entries-read with the stream's length as the lag, pending
+// entries included: right only before the group's first delivery. A lag
+// Redis 7 estimates for a group that has delivered entries while its
+// entries-read is NULL (deletions ahead of it) is left out too: nothing in
+// the reply tells it apart from the embedded server's.
+func groupInfo(v any) (map[string]group, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, badReply(fmt.Sprintf("XINFO GROUPS reply is not an array: %.200v", v))
+	}
+	out := make(map[string]group, len(list))
+	for _, raw := range list {
+		fields := replyFields(raw)
+		name, ok := fields["name"].(string)
+		pending, ok2 := replyInt(fields, "pending")
+		if !ok || !ok2 {
+			return nil, badReply(fmt.Sprintf("XINFO GROUPS entry without a name or pending count: %.200v", raw))
+		}
+		g := group{pending: pending}
+		if lag, ok := replyInt(fields, "lag"); ok {
+			_, read := replyInt(fields, "entries-read")
+			last, _ := fields["last-delivered-id"].(string)
+			g.lag, g.lagKnown = lag, read || last == "0-0" || last == "0" // the embedded server says 0
+		}
+		out[name] = g
+	}
+	return out, nil
 }
 
 // oldestAge is the age of the first (lowest id, so oldest) sampled entry,

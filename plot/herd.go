@@ -25,13 +25,18 @@ func Herd(w io.Writer, format string, r *simulate.HerdResult, bucketMs int64) er
 	if name == "" {
 		name = "policy"
 	}
+	buckets := r.Buckets(bucketMs)
+	if len(buckets) > 1 {
+		bucketMs = buckets[1].StartMs // Buckets widens a width that gives more than simulate.MaxBuckets
+	}
 	calls := newPlot(fmt.Sprintf("%d clients, %s: calls to the dependency per %s (down %s, then %d calls/s)",
 		r.Clients, name, dur(bucketMs), dur(r.RecoveryMs), r.CapacityPerSec), "time since the failure", "calls")
 	calls.X.Tick.Marker, calls.Y.Tick.Marker = durationTicks{}, integerTicks{}
 	var all, served []plotter.HistogramBin
 	var peak float64
-	for _, b := range r.Buckets(bucketMs) {
-		lo, hi := seconds(b.StartMs), seconds(b.StartMs+bucketMs)
+	for _, b := range buckets {
+		lo := seconds(b.StartMs)
+		hi := lo + seconds(bucketMs)
 		all = append(all, plotter.HistogramBin{Min: lo, Max: hi, Weight: float64(b.Calls)})
 		served = append(served, plotter.HistogramBin{Min: lo, Max: hi, Weight: float64(b.OK)})
 		peak = max(peak, float64(b.Calls))

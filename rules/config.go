@@ -7,6 +7,7 @@ package rules
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 
 	"go.yaml.in/yaml/v3"
@@ -66,13 +67,25 @@ func Default() Config {
 	}
 }
 
+// maxConfigBytes bounds a configuration file: rules/config.yaml is under
+// 2 KB, and a path to a huge file or a device must not fill memory.
+const maxConfigBytes = 1 << 20
+
 // LoadConfig reads a configuration file over the defaults. Unknown fields
-// are errors.
+// are errors, and so is a file over 1 MiB (it reads no further).
 func LoadConfig(path string) (Config, error) {
 	c := Default()
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return c, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return c, err
+	}
+	if len(b) > maxConfigBytes {
+		return c, fmt.Errorf("%s: must be at most %d bytes (1 MiB)", path, maxConfigBytes)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)

@@ -151,8 +151,8 @@ func TestAlertmanagerRoutes(t *testing.T) {
 			}
 		}
 	}
-	if inhibited != 7 {
-		t.Errorf("a Redis outage inhibits %d queue alerts, want the 7 per-queue ones", inhibited)
+	if inhibited != 8 {
+		t.Errorf("a Redis outage inhibits %d queue alerts, want the 8 per-queue ones", inhibited)
 	}
 }
 
@@ -165,5 +165,32 @@ func TestConfigFileIsTheDefaults(t *testing.T) {
 	c.Disabled = nil
 	if !reflect.DeepEqual(c, rules.Default()) {
 		t.Errorf("rules/config.yaml = %+v\nDefault() = %+v", c, rules.Default())
+	}
+}
+
+// A configuration is read up to 1 MiB and one byte: a path to a huge file
+// (or a device) used to be read whole into memory.
+func TestConfigSizeIsBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	os.WriteFile(path, []byte("down_for: 3m\n#"+strings.Repeat("x", 2<<20)+"\n"), 0o644)
+	if _, err := rules.LoadConfig(path); err == nil || err.Error() != path+": must be at most 1048576 bytes (1 MiB)" {
+		t.Errorf("a 2 MiB configuration: %v", err)
+	}
+	os.WriteFile(path, []byte("down_for: 3m\n#"+strings.Repeat("x", 1<<19)+"\n"), 0o644)
+	if c, err := rules.LoadConfig(path); err != nil || c.DownFor != "3m" {
+		t.Errorf("a 512 KiB configuration: %v", err)
+	}
+}
+
+// Every alert's runbook_url anchor is a section of docs/runbooks.md.
+func TestEveryAlertHasARunbook(t *testing.T) {
+	doc, err := os.ReadFile("../docs/runbooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rules.Alerts(rules.Default()).Groups[0].Rules {
+		if !strings.Contains(string(doc), "\n## "+r.Alert+"\n") {
+			t.Errorf("%s: no section \"## %s\" in docs/runbooks.md", r.Alert, r.Alert)
+		}
 	}
 }

@@ -43,6 +43,12 @@ const (
 //
 // The PRNG is seeded from the seed and the number of clients, so every
 // policy compared at one point starts from the same state.
+//
+// # Errors
+//
+// Clients must be in 1..MaxClients and WithRuns in 1..MaxRuns. A policy
+// that never lets go stops after 20 million events, and one whose delays
+// would overflow the virtual clock (microseconds) stops too.
 func Contention(src []byte, clients int, opts ...Option) (ContentionResult, error) {
 	c, err := newConfig(clients, opts)
 	if err != nil {
@@ -63,7 +69,8 @@ func Contention(src []byte, clients int, opts ...Option) (ContentionResult, erro
 	}
 	cl := make([]client, clients)
 	q := queue{ev: make([]event, 0, clients)}
-	var calls, gaveUp, endUs int64
+	var calls, gaveUp int64
+	var endUs float64 // the sum of the runs' times: float, as a sum of long runs overflows int64
 	for run := range c.runs {
 		if run > 0 && p.Stateful() {
 			p, _ = policy.Load(src) // a fresh budget and breaker for every run
@@ -108,15 +115,19 @@ func Contention(src []byte, clients int, opts ...Option) (ContentionResult, erro
 					gaveUp++
 					continue
 				}
+				at, ok := after(now+net(), d.DelayMs*1000) // DelayMs*1000 <= 2^63/1000: a Duration in ms
+				if !ok {
+					return res, errClock
+				}
 				s.prevDelayMs = d.DelayMs
-				q.push(now+net()+d.DelayMs*1000, e.id, readArrives)
+				q.push(at, e.id, readArrives)
 			}
 		}
-		endUs += now
+		endUs += float64(now)
 	}
 	runs := float64(c.runs)
 	res.Calls = float64(calls) / runs
-	res.CompletionMs = float64(endUs) / 1000 / runs
+	res.CompletionMs = endUs / 1000 / runs
 	res.GaveUp = float64(gaveUp) / runs
 	return res, nil
 }

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"testing"
+	"time"
 )
 
 func contention(t *testing.T, src []byte, clients int, opts ...Option) ContentionResult {
@@ -48,5 +49,25 @@ func TestContentionIsDeterministicForASeed(t *testing.T) {
 	}
 	if c := contention(t, src, 30, WithRuns(10), WithSeed(4)); c == a {
 		t.Fatal("seeds 3 and 4 gave the same result")
+	}
+}
+
+// The contention clock counts microseconds: a policy whose retries wait
+// 292 years wrapped it after about a thousand rounds (negative times, the
+// run reordered), and the sum of many runs' times wrapped the mean
+// completion negative. Now a run that would overflow stops with an error,
+// and the mean is right however many runs.
+func TestContentionClockDoesNotOverflow(t *testing.T) {
+	centuries := []byte(`{"max_attempts": 3000, "backoff": {"strategy": "constant", "base": "2562047h", "cap": "2562047h"}, "jitter": {"mode": "none"}}`)
+	// Without network noise the clients move in step and one write wins a
+	// round: 1100 clients take 1100 rounds.
+	_, err := Contention(centuries, 1100, WithRuns(1), WithNetwork(10*time.Millisecond, 0))
+	if err == nil || err.Error() != "simulate: stopped: the virtual clock would overflow (the policy's delays are too long to simulate)" {
+		t.Errorf("1100 clients in step: %v", err)
+	}
+	// Two clients: one write wins, the other retries once, 292 years later.
+	r := contention(t, centuries, 2, WithRuns(2000))
+	if r.CompletionMs < 9.2e12 || r.CompletionMs > 9.3e12 || r.Calls != 3 {
+		t.Errorf("2 clients, 2000 runs: completion %.0fms, %v writes; want one retry's 2562047h", r.CompletionMs, r.Calls)
 	}
 }

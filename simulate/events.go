@@ -1,5 +1,10 @@
 package simulate
 
+import (
+	"errors"
+	"math"
+)
+
 // event is something that happens to one client at a virtual instant.
 type event struct {
 	at   int64  // virtual time, in the simulation's unit
@@ -15,6 +20,24 @@ type queue struct {
 	ev  []event
 	seq uint64
 }
+
+// maxClock is the latest virtual instant a retry may be scheduled at:
+// half of what int64 holds, so the network delays added after it cannot
+// overflow either. Policies whose delays run for centuries reach it (a
+// Duration's 292 years a retry, in microseconds), and a time that wrapped
+// negative would reorder the whole run.
+const maxClock = math.MaxInt64 / 2
+
+// after returns the instant d after at, and false when it is past maxClock.
+func after(at, d int64) (int64, bool) {
+	if d < 0 || at > maxClock-d {
+		return 0, false
+	}
+	return at + d, true
+}
+
+// errClock is the error of a run whose virtual time would overflow.
+var errClock = errors.New("simulate: stopped: the virtual clock would overflow (the policy's delays are too long to simulate)")
 
 func (q *queue) push(at int64, id int32, kind uint8) {
 	q.seq++

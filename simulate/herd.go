@@ -64,6 +64,12 @@ type Bucket struct {
 // Every failure is a 503 decided by the policy; every success is reported
 // to it with RecordSuccess, so retry budgets and circuit breakers act as
 // they would in production.
+//
+// # Errors
+//
+// Clients must be in 1..MaxClients, and the options in their ranges. A
+// policy that never lets go stops the run after 20 million calls, and one
+// whose delays would overflow the virtual clock stops it too.
 func Herd(src []byte, clients int, opts ...Option) (*HerdResult, error) {
 	c, err := newConfig(clients, opts)
 	if err != nil {
@@ -119,8 +125,12 @@ func Herd(src []byte, clients int, opts ...Option) (*HerdResult, error) {
 			res.BreakerTrips++
 		}
 		if d.Action == policy.Retry {
+			at, ok := after(now, d.DelayMs)
+			if !ok {
+				return nil, errClock
+			}
 			s.prevDelayMs = d.DelayMs
-			q.push(now+d.DelayMs, e.id, 0)
+			q.push(at, e.id, 0)
 			continue
 		}
 		gaveUp[d.Reason]++
@@ -143,10 +153,22 @@ func Herd(src []byte, clients int, opts ...Option) (*HerdResult, error) {
 	return res, nil
 }
 
+// MaxBuckets bounds the buckets Buckets returns: a table longer than
+// anyone reads, a chart wider than it can draw, and the allocation stays
+// small however long the run.
+const MaxBuckets = 10_000
+
 // Buckets returns the calls per slice of widthMs, from 0 to EndMs, empty
 // slices included: the herd as the dependency sees it.
+//
+// # Notes
+//
+// A width that would cut the run into more than MaxBuckets slices (1ms
+// over a run of hours) is widened to the narrowest that does not, so the
+// result never holds more than MaxBuckets; the StartMs of the second
+// bucket is the width used. AutoBucket gives a round width of about 60.
 func (r *HerdResult) Buckets(widthMs int64) []Bucket {
-	widthMs = max(widthMs, 1)
+	widthMs = max(widthMs, r.EndMs/MaxBuckets+1, 1)
 	out := make([]Bucket, r.EndMs/widthMs+1)
 	for i := range out {
 		out[i].StartMs = int64(i) * widthMs
@@ -211,8 +233,14 @@ func (d *dependency) call(nowMs int64) (ok, shed bool) {
 	if nowMs < d.recoveryMs {
 		return false, false
 	}
-	// capacity calls per second is capacity milli-calls per millisecond.
-	d.tokens = min(d.burst, d.tokens+(nowMs-d.lastMs)*d.rate)
+	// capacity calls per second is capacity milli-calls per millisecond;
+	// a gap long enough to fill the bucket fills it (and the product of a
+	// long gap and a large capacity cannot overflow).
+	if gap := nowMs - d.lastMs; gap >= (d.burst-d.tokens)/d.rate+1 {
+		d.tokens = d.burst
+	} else {
+		d.tokens += gap * d.rate
+	}
 	d.lastMs = nowMs
 	if d.tokens < 1000 {
 		return false, true

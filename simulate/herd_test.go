@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -131,5 +132,70 @@ func TestAutoBucket(t *testing.T) {
 		if got := AutoBucket(span); got != want {
 			t.Errorf("AutoBucket(%d) = %d, want %d", span, got, want)
 		}
+	}
+}
+
+// centuries is a policy whose every retry waits as long as a
+// time.Duration allows (292 years).
+var centuries = []byte(`{"max_attempts": 3, "backoff": {"strategy": "constant", "base": "2562047h", "cap": "2562047h"}, "jitter": {"mode": "none"}}`)
+
+// Issue 15 (class of item 11): every knob that sizes an allocation is
+// bounded, with an error naming it; a million and one clients was a
+// simulation of its own, two billion an allocation of tens of GB.
+func TestKnobsAreBounded(t *testing.T) {
+	for _, c := range []struct {
+		run  func() error
+		want string
+	}{
+		{func() error { _, err := Herd([]byte("default"), MaxClients+1); return err }, "simulate: clients must be in 1..1000000 (got 1000001)"},
+		{func() error { _, err := Herd([]byte("default"), 2_000_000_000); return err }, "simulate: clients must be in 1..1000000 (got 2000000000)"},
+		{func() error { _, err := Contention([]byte("default"), MaxClients+1, WithRuns(1)); return err }, "simulate: clients must be in 1..1000000 (got 1000001)"},
+		{func() error { _, err := Contention([]byte("default"), 2, WithRuns(MaxRuns+1)); return err }, "simulate: runs must be in 1..10000 (got 10001)"},
+		{func() error { _, err := Herd([]byte("default"), 10, WithCapacity(MaxCapacity+1)); return err }, "simulate: capacity must be in 1..1000000000 calls per second (got 1000000001)"},
+	} {
+		if err := c.run(); err == nil || err.Error() != c.want {
+			t.Errorf("%v, want %s", err, c.want)
+		}
+	}
+}
+
+// A width of 1ms over a run that lasts centuries asked for one bucket per
+// millisecond (9.2e12 of them); Buckets widens it to at most MaxBuckets.
+func TestBucketsAreBounded(t *testing.T) {
+	r := herd(t, centuries, 1)
+	if r.EndMs != 9_223_369_200_000 || r.Succeeded() != 1 {
+		t.Fatalf("end %dms, succeeded %d", r.EndMs, r.Succeeded())
+	}
+	for _, width := range []int64{1, 1000, r.EndMs / MaxBuckets} {
+		bs := r.Buckets(width)
+		if len(bs) > MaxBuckets || len(bs) < MaxBuckets-1 || bs[1].StartMs != r.EndMs/MaxBuckets+1 || bs[len(bs)-1].Calls != 1 {
+			t.Errorf("width %d: %d buckets of %dms", width, len(bs), bs[1].StartMs)
+		}
+	}
+	if bs := r.Buckets(AutoBucket(r.EndMs)); len(bs) > 60 {
+		t.Errorf("AutoBucket: %d buckets", len(bs))
+	}
+	// A short run keeps the width it asks for, up to MaxBuckets buckets.
+	short := herd(t, noJitter, 1000) // ends at 15s
+	if bs := short.Buckets(2); len(bs) != 7501 || bs[1].StartMs != 2 {
+		t.Errorf("15s in 2ms buckets: %d of %dms", len(bs), bs[1].StartMs)
+	}
+	if bs := short.Buckets(1); len(bs) != 7501 || bs[1].StartMs != 2 {
+		t.Errorf("15s in 1ms buckets: %d of %dms, want 2ms, the narrowest width for 10000", len(bs), bs[1].StartMs)
+	}
+	// AutoBucket terminates and cuts the longest span there is into about 60.
+	for _, span := range []int64{math.MaxInt64, math.MaxInt64 / 2, 1 << 62} {
+		if w := AutoBucket(span); w <= 0 || span/w+1 > 61 {
+			t.Errorf("AutoBucket(%d) = %d: %d buckets", span, w, span/w+1)
+		}
+	}
+}
+
+// A dependency with a large capacity, after a long gap, refilled its bucket
+// with gap × capacity: 9.2e12 ms × 1e9 wrapped negative and shed every call.
+func TestCapacityRefillDoesNotOverflow(t *testing.T) {
+	r := herd(t, centuries, 1, WithCapacity(MaxCapacity))
+	if r.Succeeded() != 1 || r.Shed != 0 || r.Calls != 2 {
+		t.Errorf("succeeded %d, shed %d, calls %d: want the retry after the recovery served", r.Succeeded(), r.Shed, r.Calls)
 	}
 }

@@ -46,6 +46,19 @@ type config struct {
 // limit that bites): better an error than a simulation that never ends.
 const maxEvents = 20_000_000
 
+// Bounds of the knobs. A simulation allocates per client up front, and
+// the herd's dependency counts its tokens in milli-calls: these keep both
+// far above any real use and far below what would exhaust memory or
+// overflow. A value outside them is an error naming the knob.
+const (
+	// MaxClients bounds the clients of a herd or of one contention point.
+	MaxClients = 1_000_000
+	// MaxCapacity bounds the herd's dependency, in calls per second.
+	MaxCapacity = 1_000_000_000
+	// MaxRuns bounds the contention runs averaged per point.
+	MaxRuns = 10_000
+)
+
 // defaults are the knobs every simulation starts from.
 var defaults = config{
 	seed:       1,
@@ -66,7 +79,7 @@ func WithSeed(seed uint64) Option { return func(c *config) { c.seed = seed } }
 func WithProcesses(n int) Option { return func(c *config) { c.processes = n } }
 
 // WithCapacity sets how many calls per second the herd's dependency serves
-// once it has recovered (default 200). It admits a burst of a tenth of a
+// once it has recovered (default 200, at most MaxCapacity). It admits a burst of a tenth of a
 // second's worth; calls beyond that are shed with a 503.
 func WithCapacity(callsPerSecond int) Option {
 	return func(c *config) { c.capacity = int64(callsPerSecond) }
@@ -79,7 +92,8 @@ func WithRecovery(d time.Duration) Option {
 	return func(c *config) { c.recoveryMs = d.Milliseconds() }
 }
 
-// WithRuns sets how many contention runs are averaged (default 100).
+// WithRuns sets how many contention runs are averaged (default 100, at
+// most MaxRuns).
 func WithRuns(n int) Option { return func(c *config) { c.runs = n } }
 
 // WithNetwork sets the contention experiment's one-way network delay: the
@@ -98,16 +112,16 @@ func newConfig(clients int, opts []Option) (config, error) {
 		c.processes = (clients + 99) / 100
 	}
 	switch {
-	case clients < 1:
-		return c, fmt.Errorf("simulate: clients must be >= 1 (got %d)", clients)
+	case clients < 1 || clients > MaxClients:
+		return c, fmt.Errorf("simulate: clients must be in 1..%d (got %d)", MaxClients, clients)
 	case c.processes < 1 || c.processes > clients:
 		return c, fmt.Errorf("simulate: processes must be in 1..clients (got %d for %d clients)", c.processes, clients)
-	case c.capacity < 1:
-		return c, fmt.Errorf("simulate: capacity must be >= 1 call per second (got %d)", c.capacity)
+	case c.capacity < 1 || c.capacity > MaxCapacity:
+		return c, fmt.Errorf("simulate: capacity must be in 1..%d calls per second (got %d)", MaxCapacity, c.capacity)
 	case c.recoveryMs < 0:
 		return c, fmt.Errorf("simulate: recovery must be >= 0 (got %dms)", c.recoveryMs)
-	case c.runs < 1:
-		return c, fmt.Errorf("simulate: runs must be >= 1 (got %d)", c.runs)
+	case c.runs < 1 || c.runs > MaxRuns:
+		return c, fmt.Errorf("simulate: runs must be in 1..%d (got %d)", MaxRuns, c.runs)
 	case c.netMeanUs < 0 || c.netSDUs < 0:
 		return c, fmt.Errorf("simulate: network delay must be >= 0 (got mean %dµs, sd %dµs)", c.netMeanUs, c.netSDUs)
 	}

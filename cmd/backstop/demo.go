@@ -69,15 +69,76 @@ func (dq demoQueue) downstream(id string, attempt int64) error {
 	return nil
 }
 
+// Bounds of demo's flags: jobs that still drain in minutes and fit any
+// Redis, and no more goroutines (each blocking on a Redis connection) than
+// a laptop runs.
+const (
+	maxDemoJobs    = 1_000_000
+	maxDemoWorkers = 64
+)
+
+// demoEmbeddedHelp ends `backstop demo -h`: what differs on the embedded
+// server. demo_embedded_test.go checks each difference on it and on
+// redis-server.
+const demoEmbeddedHelp = `
+Redis: --redis-url, else a redis-server on the PATH (started for the demo), else an embedded
+Redis-compatible server (miniredis). The queue scripts are the contract on Redis >= 7; the
+embedded server runs them, with these differences:
+
+  DLQ ingestion    XINFO STREAM has no entries-added: backstop_dlq_ingested_total (and the
+                   alerter) count the dead letters the queue scripts wrote ({Q}:stats
+                   attempts:dead_letter), the same figure while only the scripts write the DLQ.
+  stream lag       XINFO GROUPS gives the stream's length as the lag, pending entries
+                   included, and no entries-read: backstop_stream_lag_jobs is left out once
+                   a group has delivered entries.
+  pending          XINFO GROUPS leaves out a pending entry whose data was deleted (XDEL or
+                   XTRIM of the jobs stream by hand; the scripts never do): Redis counts it.
+  node figures     INFO takes one section, without memory or errorstats, and CLIENT INFO is
+                   unknown: backstop_redis_memory_*, backstop_redis_evicted_keys_total and
+                   backstop_redis_rejected_writes_total are left out, the node label is the
+                   address dialled. No maxmemory: no write is refused, so the workers' resend
+                   path never runs.
+  deliveries       XCLAIM ... JUSTID counts a delivery (Redis does not): a job a worker holds
+                   (hold.lua: its batch waited past half the min idle time, 2.5s here, or
+                   Redis refused its outcome) or a crash loop that reclaim skips gets one more
+                   delivery each time, so it is dead-lettered as crash_loop sooner (at 5 here).
+  deleted entries  XCLAIM leaves a pending entry whose data was deleted pending (Redis drops
+                   it); reclaim acks it, so nothing is lost. XCLAIM ignores its min idle time,
+                   which reclaim.lua checks with XPENDING IDLE first: no effect.
+  payloads         cjson.encode replaces bytes that are not UTF-8 with U+FFFD (Redis keeps
+                   them): retry.lua changes such a payload, dead_letter.lua the entry_fields of
+                   an entry with over 1000 fields. The demo's payloads are ASCII.
+
+The same on both: TIME, XPENDING delivery counts, idle times and IDLE, redis.pcall error
+tables, TYPE, cjson.decode and its numbers. README.md, "Which server gives which figure",
+lists the exporter's figures per server.
+`
+
 func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	redisURL := fs.String("redis-url", "", "use this Redis (default: a redis-server on PATH, else an embedded Redis-compatible server)")
-	jobs := fs.Int("jobs", 3000, "jobs to enqueue, spread over the queues")
+	jobs := fs.Int("jobs", 3000, fmt.Sprintf("jobs to enqueue, spread over the queues (1..%d)", maxDemoJobs))
 	listen := fs.String("listen", ":9797", "address of the exporter's /metrics")
 	duration := fs.Duration("duration", 0, "stop after this long (default: when every job is done)")
-	workers := fs.Int("workers", 2, "workers per queue")
+	workers := fs.Int("workers", 2, fmt.Sprintf("workers per queue (1..%d)", maxDemoWorkers))
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: backstop demo [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), demoEmbeddedHelp)
+	}
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
+	}
+	// Every job is an entry in Redis and every worker a goroutine with a
+	// blocking connection: bound both before anything starts.
+	if *jobs < 1 || *jobs > maxDemoJobs {
+		return fmt.Errorf("--jobs: must be in 1..%d (got %d)", maxDemoJobs, *jobs)
+	}
+	if *workers < 1 || *workers > maxDemoWorkers {
+		return fmt.Errorf("--workers: must be in 1..%d (got %d)", maxDemoWorkers, *workers)
+	}
+	if *duration < 0 {
+		return fmt.Errorf("--duration: must be >= 0 (got %s)", *duration)
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc

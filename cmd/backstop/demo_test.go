@@ -60,3 +60,23 @@ func TestDemoDrainsAndTheExporterAgrees(t *testing.T) {
 		t.Errorf("exporter says %v; the demo says %s", sums, m[0])
 	}
 }
+
+// Issue 15 (class of item 11): demo's --jobs (an entry in Redis each) and
+// --workers (a goroutine each) are bounded, with an error naming the flag,
+// before it touches Redis.
+func TestDemoBoundsItsFlags(t *testing.T) {
+	for _, c := range []struct{ flag, value, want string }{
+		{"--jobs", "1000001", "--jobs: must be in 1..1000000 (got 1000001)"},
+		{"--jobs", "0", "--jobs: must be in 1..1000000 (got 0)"},
+		{"--workers", "65", "--workers: must be in 1..64 (got 65)"},
+		{"--workers", "10000000", "--workers: must be in 1..64 (got 10000000)"},
+		{"--workers", "0", "--workers: must be in 1..64 (got 0)"},
+		{"--duration", "-1s", "--duration: must be >= 0 (got -1s)"},
+	} {
+		// Nothing listens on port 1: a demo that got as far as Redis fails otherwise.
+		_, err := runCLI(t, "", "demo", c.flag, c.value, "--listen", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/0")
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s %s: %v, want %s", c.flag, c.value, err, c.want)
+		}
+	}
+}

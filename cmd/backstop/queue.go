@@ -89,15 +89,27 @@ func queueStats(ctx context.Context, args []string, stdout io.Writer) error {
 	return tw.Flush()
 }
 
+// maxNewest bounds dlq inspect --newest: a table longer than anyone reads,
+// and one reply (XREVRANGE COUNT) that stays small however large the DLQ.
+const maxNewest = 1000
+
 func dlqInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newQueueFlags("dlq inspect")
-	newest := f.fs.Int("newest", 10, "show the newest N dead letters")
-	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries")
+	newest := f.fs.Int("newest", 10, fmt.Sprintf("show the newest N dead letters (0..%d)", maxNewest))
+	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time")
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
 	}
 	defer done()
+	// The newest come in one reply, each with all its fields: bound them.
+	// The scan reads in pages and keeps only a count per reason.
+	if *newest < 0 || *newest > maxNewest {
+		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, *newest)
+	}
+	if *scan < 0 {
+		return fmt.Errorf("--scan: must be >= 0 (got %d)", *scan)
+	}
 	r, err := q.InspectDLQ(ctx, *newest, *scan)
 	if err != nil {
 		return err
@@ -137,7 +149,7 @@ func oneLine(s string, n int) string {
 
 func dlqReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newQueueFlags("dlq replay")
-	limit := f.fs.Int("limit", 0, "replay at most N dead letters (required)")
+	limit := f.fs.Int("limit", 0, "replay at most N dead letters (required), moved 1000 at a time")
 	reason := f.fs.String("reason", "", "replay only dead letters with this reason")
 	q, done, err := f.open(args)
 	if err != nil {

@@ -49,3 +49,20 @@ func TestDLQInspectReplayAndStats(t *testing.T) {
 		t.Errorf("stats without --queue: %v", err)
 	}
 }
+
+// Issue 15 (class of item 11): dlq inspect --newest came back in one reply
+// however many were asked for; it is bounded, and --scan is not negative.
+// Both are checked before Redis is asked anything (nothing listens on port 1).
+func TestDLQInspectBoundsItsFlags(t *testing.T) {
+	for _, c := range []struct{ flag, value, want string }{
+		{"--newest", "1001", "--newest: must be in 0..1000 (got 1001)"},
+		{"--newest", "100000000", "--newest: must be in 0..1000 (got 100000000)"},
+		{"--newest", "-1", "--newest: must be in 0..1000 (got -1)"},
+		{"--scan", "-1", "--scan: must be >= 0 (got -1)"},
+	} {
+		_, err := runCLI(t, "", "dlq", "inspect", "--queue", "orders", c.flag, c.value, "--redis-url", "redis://127.0.0.1:1/0")
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s %s: %v, want %s", c.flag, c.value, err, c.want)
+		}
+	}
+}

@@ -26,16 +26,30 @@ func simulateCmd(args []string, stdout io.Writer) error {
 	}
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
-	clients := fs.Int("clients", 1000, "clients that fail at the same moment")
-	processes := fs.Int("processes", 0, "policy instances the clients are spread over; one process's clients share its budget and breaker (default: one per 100 clients)")
-	capacity := fs.Int("capacity", 200, "calls per second the dependency serves once it has recovered")
+	clients := fs.Int("clients", 1000, fmt.Sprintf("clients that fail at the same moment (1..%d)", simulate.MaxClients))
+	processes := fs.Int("processes", 0, "policy instances the clients are spread over, at most one per client; one process's clients share its budget and breaker (default: one per 100 clients)")
+	capacity := fs.Int("capacity", 200, fmt.Sprintf("calls per second the dependency serves once it has recovered (1..%d)", simulate.MaxCapacity))
 	recovery := fs.Duration("recovery", 5*time.Second, "how long the dependency stays down")
-	bucket := fs.Duration("bucket", 0, "width of the herd's time buckets (default: a round width giving about 60)")
+	bucket := fs.Duration("bucket", 0, fmt.Sprintf("width of the herd's time buckets, at least 1ms and wide enough for at most %d buckets (default: a round width giving about 60)", simulate.MaxBuckets))
 	seed := fs.Uint64("seed", 1, "PRNG seed: the same seed gives the same run")
 	csvPath := fs.String("csv", "", "write the calls per bucket to this CSV file")
 	out := fs.String("out", "", "write a chart: FILE.svg or FILE.png")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 || *bucket < 0 {
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
+	}
+	// The simulation allocates per client and the table a row per bucket:
+	// bound both before anything runs (simulate checks the same bounds).
+	switch {
+	case *clients < 1 || *clients > simulate.MaxClients:
+		return fmt.Errorf("--clients: must be in 1..%d (got %d)", simulate.MaxClients, *clients)
+	case *processes < 0 || *processes > *clients:
+		return fmt.Errorf("--processes: must be in 0..%d, the clients (got %d)", *clients, *processes)
+	case *capacity < 1 || *capacity > simulate.MaxCapacity:
+		return fmt.Errorf("--capacity: must be in 1..%d (got %d)", simulate.MaxCapacity, *capacity)
+	case *recovery < 0:
+		return fmt.Errorf("--recovery: must be >= 0 (got %s)", *recovery)
+	case *bucket != 0 && *bucket < time.Millisecond:
+		return fmt.Errorf("--bucket: must be at least 1ms (got %s)", *bucket)
 	}
 	if err := checkChartPath(*out); err != nil {
 		return err
@@ -52,6 +66,11 @@ func simulateCmd(args []string, stdout io.Writer) error {
 	width := bucket.Milliseconds()
 	if width == 0 {
 		width = simulate.AutoBucket(res.EndMs)
+	} else if n := res.EndMs/width + 1; n > simulate.MaxBuckets {
+		// How long the run is shows only now: a policy's delays can make
+		// it last for years, and 1ms buckets of those are out of reach.
+		return fmt.Errorf("--bucket: %s cuts this run of %s into %d buckets, more than %d: use --bucket %s or more",
+			dur(width), dur(res.EndMs), n, simulate.MaxBuckets, dur(res.EndMs/simulate.MaxBuckets+1))
 	}
 	buckets := res.Buckets(width)
 	writeHerd(stdout, *pol, p, res, buckets, width, *seed)
@@ -168,27 +187,43 @@ func writeCSV(path string, header []string, rows func(row func(...any))) error {
 	return errors.Join(cw.Error(), f.Close())
 }
 
+// maxContentionPoints bounds simulate contention's --clients list: more
+// points than a chart or a table shows.
+const maxContentionPoints = 100
+
 // simulateContention runs the contention experiment for each policy and
 // number of clients, and prints the work and completion-time tables.
 func simulateContention(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("simulate contention", flag.ContinueOnError)
-	clientsFlag := fs.String("clients", "10,15,20,25,30,35,40,45,50", "numbers of clients to compare, comma-separated")
-	pols := fs.String("policy", "", "policies to compare, FILE|PRESET,... (default: exponential backoff with no, full, equal and decorrelated jitter)")
-	runs := fs.Int("runs", 100, "runs averaged per point")
+	clientsFlag := fs.String("clients", "10,15,20,25,30,35,40,45,50", fmt.Sprintf("numbers of clients to compare, comma-separated: at most %d numbers, each in 1..%d", maxContentionPoints, simulate.MaxClients))
+	pols := fs.String("policy", "", fmt.Sprintf("policies to compare, FILE|PRESET,..., at most %d (default: exponential backoff with no, full, equal and decorrelated jitter)", maxPlotPolicies))
+	runs := fs.Int("runs", 100, fmt.Sprintf("runs averaged per point (1..%d)", simulate.MaxRuns))
 	seed := fs.Uint64("seed", 1, "PRNG seed: the same seed gives the same results")
 	csvPath := fs.String("csv", "", "write the results to this CSV file")
 	out := fs.String("out", "", "write a chart: FILE.svg or FILE.png")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
 	}
+	if *runs < 1 || *runs > simulate.MaxRuns {
+		return fmt.Errorf("--runs: must be in 1..%d (got %d)", simulate.MaxRuns, *runs)
+	}
 	if err := checkChartPath(*out); err != nil {
 		return err
 	}
+	// Every number of clients is a point simulated for every policy, each
+	// allocating per client: bound the lists and the numbers.
+	list := splitList(*clientsFlag)
+	if len(list) > maxContentionPoints {
+		return fmt.Errorf("--clients: at most %d numbers (got %d)", maxContentionPoints, len(list))
+	}
 	var counts []int
-	for _, s := range splitList(*clientsFlag) {
+	for _, s := range list {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
 			return fmt.Errorf("--clients: %q is not a number of clients", s)
+		}
+		if n > simulate.MaxClients {
+			return fmt.Errorf("--clients: each must be in 1..%d (got %d)", simulate.MaxClients, n)
 		}
 		counts = append(counts, n)
 	}
@@ -198,6 +233,9 @@ func simulateContention(args []string, stdout io.Writer) error {
 	srcs := simulate.JitterPolicies()
 	var names []string // as the command line names them; nil: the policies' own names
 	if *pols != "" {
+		if n := len(splitList(*pols)); n > maxPlotPolicies {
+			return fmt.Errorf("--policy: at most %d policies (got %d)", maxPlotPolicies, n)
+		}
 		srcs = nil
 		for _, arg := range splitList(*pols) {
 			_, name, src, err := loadPolicy(arg)
