@@ -110,8 +110,8 @@ var (
 
 func retrySHA(ctx context.Context, rdb redis.UniversalClient) string {
 	shaOnce.Do(func() {
-		src, _ := queue.Scripts.ReadFile("scripts/retry.lua")
-		sha = rdb.ScriptLoad(ctx, string(src)).Val()
+		src, _ := queue.ScriptSource("retry")
+		sha = rdb.ScriptLoad(ctx, src).Val()
 	})
 	return sha
 }

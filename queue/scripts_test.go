@@ -21,11 +21,11 @@ import (
 // script returns one of the contract's scripts, as every host loads it.
 func script(t testing.TB, name string) *redis.Script {
 	t.Helper()
-	src, err := queue.Scripts.ReadFile("scripts/" + name + ".lua")
+	src, err := queue.ScriptSource(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redis.NewScript(string(src))
+	return redis.NewScript(src)
 }
 
 // snapshot is the whole dataset, DUMP by key: DUMP serializes a stream
@@ -590,42 +590,82 @@ func TestPromoteNeverRewritesAMemberLossily(t *testing.T) {
 	}
 }
 
-// The scripts cannot share code (each is sent whole), so their helpers are
-// copies: every copy of a helper must be the same text.
-func TestScriptHelpersAreOneText(t *testing.T) {
-	seen := map[string]string{} // helper -> its text
-	where := map[string]string{}
-	for _, name := range []string{"enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay"} {
-		src, err := queue.Scripts.ReadFile("scripts/" + name + ".lua")
+// The helpers the scripts share live once, in lib.lua, which every host
+// sends before each script: lib.lua defines local functions only (nothing
+// runs when the body starts), no script defines one of them again (nor a
+// local of the same name, which would shadow it), and each script's body,
+// lib.lua and the script, compiles in Redis (SCRIPT LOAD parses without
+// running).
+func TestScriptHelpersLiveInLib(t *testing.T) {
+	lib, err := queue.Scripts.ReadFile("scripts/lib.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpers := map[string]bool{}
+	for i, line := range strings.Split(strings.TrimSuffix(string(lib), "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "local function "):
+			name := strings.TrimPrefix(line[:strings.Index(line, "(")], "local function ")
+			if name == "refuse" {
+				t.Errorf("lib.lua:%d: refuse names its script: it stays in each script", i+1)
+			}
+			helpers[name] = true
+		case line == "end", strings.HasPrefix(line, "--"), strings.HasPrefix(line, "  "):
+		default:
+			t.Errorf("lib.lua:%d: only local functions and comments at the top level, got %q", i+1, line)
+		}
+	}
+	if len(helpers) < 15 {
+		t.Fatalf("lib.lua defines only %d helpers: %v", len(helpers), helpers)
+	}
+	files, err := queue.Scripts.ReadDir("scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	scripts := 0
+	for _, f := range files {
+		name := strings.TrimSuffix(f.Name(), ".lua")
+		if name == "lib" {
+			continue
+		}
+		scripts++
+		src, err := queue.Scripts.ReadFile("scripts/" + f.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
-		rest := string(src)
-		for {
-			i := strings.Index(rest, "\nlocal function ")
-			if i < 0 {
-				break
+		for i, line := range strings.Split(string(src), "\n") {
+			code, _, _ := strings.Cut(line, "--")
+			code = strings.TrimSpace(code)
+			var names []string
+			if fn, ok := strings.CutPrefix(code, "local function "); ok {
+				names = []string{strings.TrimSpace(strings.Split(fn, "(")[0])}
+			} else if vars, ok := strings.CutPrefix(code, "local "); ok {
+				vars, _, _ = strings.Cut(vars, "=")
+				names = strings.Split(vars, ",")
 			}
-			rest = rest[i+1:]
-			end := strings.Index(rest, "\nend\n") + 4
-			if line := rest[:strings.Index(rest, "\n")]; strings.HasSuffix(line, " end") {
-				end = len(line) // a one-line helper
-			} else if end < 4 {
-				t.Fatalf("%s: a helper without an end: %.40q", name, rest)
+			for _, v := range names {
+				if v = strings.TrimSpace(v); helpers[v] {
+					t.Errorf("%s:%d defines %s, which lib.lua defines: %q", f.Name(), i+1, v, line)
+				}
 			}
-			body := rest[:end]
-			helper := strings.TrimPrefix(body[:strings.Index(body, "(")], "local function ")
-			rest = rest[end:]
-			if helper == "refuse" { // names its script
-				continue
-			}
-			if prev, ok := seen[helper]; ok && prev != body {
-				t.Errorf("helper %s differs between %s and %s", helper, where[helper], name)
-			}
-			seen[helper], where[helper] = body, name
+		}
+		body, err := queue.ScriptSource(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := string(lib) + "\n" + string(src); body != want {
+			t.Errorf("ScriptSource(%q) is not lib.lua, a newline and %s.lua", name, name)
+		}
+		if err := rdb.ScriptLoad(ctx, body).Err(); err != nil {
+			t.Errorf("%s: lib.lua and the script do not compile: %v", name, err)
 		}
 	}
-	if len(seen) < 15 {
-		t.Fatalf("found only %d helpers: %v", len(seen), keysOf(seen))
+	if scripts != 8 {
+		t.Errorf("found %d scripts beside lib.lua, want 8", scripts)
+	}
+	if _, err := queue.ScriptSource("lib"); err == nil {
+		t.Error(`ScriptSource("lib") gave a body: lib.lua is no script`)
 	}
 }

@@ -257,7 +257,7 @@ export interface WorkOptions {
 	readonly onOutcome?: (outcome: Outcome & {readonly refusals?: number}, job: Job) => unknown;
 
 	/**
-	Called with errors that do not stop the worker: Redis unreachable (the worker tries again a second later); the first refusal of an outcome that the worker then keeps sending (see `work()`); an outcome not applied (the entry stays pending and is reclaimed later).
+	Called with errors that do not stop the worker: Redis unreachable (the worker tries again a second later); the first refusal of an outcome that the worker then keeps sending (see `work()`); an outcome not applied (the entry stays pending and is reclaimed later); each crash loop reclaim could not dead-letter (see `Reclaimed.skipped`), without a job, as an `Error` with the `entryId` and the `reason` the DLQ refused it for.
 
 	@default console.error
 	*/
@@ -381,5 +381,5 @@ export function createQueue(client: QueueClient, name: string, options?: QueueOp
 /** The default keys of queue `name`: `{name}:jobs`, `{name}:delayed`, `{name}:dlq`, `{name}:stats`: one hash tag, for Redis Cluster. */
 export function keysFor(name: string): QueueKeys;
 
-/** The Lua source of one of the contract's scripts, as shipped in the package (`scripts/*.lua`). */
-export function scriptSource(name: 'enqueue' | 'ack' | 'retry' | 'dead_letter' | 'promote' | 'reclaim' | 'replay'): string;
+/** The Lua source of one of the contract's scripts as sent to Redis: the package's `scripts/lib.lua` (the helpers the scripts share), a newline, then `scripts/<name>.lua`. */
+export function scriptSource(name: 'enqueue' | 'ack' | 'retry' | 'dead_letter' | 'promote' | 'reclaim' | 'replay' | 'hold'): string;

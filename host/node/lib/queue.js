@@ -11,15 +11,18 @@ import { writeRefused } from './refused.js';
 import { failureOf, isFailedResponse } from './retry.js';
 
 const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold'];
-let scripts; // name → {source, sha}, read on first use
+let scripts; // name → {source, sha}: lib.lua, a newline, the script; read on first use
 // The entry fields a dead letter keeps (dead_letter.lua).
 const KEPT = new Set(['id', 'attempt', 'first_enqueued_ms', 'payload']);
 
 function script(name) {
   if (!scripts) {
+    const read = (n) => readFileSync(new URL(`../scripts/${n}.lua`, import.meta.url), 'utf8');
+    // lib.lua holds the helpers the scripts share: a prelude sent before each.
+    const lib = read('lib');
     const loaded = new Map();
     for (const n of SCRIPT_NAMES) {
-      const source = readFileSync(new URL(`../scripts/${n}.lua`, import.meta.url), 'utf8');
+      const source = `${lib}\n${read(n)}`;
       loaded.set(n, { source, sha: createHash('sha1').update(source).digest('hex') });
     }
     scripts = loaded;
@@ -27,7 +30,11 @@ function script(name) {
   return scripts.get(name);
 }
 
-/** The Lua source of one of the contract's scripts, as shipped in the package. */
+/**
+ * The Lua source of one of the contract's scripts as sent to Redis: the
+ * package's scripts/lib.lua (the helpers the scripts share), a newline, then
+ * scripts/<name>.lua.
+ */
 export function scriptSource(name) {
   if (!SCRIPT_NAMES.includes(name)) {
     throw new TypeError(`Expected \`name\` to be one of ${SCRIPT_NAMES.join(', ')} (got ${JSON.stringify(name)})`);
@@ -498,7 +505,16 @@ class Queue {
         }
         if (reclaimEveryMs > 0 && now >= nextReclaim) {
           nextReclaim = now + jitter(reclaimEveryMs);
-          const { jobs: claimed } = await this.reclaim(consumer, { minIdleMs, count: 100, maxDeliveries });
+          const { jobs: claimed, skipped } = await this.reclaim(consumer, { minIdleMs, count: 100, maxDeliveries });
+          // Crash loops the DLQ refused stay pending: say so, one report each (Go logs them).
+          for (const { entryId, reason } of skipped) {
+            report(
+              Object.assign(new Error(`queue ${this.name}: crash loop ${entryId} stays pending: ${reason}`), {
+                entryId,
+                reason,
+              }),
+            );
+          }
           const readAt = performance.now();
           for (const [i, job] of claimed.entries()) await run(job, claimed.slice(i + 1), readAt);
         }

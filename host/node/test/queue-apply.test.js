@@ -310,6 +310,37 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         await done;
       });
 
+      // Issue 15: reclaim skips a crash loop the DLQ refuses (it stays
+      // pending) and Go logs it; the Node worker reported nothing.
+      test('reports through onError each crash loop reclaim could not dead-letter', async () => {
+        const q = await fresh();
+        const loop = await enqueueRead(q, 'loop', 'crashed');
+        await raw('XCLAIM', q.keys.jobs, q.group, 'crashed', 0, loop.entryId, 'RETRYCOUNT', 2); // delivered twice
+        await raw('SET', q.keys.dlq, 'legacy'); // a DLQ that refuses it
+        const errors = [];
+        const outcomes = [];
+        const ac = new AbortController();
+        const done = q.work(policies.worker, () => assert.fail('a crash loop is not run again'), {
+          signal: ac.signal, consumer: 'w1', blockMs: 20, reclaimEveryMs: 10, minIdleMs: 1, maxDeliveries: 2,
+          onOutcome: (o, job) => outcomes.push([job.id, o.action]),
+          onError: (err, job) => errors.push([err, job]),
+        });
+        await until('the skip to be reported', () => errors.some(([err]) => err?.entryId === loop.entryId));
+        ac.abort();
+        await done;
+        const [err, job] = errors.find(([e]) => e?.entryId === loop.entryId);
+        assert.ok(err instanceof Error);
+        assert.equal(job, undefined);
+        assert.match(err.reason, /^not dead-lettered: .*is a string, not a stream$/);
+        assert.equal(err.message, `queue ${q.name}: crash loop ${loop.entryId} stays pending: ${err.reason}`);
+        assert.deepEqual(errors.filter(([e]) => e?.entryId !== loop.entryId), [], 'nothing else went wrong');
+        assert.deepEqual(outcomes, []);
+        const s = await counters(raw, q);
+        assert.ok(s.reclaim_skipped >= 1 && !('attempts:dead_letter' in s), JSON.stringify(s));
+        const [pending] = await raw('XPENDING', q.keys.jobs, q.group, '-', '+', 10);
+        assert.deepEqual([pending[0], pending[3]], [loop.entryId, 2], 'still pending, its delivery count unchanged');
+      });
+
       test('stops on abort while waiting, and when aborted before it starts', async () => {
         const q = await fresh();
         const ac = new AbortController();

@@ -20,11 +20,19 @@ for (const [name, kind] of Object.entries(standalone)) {
 }
 
 test('the shipped scripts are the contract’s', async () => {
-  const { readFileSync } = await import('node:fs');
-  for (const name of ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold']) {
-    const contract = new URL(`../../../queue/scripts/${name}.lua`, import.meta.url);
-    assert.equal(scriptSource(name), readFileSync(contract, 'utf8'), `scripts/${name}.lua differs from queue/scripts`);
+  const { readdirSync, readFileSync } = await import('node:fs');
+  const names = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold'];
+  const contract = (name) => readFileSync(new URL(`../../../queue/scripts/${name}.lua`, import.meta.url), 'utf8');
+  const shipped = (name) => readFileSync(new URL(`../scripts/${name}.lua`, import.meta.url), 'utf8');
+  assert.deepEqual(readdirSync(new URL('../scripts/', import.meta.url)).sort(), [...names, 'lib'].map((n) => `${n}.lua`).sort());
+  for (const name of [...names, 'lib']) {
+    assert.equal(shipped(name), contract(name), `scripts/${name}.lua differs from queue/scripts`);
   }
+  // Each script is sent after lib.lua, the helpers they share.
+  for (const name of names) {
+    assert.equal(scriptSource(name), `${contract('lib')}\n${contract(name)}`, name);
+  }
+  assert.throws(() => scriptSource('lib'), { name: 'TypeError' });
   assert.throws(() => scriptSource('nope'), { name: 'TypeError', message: /one of enqueue, ack/ });
 });
 

@@ -3,9 +3,11 @@ script's semantics, apply with a real policy, the worker loop, client
 flavours (decode_responses, RESP3) and a real Redis Cluster."""
 
 import json
+import logging
 import threading
 import time
 from datetime import timedelta
+from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -76,13 +78,20 @@ def counters(q):
 
 
 def test_scripts_ship_identical_to_the_contract():
+    shipped = resources.files("backstop") / "scripts"
+    lib = (shipped / "lib.lua").read_text("utf-8")
+    assert lib.startswith("-- lib: ")
     for name in SCRIPTS:
-        assert script_source(name).startswith("-- " + name)
+        # Each script is sent after lib.lua, the helpers they share.
+        assert script_source(name) == lib + "\n" + (shipped / (name + ".lua")).read_text("utf-8"), name
+        assert (shipped / (name + ".lua")).read_text("utf-8").startswith("-- " + name)
+    with pytest.raises(ValueError):
+        script_source("lib")
     if not CONTRACT.is_dir():
         pytest.skip("queue/scripts not found beside the package (an installed copy)")
-    assert sorted(p.stem for p in CONTRACT.glob("*.lua")) == list(SCRIPTS)
-    for name in SCRIPTS:
-        assert script_source(name) == (CONTRACT / (name + ".lua")).read_text(), name
+    assert sorted(p.stem for p in CONTRACT.glob("*.lua")) == sorted(SCRIPTS + ("lib",))
+    for name in SCRIPTS + ("lib",):
+        assert (shipped / (name + ".lua")).read_text("utf-8") == (CONTRACT / (name + ".lua")).read_text(), name
 
 
 def test_keys():
@@ -504,6 +513,67 @@ def test_work_reclaims_crashed_entries(r, q, policy):
     t.join(20)
     assert not t.is_alive() and seen == ["orphan"]
     assert counters(q)["reclaimed"] == 1 and q.stats().pending == 0
+
+
+class LogUntil(logging.Handler):
+    """Keeps the records of the ``backstop.queue`` logger while installed,
+    and calls ``then`` at the first one whose message contains ``text``."""
+
+    def __init__(self, text, then):
+        super().__init__()
+        self.text, self.then, self.records = text, then, []
+
+    def emit(self, record):
+        self.records.append(record)
+        if self.text in record.getMessage():
+            self.then()
+
+    def __enter__(self):
+        logging.getLogger("backstop.queue").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("backstop.queue").removeHandler(self)
+
+
+def crash_loop_the_dlq_refuses(r, q):
+    """A crashed consumer's entry delivered twice, and a DLQ of the wrong
+    type: reclaim with max_deliveries=2 skips it. Returns its entry id."""
+    q.enqueue("loop")
+    [loop] = q.read("crashed")
+    r.xclaim(q.keys.jobs, q.group, "crashed", 0, [loop.entry_id])  # delivery 2
+    r.set(q.keys.dlq, "legacy")
+    return loop.entry_id
+
+
+def check_skip_logged(q, entry_id, records):
+    [rec] = [rec for rec in records if entry_id in rec.getMessage()][:1]
+    assert (rec.name, rec.levelno) == ("backstop.queue", logging.ERROR)
+    msg = rec.getMessage()
+    prefix = "queue %s: crash loop %s stays pending: not dead-lettered: " % (q.name, entry_id)
+    assert msg.startswith(prefix) and msg.endswith("is a string, not a stream"), msg
+    assert [x for x in records if x.levelno >= logging.WARNING and entry_id not in x.getMessage()] == []
+
+
+# Issue 15: reclaim skips a crash loop the DLQ refuses (it stays pending)
+# and the Go worker logs it; the Python worker said nothing.
+def test_work_logs_each_crash_loop_the_dlq_refuses(r, q, policy):
+    entry_id = crash_loop_the_dlq_refuses(r, q)
+    stop = threading.Event()
+    ran = []
+    with LogUntil(entry_id, stop.set) as log:
+        t = threading.Thread(target=q.work, args=(policy, ran.append),
+                             kwargs=dict(consumer="w2", stop=stop, block_ms=20, reclaim_every=0.01, min_idle_ms=0,
+                                         max_deliveries=2))
+        t.start()
+        t.join(20)
+        stop.set()  # a worker that never logged it stops too
+        t.join()
+    check_skip_logged(q, entry_id, log.records)
+    assert ran == []  # a crash loop is not run again
+    assert int(r.hget(q.keys.stats, "reclaim_skipped")) >= 1  # stats() reads the dlq too
+    [p] = r.xpending_range(q.keys.jobs, q.group, "-", "+", 10)
+    assert (p["message_id"].decode(), p["times_delivered"]) == (entry_id, 2)  # still pending, as it was
 
 
 # -- client flavours and a real cluster ------------------------------------------------

@@ -10,7 +10,7 @@ import redis.asyncio
 import backstop
 from backstop.queue import AsyncQueue, Outcome
 
-from test_queue import FIXED, HTTPError
+from test_queue import FIXED, HTTPError, LogUntil, check_skip_logged
 
 
 @pytest.fixture
@@ -142,6 +142,34 @@ def test_work_until_stopped(redis_server):
         assert (s.counters["retries:transient"], s.counters["finished:success:2"], s.counters["dead_letters:malformed"]) == (1, 1, 1)
 
     run(redis_server, body, protocol=3)
+
+
+# Issue 15: the asyncio worker logs each crash loop the DLQ refuses, as the
+# Go worker does (see test_queue.py).
+def test_work_logs_each_crash_loop_the_dlq_refuses(redis_server, policy):
+    async def body(c):
+        q = AsyncQueue(c, "refusing")
+        await q.ensure_group()
+        await q.enqueue("loop")
+        [loop] = await q.read("crashed")
+        await c.xclaim(q.keys.jobs, q.group, "crashed", 0, [loop.entry_id])  # delivery 2
+        await c.set(q.keys.dlq, "legacy")
+        stop = asyncio.Event()
+        ran = []
+
+        async def handler(job):
+            ran.append(job)
+
+        with LogUntil(loop.entry_id, stop.set) as log:
+            await asyncio.wait_for(q.work(policy, handler, consumer="w2", stop=stop, block_ms=20, reclaim_every=0.01,
+                                          min_idle_ms=0, max_deliveries=2), 20)
+        check_skip_logged(q, loop.entry_id, log.records)
+        assert ran == []
+        assert int(await c.hget(q.keys.stats, "reclaim_skipped")) >= 1
+        [p] = await c.xpending_range(q.keys.jobs, q.group, "-", "+", 10)
+        assert (p["message_id"], p["times_delivered"]) == (loop.entry_id.encode(), 2)
+
+    run(redis_server, body)
 
 
 def test_work_can_be_cancelled(redis_server, policy):

@@ -67,12 +67,15 @@ _source_cache: Dict[str, str] = {}
 def script_source(name: str) -> str:
     """The Lua source of one of the contract's scripts (``enqueue``, ``ack``,
     ``retry``, ``dead_letter``, ``promote``, ``reclaim``, ``replay``,
-    ``hold``), as shipped in the package."""
+    ``hold``) as sent to Redis: the package's ``scripts/lib.lua`` (the
+    helpers the scripts share), a newline, then ``scripts/<name>.lua``."""
     if name not in _SCRIPTS:
         raise ValueError("unknown script %r (want one of %s)" % (name, ", ".join(_SCRIPTS)))
     src = _source_cache.get(name)
     if src is None:
-        src = _source_cache[name] = (resources.files("backstop") / "scripts" / (name + ".lua")).read_text("utf-8")
+        scripts = resources.files("backstop") / "scripts"
+        lib = (scripts / "lib.lua").read_text("utf-8")
+        src = _source_cache[name] = lib + "\n" + (scripts / (name + ".lua")).read_text("utf-8")
     return src
 
 
@@ -482,9 +485,11 @@ class Queue(_Base):
         jittered ±20%). A malformed job is dead-lettered without calling the
         handler. On stop it finishes the batch it read, applying every
         outcome, and returns. Errors talking to Redis are logged
-        (``backstop.queue``) and retried after a second; a handler's
-        ``BaseException`` (``KeyboardInterrupt``) ends the loop and leaves
-        its entry pending for ``reclaim``.
+        (``backstop.queue``) and retried after a second. Each crash loop
+        reclaim could not dead-letter (``Reclaimed.skipped``: it stays
+        pending) is logged as an error, as the Go worker logs it. A
+        handler's ``BaseException`` (``KeyboardInterrupt``) ends the loop
+        and leaves its entry pending for ``reclaim``.
 
         When Redis refuses to apply an outcome for a while (out of memory
         with noeviction, a read-only replica during a failover, a server
@@ -551,10 +556,10 @@ class Queue(_Base):
                     next_promote = now + _jitter(promote_every)
                 if reclaim_every > 0 and now >= next_reclaim:
                     next_reclaim = now + _jitter(reclaim_every)
-                    dead, claimed = self.reclaim(consumer, min_idle_ms=min_idle_ms, count=100,
-                                                 max_deliveries=max_deliveries)
-                    if dead:
-                        log.warning("queue %s: %d crash loop(s) dead-lettered", self.name, dead)
+                    reclaimed = self.reclaim(consumer, min_idle_ms=min_idle_ms, count=100,
+                                             max_deliveries=max_deliveries)
+                    dead, claimed = reclaimed
+                    _log_reclaimed(self.name, reclaimed)
                     read_at = clock()
                     for i, job in enumerate(claimed):
                         process(job, claimed[i + 1:], read_at)
@@ -691,7 +696,8 @@ class AsyncQueue(_Base):
         ``asyncio.Event``. Cancelling the task ends it at once: a job whose
         handler was cancelled gets no outcome and stays pending for
         ``reclaim``; set ``stop`` to finish the batch first. Outcomes Redis
-        refuses are kept and sent again as ``Queue.work`` does."""
+        refuses are kept and sent again, and crash loops reclaim could not
+        dead-letter are logged, as ``Queue.work`` does."""
         check_classify("work", classify)
         cls = classifier(classify)
         consumer = consumer or _default_consumer()
@@ -756,10 +762,10 @@ class AsyncQueue(_Base):
                     next_promote = now + _jitter(promote_every)
                 if reclaim_every > 0 and now >= next_reclaim:
                     next_reclaim = now + _jitter(reclaim_every)
-                    dead, claimed = await self.reclaim(consumer, min_idle_ms=min_idle_ms, count=100,
-                                                       max_deliveries=max_deliveries)
-                    if dead:
-                        log.warning("queue %s: %d crash loop(s) dead-lettered", self.name, dead)
+                    reclaimed = await self.reclaim(consumer, min_idle_ms=min_idle_ms, count=100,
+                                                   max_deliveries=max_deliveries)
+                    dead, claimed = reclaimed
+                    _log_reclaimed(self.name, reclaimed)
                     read_at = clock()
                     for i, job in enumerate(claimed):
                         await process(job, claimed[i + 1:], read_at)
@@ -993,6 +999,15 @@ def _dlq_id(v: Any) -> Optional[str]:
 def _promoted(v: Sequence[Any]) -> Promoted:
     moved, nxt = int(v[0]), int(v[1])
     return Promoted(moved, None if nxt < 0 else nxt)
+
+
+def _log_reclaimed(queue: str, r: Reclaimed) -> None:
+    # As the Go worker logs them: each crash loop the DLQ refused (it stays
+    # pending), then how many were dead-lettered.
+    for entry_id, why in r.skipped:
+        log.error("queue %s: crash loop %s stays pending: %s", queue, entry_id, why)  # why: "not dead-lettered: ..."
+    if r.dead_lettered:
+        log.warning("queue %s: %d crash loop(s) dead-lettered", queue, r.dead_lettered)
 
 
 def _reclaimed(v: Sequence[Any]) -> Reclaimed:

@@ -9,82 +9,9 @@
 -- All or nothing (README.md), member by member: the checks only read; each
 -- member's XADD is its first write, and a failed one ends the batch (an
 -- error when it was the first).
+-- The helpers (show, wrong_type, counters, ...) are lib.lua's, sent before
+-- this script as one body.
 local function refuse(msg) return redis.error_reply('ERR backstop promote: ' .. msg) end
--- ARGV s as a whole number in lo..hi (hi < 2^53), or nil: decimal digits
--- only, as Lua's tonumber also reads " 5", "0x10", "1e3", "inf" and "nan".
-local function whole(s, lo, hi)
-  if not s or #s > 16 or not (s == '0' or string.find(s, '^[1-9]%d*$')) then return nil end
-  local n = tonumber(s)
-  if n >= lo and n <= hi then return n end
-end
--- s quoted for an error message: at most 64 bytes, escaped.
-local function show(s)
-  s = tostring(s)
-  local cut = #s > 64
-  s = string.gsub(string.sub(s, 1, 64), '.', function(ch)
-    local b = string.byte(ch)
-    if b < 32 or b > 126 or ch == '"' or ch == '\\' then return string.format('\\%03d', b) end
-  end)
-  return '"' .. s .. '"' .. (cut and '...' or '')
-end
--- Why key cannot be used as a `want`, or nil (a missing key is fine).
-local function wrong_type(key, want)
-  local t = redis.call('TYPE', key).ok
-  if t ~= want and t ~= 'none' then return key .. ' is a ' .. t .. ', not a ' .. want end
-end
--- Whether HINCRBY can add n (0 <= n < 2^53) to the hash value v: v is an
--- integer as Redis reads one (no sign +, no leading zero, int64) and the sum
--- stays in int64 (compared in two exact halves: Lua numbers are doubles).
-local function addable(v, n)
-  if v == '0' then return true end
-  local neg, d = string.match(v, '^(%-?)([1-9]%d*)$')
-  if not d or #d > 19 then return false end
-  if neg == '-' then return #d < 19 or d <= '9223372036854775808' end
-  if #d == 19 and d > '9223372036854775807' then return false end
-  local hi, lo = tonumber(string.sub(d, 1, -10)) or 0, tonumber(string.sub(d, -9)) + n % 1e9
-  hi = hi + math.floor(n / 1e9) + math.floor(lo / 1e9)
-  return hi < 9223372036 or (hi == 9223372036 and lo % 1e9 <= 854775807)
-end
--- Counters to add: {order = {field, ...}, n = {[field] = increment}}.
-local function counters() return {order = {}, n = {}} end
-local function add(c, f, n)
-  if not c.n[f] then c.order[#c.order + 1] = f; c.n[f] = 0 end
-  c.n[f] = c.n[f] + n
-end
--- Why the counters c cannot all be added to the hash key, or nil.
-local function bad_counters(key, c)
-  local err = wrong_type(key, 'hash')
-  if err or #c.order == 0 then return err end
-  local vals = redis.call('HMGET', key, unpack(c.order))
-  for i, f in ipairs(c.order) do
-    if vals[i] and not addable(vals[i], c.n[f]) then
-      return key .. ' field ' .. show(f) .. ' holds ' .. show(vals[i]) .. ': HINCRBY cannot add ' .. c.n[f] .. ' to it'
-    end
-  end
-end
-local function count(key, c)
-  for _, f in ipairs(c.order) do
-    if c.n[f] ~= 0 then redis.call('HINCRBY', key, f, string.format('%d', c.n[f])) end
-  end
-end
--- XADD key * fields...: the entry id, or nil and Redis' error. A failed
--- XADD writes nothing.
-local function xadd(key, fields)
-  local r = redis.pcall('XADD', key, '*', unpack(fields))
-  if type(r) == 'table' and r.err then return nil, r.err end
-  return r
-end
--- The reply for an XADD that failed with e: ours when the data is at fault,
--- Redis' own when the server refuses writes for now (OOM, READONLY, ...),
--- so that the caller knows to try again.
-local function xadd_refused(key, e)
-  if string.find(e, '^ERR ') then return refuse('cannot add to ' .. key .. ': ' .. string.sub(e, 5)) end
-  return redis.error_reply(e)
-end
-local function now_ms()
-  local t = redis.call('TIME')
-  return t[1] * 1000 + math.floor(t[2] / 1000)
-end
 
 -- The stream fields of a member retry.lua wrote, or nil for any other: a
 -- JSON object of the fields below and nothing else, each once, strings
@@ -139,7 +66,7 @@ local moved = 0
 for _, m in ipairs(due) do
   local id, failed = xadd(KEYS[2], job_fields(m) or {'malformed_delayed_member', m})
   if not id then
-    if moved == 0 then return xadd_refused(KEYS[2], failed) end
+    if moved == 0 then return xadd_refused(refuse, KEYS[2], failed) end
     break
   end
   redis.call('ZREM', KEYS[1], m)
