@@ -8,6 +8,22 @@ WASM_COPIES := host/node/backstop.wasm host/python/src/backstop/backstop.wasm
 SCRIPT_COPIES := host/node/scripts host/python/src/backstop/scripts
 VENV      := .venv
 VPY       := $(VENV)/bin/python
+# The Python host runs on the wasmtime releases its fast path is proven on
+# (host/python/pyproject.toml allows exactly those): make test runs its
+# suite on the newest, in .venv (which the cross-host tests use too), and on
+# the oldest, in .venv-wasmtime-oldest.
+WASMTIME_NEWEST := 50.0.1
+WASMTIME_OLDEST := 48.0.0
+VENV_OLDEST := .venv-wasmtime-oldest
+VPY_OLDEST  := $(VENV_OLDEST)/bin/python
+# Each virtualenv's stamp names its wasmtime, so a new pin reinstalls.
+PY_NEWEST := $(VENV)/.wasmtime-$(WASMTIME_NEWEST)
+PY_OLDEST := $(VENV_OLDEST)/.wasmtime-$(WASMTIME_OLDEST)
+# The Python tests that call the module in every way, run once more on each
+# wasmtime with the fast path off (test_wasmtime compares the command's
+# answers on both paths; the queue tests add no call of their own).
+PY_CALL_TESTS := $(addprefix host/python/tests/,test_vectors.py test_inputs.py test_instance.py test_policy.py \
+	test_retry.py test_wasmtime.py)
 # -buildvcs=false and -trimpath keep the module byte-for-byte reproducible,
 # so CI can check that the committed backstop.wasm matches its sources.
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
@@ -38,13 +54,14 @@ LDFLAGS   := -X github.com/prometheus/common/version.Version=$(VERSION) -X main.
 build: wasm
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
-## deps: install what the tests need: Go modules; a virtualenv with the
-## Python host, wasmtime and pytest; Debian packages redis-server (queue
+## deps: install what the tests need: Go modules; two virtualenvs with the
+## Python host and pytest (.venv with the newest wasmtime it allows,
+## .venv-wasmtime-oldest with the oldest); Debian packages redis-server (queue
 ## tests against a real Redis and Redis Cluster), prometheus (promtool, and
 ## the server for the end-to-end alert test) and prometheus-alertmanager.
 ## The Node.js host has no runtime dependencies; its tests install ioredis
 ## and redis (npm ci).
-deps: $(VPY)
+deps: $(PY_NEWEST) $(PY_OLDEST)
 	$(GO) mod download
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -56,20 +73,27 @@ deps: $(VPY)
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(VPY): host/python/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e 'host/python[test]'
-	touch $(VPY)
+$(PY_NEWEST) $(PY_OLDEST): host/python/pyproject.toml
+	rm -f $(@D)/.wasmtime-*
+	$(PYTHON) -m venv $(@D)
+	$(@D)/bin/python -m pip install -q --upgrade pip
+	$(@D)/bin/python -m pip install -q -e 'host/python[test]' 'wasmtime==$(patsubst .wasmtime-%,%,$(@F))'
+	touch $@
 
-## test: everything CI runs (installs what it needs first)
+## test: everything CI runs (installs what it needs first). The Python suite
+## runs on the newest and the oldest wasmtime, each checking that a compiled-
+## module cache entry the other wrote is never loaded; then PY_CALL_TESTS run
+## again on both with the fast path off (wasmtime's public API only).
 test: deps wasm
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./wasm
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./host/...
 	cd host/node && npm ci --no-audit --no-fund --loglevel=error && node --test
-	$(VPY) -m pytest -q host/python/tests
+	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY_OLDEST) $(VPY) -m pytest -q host/python/tests
+	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) $(VPY_OLDEST) -m pytest -q host/python/tests
+	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY_OLDEST) BACKSTOP_FAST_PATH=0 $(VPY) -m pytest -q $(PY_CALL_TESTS)
+	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) BACKSTOP_FAST_PATH=0 $(VPY_OLDEST) -m pytest -q $(PY_CALL_TESTS)
 
 ## vectors: regenerate testdata/vectors from the native core
 vectors:
@@ -94,4 +118,4 @@ fuzz: wasm
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./queue || exit 1; done
 
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin $(VENV) $(VENV_OLDEST)

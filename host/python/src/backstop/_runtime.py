@@ -8,7 +8,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
+import logging
 import os
+import platform
 import struct
 import threading
 import time
@@ -58,6 +61,22 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
 _WASM_TYPES = {"i": "i32", "q": "i64", "d": "f64"}
 
 _WASM_FILE = Path(__file__).with_name("backstop.wasm")
+
+#: The wasmtime releases (first and last major version) the fast path is
+#: proven on: pyproject.toml allows exactly these, and `make test` runs the
+#: whole suite on the oldest and the newest. Any other takes the public API.
+WASMTIME_PROVEN = (48, 50)
+
+# How every Instance configures its Engine, as (Config attribute, value):
+# part of the compiled-module cache key. Memory never moves (it reserves its
+# whole 4 GiB range instead), so the address of the shared buffer stays
+# valid across calls.
+_ENGINE_SETTINGS: Tuple[Tuple[str, Any], ...] = (("memory_may_move", False),)
+
+# BACKSTOP_FAST_PATH=0 turns the fast path off (wasmtime's public API only).
+_FAST_ENV = "BACKSTOP_FAST_PATH"
+
+_log = logging.getLogger("backstop")
 
 
 class _Clock:
@@ -114,12 +133,8 @@ class Instance:
             wasm = _WASM_FILE.read_bytes()
         if cache_dir == "default":
             cache_dir = default_cache_dir()
-        config = wasmtime.Config()
-        # Memory never moves (it reserves its whole 4 GiB range instead), so
-        # the address of the shared buffer stays valid across calls.
-        config.memory_may_move = False
-        self._engine = wasmtime.Engine(config)
-        self._module = load_module(self._engine, wasm, cache_dir)
+        self._engine = _new_engine(_ENGINE_SETTINGS)
+        self._module = load_module(self._engine, wasm, cache_dir, _ENGINE_SETTINGS)
         self._fast = fast
         self.lock = threading.Lock()
         self._dead: Optional[BackstopError] = None
@@ -165,10 +180,13 @@ class Instance:
 
         maker: Callable[..., Callable[..., int]] = _SlowFn
         if self._fast:
-            try:
-                maker = _Raw(store).fn
-            except (AttributeError, TypeError, ValueError):
-                pass  # wasmtime's internals changed: use its public (slower) calls
+            if _RAW_PROBLEM is not None:
+                _public_api(*_RAW_PROBLEM)
+            else:
+                try:
+                    maker = _Raw(store).fn
+                except (AttributeError, TypeError, ValueError) as e:
+                    _public_api(logging.WARNING, "wasmtime's internals are not what the fast path expects (%s)" % e)
         raw: Dict[str, Callable[..., int]] = {}
         for name, (params, result) in _EXPORTS.items():
             fn = _func(store, exports, name, params, result)
@@ -449,8 +467,10 @@ class _Raw:
     every value on each call (about 70 µs); ``wasmtime_func_call_unchecked``
     with a preallocated argument array takes about 1 µs. The types were
     checked once, by ``_func``. This relies on wasmtime-py internals
-    (``_ffi.dll``, ``Func._func``, ``Store._context``);
-    when they change, ``Instance`` falls back to the public API.
+    (``_ffi.dll``, ``Func._func``, ``Store._context``) and on the C
+    signature of the function and the layout of ``wasmtime_val_raw_t``: a
+    mistake there is a crash, not an exception. So it is used only when
+    ``_raw_path_problem`` found nothing at import (``_RAW_PROBLEM``).
     """
 
     def __init__(self, store: wasmtime.Store) -> None:
@@ -501,6 +521,175 @@ def _error(ffi: Any, err: Optional[int], trap: ctypes.c_void_p) -> Exception:
     return wasmtime.WasmtimeError._from_ptr(ctypes.cast(ctypes.c_void_p(err), ctypes.POINTER(ffi.wasmtime_error_t)))
 
 
+# -- is the fast path safe with this wasmtime? ---------------------------------
+
+
+def _wasmtime_version() -> Optional[str]:
+    """The installed wasmtime's version, from its metadata beside the
+    package (importlib.metadata costs 25 ms to import), or None."""
+    package = Path(wasmtime.__file__).resolve().parent
+    found = list(package.parent.glob("wasmtime-*.dist-info"))
+    if len(found) == 1:
+        head: Dict[str, str] = {}
+        try:
+            with open(found[0] / "METADATA", encoding="utf-8") as f:
+                for line in f:  # the header, up to the first blank line
+                    if not line.strip():
+                        break
+                    name, colon, value = line.partition(": ")
+                    if colon:
+                        head.setdefault(name, value.strip())
+        except (OSError, UnicodeDecodeError):
+            pass
+        if head.get("Name", "").lower() == "wasmtime" and head.get("Version"):
+            return head["Version"]
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:
+        return None
+    try:
+        return version("wasmtime")
+    except PackageNotFoundError:
+        return None
+
+
+def _major(version: str) -> Optional[int]:
+    digits = version.split(".", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
+class _SelfTestTrap(Exception):
+    pass
+
+
+def _self_test_trap(e: Exception) -> NoReturn:
+    raise _SelfTestTrap(e)
+
+
+def _self_test_module() -> Tuple[str, List[Tuple[str, str, str]]]:
+    """A module with one function per signature of the ABI (and one that
+    traps): each folds its parameters, in order and bit for bit, into its
+    result, so a value read from the wrong slot or offset shows."""
+    funcs, sigs = [], []
+    for i, (params, result) in enumerate(sorted(set(_EXPORTS.values()))):
+        body = ["i64.const 0x1234567"]
+        for k, c in enumerate(params):
+            body += ["i64.const 1000003", "i64.mul", "local.get %d" % k,
+                     {"i": "i64.extend_i32_s", "q": "", "d": "i64.reinterpret_f64"}[c], "i64.xor"]
+        if result == "i":
+            body += ["i64.const 32", "i64.rotr", "i32.wrap_i64"]
+        name = "f%d" % i
+        funcs.append('(func (export "%s") %s (result %s) %s)' % (
+            name, " ".join("(param %s)" % _WASM_TYPES[c] for c in params), _WASM_TYPES[result],
+            " ".join(b for b in body if b)))
+        sigs.append((name, params, result))
+    funcs.append('(func (export "trap") (param i32) (result i32) unreachable)')
+    return "(module %s)" % " ".join(funcs), sigs
+
+
+# Arguments for the self-test: typical values and the extremes of each type.
+_SELF_TEST_ARGS = {
+    "i": (1, -1, -(1 << 31), (1 << 31) - 1, 503, 0x5A5A5A5A),
+    "q": (1_700_000_000_000, -(1 << 63), (1 << 63) - 1, -2, 0x0123456789ABCDEF, 0),
+    "d": (0.5, -0.0, 5e-324, -1.5e300, 0.1, 1.0),
+}
+
+
+def _raw_path_problem(version: Optional[str] = None) -> Optional[str]:
+    """Why the fast path cannot be trusted with the installed wasmtime, or
+    None. Checks, in order and without calling the C function until the
+    rest holds: the version is in WASMTIME_PROVEN; ``wasmtime_val_raw_t``
+    is the 16-byte union with i32, i64 and f64 at offset 0; wasmtime-py's
+    own bindings (generated from the C headers it ships) still declare
+    ``wasmtime_func_call_unchecked`` with the parameters the fast path
+    passes; the wasmtime-py names the fast path uses exist; then calls
+    through the fast path agree with the public API on every signature of
+    the ABI, and a trap comes back as a ``wasmtime.Trap``."""
+    if version is None:
+        version = _WASMTIME_VERSION
+    first, last = WASMTIME_PROVEN
+    major = _major(version) if version else None
+    if major is None:
+        return "the installed wasmtime's version is unknown (%r)" % version
+    if not first <= major <= last:
+        return "wasmtime %s is outside the range the fast path is proven on (%d.x to %d.x)" % (version, first, last)
+    try:
+        from wasmtime import _bindings as bindings
+        from wasmtime import _ffi as ffi
+
+        raw = ffi.wasmtime_val_raw_t
+        fields = dict(raw._fields_)
+        for name, ctype in (("i32", ctypes.c_int32), ("i64", ctypes.c_int64), ("f64", ctypes.c_double)):
+            if fields.get(name) is not ctype or getattr(raw, name).offset != 0:
+                return "wasmtime_val_raw_t.%s is not a %s at offset 0" % (name, ctype.__name__)
+        if ctypes.sizeof(raw) != 16 or not issubclass(raw, ctypes.Union):
+            return "wasmtime_val_raw_t is not a 16-byte union (%d bytes)" % ctypes.sizeof(raw)
+        P = ctypes.POINTER
+        declared = bindings._wasmtime_func_call_unchecked
+        want = [P(ffi.wasmtime_context_t), P(ffi.wasmtime_func_t), P(ffi.wasmtime_val_raw_t), ctypes.c_size_t,
+                P(P(ffi.wasm_trap_t))]
+        if list(declared.argtypes) != want or declared.restype is not P(ffi.wasmtime_error_t):
+            return "wasmtime_func_call_unchecked is declared as %s -> %s, not as the fast path calls it" % (
+                declared.argtypes, declared.restype)
+        ffi.dll["wasmtime_func_call_unchecked"]  # the symbol itself
+        for cls, name in ((wasmtime.Trap, "_from_ptr"), (wasmtime.WasmtimeError, "_from_ptr"),
+                          (wasmtime.Store, "_context")):
+            if not callable(getattr(cls, name, None)):
+                return "wasmtime.%s.%s is missing" % (cls.__name__, name)
+
+        wat, sigs = _self_test_module()
+        engine = wasmtime.Engine()
+        store = wasmtime.Store(engine)
+        exports = wasmtime.Instance(store, wasmtime.Module(engine, wasmtime.wat2wasm(wat)), []).exports(store)
+        if not isinstance(store._context(), P(ffi.wasmtime_context_t)):
+            return "Store._context() is not a wasmtime_context_t pointer"
+        fast = _Raw(store)
+        for name, params, result in sigs:
+            fn = exports[name]
+            if not isinstance(getattr(fn, "_func", None), ffi.wasmtime_func_t):
+                return "Func._func is not a wasmtime_func_t"
+            call = fast.fn(store, fn, params, result, _self_test_trap, None)
+            for j in range(len(_SELF_TEST_ARGS["i"])):
+                args = [_SELF_TEST_ARGS[c][(j + k) % len(_SELF_TEST_ARGS[c])] for k, c in enumerate(params)]
+                got, want_result = call(*args), fn(store, *args)
+                if got != want_result:
+                    return "a call through the fast path returned %r where the public API returned %r (%s%s)" % (
+                        got, want_result, name, tuple(args))
+        trap = fast.fn(store, exports["trap"], "i", "i", _self_test_trap, None)
+        try:
+            trap(0)
+            return "a trap through the fast path went unnoticed"
+        except _SelfTestTrap as t:
+            if not isinstance(t.args[0], wasmtime.Trap):
+                return "a trap through the fast path came back as %r" % (t.args[0],)
+    except Exception as e:  # anything unexpected: not proven
+        return "cannot check wasmtime's internals (%s: %s)" % (type(e).__name__, e)
+    return None
+
+
+_logged = False
+_logged_lock = threading.Lock()
+
+
+def _public_api(level: int, why: str) -> None:
+    """Says once per process why calls go through wasmtime's public API."""
+    global _logged
+    with _logged_lock:
+        if _logged:
+            return
+        _logged = True
+    _log.log(level, "backstop: calling backstop.wasm through wasmtime's public API (slower): %s", why)
+
+
+def _fast_path_setting() -> Optional[Tuple[int, str]]:
+    """None when the fast path may be used, else the level and the reason
+    to log: turned off by BACKSTOP_FAST_PATH=0, or not proven."""
+    if os.environ.get(_FAST_ENV, "").strip().lower() in ("0", "false", "off", "no"):
+        return logging.INFO, "the fast path is turned off (%s=%s)" % (_FAST_ENV, os.environ[_FAST_ENV])
+    problem = _raw_path_problem()
+    return None if problem is None else (logging.WARNING, problem)
+
+
 # -- the compiled-module cache ----------------------------------------------
 
 
@@ -519,49 +708,110 @@ def default_cache_dir() -> Optional[Path]:
         return None
 
 
-def load_module(engine: wasmtime.Engine, wasm: bytes, cache_dir: Optional[Path]) -> wasmtime.Module:
-    """Compiles wasm, or loads its compiled form from cache_dir.
+def _new_engine(settings: Tuple[Tuple[str, Any], ...]) -> wasmtime.Engine:
+    """An Engine whose Config has settings (attribute, value) applied. A
+    setting wasmtime no longer has raises, rather than setting a plain
+    attribute that changes nothing (memory that may move would leave the
+    shared buffer's address dangling)."""
+    config = wasmtime.Config()
+    for name, value in settings:
+        if not isinstance(getattr(wasmtime.Config, name, None), property):
+            raise BackstopError("backstop: this wasmtime has no engine setting %s" % name)
+        setattr(config, name, value)
+    return wasmtime.Engine(config)
+
+
+def load_module(engine: wasmtime.Engine, wasm: bytes, cache_dir: Optional[Path],
+                settings: Tuple[Tuple[str, Any], ...] = ()) -> wasmtime.Module:
+    """Compiles wasm, or loads its compiled form from cache_dir. settings
+    are those engine was made with (``_new_engine``; none: wasmtime's
+    defaults).
 
     Compiling backstop.wasm takes about a second; loading the cached
-    machine code takes under a millisecond. The key covers the module's
-    bytes and the wasmtime library, whose serialized format changes between
-    versions. Any cache problem (unwritable, foreign-owned, stale) falls back
-    to compiling.
+    machine code takes under a millisecond. A cache entry is two files
+    named by its key: ``backstop-KEY.cwasm``, the compiled module, and
+    ``backstop-KEY.json``, what it was compiled from and for
+    (``_cache_facts``: the module's bytes, the wasmtime version and
+    library, the engine settings, the CPU). The module is loaded only when
+    its facts file matches this process's facts exactly: a file written by
+    another wasmtime, configuration or CPU is never handed to wasmtime,
+    whose loader trusts what it maps. Any cache problem (unwritable,
+    foreign-owned, stale, unknown wasmtime) falls back to compiling.
     """
-    if cache_dir is None:
+    facts = _cache_facts(wasm, settings) if cache_dir is not None else None
+    if cache_dir is None or facts is None:
         return wasmtime.Module(engine, wasm)
-    path = cache_dir / ("backstop-%s.cwasm" % _cache_key(wasm))
-    if _trusted(path):
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
+    stem = "backstop-%s" % hashlib.sha256(text.encode()).hexdigest()[:32]
+    path, facts_path = cache_dir / (stem + ".cwasm"), cache_dir / (stem + ".json")
+    if _trusted(path) and _trusted(facts_path):
         try:
-            return wasmtime.Module.deserialize_file(engine, str(path))
-        except wasmtime.WasmtimeError:
-            pass  # another wasmtime build or configuration: recompile
+            same = facts_path.read_text(encoding="utf-8") == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if same:
+            try:
+                return wasmtime.Module.deserialize_file(engine, str(path))
+            except wasmtime.WasmtimeError:
+                pass  # damaged: recompile
     module = wasmtime.Module(engine, wasm)
     try:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_name("%s.%d.tmp" % (path.name, os.getpid()))
-        tmp.write_bytes(module.serialize())
-        os.replace(tmp, path)  # atomic: readers never see half a file
+        # The module first, then its facts: a reader that sees the new
+        # facts sees the module they describe (same key, same facts).
+        for target, data in ((path, module.serialize()), (facts_path, text.encode())):
+            tmp = target.with_name("%s.%d.tmp" % (target.name, os.getpid()))
+            tmp.write_bytes(data)
+            os.replace(tmp, target)  # atomic: readers never see half a file
         # Drop entries of other module or wasmtime versions unused for a
         # week (9 MiB each); a live one is only rebuilt once if caught.
-        for old in cache_dir.glob("backstop-*.cwasm"):
-            if old != path and time.time() - old.stat().st_mtime > 7 * 86400:
+        for old in cache_dir.glob("backstop-*"):
+            if old.suffix in (".cwasm", ".json", ".tmp") and old.name[:len(stem)] != stem \
+                    and time.time() - old.stat().st_mtime > 7 * 86400:
                 old.unlink()
     except OSError:
         pass
     return module
 
 
-def _cache_key(wasm: bytes) -> str:
+def _cache_facts(wasm: bytes, settings: Tuple[Tuple[str, Any], ...]) -> Optional[Dict[str, Any]]:
+    """Everything the compiled code depends on, or None if the wasmtime
+    library cannot be identified (then nothing is cached)."""
     from wasmtime import _ffi as ffi
 
-    h = hashlib.sha256(wasm)
     try:
-        st = os.stat(ffi.dll._name)
-        h.update(("%s:%d:%d" % (ffi.dll._name, st.st_size, st.st_mtime_ns)).encode())
-    except (AttributeError, OSError):
-        h.update(b"unknown wasmtime")
-    return h.hexdigest()[:32]
+        lib = Path(ffi.dll._name)
+        st = lib.stat()
+    except (AttributeError, OSError, TypeError):
+        return None
+    if _WASMTIME_VERSION is None:
+        return None
+    return {
+        "cache": 1,  # this format
+        "module": hashlib.sha256(wasm).hexdigest(),
+        "wasmtime": _WASMTIME_VERSION,
+        "library": [str(lib), st.st_size, st.st_mtime_ns],
+        "engine": [[name, value] for name, value in settings],
+        "machine": platform.machine(),
+        # wasmtime compiles for the host CPU's features and refuses a module
+        # compiled for features this CPU lacks: one entry per CPU (a home
+        # directory shared by several machines).
+        "cpu": _CPU_FEATURES,
+    }
+
+
+def _cpu_features() -> str:
+    """The CPU's feature flags (Linux: /proc/cpuinfo), hashed; elsewhere
+    the processor's name."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            flags = sorted({line.split(b":", 1)[1].strip() for line in f
+                            if line.split(b":", 1)[0].strip() in (b"flags", b"Features") and b":" in line})
+        if flags:
+            return hashlib.sha256(b"\n".join(flags)).hexdigest()[:32]
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _trusted(path: Path) -> bool:
@@ -596,3 +846,10 @@ def shared() -> Instance:
                 _shared = Instance()
             inst = _shared
     return inst
+
+
+# -- at import: what this wasmtime is and whether the fast path holds ----------
+
+_WASMTIME_VERSION = _wasmtime_version()
+_CPU_FEATURES = _cpu_features()
+_RAW_PROBLEM = _fast_path_setting()
