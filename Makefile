@@ -3,7 +3,10 @@ GO        ?= go
 PYTHON    ?= python3
 WASM      := host/backstop.wasm
 # The Node.js and Python packages ship their own copies of the module and of
-# the queue scripts (queue/scripts is the source).
+# the queue scripts (queue/scripts is the source). The copies are not
+# committed: this target refreshes them for the tests, and the packages' own
+# build hooks (host/node/copy-assets.js as npm's `prepare`,
+# host/python/setup.py) make them for installs, npm pack and wheels.
 WASM_COPIES := host/node/backstop.wasm host/python/src/backstop/backstop.wasm
 SCRIPT_COPIES := host/node/scripts host/python/src/backstop/scripts
 VENV      := .venv
@@ -29,7 +32,7 @@ PY_CALL_TESTS := $(addprefix host/python/tests/,test_vectors.py test_inputs.py t
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all build wasm deps test vectors bench fuzz demo clean
+.PHONY: all build wasm deps test vectors queue-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -38,14 +41,18 @@ all: build
 
 ## demo: queues, workers deciding through backstop.wasm, the exporter on
 ## :9797 and a live view, with nothing to install (see `backstop demo -h`)
+# Built, then run (not `go run`, which exits 1 on Ctrl-C whatever the demo
+# returns): Ctrl-C ends the demo with its summary and no make error.
 demo:
-	$(GO) run ./cmd/backstop demo
+	@echo "make demo: compiling bin/backstop (the first time takes about a minute; then it starts at once)..."
+	@$(GO) build -ldflags '$(LDFLAGS)' -o bin/backstop ./cmd/backstop
+	bin/backstop demo
 
 ## wasm: build the policy core into host/backstop.wasm (embedded by the Go host)
 wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(GOFLAGS_WASM) -o $(WASM) ./wasm
 	for f in $(WASM_COPIES); do cp $(WASM) $$f; done
-	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp queue/scripts/*.lua $$d/; done
+	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp queue/scripts/*.lua $$d/ && cp queue/errorkinds.json $$d/../; done
 
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/prometheus/common/version.Version=$(VERSION) -X main.version=$(VERSION)
@@ -98,6 +105,12 @@ test: deps wasm
 ## vectors: regenerate testdata/vectors from the native core
 vectors:
 	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json
+
+## queue-cases: regenerate testdata/queue/cases.json: the cases' inputs
+## (queue/cases_build_test.go) run through the Go worker against a real
+## redis-server give the expected states
+queue-cases:
+	$(GO) test -count=1 -run '^TestQueueCases$$' ./queue -update
 
 ## bench: the side-by-side benchmarks (results go into BENCHMARKS.md)
 bench: deps wasm

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -270,15 +271,15 @@ func startExporter(b *testing.B, bin, redisAddr string, qs []exporter.Queue) *ru
 		_ = cmd.Wait()
 	})
 	e := &runningExporter{url: "http://" + addr + "/metrics", cmd: cmd}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/-/ready"); err == nil {
-			resp.Body.Close()
-			return e
+	eventually.True(b, 10*time.Second, "the exporter to be ready", func() bool {
+		resp, err := http.Get("http://" + addr + "/-/ready")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("exporter did not start")
-		}
-	}
+		resp.Body.Close()
+		return true
+	})
+	return e
 }
 
 // collectSeconds scrapes once more and returns backstop_scrape_duration_seconds.

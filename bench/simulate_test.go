@@ -3,7 +3,7 @@ package bench
 import (
 	"testing"
 
-	"github.com/backstop-dev/backstop/simulate"
+	"github.com/backstop-dev/backstop/internal/simulate"
 )
 
 // BenchmarkSimulate measures the simulators in client events per second:

@@ -269,10 +269,40 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		for _, f := range reads {
 			f(s)
 		}
+		if !c.readLater(ctx, s) {
+			return
+		}
 		if !s.pinged && !cluster {
 			return // Redis is down: the next batches would wait for it in vain
 		}
 	}
+}
+
+// readLater runs the reads the replies of a batch asked for (the groups
+// of a stream not named in its configuration) in one more pipeline, under
+// the same budget. It reports false when the budget ran out.
+func (c *Collector) readLater(ctx context.Context, s *sink) bool {
+	if len(s.later) == 0 {
+		return true
+	}
+	later := s.later
+	s.later = nil
+	p := c.rdb.Pipeline()
+	reads := make([]func(*sink), 0, len(later))
+	for _, r := range later {
+		reads = append(reads, r(ctx, p))
+	}
+	if !within(ctx, func() {
+		cmds, err := p.Exec(ctx)
+		stampUnanswered(cmds, err)
+	}) {
+		s.fail(Queue{}, "", fmt.Errorf("pipeline of %d unconfigured consumer groups: %w", len(later), ctx.Err()))
+		return false
+	}
+	for _, f := range reads {
+		f(s)
+	}
+	return true
 }
 
 // within runs f in its own goroutine and waits for it until ctx ends, so
@@ -322,7 +352,7 @@ type plan struct {
 	sample int64     // XPENDING entries to read per group
 }
 
-var readers = []reader{readDelayed, readDLQ, readStreams, readStats}
+var readers = []reader{readDelayed, readDLQ, readStreams, readOldestJob, readStats}
 
 // sink gathers one scrape's metrics and errors.
 type sink struct {
@@ -332,6 +362,9 @@ type sink struct {
 	pinged  bool             // Redis answered the scrape's PING
 	limits  map[string]bool  // the limits this scrape reached, by limit label
 	found   *found           // the discovery the scrape used; nil without a pattern
+	// later are reads a reply asked for, run in a second pipeline: the
+	// consumer groups XINFO GROUPS named that the configuration does not.
+	later []func(context.Context, redis.Pipeliner) func(*sink)
 }
 
 func (s *sink) gauge(d *desc, v float64, labels ...string) {

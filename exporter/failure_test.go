@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -86,18 +87,12 @@ func TestRedisRestart(t *testing.T) {
 	}
 	srv.Restart()
 	// The pool redials on its own; give it a few scrapes.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := scrapeHTTP(t, url)
-		if got["backstop_up"] == 1 {
-			want(t, got, map[string]float64{"backstop_scrape_partial": 0, `backstop_dlq_size{queue="orders"}`: 0})
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("exporter did not reconnect: %v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var got map[string]float64
+	eventually.True(t, 10*time.Second, "the exporter to reconnect", func() bool {
+		got = scrapeHTTP(t, url)
+		return got["backstop_up"] == 1
+	})
+	want(t, got, map[string]float64{"backstop_scrape_partial": 0, `backstop_dlq_size{queue="orders"}`: 0})
 }
 
 // TestWrongType puts keys of the wrong type where the layout expects a

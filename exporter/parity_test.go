@@ -29,6 +29,7 @@ import (
 var parityExcluded = map[string]string{
 	"backstop_scrape_duration_seconds":        "measured by the exporter's clock",
 	"backstop_stream_oldest_pending_seconds":  "an age from the entry id, which each server stamps with the time the run wrote it",
+	"backstop_oldest_job_age_seconds":         "an age from first_enqueued_ms, which each server stamps with the time the run wrote it",
 	"backstop_delayed_oldest_overdue_seconds": "an age from the due time, which each server stamps with the time the run wrote it",
 }
 

@@ -18,7 +18,9 @@ import (
 const defaultGroup = "workers"
 
 // Queue is one queue to report: its name (the queue label), its keys and
-// the consumer groups of its jobs stream to report.
+// the consumer groups of its jobs stream read in the scrape's first
+// pipeline. Every other group of the stream is reported too, read in a
+// second pipeline once XINFO GROUPS has named it.
 //
 // An empty key is not read: a layout without a delayed set, say, reports
 // no delayed metrics. Groups defaults to ["workers"] when empty.

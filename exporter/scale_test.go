@@ -14,11 +14,12 @@ import (
 // perQueue is the Redis work of one scrape for one queue of the default
 // layout with one group.
 var perQueue = map[string]int64{
-	"zcard": 1, "zcount": 1, "zrange": 1, // delayed set
+	"zcard": 1, "zcount": 1, // delayed set, and zrange below
 	"xinfo|stream": 1,                // DLQ size and entries-added
 	"hget":         1,                // the scripts' dead letters, for a server without entries-added
 	"xinfo|groups": 1, "xpending": 1, // jobs stream groups, bounded sample
-	"hgetall": 1, // stats
+	"hgetall": 1,              // stats
+	"xrange":  1, "zrange": 2, // oldest job: the stream's first entry, the delayed set's first member
 }
 
 // fill writes n queues named prefix+i: entries jobs entries of which
@@ -77,8 +78,8 @@ func TestThousandQueues(t *testing.T) {
 		}
 	}
 	// One PING, and CLIENT INFO beside INFO (not counted) for the node label.
-	if total(calls) != 8*1000+2 || calls["client|info"] != 1 {
-		t.Errorf("scrape ran %d commands, want %d: %v", total(calls), 8*1000+2, calls)
+	if total(calls) != 10*1000+2 || calls["client|info"] != 1 {
+		t.Errorf("scrape ran %d commands, want %d: %v", total(calls), 10*1000+2, calls)
 	}
 	want(t, got, map[string]float64{
 		"backstop_up": 1, "backstop_scrape_partial": 0, "backstop_queues": 1000,

@@ -39,8 +39,12 @@ func sampleSize(groups int) int64 {
 var deliveryBuckets = []float64{1, 2, 3, 5, 10}
 
 // readStreams reads the jobs stream's groups (XINFO GROUPS) and a bounded
-// XPENDING sample of each group to report. A stream or group that does not
-// exist yet gives no metrics and no error.
+// XPENDING sample of each group. Every group of the stream is reported,
+// whatever its name: the configured ones (Queue.Groups) are sampled in the
+// scrape's pipeline, any other one in a second pipeline once XINFO GROUPS
+// has named it, so a stream whose workers use another group is not left
+// without pending and lag series. A stream or group that does not exist
+// yet gives no metrics and no error.
 func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Jobs
 	if key == "" {
@@ -49,7 +53,7 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 	groups := p.Do(ctx, "xinfo", "groups", key)
 	samples := make([]*redis.XPendingExtCmd, len(q.Groups))
 	for i, g := range q.Groups {
-		samples[i] = p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: g, Start: "-", End: "+", Count: pl.sample})
+		samples[i] = xpendingSample(ctx, p, key, g, pl)
 	}
 	return func(s *sink) {
 		if err := groups.Err(); err != nil {
@@ -64,38 +68,60 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 			return
 		}
 		for i, name := range q.Groups {
-			g, ok := info[name]
-			if !ok {
-				continue // not created yet
+			if g, ok := info[name]; ok { // else not created yet
+				reportGroup(s, q, name, g, samples[i], pl)
 			}
-			sample, err := samples[i].Result()
-			if err != nil {
-				if !isMissing(err) {
-					s.fail(q, key, err)
-				}
-				continue
+		}
+		others := make([]string, 0, len(info))
+		for name := range info {
+			if !slices.Contains(q.Groups, name) {
+				others = append(others, name)
 			}
-			s.gauge(pendingDesc, float64(g.pending), q.Name, name)
-			if g.lagKnown {
-				s.gauge(lagDesc, float64(g.lag), q.Name, name)
-			}
-			if g.pending > int64(len(sample)) {
-				s.reached(limitPendingSample) // the histogram covers the oldest only
-			}
-			s.gauge(oldestPendingDesc, oldestAge(sample, pl.now), q.Name, name)
-			var sum float64
-			cum := make([]uint64, len(deliveryBuckets)+1) // the last one is +Inf
-			for _, e := range sample {
-				sum += float64(e.RetryCount)
-				i, _ := slices.BinarySearch(deliveryBuckets, float64(e.RetryCount))
-				cum[i]++
-			}
-			for i := 1; i < len(cum); i++ {
-				cum[i] += cum[i-1]
-			}
-			s.histogram(deliveriesDesc, deliveryBuckets, cum[:len(deliveryBuckets)], uint64(len(sample)), sum, q.Name, name)
+		}
+		slices.Sort(others)
+		for _, name := range others {
+			g := info[name]
+			s.later = append(s.later, func(ctx context.Context, p redis.Pipeliner) func(*sink) {
+				sample := xpendingSample(ctx, p, key, name, pl)
+				return func(s *sink) { reportGroup(s, q, name, g, sample, pl) }
+			})
 		}
 	}
+}
+
+func xpendingSample(ctx context.Context, p redis.Pipeliner, key, group string, pl plan) *redis.XPendingExtCmd {
+	return p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: "-", End: "+", Count: pl.sample})
+}
+
+// reportGroup adds the metrics of group name, g as XINFO GROUPS gave it and
+// sample its XPENDING sample.
+func reportGroup(s *sink, q Queue, name string, g group, samples *redis.XPendingExtCmd, pl plan) {
+	sample, err := samples.Result()
+	if err != nil {
+		if !isMissing(err) {
+			s.fail(q, q.Keys.Jobs, err)
+		}
+		return
+	}
+	s.gauge(pendingDesc, float64(g.pending), q.Name, name)
+	if g.lagKnown {
+		s.gauge(lagDesc, float64(g.lag), q.Name, name)
+	}
+	if g.pending > int64(len(sample)) {
+		s.reached(limitPendingSample) // the histogram covers the oldest only
+	}
+	s.gauge(oldestPendingDesc, oldestAge(sample, pl.now), q.Name, name)
+	var sum float64
+	cum := make([]uint64, len(deliveryBuckets)+1) // the last one is +Inf
+	for _, e := range sample {
+		sum += float64(e.RetryCount)
+		i, _ := slices.BinarySearch(deliveryBuckets, float64(e.RetryCount))
+		cum[i]++
+	}
+	for i := 1; i < len(cum); i++ {
+		cum[i] += cum[i-1]
+	}
+	s.histogram(deliveriesDesc, deliveryBuckets, cum[:len(deliveryBuckets)], uint64(len(sample)), sum, q.Name, name)
 }
 
 // group is what XINFO GROUPS says of one consumer group.

@@ -71,15 +71,6 @@ func (e *InputError) As(target any) bool {
 	return true
 }
 
-// ABI error codes (wasm/ABI.md, "Error codes").
-const (
-	errHandle   = -1
-	errPolicy   = -2
-	errInput    = -3
-	errMemory   = -4
-	errInternal = -6
-)
-
 // codeError is an error code other than the typed ones above: a bug or a
 // limit, with the module's message.
 type codeError struct {

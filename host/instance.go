@@ -10,22 +10,11 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/backstop-dev/backstop/internal/abi"
 	"github.com/backstop-dev/backstop/policy"
 )
 
-// abiVersion is the version of wasm/ABI.md this host implements.
-const abiVersion = 1
-
-// Limits and layout from wasm/ABI.md.
 const (
-	maxBuffer  = 64 << 20
-	recordSize = 64
-	resultSize = 8
-	maxStrLen  = math.MaxUint16 // a batch record's string length is a u16
-
-	flagIdempotencyKey = 1 << 0
-	flagPushback       = 1 << 1
-
 	// batchBytes bounds one decide_batch call (records, strings, results):
 	// about 3,600 plain records, enough to make the call overhead vanish
 	// while keeping each instance's buffer small.
@@ -95,9 +84,9 @@ func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModul
 		mod.Close(ctx)
 		return nil, err
 	}
-	if v != abiVersion {
+	if v != abi.Version {
 		mod.Close(ctx)
-		return nil, fmt.Errorf("backstop.wasm ABI version %d is not supported by this host (want %d)", int32(v), abiVersion)
+		return nil, fmt.Errorf("backstop.wasm ABI version %d is not supported by this host (want %d)", int32(v), abi.Version)
 	}
 	if err := checkExports(cm); err != nil {
 		mod.Close(ctx)
@@ -163,9 +152,9 @@ func (in *instance) message(ctx context.Context) string {
 func (in *instance) codeErr(ctx context.Context, op string, code int64) error {
 	msg := in.message(ctx)
 	switch code {
-	case errPolicy:
+	case abi.ErrPolicy:
 		return &PolicyError{Message: msg}
-	case errInput:
+	case abi.ErrInput:
 		return &InputError{Index: -1, Message: msg}
 	}
 	return &codeError{op: op, code: code, msg: msg}
@@ -177,8 +166,8 @@ func (in *instance) grow(ctx context.Context, n int) error {
 	if uint32(n) <= in.bufLen && in.bufLen > 0 {
 		return nil
 	}
-	if n > maxBuffer {
-		return fmt.Errorf("backstop.wasm: %d bytes do not fit the module's %d MiB buffer", n, maxBuffer>>20)
+	if n > abi.MaxBuffer {
+		return fmt.Errorf("backstop.wasm: %d bytes do not fit the module's %d MiB buffer", n, abi.MaxBuffer>>20)
 	}
 	v, err := in.call(ctx, in.buffer, api.EncodeI32(int32(n)))
 	if err != nil {
@@ -247,10 +236,10 @@ func (in *instance) words(n int) []int64 {
 func hint(f *policy.Failure) (string, uint32) {
 	var flags uint32
 	if f.IdempotencyKey != "" {
-		flags = flagIdempotencyKey
+		flags = abi.FlagIdempotencyKey
 	}
 	if f.RetryAfter == "" && f.RetryPushback != "" {
-		return f.RetryPushback, flags | flagPushback
+		return f.RetryPushback, flags | abi.FlagPushback
 	}
 	return f.RetryAfter, flags
 }
@@ -303,21 +292,21 @@ func (in *instance) decideOne(ctx context.Context, h int32, f *policy.Failure) (
 // must fit the record's u16 lengths. Others are decided one by one.
 func batchFits(f *policy.Failure) bool {
 	hs, _ := hint(f)
-	return len(f.Method) <= maxStrLen && len(f.ErrorKind) <= maxStrLen && len(hs) <= maxStrLen
+	return len(f.Method) <= abi.MaxStrLen && len(f.ErrorKind) <= abi.MaxStrLen && len(hs) <= abi.MaxStrLen
 }
 
 // decideChunk decides fs (all batchFits) in one decide_batch call and
 // writes the result words to res. The buffer holds the records at 0, then
 // their strings, then the results (8-aligned).
 func (in *instance) decideChunk(ctx context.Context, h int32, fs []policy.Failure, res []int64) error {
-	strOff := len(fs) * recordSize
+	strOff := len(fs) * abi.RecordSize
 	strLen := 0
 	for i := range fs {
 		hs, _ := hint(&fs[i])
 		strLen += len(fs[i].Method) + len(fs[i].ErrorKind) + len(hs)
 	}
 	outOff := (strOff + strLen + 7) &^ 7
-	if err := in.grow(ctx, outOff+len(fs)*resultSize); err != nil {
+	if err := in.grow(ctx, outOff+len(fs)*abi.ResultSize); err != nil {
 		return err
 	}
 	// A view of guest memory stays valid until the guest runs again.
@@ -325,25 +314,18 @@ func (in *instance) decideChunk(ctx context.Context, h int32, fs []policy.Failur
 	if !ok {
 		return fmt.Errorf("backstop.wasm: buffer out of memory bounds")
 	}
-	le := binary.LittleEndian
 	s := strOff
 	for i := range fs {
 		f := &fs[i]
 		hs, flags := hint(f)
-		rec := view[i*recordSize : (i+1)*recordSize]
-		le.PutUint64(rec[0:], uint64(f.Attempt))
-		le.PutUint64(rec[8:], uint64(f.ElapsedMs))
-		le.PutUint64(rec[16:], uint64(f.NowMs))
-		le.PutUint64(rec[24:], math.Float64bits(f.Random))
-		le.PutUint64(rec[32:], uint64(f.PrevDelayMs))
-		le.PutUint32(rec[40:], uint32(sat32(f.HTTPStatus)))
-		le.PutUint32(rec[44:], uint32(sat32(f.GRPCCode)))
-		le.PutUint32(rec[48:], flags)
-		le.PutUint32(rec[52:], uint32(s))
-		le.PutUint16(rec[56:], uint16(len(f.Method)))
-		le.PutUint16(rec[58:], uint16(len(f.ErrorKind)))
-		le.PutUint16(rec[60:], uint16(len(hs)))
-		le.PutUint16(rec[62:], 0)
+		rec := abi.Record{
+			Attempt: f.Attempt, ElapsedMs: f.ElapsedMs, NowMs: f.NowMs,
+			Random: f.Random, PrevDelayMs: f.PrevDelayMs,
+			HTTPStatus: sat32(f.HTTPStatus), GRPCCode: sat32(f.GRPCCode),
+			Flags: flags, StrOff: uint32(s),
+			MethodLen: uint16(len(f.Method)), KindLen: uint16(len(f.ErrorKind)), HintLen: uint16(len(hs)),
+		}
+		rec.Put(view[i*abi.RecordSize:])
 		s += copy(view[s:], f.Method)
 		s += copy(view[s:], f.ErrorKind)
 		s += copy(view[s:], hs)
@@ -352,12 +334,12 @@ func (in *instance) decideChunk(ctx context.Context, h int32, fs []policy.Failur
 		api.EncodeI32(int32(len(fs))), api.EncodeI32(int32(outOff))); err != nil {
 		return err
 	}
-	out, ok := in.mem.Read(in.bufAddr+uint32(outOff), uint32(len(fs)*resultSize))
+	out, ok := in.mem.Read(in.bufAddr+uint32(outOff), uint32(len(fs)*abi.ResultSize))
 	if !ok {
 		return fmt.Errorf("backstop.wasm: buffer out of memory bounds")
 	}
 	for i := range res {
-		res[i] = int64(le.Uint64(out[i*resultSize:]))
+		res[i] = int64(binary.LittleEndian.Uint64(out[i*abi.ResultSize:]))
 	}
 	return nil
 }

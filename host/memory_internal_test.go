@@ -11,6 +11,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/backstop-dev/backstop/internal/abi"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -28,23 +29,23 @@ func TestBufferGrowthIsBounded(t *testing.T) {
 	in := rt.instances()[0]
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for n := 64 << 10; n <= maxBuffer; n += 64 << 10 {
+	for n := 64 << 10; n <= abi.MaxBuffer; n += 64 << 10 {
 		if err := in.grow(ctx, n); err != nil {
 			t.Fatalf("growing the buffer to %d bytes: %v", n, err)
 		}
 	}
-	const bound = 3 * maxBuffer / (64 << 10) // pages
+	const bound = 3 * abi.MaxBuffer / (64 << 10) // pages
 	if pages := in.mem.Size() / (64 << 10); pages > bound {
-		t.Errorf("a %d MiB buffer takes %d pages of memory, want <= %d", maxBuffer>>20, pages, bound)
+		t.Errorf("a %d MiB buffer takes %d pages of memory, want <= %d", abi.MaxBuffer>>20, pages, bound)
 	}
-	v, err := in.call(ctx, in.buffer, api.EncodeI32(maxBuffer+1))
+	v, err := in.call(ctx, in.buffer, api.EncodeI32(abi.MaxBuffer+1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := int32(v); code != errMemory || !strings.Contains(in.message(ctx), "size must be in 0..67108864") {
+	if code := int32(v); code != abi.ErrMemory || !strings.Contains(in.message(ctx), "size must be in 0..67108864") {
 		t.Errorf("buffer(64 MiB + 1) = %d %q, want -4 naming the maximum", code, in.message(ctx))
 	}
-	if err := in.grow(ctx, maxBuffer+1); err == nil || !strings.Contains(err.Error(), "64 MiB") {
+	if err := in.grow(ctx, abi.MaxBuffer+1); err == nil || !strings.Contains(err.Error(), "64 MiB") {
 		t.Errorf("the host grew the buffer past 64 MiB: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/backstop-dev/backstop/internal/abi"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -133,7 +134,7 @@ func (p *Policy) Decide(ctx context.Context, f policy.Failure) (policy.Decision,
 	if err != nil {
 		return policy.Decision{}, err
 	}
-	return policy.Unpack(w), nil
+	return abi.Unpack(w), nil
 }
 
 // DecideBatch decides failures in order, as Decide would one by one, and
@@ -180,7 +181,7 @@ func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out
 		for i+n < len(failures) && check(&failures[i+n]) == nil {
 			f := &failures[i+n]
 			hs, _ := hint(f)
-			size += recordSize + resultSize + len(f.Method) + len(f.ErrorKind) + len(hs)
+			size += abi.RecordSize + abi.ResultSize + len(f.Method) + len(f.ErrorKind) + len(hs)
 			if n > 0 && size > batchBytes {
 				break
 			}
@@ -193,7 +194,7 @@ func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out
 		for k, w := range words {
 			res[i+k] = policy.Decision{}
 			if w >= 0 {
-				res[i+k] = policy.Unpack(w)
+				res[i+k] = abi.Unpack(w)
 			} else if first == nil {
 				first = p.batchErr(ctx, in, i+k, w)
 			}
@@ -215,13 +216,13 @@ func check(f *policy.Failure) error {
 		field, reason = "http_status", "must be a 32-bit integer (got "+strconv.Itoa(f.HTTPStatus)+")"
 	case f.GRPCCode != int(int32(f.GRPCCode)):
 		field, reason = "grpc_code", "must be a 32-bit integer or a status name (got "+strconv.Itoa(f.GRPCCode)+")"
-	case len(f.ErrorKind) > maxStrLen:
+	case len(f.ErrorKind) > abi.MaxStrLen:
 		field, reason = "error_kind", tooLong(len(f.ErrorKind))
-	case len(f.RetryAfter) > maxStrLen:
+	case len(f.RetryAfter) > abi.MaxStrLen:
 		field, reason = "retry_after", tooLong(len(f.RetryAfter))
-	case len(f.RetryPushback) > maxStrLen:
+	case len(f.RetryPushback) > abi.MaxStrLen:
 		field, reason = "grpc_retry_pushback_ms", tooLong(len(f.RetryPushback))
-	case len(f.Method) > maxStrLen:
+	case len(f.Method) > abi.MaxStrLen:
 		field, reason = "method", tooLong(len(f.Method))
 	default:
 		return nil
@@ -230,7 +231,7 @@ func check(f *policy.Failure) error {
 }
 
 func tooLong(n int) string {
-	return "must be at most " + strconv.Itoa(maxStrLen) + " bytes (got " + strconv.Itoa(n) + ")"
+	return "must be at most " + strconv.Itoa(abi.MaxStrLen) + " bytes (got " + strconv.Itoa(n) + ")"
 }
 
 // batchErr builds the error of the first failed record of a batch. The

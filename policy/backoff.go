@@ -10,9 +10,10 @@ const (
 	strategyLinear
 	strategyExponential
 	strategyDecorrelated
+	strategyCloudTasks
 )
 
-var strategyNames = []string{"none", "constant", "linear", "exponential", "decorrelated"}
+var strategyNames = []string{"none", "constant", "linear", "exponential", "decorrelated", "cloud_tasks"}
 
 type jitterMode uint8
 
@@ -50,6 +51,8 @@ func (p *Policy) Backoff(attempt, prevDelayMs int64, random float64) int64 {
 		d = satMul(p.baseMs, satAdd(n, 1))
 	case strategyExponential:
 		d = p.exponential(min(n, p.maxDoublings))
+	case strategyCloudTasks:
+		d = p.cloudTasks(n)
 	case strategyDecorrelated:
 		// Bounded decorrelated jitter: U(base, min(cap, 3·prev)). Capping
 		// the upper bound before the draw means no spike past the cap, and
@@ -97,10 +100,23 @@ func (p *Policy) exponential(n int64) int64 {
 	return min(d/1000, p.capMs)
 }
 
+// cloudTasks returns the wait before retry n+1 as Cloud Tasks' RetryConfig
+// schedules it: base doubled n times while n <= max_doublings, then growing
+// by base × 2^max_doublings per retry, and capped. With base 10s, cap 300s
+// and 3 doublings: 10s, 20s, 40s, 80s, 160s, 240s, 300s, 300s…
+func (p *Policy) cloudTasks(n int64) int64 {
+	step := p.exponential(min(n, p.maxDoublings)) // multiplier 2: shifts
+	if n <= p.maxDoublings || step >= p.capMs {
+		return step
+	}
+	// step × (1 + retries past the doublings), saturating.
+	return min(satMul(step, n-p.maxDoublings+1), p.capMs)
+}
+
 // scale is the one place randomness enters a delay: floor(r × span), with
-// r already clamped to [0, 1]. span never exceeds MaxDelayMs < 2^53, so it
-// converts to float64 exactly, and IEEE multiplication is the same on every
-// platform.
+// r already clamped to [0, 1]. span is at most a policy duration in ms
+// (under 2^44 < 2^53), so it converts to float64 exactly, and IEEE
+// multiplication is the same on every platform.
 func scale(span int64, r float64) int64 {
 	if span <= 0 {
 		return 0

@@ -26,6 +26,12 @@ const (
 
 var onExceedNames = []string{"give_up", "clamp", "ignore"}
 
+// stopWhenNames: "any" stops at the first limit reached (before a retry
+// would be due past max elapsed); "all" only once every limit set has
+// passed, checked at the failure: Cloud Tasks' rule for max_attempts
+// with max_retry_duration.
+var stopWhenNames = []string{"any", "all"}
+
 func indexOf(names []string, s string) int {
 	for i, n := range names {
 		if n == s {
@@ -44,6 +50,10 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 	jit := jitterMode(indexOf(jitterNames, r.jitter))
 	if strat != strategyNone && r.baseMs == 0 {
 		d.fail("backoff.base", fmt.Sprintf("must be > 0 for strategy %s", r.strategy))
+	}
+	if strat == strategyCloudTasks && r.multMilli != 2000 {
+		// Cloud Tasks doubles: a multiplier would make it another schedule.
+		d.fail("backoff.multiplier", fmt.Sprintf("must be 2 with strategy cloud_tasks, which doubles (got %s)", fmtFixed(r.multMilli, 3)))
 	}
 	if r.capMs < r.baseMs {
 		d.fail("backoff.cap", fmt.Sprintf("must be >= backoff.base (got %s < %s)", ms(r.capMs), ms(r.baseMs)))
@@ -81,6 +91,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		maxAttempts:          r.maxAttempts,
 		uncertainMaxAttempts: r.uncertainMaxAttempts,
 		maxElapsedMs:         r.maxElapsedMs,
+		stopAll:              r.stopWhen == "all",
 		strategy:             strat,
 		baseMs:               r.baseMs,
 		capMs:                r.capMs,
@@ -136,7 +147,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		p.circuit = &circuit{threshold: c.failureThreshold, openMs: c.openForMs, needSuccesses: c.halfOpenSuccesses}
 	}
 	p.stateful = p.budget != nil || p.circuit != nil
-	p.fastPath = strat == strategyExponential && p.multMilli == 2000 && jit == jitterFull
+	p.fastPath = strat == strategyExponential && p.multMilli == 2000 && jit == jitterFull && !p.stopAll
 	return p, nil
 }
 

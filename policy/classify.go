@@ -20,11 +20,3 @@ func (p *Policy) classify(f *Failure) Class {
 	}
 	return p.defaultClass
 }
-
-// GRPCCodeNames are the canonical gRPC status names, indexed by code.
-var GRPCCodeNames = [17]string{
-	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-	"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-	"FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-	"INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
-}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/backstop-dev/backstop/internal/grpccode"
 )
 
 // Parse reads a policy file, JSON or YAML, and returns a new Policy with
@@ -145,6 +147,7 @@ type rawPolicy struct {
 	maxAttempts          int64
 	maxElapsedMs         int64
 	uncertainMaxAttempts int64
+	stopWhen             string
 
 	strategy     string
 	baseMs       int64
@@ -190,7 +193,7 @@ type rawCircuit struct {
 
 func defaultRaw() rawPolicy {
 	return rawPolicy{
-		maxAttempts: 5, uncertainMaxAttempts: 2,
+		maxAttempts: 5, uncertainMaxAttempts: 2, stopWhen: "any",
 		strategy: "exponential", baseMs: 1000, capMs: 300_000, multMilli: 2000, maxDoublings: 16,
 		jitter:    "full",
 		hintHonor: true, hintMode: "max", hintCapMs: 3_600_000, hintOnExceed: "give_up",
@@ -403,6 +406,7 @@ func (d *decoder) policy(n *yaml.Node, r *rawPolicy) {
 		},
 		"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
 		"max_elapsed":  func(v *yaml.Node, p string) { d.duration(v, p, &r.maxElapsedMs) },
+		"stop_when":    func(v *yaml.Node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
 		"uncertain": func(v *yaml.Node, p string) {
 			d.fields(v, p, map[string]func(*yaml.Node, string){
 				"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },
@@ -716,7 +720,7 @@ func httpKey(k string) (string, string) {
 }
 
 func grpcKey(k string) (string, string) {
-	for code, name := range GRPCCodeNames {
+	for code, name := range grpccode.Names() {
 		if code > 0 && (strings.EqualFold(k, name) || k == strconv.Itoa(code)) {
 			return strconv.Itoa(code), ""
 		}

@@ -26,7 +26,7 @@ func TestParseErrorsNameTheFieldAndReason(t *testing.T) {
 		{`{"max_elapsed": "1.2.3h"}`, "max_elapsed", "must be a duration"},
 		{`{"max_elapsed": "1d"}`, "max_elapsed", "must be a duration"},
 		{`{"backoff": {"base": "1.5ms"}}`, "backoff.base", "whole number of milliseconds"},
-		{`{"backoff": {"strategy": "fibonacci"}}`, "backoff.strategy", `must be one of none, constant, linear, exponential, decorrelated (got "fibonacci")`},
+		{`{"backoff": {"strategy": "fibonacci"}}`, "backoff.strategy", `must be one of none, constant, linear, exponential, decorrelated, cloud_tasks (got "fibonacci")`},
 		{`{"backoff": {"multiplier": 1.23456}}`, "backoff.multiplier", "at most 3 decimal places"},
 		{`{"backoff": {"multiplier": "2"}}`, "backoff.multiplier", "decimal number"},
 		{`{"backoff": {"base": "0s"}}`, "backoff.base", "must be > 0 for strategy exponential"},

@@ -20,10 +20,15 @@ func (p *Policy) String() string {
 	if p.maxElapsedMs > 0 {
 		fmt.Fprintf(&b, ", max elapsed %s", ms(p.maxElapsedMs))
 	}
+	if p.stopAll && p.maxAttempts > 0 && p.maxElapsedMs > 0 {
+		b.WriteString(" (stop when both are reached)")
+	}
 	fmt.Fprintf(&b, "; %s backoff", strategyNames[p.strategy])
 	switch p.strategy {
 	case strategyExponential:
 		fmt.Fprintf(&b, " base %s ×%s cap %s (max %d doublings)", ms(p.baseMs), fmtFixed(p.multMilli, 3), ms(p.capMs), p.maxDoublings)
+	case strategyCloudTasks:
+		fmt.Fprintf(&b, " base %s doubling %d times, then +%s per retry, cap %s", ms(p.baseMs), p.maxDoublings, ms(p.exponential(p.maxDoublings)), ms(p.capMs))
 	case strategyConstant, strategyLinear, strategyDecorrelated:
 		fmt.Fprintf(&b, " base %s cap %s", ms(p.baseMs), ms(p.capMs))
 	}
@@ -52,7 +57,7 @@ func (p *Policy) String() string {
 // BackoffLimits returns the backoff cap and, for the exponential strategy,
 // max_doublings (0 for the other strategies): the knees of a schedule.
 func (p *Policy) BackoffLimits() (capMs, maxDoublings int64) {
-	if p.strategy == strategyExponential {
+	if p.strategy == strategyExponential || p.strategy == strategyCloudTasks {
 		return p.capMs, p.maxDoublings
 	}
 	return p.capMs, 0
@@ -60,6 +65,17 @@ func (p *Policy) BackoffLimits() (capMs, maxDoublings int64) {
 
 // MaxElapsedMs returns the elapsed-time limit (0: none).
 func (p *Policy) MaxElapsedMs() int64 { return p.maxElapsedMs }
+
+// StopWhen returns how the limits combine: "any" (the first one reached
+// stops retrying, the default) or "all" (every limit set must have passed).
+func (p *Policy) StopWhen() string { return stopWhenNames[b2i(p.stopAll)] }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // Step is one row of a schedule: the wait after a failure of Attempt, at
 // the low, middle and high end of the jitter, and the total waited so far.
@@ -72,7 +88,9 @@ type Step struct {
 
 // Schedule returns the backoff schedule for retryable failures, up to the
 // attempt limit (or limit rows), ignoring Retry-After and the state. Rows
-// whose earliest due time passes max elapsed are left out.
+// whose earliest due time passes max elapsed are left out; with stop_when
+// all, rows go on until the attempts are used up and the shortest total
+// wait has passed max elapsed.
 //
 // With unlimited attempts and a jitter whose shortest wait is 0 (full),
 // the earliest due time never passes max elapsed: only limit ends the
@@ -82,7 +100,14 @@ func (p *Policy) Schedule(limit int) []Step {
 	var prev [3]int64
 	var cum [3]int64
 	for a := int64(1); len(out) < limit; a++ {
-		if p.maxAttempts > 0 && a >= p.maxAttempts {
+		attemptsDone := p.maxAttempts > 0 && a >= p.maxAttempts
+		if p.stopAll {
+			// Every limit set must have passed, at the failure.
+			elapsedDone := p.maxElapsedMs == 0 || cum[0] > p.maxElapsedMs
+			if (attemptsDone || p.maxAttempts == 0) && elapsedDone {
+				break
+			}
+		} else if attemptsDone {
 			break
 		}
 		var d [3]int64
@@ -90,7 +115,7 @@ func (p *Policy) Schedule(limit int) []Step {
 			d[i] = p.Backoff(a, prev[i], r)
 			prev[i] = d[i]
 		}
-		if p.maxElapsedMs > 0 && satAdd(cum[0], d[0]) > p.maxElapsedMs {
+		if p.maxElapsedMs > 0 && !p.stopAll && satAdd(cum[0], d[0]) > p.maxElapsedMs {
 			break
 		}
 		for i := range cum {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/backstop-dev/backstop/internal/abi"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -105,8 +106,8 @@ func FuzzDecide(f *testing.F) {
 			if i == 0 && d.Action == policy.Retry && (elapsed+d.DelayMs > 40_000 || attempt >= 6) {
 				t.Fatalf("retry past a limit: %+v for %+v", d, fl)
 			}
-			if got := policy.Unpack(d.Pack()); got != d || d.Pack() < 0 {
-				t.Fatalf("Pack/Unpack: %+v -> %d -> %+v", d, d.Pack(), got)
+			if got := abi.Unpack(abi.Pack(d)); got != d || abi.Pack(d) < 0 {
+				t.Fatalf("Pack/Unpack: %+v -> %d -> %+v", d, abi.Pack(d), got)
 			}
 		}
 	})

@@ -15,6 +15,7 @@ type Policy struct {
 	maxAttempts          int64 // 0: unlimited (max elapsed is then set)
 	uncertainMaxAttempts int64
 	maxElapsedMs         int64 // 0: none
+	stopAll              bool  // stop_when all: only once every limit set has passed
 
 	strategy     strategy
 	baseMs       int64
@@ -92,11 +93,11 @@ func (p *Policy) Decide(f Failure) (Decision, error) {
 	switch {
 	case f.Method != "" && !p.mayRetryRequest(&f):
 		d.Reason = NotIdempotent
-	case p.maxAttempts > 0 && f.Attempt >= p.maxAttempts:
+	case p.maxAttempts > 0 && f.Attempt >= p.maxAttempts && (!p.stopAll || p.elapsedPassed(&f)):
 		d.Reason = MaxAttemptsReached
 	case class == Uncertain && f.Attempt >= p.uncertainMaxAttempts:
 		d.Reason = UncertainLimitReached
-	case p.maxElapsedMs > 0 && f.ElapsedMs > p.maxElapsedMs:
+	case p.maxElapsedMs > 0 && f.ElapsedMs > p.maxElapsedMs && (!p.stopAll || p.maxAttempts == 0):
 		d.Reason = MaxElapsedExceeded
 	case p.fastPath && f.RetryAfter == "" && f.RetryPushback == "":
 		// exponential ×2 with full jitter (the default preset) and no hint:
@@ -162,7 +163,9 @@ func (p *Policy) delay(f *Failure, class Class) Decision {
 		}
 	}
 	// Stop before the deadline: a retry due after it is never scheduled.
-	if p.maxElapsedMs > 0 && satAdd(f.ElapsedMs, delay) > p.maxElapsedMs {
+	// (stop_when all retries until the deadline has passed, as Cloud Tasks
+	// does, so it has no deadline to stop before.)
+	if p.maxElapsedMs > 0 && !p.stopAll && satAdd(f.ElapsedMs, delay) > p.maxElapsedMs {
 		r := MaxElapsedExceeded
 		if reason == RetryAfterHint && satAdd(f.ElapsedMs, computed) <= p.maxElapsedMs {
 			r = RetryAfterTooLong
@@ -222,6 +225,11 @@ func (p *Policy) CircuitState(nowMs int64) CircuitState {
 	return p.circuit.state(nowMs)
 }
 
+// elapsedPassed reports whether max elapsed, when set, has passed.
+func (p *Policy) elapsedPassed(f *Failure) bool {
+	return p.maxElapsedMs == 0 || f.ElapsedMs > p.maxElapsedMs
+}
+
 // outOfRange checks the numeric fields in a few branches, so it inlines;
 // invalid builds the error only when something is wrong.
 func (f *Failure) outOfRange() bool {
@@ -252,10 +260,10 @@ func (p *Policy) hint(f *Failure) (int64, bool) {
 		return 0, false
 	}
 	if f.RetryAfter != "" {
-		return ParseRetryAfter(f.RetryAfter, f.NowMs)
+		return parseRetryAfter(f.RetryAfter, f.NowMs)
 	}
 	if f.RetryPushback != "" {
-		return ParsePushback(f.RetryPushback)
+		return parsePushback(f.RetryPushback)
 	}
 	return 0, false
 }

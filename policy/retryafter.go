@@ -1,23 +1,23 @@
 package policy
 
-// MaxHintMs bounds a believable server hint: a Retry-After or pushback of
+// maxHintMs bounds a believable server hint: a Retry-After or pushback of
 // more than a year (9999999999 seconds, say) is treated as malformed, and the
 // computed delay is used instead of stalling a worker for centuries.
-const MaxHintMs = 365 * 24 * 3600 * 1000
+const maxHintMs = 365 * 24 * 3600 * 1000
 
-// ParseRetryAfter parses an HTTP Retry-After value, delta-seconds or an
+// parseRetryAfter parses an HTTP Retry-After value, delta-seconds or an
 // HTTP-date (IMF-fixdate, RFC 850 or asctime, as RFC 9110 requires), and
 // returns the wait in milliseconds from nowMs. A date in the past means no
 // wait. ok is false for a malformed value, a negative one, a value over
-// MaxHintMs, or an HTTP-date when nowMs is 0 (unknown). It does not
+// maxHintMs, or an HTTP-date when nowMs is 0 (unknown). It does not
 // allocate.
-func ParseRetryAfter(v string, nowMs int64) (ms int64, ok bool) {
+func parseRetryAfter(v string, nowMs int64) (ms int64, ok bool) {
 	v = trimOWS(v)
 	if v == "" {
 		return 0, false
 	}
 	if isDigits(v) {
-		secs, ok := parseUint(v, MaxHintMs/1000)
+		secs, ok := parseUint(v, maxHintMs/1000)
 		return secs * 1000, ok
 	}
 	if nowMs <= 0 {
@@ -31,21 +31,21 @@ func ParseRetryAfter(v string, nowMs int64) (ms int64, ok bool) {
 	if wait < 0 {
 		return 0, true
 	}
-	if wait > MaxHintMs {
+	if wait > maxHintMs {
 		return 0, false
 	}
 	return wait, true
 }
 
-// ParsePushback parses a gRPC grpc-retry-pushback-ms value: a
+// parsePushback parses a gRPC grpc-retry-pushback-ms value: a
 // non-negative integer of milliseconds. ok is false for anything else,
 // including negative values (the computed delay is then used).
-func ParsePushback(v string) (ms int64, ok bool) {
+func parsePushback(v string) (ms int64, ok bool) {
 	v = trimOWS(v)
 	if !isDigits(v) {
 		return 0, false
 	}
-	return parseUint(v, MaxHintMs)
+	return parseUint(v, maxHintMs)
 }
 
 func trimOWS(s string) string {

@@ -150,27 +150,3 @@ type Decision struct {
 
 // Delay returns DelayMs as a time.Duration.
 func (d Decision) Delay() time.Duration { return time.Duration(d.DelayMs) * time.Millisecond }
-
-// Pack encodes a decision in one int64 (the ABI's result word):
-// bits 0-47 delay_ms, 48-51 reason, 52-53 class, 54 action. A packed
-// decision is never negative; negative words are error codes.
-func (d Decision) Pack() int64 {
-	return d.DelayMs&delayMask | int64(d.Reason)<<48 | int64(d.Class)<<52 | int64(d.Action)<<54
-}
-
-// Unpack decodes a word made by Pack.
-func Unpack(w int64) Decision {
-	return Decision{
-		DelayMs: w & delayMask,
-		Reason:  Reason(w >> 48 & 0xf),
-		Class:   Class(w >> 52 & 0x3),
-		Action:  Action(w >> 54 & 0x1),
-	}
-}
-
-const delayMask = 1<<48 - 1
-
-// MaxDelayMs is the largest delay a packed decision can carry (about 8,900
-// years; policy durations stop at about 292);
-// every duration in a policy is validated against it.
-const MaxDelayMs = 1<<48 - 1

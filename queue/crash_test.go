@@ -66,7 +66,7 @@ func crashRole(role string) error {
 			if _, _, err := q.Promote(ctx, 200); err != nil {
 				return err
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // a promoter's tick, not a test waiting
 		}
 		return nil
 	}
@@ -82,7 +82,7 @@ func crashRole(role string) error {
 		// Record the execution before its outcome: a crash in between is
 		// exactly what makes a duplicate execution.
 		rdb.HIncrBy(ctx, "crash:exec", j.ID+"/"+strconv.FormatInt(j.Attempt, 10), 1)
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the job's work: the window a SIGKILL lands in
 		err := outcome(j.ID, j.Attempt)
 		if err == nil {
 			rdb.SAdd(ctx, "crash:succeeded", j.ID)
@@ -146,6 +146,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	kills := 0
 	deadline := time.Now().Add(150 * time.Second)
 	for {
+		// The chaos schedule, not a wait: a kill every 100-400ms.
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
 		if kills < 20 || rng.IntN(2) == 0 {
 			victim := names[rng.IntN(len(names))]

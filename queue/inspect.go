@@ -11,9 +11,13 @@ import (
 )
 
 // Stats is a queue's state: sizes read live, counters from the stats hash.
+// The JSON keys are snake_case, like every output of backstop.
 type Stats struct {
-	Jobs, Pending, Delayed, DLQ int64
-	Counters                    map[string]int64 // the stats hash, e.g. "attempts:success"
+	Jobs     int64            `json:"jobs"`
+	Pending  int64            `json:"pending"`
+	Delayed  int64            `json:"delayed"`
+	DLQ      int64            `json:"dlq"`
+	Counters map[string]int64 `json:"counters"` // the stats hash, e.g. "attempts:success"
 }
 
 // Stats reads the queue's sizes and counters in one pipelined round trip.
@@ -48,20 +52,20 @@ func isNoGroup(err error) bool { return strings.Contains(err.Error(), "NOGROUP")
 
 // DeadLetter is one entry of the dead letter stream.
 type DeadLetter struct {
-	EntryID string
-	JobID   string
-	Reason  string
-	Error   string
-	Attempt string
-	Fields  map[string]string
+	EntryID string            `json:"entry_id"`
+	JobID   string            `json:"job_id"`
+	Reason  string            `json:"reason"`
+	Error   string            `json:"error"`
+	Attempt string            `json:"attempt"`
+	Fields  map[string]string `json:"fields"`
 }
 
 // DLQReport is what `backstop dlq inspect` shows.
 type DLQReport struct {
-	Size     int64
-	Scanned  int64
-	ByReason map[string]int64
-	Newest   []DeadLetter
+	Size     int64            `json:"size"`
+	Scanned  int64            `json:"scanned"`
+	ByReason map[string]int64 `json:"by_reason"`
+	Newest   []DeadLetter     `json:"newest"`
 }
 
 // InspectDLQ counts the dead letters by reason (scanning at most maxScan

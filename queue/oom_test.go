@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
@@ -86,13 +87,18 @@ func (b *logBuffer) tail() string {
 // deadline (a hang, not a timing threshold).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	eventually.True(t, 30*time.Second, what, cond)
+}
+
+// serverTime is Redis's clock: the one XPENDING idle times and the promote
+// script's due times are measured on.
+func serverTime(t *testing.T, ctx context.Context, rdb redis.UniversalClient) time.Time {
+	t.Helper()
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatalf("TIME: %v", err)
 	}
+	return now
 }
 
 // Under maxmemory with noeviction Redis refuses ack, retry and dead_letter
@@ -170,14 +176,18 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 	close(gate)
 	// (XAUTOCLAIM takes what the reclaim script takes: entries idle for
 	// min idle, whatever their consumer.)
+	// The probing lasts until Redis's own clock, the one idle times are
+	// measured on, has moved four min idle periods past the outage.
 	var stolen []string
-	for until := time.Now().Add(4 * minIdle); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+	start := serverTime(t, ctx, rdb)
+	eventually.True(t, 30*time.Second, "four min idle periods of reclaim attempts", func() bool {
 		msgs, _, _ := rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{Stream: q.Keys().Jobs, Group: q.Group(),
 			MinIdle: minIdle, Start: "0-0", Count: 100, Consumer: "other"}).Result()
 		for _, m := range msgs {
 			stolen = append(stolen, fmt.Sprintf("%s/%s", m.Values["id"], m.Values["attempt"]))
 		}
-	}
+		return serverTime(t, ctx, rdb).Sub(start) >= 4*minIdle
+	})
 	lift()
 
 	// Everything finishes: 15 successes (flaky on its second attempt), one
@@ -318,7 +328,17 @@ func TestHold(t *testing.T) {
 	if _, err := q.Ack(ctx, ids[4]); err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("ack under maxmemory: %v, want OOM", err)
 	}
-	time.Sleep(20 * time.Millisecond) // let the entries go idle
+	// Hold resets idle time: let the entries go idle first, as Redis sees it.
+	idle := func(id string) time.Duration {
+		p, _ := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Keys().Jobs, Group: q.Group(), Start: id, End: id, Count: 1}).Result()
+		if len(p) == 0 {
+			return 0
+		}
+		return p[0].Idle
+	}
+	eventually.True(t, 10*time.Second, "the pending entries idle for 20ms", func() bool {
+		return idle(ids[0]) >= 20*time.Millisecond && idle(ids[1]) >= 20*time.Millisecond
+	})
 	held, err := q.Hold(ctx, "c1", ids...)
 	if err != nil {
 		t.Fatalf("hold under maxmemory: %v", err)
@@ -331,8 +351,10 @@ func TestHold(t *testing.T) {
 	for _, e := range pending {
 		got[e.ID] = e
 	}
-	if e := got[ids[0]]; e.Consumer != "c1" || e.RetryCount != 1 || e.Idle >= 20*time.Millisecond {
-		t.Errorf("held entry: %+v, want c1's, delivered once, idle reset", e)
+	// Both entries were idle for 20ms before the hold: only the held one
+	// started again, so it is now the less idle of the two.
+	if e := got[ids[0]]; e.Consumer != "c1" || e.RetryCount != 1 || e.Idle >= got[ids[1]].Idle {
+		t.Errorf("held entry: %+v, want c1's, delivered once, idle reset (other entry idle %v)", e, got[ids[1]].Idle)
 	}
 	if e := got[ids[1]]; e.Consumer != "c2" || e.Idle < 20*time.Millisecond {
 		t.Errorf("another consumer's entry: %+v, want it left alone", e)

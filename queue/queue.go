@@ -216,6 +216,11 @@ func (q *Queue) Reclaim(ctx context.Context, consumer string, minIdle time.Durat
 // reason is "") back to the jobs stream with the attempt count reset, in
 // bounded batches. It returns how many moved.
 func (q *Queue) Replay(ctx context.Context, limit int, reason string) (int, error) {
+	// As the Node and Python queues do: a limit below 1 is a mistake, not
+	// "replay nothing" (testdata/queue: replay/bad-limit-0).
+	if limit < 1 {
+		return 0, fmt.Errorf("queue %s: replay: limit must be at least 1, got %d", q.name, limit)
+	}
 	moved, cursor := 0, "-"
 	for moved < limit {
 		batch := min(limit-moved, 1000)

@@ -336,19 +336,13 @@ func testWorker(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	if j.Attempt != 3 || j.LastError != "503" {
 		t.Fatalf("succeeded on %+v, want attempt 3 after a 503", j)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c := counters(t, ctx, q)
-		if c["attempts:success"] == 1 && c["dead_letters:permanent_error"] == 1 {
-			if c["attempts:retry"] != 2 || c["finished:success:3"] != 1 {
-				t.Fatalf("counters %v", c)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("counters never settled: %v", c)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var c map[string]int64
+	waitFor(t, "the counters to settle", func() bool {
+		c = counters(t, ctx, q)
+		return c["attempts:success"] == 1 && c["dead_letters:permanent_error"] == 1
+	})
+	if c["attempts:retry"] != 2 || c["finished:success:3"] != 1 {
+		t.Fatalf("counters %v", c)
 	}
 }
 
@@ -445,10 +439,11 @@ func TestPrevDelayTravelsThroughTheDelayedSet(t *testing.T) {
 	if _, _, err := q.Retry(ctx, m.ID, 25*time.Millisecond, "transient", "e"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(40 * time.Millisecond)
-	if n, _, _ := q.Promote(ctx, 10); n != 1 {
-		t.Fatal("not promoted")
-	}
+	// Promote is a no-op until the due time passes on Redis's clock.
+	waitFor(t, "the retry to be promoted", func() bool {
+		n, _, _ := q.Promote(ctx, 10)
+		return n == 1
+	})
 	if got := read(t, ctx, rdb, q, "c", 1)[0].Values["prev_delay_ms"]; got != "25" {
 		t.Errorf("prev_delay_ms = %v, want 25", got)
 	}

@@ -52,4 +52,5 @@ var (
 	scriptReclaim    = mustScript("reclaim")
 	scriptReplay     = mustScript("replay")
 	scriptHold       = mustScript("hold")
+	scriptRun        = mustScript("run")
 )

@@ -662,8 +662,8 @@ func TestScriptHelpersLiveInLib(t *testing.T) {
 			t.Errorf("%s: lib.lua and the script do not compile: %v", name, err)
 		}
 	}
-	if scripts != 8 {
-		t.Errorf("found %d scripts beside lib.lua, want 8", scripts)
+	if scripts != 9 {
+		t.Errorf("found %d scripts beside lib.lua, want 9", scripts)
 	}
 	if _, err := queue.ScriptSource("lib"); err == nil {
 		t.Error(`ScriptSource("lib") gave a body: lib.lua is no script`)

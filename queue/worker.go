@@ -194,6 +194,13 @@ func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j 
 			return
 		}
 	}
+	q.settle(ctx, w, j, q.run(ctx, w, p, h, j), waiting)
+}
+
+// run runs h on j (not a malformed entry) and decides the outcome: the
+// worker's path from a delivery to an outcome, which the shared queue cases
+// (testdata/queue) drive in every language.
+func (q *Queue) run(ctx context.Context, w *worker, p Decider, h Handler, j Job) outcome {
 	var err error
 	if j.Malformed {
 		err = errors.New("malformed entry: needs id, attempt >= 1 and first_enqueued_ms")
@@ -202,7 +209,7 @@ func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j 
 	}
 	// Deciding must not see shutdown either: a cancelled context would fail
 	// a wasm policy's call.
-	q.settle(ctx, w, j, q.decide(context.WithoutCancel(ctx), w, p, j, err), waiting)
+	return q.decide(context.WithoutCancel(ctx), w, p, j, err)
 }
 
 // decide turns the handler's result into an outcome, once: a success feeds
@@ -213,7 +220,7 @@ func (q *Queue) decide(ctx context.Context, w *worker, p Decider, j Job, herr er
 			// Feed the policy's budget and breaker: a queue is traffic too.
 			s.RecordSuccess(ctx, time.Now().UnixMilli())
 		}
-		return outcome{action: "ack"}
+		return outcome{action: "ack", reason: "success"} // the reason Node and Python report
 	}
 	if j.Malformed {
 		return outcome{action: "dead_letter", reason: "malformed", lastErr: herr.Error()}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -39,6 +40,12 @@ type Config struct {
 	MemoryRatioWarning  float64  `yaml:"memory_ratio_warning"`  // Redis used memory over this share of maxmemory
 	MemoryFor           string   `yaml:"memory_for"`            //
 	LimitFor            string   `yaml:"limit_for"`             // the exporter hitting a bound (max keys, timeout, stats labels) on every scrape
+	OldestJobSeconds    float64  `yaml:"oldest_job_seconds"`    // the oldest job not finished is older than this: a stuck queue, even when nothing fails
+	OldestJobFor        string   `yaml:"oldest_job_for"`        //
+	TailAttempts        int      `yaml:"tail_attempts"`         // a job finished on an attempt above this needed a large share of its attempts (an le bucket of backstop_job_attempts)
+	TailRatio           float64  `yaml:"tail_ratio"`            // share of finished jobs above tail_attempts that warns
+	TailWindow          string   `yaml:"tail_window"`           // ... measured over this window
+	TailFor             string   `yaml:"tail_for"`              //
 	Disabled            []string `yaml:"disabled_alerts"`       // alert names to leave out
 }
 
@@ -64,6 +71,12 @@ func Default() Config {
 		MemoryRatioWarning:  0.9,
 		MemoryFor:           "10m",
 		LimitFor:            "15m",
+		OldestJobSeconds:    3600,
+		OldestJobFor:        "5m",
+		TailAttempts:        3,
+		TailRatio:           0.5,
+		TailWindow:          "30m",
+		TailFor:             "15m",
 	}
 }
 
@@ -95,6 +108,10 @@ func LoadConfig(path string) (Config, error) {
 	return c, c.validate()
 }
 
+// attemptBuckets are the le bounds of backstop_job_attempts below +Inf
+// (the exporter's attemptBuckets: a test there checks rules accepts each).
+var attemptBuckets = []int{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50}
+
 func (c Config) validate() error {
 	switch {
 	case c.DLQPagePerSecond <= 0:
@@ -103,6 +120,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("retry_ratio_warning: must be in (0, 1) (got %v)", c.RetryRatioWarning)
 	case c.MemoryRatioWarning <= 0 || c.MemoryRatioWarning > 1:
 		return fmt.Errorf("memory_ratio_warning: must be in (0, 1] (got %v)", c.MemoryRatioWarning)
+	case c.OldestJobSeconds <= 0:
+		return fmt.Errorf("oldest_job_seconds: must be > 0 (got %v)", c.OldestJobSeconds)
+	case c.TailRatio <= 0 || c.TailRatio >= 1:
+		return fmt.Errorf("tail_ratio: must be in (0, 1) (got %v)", c.TailRatio)
+	case !slices.Contains(attemptBuckets, c.TailAttempts):
+		return fmt.Errorf("tail_attempts: must be an le bucket of backstop_job_attempts: %v (got %d)", attemptBuckets, c.TailAttempts)
 	case c.CrashLoopDeliveries != 1 && c.CrashLoopDeliveries != 2 && c.CrashLoopDeliveries != 3 && c.CrashLoopDeliveries != 5 && c.CrashLoopDeliveries != 10:
 		return fmt.Errorf("crash_loop_deliveries: must be an le bucket of backstop_stream_pending_deliveries: 1, 2, 3, 5 or 10 (got %d)", c.CrashLoopDeliveries)
 	}

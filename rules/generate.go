@@ -31,6 +31,22 @@ type Rule struct {
 	Annotations map[string]string `yaml:"annotations,omitempty"`
 }
 
+// AlertDLQIngestion is the alert that pages on dead letters; the alerter of
+// backstop-exporter posts it too, under the same name and labels.
+const AlertDLQIngestion = "BackstopDLQIngestion"
+
+// Alert returns f's alerting rule named name.
+func (f File) Alert(name string) (Rule, bool) {
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == name {
+				return r, true
+			}
+		}
+	}
+	return Rule{}, false
+}
+
 // sel renders a metric selector with the configured matchers.
 func (c Config) sel(metric string, matchers ...string) string {
 	if c.Selector != "" {
@@ -82,7 +98,7 @@ func (c Config) alert(name, severity, expr, forDur, summary, description string)
 // paging while a stale DLQ sits still.
 func Alerts(c Config) File {
 	all := []Rule{
-		c.alert("BackstopDLQIngestion", "critical",
+		c.alert(AlertDLQIngestion, "critical",
 			fmt.Sprintf("sum by (queue) (rate(%s[%s])) > %v", c.sel("backstop_dlq_ingested_total"), c.DLQRateWindow, c.DLQPagePerSecond),
 			c.DLQPageFor,
 			"Jobs are being dead-lettered on queue {{ $labels.queue }}.",
@@ -127,6 +143,19 @@ func Alerts(c Config) File {
 			c.LagFor,
 			"Consumers of queue {{ $labels.queue }} are falling behind.",
 			"{{ $value | humanize }} jobs of queue {{ $labels.queue }} wait for group {{ $labels.group }}, and the backlog grows."),
+		c.alert("BackstopOldestJobTooOld", "critical",
+			fmt.Sprintf("max by (queue) (%s) > %v", c.sel("backstop_oldest_job_age_seconds"), c.OldestJobSeconds),
+			c.OldestJobFor,
+			"The oldest job on queue {{ $labels.queue }} has waited too long.",
+			"A job of queue {{ $labels.queue }} enqueued {{ $value | humanizeDuration }} ago has not finished (bound "+fmt.Sprint(c.OldestJobSeconds)+" s): the queue is stuck or its consumers are gone, even if nothing fails."),
+		c.alert("BackstopAttemptsTailHeavy", "warning",
+			fmt.Sprintf("(\n  sum by (queue) (rate(%[1]s[%[3]s]))\n-\n  sum by (queue) (rate(%[2]s[%[3]s]))\n)\n/\nsum by (queue) (rate(%[1]s[%[3]s]))\n> %[4]v",
+				// le="3" in the text format, le="3.0" in OpenMetrics as
+				// Prometheus 2 stores it.
+				c.sel("backstop_job_attempts_count"), c.sel("backstop_job_attempts_bucket", fmt.Sprintf(`le=~"%d(\\.0)?"`, c.TailAttempts)), c.TailWindow, c.TailRatio),
+			c.TailFor,
+			"Most jobs on queue {{ $labels.queue }} need many attempts.",
+			"{{ $value | humanizePercentage }} of the jobs queue {{ $labels.queue }} finished over "+c.TailWindow+" needed more than "+fmt.Sprint(c.TailAttempts)+" attempts (threshold "+fmt.Sprint(c.TailRatio)+"): the dependency fails most first tries, and the retries hide it."),
 		c.alert("BackstopRedisDown", "critical",
 			fmt.Sprintf("max by (instance) (%s) == 0", c.sel("backstop_up")),
 			c.DownFor,

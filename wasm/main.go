@@ -16,31 +16,27 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/backstop-dev/backstop/internal/abi"
 	"github.com/backstop-dev/backstop/policy"
 )
 
-// abiVersion is the version of ABI.md this module implements.
-const abiVersion = 1
-
-// Error codes (ABI.md, "Error codes").
+// The ABI's codes, limits and flags, from their one home (internal/abi).
 const (
-	errHandle   = -1
-	errPolicy   = -2
-	errInput    = -3
-	errMemory   = -4
-	errInternal = -6
-)
+	errHandle   = abi.ErrHandle
+	errPolicy   = abi.ErrPolicy
+	errInput    = abi.ErrInput
+	errMemory   = abi.ErrMemory
+	errInternal = abi.ErrInternal
 
-const (
-	minBuffer  = 4 << 10
-	maxBuffer  = 64 << 20
-	maxHandles = 1 << 16
+	minBuffer  = abi.MinBuffer
+	maxBuffer  = abi.MaxBuffer
+	maxHandles = abi.MaxHandles
 
-	recordSize = 64 // decide_batch input record
-	resultSize = 8  // decide_batch result word
+	recordSize = abi.RecordSize
+	resultSize = abi.ResultSize
 
-	flagIdempotencyKey = 1 << 0
-	flagPushback       = 1 << 1
+	flagIdempotencyKey = abi.FlagIdempotencyKey
+	flagPushback       = abi.FlagPushback
 )
 
 // main is empty: a reactor's exports are its entry points, and the host
@@ -95,7 +91,7 @@ func panicString(e any) string {
 }
 
 //go:wasmexport abi_version
-func abi_version() int32 { return abiVersion }
+func abi_version() int32 { return abi.Version }
 
 // buffer returns the address of the shared buffer, grown to at least size
 // bytes. Growing copies the old contents (a host may grow it while writing
@@ -313,14 +309,14 @@ func decide(h int32, attempt int64, httpStatus, grpcCode int32,
 	if err != nil {
 		return int64(decideError(err))
 	}
-	return d.Pack()
+	return abi.Pack(d)
 }
 
 // stringsOK reports whether the flags are known and the strings (lengths
 // ml, kl, hl at off) lie inside the buffer. The int64 arithmetic cannot
 // wrap for any i32 or u32 the host passes.
 func stringsOK(flags uint32, off, ml, kl, hl int64) bool {
-	return flags&^(flagIdempotencyKey|flagPushback) == 0 && ml|kl|hl >= 0 &&
+	return flags&^abi.Flags == 0 && ml|kl|hl >= 0 &&
 		off >= 0 && ml+kl+hl <= int64(len(buf))-off
 }
 
@@ -351,7 +347,7 @@ func handleError(h int32) int32 {
 
 func stringsError(flags uint32, off, ml, kl, hl int64) int32 {
 	switch {
-	case flags&^(flagIdempotencyKey|flagPushback) != 0:
+	case flags&^abi.Flags != 0:
 		return fail(errInput, "invalid failure: flags: only bits 0 and 1 may be set (got "+strconv.FormatUint(uint64(flags), 10)+")")
 	case ml < 0 || kl < 0 || hl < 0:
 		return fail(errInput, "invalid failure: string lengths must be >= 0")
@@ -376,25 +372,6 @@ func bufRange(off, n int64) ([]byte, bool) {
 	}
 	return buf[off : off+n], true
 }
-
-// record is one decide_batch input record, as laid out in ABI.md: 64 bytes,
-// little-endian, fields at their natural alignment. wasm is little-endian,
-// so an 8-aligned record is read in place, field by field, without decoding.
-type record struct {
-	attempt, elapsedMs, nowMs int64
-	random                    float64
-	prevDelayMs               int64
-	httpStatus, grpcCode      int32
-	flags, strOff             uint32
-	methodLen, kindLen        uint16
-	hintLen, reserved         uint16
-}
-
-// The record type must be exactly the ABI's 64 bytes.
-var (
-	_ [recordSize - unsafe.Sizeof(record{})]byte
-	_ [unsafe.Sizeof(record{}) - recordSize]byte
-)
 
 // decide_batch decides n records (ABI.md, "decide_batch"). A bad record gets
 // its own error code and the loop goes on; error_message then holds the
@@ -423,28 +400,30 @@ func decide_batch(h int32, inOff, n, outOff int32) (r int32) {
 		return 0
 	}
 	// buf is 8-aligned (a large heap object) and so are the offsets.
-	recs := unsafe.Slice((*record)(unsafe.Pointer(&in[0])), n)
+	// wasm is little-endian, so an 8-aligned record is read in place, field
+	// by field, without decoding.
+	recs := unsafe.Slice((*abi.Record)(unsafe.Pointer(&in[0])), n)
 	res := unsafe.Slice((*int64)(unsafe.Pointer(&out[0])), n)
 	firstBad := -1
 	for i := range recs {
 		rec := &recs[i]
-		off, ml, kl, hl := int64(rec.strOff), int64(rec.methodLen), int64(rec.kindLen), int64(rec.hintLen)
-		if rec.reserved != 0 || !stringsOK(rec.flags, off, ml, kl, hl) {
+		off, ml, kl, hl := int64(rec.StrOff), int64(rec.MethodLen), int64(rec.KindLen), int64(rec.HintLen)
+		if rec.Reserved != 0 || !stringsOK(rec.Flags, off, ml, kl, hl) {
 			res[i] = int64(recordError(i, rec, &firstBad))
 			continue
 		}
 		f := policy.Failure{
-			Attempt: rec.attempt, HTTPStatus: int(rec.httpStatus), GRPCCode: int(rec.grpcCode),
-			ElapsedMs: rec.elapsedMs, NowMs: rec.nowMs, Random: rec.random, PrevDelayMs: rec.prevDelayMs,
+			Attempt: rec.Attempt, HTTPStatus: int(rec.HTTPStatus), GRPCCode: int(rec.GRPCCode),
+			ElapsedMs: rec.ElapsedMs, NowMs: rec.NowMs, Random: rec.Random, PrevDelayMs: rec.PrevDelayMs,
 		}
-		setStrings(&f, off, ml, kl, hl, rec.flags)
+		setStrings(&f, off, ml, kl, hl, rec.Flags)
 		d, err := p.Decide(f)
 		if err != nil {
 			res[i] = int64(decideError(err))
 			badRecord(i, &firstBad)
 			continue
 		}
-		res[i] = d.Pack()
+		res[i] = abi.Pack(d)
 	}
 	if firstBad >= 0 {
 		lastMsg = firstMsg
@@ -464,12 +443,12 @@ func badRecord(i int, firstBad *int) {
 	}
 }
 
-func recordError(i int, rec *record, firstBad *int) int32 {
+func recordError(i int, rec *abi.Record, firstBad *int) int32 {
 	code := int32(errInput)
-	if rec.reserved != 0 {
+	if rec.Reserved != 0 {
 		fail(errInput, "invalid failure: reserved bytes 62..63 must be 0")
 	} else {
-		code = stringsError(rec.flags, int64(rec.strOff), int64(rec.methodLen), int64(rec.kindLen), int64(rec.hintLen))
+		code = stringsError(rec.Flags, int64(rec.StrOff), int64(rec.MethodLen), int64(rec.KindLen), int64(rec.HintLen))
 	}
 	badRecord(i, firstBad)
 	return code

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -34,6 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/alerter"
 )
 
 const name = "backstop-exporter"
@@ -62,7 +64,7 @@ type flags struct {
 	alerter     alerterFlags
 }
 
-// alerterFlags configure the alerter mode (exporter.Alerter): off without
+// alerterFlags configure the alerter mode (alerter.Alerter): off without
 // a URL.
 type alerterFlags struct {
 	url                    string
@@ -134,10 +136,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	var extra []prometheus.Collector
 	if f.alerter.url != "" {
-		a, err := exporter.NewAlerter(c, f.alerter.url,
-			exporter.WithAlertInterval(f.alerter.interval),
-			exporter.WithResolveAfter(f.alerter.resolveAfter),
-			exporter.WithAlertLogger(logger))
+		a, err := alerter.New(c, f.alerter.url,
+			alerter.WithInterval(f.alerter.interval),
+			alerter.WithResolveAfter(f.alerter.resolveAfter),
+			alerter.WithLogger(logger))
 		if err != nil {
 			return err
 		}
@@ -161,6 +163,22 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// target describes the Redis the exporter reads, for the landing page:
+// the mode and addresses, a URL without its password.
+func (r redisFlags) target() string {
+	mode := r.mode
+	if mode == "" {
+		mode = "standalone"
+	}
+	if r.url != "" {
+		if u, err := url.Parse(r.url); err == nil {
+			return mode + " " + u.Redacted()
+		}
+		return mode + " (--redis.url)"
+	}
+	return mode + " " + strings.Join(splitList(r.addr), ", ")
 }
 
 // client returns the Redis client of the mode. Context deadlines are on
@@ -279,21 +297,18 @@ func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...pro
 	mux.HandleFunc("/-/healthy", ok)
 	mux.HandleFunc("/-/ready", ok)
 	if f.metricsPath != "/" {
-		landing, err := web.NewLandingPage(web.LandingConfig{
-			Name:        name,
-			Description: "Prometheus exporter of backstop's Redis queues",
-			Version:     version.Info(),
-			Profiling:   "false", // no pprof handlers here
-			Links: []web.LandingLinks{
-				{Address: f.metricsPath, Text: "Metrics"},
-				{Address: "/-/healthy", Text: "Health"},
-				{Address: "/-/ready", Text: "Readiness"},
-			},
-		})
-		if err != nil {
+		links := []web.LandingLinks{
+			{Address: f.metricsPath, Text: "Metrics"},
+			{Address: "/-/healthy", Text: "Health"},
+			{Address: "/-/ready", Text: "Readiness"},
+		}
+		// The page's template is checked once here; each view renders it again.
+		if _, err := web.NewLandingPage(web.LandingConfig{Name: name, Version: version.Info(), Links: links}); err != nil {
 			return nil, fmt.Errorf("landing page: %w", err)
 		}
-		mux.Handle("/", landing)
+		l := newLanding(c, f.redis.target(), f.metricsPath, links)
+		mux.Handle("/", l)
+		mux.HandleFunc("/queue", l.queuePage)
 	}
 	return mux, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -159,19 +160,15 @@ func TestServe(t *testing.T) {
 		if auth {
 			req.SetBasicAuth("prom", "pass")
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := http.DefaultClient.Do(req)
-			if err == nil {
-				defer resp.Body.Close()
-				body, _ := io.ReadAll(resp.Body)
-				return resp.StatusCode, string(body)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET %s: %v", path, err)
-			}
-			time.Sleep(20 * time.Millisecond) // the server is starting
-		}
+		var resp *http.Response
+		eventually.True(t, 10*time.Second, "GET "+path+" (the server is starting)", func() bool {
+			var err error
+			resp, err = http.DefaultClient.Do(req)
+			return err == nil
+		})
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
 	}
 	if code, _ := get("/metrics", false); code != http.StatusUnauthorized {
 		t.Errorf("metrics without auth: %d", code)

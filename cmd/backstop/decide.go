@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
@@ -21,7 +20,7 @@ import (
 // {"error": "..."} (vector.DecodeLine says which) and the stream goes on.
 // An answer is flushed before the command waits for more input.
 func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := flag.NewFlagSet("decide", flag.ContinueOnError)
+	fs := newFlagSet("decide")
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -39,9 +41,12 @@ type demoQueue struct {
 	timeout                           int
 }
 
+// The first queue's downstream is the flaky one: a long demo takes it down
+// now and then (demoOutage), and its policy's breaker opens.
 var demoQueues = []demoQueue{
 	{name: "payments", policy: `{"name": "payments", "max_attempts": 4, "max_elapsed": "20s",
-		"backoff": {"base": "100ms", "cap": "2s"}, "retry_after": {"cap": "3s", "on_exceed": "give_up"}}`,
+		"backoff": {"base": "100ms", "cap": "2s"}, "retry_after": {"cap": "3s", "on_exceed": "give_up"},
+		"circuit_breaker": {"failure_threshold": 20, "open_for": "2s"}}`,
 		unavailable: 20, throttled: 5, permanent: 3, timeout: 5},
 	{name: "emails", policy: `{"name": "emails", "max_attempts": 6,
 		"backoff": {"base": "50ms", "cap": "1s"}, "jitter": {"mode": "equal"}}`,
@@ -51,9 +56,19 @@ var demoQueues = []demoQueue{
 		unavailable: 15, throttled: 5, permanent: 5, timeout: 10},
 }
 
+// policyName is the "name" of the queue's policy file, shown in the view.
+func (dq demoQueue) policyName() string {
+	var p struct{ Name string }
+	json.Unmarshal([]byte(dq.policy), &p)
+	return p.Name
+}
+
 // downstream answers attempt n of job id: a pure function, so the demo is
-// reproducible.
-func (dq demoQueue) downstream(id string, attempt int64) error {
+// reproducible, except during an outage (down), when every call fails.
+func (dq demoQueue) downstream(id string, attempt int64, down bool) error {
+	if down {
+		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503 Service Unavailable (outage)")}
+	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%s/%d", dq.name, id, attempt))
 	v := int(binary.BigEndian.Uint32(sum[:4]) % 100)
 	switch {
@@ -75,6 +90,16 @@ func (dq demoQueue) downstream(id string, attempt int64) error {
 const (
 	maxDemoJobs    = 1_000_000
 	maxDemoWorkers = 64
+)
+
+// The endless demo's traffic: a job per queue every demoTrickle, and an
+// outage of the first queue's downstream for demoOutageFor every
+// demoOutageEvery (long enough for its breaker to open, for retries to pile
+// up in the delayed set and for BackstopDLQGrowing to see dead letters).
+var (
+	demoTrickle     = 100 * time.Millisecond
+	demoOutageEvery = 45 * time.Second
+	demoOutageFor   = 12 * time.Second
 )
 
 // demoEmbeddedHelp ends `backstop demo -h`: what differs on the embedded
@@ -115,23 +140,20 @@ lists the exporter's figures per server.
 `
 
 func demo(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := newFlagSet("demo")
 	redisURL := fs.String("redis-url", "", "use this Redis (default: a redis-server on PATH, else an embedded Redis-compatible server)")
-	jobs := fs.Int("jobs", 3000, fmt.Sprintf("jobs to enqueue, spread over the queues (1..%d)", maxDemoJobs))
+	jobs := fs.Int("jobs", 0, fmt.Sprintf("enqueue this many jobs at once, spread over the queues (1..%d), and stop when every one is done; default: a steady trickle, with an outage of the payments downstream now and then, until Ctrl-C or --duration", maxDemoJobs))
 	listen := fs.String("listen", ":9797", "address of the exporter's /metrics")
-	duration := fs.Duration("duration", 0, "stop after this long (default: when every job is done)")
+	duration := fs.Duration("duration", 0, "stop after this long (default: at Ctrl-C, or with --jobs when every job is done)")
 	workers := fs.Int("workers", 2, fmt.Sprintf("workers per queue (1..%d)", maxDemoWorkers))
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: backstop demo [flags]\n\nFlags:\n")
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), demoEmbeddedHelp)
-	}
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
 	}
+	finite := false
+	fs.Visit(func(f *flag.Flag) { finite = finite || f.Name == "jobs" })
 	// Every job is an entry in Redis and every worker a goroutine with a
 	// blocking connection: bound both before anything starts.
-	if *jobs < 1 || *jobs > maxDemoJobs {
+	if finite && (*jobs < 1 || *jobs > maxDemoJobs) {
 		return fmt.Errorf("--jobs: must be in 1..%d (got %d)", maxDemoJobs, *jobs)
 	}
 	if *workers < 1 || *workers > maxDemoWorkers {
@@ -151,7 +173,13 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer stop()
-	fmt.Fprintf(stdout, "backstop demo: %d jobs on %d queues, Redis: %s\n", *jobs, len(demoQueues), where)
+	if finite {
+		fmt.Fprintf(stdout, "backstop demo: %d jobs on %d queues\n", *jobs, len(demoQueues))
+	} else {
+		fmt.Fprintf(stdout, "backstop demo: a job per queue every %s on %d queues; the payments downstream fails for %s every %s\n",
+			demoTrickle, len(demoQueues), demoOutageFor, demoOutageEvery)
+	}
+	fmt.Fprintf(stdout, "Redis: %s\n", where)
 
 	cache, _ := os.UserCacheDir()
 	rt, err := host.New(ctx, host.WithCompilationCache(filepath.Join(cache, "backstop", "wazero")))
@@ -186,19 +214,32 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
 	go srv.Serve(ln)
 	defer srv.Close()
-	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n\n", displayAddr(ln.Addr()))
+	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", displayAddr(ln.Addr()))
+	fmt.Fprint(stdout, demoInspectHelp(demoRedisURL(rdb, *redisURL), qs[0].Name(), displayAddr(ln.Addr())))
 
-	produced := make([]int64, len(qs))
-	for i := 0; i < *jobs; i++ {
-		k := i % len(qs)
-		if _, err := qs[k].Enqueue(ctx, fmt.Sprintf("%s-%05d", demoQueues[k].name, i), []byte(`{"demo":true}`)); err != nil {
-			return err
+	produced := make([]atomic.Int64, len(qs))
+	if finite {
+		for i := 0; i < *jobs; i++ {
+			k := i % len(qs)
+			if _, err := qs[k].Enqueue(ctx, fmt.Sprintf("%s-%05d", demoQueues[k].name, i), []byte(`{"demo":true}`)); err != nil {
+				if ctx.Err() != nil {
+					break // Ctrl-C while enqueueing: the summary says what was produced
+				}
+				return err
+			}
+			produced[k].Add(1)
 		}
-		produced[k]++
 	}
 
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	var breaker *host.Policy // the payments policy's, shown in the view
+	var down atomic.Bool     // the payments downstream is out
+	if !finite {
+		wg.Add(2)
+		go func() { defer wg.Done(); demoProduce(wctx, qs, produced) }()
+		go func() { defer wg.Done(); demoOutages(wctx, &down) }()
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for k, q := range qs {
 		p, err := rt.Load(ctx, []byte(demoQueues[k].policy))
@@ -206,14 +247,18 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 			stopWorkers()
 			return err
 		}
+		if k == 0 {
+			breaker = p
+		}
 		dq := demoQueues[k]
+		flaky := k == 0
 		for w := 0; w < *workers; w++ {
 			wg.Add(1)
 			go func(q *queue.Queue, w int) {
 				defer wg.Done()
 				q.Work(wctx, p, func(ctx context.Context, j queue.Job) error {
 					time.Sleep(time.Duration(1+len(j.ID)%4) * time.Millisecond) // the call
-					return dq.downstream(j.ID, j.Attempt)
+					return dq.downstream(j.ID, j.Attempt, flaky && down.Load())
 				}, queue.WithConsumer(fmt.Sprintf("demo-%d", w)), queue.WithBatch(16, 100*time.Millisecond),
 					queue.WithPromote(50*time.Millisecond, 500), queue.WithReclaim(time.Second, 5*time.Second, 5),
 					queue.WithLogger(quiet))
@@ -221,7 +266,8 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 
-	view := newDemoView(stdout, qs, produced)
+	view := newDemoView(stdout, qs, produced, &down)
+	view.breaker = breaker
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for done := false; !done; {
@@ -229,13 +275,90 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		case <-ctx.Done():
 			done = true
 		case <-tick.C:
-			done = view.refresh(ctx)
+			done = view.refresh(ctx) && finite
 		}
 	}
+	// Ctrl-C (or --duration): the producer and the workers stop; each
+	// worker applies the outcome of the job in hand before it returns, so
+	// the summary, read after, is the queues' true state.
 	stopWorkers()
 	wg.Wait()
 	view.final(context.Background())
 	return nil
+}
+
+// demoProduce enqueues a job per queue every demoTrickle until ctx ends.
+func demoProduce(ctx context.Context, qs []*queue.Queue, produced []atomic.Int64) {
+	t := time.NewTicker(demoTrickle)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for k, q := range qs {
+			// A failed enqueue (ctx ended meanwhile) is not counted.
+			if _, err := q.Enqueue(ctx, fmt.Sprintf("%s-%07d", demoQueues[k].name, i), []byte(`{"demo":true}`)); err == nil {
+				produced[k].Add(1)
+			}
+		}
+	}
+}
+
+// demoOutages takes the flaky downstream down for demoOutageFor every
+// demoOutageEvery until ctx ends.
+func demoOutages(ctx context.Context, down *atomic.Bool) {
+	for {
+		if !sleep(ctx, demoOutageEvery-demoOutageFor) {
+			return
+		}
+		down.Store(true)
+		ok := sleep(ctx, demoOutageFor)
+		down.Store(false)
+		if !ok {
+			return
+		}
+	}
+}
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// demoRedisURL is the URL another terminal uses to reach the demo's Redis.
+func demoRedisURL(rdb redis.UniversalClient, given string) string {
+	if given != "" {
+		return given
+	}
+	if c, ok := rdb.(*redis.Client); ok {
+		return "redis://" + c.Options().Addr + "/0"
+	}
+	return ""
+}
+
+// demoInspectHelp tells how to look at the demo's queues from another
+// terminal while it runs, with the command as it was started.
+func demoInspectHelp(url, q, metrics string) string {
+	self := os.Args[0] // as typed: backstop on the PATH, bin/backstop from make demo
+	if strings.Contains(self, "go-build") {
+		self = "go run ./cmd/backstop"
+	}
+	return fmt.Sprintf(`
+from another terminal, while it runs:
+  %[1]s queue stats --redis-url %[2]s --queue %[3]s
+  %[1]s dlq inspect --redis-url %[2]s --queue %[3]s
+  curl -s http://%[4]s/metrics | grep 'queue="%[3]s"'
+
+`, self, url, q, metrics)
 }
 
 // demoRedis returns the Redis the demo uses, what it is, and how to stop it.
@@ -246,6 +369,8 @@ func demoRedis(url string) (redis.UniversalClient, string, func(), error) {
 			return nil, "", nil, fmt.Errorf("--redis-url: %w", err)
 		}
 		c := redis.NewClient(opt)
+		redis.SetLogger(quietRedis{})
+		c.AddHook(&reachHook{addrs: []string{opt.Addr}, flagName: "--redis-url"})
 		return c, url, func() { c.Close() }, nil
 	}
 	if path, err := exec.LookPath("redis-server"); err == nil {
@@ -273,7 +398,12 @@ func startRedisServer(path string) (*redis.Client, func(), error) {
 		return nil, nil, err
 	}
 	cmd := exec.Command(path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	// Its own session: the terminal's Ctrl-C reaches the demo, which stops
+	// its workers and reads the summary before it stops this server. Should
+	// the demo die instead, the server goes with it.
+	cmd.SysProcAttr = ownSession()
 	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
@@ -301,45 +431,57 @@ func displayAddr(a net.Addr) string {
 type demoView struct {
 	w         io.Writer
 	qs        []*queue.Queue
-	produced  []int64
+	produced  []atomic.Int64
+	down      *atomic.Bool
+	breaker   *host.Policy
 	tty       bool
 	start     time.Time
 	lastRetry []int64
 	lines     int
 }
 
-func newDemoView(w io.Writer, qs []*queue.Queue, produced []int64) *demoView {
+func newDemoView(w io.Writer, qs []*queue.Queue, produced []atomic.Int64, down *atomic.Bool) *demoView {
 	tty := false
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			tty = true
 		}
 	}
-	return &demoView{w: w, qs: qs, produced: produced, tty: tty, start: time.Now(), lastRetry: make([]int64, len(qs))}
+	return &demoView{w: w, qs: qs, produced: produced, down: down, tty: tty, start: time.Now(), lastRetry: make([]int64, len(qs))}
 }
 
 // refresh prints one frame and reports whether every job is done.
 func (v *demoView) refresh(ctx context.Context) bool {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-9s %9s %9s %9s %9s %9s %9s  %s\n", "queue", "produced", "succeeded", "in flight", "delayed", "retries/s", "dead", "dead letters by reason")
+	fmt.Fprintf(&b, "%-14s %-9s %9s %9s %9s %9s %9s %9s  %s\n", "queue", "policy", "produced", "succeeded", "in flight", "delayed", "retries/s", "dead", "dead letters by reason")
 	drained := true
 	for i, q := range v.qs {
+		produced := v.produced[i].Load()
 		s, err := q.Stats(ctx)
 		if err != nil {
-			fmt.Fprintf(&b, "%-9s stats: %v\n", strings.TrimPrefix(q.Name(), "demo-"), err)
+			fmt.Fprintf(&b, "%-14s stats: %v\n", q.Name(), err)
 			drained = false
 			continue
 		}
 		c := s.Counters
 		rate := c["attempts:retry"] - v.lastRetry[i]
 		v.lastRetry[i] = c["attempts:retry"]
-		fmt.Fprintf(&b, "%-9s %9d %9d %9d %9d %9d %9d  %s\n", strings.TrimPrefix(q.Name(), "demo-"), v.produced[i],
+		fmt.Fprintf(&b, "%-14s %-9s %9d %9d %9d %9d %9d %9d  %s\n", q.Name(), demoQueues[i].policyName(), produced,
 			c["attempts:success"], s.Jobs, s.Delayed, rate, s.DLQ, byReason(c))
-		if c["attempts:success"]+c["attempts:dead_letter"] < v.produced[i] {
+		if c["attempts:success"]+c["attempts:dead_letter"] < produced {
 			drained = false
 		}
 	}
-	fmt.Fprintf(&b, "elapsed %s   (Ctrl-C stops)\n", time.Since(v.start).Round(time.Second))
+	state := "up"
+	if v.down.Load() {
+		state = "DOWN (an outage: retries wait in the delayed set, the breaker opens, dead letters grow)"
+	}
+	if v.breaker != nil {
+		if cs, err := v.breaker.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
+			state += ", payments policy's breaker " + cs.String()
+		}
+	}
+	fmt.Fprintf(&b, "payments downstream: %s\nelapsed %s   (Ctrl-C stops)\n", state, time.Since(v.start).Round(time.Second))
 	if v.tty && v.lines > 0 {
 		fmt.Fprintf(v.w, "\x1b[%dA\x1b[J", v.lines) // redraw in place
 	}
@@ -366,7 +508,7 @@ func (v *demoView) final(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		produced += v.produced[i]
+		produced += v.produced[i].Load()
 		ok += s.Counters["attempts:success"]
 		dead += s.Counters["attempts:dead_letter"]
 		retries += s.Counters["attempts:retry"]

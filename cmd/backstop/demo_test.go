@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
 )
 
 // The demo drains: every produced job succeeds or is dead-lettered, and
@@ -78,5 +82,37 @@ func TestDemoBoundsItsFlags(t *testing.T) {
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s %s: %v, want %s", c.flag, c.value, err, c.want)
 		}
+	}
+}
+
+// Issue 13: without --jobs the demo keeps going, a trickle of new jobs,
+// and takes the payments downstream down now and then: its breaker opens
+// and dead letters (circuit_open) show up, as an operator would see them.
+// The intervals are shortened here; --duration ends the run.
+func TestDemoKeepsGoingWithOutages(t *testing.T) {
+	defer func(tr, every, dur time.Duration) { demoTrickle, demoOutageEvery, demoOutageFor = tr, every, dur }(demoTrickle, demoOutageEvery, demoOutageFor)
+	demoTrickle, demoOutageEvery, demoOutageFor = 10*time.Millisecond, 1500*time.Millisecond, time.Second
+	srv := redistest.Start(t)
+	out, err := runCLI(t, "", "demo", "--duration", "4s", "--listen", "127.0.0.1:0", "--redis-url", "redis://"+srv.Addr+"/0")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"demo-payments  payments", "demo-emails    emails", "Redis: redis://" + srv.Addr + "/0",
+		"dlq inspect --redis-url redis://" + srv.Addr + "/0 --queue demo-payments"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	s, err := queue.New(rdb, "demo-payments").Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Counters["dead_letters:circuit_open"] == 0 {
+		t.Errorf("no circuit_open dead letters on demo-payments: %v\n%s", s.Counters, out)
+	}
+	if s.Counters["enqueued"] <= 100 {
+		t.Errorf("%d jobs enqueued on demo-payments, want a steady trickle", s.Counters["enqueued"])
 	}
 }

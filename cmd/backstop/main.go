@@ -3,10 +3,13 @@
 //	backstop policy check FILE|PRESET   validate and print the schedule
 //	backstop policy presets             list the presets
 //	backstop policy show PRESET         print a preset's policy file
+//	backstop policy import FILE         a Cloud Tasks or Spring Retry config as a policy
 //	backstop decide --policy FILE|PRESET
 //	                                    JSON lines in, decisions out, through backstop.wasm
 //	backstop demo                      queues, workers, exporter and a live view
 //	backstop queue stats --queue Q     sizes and counters of a queue
+//	backstop queue run --queue Q --id ID | --all-due-before T --limit N
+//	                                    run delayed jobs now
 //	backstop dlq inspect --queue Q     dead letters by reason, the newest ones
 //	backstop dlq replay --queue Q --limit N [--reason R]
 //	backstop version
@@ -19,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 )
 
 const usage = `usage: backstop <command> [arguments]
@@ -30,6 +34,9 @@ commands:
   policy show PRESET          print a preset's policy file
   policy plot FILE|PRESET --out FILE.svg|.png [--compare FILE|PRESET,...]
                               chart the schedule: jitter envelope, knees
+  policy import [--from cloud-tasks|spring] FILE|-
+                              a Cloud Tasks RetryConfig or Spring Retry
+                              properties as a backstop policy file
   simulate [--policy FILE|PRESET] [--clients N] [--capacity N] [--recovery D]
                               the herd N clients send a recovering dependency
   simulate contention         the jitter comparison (docs/simulation.md)
@@ -38,6 +45,8 @@ commands:
   demo                        the whole system moving: queues, workers deciding
                               through backstop.wasm, the exporter, a live view
   queue stats --queue Q       sizes and counters of a queue
+  queue run --queue Q --id ID | --all-due-before T --limit N
+                              run delayed jobs now, before they are due
   dlq inspect --queue Q       dead letters by reason, and the newest ones
   dlq replay --queue Q --limit N [--reason R]
                               move dead letters back to the jobs stream
@@ -58,7 +67,9 @@ var version = "dev"
 var errUsage = errors.New("usage")
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Ctrl-C, kill and a closed terminal end commands the same way: the demo
+	// stops its workers, prints its summary and removes its Redis.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, errUsage) {
@@ -74,6 +85,14 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if key, ok := helpRequest(args); ok {
+		return printHelp(ctx, key, stdin, stdout)
+	}
+	return dispatch(ctx, args, stdin, stdout, stderr)
+}
+
+// dispatch runs the command args name.
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errUsage
 	}
@@ -91,6 +110,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return policyShow(args[2:], stdout)
 		case "plot":
 			return policyPlot(args[2:], stdout)
+		case "import":
+			return policyImport(args[2:], stdin, stdout, stderr)
 		}
 	case "decide":
 		return decide(ctx, args[1:], stdin, stdout)
@@ -108,14 +129,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return demo(ctx, args[1:], stdout)
 	case "queue":
 		if len(args) >= 2 && args[1] == "stats" {
-			return queueStats(ctx, args[2:], stdout)
+			return queueStats(ctx, args[2:], stdout, stderr)
+		}
+		if len(args) >= 2 && args[1] == "run" {
+			return queueRun(ctx, args[2:], stdout)
 		}
 	case "dlq":
 		if len(args) >= 2 && args[1] == "inspect" {
-			return dlqInspect(ctx, args[2:], stdout)
+			return dlqInspect(ctx, args[2:], stdout, stderr)
 		}
 		if len(args) >= 2 && args[1] == "replay" {
-			return dlqReplay(ctx, args[2:], stdout)
+			return dlqReplay(ctx, args[2:], stdout, stderr)
 		}
 	case "version":
 		fmt.Fprintln(stdout, "backstop", version)

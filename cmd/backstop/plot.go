@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/backstop-dev/backstop/plot"
+	"github.com/backstop-dev/backstop/internal/plot"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -25,7 +25,7 @@ const (
 // policyPlot draws a policy's schedule, its jitter envelope and knees,
 // alone or next to others, as SVG or PNG.
 func policyPlot(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("policy plot", flag.ContinueOnError)
+	fs := newFlagSet("policy plot")
 	out := fs.String("out", "", "chart to write: FILE.svg or FILE.png (required)")
 	compare := fs.String("compare", "", "more policies on the same chart: FILE|PRESET,...")
 	attempts := fs.Int("attempts", 0, fmt.Sprintf("at most this many failed attempts, up to %d (default: the policy's retries, at most 30)", maxPlotAttempts))

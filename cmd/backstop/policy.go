@@ -2,14 +2,13 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/backstop-dev/backstop/plot"
+	"github.com/backstop-dev/backstop/internal/plot"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -62,7 +61,7 @@ func problems(name string, err error) error {
 const maxRows = 10_000
 
 func policyCheck(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
+	fs := newFlagSet("policy check")
 	rows := fs.Int("rows", 30, fmt.Sprintf("at most this many schedule rows (1..%d)", maxRows))
 	chart := fs.Bool("chart", false, "draw the median and max delays as a text chart under the table")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
@@ -106,6 +105,8 @@ func writeSchedule(w io.Writer, p *policy.Policy, steps []policy.Step, rows int)
 	switch {
 	case len(steps) == 0:
 		fmt.Fprintln(w, "\nno retries: the first failure is final")
+	case p.StopWhen() == "all" && len(steps) < rows:
+		fmt.Fprintf(w, "\nattempt %d is the last: its failure comes when every limit has passed (stop_when all)\n", last+1)
 	case p.MaxAttempts() > 0 && last == p.MaxAttempts()-1:
 		fmt.Fprintf(w, "\nattempt %d is the last: its failure is dead-lettered (max_attempts_reached)\n", p.MaxAttempts())
 	case p.MaxElapsedMs() > 0 && len(steps) < rows:

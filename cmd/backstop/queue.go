@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -24,10 +25,11 @@ type queueFlags struct {
 	name    *string
 	group   *string
 	jsonOut *bool
+	rdb     redis.UniversalClient // set by open
 }
 
 func newQueueFlags(name string) *queueFlags {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlagSet(name)
 	return &queueFlags{
 		fs:      fs,
 		url:     fs.String("redis-url", envOr("BACKSTOP_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env BACKSTOP_REDIS_URL)"),
@@ -50,25 +52,46 @@ func (f *queueFlags) open(args []string) (*queue.Queue, func(), error) {
 		return nil, nil, fmt.Errorf("%w: --queue is required", errUsage)
 	}
 	var rdb redis.UniversalClient
+	var addrs []string
+	flagName := "--redis-url or BACKSTOP_REDIS_URL"
+	redis.SetLogger(quietRedis{})
 	if *f.cluster != "" {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(*f.cluster, ",")})
+		addrs = strings.Split(*f.cluster, ",")
+		flagName = "--redis-cluster or BACKSTOP_REDIS_CLUSTER"
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	} else {
 		opt, err := redis.ParseURL(*f.url)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--redis-url: %w", err)
 		}
+		addrs = []string{opt.Addr}
 		rdb = redis.NewClient(opt)
 	}
+	// An unreachable Redis is one clear error at the first command, not
+	// the client's retries of it.
+	rdb.AddHook(&reachHook{addrs: addrs, flagName: flagName})
+	f.rdb = rdb
 	return queue.New(rdb, *f.name, queue.WithGroup(*f.group)), func() { rdb.Close() }, nil
 }
 
-func queueStats(ctx context.Context, args []string, stdout io.Writer) error {
+// warnMissing warns on stderr when none of the queue's keys exists: a
+// misspelt name would otherwise read as an empty queue.
+func (f *queueFlags) warnMissing(ctx context.Context, q *queue.Queue, stderr io.Writer) {
+	k := q.Keys()
+	if n, err := f.rdb.Exists(ctx, k.Jobs, k.Delayed, k.DLQ, k.Stats).Result(); err == nil && n == 0 {
+		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this Redis (none of %s, %s, %s, %s exists): check --queue and --redis-url\n",
+			q.Name(), k.Jobs, k.Delayed, k.DLQ, k.Stats)
+	}
+}
+
+func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("queue stats")
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
 	}
 	defer done()
+	f.warnMissing(ctx, q, stderr)
 	s, err := q.Stats(ctx)
 	if err != nil {
 		return err
@@ -93,7 +116,7 @@ func queueStats(ctx context.Context, args []string, stdout io.Writer) error {
 // and one reply (XREVRANGE COUNT) that stays small however large the DLQ.
 const maxNewest = 1000
 
-func dlqInspect(ctx context.Context, args []string, stdout io.Writer) error {
+func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("dlq inspect")
 	newest := f.fs.Int("newest", 10, fmt.Sprintf("show the newest N dead letters (0..%d)", maxNewest))
 	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time")
@@ -110,6 +133,7 @@ func dlqInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	if *scan < 0 {
 		return fmt.Errorf("--scan: must be >= 0 (got %d)", *scan)
 	}
+	f.warnMissing(ctx, q, stderr)
 	r, err := q.InspectDLQ(ctx, *newest, *scan)
 	if err != nil {
 		return err
@@ -139,6 +163,24 @@ func dlqInspect(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// warnReason warns on stderr when the queue has never dead-lettered a job
+// with reason (its counters say so): a misspelt reason replays nothing.
+func warnReason(ctx context.Context, q *queue.Queue, reason string, stderr io.Writer) {
+	s, err := q.Stats(ctx)
+	if err != nil || s.Counters["dead_letters:"+reason] > 0 {
+		return
+	}
+	var seen []string
+	for k := range s.Counters {
+		if r, ok := strings.CutPrefix(k, "dead_letters:"); ok {
+			seen = append(seen, r)
+		}
+	}
+	sort.Strings(seen)
+	fmt.Fprintf(stderr, "backstop: warning: queue %s has no dead letters with reason %q (its reasons: %s)\n",
+		q.Name(), reason, strings.Join(append(seen, "none")[:max(1, len(seen))], ", "))
+}
+
 func oneLine(s string, n int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if len(s) > n {
@@ -147,7 +189,7 @@ func oneLine(s string, n int) string {
 	return s
 }
 
-func dlqReplay(ctx context.Context, args []string, stdout io.Writer) error {
+func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("dlq replay")
 	limit := f.fs.Int("limit", 0, "replay at most N dead letters (required), moved 1000 at a time")
 	reason := f.fs.String("reason", "", "replay only dead letters with this reason")
@@ -159,7 +201,66 @@ func dlqReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if *limit < 1 {
 		return fmt.Errorf("%w: --limit must be >= 1", errUsage)
 	}
+	f.warnMissing(ctx, q, stderr)
+	if *reason != "" {
+		warnReason(ctx, q, *reason, stderr)
+	}
 	n, err := q.Replay(ctx, *limit, *reason)
 	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s\n", n, q.Name(), q.Keys().Jobs)
 	return err
+}
+
+// queueRun moves delayed jobs to the jobs stream now: one by job id, or
+// those due before a time in a bounded batch (Cloud Tasks' RunTask).
+func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newQueueFlags("queue run")
+	id := f.fs.String("id", "", "run the delayed job with this job id now")
+	before := f.fs.String("all-due-before", "", `run the delayed jobs due before this time now: RFC 3339 ("2026-12-01T14:00:00Z") or "now"`)
+	limit := f.fs.Int("limit", 0, fmt.Sprintf("with --all-due-before: run at most N jobs, 1..%d (required)", queue.MaxRunLimit))
+	q, done, err := f.open(args)
+	if err != nil {
+		return err
+	}
+	defer done()
+	var opts []queue.RunOption
+	switch {
+	case (*id == "") == (*before == ""):
+		return fmt.Errorf("%w: give --id or --all-due-before, one of them", errUsage)
+	case *id != "":
+		if *limit != 0 {
+			return fmt.Errorf("%w: --limit goes with --all-due-before, not --id", errUsage)
+		}
+		opts = []queue.RunOption{queue.RunID(*id)}
+	default:
+		t := time.Now()
+		if *before != "now" {
+			if t, err = time.Parse(time.RFC3339Nano, *before); err != nil {
+				return fmt.Errorf("%w: --all-due-before must be an RFC 3339 time or \"now\", got %q", errUsage, *before)
+			}
+		}
+		if *limit < 1 || *limit > queue.MaxRunLimit {
+			return fmt.Errorf("%w: --limit must be in 1..%d with --all-due-before, got %d", errUsage, queue.MaxRunLimit, *limit)
+		}
+		opts = []queue.RunOption{queue.RunDueBefore(t), queue.RunLimit(*limit)}
+	}
+	r, err := q.Run(ctx, opts...)
+	if err != nil {
+		return err
+	}
+	if *f.jsonOut {
+		if err := json.NewEncoder(stdout).Encode(map[string]any{"queue": q.Name(), "moved": r.Moved, "left": r.Left}); err != nil {
+			return err
+		}
+	}
+	switch {
+	case *id != "" && r.Moved == 0:
+		// An exit status a script can test: the job was not moved.
+		return fmt.Errorf("queue %s: no delayed job with id %q in %s, nothing moved (is it in the jobs stream or the DLQ already? backstop queue stats --queue %s)", q.Name(), *id, q.Keys().Delayed, q.Name())
+	case *f.jsonOut:
+	case *id != "":
+		fmt.Fprintf(stdout, "moved job %q of queue %s from %s to %s\n", *id, q.Name(), q.Keys().Delayed, q.Keys().Jobs)
+	default:
+		fmt.Fprintf(stdout, "moved %d delayed jobs of queue %s to %s; %d more due before %s\n", r.Moved, q.Name(), q.Keys().Jobs, r.Left, *before)
+	}
+	return nil
 }

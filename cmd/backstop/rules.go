@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,7 +14,7 @@ import (
 // rulesGenerate writes the Prometheus rule files from a configuration (the
 // defaults without --config): `backstop rules generate --config FILE --out DIR`.
 func rulesGenerate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("rules generate", flag.ContinueOnError)
+	fs := newFlagSet("rules generate")
 	config := fs.String("config", "", "rules configuration (YAML; see rules/config.yaml); default: the built-in defaults")
 	out := fs.String("out", "rules", "directory to write backstop.rules.yml and backstop.alerts.yml into")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
@@ -38,7 +37,7 @@ func rulesGenerate(args []string, stdout io.Writer) error {
 // dashboardsGenerate writes the Grafana dashboards:
 // `backstop dashboards generate --out DIR`.
 func dashboardsGenerate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("dashboards generate", flag.ContinueOnError)
+	fs := newFlagSet("dashboards generate")
 	out := fs.String("out", "dashboards", "directory to write the dashboards' JSON into")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage

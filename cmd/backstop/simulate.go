@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/csv"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -13,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/backstop-dev/backstop/plot"
+	"github.com/backstop-dev/backstop/internal/plot"
+	"github.com/backstop-dev/backstop/internal/simulate"
 	"github.com/backstop-dev/backstop/policy"
-	"github.com/backstop-dev/backstop/simulate"
 )
 
 // simulateCmd runs the thundering-herd simulation, or with "contention"
@@ -24,7 +23,7 @@ func simulateCmd(args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "contention" {
 		return simulateContention(args[1:], stdout)
 	}
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs := newFlagSet("simulate")
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
 	clients := fs.Int("clients", 1000, fmt.Sprintf("clients that fail at the same moment (1..%d)", simulate.MaxClients))
 	processes := fs.Int("processes", 0, "policy instances the clients are spread over, at most one per client; one process's clients share its budget and breaker (default: one per 100 clients)")
@@ -194,7 +193,7 @@ const maxContentionPoints = 100
 // simulateContention runs the contention experiment for each policy and
 // number of clients, and prints the work and completion-time tables.
 func simulateContention(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("simulate contention", flag.ContinueOnError)
+	fs := newFlagSet("simulate contention")
 	clientsFlag := fs.String("clients", "10,15,20,25,30,35,40,45,50", fmt.Sprintf("numbers of clients to compare, comma-separated: at most %d numbers, each in 1..%d", maxContentionPoints, simulate.MaxClients))
 	pols := fs.String("policy", "", fmt.Sprintf("policies to compare, FILE|PRESET,..., at most %d (default: exponential backoff with no, full, equal and decorrelated jitter)", maxPlotPolicies))
 	runs := fs.Int("runs", 100, fmt.Sprintf("runs averaged per point (1..%d)", simulate.MaxRuns))

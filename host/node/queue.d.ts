@@ -87,6 +87,33 @@ export type Outcome =
 		readonly dlqId: string | null;
 	};
 
+export interface Ran {
+	/** How many delayed jobs moved to the stream: 0 when the id is not in the delayed set. */
+	readonly moved: number;
+	/** Jobs still due at or before `dueBefore` (beyond `limit`); 0 for `id`. */
+	readonly left: number;
+}
+
+export type RunOptions =
+	| {
+		/** The job id of the delayed job to run now. */
+		readonly id: string;
+	}
+	| {
+		/**
+		The jobs due at or before this time (a Date or unix ms), earliest first.
+
+		@example new Date()
+		*/
+		readonly dueBefore: Date | number;
+		/**
+		At most this many jobs (1..10000).
+
+		@default 100
+		*/
+		readonly limit?: number;
+	};
+
 export interface Promoted {
 	/** How many due retries moved to the stream. */
 	readonly moved: number;
@@ -315,6 +342,14 @@ export interface Queue {
 	@param limit - @default 500
 	*/
 	promote(limit?: number): Promise<Promoted>;
+
+	/**
+	Moves delayed jobs to the stream now, before they are due, counted in `force_run` (Cloud Tasks' RunTask). A member that is not a job `retry` wrote moves raw, as `promote` moves it.
+
+	@example await queue.run({ id: 'order-42' })
+	@example await queue.run({ dueBefore: new Date(), limit: 500 })
+	*/
+	run(options: RunOptions): Promise<Ran>;
 
 	/** Claims entries crashed consumers left pending for `consumer`; dead-letters crash loops. */
 	reclaim(consumer: string, options?: ReclaimOptions): Promise<Reclaimed>;

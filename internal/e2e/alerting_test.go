@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/rules"
@@ -89,14 +91,25 @@ func TestAlerterPagesFaster(t *testing.T) {
 	exporterAddr := startExporter(t, dir, srv.Addr,
 		"--alertmanager.url=http://"+amAddr, "--alertmanager.interval=1s", "--alertmanager.resolve-after=3s")
 
-	// Let the alerter take its baseline, and check the old dead letter did
-	// not page.
-	time.Sleep(2 * time.Second)
+	// Let the alerter take its baseline and read again, and check the old
+	// dead letter did not page. Nothing else reads the DLQ here (no
+	// Prometheus scrapes), so Redis counts the alerter's reads: after three
+	// more, the post of any read past the baseline has reached Alertmanager.
+	reads := commandCalls(t, ctx, rdb, "xinfo|stream")
+	eventually.True(t, 30*time.Second, "three more alerter reads", func() bool {
+		return commandCalls(t, ctx, rdb, "xinfo|stream") >= reads+3
+	})
+	amResp, err := http.Get("http://" + amAddr + "/api/v2/alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	active, _ := io.ReadAll(amResp.Body)
+	amResp.Body.Close()
 	hooks.mu.Lock()
 	early := append([]notification(nil), hooks.got...)
 	hooks.mu.Unlock()
-	if len(early) != 0 {
-		t.Fatalf("paged for dead letters older than the exporter: %+v", early)
+	if strings.TrimSpace(string(active)) != "[]" || len(early) != 0 {
+		t.Fatalf("paged for dead letters older than the exporter: alertmanager has %s, receiver got %+v", active, early)
 	}
 
 	started := time.Now()
@@ -211,22 +224,42 @@ func newReceiver(t *testing.T) *receiver {
 
 func (r *receiver) wait(t *testing.T, limit time.Duration, path, status, alertname string) alert {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
+	var found *alert
+	find := func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		for _, n := range r.got {
 			if n.path == path && n.status == status && n.alert.Labels["alertname"] == alertname {
-				r.mu.Unlock()
-				return n.alert
+				found = &n.alert
+				return true
 			}
 		}
-		r.mu.Unlock()
-		time.Sleep(200 * time.Millisecond)
+		return false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	t.Fatalf("no %s %s notification of %s within %s; got %+v", path, status, alertname, limit, r.got)
-	return alert{}
+	if eventually.Wait(limit, find) != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		t.Fatalf("no %s %s notification of %s within %s; got %+v", path, status, alertname, limit, r.got)
+	}
+	return *found
+}
+
+// commandCalls is how many times Redis has run command (as INFO
+// commandstats names it, "xinfo|stream"), for a test that waits on reads.
+func commandCalls(t *testing.T, ctx context.Context, rdb *redis.Client, command string) int64 {
+	t.Helper()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+command+":calls=")
+		if ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func freeAddr(t *testing.T) string {
@@ -258,19 +291,17 @@ func start(t *testing.T, dir, name, readyURL string, bin string, args ...string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if resp, err := http.Get(readyURL); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+	ready := func() bool {
+		resp, err := http.Get(readyURL)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			out, _ := os.ReadFile(filepath.Join(dir, name+".log"))
-			t.Fatalf("%s not ready at %s:\n%s", name, readyURL, out)
-		}
-		time.Sleep(100 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	if eventually.Wait(60*time.Second, ready) != nil {
+		out, _ := os.ReadFile(filepath.Join(dir, name+".log"))
+		t.Fatalf("%s not ready at %s:\n%s", name, readyURL, out)
 	}
 }
 

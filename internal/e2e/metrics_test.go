@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/backstop-dev/backstop/dashboards"
 	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/rules"
@@ -44,7 +46,15 @@ func TestEveryNamedMetricIsEmitted(t *testing.T) {
 		}
 	}
 	q.Enqueue(ctx, "job-waiting", []byte("{}")) // undelivered: lag
-	time.Sleep(5 * time.Millisecond)            // the 0 ms retry is now overdue
+	// The 0 ms retry is overdue once Redis's clock has passed its due time.
+	eventually.True(t, 10*time.Second, "the 0 ms retry to be overdue", func() bool {
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			return false
+		}
+		n, _ := rdb.ZCount(ctx, q.Keys().Delayed, "-inf", strconv.FormatInt(now.UnixMilli()-1, 10)).Result()
+		return n == 1
+	})
 
 	c, err := exporter.NewCollector(rdb, exporter.WithQueues(exporter.QueueFor("orders")))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/backstop-dev/backstop/internal/grpccode"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -187,7 +188,8 @@ func GRPCCodeByName(name string) (int, bool) {
 			up[i] = b - ('a' - 'A')
 		}
 	}
-	i := slices.Index(policy.GRPCCodeNames[:], string(up))
+	names := grpccode.Names()
+	i := slices.Index(names[:], string(up))
 	return i, i >= 0
 }
 

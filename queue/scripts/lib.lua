@@ -143,3 +143,37 @@ local function now_ms()
   local t = redis.call('TIME')
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
+-- The stream fields of a member retry.lua wrote, or nil for any other: a
+-- JSON object of the fields below and nothing else, each once, strings
+-- (copied byte for byte) or, for attempt, first_enqueued_ms and
+-- prev_delay_ms, whole numbers of at most 15 digits (exact as Lua numbers,
+-- so copied digit for digit).
+-- promote.lua and run.lua move members with it.
+local function job_fields(m)
+  local STRING, NUMBER = 1, 2
+  local MEMBER = {id = STRING, attempt = NUMBER, first_enqueued_ms = NUMBER, payload = STRING,
+    last_error = STRING, last_reason = STRING, source = STRING, prev_delay_ms = NUMBER}
+  local ok, job = pcall(cjson.decode, m)
+  if not ok or type(job) ~= 'table' then return nil end
+  -- What is left without the strings: braces, colons, commas, blanks and
+  -- digits only, or a number (a fraction, an exponent, a sign, hex, inf,
+  -- nan, over 15 digits), a literal, an array or a nested object is there.
+  local rest = string.gsub(string.gsub(m, '\\.', ''), '"[^"]*"', '""')
+  if not string.find(rest, '^%s*{[%s":,%d]*}%s*$') or string.find(rest, '%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d')
+      or string.find(rest, '[^%d]0%d') then
+    return nil
+  end
+  local _, colons = string.gsub(rest, ':', '')
+  local keys = 0
+  for k, v in pairs(job) do
+    keys = keys + 1
+    local want = MEMBER[k]
+    if not want or not (type(v) == 'string' or (want == NUMBER and type(v) == 'number')) then return nil end
+    if type(v) == 'number' then job[k] = string.format('%d', v) end
+  end
+  -- A name given twice decodes once: the other value would be lost.
+  if keys ~= colons or type(job.id) ~= 'string' or job.id == '' then return nil end
+  return {'id', job.id, 'attempt', job.attempt or '', 'first_enqueued_ms', job.first_enqueued_ms or '',
+    'payload', job.payload or '', 'last_error', job.last_error or '', 'last_reason', job.last_reason or '',
+    'prev_delay_ms', job.prev_delay_ms or '0'}
+end

@@ -1,4 +1,5 @@
 // retry(): run a function until it succeeds or the policy says stop.
+import { readFileSync } from 'node:fs';
 import { RetryError } from './errors.js';
 import { loadPolicy } from './policy.js';
 import { readBundledWasm } from './wasm-file.js';
@@ -7,19 +8,12 @@ import { readBundledWasm } from './wasm-file.js';
 // same as a fresh one per call, and cheaper.
 const presets = new Map();
 
-// Node.js and undici error codes → backstop error kinds.
-const ERROR_KINDS = {
-  ECONNRESET: 'connection_reset',
-  EPIPE: 'connection_reset',
-  UND_ERR_SOCKET: 'connection_reset',
-  ECONNREFUSED: 'connection_refused',
-  ETIMEDOUT: 'timeout',
-  UND_ERR_HEADERS_TIMEOUT: 'timeout',
-  UND_ERR_BODY_TIMEOUT: 'timeout',
-  UND_ERR_CONNECT_TIMEOUT: 'connect_timeout',
-  EAI_AGAIN: 'dns_temporary',
-  ENOTFOUND: 'dns_not_found',
-};
+// Node.js and undici error codes → backstop error kinds: the "codes" of
+// errorkinds.json (queue/errorkinds.json, copied into the package), the one
+// table every language reads; error-kinds.test.js checks each row.
+const ERROR_KINDS = Object.freeze(
+  JSON.parse(readFileSync(new URL('../errorkinds.json', import.meta.url), 'utf8')).codes,
+);
 
 const MAX_TIMER = 0x7fffffff; // setTimeout's limit (about 24.8 days)
 

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { until } from './eventually.js';
 
 const live = new Set(); // servers to stop if the test process exits early
 process.on('exit', () => {
@@ -114,16 +115,16 @@ export async function startCluster(n = 3) {
     throw new Error(`redis-cli --cluster create failed: ${r.error?.message ?? ''}${r.stdout}${r.stderr}`);
   }
   // Every node must see every slot served before clients connect.
-  const deadline = Date.now() + 20_000;
   for (const s of servers) {
-    for (;;) {
-      const info = spawnSync('redis-cli', ['-p', String(s.port), 'CLUSTER', 'INFO'], { encoding: 'utf8' }).stdout;
-      if (/cluster_state:ok/.test(info) && /cluster_slots_ok:16384/.test(info)) break;
-      if (Date.now() > deadline) {
-        await stop();
-        throw new Error(`the cluster did not settle:\n${info}`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 50));
+    let info = '';
+    try {
+      await until(`cluster node ${s.port} to serve every slot`, () => {
+        info = spawnSync('redis-cli', ['-p', String(s.port), 'CLUSTER', 'INFO'], { encoding: 'utf8' }).stdout;
+        return /cluster_state:ok/.test(info) && /cluster_slots_ok:16384/.test(info);
+      }, 20_000);
+    } catch (err) {
+      await stop();
+      throw new Error(`the cluster did not settle:\n${info}`, { cause: err });
     }
   }
   return { nodes: servers.map((s) => ({ host: s.host, port: s.port })), stop };

@@ -10,7 +10,8 @@ import { Redis } from 'ioredis';
 import { loadPolicy } from '../index.js';
 import { createQueue, scriptSource } from '../lib/queue.js';
 import { inspector, standalone } from '../test-support/clients.js';
-import { counters } from '../test-support/queue-suite.js';
+import { until } from '../test-support/eventually.js';
+import { counters, serverNow } from '../test-support/queue-suite.js';
 import { startRedis } from '../test-support/redis-server.js';
 
 const server = await startRedis();
@@ -37,20 +38,6 @@ async function outOfMemory() {
   await assert.rejects(raw('SET', 'probe', 'x'), /^ReplyError: OOM /);
   return () => raw('CONFIG', 'SET', 'maxmemory', '0');
 }
-
-// Polls fn until it is truthy; a generous deadline catches a hang (it is no
-// timing threshold).
-async function until(what, fn, ms = 30_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // A gate handlers wait at, and a count of the handlers waiting.
 function gate() {
@@ -122,11 +109,15 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         await until('two handlers to run', () => g.waiting === 2);
         lift = await outOfMemory();
         g.open();
+        // The probing lasts until Redis's own clock, the one idle times are
+        // measured on, has moved four min idle periods past the outage.
         const stolen = [];
-        for (const end = Date.now() + 4 * minIdleMs; Date.now() < end; await sleep(20)) {
+        const start = await serverNow(raw);
+        await until('four min idle periods of reclaim attempts', async () => {
           const [, claimed] = await raw('XAUTOCLAIM', q.keys.jobs, q.group, 'other', minIdleMs, '0-0', 'COUNT', 100);
           for (const [, f] of claimed) stolen.push(`${f[f.indexOf('id') + 1]}/${f[f.indexOf('attempt') + 1]}`);
-        }
+          return (await serverNow(raw)) - start >= 4 * minIdleMs;
+        });
         await lift();
         await until('every job to finish', async () => {
           const c = await counters(raw, q);
@@ -222,13 +213,16 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
       const lift = await outOfMemory();
       try {
         await assert.rejects(q.ack(ids[4]), /OOM/);
-        await sleep(20);
+        // Hold resets idle time: let the entries go idle first, as Redis sees it.
+        const idle = async (id) => Number((await raw('XPENDING', q.keys.jobs, q.group, id, id, '1'))[0]?.[2] ?? 0);
+        await until('the pending entries idle for 20ms', async () => (await idle(ids[0])) >= 20 && (await idle(ids[1])) >= 20);
         assert.deepEqual(await q.hold('c1', ids), [true, false, false, false, true]);
         const p = await raw('XPENDING', q.keys.jobs, q.group, '-', '+', '10');
         const byId = Object.fromEntries(p.map(([id, consumer, idle, deliveries]) => [id, { consumer, idle, deliveries }]));
         assert.equal(byId[ids[0]].consumer, 'c1');
         assert.equal(byId[ids[0]].deliveries, 1, 'holding is not a delivery');
-        assert.ok(byId[ids[0]].idle < 20, `idle ${byId[ids[0]].idle} reset`);
+        // Both were idle for 20ms before the hold: only the held one started again.
+        assert.ok(byId[ids[0]].idle < byId[ids[1]].idle, `idle ${byId[ids[0]].idle} reset (the other's ${byId[ids[1]].idle})`);
         assert.equal(byId[ids[1]].consumer, 'c2');
         assert.ok(byId[ids[1]].idle >= 20, 'another consumer’s entry is left alone');
         assert.equal(byId[ids[3]], undefined);

@@ -21,7 +21,7 @@ for (const [name, kind] of Object.entries(standalone)) {
 
 test('the shipped scripts are the contract’s', async () => {
   const { readdirSync, readFileSync } = await import('node:fs');
-  const names = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold'];
+  const names = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run'];
   const contract = (name) => readFileSync(new URL(`../../../queue/scripts/${name}.lua`, import.meta.url), 'utf8');
   const shipped = (name) => readFileSync(new URL(`../scripts/${name}.lua`, import.meta.url), 'utf8');
   assert.deepEqual(readdirSync(new URL('../scripts/', import.meta.url)).sort(), [...names, 'lib'].map((n) => `${n}.lua`).sort());
@@ -62,4 +62,40 @@ test('a Redis error names the queue and the step, and keeps the client error as 
   });
   await assert.rejects(q.ensureGroup(), /^Error: queue wrongtype: create group workers: WRONGTYPE/);
   await assert.rejects(q.stats(), /^Error: queue wrongtype: stats: WRONGTYPE/);
+});
+
+test('run moves delayed jobs now, by id or due before a bound, and counts them', async () => {
+  const q = createQueue(raw.client, 'run-now');
+  await q.ensureGroup();
+  for (const [i, id] of ['a', 'b', 'c'].entries()) {
+    await q.enqueue(id, 'p');
+    const [job] = await q.read('c1', { count: 1 });
+    await q.retry(job, (i + 1) * 3_600_000, 'transient', 'e');
+  }
+  await raw('ZADD', q.keys.delayed, '1', '{"id":"x","attempt":2.5}');
+  assert.deepEqual(await q.run({ id: 'b' }), { moved: 1, left: 0 });
+  assert.deepEqual(await q.run({ id: 'nope' }), { moved: 0, left: 0 }); // unknown id: nothing moved
+  assert.deepEqual(await q.run({ id: 'x' }), { moved: 1, left: 0 }); // malformed: moved raw
+  const bound = new Date(Date.now() + 5 * 3_600_000);
+  assert.deepEqual(await q.run({ dueBefore: bound, limit: 1 }), { moved: 1, left: 1 });
+  assert.deepEqual(await q.run({ dueBefore: bound.getTime() }), { moved: 1, left: 0 });
+  const jobs = await q.read('c2', { count: 10 });
+  assert.deepEqual(jobs.map((j) => j.id), ['b', '', 'a', 'c']);
+  assert.equal(jobs[1].malformed, true);
+  assert.equal((await q.stats()).counters.force_run, 4);
+  for (const bad of [{}, { id: 'a', dueBefore: 1 }, { id: '' }, { dueBefore: bound, limit: 0 }, { dueBefore: bound, limit: 10001 }, { dueBefore: -1 }]) {
+    await assert.rejects(q.run(bad), { name: 'TypeError' }, JSON.stringify(bad));
+  }
+});
+
+test('run by id goes on through a set too large for one call', async () => {
+  const q = createQueue(raw.client, 'run-big');
+  const args = [];
+  for (let i = 0; i < 30000; i++) args.push(String(1e13 + i), `{"id":"job-${i}","attempt":2,"first_enqueued_ms":"1"}`);
+  await raw('ZADD', q.keys.delayed, ...args);
+  const first = await raw('EVAL', scriptSource('run'), '3', q.keys.delayed, q.keys.jobs, q.keys.stats, 'id', 'nope', '0');
+  assert.notEqual(String(first[1]), '0', 'one call reads a bounded part');
+  assert.deepEqual(await q.run({ id: 'job-29999' }), { moved: 1, left: 0 });
+  assert.deepEqual(await q.run({ id: 'job-29999' }), { moved: 0, left: 0 });
+  assert.equal(Number(await raw('ZCARD', q.keys.delayed)), 29999);
 });

@@ -110,7 +110,7 @@ test('abort stops the wait at once', async (t) => {
   const ac = new AbortController();
   const onRetry = ({ delayMs }) => {
     assert.equal(delayMs, 30_000);
-    setTimeout(() => ac.abort(), 10);
+    setImmediate(() => ac.abort()); // once retry() has started its wait
   };
   await assert.rejects(retry(() => fetch(srv.url), { policy, signal: ac.signal, onRetry }), { name: 'AbortError' });
   assert.equal(srv.arrivals.length, 1);

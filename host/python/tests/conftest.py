@@ -1,7 +1,10 @@
+import asyncio
+import inspect
 import json
 import os
+import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 import pytest
 
@@ -29,6 +32,55 @@ def group_source(g: Dict[str, Any]) -> Any:
     return g["preset"] if g.get("preset") else g["policy"]
 
 
+# The one place where the Python tests wait: for a condition they can
+# observe, polled until a deadline. The deadline catches a hang; it is never
+# what a test asserts, so it is generous.
+POLL_SECONDS = 0.01
+
+
+def wait_for(cond: Callable[[], Any], timeout: float) -> Any:
+    """Polls cond until it returns a truthy value, and returns that value;
+    returns None once timeout seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL_SECONDS)
+
+
+def until(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """wait_for, failing the test (naming what it waited for) on timeout."""
+    v = wait_for(cond, timeout)
+    if not v:
+        pytest.fail("timed out after %gs waiting for %s" % (timeout, what), pytrace=False)
+    return v
+
+
+async def until_async(what: str, cond: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """until for a coroutine: cond may return a value or an awaitable, and
+    the event loop runs between checks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if inspect.isawaitable(v):
+            v = await v
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            pytest.fail("timed out after %gs waiting for %s" % (timeout, what), pytrace=False)
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def server_time_ms(r: Any) -> int:
+    """Redis's clock, in unix ms: the one XPENDING idle times and due times
+    are measured on."""
+    s, us = r.time()
+    return s * 1000 + us // 1000
+
+
 # -- Redis: real redis-server processes (the Debian package) ----------------------
 #
 # The queue tests run against a real standalone server and a real 3-master
@@ -39,7 +91,6 @@ def group_source(g: Dict[str, Any]) -> Any:
 import shutil
 import socket
 import subprocess
-import time
 
 
 def _binary(name: str) -> str:
@@ -76,13 +127,15 @@ class RedisServer:
             self.proc = subprocess.Popen(args, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         c = redis.Redis(port=self.port, socket_timeout=1)
-        deadline = time.monotonic() + 10
-        up = False
-        while not up and self.proc.poll() is None and time.monotonic() < deadline:
+
+        def answers() -> bool:
             try:
-                up = c.ping()
+                return c.ping()
             except redis.RedisError:
-                time.sleep(0.02)
+                return False
+
+        # A server that exited stops the wait too: its log says why.
+        up = wait_for(lambda: answers() or self.proc.poll() is not None, 10) and self.proc.poll() is None
         c.close()
         if not up:
             self.stop()
@@ -119,13 +172,10 @@ def redis_cluster(tmp_path_factory):
         if r.returncode != 0:
             pytest.fail("redis-cli --cluster create failed:\n%s" % (r.stdout + r.stderr).decode(errors="replace"),
                         pytrace=False)
-        deadline = time.monotonic() + 30
         for n in nodes:
             c = redis.Redis(port=n.port)
-            while b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
-                if time.monotonic() > deadline:
-                    pytest.fail("cluster node 127.0.0.1:%d not ready" % n.port, pytrace=False)
-                time.sleep(0.05)
+            until("cluster node 127.0.0.1:%d to be ready" % n.port,
+                  lambda: b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO"))
             c.close()
         yield [n.port for n in nodes]
     finally:

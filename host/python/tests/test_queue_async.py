@@ -179,7 +179,7 @@ def test_work_can_be_cancelled(redis_server, policy):
 
         async def handler(job):
             started.set()
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # never ends: the task is cancelled
 
         await q.ensure_group()
         await q.enqueue("slow")

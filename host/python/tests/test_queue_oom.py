@@ -8,7 +8,6 @@ import asyncio
 import logging
 import re
 import threading
-import time
 from collections import Counter
 
 import pytest
@@ -19,6 +18,7 @@ from redis.retry import Retry
 
 import backstop
 from backstop.queue import AsyncQueue, Queue
+from conftest import server_time_ms, until, until_async
 
 MIN_IDLE_MS = 400
 # Batches of 4: flaky (a 503, then a success) and bad (a 400) each start a
@@ -62,15 +62,6 @@ def out_of_memory(r):
     with pytest.raises(redis.exceptions.OutOfMemoryError):
         r.set("probe", "x")
     return lambda: r.config_set("maxmemory", 0)
-
-
-def until(what, cond, timeout=30.0):
-    """Polls cond; the deadline catches a hang (it is no timing threshold)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail("timed out waiting for %s" % what)
-        time.sleep(0.01)
 
 
 def steal(r, q, stolen):
@@ -136,11 +127,12 @@ def test_out_of_memory_no_job_runs_twice(r, redis_server, policy, caplog):
         until("two handlers to run", lambda: gate.waiting == 2)
         lift = out_of_memory(r)
         gate.open.set()
+        # The probing lasts until Redis's own clock, the one idle times are
+        # measured on, has moved four min idle periods past the outage.
         stolen = []
-        end = time.monotonic() + 4 * MIN_IDLE_MS / 1000
-        while time.monotonic() < end:
-            steal(r, q, stolen)
-            time.sleep(0.02)
+        start = server_time_ms(r)
+        until("four min idle periods of reclaim attempts",
+              lambda: steal(r, q, stolen) or server_time_ms(r) - start >= 4 * MIN_IDLE_MS)
         lift()
         until("every job to finish", lambda: (
             sum(q.stats().counters.get(k, 0) for k in ("attempts:success", "attempts:dead_letter")) >= len(IDS)
@@ -177,13 +169,6 @@ def test_out_of_memory_no_job_runs_twice_asyncio(r, redis_server, policy, caplog
             if job.id == "flaky" and job.attempt == 1:
                 raise HTTPError(503)
 
-        async def poll(what, cond):
-            deadline = time.monotonic() + 30
-            while not cond():
-                if time.monotonic() > deadline:
-                    pytest.fail("timed out waiting for %s" % what)
-                await asyncio.sleep(0.01)
-
         stop = asyncio.Event()
         clients = [redis.asyncio.Redis(port=redis_server.port) for _ in range(2)]
         workers = [asyncio.ensure_future(AsyncQueue(c, q.name).work(
@@ -191,15 +176,14 @@ def test_out_of_memory_no_job_runs_twice_asyncio(r, redis_server, policy, caplog
             reclaim_every=0.02, min_idle_ms=MIN_IDLE_MS, max_deliveries=2)) for name, c in zip(["w1", "w2"], clients)]
         lift = lambda: None  # noqa: E731
         try:
-            await poll("two handlers to run", lambda: len(entered) == 2)
+            await until_async("two handlers to run", lambda: len(entered) == 2)
             lift = out_of_memory(r)
             gate.set()
-            end = time.monotonic() + 4 * MIN_IDLE_MS / 1000
-            while time.monotonic() < end:
-                steal(r, q, stolen)
-                await asyncio.sleep(0.02)
+            start = server_time_ms(r)
+            await until_async("four min idle periods of reclaim attempts",
+                              lambda: steal(r, q, stolen) or server_time_ms(r) - start >= 4 * MIN_IDLE_MS)
             lift()
-            await poll("every job to finish", lambda: (
+            await until_async("every job to finish", lambda: (
                 sum(q.stats().counters.get(k, 0) for k in ("attempts:success", "attempts:dead_letter")) >= len(IDS)
                 and q.stats().pending == 0))
         finally:
@@ -255,13 +239,10 @@ def test_stopped_while_refused_leaves_the_entry_pending_asyncio(r, redis_server,
             policy, handler, consumer="w1", stop=stop, batch=1, block_ms=20, promote_every=0, reclaim_every=0))
         lift = lambda: None  # noqa: E731
         try:
-            while not entered:
-                await asyncio.sleep(0.01)
+            await until_async("the handler to run", lambda: entered)
             lift = out_of_memory(r)
             gate.set()
-            deadline = time.monotonic() + 30
-            while "outcome" not in caplog.text and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+            await until_async("a refused outcome", lambda: "outcome" in caplog.text)
         finally:
             stop.set()
             gate.set()
@@ -326,11 +307,16 @@ def test_hold(r, redis_server):
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
             q.ack(ids[4])
-        time.sleep(0.02)
+        # Hold resets idle time: let the entries go idle first, as Redis sees it.
+        def idle(i):
+            e = r.xpending_range(q.keys.jobs, q.group, i, i, 1)
+            return e[0]["time_since_delivered"] if e else 0
+        until("the pending entries idle for 20ms", lambda: idle(ids[0]) >= 20 and idle(ids[1]) >= 20)
         assert q.hold("c1", ids) == [True, False, False, False, True]
         p = {e["message_id"].decode(): e for e in r.xpending_range(q.keys.jobs, q.group, "-", "+", 10)}
         assert (p[ids[0]]["consumer"], p[ids[0]]["times_delivered"]) == (b"c1", 1), "holding is not a delivery"
-        assert p[ids[0]]["time_since_delivered"] < 20
+        # Both were idle for 20ms before the hold: only the held one started again.
+        assert p[ids[0]]["time_since_delivered"] < p[ids[1]]["time_since_delivered"]
         assert p[ids[1]]["consumer"] == b"c2" and p[ids[1]]["time_since_delivered"] >= 20
         assert ids[3] not in p
 

@@ -133,6 +133,33 @@ func groups(rng *rand.Rand) []vector.Group {
 		}
 		gs = append(gs, vector.Group{Name: "backoff/multiplier", Policy: json.RawMessage(pol), Cases: decide(in...)})
 	}
+	// Cloud Tasks' RetryConfig: doublings, then linear growth, then the
+	// cap (the reference's example first), saturating for any attempt; and
+	// stop_when all, which retries until every limit has passed.
+	for _, pol := range []string{
+		`{"max_attempts": 100, "backoff": {"strategy": "cloud_tasks", "base": "10s", "cap": "300s", "max_doublings": 3}, "jitter": {"mode": "none"}}`,
+		`{"max_attempts": 0, "max_elapsed": "2000000h", "backoff": {"strategy": "cloud_tasks", "base": "1ms", "cap": "2000000h", "max_doublings": 5}, "jitter": {"mode": "full"}}`,
+		`{"max_attempts": 0, "max_elapsed": "2000000h", "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "30s", "max_doublings": 0}, "jitter": {"mode": "equal"}}`,
+	} {
+		var in []vector.Input
+		for _, a := range append([]int64{6, 7, 9, 10, 11}, attempts...) {
+			for _, r := range []float64{0, 0.5, 1} {
+				in = append(in, vector.Input{Attempt: a, HTTPStatus: 503, Random: vector.Float(r)})
+			}
+		}
+		gs = append(gs, vector.Group{Name: "backoff/cloud_tasks", Policy: json.RawMessage(pol), Cases: decide(in...)})
+	}
+	{
+		pol := `{"max_attempts": 3, "max_elapsed": "60s", "stop_when": "all", "backoff": {"strategy": "cloud_tasks", "base": "10s", "cap": "300s", "max_doublings": 3}, "jitter": {"mode": "none"}}`
+		var in []vector.Input
+		for _, a := range []int64{1, 2, 3, 4, 9} {
+			for _, e := range []int64{0, 55_000, 60_000, 60_001} {
+				in = append(in, vector.Input{Attempt: a, HTTPStatus: 503, ElapsedMs: e, Random: 0.5})
+			}
+		}
+		in = append(in, vector.Input{Attempt: 5, HTTPStatus: 500, ElapsedMs: 1000, Random: 0.5}, vector.Input{Attempt: 2, HTTPStatus: 429, RetryAfter: "120", ElapsedMs: 59_000, Random: 0.5})
+		gs = append(gs, vector.Group{Name: "limits/stop_when_all", Policy: json.RawMessage(pol), Cases: decide(in...)})
+	}
 
 	// Classification: every HTTP status, every gRPC code, error kinds, with
 	// the default tables and with overrides.

@@ -7,10 +7,12 @@ import concurrent.futures
 import errno
 import functools
 import inspect
+import json
 import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from importlib import resources
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, Optional, TypeVar, Union
 
 from ._errors import RetryError
@@ -182,8 +184,10 @@ def describe(exc: BaseException) -> Dict[str, Any]:
       may have been sent, so the idempotency gate applies); ``TimeoutError``,
       ``socket.timeout``, ``asyncio.TimeoutError`` → ``timeout``; DNS
       failures → ``dns_temporary`` or ``dns_not_found``; third-party
-      ``ConnectTimeout`` → ``connect_timeout``, ``...Timeout`` →
-      ``timeout``, ``ConnectError`` → ``connection_reset``.
+      ``ConnectTimeout`` (requests, httpx) and ``ConnectionTimeoutError``
+      (aiohttp) → ``connect_timeout``, before anything else; ``...Timeout``
+      → ``timeout``, ``ConnectError`` → ``connection_reset``. The table all
+      languages follow is ``queue/errorkinds.json``.
     - Anything else: no signal, so the policy's ``classify.default``
       (``uncertain`` unless the policy says otherwise) decides.
     """
@@ -255,24 +259,42 @@ def _grpc_fields(exc: BaseException) -> Optional[Dict[str, Any]]:
 
 
 _TIMEOUTS = (TimeoutError, socket.timeout, asyncio.TimeoutError, concurrent.futures.TimeoutError)
-_RESET_ERRNOS = (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
+# OS error numbers → kinds: the "codes" of errorkinds.json
+# (queue/errorkinds.json, copied into the package), the one table every
+# language reads; test_error_kinds.py checks each row. Codes this platform's
+# errno module does not name (undici's, getaddrinfo's) are not OS errors here.
+_ERRNO_KINDS: Dict[int, str] = {
+    getattr(errno, name): kind
+    for name, kind in json.loads(resources.files(__package__).joinpath("errorkinds.json").read_text("utf-8"))["codes"].items()
+    if isinstance(getattr(errno, name, None), int)
+}
+# requests and httpx ConnectTimeout, urllib3 ConnectTimeoutError, aiohttp
+# ConnectionTimeoutError (queue/errorkinds.json).
+_CONNECT_TIMEOUTS = ("ConnectTimeout", "ConnectTimeoutError", "ConnectionTimeoutError")
 
 
 def _kind(exc: BaseException) -> Optional[str]:
     # Look through wrappers (requests, httpx, urllib3, urllib's URLError)
     # for the OS error underneath, then by class name for libraries whose
     # exceptions do not subclass the built-in ones.
+    # A connect timeout first: the request never left, whatever timeout it
+    # wraps or subclasses (aiohttp's is an asyncio.TimeoutError).
+    if any(t.__name__ in _CONNECT_TIMEOUTS for t in type(exc).__mro__):
+        return "connect_timeout"
     seen: List[BaseException] = []
     e: Any = exc
     while isinstance(e, BaseException) and len(seen) < 8 and e not in seen:
         seen.append(e)
         if isinstance(e, socket.gaierror):
             return "dns_temporary" if e.errno == socket.EAI_AGAIN else "dns_not_found"
-        if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED:
+        if isinstance(e, ConnectionRefusedError):
             return "connection_refused"
-        if isinstance(e, ConnectionError) or getattr(e, "errno", None) in _RESET_ERRNOS:
+        code = getattr(e, "errno", None)
+        if isinstance(code, int) and code in _ERRNO_KINDS:
+            return _ERRNO_KINDS[code]
+        if isinstance(e, ConnectionError):
             return "connection_reset"
-        if isinstance(e, _TIMEOUTS) or getattr(e, "errno", None) == errno.ETIMEDOUT:
+        if isinstance(e, _TIMEOUTS):
             return "timeout"
         nxt = _attr(e, "reason")  # urllib.error.URLError, urllib3.MaxRetryError
         if not isinstance(nxt, BaseException):
@@ -280,8 +302,6 @@ def _kind(exc: BaseException) -> Optional[str]:
         e = nxt
     for t in type(exc).__mro__:
         n = t.__name__
-        if n in ("ConnectTimeout", "ConnectTimeoutError"):
-            return "connect_timeout"
         if n.endswith(("Timeout", "TimeoutError", "TimeoutException")):
             return "timeout"
         if n in ("ConnectError", "ConnectionError"):

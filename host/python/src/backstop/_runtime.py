@@ -740,6 +740,7 @@ def load_module(engine: wasmtime.Engine, wasm: bytes, cache_dir: Optional[Path],
     """
     facts = _cache_facts(wasm, settings) if cache_dir is not None else None
     if cache_dir is None or facts is None:
+        _compiling(logging.INFO, "no cache: every process compiles it")
         return wasmtime.Module(engine, wasm)
     text = json.dumps(facts, sort_keys=True, separators=(",", ":"))
     stem = "backstop-%s" % hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -754,6 +755,7 @@ def load_module(engine: wasmtime.Engine, wasm: bytes, cache_dir: Optional[Path],
                 return wasmtime.Module.deserialize_file(engine, str(path))
             except wasmtime.WasmtimeError:
                 pass  # damaged: recompile
+    _compiling(logging.WARNING, "once: the result is cached in %s" % cache_dir)
     module = wasmtime.Module(engine, wasm)
     try:
         cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -772,6 +774,21 @@ def load_module(engine: wasmtime.Engine, wasm: bytes, cache_dir: Optional[Path],
     except OSError:
         pass
     return module
+
+
+_compile_logged = False
+
+
+def _compiling(level: int, why: str) -> None:
+    """Says once per process, before it starts, that a compile is under way:
+    on a machine without the compiled module cached, the first load_policy
+    waits for it (about a second; README, "The compiled-module cache")."""
+    global _compile_logged
+    with _logged_lock:
+        if _compile_logged:
+            return
+        _compile_logged = True
+    _log.log(level, "backstop: compiling backstop.wasm for this machine, about a second (%s)", why)
 
 
 def _cache_facts(wasm: bytes, settings: Tuple[Tuple[str, Any], ...]) -> Optional[Dict[str, Any]]:

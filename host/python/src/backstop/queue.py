@@ -51,7 +51,7 @@ from ._errors import InputError, RetryError
 from ._policy import Decision, Policy
 from ._retry import Classify, check_classify, classifier
 
-__all__ = ["AsyncQueue", "Job", "Keys", "Outcome", "Promoted", "Queue", "Reclaimed", "Stats"]
+__all__ = ["AsyncQueue", "Job", "Keys", "Outcome", "Promoted", "Queue", "Ran", "Reclaimed", "Stats"]
 
 log = logging.getLogger("backstop.queue")
 
@@ -60,14 +60,14 @@ _ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
 # A full stream id, as the scripts want it: Redis reads "5000" as a range in XPENDING.
 _ENTRY_ID = re.compile(r"(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,19})\Z")
-_SCRIPTS = ("enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay", "hold")
+_SCRIPTS = ("enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay", "hold", "run")
 _source_cache: Dict[str, str] = {}
 
 
 def script_source(name: str) -> str:
     """The Lua source of one of the contract's scripts (``enqueue``, ``ack``,
     ``retry``, ``dead_letter``, ``promote``, ``reclaim``, ``replay``,
-    ``hold``) as sent to Redis: the package's ``scripts/lib.lua`` (the
+    ``hold``, ``run``) as sent to Redis: the package's ``scripts/lib.lua`` (the
     helpers the scripts share), a newline, then ``scripts/<name>.lua``."""
     if name not in _SCRIPTS:
         raise ValueError("unknown script %r (want one of %s)" % (name, ", ".join(_SCRIPTS)))
@@ -166,6 +166,11 @@ class Promoted(NamedTuple):
     next_due_ms: Optional[int]  # ms until the next one is due; None when the set is empty
 
 
+class Ran(NamedTuple):
+    moved: int  # delayed jobs moved to the stream; 0 when the id is not in the delayed set
+    left: int  # jobs still due at or before due_before (beyond limit); 0 for an id
+
+
 class _Reclaimed(NamedTuple):
     dead_lettered: int  # crash loops moved to the DLQ (reason crash_loop)
     jobs: List[Job]  # the entries claimed for the consumer, to process
@@ -252,6 +257,23 @@ class _Base:
     def _promote(self, limit: int) -> Tuple[str, List[str], List[Any]]:
         _whole_in("promote", "limit", limit, 1, 10000)
         return "promote", [self.keys.delayed, self.keys.jobs, self.keys.stats], [limit]
+
+    def _force_run(self, job_id: Optional[str], due_before: Union[None, int, datetime],
+                   limit: int, cursor: str = "0") -> Tuple[str, List[str], List[Any]]:
+        keys = [self.keys.delayed, self.keys.jobs, self.keys.stats]
+        if (job_id is None) == (due_before is None):
+            raise ValueError("run: give one of job_id and due_before (got job_id=%r, due_before=%r)" % (job_id, due_before))
+        if job_id is not None:
+            if not isinstance(job_id, str) or not job_id:
+                raise ValueError("run: job_id must be a non-empty string (got %r)" % (job_id,))
+            return "run", keys, ["id", job_id, cursor]
+        if isinstance(due_before, datetime):
+            if due_before.tzinfo is None:
+                raise ValueError("run: due_before must be an aware datetime (got %r)" % (due_before,))
+            due_before = int(due_before.timestamp() * 1000)
+        _whole_in("run", "due_before", due_before, 0, None)
+        _whole_in("run", "limit", limit, 1, 10000)
+        return "run", keys, ["before", due_before, limit]
 
     def _reclaim(self, consumer: str, min_idle_ms: Union[int, timedelta], count: int,
                  max_deliveries: int) -> Tuple[str, List[str], List[Any]]:
@@ -390,6 +412,28 @@ class Queue(_Base):
         to the stream, in one atomic step. Returns ``(moved,
         next_due_ms)``."""
         return _promoted(self._run(self._promote(limit)))
+
+    def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
+            limit: int = 100) -> Ran:
+        """Moves delayed jobs to the stream now, before they are due, in one
+        atomic step counted in ``force_run`` (Cloud Tasks' RunTask): the job
+        whose job id is ``job_id``, or at most ``limit`` (1..10000) jobs due at
+        or before ``due_before`` (an aware datetime or unix ms), earliest
+        first. A member that is not a job ``retry`` wrote moves raw, as
+        ``promote`` moves it. Returns ``(moved, left)``: ``moved`` is 0 when
+        the job id is not in the delayed set."""
+        args = self._force_run(job_id, due_before, limit)
+        if job_id is None:
+            return _ran(self._run(args))
+        # Each call scans a bounded part of the set (run.lua): Redis serves
+        # others between them.
+        moved = 0
+        while True:
+            n, cursor = self._run(args)
+            moved += int(n)
+            if _text(cursor) == "0":
+                return Ran(moved, 0)
+            args = self._force_run(job_id, None, limit, _text(cursor))
 
     def reclaim(self, consumer: str, *, min_idle_ms: Union[int, timedelta] = 60_000, count: int = 100,
                 max_deliveries: int = 5) -> Reclaimed:
@@ -631,6 +675,20 @@ class AsyncQueue(_Base):
     async def promote(self, limit: int = 500) -> Promoted:
         """See ``Queue.promote``."""
         return _promoted(await self._run(self._promote(limit)))
+
+    async def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
+                  limit: int = 100) -> Ran:
+        """See ``Queue.run``."""
+        args = self._force_run(job_id, due_before, limit)
+        if job_id is None:
+            return _ran(await self._run(args))
+        moved = 0
+        while True:
+            n, cursor = await self._run(args)
+            moved += int(n)
+            if _text(cursor) == "0":
+                return Ran(moved, 0)
+            args = self._force_run(job_id, None, limit, _text(cursor))
 
     async def reclaim(self, consumer: str, *, min_idle_ms: Union[int, timedelta] = 60_000, count: int = 100,
                       max_deliveries: int = 5) -> Reclaimed:
@@ -999,6 +1057,10 @@ def _dlq_id(v: Any) -> Optional[str]:
 def _promoted(v: Sequence[Any]) -> Promoted:
     moved, nxt = int(v[0]), int(v[1])
     return Promoted(moved, None if nxt < 0 else nxt)
+
+
+def _ran(v: Sequence[Any]) -> Ran:
+    return Ran(int(v[0]), int(v[1]))
 
 
 def _log_reclaimed(queue: str, r: Reclaimed) -> None:

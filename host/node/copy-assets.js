@@ -1,0 +1,38 @@
+// The `prepare` script: copies backstop.wasm, the queue scripts and the
+// error-kinds table (../../queue/errorkinds.json) into this
+// package from their one committed home (../backstop.wasm, built by `make
+// wasm`, and ../../queue/scripts), so `npm install` of this directory, `npm
+// pack` and `npm publish` ship them without a second committed copy. Outside
+// a checkout (an unpacked tarball) the copies the package carries are kept.
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const wasm = join(here, '..', 'backstop.wasm');
+const scripts = join(here, '..', '..', 'queue', 'scripts');
+
+// put replaces dst only when its bytes differ, through a rename, so a test
+// loading the package meanwhile never reads a half-written file.
+function put(src, dst) {
+  const data = readFileSync(src);
+  if (existsSync(dst) && readFileSync(dst).equals(data)) return;
+  const tmp = `${dst}.${process.pid}.tmp`;
+  writeFileSync(tmp, data);
+  renameSync(tmp, dst);
+}
+
+if (existsSync(wasm) && existsSync(scripts)) {
+  put(wasm, join(here, 'backstop.wasm'));
+  const dir = join(here, 'scripts');
+  mkdirSync(dir, { recursive: true });
+  const lua = readdirSync(scripts).filter((f) => f.endsWith('.lua'));
+  for (const f of readdirSync(dir)) {
+    if (f.endsWith('.lua') && !lua.includes(f)) rmSync(join(dir, f)); // a script renamed or removed
+  }
+  for (const f of lua) put(join(scripts, f), join(dir, f));
+  put(join(scripts, '..', 'errorkinds.json'), join(here, 'errorkinds.json'));
+} else if (!existsSync(join(here, 'backstop.wasm')) || !existsSync(join(here, 'scripts', 'lib.lua'))) {
+  console.error(`backstop-policy: ${wasm} or ${scripts} is missing: run \`make wasm\` at the repository root`);
+  process.exit(1);
+}

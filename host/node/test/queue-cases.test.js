@@ -1,0 +1,227 @@
+// The shared queue cases (testdata/queue/cases.json, see its README) replayed
+// through the Node.js worker's path against a real redis-server: the job as
+// read() gives it, the failure classified, decided by backstop.wasm and
+// applied through the scripts (Queue.apply), then every key compared with
+// what the Go worker left.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, test } from 'node:test';
+import { loadPolicy } from '../index.js';
+import { createQueue } from '../lib/queue.js';
+import { inspector, standalone } from '../test-support/clients.js';
+import { serverNow } from '../test-support/queue-suite.js';
+import { startRedis } from '../test-support/redis-server.js';
+
+const FILE = JSON.parse(
+  readFileSync(process.env.BACKSTOP_QUEUE_CASES ?? new URL('../../../testdata/queue/cases.json', import.meta.url), 'utf8'),
+);
+const NOW = /\{now([+-][0-9]+)?\}/g;
+const NEW_ID = /\b[0-9]{13}-[0-9]+\b/g;
+const MS = /\b[0-9]{13}\b/g;
+
+const server = await startRedis();
+const raw = inspector(server);
+const kind = standalone['ioredis 6'];
+let client;
+let policy;
+before(async () => {
+  client = await kind.connect(server);
+  policy = await loadPolicy(FILE.policy);
+});
+after(async () => {
+  policy.close();
+  await kind.close(client);
+  await raw.close();
+  await server.stop();
+});
+
+const FIELDS = [['http_status', 'httpStatus'], ['grpc_code', 'grpcCode'], ['error_kind', 'errorKind'], ['retry_after', 'retryAfter'], ['method', 'method']];
+
+// Node's own error of a kind (errorkinds.json: its code), with the case's text.
+const NATIVE_CODES = {
+  connection_refused: 'ECONNREFUSED', connection_reset: 'ECONNRESET', connect_timeout: 'UND_ERR_CONNECT_TIMEOUT',
+  timeout: 'ETIMEDOUT', dns_temporary: 'EAI_AGAIN', dns_not_found: 'ENOTFOUND',
+};
+
+// The failure a case's handler throws: classified by its fields, or a native
+// error left to the built-in classification.
+function caseError(spec) {
+  if (spec.native) return Object.assign(new Error(spec.message), { code: NATIVE_CODES[spec.native] });
+  const e = new Error(spec.message);
+  e.caseFields = {};
+  for (const [k, f] of FIELDS) if (spec[k]) e.caseFields[f] = spec[k];
+  return e;
+}
+const classify = (e) => e.caseFields;
+
+// The policy, reporting the failure it was asked about.
+function spy() {
+  const s = {
+    asked: null,
+    decide: (f) => {
+      s.asked = {};
+      for (const [k, f2] of FIELDS) if (f[f2]) s.asked[k] = f[f2];
+      return policy.decide(f);
+    },
+    recordSuccess: (now) => policy.recordSuccess(now),
+  };
+  return s;
+}
+
+const pairs = (flat) => Array.from({ length: flat.length / 2 }, (_, i) => [flat[2 * i], flat[2 * i + 1]]);
+
+async function setup(keys, state) {
+  await raw('FLUSHALL');
+  const base = await serverNow(raw);
+  const known = new Set([0]);
+  const res = (s) =>
+    s.replace(NOW, (_, off) => {
+      known.add(Number(off ?? 0));
+      return String(base + Number(off ?? 0));
+    });
+  const add = async (key, entries = []) => {
+    for (const e of entries) await raw('XADD', key, e.id, ...e.fields.map(res));
+  };
+  await add(keys.jobs, state.jobs);
+  await raw('XGROUP', 'CREATE', keys.jobs, FILE.group, '0', 'MKSTREAM');
+  for (const e of state.jobs ?? []) {
+    const p = e.pending;
+    if (p) await raw('XCLAIM', keys.jobs, FILE.group, p.consumer, 0, e.id, 'IDLE', p.idle_ms, 'RETRYCOUNT', p.deliveries, 'FORCE', 'JUSTID');
+  }
+  await add(keys.dlq, state.dlq);
+  for (const m of state.delayed ?? []) await raw('ZADD', keys.delayed, res(m.score), res(m.member));
+  for (const [f, v] of Object.entries(state.stats ?? {})) await raw('HSET', keys.stats, f, res(v));
+  for (const cmd of state.raw ?? []) await raw(...cmd.map(res));
+  return { base, known, resolve: res };
+}
+
+async function dump(keys) {
+  const names = Object.fromEntries(Object.entries(keys).map(([k, v]) => [v, k]));
+  const out = {};
+  for (const key of (await raw('KEYS', '*')).sort()) {
+    const name = names[key] ?? key;
+    const type = await raw('TYPE', key);
+    if (type === 'stream') {
+      const entries = (await raw('XRANGE', key, '-', '+')).map(([id, f]) => [id, f]);
+      const groups = [];
+      for (const g of await raw('XINFO', 'GROUPS', key)) {
+        const info = Object.fromEntries(pairs(g));
+        const pend = (await raw('XPENDING', key, info.name, '-', '+', 10000)).map(([id, c, , n]) => [id, c, n]);
+        groups.push({ name: info.name, last_delivered_id: info['last-delivered-id'], pending: pend });
+      }
+      out[name] = { type, entries, groups };
+    } else if (type === 'zset') {
+      out[name] = { type, members: pairs(await raw('ZRANGE', key, 0, -1, 'WITHSCORES')) };
+    } else if (type === 'hash') {
+      out[name] = { type, fields: Object.fromEntries(pairs(await raw('HGETALL', key))) };
+    } else if (type === 'string') {
+      out[name] = { type, value: await raw('GET', key) };
+    } else {
+      out[name] = { type };
+    }
+  }
+  return out;
+}
+
+// JSON with object keys sorted, as Go and Python write it.
+function canonical(v) {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+// As the Go applier does (testdata/queue/README.md): new stream ids in order
+// of first appearance in the canonical JSON, then times as offsets.
+function normalise(reply, state, base, end, known) {
+  const ids = new Map();
+  const offs = [...known].sort((a, b) => a - b);
+  const s = canonical([reply, state])
+    .replace(NEW_ID, (id) => {
+      if (!ids.has(id)) ids.set(id, `new:${ids.size + 1}`);
+      return ids.get(id);
+    })
+    .replace(MS, (v) => {
+      const n = Number(v);
+      const d = offs.find((o) => n - o >= base && n - o <= end);
+      if (d === undefined) return v;
+      return d === 0 ? '{now}' : `{now${d > 0 ? '+' : ''}${d}}`;
+    });
+  return JSON.parse(s);
+}
+
+// The job as read() gives it: the entry copied to a scratch stream and read
+// there, so the case's own state is untouched (read takes new entries only).
+async function readAs(entryId, fields) {
+  const scratch = createQueue(client, 'scratch', { group: FILE.group });
+  await raw('XADD', scratch.keys.jobs, entryId, ...fields);
+  await raw('XGROUP', 'CREATE', scratch.keys.jobs, FILE.group, '0');
+  const [job] = await scratch.read('scratch', { count: 1 });
+  await raw('DEL', scratch.keys.jobs);
+  return job;
+}
+
+async function run(q, c) {
+  const { base, known, resolve } = await setup(q.keys, c.state);
+  const ev = c.event;
+  const apply = async (job) => {
+    // The worker's path (work()): a malformed job is not run.
+    let out;
+    const p = spy();
+    try {
+      out = await q.apply(job, job.malformed || !ev.error ? null : caseError(ev.error), p, { classify });
+    } catch (err) {
+      if (err instanceof TypeError) throw err;
+      return { refused: true };
+    }
+    const r = { action: out.action, reason: out.reason, applied: out.applied };
+    if (p.asked) r.failure = p.asked;
+    if (out.action === 'retry') {
+      r.delay_ms = out.decision.delayMs;
+      known.add(out.decision.delayMs);
+    }
+    return r;
+  };
+  let reply;
+  try {
+    if (ev.type === 'handle') {
+      const [[id, fields]] = await raw('XRANGE', q.keys.jobs, ev.entry, ev.entry);
+      reply = await apply(await readAs(id, fields));
+    } else if (ev.type === 'promote') {
+      const p = await q.promote(ev.limit ?? 0);
+      reply = { moved: p.moved, next_due: p.nextDueMs !== null };
+    } else if (ev.type === 'reclaim') {
+      const rec = await q.reclaim(FILE.consumer, { minIdleMs: ev.min_idle_ms ?? 0, count: ev.count ?? 0, maxDeliveries: ev.max_deliveries ?? 0 });
+      const outcomes = [];
+      for (const j of rec.jobs) outcomes.push(await apply(j));
+      reply = {
+        dead_lettered: rec.deadLettered, claimed: rec.jobs.map((j) => j.entryId),
+        skipped: rec.skipped.map((s) => [s.entryId, s.reason]), outcomes,
+      };
+    } else if (ev.type === 'run') {
+      const ran = ev.before
+        ? await q.run({ dueBefore: Number(resolve(ev.before)), limit: ev.limit ?? 0 })
+        : await q.run({ id: ev.job_id ?? '' });
+      reply = { moved: ran.moved, left: ran.left };
+    } else if (ev.type === 'replay') {
+      reply = { replayed: await q.replay({ limit: ev.limit ?? 0, reason: ev.reason ?? '' }) };
+    } else {
+      throw new Error(`unknown event ${ev.type}`);
+    }
+  } catch (err) {
+    if (err.message?.startsWith('unknown event')) throw err;
+    reply = { refused: true };
+  }
+  const end = await serverNow(raw);
+  return normalise(reply, await dump(q.keys), base, end, known);
+}
+
+test('at least 200 cases', () => assert.ok(FILE.cases.length >= 200, `${FILE.cases.length} cases`));
+
+for (const c of FILE.cases) {
+  test(c.name, async () => {
+    const q = createQueue(client, FILE.queue, { group: FILE.group });
+    assert.deepEqual(await run(q, c), [c.expect.reply, c.expect.state]);
+  });
+}

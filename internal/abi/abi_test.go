@@ -1,0 +1,76 @@
+package abi_test
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+	"unsafe"
+
+	"github.com/backstop-dev/backstop/internal/abi"
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// Put writes every field at its ABI.md offset, and the module's in-place
+// read of those bytes (a *Record over them) gives back the same record.
+func TestRecordPut(t *testing.T) {
+	r := abi.Record{
+		Attempt: 1 << 40, ElapsedMs: 2, NowMs: -3, Random: 0.25, PrevDelayMs: 5,
+		HTTPStatus: 503, GRPCCode: -14, Flags: abi.Flags, StrOff: 1 << 31,
+		MethodLen: 7, KindLen: 8, HintLen: math.MaxUint16, Reserved: 9,
+	}
+	b := make([]byte, abi.RecordSize+8) // room to align
+	off := (8 - int(uintptr(unsafe.Pointer(&b[0]))%8)) % 8
+	rec := b[off : off+abi.RecordSize]
+	r.Put(rec)
+	le := binary.LittleEndian
+	for _, f := range []struct {
+		name      string
+		at, width int
+		want      uint64
+	}{
+		{"attempt", 0, 8, 1 << 40}, {"elapsed_ms", 8, 8, 2}, {"now_ms", 16, 8, uint64(1<<64 - 3)},
+		{"random", 24, 8, math.Float64bits(0.25)}, {"prev_delay_ms", 32, 8, 5},
+		{"http_status", 40, 4, 503}, {"grpc_code", 44, 4, uint64(uint32(1<<32 - 14))},
+		{"flags", 48, 4, 3}, {"str_off", 52, 4, 1 << 31},
+		{"method_len", 56, 2, 7}, {"kind_len", 58, 2, 8}, {"hint_len", 60, 2, math.MaxUint16}, {"reserved", 62, 2, 9},
+	} {
+		var got uint64
+		switch f.width {
+		case 8:
+			got = le.Uint64(rec[f.at:])
+		case 4:
+			got = uint64(le.Uint32(rec[f.at:]))
+		case 2:
+			got = uint64(le.Uint16(rec[f.at:]))
+		}
+		if got != f.want {
+			t.Errorf("%s at offset %d: got %#x, want %#x", f.name, f.at, got, f.want)
+		}
+	}
+	if little := binary.NativeEndian.Uint16([]byte{1, 0}) == 1; little {
+		if got := *(*abi.Record)(unsafe.Pointer(&rec[0])); got != r {
+			t.Errorf("read in place: %+v, want %+v", got, r)
+		}
+	}
+}
+
+// Pack and Unpack round-trip every action, reason and class with the
+// largest delay, and a decision is never negative.
+func TestPack(t *testing.T) {
+	for a := range 2 {
+		for r := range len(policy.Reasons()) {
+			for c := range 3 {
+				d := policy.Decision{Action: policy.Action(a), Reason: policy.Reason(r), Class: policy.Class(c), DelayMs: abi.MaxDelayMs}
+				w := abi.Pack(d)
+				if w < 0 || abi.Unpack(w) != d {
+					t.Fatalf("%+v -> %d -> %+v", d, w, abi.Unpack(w))
+				}
+			}
+		}
+	}
+	// ABI.md's example bits: 54 action, 52-53 class, 48-51 reason.
+	d := policy.Decision{Action: policy.DeadLetter, Reason: policy.Reason(3), Class: policy.Class(1), DelayMs: 0}
+	if w, want := abi.Pack(d), int64(1<<54|1<<52|3<<48); w != want {
+		t.Errorf("Pack(%+v) = %#x, want %#x", d, w, want)
+	}
+}

@@ -1,0 +1,277 @@
+package alerter
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/alertmanager/api/v2/models"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/eventually"
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/rules"
+)
+
+// fakeAM stands in for Alertmanager's POST /api/v2/alerts and records
+// every alert posted. While fail is set it answers 500.
+type fakeAM struct {
+	*httptest.Server
+	fail  atomic.Bool
+	mu    sync.Mutex
+	posts []models.PostableAlert
+	at    []time.Time // when each post arrived
+}
+
+func newFakeAM(t *testing.T) *fakeAM {
+	am := &fakeAM{}
+	am.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v2/alerts" {
+			t.Errorf("unexpected request %s %s", r.Method, r.URL.Path)
+			http.NotFound(w, r)
+			return
+		}
+		if am.fail.Load() {
+			http.Error(w, "down for the test", http.StatusInternalServerError)
+			return
+		}
+		var alerts []models.PostableAlert
+		if err := json.NewDecoder(r.Body).Decode(&alerts); err != nil {
+			t.Errorf("decode posted alerts: %v", err)
+		}
+		am.mu.Lock()
+		am.posts = append(am.posts, alerts...)
+		for range alerts {
+			am.at = append(am.at, time.Now())
+		}
+		am.mu.Unlock()
+	}))
+	t.Cleanup(am.Close)
+	return am
+}
+
+func (am *fakeAM) all() []models.PostableAlert {
+	am.mu.Lock()
+	defer am.mu.Unlock()
+	return append([]models.PostableAlert(nil), am.posts...)
+}
+
+// waitFor polls until cond holds for a posted alert and returns it; it
+// fails the test after a generous limit (not a latency assertion).
+func (am *fakeAM) waitFor(t *testing.T, what string, cond func(a models.PostableAlert, firing bool) bool) models.PostableAlert {
+	t.Helper()
+	var found models.PostableAlert
+	eventually.True(t, 20*time.Second, "a posted alert "+what, func() bool {
+		am.mu.Lock()
+		posts, at := append([]models.PostableAlert(nil), am.posts...), append([]time.Time(nil), am.at...)
+		am.mu.Unlock()
+		for i, a := range posts {
+			// Firing when it arrived: it ends after that (a resolve ends before).
+			if cond(a, time.Time(a.EndsAt).After(at[i])) {
+				found = a
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// TestAlerterFiresAndResolves: the first read is only a baseline; growth
+// posts the rule's alert; quiet for the resolve window resolves it.
+func TestAlerterFiresAndResolves(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	am := newFakeAM(t)
+	for range 3 { // old dead letters: they must not page
+		addDeadLetter(t, rdb, "orders")
+	}
+	a, _ := newTestAlerter(t, rdb, am.URL, WithInterval(20*time.Millisecond), WithResolveAfter(300*time.Millisecond),
+		WithURLs("https://example.com/runbooks.md", "/d/q"))
+
+	// Baseline: driven by hand so "no post" is exact, not timing.
+	ctx := context.Background()
+	a.tick(ctx)
+	a.tick(ctx)
+	if got := am.all(); len(got) != 0 {
+		t.Fatalf("posted on the baseline: %+v", got)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	// Two dead letters in one MULTI, so no read falls between them.
+	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for range 2 {
+			p.XAdd(ctx, &redis.XAddArgs{Stream: queue.KeysFor("orders").DLQ, Values: []any{"reason", "permanent_error"}})
+		}
+		return nil
+	})
+	must(t, err)
+	page := am.waitFor(t, "firing for orders", func(a models.PostableAlert, firing bool) bool {
+		return a.Labels["queue"] == "orders" && firing
+	})
+	wantLabels := models.LabelSet{"alertname": "BackstopDLQIngestion", "severity": "critical", "queue": "orders"}
+	// The rule-based alert's labels, so Alertmanager deduplicates the two.
+	rule, ok := rules.Alerts(rules.Default()).Alert(rules.AlertDLQIngestion)
+	if !ok || rule.Alert != wantLabels["alertname"] {
+		t.Fatalf("the rules have no alert %s", wantLabels["alertname"])
+	}
+	for k, v := range rule.Labels {
+		if wantLabels[k] != v {
+			t.Errorf("the rule's label %s=%q is not the alert's %q", k, v, wantLabels[k])
+		}
+	}
+	if len(page.Labels) != len(wantLabels) {
+		t.Errorf("labels %v, want exactly %v", page.Labels, wantLabels)
+	}
+	for k, v := range wantLabels {
+		if page.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, page.Labels[k], v)
+		}
+	}
+	if got := page.Annotations["runbook_url"]; got != "https://example.com/runbooks.md#backstopdlqingestion" {
+		t.Errorf("runbook_url %q", got)
+	}
+	if got := page.Annotations["dashboard_url"]; got != "/d/q" {
+		t.Errorf("dashboard_url %q", got)
+	}
+	if got := page.Annotations["summary"]; !strings.Contains(got, "orders") {
+		t.Errorf("summary %q", got)
+	}
+	if got := page.Annotations["description"]; !strings.Contains(got, "dead-lettered 2 jobs") {
+		t.Errorf("description %q does not count the 2 new dead letters", got)
+	}
+	starts := time.Time(page.StartsAt)
+
+	resolved := am.waitFor(t, "resolving orders", func(a models.PostableAlert, firing bool) bool {
+		return a.Labels["queue"] == "orders" && !firing
+	})
+	if !time.Time(resolved.StartsAt).Equal(starts) {
+		t.Errorf("resolve startsAt %v, want the first growth %v", time.Time(resolved.StartsAt), starts)
+	}
+	if d := time.Time(resolved.EndsAt).Sub(starts); d < 300*time.Millisecond {
+		t.Errorf("resolved %v after the first growth, before the resolve window", d)
+	}
+	for _, p := range am.all() {
+		if p.Labels["queue"] != "orders" {
+			t.Errorf("alert for a queue without new dead letters: %+v", p)
+		}
+	}
+}
+
+// TestAlerterErrors: Alertmanager and Redis failures are logged and
+// counted, and the alerter keeps going and pages once they pass.
+func TestAlerterErrors(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	am := newFakeAM(t)
+	am.fail.Store(true)
+	a, logs := newTestAlerter(t, rdb, am.URL, WithInterval(20*time.Millisecond), WithResolveAfter(time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	waitLog := func(msg string) {
+		t.Helper()
+		eventually.True(t, 20*time.Second, "log "+msg, func() bool {
+			return strings.Contains(logs.String(), `msg="`+msg+`"`)
+		})
+	}
+
+	// Redis down: logged and counted.
+	srv.Stop()
+	waitLog("alerter reading dlq failed")
+	srv.Restart() // empty: the test server does not persist, the DLQ is new
+	rdb2 := srv.Client()
+	// Wait for a good read (the baseline of the new DLQ at 0) before growing it.
+	eventually.True(t, 20*time.Second, "the alerter to read Redis again", func() bool {
+		a.mu.Lock()
+		w := a.state["orders"]
+		ok := w != nil && w.added == 0
+		a.mu.Unlock()
+		return ok && rdb.Ping(context.Background()).Err() == nil
+	})
+
+	// Alertmanager down: the growth is posted again until it is taken.
+	addDeadLetter(t, rdb2, "orders")
+	waitLog("posting alerts to alertmanager failed")
+	am.fail.Store(false)
+	am.waitFor(t, "firing for orders after Alertmanager came back", func(a models.PostableAlert, firing bool) bool {
+		return a.Labels["queue"] == "orders" && firing
+	})
+	redisErrs := testutil.ToFloat64(a.errors.WithLabelValues("redis"))
+	amErrs := testutil.ToFloat64(a.errors.WithLabelValues("alertmanager"))
+	if redisErrs < 1 || amErrs < 1 {
+		t.Errorf("errors not counted: redis %v, alertmanager %v", redisErrs, amErrs)
+	}
+}
+
+func TestNewAlerterErrors(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	c := newTestCollector(t, rdb, exporter.QueueFor("orders"))
+	for _, tc := range []struct {
+		url  string
+		opts []Option
+	}{
+		{"localhost:9093", nil},
+		{"ftp://am:9093", nil},
+		{"http://am:9093", []Option{WithInterval(0)}},
+		{"http://am:9093", []Option{WithResolveAfter(-time.Second)}},
+	} {
+		if _, err := New(c, tc.url, tc.opts...); err == nil {
+			t.Errorf("New(%q) accepted", tc.url)
+		}
+	}
+	if _, err := New(nil, "http://am:9093"); err == nil {
+		t.Error("New(nil) accepted")
+	}
+}
+
+// While Redis cannot be read, a firing page is not resolved: quiet that
+// nobody could observe proves nothing.
+func TestAlerterKeepsPagingWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	am := newFakeAM(t)
+	a, _ := newTestAlerter(t, rdb, am.URL, WithResolveAfter(time.Millisecond))
+	clock := time.Now()
+	a.cfg.now = func() time.Time { return clock } // ticks run on this goroutine
+	ctx := context.Background()
+	a.tick(ctx) // baseline
+	addDeadLetter(t, rdb, "orders")
+	a.tick(ctx) // grows: fires
+	srv.Stop()
+	clock = clock.Add(100 * time.Millisecond) // past the resolve window, within the lease
+	a.tick(ctx)
+	a.tick(ctx)
+	for _, al := range am.all() {
+		if !time.Time(al.EndsAt).After(time.Time(al.StartsAt)) || !time.Time(al.EndsAt).After(clock) {
+			t.Fatalf("the page was resolved while Redis was down: %+v", al)
+		}
+	}
+	if len(am.all()) < 2 {
+		t.Fatalf("the firing page was not re-posted while Redis was down: %d posts", len(am.all()))
+	}
+}

@@ -1,0 +1,84 @@
+package alerter
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/queue"
+)
+
+// newTestAlerter returns an alerter of the queues orders and emails over
+// rdb, posting to amURL, with a logger into the returned buffer.
+func newTestAlerter(t *testing.T, rdb redis.UniversalClient, amURL string, opts ...Option) (*Alerter, *logBuffer) {
+	t.Helper()
+	c := newTestCollector(t, rdb, exporter.QueueFor("orders"), exporter.QueueFor("emails"))
+	logs := &logBuffer{}
+	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
+	a, err := New(c, amURL, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, logs
+}
+
+func newTestCollector(t *testing.T, rdb redis.UniversalClient, qs ...exporter.Queue) *exporter.Collector {
+	t.Helper()
+	c, err := exporter.NewCollector(rdb, exporter.WithQueues(qs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// logBuffer is a bytes.Buffer safe for the alerter's background logging.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func addDeadLetter(t *testing.T, rdb redis.UniversalClient, name string) {
+	t.Helper()
+	must(t, rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: queue.KeysFor(name).DLQ, Values: []any{"reason", "permanent_error"}}).Err())
+}
+
+func readGroup(t *testing.T, rdb redis.UniversalClient, key, group string, n int64) []redis.XMessage {
+	t.Helper()
+	res, err := rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: group, Consumer: "c", Streams: []string{key, ">"}, Count: n, Block: -1}).Result()
+	must(t, err)
+	if len(res[0].Messages) != int(n) {
+		t.Fatalf("read %d entries of %s, want %d", len(res[0].Messages), key, n)
+	}
+	return res[0].Messages
+}
+
+func deadLetter(t *testing.T, q *queue.Queue, id, reason string) {
+	t.Helper()
+	if v, err := q.DeadLetter(context.Background(), id, reason, "boom"); err != nil || v == "" {
+		t.Fatalf("dead-letter %s: %q %v", id, v, err)
+	}
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

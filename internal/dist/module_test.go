@@ -1,0 +1,98 @@
+// Package dist checks what users of backstop get when they install it: a Go
+// module whose requirements are tidy and cost a Go service nothing beyond
+// the policy and the host, and the npm and Python packages, built as they
+// are published, carrying backstop.wasm and the queue scripts.
+package dist
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// root is the repository (and Go module) root.
+const root = "../.."
+
+// TestModuleTidy fails when go.mod or go.sum is not what `go mod tidy`
+// writes: a missing or stale requirement, a direct one marked indirect, or
+// a tidy that cannot run at all (an ambiguous import).
+func TestModuleTidy(t *testing.T) {
+	cmd := exec.Command("go", "mod", "tidy", "-diff")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go mod tidy -diff: %v (run `go mod tidy`)\n%s", err, out)
+	}
+}
+
+// TestConsumerFootprint builds the go.sum of a fresh module that imports
+// only policy and host, as a Go service would: the exporter's, the CLI's
+// and the tests' dependencies (Prometheus, Alertmanager, gonum, miniredis)
+// must never reach it.
+func TestConsumerFootprint(t *testing.T) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mod struct {
+		Module struct{ Path string }
+		Go     string
+	}
+	edit := exec.Command("go", "mod", "edit", "-json")
+	edit.Dir = root
+	out, err := edit.Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json: %v", err)
+	}
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "go.mod"), "module example.com/consumer\n\ngo "+mod.Go+"\n\n"+
+		"require "+mod.Module.Path+" v0.0.0\n\nreplace "+mod.Module.Path+" => "+abs+"\n")
+	write(t, filepath.Join(dir, "main.go"), "package main\n\nimport (\n"+
+		"\t_ \""+mod.Module.Path+"/host\"\n\t_ \""+mod.Module.Path+"/policy\"\n)\n\nfunc main() {}\n")
+	// Seeded with this module's go.sum (which tidy then prunes) so that no
+	// checksum database is asked: the test runs offline once `make deps`
+	// has filled the module cache.
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "go.sum"), string(sum))
+
+	tidy := exec.Command("go", "mod", "tidy")
+	tidy.Dir = dir
+	tidy.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	if out, err := tidy.CombinedOutput(); err != nil {
+		t.Fatalf("go mod tidy in a module that imports policy and host: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mods []string
+	sc := bufio.NewScanner(bytes.NewReader(got))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) > 0 && !slices.Contains(mods, f[0]) {
+			mods = append(mods, f[0])
+		}
+	}
+	want := []string{"github.com/tetratelabs/wazero", "go.yaml.in/yaml/v3", "golang.org/x/sys"}
+	if !slices.Equal(mods, want) {
+		t.Errorf("a module that imports only policy and host needs checksums of %q, want %q:\n%s", mods, want, got)
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

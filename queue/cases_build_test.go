@@ -1,0 +1,297 @@
+package queue
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// buildCases lists the shared queue cases (their inputs; the expected
+// states come from running them, see TestQueueCases). Offsets from "now"
+// stay whole seconds or more apart, so normalising is never ambiguous.
+
+// pendingJob is a stream entry delivered once to consumer c1.
+func pendingJob(id string, fields ...string) caseEntry {
+	return caseEntry{ID: id, Fields: fields, Pend: &casePending{Consumer: "c1", Deliveries: 1}}
+}
+
+func job(jobID string, attempt int, extra ...string) []string {
+	return append(strs("id", jobID, "attempt", strconv.Itoa(attempt), "first_enqueued_ms", "{now-60000}", "payload", "p-"+jobID), extra...)
+}
+
+func handle(err *caseError) caseEvent { return caseEvent{Type: "handle", Entry: "1-1", Error: err} }
+
+func httpErr(status int, retryAfter string) *caseError {
+	return &caseError{Message: fmt.Sprintf("http %d", status), HTTPStatus: status, RetryAfter: retryAfter}
+}
+
+func buildCases() []queueCase {
+	var cs []queueCase
+	add := func(name string, st caseState, ev caseEvent) {
+		cs = append(cs, queueCase{Name: name, State: st, Event: ev})
+	}
+	one := func(attempt int, extra ...string) caseState {
+		return caseState{Jobs: []caseEntry{pendingJob("1-1", job("j1", attempt, extra...)...)}}
+	}
+
+	// A job succeeds: on its first attempt, on a later one, onto counters
+	// that exist, beside other entries.
+	for _, a := range []int{1, 2, 4, 64, 65, 1000000} {
+		add(fmt.Sprintf("success/attempt-%d", a), one(a), handle(nil))
+	}
+	st := one(3)
+	st.Stats = map[string]string{"attempts:success": "7", "finished:success:3": "2", "finished_sum:success": "40", "enqueued": "9"}
+	add("success/onto-counters", st, handle(nil))
+	st = one(1)
+	st.Jobs = append(st.Jobs, pendingJob("1-2", job("j2", 1)...), caseEntry{ID: "1-3", Fields: job("j3", 1)})
+	add("success/beside-others", st, handle(nil))
+
+	// Fails with an HTTP status, at attempts 1, 2 (uncertain limit), 4 (max).
+	for _, status := range []int{400, 401, 403, 404, 408, 409, 422, 429, 500, 501, 502, 503, 504} {
+		for _, a := range []int{1, 2, 4} {
+			add(fmt.Sprintf("http/%d/attempt-%d", status, a), one(a), handle(httpErr(status, "")))
+		}
+	}
+	// Retry-After: delta seconds, zero, past the cap (give_up), garbage,
+	// negative, absurd, with a 503 and a 429, and at the last attempt.
+	for _, status := range []int{429, 503} {
+		for _, ra := range []string{"0", "7", "30", "31", "garbage", "-1", "9999999999", "1.5"} {
+			add(fmt.Sprintf("retry-after/%d/%s", status, ra), one(1), handle(httpErr(status, ra)))
+		}
+	}
+	add("retry-after/last-attempt", one(4), handle(httpErr(503, "7")))
+	// gRPC codes 1..16 at attempt 1, and the retryable ones at the last.
+	for code := 1; code <= 16; code++ {
+		add(fmt.Sprintf("grpc/%d/attempt-1", code), one(1), handle(&caseError{Message: fmt.Sprintf("grpc %d", code), GRPCCode: code}))
+	}
+	for _, code := range []int{4, 8, 10, 14} {
+		add(fmt.Sprintf("grpc/%d/attempt-4", code), one(4), handle(&caseError{Message: fmt.Sprintf("grpc %d", code), GRPCCode: code}))
+	}
+	// Error kinds, known and unknown, at attempts 1 and 4.
+	for _, kind := range []string{"timeout", "connect_timeout", "connection_refused", "connection_reset", "dns_temporary",
+		"dns_not_found", "deadlock", "lock_timeout", "invalid_input", "parse_error", "schema_mismatch", "no_such_kind"} {
+		for _, a := range []int{1, 4} {
+			add(fmt.Sprintf("kind/%s/attempt-%d", kind, a), one(a), handle(&caseError{Message: kind, ErrorKind: kind}))
+		}
+	}
+	add("kind/none", one(1), handle(&caseError{Message: "something broke"}))
+	// A classifier that names the method: a queue job is not gated.
+	add("method/POST-503", one(1), handle(&caseError{Message: "http 503", HTTPStatus: 503, Method: "POST"}))
+	add("method/POST-connection-reset", one(1), handle(&caseError{Message: "reset", ErrorKind: "connection_reset", Method: "POST"}))
+	// Each language's own error of a kind, classified by errorkinds.json.
+	for _, kind := range []string{"connection_refused", "connection_reset", "connect_timeout", "timeout", "dns_temporary", "dns_not_found"} {
+		for _, a := range []int{1, 4} {
+			add(fmt.Sprintf("native/%s/attempt-%d", kind, a), one(a), handle(&caseError{Message: "native " + kind, Native: kind}))
+		}
+	}
+	// A status, a code and a kind at once.
+	add("mixed/status-and-kind", one(1), handle(&caseError{Message: "both", HTTPStatus: 400, ErrorKind: "timeout"}))
+	// Time budget: first enqueued long ago, or a retry that would land past it.
+	for _, ago := range []int{3599500, 3600000, 7200000} {
+		st := one(2)
+		st.Jobs[0].Fields[5] = fmt.Sprintf("{now-%d}", ago)
+		add(fmt.Sprintf("elapsed/%dms-ago", ago), st, handle(httpErr(503, "")))
+	}
+	// The decorrelated strategy's previous delay travels with the entry; a
+	// retry keeps the payload, the last error and reason are replaced.
+	add("retry/prev-delay", one(2, "prev_delay_ms", "4000"), handle(httpErr(503, "")))
+	add("retry/last-error-replaced", one(2, "last_error", "old", "last_reason", "transient"), handle(httpErr(503, "")))
+	add("retry/odd-payload", caseState{Jobs: []caseEntry{pendingJob("1-1", "id", "j1", "attempt", "1", "first_enqueued_ms", "{now-1000}",
+		"payload", "{\"a\":[1,2]} \u00e9 \\n")}}, handle(httpErr(503, "")))
+	add("retry/message-with-newlines", one(1), handle(&caseError{Message: "line one\nline two\ttab", HTTPStatus: 503}))
+	add("retry/onto-counters", caseState{Jobs: one(1).Jobs, Stats: map[string]string{"attempts:retry": "5", "retries:transient": "5"}}, handle(httpErr(503, "")))
+	add("dead-letter/onto-counters", caseState{Jobs: one(4).Jobs, Stats: map[string]string{"attempts:dead_letter": "1", "max_attempts_reached": "1",
+		"dead_letters:max_attempts_reached": "1", "finished:dead_letter:4": "1", "finished_sum:dead_letter": "4"}}, handle(httpErr(503, "")))
+
+	// Not pending: another worker moved it first; each outcome applies nothing.
+	for _, ev := range []struct {
+		name string
+		err  *caseError
+	}{{"ack", nil}, {"retry", httpErr(503, "")}, {"dead-letter", httpErr(400, "")}} {
+		st := one(1)
+		st.Jobs[0].Pend = nil
+		add("not-pending/"+ev.name, st, handle(ev.err))
+		st = one(1)
+		st.Jobs[0].Pend.Consumer = "other"
+		add("pending-elsewhere/"+ev.name, st, handle(ev.err))
+	}
+
+	// Malformed entries: dead-lettered as malformed whatever the handler
+	// said, every field kept.
+	malformed := map[string][]string{
+		"no-id":             strs("attempt", "1", "first_enqueued_ms", "{now-1000}", "payload", "p"),
+		"empty-id":          strs("id", "", "attempt", "1", "first_enqueued_ms", "{now-1000}"),
+		"no-attempt":        strs("id", "j1", "first_enqueued_ms", "{now-1000}"),
+		"attempt-0":         strs("id", "j1", "attempt", "0", "first_enqueued_ms", "{now-1000}"),
+		"attempt-01":        strs("id", "j1", "attempt", "01", "first_enqueued_ms", "{now-1000}"),
+		"attempt-negative":  strs("id", "j1", "attempt", "-1", "first_enqueued_ms", "{now-1000}"),
+		"attempt-hex":       strs("id", "j1", "attempt", "0x10", "first_enqueued_ms", "{now-1000}"),
+		"attempt-exponent":  strs("id", "j1", "attempt", "1e3", "first_enqueued_ms", "{now-1000}"),
+		"attempt-space":     strs("id", "j1", "attempt", " 5", "first_enqueued_ms", "{now-1000}"),
+		"attempt-1e14":      strs("id", "j1", "attempt", "100000000000000", "first_enqueued_ms", "{now-1000}"),
+		"attempt-word":      strs("id", "j1", "attempt", "two", "first_enqueued_ms", "{now-1000}"),
+		"no-first-enqueued": strs("id", "j1", "attempt", "1"),
+		"first-enqueued-x":  strs("id", "j1", "attempt", "1", "first_enqueued_ms", "yesterday"),
+		"extra-fields":      strs("attempt", "x", "colour", "blue", "id", "j1", "attempt", "y"),
+		"only-payload":      strs("payload", "lonely"),
+	}
+	for name, fields := range malformed {
+		for _, ev := range []struct {
+			name string
+			err  *caseError
+		}{{"success", nil}, {"503", httpErr(503, "")}} {
+			add(fmt.Sprintf("malformed-entry/%s/%s", name, ev.name),
+				caseState{Jobs: []caseEntry{pendingJob("1-1", fields...)}}, handle(ev.err))
+		}
+	}
+	wide := job("j1", 1)
+	for i := 0; i < 1001; i++ {
+		wide = append(wide, fmt.Sprintf("f%04d", i), strconv.Itoa(i))
+	}
+	add("malformed-entry/wide-1001-fields", caseState{Jobs: []caseEntry{pendingJob("1-1", append(wide[2:len(wide):len(wide)], "id", "")...)}}, handle(nil))
+	add("dead-letter/wide-1001-fields", caseState{Jobs: []caseEntry{pendingJob("1-1", wide...)}}, handle(httpErr(400, "")))
+
+	// Damage: the script refuses and the state is as it was.
+	damage := map[string][][]string{
+		"stats-a-string":   {{"SET", "{q}:stats", "x"}},
+		"delayed-a-string": {{"SET", "{q}:delayed", "x"}},
+		"dlq-a-hash":       {{"HSET", "{q}:dlq", "a", "b"}},
+		"counter-not-int":  {{"HSET", "{q}:stats", "attempts:success", "abc", "attempts:retry", "1.5", "attempts:dead_letter", "0x1"}},
+		"counter-at-max":   {{"HSET", "{q}:stats", "attempts:success", "9223372036854775807", "attempts:retry", "9223372036854775807", "attempts:dead_letter", "9223372036854775807"}},
+		"counter-spaces":   {{"HSET", "{q}:stats", "attempts:success", " 1", "attempts:retry", "01", "attempts:dead_letter", "-0"}},
+		"dlq-at-max-id":    {{"XADD", "{q}:dlq", "18446744073709551615-18446744073709551615", "f", "v"}},
+		"member-exists":    {{"ZADD", "{q}:delayed", "5", `{"last_reason":"transient","prev_delay_ms":1000,"last_error":"http 503","payload":"p-j1","id":"j1","source":"1-1","attempt":2,"first_enqueued_ms":"{now-60000}"}`}},
+	}
+	for name, raw := range damage {
+		for _, ev := range []struct {
+			name string
+			err  *caseError
+		}{{"ack", nil}, {"retry", httpErr(503, "")}, {"dead-letter", httpErr(400, "")}} {
+			if name == "member-exists" && ev.name == "retry" {
+				// The member holds the error's text, which each language
+				// writes its own way: scripts_test.go covers this refusal.
+				continue
+			}
+			add(fmt.Sprintf("damaged/%s/%s", name, ev.name), caseState{Jobs: one(1).Jobs, Raw: raw}, handle(ev.err))
+		}
+	}
+
+	// Promote at a given server time: due and future members, limits.
+	retryMember := func(id string, attempt int) string {
+		return fmt.Sprintf(`{"id":"%s","attempt":%d,"first_enqueued_ms":{now-60000},"payload":"p-%s","last_error":"http 503","last_reason":"transient","source":"1-1","prev_delay_ms":1000}`, id, attempt, id)
+	}
+	mixed := []caseMember{
+		{retryMember("a", 2), "{now-3000}"}, {retryMember("b", 3), "{now-2000}"},
+		{retryMember("c", 2), "{now+5000}"}, {retryMember("d", 2), "{now+9000}"},
+	}
+	for _, limit := range []int{1, 2, 3, 10, 10000} {
+		add(fmt.Sprintf("promote/limit-%d", limit), caseState{Delayed: mixed}, caseEvent{Type: "promote", Limit: limit})
+	}
+	add("promote/none-due", caseState{Delayed: mixed[2:]}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/empty", caseState{}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/onto-counter", caseState{Delayed: mixed, Stats: map[string]string{"promoted": "41"}}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/minimal-member", caseState{Delayed: []caseMember{{`{"id":"m","attempt":2}`, "{now-1000}"}}}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/escapes", caseState{Delayed: []caseMember{{`{"id":"m\"q","attempt":2,"payload":"a\\u00e9\n"}`, "{now-1000}"}}}, caseEvent{Type: "promote", Limit: 10})
+	for name, m := range map[string]string{
+		"not-json": "not json", "array": "[1,2]", "null": "null", "true": "true", "nested": `{"id":"m","attempt":2,"payload":{"a":1}}`,
+		"float": `{"id":"m","attempt":2.5}`, "exponent": `{"id":"m","attempt":1e300}`, "twenty-digits": `{"id":"m","attempt":12345678901234567890}`,
+		"negative": `{"id":"m","attempt":-2}`, "leading-zero": `{"id":"m","attempt":02}`, "twice": `{"id":"m","id":"n","attempt":2}`,
+		"unknown-field": `{"id":"m","attempt":2,"colour":"blue"}`, "attempt-string": `{"id":"m","attempt":"2"}`, "empty": "",
+		"empty-object": "{}", "bytes": "\xff\xfe{", "id-number": `{"id":5,"attempt":2}`,
+	} {
+		add("promote/malformed-member/"+name, caseState{Delayed: []caseMember{{m, "{now-1000}"}, {retryMember("ok", 2), "{now-500}"}}},
+			caseEvent{Type: "promote", Limit: 10})
+	}
+	for _, limit := range []int{0, -1, 10001} {
+		add(fmt.Sprintf("promote/bad-limit-%d", limit), caseState{Delayed: mixed}, caseEvent{Type: "promote", Limit: limit})
+	}
+	add("promote/jobs-a-string", caseState{Delayed: mixed, Raw: [][]string{{"DEL", "{q}:jobs"}, {"SET", "{q}:jobs", "x"}}}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/delayed-a-string", caseState{Raw: [][]string{{"SET", "{q}:delayed", "x"}}}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/counter-not-int", caseState{Delayed: mixed, Stats: map[string]string{"promoted": "many"}}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/counter-at-max", caseState{Delayed: mixed, Stats: map[string]string{"promoted": "9223372036854775806"}}, caseEvent{Type: "promote", Limit: 10})
+	add("promote/jobs-at-max-id", caseState{Delayed: mixed, Raw: [][]string{{"XADD", "{q}:jobs", "18446744073709551615-18446744073709551615", "f", "v"}}},
+		caseEvent{Type: "promote", Limit: 10})
+
+	// Run delayed jobs now (force run), by job id or by due time.
+	for _, id := range []string{"a", "c", "d", "zz", ""} {
+		add("run/id-"+id, caseState{Delayed: mixed}, caseEvent{Type: "run", JobID: id})
+	}
+	for _, b := range []struct {
+		before string
+		limit  int
+	}{{"{now+6000}", 1}, {"{now+6000}", 2}, {"{now+6000}", 10}, {"{now-10000}", 10}, {"{now+60000}", 10000}, {"{now+6000}", 0}, {"{now+6000}", 10001}} {
+		add(fmt.Sprintf("run/before-%s/limit-%d", b.before, b.limit), caseState{Delayed: mixed}, caseEvent{Type: "run", Before: b.before, Limit: b.limit})
+	}
+	add("run/malformed-member", caseState{Delayed: []caseMember{{"not json", "{now+5000}"}, {`{"id":"c","attempt":2.5}`, "{now+6000}"}}},
+		caseEvent{Type: "run", Before: "{now+60000}", Limit: 10})
+	add("run/onto-counter", caseState{Delayed: mixed, Stats: map[string]string{"force_run": "2"}}, caseEvent{Type: "run", JobID: "c"})
+	add("run/counter-not-int", caseState{Delayed: mixed, Stats: map[string]string{"force_run": "x"}}, caseEvent{Type: "run", JobID: "c"})
+	add("run/jobs-a-string", caseState{Delayed: mixed, Raw: [][]string{{"DEL", "{q}:jobs"}, {"SET", "{q}:jobs", "x"}}}, caseEvent{Type: "run", JobID: "c"})
+
+	// A worker dies: its entries are reclaimed (then run), or dead-lettered
+	// as crash_loop at the delivery limit.
+	idle := func(id string, deliveries int, idleMs int64, fields ...string) caseEntry {
+		return caseEntry{ID: id, Fields: fields, Pend: &casePending{Consumer: "dead", Deliveries: deliveries, IdleMs: idleMs}}
+	}
+	crashed := []caseEntry{
+		idle("1-1", 1, 120000, job("j1", 1)...), idle("1-2", 2, 120000, job("j2", 2)...),
+		idle("1-3", 5, 120000, job("j3", 1)...), idle("1-4", 1, 1000, job("j4", 1)...),
+	}
+	reclaim := func(err *caseError, count, maxDel int) caseEvent {
+		return caseEvent{Type: "reclaim", Error: err, MinIdleMs: 60000, Count: count, MaxDeliveries: maxDel}
+	}
+	for _, ev := range []struct {
+		name string
+		err  *caseError
+	}{{"success", nil}, {"503", httpErr(503, "")}, {"400", httpErr(400, "")}} {
+		add("reclaim/"+ev.name, caseState{Jobs: crashed}, reclaim(ev.err, 10, 5))
+		add("reclaim/count-1/"+ev.name, caseState{Jobs: crashed}, reclaim(ev.err, 1, 5))
+		add("reclaim/max-deliveries-2/"+ev.name, caseState{Jobs: crashed}, reclaim(ev.err, 10, 2))
+	}
+	add("reclaim/nothing-idle", caseState{Jobs: crashed[3:]}, reclaim(nil, 10, 5))
+	add("reclaim/data-deleted", caseState{Jobs: crashed, Raw: [][]string{{"XDEL", "{q}:jobs", "1-1", "1-3"}}}, reclaim(nil, 10, 5))
+	add("reclaim/malformed-crash-loop", caseState{Jobs: []caseEntry{idle("1-1", 5, 120000, "payload", "x", "attempt", "zz")}}, reclaim(nil, 10, 5))
+	add("reclaim/malformed-claimed", caseState{Jobs: []caseEntry{idle("1-1", 1, 120000, "payload", "x")}}, reclaim(nil, 10, 5))
+	add("reclaim/dlq-a-string", caseState{Jobs: crashed, Raw: [][]string{{"SET", "{q}:dlq", "x"}}}, reclaim(nil, 10, 5))
+	add("reclaim/dlq-at-max-id", caseState{Jobs: crashed, Raw: [][]string{{"XADD", "{q}:dlq", "18446744073709551615-18446744073709551615", "f", "v"}}}, reclaim(nil, 10, 5))
+	add("reclaim/counter-not-int", caseState{Jobs: crashed, Stats: map[string]string{"reclaimed": "x"}}, reclaim(nil, 10, 5))
+	add("reclaim/stats-a-string", caseState{Jobs: crashed, Raw: [][]string{{"SET", "{q}:stats", "x"}}}, reclaim(nil, 10, 5))
+	for _, bad := range []struct {
+		name          string
+		count, maxDel int
+		minIdle       int64
+	}{{"count-0", 0, 5, 60000}, {"count-1001", 1001, 5, 60000}, {"max-deliveries-0", 10, 0, 60000}, {"min-idle-negative", 10, 5, -1}} {
+		add("reclaim/bad-"+bad.name, caseState{Jobs: crashed}, caseEvent{Type: "reclaim", MinIdleMs: bad.minIdle, Count: bad.count, MaxDeliveries: bad.maxDel})
+	}
+
+	// Replay with a limit and a reason.
+	dead := func(id, jobID, reason string) caseEntry {
+		return caseEntry{ID: id, Fields: strs("reason", reason, "error", "boom", "attempt", "3", "id", jobID, "source_id", "1-9",
+			"first_enqueued_ms", "{now-60000}", "payload", "p-"+jobID, "dead_lettered_ms", "{now-1000}")}
+	}
+	dlq := []caseEntry{dead("1-1", "a", "max_attempts_reached"), dead("1-2", "b", "permanent_error"),
+		dead("1-3", "c", "max_attempts_reached"), {ID: "1-4", Fields: strs("reason", "malformed", "error", "no id", "entry.payload", "x")},
+		dead("1-5", "e", "crash_loop")}
+	for _, limit := range []int{1, 2, 5, 100} {
+		for _, reason := range []string{"", "max_attempts_reached", "crash_loop", "malformed", "no_such_reason"} {
+			add(fmt.Sprintf("replay/limit-%d/reason-%s", limit, reason), caseState{DLQ: dlq}, caseEvent{Type: "replay", Limit: limit, Reason: reason})
+		}
+	}
+	add("replay/empty", caseState{}, caseEvent{Type: "replay", Limit: 10})
+	add("replay/onto-counter", caseState{DLQ: dlq, Stats: map[string]string{"replayed": "3"}}, caseEvent{Type: "replay", Limit: 10})
+	for _, bad := range []struct {
+		name   string
+		limit  int
+		reason string
+	}{{"limit-0", 0, ""}, {"reason-space", 10, "max attempts"}, {"reason-long", 10, strings.Repeat("r", 129)}, {"reason-control", 10, "a\tb"}} {
+		add("replay/bad-"+bad.name, caseState{DLQ: dlq}, caseEvent{Type: "replay", Limit: bad.limit, Reason: bad.reason})
+	}
+	add("replay/jobs-a-string", caseState{DLQ: dlq, Raw: [][]string{{"DEL", "{q}:jobs"}, {"SET", "{q}:jobs", "x"}}}, caseEvent{Type: "replay", Limit: 10})
+	add("replay/counter-not-int", caseState{DLQ: dlq, Stats: map[string]string{"replayed": "1e3"}}, caseEvent{Type: "replay", Limit: 10})
+	add("replay/jobs-at-max-id", caseState{DLQ: dlq, Raw: [][]string{{"XADD", "{q}:jobs", "18446744073709551615-18446744073709551615", "f", "v"}}},
+		caseEvent{Type: "replay", Limit: 10})
+	// Maps above list in random order: the file lists by name.
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
+	return cs
+}

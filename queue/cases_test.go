@@ -1,0 +1,535 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// The shared queue cases (testdata/queue/cases.json, see its README): a
+// starting state, an event driven through the worker's path (run, then one
+// attempt at applying the outcome), and the state after. `make queue-cases`
+// regenerates the file from this applier (-update); without -update the
+// test replays every case and compares.
+var updateCases = flag.Bool("update", false, "regenerate testdata/queue/cases.json from the Go applier")
+
+const casesFile = "../testdata/queue/cases.json"
+
+type caseFile struct {
+	Comment  string          `json:"comment"`
+	Queue    string          `json:"queue"`
+	Group    string          `json:"group"`
+	Consumer string          `json:"consumer"`
+	Policy   json.RawMessage `json:"policy"`
+	Cases    []queueCase     `json:"cases"`
+}
+
+type queueCase struct {
+	Name   string     `json:"name"`
+	State  caseState  `json:"state"`
+	Event  caseEvent  `json:"event"`
+	Expect caseExpect `json:"expect"`
+}
+
+type caseState struct {
+	Jobs    []caseEntry       `json:"jobs,omitempty"`
+	Delayed []caseMember      `json:"delayed,omitempty"`
+	DLQ     []caseEntry       `json:"dlq,omitempty"`
+	Stats   map[string]string `json:"stats,omitempty"`
+	// Raw are Redis commands run after the rest: damage (a key of the
+	// wrong type, a deleted entry, a stream at its largest id).
+	Raw [][]string `json:"raw,omitempty"`
+}
+
+type caseEntry struct {
+	ID     string       `json:"id"`
+	Fields []string     `json:"fields"`
+	Pend   *casePending `json:"pending,omitempty"`
+}
+
+type casePending struct {
+	Consumer   string `json:"consumer"`
+	Deliveries int    `json:"deliveries"`
+	IdleMs     int64  `json:"idle_ms"`
+}
+
+type caseMember struct {
+	Member string `json:"member"`
+	Score  string `json:"score"`
+}
+
+type caseEvent struct {
+	// Type: handle (the worker ran the entry's job), promote, reclaim
+	// (then the reclaimed jobs run), replay.
+	Type  string     `json:"type"`
+	Entry string     `json:"entry,omitempty"`
+	Error *caseError `json:"error,omitempty"` // handle, reclaim: nil is a success
+	Limit int        `json:"limit,omitempty"`
+	// Reason filters replay.
+	Reason        string `json:"reason,omitempty"`
+	MinIdleMs     int64  `json:"min_idle_ms,omitempty"`
+	Count         int    `json:"count,omitempty"`
+	MaxDeliveries int    `json:"max_deliveries,omitempty"`
+	// run: the delayed job with job id JobID, or those due at or before
+	// Before (a "{now±N}" time) with Limit.
+	JobID  string `json:"job_id,omitempty"`
+	Before string `json:"before,omitempty"`
+}
+
+type caseError struct {
+	Message    string `json:"message"`
+	HTTPStatus int    `json:"http_status,omitempty"`
+	GRPCCode   int    `json:"grpc_code,omitempty"`
+	ErrorKind  string `json:"error_kind,omitempty"`
+	RetryAfter string `json:"retry_after,omitempty"`
+	// Native is an error kind to raise as the language's own error of that
+	// kind (classified by the table, errorkinds.json), with Message as text.
+	Native string `json:"native,omitempty"`
+	// Method is what a classifier may say of an HTTP request; a queue job
+	// has none (docs/policy.md): every worker leaves it out of the failure
+	// (Go's queue.Failure has no method).
+	Method string `json:"method,omitempty"`
+}
+
+// spyDecider reports the classification of the failure the policy was
+// asked about (what differs between languages is caught there): the fields
+// that are set, by their policy-file names.
+type spyDecider struct {
+	Decider
+	asked map[string]any
+}
+
+func (s *spyDecider) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
+	s.asked = map[string]any{}
+	for k, v := range map[string]any{"http_status": f.HTTPStatus, "grpc_code": f.GRPCCode, "error_kind": f.ErrorKind,
+		"retry_after": f.RetryAfter, "method": f.Method} {
+		if v != 0 && v != "" {
+			s.asked[k] = v
+		}
+	}
+	return s.Decider.Decide(ctx, f)
+}
+
+func (s *spyDecider) RecordSuccess(ctx context.Context, nowMs int64) error {
+	if r, ok := s.Decider.(successRecorder); ok {
+		return r.RecordSuccess(ctx, nowMs)
+	}
+	return nil
+}
+
+// nativeErr is a language error of a kind with the case's text.
+type nativeErr struct {
+	msg string
+	err error
+}
+
+func (e *nativeErr) Error() string { return e.msg }
+func (e *nativeErr) Unwrap() error { return e.err }
+
+// native makes Go's own error of a kind, as the standard library does.
+func native(t *testing.T, kind string) error {
+	switch kind {
+	case "connection_refused":
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	case "connection_reset":
+		return &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	case "connect_timeout":
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	case "timeout":
+		return context.DeadlineExceeded
+	case "dns_temporary":
+		return &net.DNSError{Err: "try again", Name: "example.com", IsTemporary: true}
+	case "dns_not_found":
+		return &net.DNSError{Err: "no such host", Name: "example.invalid", IsNotFound: true}
+	}
+	t.Fatalf("native error of kind %q: none made here", kind)
+	return nil
+}
+
+type caseExpect struct {
+	Reply any            `json:"reply"`
+	State map[string]any `json:"state"`
+}
+
+const casePolicy = `{"max_attempts": 4, "max_elapsed": "1h", "uncertain": {"max_attempts": 2},
+ "backoff": {"strategy": "exponential", "base": "1s", "multiplier": 2, "cap": "60s"},
+ "jitter": {"mode": "none"}, "retry_after": {"cap": "30s", "on_exceed": "give_up"}}`
+
+func TestQueueCases(t *testing.T) {
+	ctx := context.Background()
+	rdb := redistest.Start(t).Client()
+	var file caseFile
+	if *updateCases {
+		file = caseFile{
+			Comment: "generated by `make queue-cases` (queue/cases_test.go); see README.md",
+			Queue:   "q", Group: "workers", Consumer: "c9", Policy: json.RawMessage(casePolicy), Cases: buildCases(),
+		}
+	} else {
+		data, err := os.ReadFile(casesFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := policy.Parse(file.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i := range file.Cases {
+		c := &file.Cases[i]
+		if seen[c.Name] {
+			t.Fatalf("case %q: name given twice", c.Name)
+		}
+		seen[c.Name] = true
+		q := New(rdb, file.Queue, WithGroup(file.Group))
+		reply, state := replayCase(t, ctx, rdb, q, Native(p), file.Consumer, c)
+		if *updateCases {
+			c.Expect = caseExpect{Reply: reply, State: state}
+			continue
+		}
+		got, _ := json.Marshal(caseExpect{Reply: reply, State: state})
+		want, _ := json.Marshal(c.Expect)
+		if string(got) != string(want) {
+			t.Errorf("case %s:\n got  %s\n want %s", c.Name, got, want)
+		}
+	}
+	if *updateCases {
+		out, err := json.MarshalIndent(file, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(casesFile, append(out, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(file.Cases); n < 200 {
+		t.Errorf("%d cases, want at least 200", n)
+	}
+	if *updateCases {
+		return
+	}
+	// The same cases on a Redis Cluster: every key of a queue shares its
+	// hash tag, so each script runs on one node, and must reach the same
+	// state there.
+	t.Run("cluster", func(t *testing.T) {
+		cc := redistest.StartCluster(t, 3).Client(t)
+		for i := range file.Cases {
+			c := &file.Cases[i]
+			q := New(cc, file.Queue, WithGroup(file.Group))
+			reply, state := replayCase(t, ctx, cc, q, Native(p), file.Consumer, c)
+			got, _ := json.Marshal(caseExpect{Reply: reply, State: state})
+			want, _ := json.Marshal(c.Expect)
+			if string(got) != string(want) {
+				t.Errorf("case %s on a cluster:\n got  %s\n want %s", c.Name, got, want)
+			}
+		}
+	})
+}
+
+// allKeys lists every key, on every master of a cluster.
+func allKeys(ctx context.Context, rdb redis.UniversalClient) ([]string, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb.Keys(ctx, "*").Result()
+	}
+	var mu sync.Mutex
+	var keys []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		ks, err := c.Keys(ctx, "*").Result()
+		mu.Lock()
+		keys = append(keys, ks...)
+		mu.Unlock()
+		return err
+	})
+	return keys, err
+}
+
+// flushAll empties the server, every master of a cluster.
+func flushAll(ctx context.Context, rdb redis.UniversalClient) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.FlushAll(ctx).Err() })
+	}
+	return rdb.FlushAll(ctx).Err()
+}
+
+var nowToken = regexp.MustCompile(`\{now([+-][0-9]+)?\}`)
+
+// resolve writes a "{now}", "{now+N}" or "{now-N}" token as base+N and
+// records N as a known offset.
+func resolve(s string, base int64, known map[int64]bool) string {
+	return nowToken.ReplaceAllStringFunc(s, func(tok string) string {
+		var off int64
+		if m := nowToken.FindStringSubmatch(tok); m[1] != "" {
+			off, _ = strconv.ParseInt(m[1], 10, 64)
+		}
+		known[off] = true
+		return strconv.FormatInt(base+off, 10)
+	})
+}
+
+func serverMs(t *testing.T, ctx context.Context, rdb redis.UniversalClient) int64 {
+	tm, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.UnixMilli()
+}
+
+// replayCase sets up c's state, drives its event through the Go applier and
+// returns the reply and the normalised state after.
+func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *Queue, p Decider, consumer string, c *queueCase) (any, map[string]any) {
+	t.Helper()
+	fail := func(err error) {
+		if err != nil {
+			t.Fatalf("case %s: setup: %v", c.Name, err)
+		}
+	}
+	fail(flushAll(ctx, rdb))
+	base := serverMs(t, ctx, rdb)
+	known := map[int64]bool{0: true}
+	k := q.keys
+	addEntries := func(key string, es []caseEntry) {
+		for _, e := range es {
+			vals := make([]any, len(e.Fields))
+			for i, f := range e.Fields {
+				vals[i] = resolve(f, base, known)
+			}
+			fail(rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: e.ID, Values: vals}).Err())
+		}
+	}
+	addEntries(k.Jobs, c.State.Jobs)
+	fail(rdb.XGroupCreateMkStream(ctx, k.Jobs, q.group, "0").Err())
+	for _, e := range c.State.Jobs {
+		if e.Pend != nil {
+			fail(rdb.Do(ctx, "XCLAIM", k.Jobs, q.group, e.Pend.Consumer, 0, e.ID, "IDLE", e.Pend.IdleMs,
+				"RETRYCOUNT", e.Pend.Deliveries, "FORCE", "JUSTID").Err())
+		}
+	}
+	addEntries(k.DLQ, c.State.DLQ)
+	for _, m := range c.State.Delayed {
+		score, err := strconv.ParseFloat(resolve(m.Score, base, known), 64)
+		fail(err)
+		fail(rdb.ZAdd(ctx, k.Delayed, redis.Z{Score: score, Member: resolve(m.Member, base, known)}).Err())
+	}
+	for f, v := range c.State.Stats {
+		fail(rdb.HSet(ctx, k.Stats, f, resolve(v, base, known)).Err())
+	}
+	for _, cmd := range c.State.Raw {
+		args := make([]any, len(cmd))
+		for i, a := range cmd {
+			args[i] = resolve(a, base, known)
+		}
+		fail(rdb.Do(ctx, args...).Err())
+	}
+
+	w := &worker{consumer: consumer, rand: func() float64 { return 0.5 }}
+	h := func(context.Context, Job) error {
+		if c.Event.Error == nil {
+			return nil
+		}
+		e := c.Event.Error
+		if e.Native != "" {
+			return &nativeErr{e.Message, native(t, e.Native)}
+		}
+		return &Failure{Err: fmt.Errorf("%s", e.Message), HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind, RetryAfter: e.RetryAfter}
+	}
+	apply := func(j Job) map[string]any {
+		spy := &spyDecider{Decider: p}
+		o := q.run(ctx, w, spy, h, j)
+		applied, err := q.applyOutcome(ctx, j.EntryID, o)
+		if err != nil {
+			// What a worker in another language knows of a refused outcome.
+			return map[string]any{"refused": true}
+		}
+		r := map[string]any{"action": o.action, "reason": o.reason, "applied": applied}
+		if spy.asked != nil {
+			r["failure"] = spy.asked
+		}
+		if o.action == "retry" {
+			r["delay_ms"] = o.delay.Milliseconds()
+			known[o.delay.Milliseconds()] = true
+		}
+		return r
+	}
+	var reply any
+	switch ev := c.Event; ev.Type {
+	case "handle":
+		msgs, err := rdb.XRangeN(ctx, k.Jobs, ev.Entry, ev.Entry, 1).Result()
+		fail(err)
+		j := Job{EntryID: ev.Entry, Malformed: true}
+		if len(msgs) == 1 {
+			j = jobFromMessage(msgs[0])
+		}
+		reply = apply(j)
+	case "promote":
+		n, next, err := q.Promote(ctx, ev.Limit)
+		reply = map[string]any{"moved": n, "next_due": next >= 0}
+		if err != nil {
+			reply = map[string]any{"refused": true}
+		}
+	case "reclaim":
+		rec, err := q.Reclaim(ctx, consumer, time.Duration(ev.MinIdleMs)*time.Millisecond, ev.Count, ev.MaxDeliveries)
+		claimed, skipped, outcomes := []string{}, [][]string{}, []any{}
+		for _, j := range rec.Jobs {
+			claimed = append(claimed, j.EntryID)
+		}
+		for _, s := range rec.Skipped {
+			skipped = append(skipped, []string{s.EntryID, s.Reason})
+		}
+		for _, j := range rec.Jobs {
+			outcomes = append(outcomes, apply(j))
+		}
+		reply = map[string]any{"dead_lettered": rec.DeadLettered, "claimed": claimed, "skipped": skipped, "outcomes": outcomes}
+		if err != nil {
+			reply = map[string]any{"refused": true}
+		}
+	case "run":
+		opts := []RunOption{RunID(ev.JobID)}
+		if ev.Before != "" {
+			ms, err := strconv.ParseInt(resolve(ev.Before, base, known), 10, 64)
+			fail(err)
+			opts = []RunOption{RunDueBefore(time.UnixMilli(ms)), RunLimit(ev.Limit)}
+		}
+		ran, err := q.Run(ctx, opts...)
+		reply = map[string]any{"moved": ran.Moved, "left": ran.Left}
+		if err != nil {
+			reply = map[string]any{"refused": true}
+		}
+	case "replay":
+		n, err := q.Replay(ctx, ev.Limit, ev.Reason)
+		reply = map[string]any{"replayed": n}
+		if err != nil {
+			reply = map[string]any{"refused": true}
+		}
+	default:
+		t.Fatalf("case %s: unknown event %q", c.Name, ev.Type)
+	}
+	end := serverMs(t, ctx, rdb)
+	state := dumpState(t, ctx, rdb, q)
+	return normalise(t, reply, state, base, end, known)
+}
+
+// dumpState reads every key of the server: streams with their entries and
+// consumer groups (last delivered id, pending entries with consumer and
+// delivery count), sorted sets with scores, hashes, strings.
+func dumpState(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *Queue) map[string]any {
+	keys, err := allKeys(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(keys)
+	names := map[string]string{q.keys.Jobs: "jobs", q.keys.Delayed: "delayed", q.keys.DLQ: "dlq", q.keys.Stats: "stats"}
+	out := map[string]any{}
+	for _, key := range keys {
+		name, ok := names[key]
+		if !ok {
+			name = key
+		}
+		typ, _ := rdb.Type(ctx, key).Result()
+		switch typ {
+		case "stream":
+			// Raw XRANGE: the fields as the ordered list they are.
+			raw, _ := rdb.Do(ctx, "XRANGE", key, "-", "+").Slice()
+			entries := []any{}
+			for _, r := range raw {
+				e := r.([]any)
+				entries = append(entries, []any{e[0], e[1]})
+			}
+			groups := []any{}
+			gs, _ := rdb.XInfoGroups(ctx, key).Result()
+			for _, g := range gs {
+				pend := []any{}
+				ps, _ := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: g.Name, Start: "-", End: "+", Count: 10000}).Result()
+				for _, p := range ps {
+					pend = append(pend, []any{p.ID, p.Consumer, p.RetryCount})
+				}
+				groups = append(groups, map[string]any{"name": g.Name, "last_delivered_id": g.LastDeliveredID, "pending": pend})
+			}
+			out[name] = map[string]any{"type": "stream", "entries": entries, "groups": groups}
+		case "zset":
+			zs, _ := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+			members := []any{}
+			for _, z := range zs {
+				members = append(members, []any{z.Member, strconv.FormatFloat(z.Score, 'f', -1, 64)})
+			}
+			out[name] = map[string]any{"type": "zset", "members": members}
+		case "hash":
+			h, _ := rdb.HGetAll(ctx, key).Result()
+			out[name] = map[string]any{"type": "hash", "fields": h}
+		case "string":
+			s, _ := rdb.Get(ctx, key).Result()
+			out[name] = map[string]any{"type": "string", "value": s}
+		default:
+			out[name] = map[string]any{"type": typ}
+		}
+	}
+	return out
+}
+
+var (
+	newID   = regexp.MustCompile(`\b[0-9]{13}-[0-9]+\b`)
+	msValue = regexp.MustCompile(`\b[0-9]{13}\b`)
+)
+
+// normalise makes the reply and state independent of when the case ran
+// (testdata/queue/README.md): in the canonical JSON (keys sorted), stream
+// ids made by the server in the event (a 13-digit time part) become
+// "new:1", "new:2", … in order of first appearance, and each other 13-digit
+// number v becomes "{now+d}" for the first known offset d (0, the offsets
+// of the starting state, the decided delay) with base <= v-d <= end.
+func normalise(t *testing.T, reply any, state map[string]any, base, end int64, known map[int64]bool) (any, map[string]any) {
+	data, err := json.Marshal([]any{reply, state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	s := newID.ReplaceAllStringFunc(string(data), func(id string) string {
+		if _, ok := ids[id]; !ok {
+			ids[id] = fmt.Sprintf("new:%d", len(ids)+1)
+		}
+		return ids[id]
+	})
+	offs := make([]int64, 0, len(known))
+	for d := range known {
+		offs = append(offs, d)
+	}
+	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	s = msValue.ReplaceAllStringFunc(s, func(v string) string {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		for _, d := range offs {
+			if n-d >= base && n-d <= end {
+				if d == 0 {
+					return "{now}"
+				}
+				return fmt.Sprintf("{now%+d}", d)
+			}
+		}
+		return v
+	})
+	var out []any
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out[0], out[1].(map[string]any)
+}
+
+// strs builds an entry's fields.
+func strs(kv ...string) []string { return kv }
