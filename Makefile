@@ -32,7 +32,7 @@ PY_CALL_TESTS := $(addprefix host/python/tests/,test_vectors.py test_inputs.py t
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all build wasm deps test vectors queue-cases bench fuzz demo clean
+.PHONY: all build wasm deps test vectors queue-cases idempotency-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -52,7 +52,7 @@ demo:
 wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(GOFLAGS_WASM) -o $(WASM) ./wasm
 	for f in $(WASM_COPIES); do cp $(WASM) $$f; done
-	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp queue/scripts/*.lua $$d/ && cp queue/errorkinds.json $$d/../; done
+	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp queue/scripts/*.lua $$d/ && cp internal/errkind/errorkinds.json $$d/../; done
 
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/prometheus/common/version.Version=$(VERSION) -X main.version=$(VERSION)
@@ -111,6 +111,12 @@ vectors:
 ## redis-server give the expected states
 queue-cases:
 	$(GO) test -count=1 -run '^TestQueueCases$$' ./queue -update
+
+## idempotency-cases: regenerate testdata/idempotency/cases.json: the cases'
+## steps (idempotency/cases_build_test.go) run through the Go store against a
+## real redis-server give the expected replies and records
+idempotency-cases:
+	$(GO) test -count=1 -run '^TestIdempotencyCases$$' ./idempotency -update
 
 ## bench: the side-by-side benchmarks (results go into BENCHMARKS.md)
 bench: deps wasm

@@ -111,10 +111,12 @@ const hostSel = `job=~"$job", instance=~"$instance"`
 func variables() Templating {
 	return Templating{List: []Variable{
 		{Name: "datasource", Label: "Data source", Type: "datasource", Query: "prometheus"},
+		// The exporter's jobs, and the services' that export backstop_client_*
+		// or backstop_idempotency_*.
 		{Name: "job", Label: "job", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
-			Query: "label_values(backstop_up, job)", Multi: true, IncludeAll: true, AllValue: ".+"},
+			Query: `label_values({__name__=~"backstop_up|backstop_client_attempts_total|backstop_idempotency_requests_total"}, job)`, Multi: true, IncludeAll: true, AllValue: ".+"},
 		{Name: "instance", Label: "instance", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
-			Query: `label_values(backstop_up{job=~"$job"}, instance)`, Multi: true, IncludeAll: true, AllValue: ".+"},
+			Query: `label_values({__name__=~"backstop_up|backstop_client_attempts_total|backstop_idempotency_requests_total", job=~"$job"}, instance)`, Multi: true, IncludeAll: true, AllValue: ".+"},
 		{Name: "queue", Label: "queue", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
 			Query: `label_values(backstop_dlq_size{job=~"$job", instance=~"$instance"}, queue)`, Multi: true, IncludeAll: true, AllValue: ".+"},
 	}}
@@ -178,9 +180,76 @@ func Overview() Dashboard {
 	}
 }
 
+// csel selects the process metrics (backstop_client_*): services export
+// them under their own jobs, which the job variable lists beside the
+// exporter's.
+const csel = `job=~"$job", instance=~"$instance", policy=~"$policy", target=~"$target"`
+
+// clientVariables pick the policy and target of the process metrics.
+func clientVariables() []Variable {
+	return []Variable{
+		{Name: "policy", Label: "policy", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
+			Query: `label_values(backstop_client_attempts_total{job=~"$job", instance=~"$instance"}, policy)`, Multi: true, IncludeAll: true, AllValue: ".+"},
+		{Name: "target", Label: "target", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
+			Query: `label_values(backstop_client_attempts_total{job=~"$job", instance=~"$instance", policy=~"$policy"}, target)`, Multi: true, IncludeAll: true, AllValue: ".+"},
+	}
+}
+
+// clientRow is the row of in-process retries (retry loops and queue
+// workers in Go, Node and Python), placed below the panels that end at y.
+func clientRow(firstID, y int) []Panel {
+	ps := layout([]Panel{
+		ts("In-process attempts", "Calls made under a policy by services' retry loops and queue workers, per second, by outcome: success, retry, dead_letter, and refused (stopped by the breaker before leaving).", "ops",
+			q(fmt.Sprintf("sum by (policy, target, outcome) (rate(backstop_client_attempts_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{outcome}}")),
+		ts("In-process retry ratio", "Share of the calls made that were retries, by policy and target. What BackstopClientHighRetryRatio warns on.", "percentunit",
+			q(fmt.Sprintf("sum by (policy, target) (rate(backstop_client_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (policy, target) (rate(backstop_client_attempts_total{%s, outcome!=\"refused\"}[$__rate_interval]))", csel, csel), "{{policy}} → {{target}}")),
+		ts("In-process retries by reason", "transient, uncertain, retry_after (the server set the wait).", "ops",
+			q(fmt.Sprintf("sum by (policy, target, reason) (rate(backstop_client_retries_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{reason}}")),
+		ts("Retry delay", "The delay scheduled before a retry (between attempt N and N+1): median and 90th percentile.", "s",
+			q(fmt.Sprintf("histogram_quantile(0.5, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket{%s}[$__rate_interval])))", csel), "{{policy}} → {{target}} p50"),
+			q(fmt.Sprintf("histogram_quantile(0.9, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket{%s}[$__rate_interval])))", csel), "{{policy}} → {{target}} p90")),
+		ts("Calls refused", "Calls the breaker refused before they were made, per second, by reason. What BackstopClientCallsRefused warns on.", "ops",
+			q(fmt.Sprintf("sum by (policy, target, reason) (rate(backstop_client_calls_refused_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{reason}}")),
+		ts("Breaker state", "Processes whose breaker is in each state (closed, open, half_open), and state changes per second. A breaker never seen closed is what BackstopClientCircuitStuckOpen pages on.", "short",
+			q(fmt.Sprintf("sum by (policy, target, state) (backstop_client_circuit_state{%s})", csel), "{{policy}} → {{target}} {{state}}"),
+			q(fmt.Sprintf("sum by (policy, target, to) (rate(backstop_client_circuit_transitions_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} to {{to}}/s")),
+	})
+	for i := range ps {
+		ps[i].ID = firstID + 1 + i
+		ps[i].GridPos.Y += y + 1
+	}
+	row := Panel{ID: firstID, Type: "row", Title: "In-process retries",
+		Description: "backstop_client_* from services' retry loops and queue workers (Go, Node, Python), by policy and target.",
+		Datasource:  ds, GridPos: GridPos{H: 1, W: 24, X: 0, Y: y}}
+	return append([]Panel{row}, ps...)
+}
+
+// idempotencyRow is the row of idempotency stores (backstop_idempotency_*
+// from services' middleware and workers), placed below the panels that end
+// at y. Its series have no queue label: they follow $job and $instance.
+func idempotencyRow(firstID, y int) []Panel {
+	ps := layout([]Panel{
+		ts("Idempotent requests", "Requests and jobs carrying an idempotency key, per second, by outcome: first_run, replayed (a duplicate answered from the store instead of running again), in_progress (409), conflict (422: same key, different request), too_large.", "ops",
+			q(fmt.Sprintf("sum by (job, outcome) (rate(backstop_idempotency_requests_total{%s}[$__rate_interval]))", hostSel), "{{job}} {{outcome}}")),
+		ts("Idempotency store errors", "Failed Redis calls of the store per second, by operation (begin, complete, fail). What BackstopIdempotencyStoreErrors pages on.", "ops",
+			q(fmt.Sprintf("sum by (job, instance, operation) (rate(backstop_idempotency_store_errors_total{%s}[$__rate_interval]))", hostSel), "{{job}} {{instance}} {{operation}}")),
+		ts("Idempotency leases", "Keys taken over because their owner's lease ran out (a crashed or slow request), and owners that found their key taken when they finished (their result was not stored).", "ops",
+			q(fmt.Sprintf("sum by (job) (rate(backstop_idempotency_lease_expiries_total{%s}[$__rate_interval]))", hostSel), "{{job}} expired"),
+			q(fmt.Sprintf("sum by (job) (rate(backstop_idempotency_lease_lost_total{%s}[$__rate_interval]))", hostSel), "{{job}} lost")),
+	})
+	for i := range ps {
+		ps[i].ID = firstID + 1 + i
+		ps[i].GridPos.Y += y + 1
+	}
+	row := Panel{ID: firstID, Type: "row", Title: "Idempotency",
+		Description: "backstop_idempotency_* from services' idempotency middleware and workers (Go, Node, Python), by job and instance.",
+		Datasource:  ds, GridPos: GridPos{H: 1, W: 24, X: 0, Y: y}}
+	return append([]Panel{row}, ps...)
+}
+
 // Queue is the drill-down of one (or a few) queues.
 func Queue() Dashboard {
-	return Dashboard{
+	d := Dashboard{
 		UID: "backstop-queue", Title: "backstop queue",
 		Description: "One queue in detail: how many attempts jobs take, why they are retried and dead-lettered, redeliveries.",
 		Tags:        []string{"backstop"}, Timezone: "browser", SchemaVersion: 39, Refresh: "30s",
@@ -210,6 +279,12 @@ func Queue() Dashboard {
 				q(fmt.Sprintf("sum(backstop_dlq_size{%s})", sel), "dead letters")),
 		}),
 	}
+	d.Templating.List = append(d.Templating.List, clientVariables()...)
+	last := d.Panels[len(d.Panels)-1].GridPos
+	d.Panels = append(d.Panels, clientRow(len(d.Panels)+1, last.Y+last.H)...)
+	last = d.Panels[len(d.Panels)-1].GridPos
+	d.Panels = append(d.Panels, idempotencyRow(len(d.Panels)+1, last.Y+last.H)...)
+	return d
 }
 
 // All returns the dashboards by file name.

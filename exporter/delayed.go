@@ -23,7 +23,7 @@ func readDelayed(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 	nowMs := pl.now.UnixMilli()
 	size := p.ZCard(ctx, key)
 	overdue := p.ZCount(ctx, key, "-inf", strconv.FormatInt(nowMs, 10))
-	oldest := p.ZRangeWithScores(ctx, key, 0, 0)
+	oldest := delayedHead(ctx, p, key, pl)
 	return func(s *sink) {
 		for _, err := range []error{size.Err(), overdue.Err(), oldest.Err()} {
 			if err != nil {
@@ -39,4 +39,19 @@ func readDelayed(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 		s.gauge(delayedOverdueDesc, float64(overdue.Val()), q.Name)
 		s.gauge(delayedOldestDesc, age, q.Name)
 	}
+}
+
+// delayedHead queues ZRANGE key 0 0 WITHSCORES once per pipeline: both
+// readDelayed (the score: how long it has been overdue) and readOldestJob
+// (the member: its job's first enqueue time) read the delayed set's first
+// member: one command per queue less for Redis.
+func delayedHead(ctx context.Context, p redis.Pipeliner, key string, pl plan) *redis.ZSliceCmd {
+	if cmd, ok := pl.heads[key]; ok {
+		return cmd
+	}
+	cmd := p.ZRangeWithScores(ctx, key, 0, 0)
+	if pl.heads != nil {
+		pl.heads[key] = cmd
+	}
+	return cmd
 }

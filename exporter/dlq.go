@@ -30,7 +30,10 @@ const scriptDeadLetters = "attempts:dead_letter"
 // same figure.
 type dlqRead struct {
 	info    *redis.Cmd
-	scripts *redis.StringCmd // nil when the queue has no stats hash
+	scripts *redis.StringCmd // nil when the queue has no stats hash, or stats is read
+	// stats is the whole stats hash when the scrape reads it anyway
+	// (statsHash): the count is taken from it, one command less.
+	stats *redis.MapStringStringCmd
 }
 
 // queueDLQRead queues q's DLQ read on p; nil when q has no DLQ.
@@ -84,10 +87,21 @@ func (r *dlqRead) result() (dlqFigures, error) {
 		f.ingested, f.known = added, true
 		return f, nil
 	}
-	if r.scripts == nil {
+	if r.scripts == nil && r.stats == nil {
 		return f, nil
 	}
-	raw, err := r.scripts.Result()
+	var raw string
+	if r.stats != nil {
+		var hash map[string]string
+		if hash, err = r.stats.Result(); err == nil {
+			var ok bool
+			if raw, ok = hash[scriptDeadLetters]; !ok {
+				err = redis.Nil
+			}
+		}
+	} else {
+		raw, err = r.scripts.Result()
+	}
 	switch {
 	case errors.Is(err, redis.Nil):
 		raw = "0"
@@ -103,10 +117,13 @@ func (r *dlqRead) result() (dlqFigures, error) {
 
 // readDLQ reads the dead letter stream (dlqRead). dlq_ingested_total is
 // left out when it is not known: never a 0 that only means "not reported".
-func readDLQ(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*sink) {
-	r := queueDLQRead(ctx, p, q)
-	if r == nil {
+func readDLQ(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
+	if q.Keys.DLQ == "" {
 		return nil
+	}
+	r := &dlqRead{info: p.Do(ctx, "xinfo", "stream", q.Keys.DLQ)}
+	if q.Keys.Stats != "" {
+		r.stats = statsHash(ctx, p, q.Keys.Stats, pl)
 	}
 	return func(s *sink) {
 		f, err := r.result()
@@ -119,4 +136,18 @@ func readDLQ(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*sink
 			s.counter(dlqIngestedDesc, float64(f.ingested), q.Name)
 		}
 	}
+}
+
+// statsHash queues HGETALL key once per pipeline: readStats reports the
+// whole stats hash, and readDLQ takes the scripts' dead letters from it
+// (for a server without entries-added) instead of an HGET of its own.
+func statsHash(ctx context.Context, p redis.Pipeliner, key string, pl plan) *redis.MapStringStringCmd {
+	if cmd, ok := pl.stats[key]; ok {
+		return cmd
+	}
+	cmd := p.HGetAll(ctx, key)
+	if pl.stats != nil {
+		pl.stats[key] = cmd
+	}
+	return cmd
 }

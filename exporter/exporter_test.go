@@ -28,7 +28,7 @@ var golden = []string{
 	"backstop_dlq_size", "backstop_dlq_ingested_total",
 	"backstop_stream_pending_jobs", "backstop_stream_lag_jobs", "backstop_stream_oldest_pending_seconds",
 	"backstop_stream_pending_deliveries",
-	"backstop_attempts_total", "backstop_retries_total", "backstop_dead_letters_total",
+	"backstop_attempts_total", "backstop_retries_total", "backstop_dead_letters_total", "backstop_deferrals_total",
 	"backstop_max_attempts_reached_total", "backstop_job_attempts",
 	"backstop_enqueued_total", "backstop_promoted_total", "backstop_reclaimed_total", "backstop_reclaim_skipped_total",
 	"backstop_replayed_total", "backstop_force_run_total", "backstop_oldest_job_age_seconds",
@@ -38,7 +38,7 @@ var golden = []string{
 // compares the whole exposition to testdata/golden.prom:
 //
 //   - orders: driven through the queue scripts (enqueue, ack, retry,
-//     promote, dead-letter, replay);
+//     promote, dead-letter, replay, defer);
 //   - legacy: an existing layout (jobs:main, delayed:retries, jobs:dlq)
 //     written by hand, with no stats hash, three pending entries with known
 //     delivery counts, a trimmed DLQ, a group that never read (audit) and
@@ -92,6 +92,13 @@ func prepareOrders(t *testing.T, rdb redis.UniversalClient) {
 	m = readGroup(t, rdb, q.Keys().Jobs, "workers", 2) // attempt 2
 	ack(t, q, m[0].ID)
 	deadLetter(t, q, m[1].ID, "max_attempts_reached")
+	// A job meets an open breaker: deferred, not a retry.
+	_, err := q.Enqueue(ctx, "job-6", []byte("payload"))
+	must(t, err)
+	m = readGroup(t, rdb, q.Keys().Jobs, "workers", 1)
+	if _, ok, err := q.Defer(ctx, m[0].ID, time.Hour, "circuit_open", ""); err != nil || !ok {
+		t.Fatalf("defer: %v, %v", ok, err)
+	}
 	if n, err := q.Replay(ctx, 1, ""); err != nil || n != 1 {
 		t.Fatalf("replay: %d, %v", n, err)
 	}

@@ -28,12 +28,12 @@ func readOldestJob(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) fun
 		return nil
 	}
 	var first *redis.XMessageSliceCmd
-	var next *redis.StringSliceCmd
+	var next *redis.ZSliceCmd
 	if q.Keys.Jobs != "" {
 		first = p.XRangeN(ctx, q.Keys.Jobs, "-", "+", 1)
 	}
 	if q.Keys.Delayed != "" {
-		next = p.ZRange(ctx, q.Keys.Delayed, 0, 0)
+		next = delayedHead(ctx, p, q.Keys.Delayed, pl)
 	}
 	return func(s *sink) {
 		nowMs := pl.now.UnixMilli()
@@ -52,7 +52,8 @@ func readOldestJob(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) fun
 		}
 		if next != nil {
 			if z, err := next.Result(); err == nil && len(z) == 1 {
-				seen(memberEnqueuedMs(z[0]))
+				member, _ := z[0].Member.(string)
+				seen(memberEnqueuedMs(member))
 			} else if err != nil {
 				return
 			}

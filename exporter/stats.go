@@ -12,9 +12,10 @@ import (
 )
 
 var (
-	attemptsDesc    = newDesc("attempts_total", "Attempts by outcome (success, retry, dead_letter), counted by the queue scripts.", "queue", "outcome")
+	attemptsDesc    = newDesc("attempts_total", "Attempts by outcome (success, retry, dead_letter; deferred: a job the breaker or the budget refused, its attempt not spent), counted by the queue scripts.", "queue", "outcome")
 	retriesDesc     = newDesc("retries_total", "Retries scheduled, by the policy's reason (transient, retry_after, uncertain).", "queue", "reason")
 	deadLettersDesc = newDesc("dead_letters_total", "Jobs dead-lettered, by reason.", "queue", "reason")
+	deferralsDesc   = newDesc("deferrals_total", "Jobs deferred to the delayed set without spending an attempt, by reason (circuit_open, budget_exhausted): waiting out an outage, not retries.", "queue", "reason")
 	maxAttemptsDesc = newDesc("max_attempts_reached_total", "Jobs dead-lettered because they used up their attempts.", "queue")
 	jobAttemptsDesc = newDesc("job_attempts", "The attempt on which each job finished, by outcome (success, dead_letter).", "queue", "outcome")
 	enqueuedDesc    = newDesc("enqueued_total", "Jobs enqueued.", "queue")
@@ -59,12 +60,12 @@ const maxStatsLabels = 64
 // gives no counters. Fields it does not know, or that are not numbers, are
 // skipped: a newer script may add some. So are labels that are not valid
 // label values (validName).
-func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*sink) {
+func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Stats
 	if key == "" {
 		return nil
 	}
-	hash := p.HGetAll(ctx, key)
+	hash := statsHash(ctx, p, key, pl) // shared with readDLQ
 	return func(s *sink) {
 		fields, err := hash.Result()
 		if err != nil {
@@ -78,6 +79,7 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*si
 		attempts := map[string]float64{}
 		retries := map[string]float64{}
 		deadLetters := map[string]float64{}
+		deferrals := map[string]float64{}
 		finished := map[string]*finishedJobs{}
 		jobs := func(outcome string) *finishedJobs {
 			if finished[outcome] == nil {
@@ -109,6 +111,8 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*si
 				retries[label] = v
 			case kind == "dead_letters":
 				deadLetters[label] = v
+			case kind == "deferred":
+				deferrals[label] = v
 			case kind == "finished_sum":
 				jobs(label).sum = v
 			}
@@ -123,7 +127,7 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, _ plan) func(*si
 			d      *desc
 			values map[string]float64
 			always []string
-		}{{attemptsDesc, attempts, outcomes}, {retriesDesc, retries, nil}, {deadLettersDesc, deadLetters, nil}} {
+		}{{attemptsDesc, attempts, outcomes}, {retriesDesc, retries, nil}, {deadLettersDesc, deadLetters, nil}, {deferralsDesc, deferrals, nil}} {
 			for _, label := range bounded(s, m.values, m.always) {
 				s.counter(m.d, m.values[label], q.Name, label)
 			}

@@ -34,6 +34,9 @@ var exports = map[string][2][]api.ValueType{
 	"decide_batch":    {{i32, i32, i32, i32}, {i32}},
 	"record_success":  {{i32, i64}, {i32}},
 	"circuit_state":   {{i32, i64}, {i32}},
+	"acquire":         {{i32, i64}, {i64}},
+	"policy_on_open":  {{i32}, {i32}},
+	"budget_tokens":   {{i32, i64}, {i64}},
 	"error_message":   {nil, {i64}},
 }
 
@@ -61,7 +64,8 @@ type instance struct {
 	scratch         []int64 // batch result words, reused
 
 	abiVersion, buffer, policyLoad, policyPreset, policyFree, policyStateful,
-	decide, decideBatch, recordSuccess, circuitState, errorMessage api.Function
+	decide, decideBatch, recordSuccess, circuitState, errorMessage,
+	acquire, policyOnOpen, budgetTokens api.Function
 }
 
 // newInstance instantiates the compiled module and starts its Go runtime
@@ -97,6 +101,7 @@ func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModul
 		"policy_free": &in.policyFree, "policy_stateful": &in.policyStateful, "decide": &in.decide,
 		"decide_batch": &in.decideBatch, "record_success": &in.recordSuccess,
 		"circuit_state": &in.circuitState, "error_message": &in.errorMessage,
+		"acquire": &in.acquire, "policy_on_open": &in.policyOnOpen, "budget_tokens": &in.budgetTokens,
 	} {
 		*fn = mod.ExportedFunction(name)
 	}

@@ -24,6 +24,7 @@ type Policy struct {
 	data     []byte // what instances load, lazily
 	preset   bool   // data is a preset name for policy_preset
 	stateful bool
+	onOpen   string                   // policy.OnOpenDefer or policy.OnOpenDeadLetter
 	pinned   atomic.Pointer[instance] // the one instance holding a stateful policy's state
 	closed   atomic.Bool
 	cleanup  runtime.Cleanup // frees the handles if the Policy is collected without Close
@@ -263,6 +264,73 @@ func (p *Policy) RecordSuccess(ctx context.Context, nowMs int64) error {
 	_, err = in.handleCall(ctx, in.recordSuccess, api.EncodeI32(h), api.EncodeI64(nowMs))
 	return err
 }
+
+// Acquire asks permission for one call at nowMs (Unix milliseconds),
+// before the call is made; see policy.Policy.Acquire for the breaker's
+// rules. An allowed call in half-open is a trial: report its outcome with
+// RecordSuccess, or Decide for a failure. A stateless policy always allows
+// (without calling the module).
+//
+// # Errors
+//
+// An *InputError for nowMs < 0, or 0 on a stateful policy (the Go host
+// takes the caller's clock as given, as Decide does); no state changes
+// then. ErrStateLost when the instance holding the breaker trapped;
+// ErrClosed after Close.
+func (p *Policy) Acquire(ctx context.Context, nowMs int64) (policy.Permit, error) {
+	if !p.stateful {
+		if nowMs < 0 {
+			return policy.Permit{}, &InputError{Index: -1, Message: "invalid failure: now_ms: must be >= 0 (got " + strconv.FormatInt(nowMs, 10) + ")"}
+		}
+		return policy.Permit{Allowed: true, State: policy.BreakerClosed}, p.checkOpen()
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return policy.Permit{}, err
+	}
+	defer p.rt.release(in)
+	w, err := in.call(ctx, in.acquire, api.EncodeI32(h), api.EncodeI64(nowMs))
+	if err != nil {
+		return policy.Permit{}, err
+	}
+	if int64(w) < 0 {
+		return policy.Permit{}, in.codeErr(ctx, "acquire", int64(w))
+	}
+	return abi.UnpackPermit(int64(w)), nil
+}
+
+// BudgetTokens returns what is left of the policy's retry budget at nowMs
+// (Unix milliseconds), in milli-units, without changing it; see
+// policy.Policy.BudgetTokens. ok is false when the policy has no budget.
+//
+// # Errors
+//
+// An *InputError for nowMs < 0; ErrStateLost when the instance holding the
+// budget trapped; ErrClosed after Close.
+func (p *Policy) BudgetTokens(ctx context.Context, nowMs int64) (milli int64, ok bool, err error) {
+	if !p.stateful {
+		return 0, false, p.checkOpen()
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer p.rt.release(in)
+	w, err := in.call(ctx, in.budgetTokens, api.EncodeI32(h), api.EncodeI64(nowMs))
+	if err != nil {
+		return 0, false, err
+	}
+	if int64(w) < 0 {
+		return 0, false, in.codeErr(ctx, "budget_tokens", int64(w))
+	}
+	milli, ok = abi.UnpackBudget(int64(w))
+	return milli, ok, nil
+}
+
+// OnOpen returns what a queue does with a job refused by an open breaker
+// or an empty budget: policy.OnOpenDefer (the default) or
+// policy.OnOpenDeadLetter.
+func (p *Policy) OnOpen() string { return p.onOpen }
 
 // CircuitState returns the state of the policy's circuit breaker at nowMs:
 // policy.BreakerClosed when it has none.

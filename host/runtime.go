@@ -40,6 +40,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/backstop-dev/backstop/internal/abi"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -210,6 +211,16 @@ func (r *Runtime) load(ctx context.Context, data []byte, preset bool) (*Policy, 
 		if st, err = in.handleCall(ctx, in.policyStateful, api.EncodeI32(h)); err == nil {
 			p.stateful = st == 1
 			in.handles[p.id] = h
+		}
+		if err == nil {
+			// on_open never changes: read once, so OnOpen needs no call.
+			var oo int32
+			if oo, err = in.handleCall(ctx, in.policyOnOpen, api.EncodeI32(h)); err == nil {
+				p.onOpen = policy.OnOpenDefer
+				if oo == abi.OnOpenDeadLetter {
+					p.onOpen = policy.OnOpenDeadLetter
+				}
+			}
 		}
 	}
 	r.release(in)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/vector"
 	"github.com/backstop-dev/backstop/policy"
 )
@@ -70,10 +71,20 @@ func TestVectors(t *testing.T) {
 			pending = pending[:0]
 		}
 		for i, c := range g.Cases {
-			if c.Op == "success" {
+			switch c.Op {
+			case "success":
 				flush()
 				if scalar.RecordSuccess(ctx, c.NowMs) != nil || batch.RecordSuccess(ctx, c.NowMs) != nil {
 					t.Fatal("RecordSuccess failed")
+				}
+				continue
+			case "acquire":
+				flush()
+				for _, p := range []*host.Policy{scalar, batch} {
+					pm, err := p.Acquire(ctx, c.NowMs)
+					if got := vector.FromPermit(pm); err != nil || got != *c.Permit {
+						t.Errorf("group %s case %d: acquire at %d\n got %+v (%v)\nwant %+v", g.Name, i, c.NowMs, got, err, *c.Permit)
+					}
 				}
 				continue
 			}

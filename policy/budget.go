@@ -54,6 +54,16 @@ func (b *budget) withdraw(nowMs int64) bool {
 	if b.bucket {
 		return b.tokens > b.maxMilli/2
 	}
+	if b.remaining(nowMs) <= 0 {
+		return false
+	}
+	b.slot(nowMs).retries++
+	return true
+}
+
+// remaining returns how many more retries the window at nowMs allows (a
+// window budget), without changing anything.
+func (b *budget) remaining(nowMs int64) int64 {
 	now := nowMs / 1000
 	var requests, retries int64
 	for i := range b.slots[:b.windowSec] {
@@ -62,12 +72,16 @@ func (b *budget) withdraw(nowMs int64) bool {
 			retries += s.retries
 		}
 	}
-	allowed := b.minPerSec*b.windowSec + mulDiv(requests, b.ratioPPM, 1_000_000)
-	if retries >= allowed {
-		return false
+	return b.minPerSec*b.windowSec + mulDiv(requests, b.ratioPPM, 1_000_000) - retries
+}
+
+// available is Policy.BudgetTokens: the bucket's milli-tokens, or the
+// window's remaining retries × 1000.
+func (b *budget) available(nowMs int64) int64 {
+	if b.bucket {
+		return b.tokens
 	}
-	b.slot(nowMs).retries++
-	return true
+	return satMul(max(b.remaining(nowMs), 0), 1000)
 }
 
 // slot returns the slot of nowMs's second, starting it afresh when the

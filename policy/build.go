@@ -144,9 +144,11 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 			ratioPPM: b.ratioPPM, windowSec: b.windowMs / 1000, minPerSec: b.minRetriesPerSecond}
 	}
 	if c := r.circuit; c != nil {
-		p.circuit = &circuit{threshold: c.failureThreshold, openMs: c.openForMs, needSuccesses: c.halfOpenSuccesses}
+		p.circuit = &circuit{threshold: c.failureThreshold, openMs: c.openForMs, needSuccesses: c.halfOpenSuccesses,
+			maxTrials: c.halfOpenMaxCalls}
 	}
 	p.stateful = p.budget != nil || p.circuit != nil
+	p.onOpen = r.onOpen
 	p.fastPath = strat == strategyExponential && p.multMilli == 2000 && jit == jitterFull && !p.stopAll
 	return p, nil
 }

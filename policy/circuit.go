@@ -15,17 +15,28 @@ func (s CircuitState) String() string {
 
 // circuit is a consecutive-failures breaker. It opens after threshold
 // retryable failures in a row, stays open for openMs (failures then dead
-// letter with circuit_open), then lets calls through half-open: a failure
-// re-opens it, needSuccesses successes close it.
+// letter with circuit_open), then goes half-open: a failure re-opens it,
+// needSuccesses successes close it.
+//
+// Callers that ask before each call (Policy.Acquire) get at most maxTrials
+// trial calls admitted in half-open until they report back (a success
+// through RecordSuccess, a failure through Decide). The trials of one
+// round must report within openMs of the round's first admission; if one
+// is still out then, it counts as failed: the breaker reopens at that
+// instant, for openMs. Callers that never acquire are not limited, as
+// before Acquire existed.
 type circuit struct {
 	threshold     int64
 	openMs        int64
 	needSuccesses int64
+	maxTrials     int64
 
-	open      bool
-	openUntil int64
-	failures  int64
-	successes int64
+	open       bool
+	openUntil  int64
+	failures   int64
+	successes  int64
+	inFlight   int64 // trials admitted in half-open and not reported yet
+	roundStart int64 // when the first of those trials was admitted
 }
 
 func (c *circuit) state(nowMs int64) CircuitState {
@@ -38,7 +49,41 @@ func (c *circuit) state(nowMs int64) CircuitState {
 	return BreakerHalfOpen
 }
 
+// expire reopens the breaker when a half-open trial has not reported back
+// within openMs: a hung probe must not keep the breaker half-open, and so
+// refusing every call, forever.
+func (c *circuit) expire(nowMs int64) {
+	if c.inFlight > 0 {
+		if deadline := satAdd(c.roundStart, c.openMs); nowMs >= deadline {
+			c.trip(deadline)
+		}
+	}
+}
+
+// acquire answers whether a call may leave at nowMs, and counts a trial
+// when it admits one in half-open.
+func (c *circuit) acquire(nowMs int64) Permit {
+	c.expire(nowMs)
+	switch c.state(nowMs) {
+	case BreakerClosed:
+		return Permit{Allowed: true, State: BreakerClosed}
+	case BreakerOpen:
+		return Permit{RetryInMs: c.openUntil - nowMs, State: BreakerOpen}
+	}
+	if c.inFlight < c.maxTrials {
+		if c.inFlight == 0 {
+			c.roundStart = nowMs
+		}
+		c.inFlight++
+		return Permit{Allowed: true, State: BreakerHalfOpen}
+	}
+	// Every trial slot is taken: the earliest change is the round's
+	// time-out (a report back may come sooner).
+	return Permit{RetryInMs: max(1, satAdd(c.roundStart, c.openMs)-nowMs), State: BreakerHalfOpen}
+}
+
 func (c *circuit) onFailure(nowMs int64) {
+	c.expire(nowMs)
 	switch c.state(nowMs) {
 	case BreakerClosed:
 		c.failures++
@@ -51,20 +96,35 @@ func (c *circuit) onFailure(nowMs int64) {
 }
 
 func (c *circuit) onSuccess(nowMs int64) {
+	c.expire(nowMs)
 	switch c.state(nowMs) {
 	case BreakerClosed:
 		c.failures = 0
 	case BreakerHalfOpen:
 		c.successes++
+		if c.inFlight > 0 {
+			c.inFlight--
+		}
 		if c.successes >= c.needSuccesses {
-			*c = circuit{threshold: c.threshold, openMs: c.openMs, needSuccesses: c.needSuccesses}
+			*c = circuit{threshold: c.threshold, openMs: c.openMs, needSuccesses: c.needSuccesses, maxTrials: c.maxTrials}
 		}
 	}
 }
 
-func (c *circuit) trip(nowMs int64) {
+// release gives back a half-open trial's slot without counting its
+// outcome: the trial ended with a permanent error, so the dependency
+// answered, but a rejected request proves neither health nor failure.
+func (c *circuit) release(nowMs int64) {
+	c.expire(nowMs)
+	if c.inFlight > 0 && c.state(nowMs) == BreakerHalfOpen {
+		c.inFlight--
+	}
+}
+
+func (c *circuit) trip(atMs int64) {
 	c.open = true
-	c.openUntil = satAdd(nowMs, c.openMs)
+	c.openUntil = satAdd(atMs, c.openMs)
 	c.failures = 0
 	c.successes = 0
+	c.inFlight = 0
 }

@@ -172,6 +172,7 @@ type rawPolicy struct {
 
 	budget  *rawBudget
 	circuit *rawCircuit
+	onOpen  string
 }
 
 type rule struct{ key, class string }
@@ -189,11 +190,12 @@ type rawCircuit struct {
 	failureThreshold  int64
 	openForMs         int64
 	halfOpenSuccesses int64
+	halfOpenMaxCalls  int64
 }
 
 func defaultRaw() rawPolicy {
 	return rawPolicy{
-		maxAttempts: 5, uncertainMaxAttempts: 2, stopWhen: "any",
+		maxAttempts: 5, uncertainMaxAttempts: 2, stopWhen: "any", onOpen: OnOpenDefer,
 		strategy: "exponential", baseMs: 1000, capMs: 300_000, multMilli: 2000, maxDoublings: 16,
 		jitter:    "full",
 		hintHonor: true, hintMode: "max", hintCapMs: 3_600_000, hintOnExceed: "give_up",
@@ -407,6 +409,7 @@ func (d *decoder) policy(n *yaml.Node, r *rawPolicy) {
 		"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
 		"max_elapsed":  func(v *yaml.Node, p string) { d.duration(v, p, &r.maxElapsedMs) },
 		"stop_when":    func(v *yaml.Node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
+		"on_open":      func(v *yaml.Node, p string) { d.enum(v, p, onOpenNames, &r.onOpen) },
 		"uncertain": func(v *yaml.Node, p string) {
 			d.fields(v, p, map[string]func(*yaml.Node, string){
 				"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },
@@ -463,12 +466,13 @@ func (d *decoder) policy(n *yaml.Node, r *rawPolicy) {
 			})
 		},
 		"circuit_breaker": func(v *yaml.Node, p string) {
-			c := &rawCircuit{failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1}
+			c := &rawCircuit{failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1, halfOpenMaxCalls: 1}
 			r.circuit = c
 			d.fields(v, p, map[string]func(*yaml.Node, string){
 				"failure_threshold":   func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) },
 				"open_for":            func(v *yaml.Node, p string) { d.duration(v, p, &c.openForMs) },
 				"half_open_successes": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
+				"half_open_max_calls": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenMaxCalls) },
 			})
 		},
 	})

@@ -43,6 +43,8 @@ type Policy struct {
 	mu       sync.Mutex // guards budget and circuit
 	budget   *budget
 	circuit  *circuit
+
+	onOpen string // OnOpenDefer or OnOpenDeadLetter
 }
 
 // Name returns the policy's name ("" when the file gave none).
@@ -86,7 +88,15 @@ func (p *Policy) Decide(f Failure) (Decision, error) {
 	d := Decision{Action: DeadLetter, Class: class}
 	if class == Permanent {
 		// Permanent failures never touch the budget or the breaker: they say
-		// nothing about the dependency's health.
+		// nothing about the dependency's health. But the dependency answered,
+		// so a half-open trial that ends this way gives its slot back
+		// (unrecorded, as Resilience4j's ignored exceptions release their
+		// permission) instead of holding it until open_for.
+		if p.circuit != nil {
+			p.mu.Lock()
+			p.circuit.release(f.NowMs)
+			p.mu.Unlock()
+		}
 		d.Reason = PermanentError
 		return d, nil
 	}
@@ -193,9 +203,24 @@ func (p *Policy) applyState(f *Failure, d Decision) Decision {
 		return Decision{Action: DeadLetter, Reason: CircuitOpen, Class: d.Class}
 	}
 	if p.budget != nil && !p.budget.withdraw(f.NowMs) {
-		return Decision{Action: DeadLetter, Reason: BudgetExhausted, Class: d.Class}
+		// The backoff stays in DelayMs: a queue defers the job by it.
+		return Decision{Action: DeadLetter, Reason: BudgetExhausted, Class: d.Class, DelayMs: d.DelayMs}
 	}
 	return d
+}
+
+// BudgetTokens returns what is left of the retry budget at nowMs, in
+// milli-units: the tokens of a token bucket (retries are allowed while more
+// than half of max_tokens remain), or the retries still allowed in the
+// current window of a window budget. ok is false when the policy has no
+// budget. It reads the state without changing it.
+func (p *Policy) BudgetTokens(nowMs int64) (milli int64, ok bool) {
+	if p.budget == nil {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.budget.available(nowMs), true
 }
 
 // RecordSuccess tells the budget and the breaker that a call succeeded at
@@ -222,6 +247,7 @@ func (p *Policy) CircuitState(nowMs int64) CircuitState {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.circuit.expire(nowMs)
 	return p.circuit.state(nowMs)
 }
 

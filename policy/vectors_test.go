@@ -36,8 +36,14 @@ func TestVectors(t *testing.T) {
 			t.Errorf("group %s: Stateful() = %v, vector says %v", g.Name, p.Stateful(), g.Stateful)
 		}
 		for i, c := range g.Cases {
-			if c.Op == "success" {
+			switch c.Op {
+			case "success":
 				p.RecordSuccess(c.NowMs)
+				continue
+			case "acquire":
+				if got := vector.FromPermit(p.Acquire(c.NowMs)); got != *c.Permit {
+					t.Errorf("group %s case %d: acquire at %d\n got %+v\nwant %+v", g.Name, i, c.NowMs, got, *c.Permit)
+				}
 				continue
 			}
 			got := vector.FromDecision(p.Decide(c.Input.Failure()))

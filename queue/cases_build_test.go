@@ -104,6 +104,42 @@ func buildCases() []queueCase {
 	add("dead-letter/onto-counters", caseState{Jobs: one(4).Jobs, Stats: map[string]string{"attempts:dead_letter": "1", "max_attempts_reached": "1",
 		"dead_letters:max_attempts_reached": "1", "finished:dead_letter:4": "1", "finished_sum:dead_letter": "4"}}, handle(httpErr(503, "")))
 
+	// Deferred: the policy refused the job (an open breaker, an empty
+	// budget); it goes back to the delayed set, its attempt unchanged, even
+	// at the last attempt, and is never dead-lettered for it.
+	deferEv := func(reason string, delayMs int64, lastErr string) caseEvent {
+		return caseEvent{Type: "defer", Entry: "1-1", Reason: reason, DelayMs: delayMs, LastError: lastErr}
+	}
+	for _, a := range []int{1, 4} {
+		add(fmt.Sprintf("defer/circuit_open/attempt-%d", a), one(a), deferEv("circuit_open", 30000, ""))
+		add(fmt.Sprintf("defer/budget_exhausted/attempt-%d", a), one(a), deferEv("budget_exhausted", 2000, "http 503"))
+	}
+	add("defer/delay-0", one(2), deferEv("circuit_open", 0, ""))
+	add("defer/keeps-prev-delay-and-error", one(3, "prev_delay_ms", "4000", "last_error", "old", "last_reason", "transient"), deferEv("circuit_open", 5000, ""))
+	add("defer/replaces-error", one(3, "last_error", "old", "last_reason", "transient"), deferEv("budget_exhausted", 5000, "http 503"))
+	add("defer/onto-counters", caseState{Jobs: one(1).Jobs, Stats: map[string]string{"attempts:deferred": "3", "deferred:circuit_open": "3", "attempts:retry": "2"}},
+		deferEv("circuit_open", 30000, ""))
+	st = one(1)
+	st.Jobs[0].Pend = nil
+	add("defer/not-pending", st, deferEv("circuit_open", 30000, ""))
+	st = one(1)
+	st.Jobs[0].Pend.Consumer = "other"
+	add("defer/pending-elsewhere", st, deferEv("circuit_open", 30000, ""))
+	add("defer/malformed-entry", caseState{Jobs: []caseEntry{pendingJob("1-1", strs("id", "j1", "attempt", "0x10", "first_enqueued_ms", "{now-1000}")...)}},
+		deferEv("circuit_open", 30000, ""))
+	for _, bad := range []string{"transient", "max_attempts_reached", ""} {
+		add("defer/bad-reason-"+bad, one(1), deferEv(bad, 30000, ""))
+	}
+	for name, raw := range map[string][][]string{
+		"stats-a-string":   {{"SET", "{q}:stats", "x"}},
+		"delayed-a-string": {{"SET", "{q}:delayed", "x"}},
+		"counter-not-int":  {{"HSET", "{q}:stats", "deferred:circuit_open", "1.5"}},
+		"counter-at-max":   {{"HSET", "{q}:stats", "attempts:deferred", "9223372036854775807"}},
+		"member-exists":    {{"ZADD", "{q}:delayed", "5", `{"last_reason":"circuit_open","prev_delay_ms":0,"last_error":"","payload":"p-j1","id":"j1","source":"1-1","attempt":1,"first_enqueued_ms":"{now-60000}"}`}},
+	} {
+		add("defer/damaged/"+name, caseState{Jobs: one(1).Jobs, Raw: raw}, deferEv("circuit_open", 30000, ""))
+	}
+
 	// Not pending: another worker moved it first; each outcome applies nothing.
 	for _, ev := range []struct {
 		name string
@@ -188,6 +224,8 @@ func buildCases() []queueCase {
 	for _, limit := range []int{1, 2, 3, 10, 10000} {
 		add(fmt.Sprintf("promote/limit-%d", limit), caseState{Delayed: mixed}, caseEvent{Type: "promote", Limit: limit})
 	}
+	add("promote/deferred-member", caseState{Delayed: []caseMember{{`{"id":"a","attempt":3,"first_enqueued_ms":{now-60000},"payload":"p-a","last_error":"http 503","last_reason":"circuit_open","source":"1-1","prev_delay_ms":4000}`, "{now-1000}"}}},
+		caseEvent{Type: "promote", Limit: 10})
 	add("promote/none-due", caseState{Delayed: mixed[2:]}, caseEvent{Type: "promote", Limit: 10})
 	add("promote/empty", caseState{}, caseEvent{Type: "promote", Limit: 10})
 	add("promote/onto-counter", caseState{Delayed: mixed, Stats: map[string]string{"promoted": "41"}}, caseEvent{Type: "promote", Limit: 10})

@@ -80,8 +80,13 @@ type caseEvent struct {
 	Entry string     `json:"entry,omitempty"`
 	Error *caseError `json:"error,omitempty"` // handle, reclaim: nil is a success
 	Limit int        `json:"limit,omitempty"`
-	// Reason filters replay.
-	Reason        string `json:"reason,omitempty"`
+	// Reason filters replay; for defer, why the policy refused the job
+	// (circuit_open, budget_exhausted).
+	Reason string `json:"reason,omitempty"`
+	// defer: the policy refused to run the job of entry (an open breaker,
+	// an empty budget); it waits DelayMs, LastError ("" keeps the entry's).
+	DelayMs       int64  `json:"delay_ms,omitempty"`
+	LastError     string `json:"last_error,omitempty"`
 	MinIdleMs     int64  `json:"min_idle_ms,omitempty"`
 	Count         int    `json:"count,omitempty"`
 	MaxDeliveries int    `json:"max_deliveries,omitempty"`
@@ -379,6 +384,14 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 			j = jobFromMessage(msgs[0])
 		}
 		reply = apply(j)
+	case "defer":
+		o := outcome{action: "defer", reason: ev.Reason, delay: time.Duration(ev.DelayMs) * time.Millisecond, lastErr: ev.LastError}
+		known[ev.DelayMs] = true
+		applied, err := q.applyOutcome(ctx, ev.Entry, o)
+		reply = map[string]any{"action": "defer", "reason": ev.Reason, "applied": applied, "delay_ms": ev.DelayMs}
+		if err != nil {
+			reply = map[string]any{"refused": true}
+		}
 	case "promote":
 		n, next, err := q.Promote(ctx, ev.Limit)
 		reply = map[string]any{"moved": n, "next_due": next >= 0}

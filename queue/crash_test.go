@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/host"
+	"github.com/backstop-dev/backstop/idempotency"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -78,28 +79,112 @@ func crashRole(role string) error {
 	if err != nil {
 		return err
 	}
-	return q.Work(ctx, p, func(ctx context.Context, j queue.Job) error {
+	// effect is the job's side effect; first says this was the attempt's
+	// first execution.
+	effect := func(ctx context.Context, j queue.Job) (first bool, err error) {
+		run := j.ID + "/" + strconv.FormatInt(j.Attempt, 10)
+		// A run that starts after an earlier run of the same attempt finished
+		// is a duplicate the store is there to prevent.
+		if done, _ := rdb.HExists(ctx, "crash:finished", run).Result(); done {
+			rdb.HIncrBy(ctx, "crash:after_finish", run, 1)
+		}
 		// Record the execution before its outcome: a crash in between is
 		// exactly what makes a duplicate execution.
-		rdb.HIncrBy(ctx, "crash:exec", j.ID+"/"+strconv.FormatInt(j.Attempt, 10), 1)
+		n, _ := rdb.HIncrBy(ctx, "crash:exec", run, 1).Result()
 		time.Sleep(time.Millisecond) // the job's work: the window a SIGKILL lands in
-		err := outcome(j.ID, j.Attempt)
+		err = outcome(j.ID, j.Attempt)
 		if err == nil {
 			rdb.SAdd(ctx, "crash:succeeded", j.ID)
 		}
+		return n == 1, err
+	}
+	// finished marks a run whose work is done (and, with the store,
+	// recorded): only the queue's ack is left. For 0.5% of the jobs the
+	// worker then kills itself on the first execution: the crash window the
+	// random kills rarely hit, and the one the store is for.
+	finished := func(ctx context.Context, j queue.Job, first bool) {
+		rdb.HSet(ctx, "crash:finished", j.ID+"/"+strconv.FormatInt(j.Attempt, 10), 1)
+		if sum := sha256.Sum256([]byte("crash/" + j.ID)); first && binary.BigEndian.Uint32(sum[:4])%1000 < 5 {
+			rdb.Incr(ctx, "crash:injected")
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}
+	handler := func(ctx context.Context, j queue.Job) error {
+		first, err := effect(ctx, j)
+		if err == nil {
+			finished(ctx, j, first)
+		}
 		return err
-	}, queue.WithConsumer(os.Getenv("BACKSTOP_CRASH_NAME")), queue.WithBatch(8, 50*time.Millisecond),
+	}
+	if os.Getenv("BACKSTOP_CRASH_STORE") == "1" {
+		// The job id is the key. The lease is shorter than the reclaim's
+		// min idle time, so a job reclaimed from a killed worker finds its
+		// key completed (replayed) or its lease expired (taken over).
+		store := idempotency.New(rdb, idempotency.WithLease(500*time.Millisecond), idempotency.WithMetrics(idempotency.NewMetrics()))
+		handler = func(ctx context.Context, j queue.Job) error {
+			first := false // stays false when the store replays
+			_, err := store.Once(ctx, "crash", j.ID, j.ID, func(ctx context.Context) (_ []byte, err error) {
+				first, err = effect(ctx, j)
+				return nil, err
+			})
+			var busy *idempotency.InProgressError
+			if errors.As(err, &busy) {
+				rdb.Incr(ctx, "crash:in_progress")
+				return &queue.Failure{HTTPStatus: 429, RetryAfter: "1", Err: err}
+			}
+			if err == nil { // recorded in the store: a redelivery replays it
+				finished(ctx, j, first)
+			}
+			return err
+		}
+	}
+	return q.Work(ctx, p, handler, queue.WithConsumer(os.Getenv("BACKSTOP_CRASH_NAME")), queue.WithBatch(8, 50*time.Millisecond),
 		queue.WithPromote(20*time.Millisecond, 200), queue.WithReclaim(200*time.Millisecond, time.Second, 50))
 }
 
 // TestCrashLosesNothing: 10,000 jobs through worker and promoter processes
-// that are SIGKILLed at random at least 20 times. At the end every job is
-// in exactly one final place, and the counters equal what happened.
+// that are SIGKILLed at random at least 20 times each run, and that kill
+// themselves after finishing 0.5% of the jobs, before the ack: half the
+// jobs with the side effect as it is, half with it wrapped in the
+// idempotency store (Store.Once, the job id as key). At the end every job
+// is in exactly one final place, and the counters equal what happened.
+//
+// With the store, no run is executed again once it finished: a job
+// reclaimed after its run was recorded is replayed from the store. What
+// the store cannot prevent are runs killed mid-effect, between Begin and
+// Complete: their lease expires and the redelivery runs them again. Those
+// remain in both halves; the ones after a finished run go.
 func TestCrashLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: runs in make test, not with -short")
 	}
-	const jobs = 10_000
+	plain := crashRun(t, 5_000, false)
+	store := crashRun(t, 5_000, true)
+	t.Logf("duplicate executions: %d without the store, %d with it; of them after a finished run: %d without, %d with",
+		plain.dups, store.dups, plain.afterFinish, store.afterFinish)
+	if plain.injected == 0 || store.injected == 0 || plain.afterFinish < plain.injected {
+		t.Errorf("crashes after a finished run: %d injected without the store (%d runs executed again), %d with it; want some, each executed again without the store",
+			plain.injected, plain.afterFinish, store.injected)
+	}
+	if store.afterFinish != 0 {
+		t.Errorf("with the store, %d runs executed again after they finished: %v", store.afterFinish, store.afterFinishRuns)
+	}
+	// Only mid-effect crashes duplicate with the store; without it, every
+	// injected crash adds one to them.
+	if store.dups > plain.dups {
+		t.Errorf("%d duplicate executions with the store, %d without", store.dups, plain.dups)
+	}
+}
+
+// crashCounts are a crash run's duplicate executions: all of them, and those
+// that started after an earlier run of the same attempt had finished (only
+// the queue's ack was left).
+type crashCounts struct {
+	dups, afterFinish, injected int64
+	afterFinishRuns             map[string]string
+}
+
+func crashRun(t *testing.T, jobs int, withStore bool) crashCounts {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
@@ -115,6 +200,7 @@ func TestCrashLosesNothing(t *testing.T) {
 
 	cache := t.TempDir()
 	procs := map[string]*exec.Cmd{}
+	exited := map[string]chan struct{}{} // closed when procs[name] has exited
 	generation := 0
 	start := func(name string) {
 		role := "worker"
@@ -123,22 +209,29 @@ func TestCrashLosesNothing(t *testing.T) {
 		}
 		generation++
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "BACKSTOP_CRASH_ROLE="+role, "BACKSTOP_CRASH_REDIS="+srv.Addr,
+		storeEnv := "BACKSTOP_CRASH_STORE=0"
+		if withStore {
+			storeEnv = "BACKSTOP_CRASH_STORE=1"
+		}
+		cmd.Env = append(os.Environ(), "BACKSTOP_CRASH_ROLE="+role, "BACKSTOP_CRASH_REDIS="+srv.Addr, storeEnv,
 			"BACKSTOP_CRASH_CACHE="+cache, fmt.Sprintf("BACKSTOP_CRASH_NAME=%s-%d", name, generation))
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		procs[name] = cmd
+		done := make(chan struct{})
+		exited[name] = done
+		go func() { cmd.Wait(); close(done) }()
 	}
 	names := []string{"worker-a", "worker-b", "worker-c", "promoter"}
 	for _, n := range names {
 		start(n)
 	}
 	defer func() {
-		for _, c := range procs {
+		for name, c := range procs {
 			c.Process.Kill()
-			c.Wait()
+			<-exited[name]
 		}
 	}()
 
@@ -151,13 +244,20 @@ func TestCrashLosesNothing(t *testing.T) {
 		if kills < 20 || rng.IntN(2) == 0 {
 			victim := names[rng.IntN(len(names))]
 			procs[victim].Process.Signal(syscall.SIGKILL)
-			procs[victim].Wait()
+			<-exited[victim]
 			kills++
 			start(victim)
 		}
+		for _, name := range names { // a worker that killed itself comes back
+			select {
+			case <-exited[name]:
+				start(name)
+			default:
+			}
+		}
 		succeeded, _ := rdb.SCard(ctx, "crash:succeeded").Result()
 		dead, _ := rdb.XLen(ctx, q.Keys().DLQ).Result()
-		if kills >= 20 && succeeded+dead >= jobs {
+		if kills >= 20 && succeeded+dead >= int64(jobs) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -165,9 +265,9 @@ func TestCrashLosesNothing(t *testing.T) {
 			t.Fatalf("not drained after 150s: succeeded %d, dead %d, stats %+v", succeeded, dead, s)
 		}
 	}
-	for _, c := range procs {
+	for name, c := range procs {
 		c.Process.Signal(syscall.SIGTERM)
-		c.Wait()
+		<-exited[name]
 	}
 
 	// Every job id in exactly one final place.
@@ -200,7 +300,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	}
 	// The counters equal the outcomes observed.
 	c := s.Counters
-	if c["enqueued"] != jobs || c["attempts:success"] != int64(len(succeeded)) || c["attempts:dead_letter"] != int64(len(dls)) {
+	if c["enqueued"] != int64(jobs) || c["attempts:success"] != int64(len(succeeded)) || c["attempts:dead_letter"] != int64(len(dls)) {
 		t.Errorf("counters %v vs %d succeeded, %d dead letters", c, len(succeeded), len(dls))
 	}
 	for reason, n := range byReason {
@@ -215,6 +315,15 @@ func TestCrashLosesNothing(t *testing.T) {
 		total += n
 		dups += n - 1
 	}
-	t.Logf("%d jobs: %d succeeded, %d dead-lettered %v; %d kills; %d executions, %d duplicate executions (%.2f%%); %d retries, %d reclaimed",
-		jobs, len(succeeded), len(dls), byReason, kills, total, dups, 100*float64(dups)/float64(total), c["attempts:retry"], c["reclaimed"])
+	after, _ := rdb.HGetAll(ctx, "crash:after_finish").Result()
+	var afterFinish int64
+	for _, v := range after {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		afterFinish += n
+	}
+	busy, _ := rdb.Get(ctx, "crash:in_progress").Int64()
+	injected, _ := rdb.Get(ctx, "crash:injected").Int64()
+	t.Logf("store %v: %d jobs: %d succeeded, %d dead-lettered %v; %d kills and %d crashes after a finished run; %d executions, %d duplicate executions (%.2f%%), %d after a finished run; %d in progress; %d retries, %d reclaimed",
+		withStore, jobs, len(succeeded), len(dls), byReason, kills, injected, total, dups, 100*float64(dups)/float64(total), afterFinish, busy, c["attempts:retry"], c["reclaimed"])
+	return crashCounts{dups: dups, afterFinish: afterFinish, injected: injected, afterFinishRuns: after}
 }

@@ -1,92 +1,26 @@
 package queue
 
 import (
-	"context"
-	_ "embed"
-	"encoding/json"
-	"errors"
-	"net"
-	"syscall"
-
+	"github.com/backstop-dev/backstop/internal/errkind"
 	"github.com/backstop-dev/backstop/policy"
 )
 
 // Failure wraps a handler error with what the policy needs to classify it:
 // return one from a Handler to say "the downstream answered 503 with
 // Retry-After: 7". Errors without it are classified by ClassifyError.
-type Failure struct {
-	Err        error
-	HTTPStatus int
-	GRPCCode   int
-	ErrorKind  string
-	RetryAfter string // raw Retry-After header value
-}
-
-func (f *Failure) Error() string {
-	if f.Err != nil {
-		return f.Err.Error()
-	}
-	return "failure"
-}
-
-func (f *Failure) Unwrap() error { return f.Err }
-
-// errorKinds is the one table from language errors to error kinds that
-// every language follows (errorkinds.json; Node and Python test theirs
-// against it): Go reads its errno codes from it.
 //
-//go:embed errorkinds.json
-var errorKindsJSON []byte
-
-// errnoKinds maps the table's codes that are errnos in Go to their kinds.
-var errnoKinds = func() map[syscall.Errno]string {
-	var t struct{ Codes map[string]string }
-	if err := json.Unmarshal(errorKindsJSON, &t); err != nil {
-		panic("queue: errorkinds.json: " + err.Error())
-	}
-	m := map[syscall.Errno]string{}
-	for name, kind := range t.Codes {
-		if e, ok := errnoNames[name]; ok {
-			m[e] = kind
-		}
-	}
-	return m
-}()
-
-// errnoNames are the errnos Go has of the table's codes (the others are
-// Node's and getaddrinfo's).
-var errnoNames = map[string]syscall.Errno{
-	"ECONNREFUSED": syscall.ECONNREFUSED, "ECONNRESET": syscall.ECONNRESET, "ECONNABORTED": syscall.ECONNABORTED,
-	"EPIPE": syscall.EPIPE, "ETIMEDOUT": syscall.ETIMEDOUT,
-}
+//	return &queue.Failure{HTTPStatus: 503, RetryAfter: "7", Err: err}
+//
+// Its fields are Err (the error), HTTPStatus, GRPCCode, ErrorKind and
+// RetryAfter (the raw Retry-After header value). It is the same type as
+// retry.Failure.
+type Failure = errkind.Failure
 
 // ClassifyError fills the classification fields of a policy failure from an
 // error: a *Failure anywhere in its chain, else by the table every language
-// follows (errorkinds.json, in its "go" order): a dial that timed out
-// (connect_timeout: the request never left), a deadline, an errno (refused,
-// reset, timed out), a DNS failure, a network timeout. Other errors leave the
-// fields empty, and the policy's default class applies.
-func ClassifyError(err error, f *policy.Failure) {
-	var bf *Failure
-	var dns *net.DNSError
-	var op *net.OpError
-	var errno syscall.Errno
-	var ne net.Error
-	switch {
-	case errors.As(err, &bf):
-		f.HTTPStatus, f.GRPCCode, f.ErrorKind, f.RetryAfter = bf.HTTPStatus, bf.GRPCCode, bf.ErrorKind, bf.RetryAfter
-	case errors.As(err, &op) && op.Op == "dial" && op.Timeout() && !errors.As(err, &dns):
-		f.ErrorKind = "connect_timeout"
-	case errors.Is(err, context.DeadlineExceeded):
-		f.ErrorKind = "timeout"
-	case errors.As(err, &errno) && errnoKinds[errno] != "":
-		f.ErrorKind = errnoKinds[errno]
-	case errors.As(err, &dns):
-		f.ErrorKind = "dns_not_found"
-		if dns.IsTemporary || dns.IsTimeout {
-			f.ErrorKind = "dns_temporary"
-		}
-	case errors.As(err, &ne) && ne.Timeout():
-		f.ErrorKind = "timeout"
-	}
-}
+// follows (internal/errkind/errorkinds.json, in its "go" order): a dial
+// that timed out (connect_timeout: the request never left), a deadline, an
+// errno (refused, reset, timed out), a DNS failure, a network timeout.
+// Other errors leave the fields empty, and the policy's default class
+// applies.
+func ClassifyError(err error, f *policy.Failure) { errkind.Classify(err, f) }

@@ -129,6 +129,25 @@ func (q *Queue) Retry(ctx context.Context, entryID string, delay time.Duration, 
 	return time.UnixMilli(due), due != 0, nil
 }
 
+// Defer moves the job of entryID back to the delayed set, due after delay
+// by the server's clock, with its attempt count unchanged: the policy
+// refused to run it (reason circuit_open or budget_exhausted), which is no
+// fault of the job, so it waits without spending an attempt. lastErr ""
+// keeps the entry's last error. It reports the due time, or false when the
+// entry was no longer pending.
+//
+// # Errors
+//
+// As Retry: a malformed entry is refused and left pending.
+func (q *Queue) Defer(ctx context.Context, entryID string, delay time.Duration, reason, lastErr string) (time.Time, bool, error) {
+	due, err := scriptDefer.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.Delayed, q.keys.Stats},
+		q.group, entryID, max(0, delay.Milliseconds()), reason, lastErr).Int64()
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("queue %s: defer %s: %w", q.name, entryID, err)
+	}
+	return time.UnixMilli(due), due != 0, nil
+}
+
 // DeadLetter moves the job of entryID to the dead letter stream with the
 // reason and the last error. It returns the DLQ entry id, or "" when the
 // entry was no longer pending.

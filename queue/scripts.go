@@ -47,6 +47,7 @@ var (
 	scriptEnqueue    = mustScript("enqueue")
 	scriptAck        = mustScript("ack")
 	scriptRetry      = mustScript("retry")
+	scriptDefer      = mustScript("defer")
 	scriptDeadLetter = mustScript("dead_letter")
 	scriptPromote    = mustScript("promote")
 	scriptReclaim    = mustScript("reclaim")

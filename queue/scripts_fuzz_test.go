@@ -46,12 +46,13 @@ type scriptInput struct {
 	value  string
 }
 
-var scriptNames = []string{"enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay"}
+var scriptNames = []string{"enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay", "defer"}
 
 // The counters the scripts write, for damage to pick from.
 var counterFields = []string{"enqueued", "attempts:success", "finished:success:1", "finished_sum:success", "attempts:retry",
 	"retries:transient", "attempts:dead_letter", "dead_letters:r", "dead_letters:crash_loop", "finished:dead_letter:1",
-	"finished_sum:dead_letter", "max_attempts_reached", "promoted", "reclaimed", "reclaim_skipped", "replayed"}
+	"finished_sum:dead_letter", "max_attempts_reached", "promoted", "reclaimed", "reclaim_skipped", "replayed",
+	"attempts:deferred", "deferred:circuit_open"}
 
 func FuzzScriptEntries(f *testing.F) {
 	h := newScriptHarness(f)
@@ -68,7 +69,7 @@ func FuzzScriptEntries(f *testing.F) {
 	f.Add(uint8(5), "", uint16(0), uint8(7), "")                                // the entry's data deleted
 	f.Add(uint8(1), "attempt\x0099999999999999999999", uint16(0), uint8(0), "") // a huge attempt, counted capped
 	f.Fuzz(func(t *testing.T, op uint8, entry string, wide uint16, damage uint8, value string) {
-		ops := []int{1, 2, 3, 5}
+		ops := []int{1, 2, 3, 5, 7}
 		h.exercise(t, scriptInput{op: ops[int(op)%len(ops)], entry: entry, wide: int(wide) % 5000, argi: -1,
 			damage: int(damage), value: value})
 	})
@@ -104,6 +105,7 @@ func FuzzScriptArgs(f *testing.F) {
 		{2, 2, "0x10"}, {2, 2, "1e3"}, {2, 2, "inf"}, {2, 3, "Transient"}, {3, 2, "two words"}, {3, 2, "\xff"},
 		{4, 0, " 5"}, {4, 0, "nan"}, {5, 2, "inf"}, {5, 4, "inf"}, {5, 3, "1001"}, {5, 1, ""},
 		{6, 2, "5000"}, {6, 2, "+"}, {6, 3, "15.5"}, {6, 1, "r"}, {6, 1, "a b"}, {0, 0, ""}, {0, 1, "\x00\xff"},
+		{7, 1, "$ms"}, {7, 2, "1e3"}, {7, 3, "transient"}, {7, 3, ""},
 	} {
 		f.Add(uint8(c.op), uint8(c.argi), c.arg, uint8(0))
 	}
@@ -213,12 +215,12 @@ func (h *scriptHarness) exercise(t *testing.T, in scriptInput) {
 	keys := map[string][]string{
 		"enqueue": {k.Jobs, k.Stats}, "ack": {k.Jobs, k.Stats}, "retry": {k.Jobs, k.Delayed, k.Stats},
 		"dead_letter": {k.Jobs, k.DLQ, k.Stats}, "promote": {k.Delayed, k.Jobs, k.Stats},
-		"reclaim": {k.Jobs, k.DLQ, k.Stats}, "replay": {k.DLQ, k.Jobs, k.Stats},
+		"reclaim": {k.Jobs, k.DLQ, k.Stats}, "replay": {k.DLQ, k.Jobs, k.Stats}, "defer": {k.Jobs, k.Delayed, k.Stats},
 	}[name]
 	args := map[string][]any{
 		"enqueue": {"j9", in.value}, "ack": {"workers", e1}, "retry": {"workers", e1, "0", "transient", in.value},
 		"dead_letter": {"workers", e1, "r", in.value}, "promote": {"100"}, "reclaim": {"workers", "c2", "0", "100", "2"},
-		"replay": {"100", "", "-", "1000"},
+		"replay": {"100", "", "-", "1000"}, "defer": {"workers", e1, "0", "circuit_open", in.value},
 	}[name]
 	if in.argi >= 0 && in.argi < len(args) {
 		// $e stands for the first entry's id, $ms for its time alone.
@@ -291,6 +293,13 @@ func (h *scriptHarness) exercise(t *testing.T, in scriptInput) {
 			unchanged()
 		} else if dJobs != -1 || dPending != -1 || dDelayed != 1 || dCounter("attempts:retry") != 1 {
 			fail("jobs %+d pending %+d delayed %+d retry %+d", dJobs, dPending, dDelayed, dCounter("attempts:retry"))
+		}
+	case "defer":
+		// As a retry, but counted apart and without spending an attempt.
+		if reply == int64(0) {
+			unchanged()
+		} else if dJobs != -1 || dPending != -1 || dDelayed != 1 || dCounter("attempts:deferred") != 1 || dCounter("attempts:retry") != 0 {
+			fail("jobs %+d pending %+d delayed %+d deferred %+d retry %+d", dJobs, dPending, dDelayed, dCounter("attempts:deferred"), dCounter("attempts:retry"))
 		}
 	case "dead_letter":
 		if reply == int64(0) {

@@ -225,6 +225,33 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 		})
 	})
 
+	t.Run("defer", func(t *testing.T) {
+		for _, c := range []struct {
+			name, want string
+			setup      func(q *queue.Queue)
+		}{
+			{"stats of the wrong type", "is a string, not a hash", func(q *queue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
+			{"counter not an integer", `field "deferred:circuit_open" holds "abc"`, func(q *queue.Queue) { hset(q, "deferred:circuit_open", "abc") }},
+			{"counter would overflow", "HINCRBY cannot add 1", func(q *queue.Queue) { hset(q, "attempts:deferred", maxInt64) }},
+			{"delayed set of the wrong type", "is a hash, not a zset", func(q *queue.Queue) { rdb.HSet(ctx, q.Keys().Delayed, "f", "v") }},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				q := fresh()
+				eid := pendingEntry(t, ctx, rdb, q, "j")
+				c.setup(q)
+				mustRefuse(t, ctx, rdb, "defer", c.want, func() error { _, _, err := q.Defer(ctx, eid, time.Second, "circuit_open", ""); return err })
+			})
+		}
+		t.Run("delayed and stats one key", func(t *testing.T) {
+			q := fresh()
+			eid := pendingEntry(t, ctx, rdb, q, "j")
+			k := q.Keys()
+			mustRefuse(t, ctx, rdb, "defer", "distinct keys", func() error {
+				return script(t, "defer").Run(ctx, rdb, []string{k.Jobs, k.Delayed, k.Delayed}, q.Group(), eid, 0, "circuit_open", "").Err()
+			})
+		})
+	})
+
 	t.Run("dead_letter", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
@@ -336,7 +363,7 @@ func TestScriptsRefuseBadArguments(t *testing.T) {
 	k := q.Keys()
 	jobs := []string{k.Jobs, k.Stats}
 	three := map[string][]string{
-		"retry": {k.Jobs, k.Delayed, k.Stats}, "dead_letter": {k.Jobs, k.DLQ, k.Stats}, "promote": {k.Delayed, k.Jobs, k.Stats},
+		"retry": {k.Jobs, k.Delayed, k.Stats}, "defer": {k.Jobs, k.Delayed, k.Stats}, "dead_letter": {k.Jobs, k.DLQ, k.Stats}, "promote": {k.Delayed, k.Jobs, k.Stats},
 		"reclaim": {k.Jobs, k.DLQ, k.Stats}, "replay": {k.DLQ, k.Jobs, k.Stats},
 	}
 	badIDs := []string{"5000", "5000-", "-5000-1", "+", "-", "(5000-1", "5000-01", "05000-1", " 5000-1", "5000-1 ", "0x1388-1",
@@ -356,6 +383,9 @@ func TestScriptsRefuseBadArguments(t *testing.T) {
 		{"retry", three["retry"], []any{"workers", "5000-1", "nan", "transient", "e"}, "delay_ms"},
 		{"retry", three["retry"], []any{"workers", "5000-1", "5.0", "transient", "e"}, "delay_ms"},
 		{"retry", three["retry"], []any{"workers", "5000-1", "10", "Transient", "e"}, "reason must be"},
+		{"defer", three["defer"], []any{"workers", "5000-1", "1e3", "circuit_open", ""}, "delay_ms"},
+		{"defer", three["defer"], []any{"workers", "5000-1", "10", "transient", ""}, "reason must be circuit_open or budget_exhausted"},
+		{"defer", three["defer"], []any{"workers", "5000", "10", "circuit_open", ""}, "full stream id"},
 		{"dead_letter", three["dead_letter"], []any{"workers", "5000-1", "two words", "e"}, "printable ASCII"},
 		{"dead_letter", three["dead_letter"], []any{"workers", "5000-1", "caf\xc3\xa9", "e"}, "printable ASCII"},
 		{"dead_letter", three["dead_letter"], []any{"workers", "5000-1", strings.Repeat("r", 129), "e"}, "printable ASCII"},
@@ -662,8 +692,8 @@ func TestScriptHelpersLiveInLib(t *testing.T) {
 			t.Errorf("%s: lib.lua and the script do not compile: %v", name, err)
 		}
 	}
-	if scripts != 9 {
-		t.Errorf("found %d scripts beside lib.lua, want 9", scripts)
+	if scripts != 11 {
+		t.Errorf("found %d scripts beside lib.lua, want 11", scripts)
 	}
 	if _, err := queue.ScriptSource("lib"); err == nil {
 		t.Error(`ScriptSource("lib") gave a body: lib.lua is no script`)

@@ -56,7 +56,7 @@ func (q *Queue) Hold(ctx context.Context, consumer string, entryIDs ...string) (
 // until Redis takes it: the policy decides once, however many times
 // applying it is refused.
 type outcome struct {
-	action  string // "ack", "retry" or "dead_letter"
+	action  string // "ack", "retry", "defer" or "dead_letter"
 	reason  string // the retry or dead letter reason
 	delay   time.Duration
 	lastErr string
@@ -71,6 +71,9 @@ func (q *Queue) applyOutcome(ctx context.Context, entryID string, o outcome) (bo
 		return q.Ack(ctx, entryID)
 	case "retry":
 		_, applied, err := q.Retry(ctx, entryID, o.delay, o.reason, o.lastErr)
+		return applied, err
+	case "defer":
+		_, applied, err := q.Defer(ctx, entryID, o.delay, o.reason, o.lastErr)
 		return applied, err
 	default:
 		id, err := q.DeadLetter(ctx, entryID, o.reason, o.lastErr)

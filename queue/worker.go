@@ -12,8 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop/internal/clientmetrics"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -43,6 +45,46 @@ func (n nativeDecider) RecordSuccess(_ context.Context, nowMs int64) error {
 	return nil
 }
 
+func (n nativeDecider) Acquire(_ context.Context, nowMs int64) (policy.Permit, error) {
+	return n.p.Acquire(nowMs), nil
+}
+
+func (n nativeDecider) OnOpen() string { return n.p.OnOpen() }
+
+func (n nativeDecider) CircuitState(_ context.Context, nowMs int64) (policy.CircuitState, error) {
+	return n.p.CircuitState(nowMs), nil
+}
+
+func (n nativeDecider) BudgetTokens(_ context.Context, nowMs int64) (int64, bool, error) {
+	milli, ok := n.p.BudgetTokens(nowMs)
+	return milli, ok, nil
+}
+
+// acquirer is implemented by deciders with a circuit breaker that gives
+// permission before a call (*host.Policy, Native): the worker asks it
+// before running a job. A half-open trial reports back through
+// RecordSuccess or Decide, as any job does.
+type acquirer interface {
+	Acquire(ctx context.Context, nowMs int64) (policy.Permit, error)
+}
+
+// circuitStater reports a breaker's state: the worker's question before a
+// job for deciders without Acquire.
+type circuitStater interface {
+	CircuitState(ctx context.Context, nowMs int64) (policy.CircuitState, error)
+}
+
+// onOpener is implemented by deciders whose policy says what a queue does
+// with a job the breaker or the budget refused (on_open: defer or
+// dead_letter); without it a worker defers.
+type onOpener interface{ OnOpen() string }
+
+// budgeter reports what is left of a policy's retry budget (*host.Policy,
+// Native): the worker's metrics export it.
+type budgeter interface {
+	BudgetTokens(ctx context.Context, nowMs int64) (milli int64, ok bool, err error)
+}
+
 // Handler processes one job. A nil error acks it; an error is classified
 // (see Failure and ClassifyError) and decided by the policy.
 type Handler func(ctx context.Context, job Job) error
@@ -63,8 +105,13 @@ type worker struct {
 	applyBase     time.Duration // first pause after Redis refused an outcome
 	applyCap      time.Duration // longest pause (also capped at minIdle/4)
 	refused       atomic.Int64  // outcomes Redis refused, every attempt counted
+	pausedUntil   atomic.Int64  // unix ms: no read before, the breaker refused a job
+	openPoll      time.Duration // a refused job's wait when the policy cannot say how long
 	log           *slog.Logger
 	rand          func() float64
+	metricsReg    prometheus.Registerer   // WithMetrics
+	metricsPolicy string                  //
+	metrics       *clientmetrics.Recorder // nil: no metrics
 }
 
 // WithConsumer names this worker in the consumer group (default:
@@ -93,6 +140,21 @@ func WithReclaim(every, minIdle time.Duration, maxDeliveries int) WorkerOption {
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) WorkerOption { return func(w *worker) { w.log = l } }
 
+// WithMetrics counts the worker's attempts, retries, refused jobs, retry
+// delays and breaker state in reg, under the backstop_client_* families
+// every language exports (as retry.WithMetrics does), labelled
+// policy=policyName and target=the queue's name. Work returns an error at
+// once for an empty or invalid UTF-8 policy name, or a registry holding
+// other collectors under those names; a registry that already holds the
+// families is reused.
+//
+// A job the breaker refuses before it runs counts as refused
+// (calls_refused_total, circuit_open); a failed job deferred because the
+// breaker opened or the budget ran out counts as a retry with that reason.
+func WithMetrics(reg prometheus.Registerer, policyName string) WorkerOption {
+	return func(w *worker) { w.metricsReg, w.metricsPolicy = reg, policyName }
+}
+
 // Work consumes the queue until ctx is done: it reads jobs with the
 // consumer group, runs h, and applies the policy's decision through the
 // scripts; alongside, it runs the promote loop and the reclaim loop. On
@@ -113,6 +175,15 @@ func WithLogger(l *slog.Logger) WorkerOption { return func(w *worker) { w.log = 
 // Redis rejects as such (bad arguments, a key of the wrong type) is logged
 // and not sent again. The log says when an outcome is first refused, and
 // after how many refusals it was applied.
+//
+// Before each job the worker asks the policy's breaker (Acquire, when the
+// Decider has it; else its CircuitState): refused, the handler is not
+// called, the job is deferred (Defer) until the breaker may half-open, and
+// the worker reads nothing until then; the wait ends at once when ctx is
+// done. In half-open only the admitted trials run. A failure the policy
+// answers with circuit_open or budget_exhausted is deferred too, without
+// spending an attempt. A policy with on_open: dead_letter dead-letters such
+// jobs instead (the behaviour before deferral).
 func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOption) error {
 	host, _ := os.Hostname()
 	w := &worker{
@@ -120,10 +191,17 @@ func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOp
 		promoteEvery: time.Second, promoteLimit: 500,
 		reclaimEvery: 30 * time.Second, minIdle: time.Minute, maxDeliveries: 5,
 		outcomeWait: 10 * time.Second, applyBase: 20 * time.Millisecond, applyCap: 2 * time.Second,
-		log: slog.Default(), rand: rand.Float64,
+		openPoll: time.Second, log: slog.Default(), rand: rand.Float64,
 	}
 	for _, o := range opts {
 		o(w)
+	}
+	if w.metricsReg != nil || w.metricsPolicy != "" {
+		m, err := clientmetrics.Bind(w.metricsReg, w.metricsPolicy, q.name, "queue: WithMetrics")
+		if err != nil {
+			return err
+		}
+		w.metrics = m
 	}
 	if err := q.EnsureGroup(ctx); err != nil {
 		return err
@@ -144,6 +222,11 @@ func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOp
 
 func (q *Queue) readLoop(ctx context.Context, w *worker, p Decider, h Handler) error {
 	for ctx.Err() == nil {
+		// The breaker refused a job: read nothing until it may half-open,
+		// rather than take jobs only to defer them.
+		if d := time.Until(time.UnixMilli(w.pausedUntil.Load())); d > 0 && !sleep(ctx, d) {
+			return nil
+		}
 		streams, err := q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: q.group, Consumer: w.consumer, Streams: []string{q.keys.Jobs, ">"},
 			Count: w.batch, Block: w.block,
@@ -204,12 +287,48 @@ func (q *Queue) run(ctx context.Context, w *worker, p Decider, h Handler, j Job)
 	var err error
 	if j.Malformed {
 		err = errors.New("malformed entry: needs id, attempt >= 1 and first_enqueued_ms")
+	} else if allowed, retryIn := q.permit(ctx, w, p); !allowed {
+		// The breaker protects the dependency before the call: the handler
+		// does not run, and the worker stops reading until it may half-open.
+		w.metrics.Refused("circuit_open")
+		w.pause(retryIn)
+		if onOpen(p) == "dead_letter" {
+			return outcome{action: "dead_letter", reason: "circuit_open", lastErr: "circuit breaker open: the job was not run"}
+		}
+		return outcome{action: "defer", reason: "circuit_open", delay: retryIn}
 	} else {
 		err = h(ctx, j)
 	}
 	// Deciding must not see shutdown either: a cancelled context would fail
 	// a wasm policy's call.
-	return q.decide(context.WithoutCancel(ctx), w, p, j, err)
+	o := q.decide(context.WithoutCancel(ctx), w, p, j, err)
+	if w.metrics != nil && !j.Malformed {
+		w.count(context.WithoutCancel(ctx), p, o)
+	}
+	return o
+}
+
+// count records a job's outcome in the worker's metrics.
+func (w *worker) count(ctx context.Context, p Decider, o outcome) {
+	switch o.action {
+	case "ack":
+		w.metrics.Attempt(clientmetrics.OutcomeSuccess)
+	case "retry", "defer":
+		w.metrics.Attempt(clientmetrics.OutcomeRetry)
+		w.metrics.Retry(o.reason, o.delay)
+	default:
+		w.metrics.Attempt(clientmetrics.OutcomeDeadLetter)
+	}
+	if g, ok := p.(circuitStater); ok {
+		if s, err := g.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
+			w.metrics.State(s)
+		}
+	}
+	if b, ok := p.(budgeter); ok {
+		if milli, ok, err := b.BudgetTokens(ctx, time.Now().UnixMilli()); err == nil && ok {
+			w.metrics.Budget(milli)
+		}
+	}
 }
 
 // decide turns the handler's result into an outcome, once: a success feeds
@@ -238,7 +357,80 @@ func (q *Queue) decide(ctx context.Context, w *worker, p Decider, j Job, herr er
 	if d.Action == policy.Retry {
 		return outcome{action: "retry", reason: d.Reason.String(), delay: d.Delay(), lastErr: herr.Error()}
 	}
+	if (d.Reason == policy.CircuitOpen || d.Reason == policy.BudgetExhausted) && onOpen(p) != "dead_letter" {
+		// Not the job's fault: it waits, without spending an attempt.
+		return outcome{action: "defer", reason: d.Reason.String(), delay: q.deferDelay(ctx, w, p, d), lastErr: herr.Error()}
+	}
 	return outcome{action: "dead_letter", reason: d.Reason.String(), lastErr: herr.Error()}
+}
+
+// permit asks p whether a job may run now (Acquire: while the breaker is
+// open no job runs, half-open admits only its trials). A refusal carries
+// how long until that may change (w.openPoll when the policy cannot say).
+// A policy that cannot answer allows: its decision after the call still
+// applies.
+func (q *Queue) permit(ctx context.Context, w *worker, p Decider) (bool, time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	if g, ok := p.(acquirer); ok {
+		pm, err := g.Acquire(ctx, time.Now().UnixMilli())
+		if err == nil {
+			w.metrics.State(pm.State)
+		}
+		if err != nil || pm.Allowed {
+			return true, 0
+		}
+		if pm.RetryInMs <= 0 {
+			return false, w.openPoll
+		}
+		return false, time.Duration(pm.RetryInMs) * time.Millisecond
+	}
+	if g, ok := p.(circuitStater); ok {
+		s, err := g.CircuitState(ctx, time.Now().UnixMilli())
+		if err == nil && s == policy.BreakerOpen {
+			return false, w.openPoll
+		}
+	}
+	return true, 0
+}
+
+// deferDelay is how long a job refused by the breaker (until it may
+// half-open) or the budget (the policy's backoff for the attempt) waits.
+func (q *Queue) deferDelay(ctx context.Context, w *worker, p Decider, d policy.Decision) time.Duration {
+	if d.Reason == policy.CircuitOpen {
+		// The failure found (or made) the breaker open: Acquire refuses
+		// and says until when, without taking a trial slot.
+		allowed, retryIn := q.permit(ctx, w, p)
+		if allowed {
+			retryIn = w.openPoll
+		}
+		w.pause(retryIn)
+		return retryIn
+	}
+	// budget_exhausted carries the policy's backoff for the attempt; it is
+	// 0 only for a policy without one: wait openPoll rather than spin.
+	if d.DelayMs > 0 {
+		return d.Delay()
+	}
+	return w.openPoll
+}
+
+// pause stops the read loop for d from now (a later pause wins).
+func (w *worker) pause(d time.Duration) {
+	until := time.Now().Add(d).UnixMilli()
+	for {
+		cur := w.pausedUntil.Load()
+		if cur >= until || w.pausedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// onOpen is the policy's on_open: "defer" (the default) or "dead_letter".
+func onOpen(p Decider) string {
+	if o, ok := p.(onOpener); ok && o.OnOpen() == "dead_letter" {
+		return "dead_letter"
+	}
+	return "defer"
 }
 
 func (q *Queue) promoteLoop(ctx context.Context, w *worker) {

@@ -47,6 +47,19 @@ type Config struct {
 	TailWindow          string   `yaml:"tail_window"`           // ... measured over this window
 	TailFor             string   `yaml:"tail_for"`              //
 	Disabled            []string `yaml:"disabled_alerts"`       // alert names to leave out
+
+	// ClientSelector is added to the selectors of the process metrics
+	// (backstop_client_*), which services export under their own jobs:
+	// Selector, which names the exporter's job, does not apply to them.
+	ClientSelector          string  `yaml:"client_selector"`
+	ClientRetryRatioWarning float64 `yaml:"client_retry_ratio_warning"` // share of a policy and target's attempts that are retries
+	ClientRetryRatioFor     string  `yaml:"client_retry_ratio_for"`     //
+	CircuitStuckWindow      string  `yaml:"circuit_stuck_window"`       // a breaker seen open or half-open, never closed, over this window...
+	CircuitStuckFor         string  `yaml:"circuit_stuck_for"`          // ... for this long
+
+	// IdempotencyStoreErrorsFor: services' idempotency stores
+	// (backstop_idempotency_*, under ClientSelector) failing for this long.
+	IdempotencyStoreErrorsFor string `yaml:"idempotency_store_errors_for"`
 }
 
 // Default is the configuration of the shipped rule files.
@@ -77,6 +90,13 @@ func Default() Config {
 		TailRatio:           0.5,
 		TailWindow:          "30m",
 		TailFor:             "15m",
+
+		ClientRetryRatioWarning: 0.2,
+		ClientRetryRatioFor:     "15m",
+		CircuitStuckWindow:      "10m",
+		CircuitStuckFor:         "5m",
+
+		IdempotencyStoreErrorsFor: "2m",
 	}
 }
 
@@ -116,6 +136,8 @@ func (c Config) validate() error {
 	switch {
 	case c.DLQPagePerSecond <= 0:
 		return fmt.Errorf("dlq_page_per_second: must be > 0 (got %v)", c.DLQPagePerSecond)
+	case c.ClientRetryRatioWarning <= 0 || c.ClientRetryRatioWarning >= 1:
+		return fmt.Errorf("client_retry_ratio_warning: must be in (0, 1) (got %v)", c.ClientRetryRatioWarning)
 	case c.RetryRatioWarning <= 0 || c.RetryRatioWarning >= 1:
 		return fmt.Errorf("retry_ratio_warning: must be in (0, 1) (got %v)", c.RetryRatioWarning)
 	case c.MemoryRatioWarning <= 0 || c.MemoryRatioWarning > 1:

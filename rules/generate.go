@@ -58,6 +58,11 @@ func (c Config) sel(metric string, matchers ...string) string {
 	return metric + "{" + strings.Join(matchers, ", ") + "}"
 }
 
+// csel renders a selector of the process metrics (backstop_client_*).
+func (c Config) csel(metric string, matchers ...string) string {
+	return Config{Selector: c.ClientSelector}.sel(metric, matchers...)
+}
+
 // Recording returns the recording rules: the mission's figures.
 func Recording(c Config) File {
 	return File{Groups: []Group{{Name: "backstop.rules", Rules: []Rule{
@@ -76,6 +81,13 @@ func Recording(c Config) File {
 			Expr: fmt.Sprintf("histogram_quantile(0.9, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
 		{Record: "queue:backstop_job_attempts:p99_rate5m",
 			Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
+		// In-process retries: the share of calls made that were retried
+		// (refused calls were never made).
+		{Record: "policy_target:backstop_client_retry_ratio:ratio_rate5m",
+			Expr: fmt.Sprintf("sum by (policy, target) (rate(%s[5m]))\n/\nsum by (policy, target) (rate(%s[5m]))",
+				c.csel("backstop_client_attempts_total", `outcome="retry"`), c.csel("backstop_client_attempts_total", `outcome!="refused"`))},
+		{Record: "policy_target_reason:backstop_client_calls_refused:rate5m",
+			Expr: fmt.Sprintf("sum by (policy, target, reason) (rate(%s[5m]))", c.csel("backstop_client_calls_refused_total"))},
 	}}}}
 }
 
@@ -156,6 +168,30 @@ func Alerts(c Config) File {
 			c.TailFor,
 			"Most jobs on queue {{ $labels.queue }} need many attempts.",
 			"{{ $value | humanizePercentage }} of the jobs queue {{ $labels.queue }} finished over "+c.TailWindow+" needed more than "+fmt.Sprint(c.TailAttempts)+" attempts (threshold "+fmt.Sprint(c.TailRatio)+"): the dependency fails most first tries, and the retries hide it."),
+		c.alert("BackstopClientHighRetryRatio", "warning",
+			fmt.Sprintf("policy_target:backstop_client_retry_ratio:ratio_rate5m > %v", c.ClientRetryRatioWarning),
+			c.ClientRetryRatioFor,
+			"Calls to {{ $labels.target }} under policy {{ $labels.policy }} are often retried.",
+			"{{ $value | humanizePercentage }} of the calls services make to {{ $labels.target }} under policy {{ $labels.policy }} are retries (threshold "+fmt.Sprint(c.ClientRetryRatioWarning)+"): the dependency fails many first tries, and the retries hide it."),
+		c.alert("BackstopClientCircuitStuckOpen", "critical",
+			fmt.Sprintf("max by (policy, target) (max_over_time(%s[%s])) == 0",
+				c.csel("backstop_client_circuit_state", `state="closed"`), c.CircuitStuckWindow),
+			c.CircuitStuckFor,
+			"The circuit breaker for {{ $labels.target }} (policy {{ $labels.policy }}) stays open.",
+			"No process has seen the breaker of policy {{ $labels.policy }} for {{ $labels.target }} closed for "+c.CircuitStuckWindow+": its trial calls keep failing, and calls to {{ $labels.target }} are refused before they leave."),
+		c.alert("BackstopClientCallsRefused", "warning",
+			fmt.Sprintf("sum by (policy, target, reason) (increase(%s[10m])) > 0", c.csel("backstop_client_calls_refused_total")),
+			"",
+			"Calls to {{ $labels.target }} are refused ({{ $labels.reason }}).",
+			"Processes refused {{ $value | humanize }} calls to {{ $labels.target }} under policy {{ $labels.policy }} in the last 10 minutes before making them ({{ $labels.reason }}): the breaker is open, so callers get an error at once and queues defer their jobs."),
+		// A store that cannot be reached refuses keyed requests (fail
+		// closed, the default) or lets duplicates through (fail open):
+		// either way users see it, so it pages.
+		c.alert("BackstopIdempotencyStoreErrors", "critical",
+			fmt.Sprintf("sum by (job, instance, operation) (increase(%s[5m])) > 0", c.csel("backstop_idempotency_store_errors_total")),
+			c.IdempotencyStoreErrorsFor,
+			"The idempotency store of {{ $labels.job }} on {{ $labels.instance }} fails ({{ $labels.operation }}).",
+			"{{ $value | humanize }} idempotency store calls ({{ $labels.operation }}) of {{ $labels.job }} on {{ $labels.instance }} failed in the last 5 minutes: its Redis is unreachable or refuses the script. Keyed requests are refused (fail closed, the default) or run without protection against duplicates (fail open)."),
 		c.alert("BackstopRedisDown", "critical",
 			fmt.Sprintf("max by (instance) (%s) == 0", c.sel("backstop_up")),
 			c.DownFor,

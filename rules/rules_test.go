@@ -65,11 +65,16 @@ func TestPromtoolCheckAndTestRules(t *testing.T) {
 }
 
 // Every alert has the annotations, a severity, and both a firing and a
-// silent case in the promtool tests.
+// silent case in the promtool tests (one file per area).
 func TestEveryAlertIsComplete(t *testing.T) {
-	tests, err := os.ReadFile("tests/alerts.test.yml")
-	if err != nil {
-		t.Fatal(err)
+	files, _ := filepath.Glob("tests/*.test.yml")
+	var tests []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests = append(tests, b...)
 	}
 	for _, r := range rules.Alerts(rules.Default()).Groups[0].Rules {
 		if !slices.Contains([]string{"critical", "warning", "info"}, r.Labels["severity"]) {
@@ -83,7 +88,7 @@ func TestEveryAlertIsComplete(t *testing.T) {
 		firing := strings.Count(string(tests), "alertname: "+r.Alert+"\n        exp_alerts:")
 		all := strings.Count(string(tests), "alertname: "+r.Alert+"\n")
 		if firing == 0 || all-firing == 0 {
-			t.Errorf("%s: %d firing and %d silent cases in tests/alerts.test.yml; want at least one of each", r.Alert, firing, all-firing)
+			t.Errorf("%s: %d firing and %d silent cases in tests/*.test.yml; want at least one of each", r.Alert, firing, all-firing)
 		}
 	}
 }

@@ -59,6 +59,14 @@ func FuzzDecide(f *testing.F) {
 		}
 		noInternal(t, "record_success", int64(record_success(h, now)))
 		noInternal(t, "circuit_state", int64(circuit_state(h, now)))
+		for _, at := range []int64{now, elapsed, prev} { // times that may jump about
+			if w := acquire(h, at); w >= 0 && w>>51 != 0 {
+				t.Fatalf("acquire(%d, %d) = %#x: bits 51-63 set", h, at, w)
+			} else {
+				noInternal(t, "acquire", w)
+			}
+		}
+		noInternal(t, "policy_on_open", int64(policy_on_open(h)))
 		noInternal(t, "error_message", int64(int32(error_message())))
 	})
 }

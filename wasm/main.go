@@ -268,6 +268,58 @@ func circuit_state(h int32, nowMs int64) (r int32) {
 	return int32(p.CircuitState(nowMs))
 }
 
+// acquire asks permission for one call before it is made (ABI.md,
+// "acquire"): a packed permit, or an error code. now_ms is required on a
+// stateful policy, as for decide: 0 would judge the breaker at 1970.
+//
+//go:wasmexport acquire
+func acquire(h int32, nowMs int64) (r int64) {
+	defer guard64("acquire", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	switch {
+	case nowMs < 0:
+		return int64(fail(errInput, "invalid failure: now_ms: must be >= 0 (got "+strconv.FormatInt(nowMs, 10)+")"))
+	case nowMs == 0 && p.Stateful():
+		return int64(fail(errInput, "invalid failure: now_ms: must be set (Unix milliseconds) for a policy with a retry budget or a circuit breaker"))
+	}
+	return abi.PackPermit(p.Acquire(nowMs))
+}
+
+// budget_tokens returns what is left of the retry budget at now_ms (ABI.md,
+// "budget_tokens"): a packed answer, or an error code. It changes no state.
+//
+//go:wasmexport budget_tokens
+func budget_tokens(h int32, nowMs int64) (r int64) {
+	defer guard64("budget_tokens", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	if nowMs < 0 {
+		return int64(fail(errInput, "invalid failure: now_ms: must be >= 0 (got "+strconv.FormatInt(nowMs, 10)+")"))
+	}
+	return abi.PackBudget(p.BudgetTokens(nowMs))
+}
+
+// policy_on_open returns what a queue does with a job an open breaker or
+// an empty budget refused: abi.OnOpenDefer or abi.OnOpenDeadLetter.
+//
+//go:wasmexport policy_on_open
+func policy_on_open(h int32) (r int32) {
+	defer guard32("policy_on_open", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	if p.OnOpen() == policy.OnOpenDeadLetter {
+		return abi.OnOpenDeadLetter
+	}
+	return abi.OnOpenDefer
+}
+
 // error_message returns address<<32 | length of the last error's message.
 //
 //go:wasmexport error_message

@@ -334,3 +334,59 @@ func TestBufferGrowsGeometrically(t *testing.T) {
 		t.Errorf("the buffer moved %d times on its way to %d MiB", moves, maxBuffer>>20)
 	}
 }
+
+// acquire answers in the packed permit, and refuses what decide refuses:
+// a bad handle, a negative now_ms, and now_ms 0 on a stateful policy.
+func TestAcquire(t *testing.T) {
+	s := load(t, `{"circuit_breaker": {"failure_threshold": 1, "open_for": "1s"}, "on_open": "dead_letter"}`)
+	d := load(t, "default")
+	if w := acquire(d, 0); w < 0 || !abi.UnpackPermit(w).Allowed {
+		t.Errorf("stateless acquire(0) = %d %q, want allowed", w, lastMsg)
+	}
+	for _, c := range []struct {
+		h    int32
+		now  int64
+		code int64
+		msg  string
+	}{
+		{0, 1000, errHandle, "handle"},
+		{s, 0, errInput, "now_ms: must be set"},
+		{d, -1, errInput, "now_ms: must be >= 0"},
+	} {
+		if w := acquire(c.h, c.now); w != c.code || !strings.Contains(lastMsg, c.msg) {
+			t.Errorf("acquire(%d, %d) = %d %q, want %d naming %q", c.h, c.now, w, lastMsg, c.code, c.msg)
+		}
+	}
+	decide(s, 1, 503, 0, 0, 1000, 0, 0, 0, 0, 0, 0)
+	if p := abi.UnpackPermit(acquire(s, 1200)); p != (policy.Permit{RetryInMs: 800, State: policy.BreakerOpen}) {
+		t.Errorf("open: %+v", p)
+	}
+	if p := abi.UnpackPermit(acquire(s, 2000)); p != (policy.Permit{Allowed: true, State: policy.BreakerHalfOpen}) {
+		t.Errorf("half-open: %+v", p)
+	}
+	if policy_on_open(s) != abi.OnOpenDeadLetter || policy_on_open(d) != abi.OnOpenDefer || policy_on_open(0) != errHandle {
+		t.Error("policy_on_open")
+	}
+}
+
+// budget_tokens packs the budget left and whether there is one, reads it
+// without changing it, and refuses a bad handle or a negative now_ms.
+func TestBudgetTokens(t *testing.T) {
+	s := load(t, `{"retry_budget": {"max_tokens": 10, "token_ratio": 0.5}}`)
+	d := load(t, "default")
+	if m, ok := abi.UnpackBudget(budget_tokens(d, 1000)); ok || m != 0 {
+		t.Errorf("no budget: %d, %v", m, ok)
+	}
+	if w := budget_tokens(0, 1000); w != errHandle {
+		t.Errorf("handle 0: %d", w)
+	}
+	if w := budget_tokens(s, -1); w != errInput || !strings.Contains(lastMsg, "now_ms: must be >= 0") {
+		t.Errorf("now_ms -1: %d %q", w, lastMsg)
+	}
+	decide(s, 1, 503, 0, 0, 1000, 0, 0, 0, 0, 0, 0)
+	for range 2 {
+		if m, ok := abi.UnpackBudget(budget_tokens(s, 1000)); !ok || m != 9000 {
+			t.Errorf("after a failure: %d, %v; want 9000", m, ok)
+		}
+	}
+}

@@ -209,14 +209,22 @@ print(time.perf_counter() - t)
 """
 
 
-def startup(cache_dir: str, runs: int) -> Tuple[float, float]:
+# The same, with the engine Instance used before issue 14 (Cranelift, its
+# default): what Winch saves on a cold start.
+STARTUP_CRANELIFT = STARTUP.replace("import backstop\n", """from backstop import _runtime
+_runtime._ENGINE_SETTINGS = (("memory_may_move", False),)
+import backstop
+""")
+
+
+def startup(cache_dir: str, runs: int, code: str = STARTUP) -> Tuple[float, float]:
     """Median in-process seconds (import + load + first decision) and median
     process wall time."""
     inner, wall = [], []
     env = dict(os.environ, BACKSTOP_CACHE_DIR=cache_dir)
     for _ in range(runs):
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", STARTUP], env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         wall.append(time.perf_counter() - t)
         inner.append(float(out.stdout))
     return statistics.median(inner), statistics.median(wall)
@@ -266,13 +274,19 @@ def main() -> None:
 
     runs = 3 if QUICK else 7
     with tempfile.TemporaryDirectory() as tmp:
-        cold = [startup(os.path.join(tmp, "cold%d" % i), 1) for i in range(runs)]
+        # Cold runs alternate between the engines: a machine that slows
+        # down mid-run slows both.
+        pairs = [(startup(os.path.join(tmp, "cold%d" % i), 1), startup(os.path.join(tmp, "cranelift%d" % i), 1, STARTUP_CRANELIFT))
+                 for i in range(runs)]
+        cold, cranelift = [p[0] for p in pairs], [p[1] for p in pairs]
         warm = startup(os.path.join(tmp, "cold0"), runs)
     print("\n### 3. Start-up: `import backstop` + `load_policy(\"default\")` + first decision\n")
     print("| | in process (median) | whole process (median) |")
     print("|---|---:|---:|")
     print("| cold (empty compile cache: compiles backstop.wasm) | %.0f ms | %.0f ms |" % (
         statistics.median(c[0] for c in cold) * 1e3, statistics.median(c[1] for c in cold) * 1e3))
+    print("| cold, Cranelift (the engine before issue 14) | %.0f ms | %.0f ms |" % (
+        statistics.median(c[0] for c in cranelift) * 1e3, statistics.median(c[1] for c in cranelift) * 1e3))
     print("| warm (compiled module from the cache) | %.0f ms | %.0f ms |" % (warm[0] * 1e3, warm[1] * 1e3))
 
 

@@ -474,7 +474,7 @@ func (v *demoView) refresh(ctx context.Context) bool {
 	}
 	state := "up"
 	if v.down.Load() {
-		state = "DOWN (an outage: retries wait in the delayed set, the breaker opens, dead letters grow)"
+		state = "DOWN (an outage: retries wait in the delayed set, the breaker opens and defers jobs until it half-opens)"
 	}
 	if v.breaker != nil {
 		if cs, err := v.breaker.CircuitState(ctx, time.Now().UnixMilli()); err == nil {

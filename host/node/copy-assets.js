@@ -1,5 +1,5 @@
 // The `prepare` script: copies backstop.wasm, the queue scripts and the
-// error-kinds table (../../queue/errorkinds.json) into this
+// error-kinds table (../../internal/errkind/errorkinds.json) into this
 // package from their one committed home (../backstop.wasm, built by `make
 // wasm`, and ../../queue/scripts), so `npm install` of this directory, `npm
 // pack` and `npm publish` ship them without a second committed copy. Outside
@@ -31,7 +31,7 @@ if (existsSync(wasm) && existsSync(scripts)) {
     if (f.endsWith('.lua') && !lua.includes(f)) rmSync(join(dir, f)); // a script renamed or removed
   }
   for (const f of lua) put(join(scripts, f), join(dir, f));
-  put(join(scripts, '..', 'errorkinds.json'), join(here, 'errorkinds.json'));
+  put(join(here, '..', '..', 'internal', 'errkind', 'errorkinds.json'), join(here, 'errorkinds.json'));
 } else if (!existsSync(join(here, 'backstop.wasm')) || !existsSync(join(here, 'scripts', 'lib.lua'))) {
   console.error(`backstop-policy: ${wasm} or ${scripts} is missing: run \`make wasm\` at the repository root`);
   process.exit(1);

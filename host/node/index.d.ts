@@ -157,6 +157,16 @@ export interface Decision {
 	readonly class: FailureClass;
 }
 
+/** The answer of `Policy.acquire`. */
+export interface Permit {
+	/** True when the call may be made (in half-open: as a trial, whose outcome must be reported). */
+	readonly allowed: boolean;
+	/** When refused, milliseconds until the breaker may admit a call; 0 when allowed. */
+	readonly retryInMs: number;
+	/** The breaker's state when asked; `closed` when the policy has none. */
+	readonly state: 'closed' | 'open' | 'half_open';
+}
+
 /**
 A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
 */
@@ -199,6 +209,42 @@ export interface Policy {
 	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
 	*/
 	circuitState(nowMs?: Int64): 'closed' | 'open' | 'half_open';
+
+	/**
+	Asks permission for one call before it is made. While the breaker is open every call is refused; half-open admits at most `circuit_breaker.half_open_max_calls` trial calls (default 1) until they report back: a success with `recordSuccess`, a failure with `decide` (it reopens the breaker). A trial that has not reported back within `open_for` counts as failed. A policy without a breaker always allows. The retry budget is not consulted: it limits retries, through `decide`.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	@throws {InputError} For a `nowMs` that is negative, not an integer, or `0` on a stateful policy (`now_ms: must be set …`). No state changes then.
+
+	@example
+	```
+	const permit = policy.acquire();
+	if (!permit.allowed) {
+		await setTimeout(permit.retryInMs); // or defer the job
+	}
+	```
+	*/
+	acquire(nowMs?: Int64): Permit;
+
+	/**
+	What is left of the retry budget, read without changing it: a token bucket's tokens (retries pass while more than half of `max_tokens` remain), or the retries a window budget still allows. `null` when the policy has no budget.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	@throws {InputError} For a `nowMs` that is negative or not an integer.
+
+	@example
+	```
+	policy.budgetTokens(); //=> 95.5
+	```
+	*/
+	budgetTokens(nowMs?: Int64): number | null;
+
+	/**
+	What a queue does with a job refused by an open breaker or an empty budget: put it back in the delayed set without spending an attempt (`defer`), or dead-letter it.
+
+	@default 'defer'
+	*/
+	readonly onOpen: 'defer' | 'dead_letter';
 
 	/** Frees the handle. Using the policy afterwards throws. Policies that are garbage collected are freed too. */
 	close(): void;
@@ -301,7 +347,42 @@ export interface RetryOptions {
 	@example (error) => (error?.code >= 1 && error?.code <= 16 ? {grpcCode: error.code} : undefined)
 	*/
 	readonly classify?: (errorOrResponse: unknown) => FailureFields | undefined;
+
+	/**
+	Counts attempts, retries, refused calls, retry delays, breaker state and budget tokens (the backstop_client_* families every language exports), from `createMetrics()`.
+
+	@default undefined (no metrics)
+	@example createMetrics(promClient, {policy: 'payments', target: 'charge-api'})
+	*/
+	readonly metrics?: Metrics;
 }
+
+/** The process metrics of one policy and target: pass to `retry({metrics})` or a queue worker. */
+export interface Metrics {
+	readonly policy: string;
+	readonly target: string;
+}
+
+export interface MetricsOptions {
+	/** The policy label: a name you choose from a small fixed set, never a URL or an id. */
+	readonly policy: string;
+	/** The target label: the dependency's name. A queue worker uses the queue's name. */
+	readonly target: string;
+	/**
+	The prom-client Registry to register in. A second createMetrics on it reuses the collectors; other metrics under the same names are an error.
+
+	@default promClient.register
+	*/
+	readonly registry?: unknown;
+}
+
+/**
+The backstop_client_* metrics in prom-client, which is not a dependency of this package: pass its module.
+
+@example createMetrics(promClient, {policy: 'payments', target: 'charge-api'})
+@throws {TypeError} When `policy` or `target` is empty or not valid UTF-8 (a lone surrogate), or `promClient` is not the prom-client module.
+*/
+export function createMetrics(promClient: unknown, options: MetricsOptions): Metrics;
 
 /**
 Runs `fn` until it succeeds or the policy says stop. A failure is a thrown error or a returned fetch `Response` whose status is 400 or more. Between attempts it waits the decided delay (Retry-After included).

@@ -78,6 +78,18 @@ export type Outcome =
 		readonly dueMs: number | null;
 	}
 	| {
+		/** The policy refused the job (an open breaker, an empty budget) and its `on_open` is `defer`: back to the delayed set, its attempt unchanged. */
+		readonly action: 'defer';
+		readonly reason: 'circuit_open' | 'budget_exhausted';
+		/** The decision after a failure; null when the breaker refused the job before it ran. */
+		readonly decision: Decision | null;
+		readonly applied: boolean;
+		/** How long the job waits: until the breaker may half-open (`acquire().retryInMs`), or its backoff for the budget. */
+		readonly delayMs: number;
+		/** When the job is due again (unix ms, the server's clock); null when not applied. */
+		readonly dueMs: number | null;
+	}
+	| {
 		readonly action: 'dead_letter';
 		/** The decision's reason, or `malformed` (a malformed job, or a failure the policy refused; then `decision` is null). */
 		readonly reason: Reason | 'malformed';
@@ -330,6 +342,16 @@ export interface Queue {
 	retry(entry: string | Job, delayMs: number, reason: string, lastError?: string): Promise<number | null>;
 
 	/**
+	Moves a job the policy refused to run back to the delayed set, due in `delayMs` by the server's clock, its attempt count unchanged (a deferral spends no attempt). Counted in `attempts:deferred` and `deferred:<reason>`, apart from retries.
+
+	@param reason - `circuit_open` or `budget_exhausted`; the script refuses others.
+	@param lastError - @default '' (keeps the entry's last error)
+	@returns The due time (unix ms), or null when the entry was no longer pending.
+	@throws When the entry is malformed (dead-letter it with reason `malformed`); it stays pending.
+	*/
+	defer(entry: string | Job, delayMs: number, reason: string, lastError?: string): Promise<number | null>;
+
+	/**
 	Moves a job to the DLQ. Returns the DLQ entry id, or null when the entry was no longer pending.
 
 	@param reason - 1..128 printable ASCII characters without spaces (it names a counter and a metric label); the script refuses others.
@@ -371,7 +393,7 @@ export interface Queue {
 	/**
 	Applies the outcome of running `job`. `error` is what it threw, or a failed fetch Response; null or undefined is a success (acked, and reported to the policy's budget and breaker).
 
-	A failure is classified as retry() classifies it (a RetryError by its last failure) and decided with the job's attempt, its id as the idempotency key, the time since its first enqueue and its previous delay; a retry goes to the delayed set after the decided delay, anything else to the DLQ with the decision's reason. A malformed job, and a failure the policy refuses, go to the DLQ as `malformed`.
+	A failure is classified as retry() classifies it (a RetryError by its last failure) and decided with the job's attempt, its id as the idempotency key, the time since its first enqueue and its previous delay; a retry goes to the delayed set after the decided delay; `circuit_open` and `budget_exhausted` defer the job (`defer()`: until the breaker may half-open, or after its backoff) unless the policy's `onOpen` is `dead_letter`; anything else goes to the DLQ with the decision's reason. A malformed job, and a failure the policy refuses, go to the DLQ as `malformed`.
 
 	@example
 	```
@@ -389,7 +411,9 @@ export interface Queue {
 	apply(job: Job, error: unknown, policy: Policy, options?: ApplyOptions): Promise<Outcome>;
 
 	/**
-	Consumes the queue until `signal` aborts: reads jobs, runs `handler` one at a time and applies each outcome, promotes due retries and reclaims entries of crashed consumers. A malformed job is dead-lettered without running the handler. XREADGROUP blocks the connection: give the worker a client of its own (`client.duplicate()`), one per concurrent worker.
+	Consumes the queue until `signal` aborts: reads jobs, runs `handler` one at a time and applies each outcome, promotes due retries and reclaims entries of crashed consumers. A malformed job is dead-lettered without running the handler.
+
+	Before each job the worker asks the policy's breaker (`policy.acquire()`): refused, the handler does not run, the job is deferred (or dead-lettered as `circuit_open` when `policy.onOpen` is `dead_letter`), and the worker reads nothing until `retryInMs` has passed (abortable; promoting and reclaiming go on). In half-open only the admitted trials run. XREADGROUP blocks the connection: give the worker a client of its own (`client.duplicate()`), one per concurrent worker.
 
 	When Redis refuses to apply an outcome for a while (out of memory with noeviction, a read-only replica during a failover, a server loading or busy, a lost connection), the worker keeps the outcome, decided once, and sends it again with jittered backoff (20 ms doubling to at most 2 s and a quarter of `minIdleMs`) until Redis takes it or the entry is no longer pending. Meanwhile it holds the job and the jobs read with it (`hold()`), so that reclaim does not run them a second time elsewhere, and reads nothing new. Aborted meanwhile, it makes one last attempt and reports the outcome not applied (`onError`): the entry stays pending, for reclaim. A request Redis rejects as such (bad arguments, a key of the wrong type) is reported and not sent again. A job that waited in its batch for half of `minIdleMs` is held again before it runs, and skipped when another consumer took it meanwhile.
 
@@ -417,4 +441,4 @@ export function createQueue(client: QueueClient, name: string, options?: QueueOp
 export function keysFor(name: string): QueueKeys;
 
 /** The Lua source of one of the contract's scripts as sent to Redis: the package's `scripts/lib.lua` (the helpers the scripts share), a newline, then `scripts/<name>.lua`. */
-export function scriptSource(name: 'enqueue' | 'ack' | 'retry' | 'dead_letter' | 'promote' | 'reclaim' | 'replay' | 'hold'): string;
+export function scriptSource(name: 'enqueue' | 'ack' | 'retry' | 'defer' | 'dead_letter' | 'promote' | 'reclaim' | 'replay' | 'hold'): string;

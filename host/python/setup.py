@@ -44,7 +44,7 @@ def copy_assets() -> None:
                 old.unlink()
         for name, src in lua.items():
             _put(src, dest / name)
-        _put(REPO / "queue" / "errorkinds.json", PACKAGE / "errorkinds.json")
+        _put(REPO / "internal" / "errkind" / "errorkinds.json", PACKAGE / "errorkinds.json")
     elif not (PACKAGE / "backstop.wasm").is_file() or not (PACKAGE / "scripts" / "lib.lua").is_file():
         raise SystemExit("backstop-policy: %s or %s is missing: run `make wasm` at the repository root" % (wasm, scripts))
 

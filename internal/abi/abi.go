@@ -109,3 +109,52 @@ func Unpack(w int64) policy.Decision {
 		Action:  policy.Action(w >> 54 & 0x1),
 	}
 }
+
+// The packed permit of acquire (ABI.md, "acquire"): bits 0-47
+// retry_in_ms, 48-49 the breaker's state, 50 allowed, the rest 0, so a
+// permit is never negative and negative words are error codes.
+const permitAllowed = 1 << 50
+
+// PackPermit encodes p in one result word. A wait past MaxDelayMs (a
+// clock that jumped about) is clamped to it rather than wrapped.
+func PackPermit(p policy.Permit) int64 {
+	w := min(max(p.RetryInMs, 0), MaxDelayMs) | int64(p.State)<<48
+	if p.Allowed {
+		w |= permitAllowed
+	}
+	return w
+}
+
+// UnpackPermit decodes a word made by PackPermit.
+func UnpackPermit(w int64) policy.Permit {
+	return policy.Permit{
+		Allowed:   w&permitAllowed != 0,
+		RetryInMs: w & delayMask,
+		State:     policy.CircuitState(w >> 48 & 0x3),
+	}
+}
+
+// The packed answer of budget_tokens (ABI.md, "budget_tokens"): bits 0-47
+// the budget's milli-tokens (Policy.BudgetTokens), 48 set when the policy
+// has a budget, the rest 0, so an answer is never negative.
+const budgetPresent = 1 << 48
+
+// PackBudget encodes BudgetTokens' answer in one result word, clamping the
+// amount to 0..MaxDelayMs.
+func PackBudget(milli int64, ok bool) int64 {
+	if !ok {
+		return 0
+	}
+	return min(max(milli, 0), delayMask) | budgetPresent
+}
+
+// UnpackBudget decodes a word made by PackBudget.
+func UnpackBudget(w int64) (milli int64, ok bool) {
+	return w & delayMask, w&budgetPresent != 0
+}
+
+// The results of policy_on_open, in policy.OnOpen's terms.
+const (
+	OnOpenDefer      = 0 // policy.OnOpenDefer
+	OnOpenDeadLetter = 1 // policy.OnOpenDeadLetter
+)

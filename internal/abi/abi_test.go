@@ -74,3 +74,45 @@ func TestPack(t *testing.T) {
 		t.Errorf("Pack(%+v) = %#x, want %#x", d, w, want)
 	}
 }
+
+// PackBudget's bits are ABI.md's: the amount clamped to 0..MaxDelayMs, bit
+// 48 for "has a budget", never negative.
+func TestPackBudget(t *testing.T) {
+	for _, c := range []struct {
+		milli int64
+		ok    bool
+		w     int64
+	}{
+		{0, false, 0}, {123, false, 0}, {0, true, 1 << 48}, {9500, true, 1<<48 | 9500},
+		{math.MaxInt64, true, 1<<48 | abi.MaxDelayMs}, {-5, true, 1 << 48},
+	} {
+		w := abi.PackBudget(c.milli, c.ok)
+		if w != c.w {
+			t.Errorf("PackBudget(%d, %v) = %#x, want %#x", c.milli, c.ok, w, c.w)
+		}
+		if m, ok := abi.UnpackBudget(w); ok != c.ok || m != w&abi.MaxDelayMs {
+			t.Errorf("UnpackBudget(%#x) = %d, %v", w, m, ok)
+		}
+	}
+}
+
+// PackPermit and UnpackPermit round-trip every state with the largest wait,
+// a permit is never negative, and the bits are ABI.md's.
+func TestPackPermit(t *testing.T) {
+	for _, allowed := range []bool{false, true} {
+		for s := range 3 {
+			p := policy.Permit{Allowed: allowed, State: policy.CircuitState(s), RetryInMs: abi.MaxDelayMs}
+			w := abi.PackPermit(p)
+			if w < 0 || abi.UnpackPermit(w) != p {
+				t.Fatalf("%+v -> %d -> %+v", p, w, abi.UnpackPermit(w))
+			}
+		}
+	}
+	p := policy.Permit{Allowed: true, State: policy.BreakerHalfOpen}
+	if w, want := abi.PackPermit(p), int64(1<<50|2<<48); w != want {
+		t.Errorf("PackPermit(%+v) = %#x, want %#x", p, w, want)
+	}
+	if got := abi.UnpackPermit(abi.PackPermit(policy.Permit{RetryInMs: math.MaxInt64, State: policy.BreakerOpen})); got.RetryInMs != abi.MaxDelayMs || got.State != policy.BreakerOpen {
+		t.Errorf("a wait past MaxDelayMs: %+v, want it clamped", got)
+	}
+}

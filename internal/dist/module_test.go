@@ -36,6 +36,35 @@ func TestModuleTidy(t *testing.T) {
 // and the tests' dependencies (Prometheus, Alertmanager, gonum, miniredis)
 // must never reach it.
 func TestConsumerFootprint(t *testing.T) {
+	mods := consumerModules(t, "host", "policy")
+	want := []string{"github.com/tetratelabs/wazero", "go.yaml.in/yaml/v3", "golang.org/x/sys"}
+	if !slices.Equal(mods, want) {
+		t.Errorf("a module that imports only policy and host needs checksums of %q, want %q", mods, want)
+	}
+}
+
+// TestRetryConsumerFootprint: a service that also runs the retry loop gets
+// client_golang (retry.WithMetrics) and what it needs, never the queue's
+// go-redis, the exporter's Prometheus server packages or miniredis.
+func TestRetryConsumerFootprint(t *testing.T) {
+	mods := consumerModules(t, "host", "policy", "retry")
+	if !slices.Contains(mods, "github.com/prometheus/client_golang") {
+		t.Errorf("retry imports client_golang; the consumer's go.sum lacks it: %q", mods)
+	}
+	for _, m := range mods {
+		for _, banned := range []string{"github.com/redis/go-redis", "github.com/alicebob/miniredis", "github.com/prometheus/prometheus",
+			"github.com/prometheus/alertmanager", "github.com/prometheus/exporter-toolkit", "gonum.org/"} {
+			if strings.HasPrefix(m, banned) {
+				t.Errorf("a module that imports policy, host and retry needs %s (go.sum: %q)", m, mods)
+			}
+		}
+	}
+}
+
+// consumerModules returns the modules in the go.sum of a fresh module that
+// imports this module's packages pkgs, after go mod tidy.
+func consumerModules(t *testing.T, pkgs ...string) []string {
+	t.Helper()
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		t.Fatal(err)
@@ -56,8 +85,11 @@ func TestConsumerFootprint(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "go.mod"), "module example.com/consumer\n\ngo "+mod.Go+"\n\n"+
 		"require "+mod.Module.Path+" v0.0.0\n\nreplace "+mod.Module.Path+" => "+abs+"\n")
-	write(t, filepath.Join(dir, "main.go"), "package main\n\nimport (\n"+
-		"\t_ \""+mod.Module.Path+"/host\"\n\t_ \""+mod.Module.Path+"/policy\"\n)\n\nfunc main() {}\n")
+	imports := ""
+	for _, p := range pkgs {
+		imports += "\t_ \"" + mod.Module.Path + "/" + p + "\"\n"
+	}
+	write(t, filepath.Join(dir, "main.go"), "package main\n\nimport (\n"+imports+")\n\nfunc main() {}\n")
 	// Seeded with this module's go.sum (which tidy then prunes) so that no
 	// checksum database is asked: the test runs offline once `make deps`
 	// has filled the module cache.
@@ -71,7 +103,7 @@ func TestConsumerFootprint(t *testing.T) {
 	tidy.Dir = dir
 	tidy.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	if out, err := tidy.CombinedOutput(); err != nil {
-		t.Fatalf("go mod tidy in a module that imports policy and host: %v\n%s", err, out)
+		t.Fatalf("go mod tidy in a module that imports %v: %v\n%s", pkgs, err, out)
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "go.sum"))
 	if err != nil {
@@ -84,10 +116,7 @@ func TestConsumerFootprint(t *testing.T) {
 			mods = append(mods, f[0])
 		}
 	}
-	want := []string{"github.com/tetratelabs/wazero", "go.yaml.in/yaml/v3", "golang.org/x/sys"}
-	if !slices.Equal(mods, want) {
-		t.Errorf("a module that imports only policy and host needs checksums of %q, want %q:\n%s", mods, want, got)
-	}
+	return mods
 }
 
 func write(t *testing.T, path, content string) {

@@ -21,7 +21,7 @@ import (
 const (
 	wasmFile       = "host/backstop.wasm"
 	scriptsDir     = "queue/scripts"
-	errorKindsFile = "queue/errorkinds.json"
+	errorKindsFile = "internal/errkind/errorkinds.json"
 )
 
 // A policy that dead-letters a second attempt, and the failure that shows

@@ -349,8 +349,9 @@ func startAlertmanager(t *testing.T, dir, hooks string) string {
 
 // startPrometheus scrapes and evaluates every second, with the rules the
 // generator writes for a configuration whose windows fit a test: the same
-// expressions as the shipped rules, shorter durations.
-func startPrometheus(t *testing.T, dir, exporterAddr, amAddr string) {
+// expressions as the shipped rules, shorter durations. services are
+// processes exporting backstop_client_* (job "checkout").
+func startPrometheus(t *testing.T, dir, exporterAddr, amAddr string, services ...string) {
 	bin := need(t, "prometheus", "prometheus")
 	c := rules.Default()
 	c.DLQRateWindow, c.DLQPageFor, c.DownFor = "10s", "3s", "10s"
@@ -372,6 +373,9 @@ scrape_configs:
   - job_name: backstop
     static_configs: [{targets: [%q]}]
 `, amAddr, exporterAddr)
+	if len(services) > 0 {
+		cfg += fmt.Sprintf("  - job_name: checkout\n    static_configs: [{targets: [\"%s\"]}]\n", strings.Join(services, `", "`))
+	}
 	os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644)
 	addr := freeAddr(t)
 	start(t, dir, "prometheus", "http://"+addr+"/-/ready", bin,

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/redis/go-redis/v9"
 
@@ -21,7 +24,11 @@ import (
 
 // TestEveryNamedMetricIsEmitted parses every rule and panel expression
 // with the PromQL parser and proves each metric it names is in a real
-// scrape of the exporter over a queue that has seen every outcome.
+// scrape of the exporter over a queue that has seen every outcome, or, for
+// the process metrics (backstop_client_*), in a real scrape of a service
+// whose retry loop has seen every outcome (startService), and for the
+// idempotency metrics (backstop_idempotency_*), in a real scrape of a
+// service behind the Go middleware (startIdempotentService).
 func TestEveryNamedMetricIsEmitted(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
@@ -78,6 +85,9 @@ func TestEveryNamedMetricIsEmitted(t *testing.T) {
 		}
 	}
 
+	clientEmitted := scrapeNames(t, "http://"+must(startService(t))+"/metrics")
+	idemEmitted := scrapeNames(t, "http://"+startIdempotentService(t, rdb)+"/metrics")
+
 	var exprs []string
 	for _, f := range []rules.File{rules.Recording(rules.Default()), rules.Alerts(rules.Default())} {
 		for _, r := range f.Groups[0].Rules {
@@ -101,7 +111,15 @@ func TestEveryNamedMetricIsEmitted(t *testing.T) {
 				if strings.Contains(vs.Name, ":") {
 					return nil // a recording rule's output
 				}
-				if !emitted[vs.Name] {
+				if strings.HasPrefix(vs.Name, "backstop_idempotency_") {
+					if !idemEmitted[vs.Name] {
+						t.Errorf("%s names %s, which a service's idempotency middleware does not emit", e, vs.Name)
+					}
+				} else if strings.HasPrefix(vs.Name, "backstop_client_") {
+					if !clientEmitted[vs.Name] {
+						t.Errorf("%s names %s, which a service's retry loop does not emit", e, vs.Name)
+					}
+				} else if !emitted[vs.Name] {
 					t.Errorf("%s names %s, which the exporter does not emit", e, vs.Name)
 				}
 			}
@@ -111,4 +129,33 @@ func TestEveryNamedMetricIsEmitted(t *testing.T) {
 	if named < 30 {
 		t.Errorf("only %d metric selectors found in the rules and dashboards", named)
 	}
+}
+
+func must(addr string, _ func()) string { return addr }
+
+// scrapeNames scrapes url as Prometheus does and returns the names of the
+// series it holds (a histogram's _bucket, _sum and _count).
+func scrapeNames(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	names := map[string]bool{}
+	for name, f := range fams {
+		if f.GetType().String() != "HISTOGRAM" {
+			names[name] = true
+			continue
+		}
+		for _, s := range []string{"_bucket", "_sum", "_count"} {
+			names[name+s] = true
+		}
+	}
+	return names
 }

@@ -41,13 +41,28 @@ func (g *Group) PolicyBytes() []byte {
 	return g.Policy
 }
 
-// Case is one step: a decision (Input and Expect), or, when Op is
-// "success", a success reported at NowMs to the budget and the breaker.
+// Case is one step: a decision (Input and Expect); or, when Op is
+// "success", a success reported at NowMs to the budget and the breaker; or,
+// when Op is "acquire", permission for a call asked at NowMs, answered by
+// Permit.
 type Case struct {
 	Op     string  `json:"op,omitempty"`
 	NowMs  int64   `json:"now_ms,omitempty"`
 	Input  *Input  `json:"input,omitempty"`
 	Expect *Expect `json:"expect,omitempty"`
+	Permit *Permit `json:"permit,omitempty"`
+}
+
+// Permit is the answer of acquire in the vector shape.
+type Permit struct {
+	Allowed   bool   `json:"allowed"`
+	RetryInMs int64  `json:"retry_in_ms"`
+	State     string `json:"state"`
+}
+
+// FromPermit converts a permit to the vector shape.
+func FromPermit(p policy.Permit) Permit {
+	return Permit{Allowed: p.Allowed, RetryInMs: p.RetryInMs, State: p.State.String()}
 }
 
 // Input is a failure in the vector field names.

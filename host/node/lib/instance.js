@@ -11,7 +11,7 @@ const ERR_POLICY = -2;
 const MIN_BUFFER = 4096;
 const MAX_HANDLES = 1 << 16; // the module's handles are 1..65536
 const EXPORTS = ['buffer', 'policy_load', 'policy_preset', 'policy_free', 'policy_stateful', 'decide_batch',
-  'record_success', 'circuit_state', 'error_message'];
+  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'budget_tokens'];
 const MAX_BUFFER = 64 << 20; // the module refuses more
 
 /**
@@ -79,6 +79,9 @@ export class Instance {
       decide_batch: this.remap ? (h, i, n, o) => raw.decide_batch(handle(h), i, n, o) : raw.decide_batch,
       record_success: (h, now) => (tick(), raw.record_success(this.remap ? handle(h) : h, now)),
       circuit_state: (h, now) => (tick(), raw.circuit_state(this.remap ? handle(h) : h, now)),
+      acquire: (h, now) => (tick(), raw.acquire(this.remap ? handle(h) : h, now)),
+      policy_on_open: (h) => (tick(), raw.policy_on_open(this.remap ? handle(h) : h)),
+      budget_tokens: (h, now) => (tick(), raw.budget_tokens(this.remap ? handle(h) : h, now)),
     };
     this.reserve(MIN_BUFFER);
   }

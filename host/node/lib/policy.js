@@ -83,6 +83,8 @@ class Policy {
     this.inst = inst;
     this.h = h;
     this.stateful = inst.call(() => inst.e.policy_stateful(h)) === 1;
+    // on_open never changes: read once. 0 defer, 1 dead_letter.
+    this.onOpen = inst.call(() => inst.e.policy_on_open(h)) === 1 ? 'dead_letter' : 'defer';
     finalizer?.register(this, { inst, h }, this);
   }
 
@@ -169,6 +171,41 @@ class Policy {
 
   circuitState(nowMs) {
     return CIRCUIT[this.scalar('circuit_state', nowMs)];
+  }
+
+  /**
+   * What is left of the retry budget at nowMs (default: Date.now()), read
+   * without changing it: a token bucket's tokens, or the retries a window
+   * budget still allows; null when the policy has no budget.
+   */
+  budgetTokens(nowMs) {
+    if (this.h === 0) throw closed();
+    if (!this.stateful) return null;
+    const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    const inst = this.inst;
+    const w = inst.call(() => inst.e.budget_tokens(this.h, now));
+    if (w < 0n) throw w === BigInt(ERR_INPUT) ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(w));
+    if (((w >> 48n) & 1n) === 0n) return null;
+    return Number(w & 0xffffffffffffn) / 1000;
+  }
+
+  /**
+   * Permission for one call at nowMs (default: Date.now()), before it is
+   * made. A refused call gets retryInMs, the time until the breaker may
+   * admit one; an allowed call in half-open is a trial whose outcome must be
+   * reported (recordSuccess, or decide for a failure).
+   */
+  acquire(nowMs) {
+    if (this.h === 0) throw closed();
+    const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    const inst = this.inst;
+    const w = inst.call(() => inst.e.acquire(this.h, now));
+    if (w < 0n) throw w === BigInt(ERR_INPUT) ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(w));
+    return {
+      allowed: ((w >> 50n) & 1n) === 1n,
+      retryInMs: Number(w & 0xffffffffffffn),
+      state: CIRCUIT[Number((w >> 48n) & 3n)],
+    };
   }
 
   close() {

@@ -10,7 +10,7 @@ import { InputError, RetryError } from './errors.js';
 import { writeRefused } from './refused.js';
 import { failureOf, isFailedResponse } from './retry.js';
 
-const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run'];
+const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run'];
 let scripts; // name → {source, sha}: lib.lua, a newline, the script; read on first use
 
 function script(name) {
@@ -67,7 +67,7 @@ export function createQueue(client, name, options = {}) {
 // The one thing the queue needs from a client: send a command (strings and
 // Buffers) and get the raw reply, routed by its key on a cluster. Raw replies
 // have one shape in every version of both clients; typed methods do not.
-function sender(client) {
+export function sender(client) {
   if (client !== null && typeof client === 'object') {
     // ioredis Redis and Cluster: call() routes by the command's keys.
     if (typeof client.call === 'function' && typeof client.evalsha === 'function') {
@@ -186,6 +186,23 @@ class Queue {
     const k = this.keys;
     const args = [this.group, id, String(delayMs), reason, errorString(lastError)];
     const due = Number(await this.#script('retry', [k.jobs, k.delayed, k.stats], args, `retry ${id}`));
+    return due === 0 ? null : due;
+  }
+
+  /**
+   * Moves a job the policy refused to run (reason `circuit_open` or
+   * `budget_exhausted`) back to the delayed set, due in delayMs, its attempt
+   * count unchanged: it waits out the outage without spending an attempt.
+   * lastError '' keeps the entry's own. Returns the due time (unix ms), or
+   * null when it was no longer pending.
+   */
+  async defer(entry, delayMs, reason, lastError = '') {
+    const id = entryId(entry);
+    checkWhole('delayMs', delayMs, 0);
+    checkString('reason', reason);
+    const k = this.keys;
+    const args = [this.group, id, String(delayMs), reason, errorString(lastError)];
+    const due = Number(await this.#script('defer', [k.jobs, k.delayed, k.stats], args, `defer ${id}`));
     return due === 0 ? null : due;
   }
 
@@ -385,6 +402,14 @@ class Queue {
       return { action: 'dead_letter', reason: 'malformed', decision: null, msg: `${msg} (policy refused the failure: ${err.message})` };
     }
     if (decision.action === 'retry') return { action: 'retry', reason: decision.reason, decision, msg, delayMs: decision.delayMs };
+    if (DEFERRED.has(decision.reason) && policy.onOpen !== 'dead_letter') {
+      // Not the job's fault: it waits (until the breaker may half-open, or
+      // its backoff for the budget, which budget_exhausted carries; 0 only
+      // without a backoff: poll rather than spin) without spending an attempt.
+      let delayMs = decision.delayMs > 0 ? decision.delayMs : OPEN_POLL_MS;
+      if (decision.reason === 'circuit_open') delayMs = refusedFor(policy, now) ?? OPEN_POLL_MS;
+      return { action: 'defer', reason: decision.reason, decision, msg, delayMs };
+    }
     return { action: 'dead_letter', reason: decision.reason, decision, msg };
   }
 
@@ -394,6 +419,10 @@ class Queue {
     if (action === 'retry') {
       const dueMs = await this.retry(job, delayMs, reason, msg);
       return { action, reason, decision, applied: dueMs !== null, dueMs };
+    }
+    if (action === 'defer') {
+      const dueMs = await this.defer(job, delayMs, reason, msg ?? '');
+      return { action, reason, decision, applied: dueMs !== null, dueMs, delayMs };
     }
     const dlqId = await this.deadLetter(job.entryId, reason, msg);
     return { action, reason, decision, applied: dlqId !== null, dlqId };
@@ -411,7 +440,7 @@ class Queue {
     const {
       signal, consumer = `${hostname()}-${process.pid}`, classify, batch = 16, blockMs = 1000,
       promoteEveryMs = 1000, promoteLimit = 500, reclaimEveryMs = 30_000, minIdleMs = 60_000, maxDeliveries = 5,
-      onOutcome, onError = (err) => console.error(`backstop queue ${this.name}:`, err),
+      onOutcome, onError = (err) => console.error(`backstop queue ${this.name}:`, err), metrics,
     } = options;
     if (signal !== undefined && !(typeof signal?.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
       throw new TypeError('Expected `signal` to be an AbortSignal');
@@ -429,6 +458,22 @@ class Queue {
       throw new TypeError('Expected `onOutcome` to be a function');
     }
     if (typeof onError !== 'function') throw new TypeError('Expected `onError` to be a function');
+    if (metrics !== undefined) {
+      if (typeof metrics?.attempt !== 'function') throw new TypeError('Expected `metrics` to be the result of createMetrics()');
+      if (metrics.target !== this.name) {
+        throw new TypeError(`Expected \`metrics\` to have target ${JSON.stringify(this.name)}, the queue's name (got ${JSON.stringify(metrics.target)})`);
+      }
+    }
+    // Counts a job's outcome (the same families as retry(); target = the queue).
+    const count = (plan) => {
+      if (plan.action === 'ack') metrics.attempt('success');
+      else if (plan.action === 'retry' || plan.action === 'defer') {
+        metrics.attempt('retry');
+        metrics.retry(plan.reason, plan.delayMs ?? 0);
+      } else metrics.attempt('dead_letter');
+      if (policy.stateful === true && typeof policy.circuitState === 'function') metrics.state(policy.circuitState());
+      if (policy.stateful === true && typeof policy.budgetTokens === 'function') metrics.budget(policy.budgetTokens());
+    };
 
     const report = (err, job) => {
       try {
@@ -501,6 +546,20 @@ class Queue {
       }
       let error = null;
       if (!job.malformed) {
+        // The breaker protects the dependency before the call: refused, the
+        // handler does not run, the job is deferred (or dead-lettered with
+        // on_open: dead_letter) and the worker reads nothing until then.
+        const retryInMs = refusedFor(policy, Date.now(), metrics);
+        if (retryInMs !== null) {
+          metrics?.refused('circuit_open');
+          pausedUntil = Math.max(pausedUntil, Date.now() + retryInMs);
+          const plan =
+            policy.onOpen === 'dead_letter'
+              ? { action: 'dead_letter', reason: 'circuit_open', decision: null, msg: 'circuit breaker open: the job was not run' }
+              : { action: 'defer', reason: 'circuit_open', decision: null, msg: '', delayMs: retryInMs };
+          await settle(job, plan, waiting);
+          return;
+        }
         try {
           const result = await handler(job, { signal });
           if (isFailedResponse(result)) {
@@ -519,8 +578,13 @@ class Queue {
         report(err, job); // the entry stays pending: reclaim delivers it again
         return;
       }
+      if (plan.action === 'defer' && plan.reason === 'circuit_open') {
+        pausedUntil = Math.max(pausedUntil, Date.now() + plan.delayMs);
+      }
+      if (metrics !== undefined && !job.malformed) count(plan);
       await settle(job, plan, waiting);
     };
+    let pausedUntil = 0; // unix ms: no read before, the breaker refused a job
 
     await this.ensureGroup();
     let nextPromote = performance.now();
@@ -553,6 +617,13 @@ class Queue {
         }
         // Block no longer than until the next promote.
         const untilPromote = Math.ceil(nextPromote - performance.now());
+        const pausedMs = pausedUntil - Date.now();
+        if (pausedMs > 0) {
+          // The breaker refused a job: read nothing until it may half-open
+          // (promoting and reclaiming go on).
+          await pause(promoteEveryMs > 0 ? Math.max(1, Math.min(pausedMs, untilPromote)) : pausedMs, signal);
+          continue;
+        }
         const wait = promoteEveryMs > 0 ? Math.max(1, Math.min(blockMs, untilPromote)) : blockMs;
         jobs = await this.read(consumer, { count: batch, blockMs: wait });
       } catch (err) {
@@ -577,6 +648,26 @@ class Queue {
 
 const APPLY_BASE_MS = 20;
 const APPLY_CAP_MS = 2000;
+// Decisions that defer a job instead of dead-lettering it (on_open: defer).
+const DEFERRED = new Set(['circuit_open', 'budget_exhausted']);
+// A refused job's wait when the policy cannot say how long.
+const OPEN_POLL_MS = 1000;
+
+// How long the policy's breaker refuses a call at nowMs (acquire), or null
+// when it allows one. A policy that cannot answer allows: its decision
+// after the call still applies.
+function refusedFor(policy, nowMs, metrics) {
+  if (typeof policy.acquire !== 'function') return null;
+  let permit;
+  try {
+    permit = policy.acquire(nowMs);
+  } catch {
+    return null;
+  }
+  metrics?.state(permit.state);
+  if (permit.allowed) return null;
+  return permit.retryInMs > 0 ? permit.retryInMs : OPEN_POLL_MS;
+}
 
 // -- jobs and replies (RESP2 or RESP3, strings or Buffers) ----------------------
 

@@ -9,7 +9,7 @@ import { readBundledWasm } from './wasm-file.js';
 const presets = new Map();
 
 // Node.js and undici error codes → backstop error kinds: the "codes" of
-// errorkinds.json (queue/errorkinds.json, copied into the package), the one
+// errorkinds.json (internal/errkind/errorkinds.json, copied into the package), the one
 // table every language reads; error-kinds.test.js checks each row.
 const ERROR_KINDS = Object.freeze(
   JSON.parse(readFileSync(new URL('../errorkinds.json', import.meta.url), 'utf8')).codes,
@@ -20,12 +20,15 @@ const MAX_TIMER = 0x7fffffff; // setTimeout's limit (about 24.8 days)
 export async function retry(fn, options = {}) {
   if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function');
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
-  const { signal, onRetry, method, idempotencyKey, classify } = options;
+  const { signal, onRetry, method, idempotencyKey, classify, metrics } = options;
   if (signal !== undefined && !(signal && typeof signal.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
     throw new TypeError('Expected `signal` to be an AbortSignal');
   }
   if (onRetry !== undefined && typeof onRetry !== 'function') throw new TypeError('Expected `onRetry` to be a function');
   if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
+  if (metrics !== undefined && typeof metrics?.attempt !== 'function') {
+    throw new TypeError('Expected `metrics` to be the result of createMetrics()');
+  }
   if (method !== undefined && typeof method !== 'string') throw new TypeError('Expected `method` to be a string');
   if (idempotencyKey !== undefined && typeof idempotencyKey !== 'string') {
     throw new TypeError('Expected `idempotencyKey` to be a string');
@@ -33,15 +36,32 @@ export async function retry(fn, options = {}) {
   const policy = await resolvePolicy(options.policy ?? 'default');
 
   const start = performance.now();
+  // The breaker is asked before each call (a policy without one allows all).
+  const guarded = policy.stateful === true && typeof policy.acquire === 'function';
   let prevDelayMs = 0;
   for (let attempt = 1; ; attempt++) {
     signal?.throwIfAborted();
+    if (guarded) {
+      const permit = policy.acquire();
+      metrics?.state(permit.state);
+      if (!permit.allowed) {
+        metrics?.refused('circuit_open');
+        const cause = new Error(`the circuit breaker refused the call; it may admit one in ${permit.retryInMs} ms`);
+        const err = new RetryError({ reason: 'circuit_open', attempts: attempt - 1, cause });
+        err.retryInMs = permit.retryInMs;
+        throw err;
+      }
+    }
     let error;
     let response;
     try {
       const result = await fn(attempt);
       if (!isFailedResponse(result)) {
         policy.recordSuccess();
+        if (metrics) {
+          metrics.attempt('success');
+          if (guarded) observe(metrics, policy);
+        }
         return result;
       }
       response = result;
@@ -60,6 +80,11 @@ export async function retry(fn, options = {}) {
       failure.idempotencyKey = idempotencyKey;
     }
     const decision = policy.decide(failure);
+    if (metrics) {
+      metrics.attempt(decision.action === 'retry' ? 'retry' : 'dead_letter');
+      if (guarded) observe(metrics, policy);
+      if (decision.action === 'retry') metrics.retry(decision.reason, decision.delayMs);
+    }
     if (decision.action !== 'retry') {
       throw new RetryError({ reason: decision.reason, attempts: attempt, cause: error, response, decision });
     }
@@ -144,4 +169,10 @@ function sleep(ms, signal) {
     signal?.addEventListener('abort', onAbort, { once: true });
     arm(ms);
   });
+}
+
+// The breaker's state and the budget left, after each outcome.
+function observe(metrics, policy) {
+  metrics.state(policy.circuitState());
+  if (typeof policy.budgetTokens === 'function') metrics.budget(policy.budgetTokens());
 }

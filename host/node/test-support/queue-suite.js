@@ -147,6 +147,25 @@ export function scriptSuite(name, kind, target, env) {
       );
     });
 
+    test('defer → promote: the job comes back with its attempt unchanged, counted apart from retries', async () => {
+      const q = await fresh();
+      const job = await enqueueRead(q, 'job-1');
+      const t0 = await serverNow(raw);
+      const due = await q.defer(job, 0, 'circuit_open');
+      assert.ok(due >= t0 && due <= (await serverNow(raw)), `due ${due} is now`);
+      assert.equal(await q.defer(job, 0, 'circuit_open'), null, 'a second deferral of the entry moves nothing');
+      await assert.rejects(q.defer(job, -1, 'circuit_open'), { name: 'TypeError', message: /`delayMs`/ });
+      assert.deepEqual(await q.promote(10), { moved: 1, nextDueMs: null });
+      const [back] = await q.read('c2');
+      assert.deepEqual([back.id, back.attempt, back.lastReason, back.lastError], ['job-1', 1, 'circuit_open', '']);
+      const s = await q.stats();
+      assert.deepEqual(
+        [s.counters['attempts:deferred'], s.counters['deferred:circuit_open'], s.counters['attempts:retry']],
+        [1, 1, undefined],
+      );
+      await assert.rejects(q.defer(back, 10, 'transient'), /ERR backstop defer: reason must be circuit_open or budget_exhausted/);
+    });
+
     test('promote: bounded batches, and an empty set', async () => {
       const q = await fresh();
       for (const id of ['a', 'b', 'c']) await q.retry(await enqueueRead(q, id), 0, 'transient', 'e');

@@ -153,6 +153,46 @@ test('the circuit breaker is per handle', async () => {
   assert.equal((await loadPolicy('default')).stateful, false);
 });
 
+test('acquire: open refuses, half-open admits half_open_max_calls trials, a trial reports back', async () => {
+  const p = await loadPolicy({ circuit_breaker: { failure_threshold: 1, open_for: '1s', half_open_max_calls: 2 } });
+  assert.deepEqual(p.acquire(T0), { allowed: true, retryInMs: 0, state: 'closed' });
+  p.decide(retry503());
+  assert.deepEqual(p.acquire(T0 + 1), { allowed: false, retryInMs: 999, state: 'open' });
+  const trials = [0, 1, 2, 3].map((i) => p.acquire(BigInt(T0 + 1000 + i)).allowed);
+  assert.deepEqual(trials, [true, true, false, false]);
+  p.recordSuccess(T0 + 1010);
+  assert.deepEqual(p.acquire(T0 + 1011), { allowed: true, retryInMs: 0, state: 'closed' });
+  assert.equal(p.onOpen, 'defer');
+  p.close();
+  assert.throws(() => p.acquire(T0), /closed/);
+});
+
+test('acquire: now_ms defaults to the clock; 0 on a stateful policy is an InputError', async () => {
+  const st = await loadPolicy({ circuit_breaker: {}, on_open: 'dead_letter' });
+  const sl = await loadPolicy('default');
+  assert.equal(st.onOpen, 'dead_letter');
+  assert.deepEqual(st.acquire(), { allowed: true, retryInMs: 0, state: 'closed' });
+  assert.deepEqual(sl.acquire(0), { allowed: true, retryInMs: 0, state: 'closed' });
+  assert.throws(() => st.acquire(0), (e) => e instanceof InputError && e.field === 'now_ms' && /must be set/.test(e.message));
+  assert.throws(() => sl.acquire(-1), (e) => e instanceof InputError && e.message === 'now_ms: must be >= 0 (got -1)');
+  assert.throws(() => st.acquire('soon'), (e) => e instanceof InputError && e.field === 'now_ms');
+  st.close();
+  sl.close();
+});
+
+test('budgetTokens reads the budget without changing it; null without one', async () => {
+  const policy = await loadPolicy({ retry_budget: { max_tokens: 10, token_ratio: 0.5 } });
+  assert.equal(policy.budgetTokens(T0), 10);
+  policy.decide(retry503());
+  assert.equal(policy.budgetTokens(T0), 9);
+  assert.equal(policy.budgetTokens(T0), 9);
+  policy.recordSuccess(T0 + 1);
+  assert.equal(policy.budgetTokens(T0 + 1), 9.5);
+  assert.throws(() => policy.budgetTokens(-1), { name: 'InputError', message: /now_ms/ });
+  assert.equal((await loadPolicy({ circuit_breaker: {} })).budgetTokens(T0), null);
+  assert.equal((await loadPolicy('default')).budgetTokens(), null);
+});
+
 test('a closed policy refuses to decide', async () => {
   const p = await loadPolicy('default');
   p.close();

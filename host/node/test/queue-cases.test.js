@@ -188,6 +188,11 @@ async function run(q, c) {
     if (ev.type === 'handle') {
       const [[id, fields]] = await raw('XRANGE', q.keys.jobs, ev.entry, ev.entry);
       reply = await apply(await readAs(id, fields));
+    } else if (ev.type === 'defer') {
+      // The policy refused the job (an open breaker, an empty budget).
+      const due = await q.defer(ev.entry, ev.delay_ms ?? 0, ev.reason ?? '', ev.last_error ?? '');
+      known.add(ev.delay_ms ?? 0);
+      reply = { action: 'defer', reason: ev.reason, applied: due !== null, delay_ms: ev.delay_ms ?? 0 };
     } else if (ev.type === 'promote') {
       const p = await q.promote(ev.limit ?? 0);
       reply = { moved: p.moved, next_due: p.nextDueMs !== null };

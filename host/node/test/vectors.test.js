@@ -38,6 +38,11 @@ for (const [gi, group] of vectors.groups.entries()) {
           policy.recordSuccess(c.now_ms);
           continue;
         }
+        if (c.op === 'acquire') {
+          const { allowed, retry_in_ms: retryInMs, state } = c.permit;
+          assert.deepEqual(policy.acquire(c.now_ms), { allowed, retryInMs, state }, `case ${i}: acquire at ${c.now_ms}`);
+          continue;
+        }
         const got = actual(() => policy.decide(failure(c.input)));
         assert.deepEqual(got, expected(c.expect), `case ${i}: ${JSON.stringify(c.input, (_, v) => (typeof v === 'bigint' ? `${v}` : v))}`);
       }

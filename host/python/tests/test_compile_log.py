@@ -18,7 +18,7 @@ def run(cache_dir, probe=PROBE):
 def test_a_cold_cache_says_it_compiles_once(tmp_path):
     # No logging configured: a warning reaches stderr through logging's last resort.
     lines = run(tmp_path).splitlines()
-    assert lines == ["backstop: compiling backstop.wasm for this machine, about a second "
+    assert lines == ["backstop: compiling backstop.wasm for this machine, up to a second "
                      "(once: the result is cached in %s)" % tmp_path], lines
     assert run(tmp_path) == ""  # cached: nothing to say
 
@@ -27,5 +27,5 @@ def test_no_cache_says_so_at_info():
     probe = ("import logging; logging.basicConfig(level=logging.INFO, format='%(name)s %(levelname)s %(message)s')\n"
              + PROBE)
     lines = [l for l in run("", probe).splitlines() if "compiling" in l]
-    assert lines == ["backstop INFO backstop: compiling backstop.wasm for this machine, about a second "
+    assert lines == ["backstop INFO backstop: compiling backstop.wasm for this machine, up to a second "
                      "(no cache: every process compiles it)"], lines

@@ -63,9 +63,9 @@ def test_clock_is_virtual():
         p.decide(attempt=1, http_status=418)
         p.close()
     calls, readings = divmod(inst._clock.ns, 1_000_000)
-    # 50 × (load, stateful, free) plus start-up; decide does not step. The
-    # Go runtime reads the clock about 20 times per GC cycle.
-    assert 150 <= calls <= 170 and 0 < readings < 100_000
+    # 50 × (load, stateful, on_open, free) plus start-up; decide does not
+    # step. The Go runtime reads the clock about 20 times per GC cycle.
+    assert 200 <= calls <= 220 and 0 < readings < 100_000
 
 
 def exhaust_memory(inst: Instance) -> None:
@@ -89,7 +89,8 @@ def test_trap_retires_only_its_instance():
 
     for _ in range(2):  # the same error every time
         for call in (lambda: stateful.decide(FAILURE), lambda: stateful.decide_many([FAILURE]),
-                     lambda: stateful.record_success(FAILURE["now_ms"]), lambda: stateful.circuit_state(FAILURE["now_ms"])):
+                     lambda: stateful.record_success(FAILURE["now_ms"]), lambda: stateful.circuit_state(FAILURE["now_ms"]),
+                     lambda: stateful.acquire(FAILURE["now_ms"]), lambda: stateful.budget_tokens(FAILURE["now_ms"])):
             with pytest.raises(StateLostError, match=r"retry budget and circuit breaker were lost .*\(buffer: .*unreachable.*\); load the policy again$"):
                 call()
     stateful.close()

@@ -81,6 +81,54 @@ def test_input_errors():
         assert str(e.value) == message
 
 
+def test_acquire_half_open_admits_max_calls():
+    p = backstop.load_policy({"circuit_breaker": {"failure_threshold": 1, "open_for": "1s", "half_open_max_calls": 2}})
+    t0 = 1_767_225_600_000
+    assert p.acquire(t0) == backstop.Permit(allowed=True, retry_in_ms=0, state="closed")
+    p.decide(attempt=1, http_status=503, now_ms=t0, random=0.5)
+    refused = p.acquire(t0 + 1)
+    assert refused == backstop.Permit(False, 999, "open") and refused.retry_in == timedelta(milliseconds=999)
+    assert [p.acquire(t0 + 1000 + i).allowed for i in range(4)] == [True, True, False, False]
+    p.record_success(t0 + 1010)
+    assert p.acquire(t0 + 1011) == backstop.Permit(True, 0, "closed")
+    assert p.on_open == "defer"
+    p.close()
+    with pytest.raises(BackstopError, match="closed"):
+        p.acquire(t0)
+
+
+def test_budget_tokens():
+    """budget_tokens reads the budget without changing it; None without one."""
+    t0 = 1_767_225_600_000
+    with backstop.load_policy({"retry_budget": {"max_tokens": 10, "token_ratio": 0.5}}) as p:
+        assert p.budget_tokens(t0) == 10
+        p.decide(attempt=1, http_status=503, now_ms=t0, random=0.5)
+        assert p.budget_tokens(t0) == p.budget_tokens(t0) == 9
+        p.record_success(t0 + 1)
+        assert p.budget_tokens(t0 + 1) == 9.5
+        with pytest.raises(InputError, match=r"^now_ms: must be >= 0"):
+            p.budget_tokens(-1)
+    assert backstop.load_policy({"circuit_breaker": {}}).budget_tokens(t0) is None
+    assert backstop.load_policy("default").budget_tokens() is None
+
+
+def test_acquire_now_ms():
+    """now_ms defaults to the host's clock; 0 on a stateful policy, or a
+    negative one, is an InputError naming now_ms, and changes nothing."""
+    st = backstop.load_policy({"circuit_breaker": {}, "on_open": "dead_letter"})
+    sl = backstop.load_policy("default")
+    assert st.on_open == "dead_letter"
+    assert st.acquire() == backstop.Permit(True, 0, "closed")
+    assert sl.acquire(0) == backstop.Permit(True, 0, "closed")
+    with pytest.raises(InputError, match=r"^now_ms: must be set") as e:
+        st.acquire(0)
+    assert e.value.field == "now_ms"
+    with pytest.raises(InputError, match=r"^now_ms: must be >= 0 \(got -1\)$"):
+        sl.acquire(-1)
+    with pytest.raises(InputError, match=r"^now_ms: must be an integer"):
+        st.acquire("soon")
+
+
 def test_field_types():
     p = backstop.load_policy(NO_JITTER)
 
@@ -238,6 +286,9 @@ TRAPPING = """(module
   (func (export "decide_batch") (param i32 i32 i32 i32) (result i32) i32.const 0)
   (func (export "record_success") (param i32 i64) (result i32) i32.const 0)
   (func (export "circuit_state") (param i32 i64) (result i32) i32.const 0)
+  (func (export "acquire") (param i32 i64) (result i64) i64.const 0)
+  (func (export "policy_on_open") (param i32) (result i32) i32.const 0)
+  (func (export "budget_tokens") (param i32 i64) (result i64) i64.const 0)
   (func (export "error_message") (result i64) i64.const 0))"""
 
 

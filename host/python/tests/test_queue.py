@@ -22,7 +22,7 @@ from backstop.queue import AsyncQueue, Job, Keys, Outcome, Queue, script_source
 # Deterministic delays: 250 ms, no jitter, three attempts.
 FIXED = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "250ms", "cap": "1s"}, "jitter": {"mode": "none"}}
 CONTRACT = Path(__file__).resolve().parents[3] / "queue" / "scripts"
-SCRIPTS = ("ack", "dead_letter", "enqueue", "hold", "promote", "reclaim", "replay", "retry", "run")
+SCRIPTS = ("ack", "dead_letter", "defer", "enqueue", "hold", "promote", "reclaim", "replay", "retry", "run")
 
 
 class HTTPError(Exception):
@@ -89,8 +89,9 @@ def test_scripts_ship_identical_to_the_contract():
         script_source("lib")
     if not CONTRACT.is_dir():
         pytest.skip("queue/scripts not found beside the package (an installed copy)")
-    assert sorted(p.stem for p in CONTRACT.glob("*.lua")) == sorted(SCRIPTS + ("lib",))
-    for name in SCRIPTS + ("lib",):
+    # idempotency.lua ships beside them (backstop.idempotency loads it).
+    assert sorted(p.stem for p in CONTRACT.glob("*.lua")) == sorted(SCRIPTS + ("lib", "idempotency"))
+    for name in SCRIPTS + ("lib", "idempotency"):
         assert (shipped / (name + ".lua")).read_text("utf-8") == (CONTRACT / (name + ".lua")).read_text(), name
 
 

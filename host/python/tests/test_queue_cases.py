@@ -218,6 +218,12 @@ def run(r: redis.Redis, q: Queue, policy: Any, case: Dict[str, Any]) -> Any:
         if ev["type"] == "handle":
             (entry,) = r.execute_command("XRANGE", keys["jobs"], ev["entry"], ev["entry"])
             reply = apply(Job.from_entry(entry[0], dict(pairs(entry[1]))))
+        elif ev["type"] == "defer":
+            # The policy refused the job (an open breaker, an empty budget).
+            delay = ev.get("delay_ms", 0)
+            known.add(delay)
+            due = q.defer(ev["entry"], delay, ev.get("reason", ""), ev.get("last_error", ""))
+            reply = {"action": "defer", "reason": ev.get("reason", ""), "applied": due is not None, "delay_ms": delay}
         elif ev["type"] == "promote":
             p = q.promote(ev.get("limit", 0))
             reply = {"moved": p.moved, "next_due": p.next_due_ms is not None}

@@ -29,6 +29,9 @@ def run_cases(p: Policy, cases):
         if c.get("op") == "success":
             p.record_success(c.get("now_ms", 0))
             continue
+        if c.get("op") == "acquire":
+            assert p.acquire(c["now_ms"]).to_dict() == c["permit"], "case %d: acquire at %d" % (i, c["now_ms"])
+            continue
         want = c["expect"]
         if "error" in want:
             with pytest.raises(backstop.InputError) as e:
@@ -40,18 +43,27 @@ def run_cases(p: Policy, cases):
 
 @pytest.mark.parametrize("g", GROUPS, ids=["%02d-%s" % (i, g["name"]) for i, g in enumerate(GROUPS)])
 def test_decide_many(g):
-    """decide_many over each run of inputs between successes equals decide."""
+    """decide_many over each run of inputs between successes and acquires
+    equals decide."""
     with backstop.load_policy(group_source(g)) as p:
-        run = []
-        for c in g["cases"] + [{"op": "success", "now_ms": -1}]:
-            if c.get("op") != "success":
-                run.append(c)
-                continue
-            if run:
-                check_batch(p, run)
-                run = []
-            if c["now_ms"] >= 0:
-                p.record_success(c.get("now_ms", 0))
+        run_batches(p, g["cases"])
+
+
+def run_batches(p: Policy, cases):
+    """The cases with each run of decisions between the other ops (success,
+    acquire) through one decide_many."""
+    run = []
+    for c in cases + [{"op": "success", "now_ms": -1}]:
+        if "op" not in c:
+            run.append(c)
+            continue
+        if run:
+            check_batch(p, run)
+            run = []
+        if c["op"] == "acquire":
+            assert p.acquire(c["now_ms"]).to_dict() == c["permit"]
+        elif c["now_ms"] >= 0:
+            p.record_success(c.get("now_ms", 0))
 
 
 def check_batch(p: Policy, cases):
@@ -72,7 +84,7 @@ def test_public_api_fallback():
     """The slow path (wasmtime's public Func calls) decides the same."""
     inst = Instance(fast=False)
     for g in GROUPS:
-        if g["name"] in ("invalid", "circuit", "budget/token_bucket", "preset/default"):
+        if g["name"] in ("invalid", "circuit", "circuit/acquire", "budget/token_bucket", "preset/default"):
             src = group_source(g)
             with load_into(inst, src if isinstance(src, str) else json.dumps(src).encode()) as p:
                 run_cases(p, g["cases"])

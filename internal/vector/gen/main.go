@@ -71,8 +71,13 @@ func run(g vector.Group) vector.Group {
 	g.Stateful = p.Stateful()
 	for i := range g.Cases {
 		c := &g.Cases[i]
-		if c.Op == "success" {
+		switch c.Op {
+		case "success":
 			p.RecordSuccess(c.NowMs)
+			continue
+		case "acquire":
+			pm := vector.FromPermit(p.Acquire(c.NowMs))
+			c.Permit = &pm
 			continue
 		}
 		e := vector.FromDecision(p.Decide(c.Input.Failure()))
@@ -91,6 +96,10 @@ func decide(in ...vector.Input) []vector.Case {
 
 func success(nowMs int64) vector.Case {
 	return vector.Case{Op: "success", NowMs: nowMs}
+}
+
+func acquire(nowMs int64) vector.Case {
+	return vector.Case{Op: "acquire", NowMs: nowMs}
 }
 
 var (
@@ -366,7 +375,68 @@ func circuitGroups() []vector.Group {
 	t += 10
 	step(503) // closed again: counts from zero
 	step(503)
-	return []vector.Group{{Name: "circuit", Policy: raw(`{"circuit_breaker": {"failure_threshold": 3, "open_for": "2s", "half_open_successes": 2}}`), Cases: cs}}
+	return []vector.Group{{Name: "circuit", Policy: raw(`{"circuit_breaker": {"failure_threshold": 3, "open_for": "2s", "half_open_successes": 2}}`), Cases: cs},
+		acquireGroup(), acquireDefaultGroup(), acquirePermanentGroup()}
+}
+
+// acquirePermanentGroup: a half-open trial answered with a permanent error
+// (400) gives its slot back without closing or reopening; an uncertain one
+// (500) reopens.
+func acquirePermanentGroup() vector.Group {
+	t := int64(now)
+	cs := decide(vector.Input{Attempt: 1, GRPCCode: 14, NowMs: t, Random: 0.5})
+	cs = append(cs, acquire(t+500), acquire(t+501))
+	cs = append(cs, decide(vector.Input{Attempt: 1, HTTPStatus: 400, NowMs: t + 502, Random: 0.5})...)
+	cs = append(cs, acquire(t+503), acquire(t+504))
+	cs = append(cs, decide(vector.Input{Attempt: 1, HTTPStatus: 500, NowMs: t + 505, Random: 0.5})...)
+	cs = append(cs, acquire(t+506))
+	return vector.Group{Name: "circuit/acquire_permanent", Policy: raw(`{"circuit_breaker": {"failure_threshold": 1, "open_for": "500ms"}}`), Cases: cs}
+}
+
+// acquireGroup interleaves acquire, decide and success: open → refusals →
+// half-open admits exactly 2 → a trial's success frees its slot and two
+// close; open again → a trial's failure reopens; open again → trials that
+// never report back time out after open_for and reopen.
+func acquireGroup() vector.Group {
+	var cs []vector.Case
+	t := int64(now)
+	fail := func(at int64) {
+		cs = append(cs, decide(vector.Input{Attempt: 1, HTTPStatus: 503, NowMs: at, Random: 0.5})...)
+	}
+	ask := func(at ...int64) {
+		for _, a := range at {
+			cs = append(cs, acquire(a))
+		}
+	}
+	ask(t) // closed: allowed
+	fail(t)
+	fail(t + 1) // second failure opens, until t+1001
+	ask(t+2, t+500, t+1000)
+	ask(t+1001, t+1002, t+1003) // half-open: two trials, then refused
+	cs = append(cs, success(t+1004))
+	ask(t+1005, t+1006)              // a slot freed: one more trial, then refused
+	cs = append(cs, success(t+1007)) // second success closes
+	ask(t + 1008)
+	fail(t + 2000)
+	fail(t + 2001) // open until t+3001
+	ask(t+3001, t+3002, t+3003)
+	fail(t + 3004) // a trial's failure reopens, until t+4004
+	ask(t+3005, t+4003)
+	fail(t + 4003)                   // open: circuit_open, the breaker unchanged
+	ask(t+4004, t+4005, t+5003)      // half-open: two trials that never report
+	ask(t+5004, t+5005)              // round timed out at t+5004: open until t+6004
+	cs = append(cs, success(t+5006)) // a late report changes nothing while open
+	ask(t+6003, t+6004)
+	return vector.Group{Name: "circuit/acquire", Policy: raw(`{"circuit_breaker": {"failure_threshold": 2, "open_for": "1s", "half_open_successes": 2, "half_open_max_calls": 2}}`), Cases: cs}
+}
+
+// acquireDefaultGroup: half_open_max_calls defaults to 1 and one success
+// closes.
+func acquireDefaultGroup() vector.Group {
+	t := int64(now)
+	cs := decide(vector.Input{Attempt: 1, GRPCCode: 14, NowMs: t, Random: 0.5})
+	cs = append(cs, acquire(t+1), acquire(t+500), acquire(t+501), success(t+502), acquire(t+503))
+	return vector.Group{Name: "circuit/acquire_default", Policy: raw(`{"circuit_breaker": {"failure_threshold": 1, "open_for": "500ms"}}`), Cases: cs}
 }
 
 func randomInput(rng *rand.Rand) vector.Input {

@@ -15,7 +15,7 @@ Python service decides exactly as its Go and Node.js neighbours do::
 """
 
 from ._errors import BackstopError, InputError, PolicyError, RetryError
-from ._policy import Decision, Failure, Policy, load_policy
+from ._policy import Decision, Failure, Permit, Policy, load_policy
 from ._retry import RetryState, describe
 from ._runtime import ABI_VERSION, StateLostError
 
@@ -25,6 +25,7 @@ __all__ = [
     "Decision",
     "Failure",
     "InputError",
+    "Permit",
     "Policy",
     "PolicyError",
     "RetryError",

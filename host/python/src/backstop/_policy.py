@@ -124,6 +124,30 @@ class Decision:
         return {"action": self.action, "delay_ms": self.delay_ms, "reason": self.reason, "class": self.klass}
 
 
+@dataclass(frozen=True)
+class Permit:
+    """The answer of ``Policy.acquire``: whether a call may be made now.
+
+    ``allowed`` is False while the breaker is open, or half-open with every
+    trial call out; ``retry_in_ms`` then says when to ask again (the breaker
+    half-opens, or the trials time out), 0 when allowed. ``state`` is the
+    breaker's state when asked: ``"closed"`` (also without a breaker),
+    ``"open"`` or ``"half_open"``.
+    """
+
+    allowed: bool
+    retry_in_ms: int
+    state: str
+
+    @property
+    def retry_in(self) -> timedelta:
+        return timedelta(milliseconds=self.retry_in_ms)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The permit in the vector `permit` shape."""
+        return {"allowed": self.allowed, "retry_in_ms": self.retry_in_ms, "state": self.state}
+
+
 _new = object.__new__
 _heads: Dict[int, Dict[str, Any]] = {}  # the fields of each action/class/reason (bits 48..54)
 
@@ -159,15 +183,51 @@ class Policy:
         self._h = handle
         with inst.lock:
             s = inst.policy_stateful(handle)
+            o = inst.policy_on_open(handle) if s >= 0 else 0
         if s < 0:
             raise inst.error("policy_stateful", s)
+        if o < 0:
+            raise inst.error("policy_on_open", o)
         self._stateful = s == 1
+        self._on_open = "dead_letter" if o == 1 else "defer"  # it never changes: read once
         self._finalizer = weakref.finalize(self, _free, inst, handle)
 
     @property
     def stateful(self) -> bool:
         """True when the policy has a retry budget or a circuit breaker."""
         return self._stateful
+
+    @property
+    def on_open(self) -> str:
+        """What a queue does with a job refused by an open breaker or an
+        empty budget: ``"defer"`` (the default: back to the delayed set
+        without spending an attempt) or ``"dead_letter"``."""
+        return self._on_open
+
+    def acquire(self, now_ms: Optional[int] = None) -> Permit:
+        """Asks permission for one call at now_ms (default: the host's
+        clock), before it is made.
+
+        While the breaker is open every call is refused. Half-open admits at
+        most ``circuit_breaker.half_open_max_calls`` trial calls (default 1)
+        until they report back: a success with ``record_success``, a failure
+        with ``decide`` (it reopens the breaker); a trial that has not
+        reported back within ``open_for`` counts as failed. A policy without
+        a breaker always allows. The retry budget is not consulted: it limits
+        retries, through ``decide``.
+
+        Raises InputError for a now_ms that is not an integer, negative, or
+        0 on a stateful policy (``now_ms: must be set ...``); no state
+        changes then. StateLostError when the instance holding the breaker
+        trapped.
+        """
+        now = _now(now_ms)
+        inst = self._inst
+        with inst.lock:
+            w = inst.acquire(self._h, now)
+            if w < 0:
+                raise inst.error("acquire", w)
+        return Permit(w >> 50 & 1 == 1, w & 0xFFFFFFFFFFFF, _CIRCUIT[w >> 48 & 3])
 
     def decide(self, failure: Mapping[str, Any] = _NO_FAILURE, /, **fields: Any) -> Decision:  # type: ignore[assignment]
         """Decides a failure given as a dict, as keyword fields, or both
@@ -289,6 +349,25 @@ class Policy:
             if r < 0:
                 raise inst.error("record_success", r)
 
+    def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
+        """What is left of the retry budget at now_ms (default: the host's
+        clock), read without changing it: a token bucket's tokens (retries
+        pass while more than half of ``max_tokens`` remain), or the retries a
+        window budget still allows. None when the policy has no budget.
+
+        Raises InputError for a now_ms that is not an integer or negative."""
+        if not self._stateful:
+            return None
+        now = _now(now_ms)
+        inst = self._inst
+        with inst.lock:
+            w = inst.budget_tokens(self._h, now)
+            if w < 0:
+                raise inst.error("budget_tokens", w)
+        if not w >> 48 & 1:
+            return None
+        return (w & 0xFFFFFFFFFFFF) / 1000
+
     def circuit_state(self, now_ms: Optional[int] = None) -> str:
         """The circuit breaker's state at now_ms (default: the host's clock):
         ``"closed"`` (also when the policy has no breaker), ``"open"`` or
@@ -307,11 +386,12 @@ class Policy:
     def retry(self, fn: F, /) -> F: ...
     @overload
     def retry(self, fn: None = None, /, *, before_sleep: Optional[BeforeSleep] = None, classify: Optional[Classify] = None,
-              method: Optional[str] = None, idempotency_key: Optional[str] = None) -> Callable[[F], F]: ...
+              method: Optional[str] = None, idempotency_key: Optional[str] = None,
+              metrics: Any = None) -> Callable[[F], F]: ...
 
     def retry(self, fn: Optional[Callable[..., Any]] = None, /, *, before_sleep: Optional[BeforeSleep] = None,
               classify: Optional[Classify] = None, method: Optional[str] = None,
-              idempotency_key: Optional[str] = None) -> Any:
+              idempotency_key: Optional[str] = None, metrics: Any = None) -> Any:
         """A decorator that retries a function (sync or ``async def``) as
         this policy decides: ``@policy.retry`` or ``@policy.retry(...)``.
 
@@ -325,12 +405,16 @@ class Policy:
         raises ``RetryError`` from the last exception, with ``reason`` and
         ``attempts``. A success is reported with ``record_success``.
         ``method`` and ``idempotency_key`` describe the request for the
-        idempotency gate when the exception does not.
+        idempotency gate when the exception does not. On a policy with a
+        circuit breaker, each call first asks ``acquire``: a refused call
+        raises ``RetryError`` with reason ``circuit_open`` before it is made.
+        ``metrics`` (from ``backstop.metrics.create_metrics``) counts
+        attempts, retries, refusals, delays and the breaker's state.
         """
         from ._retry import retrying
 
         wrap = retrying(self, before_sleep=before_sleep, classify=classify, method=method,
-                        idempotency_key=idempotency_key)
+                        idempotency_key=idempotency_key, metrics=metrics)
         return wrap(fn) if fn is not None else wrap
 
     def close(self) -> None:

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+class CircuitOpenError(Exception):
+    """The last exception of a RetryError("circuit_open"): the breaker
+    refused the call before it was made."""
+
+
 # The clock and the sleeps, looked up at call time so that tests can
 # replace them (tests never sleep).
 _monotonic = time.monotonic
@@ -59,7 +64,7 @@ Classify = Union[Mapping[type, Union[str, Mapping[str, Any]]],
 
 def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
              classify: Optional[Classify] = None, method: Optional[str] = None,
-             idempotency_key: Optional[str] = None) -> Callable[[F], F]:
+             idempotency_key: Optional[str] = None, metrics: Any = None) -> Callable[[F], F]:
     """The decorator of ``Policy.retry`` (documented there), its options
     checked at once."""
     if before_sleep is not None and not callable(before_sleep):
@@ -68,8 +73,10 @@ def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
     for name, s in (("method", method), ("idempotency_key", idempotency_key)):
         if s is not None and not isinstance(s, str):
             raise TypeError("retry: %s must be a string (got %r)" % (name, s))
+    if metrics is not None and not callable(getattr(metrics, "attempt", None)):
+        raise TypeError("retry: metrics must come from backstop.metrics.create_metrics (got %r)" % (metrics,))
 
-    return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key)
+    return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key, metrics)
 
 
 def check_classify(who: str, classify: Optional[Classify]) -> None:
@@ -99,8 +106,32 @@ def classifier(classify: Optional[Classify]) -> Callable[[BaseException], Dict[s
 
 
 def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: Optional[Classify],
-          method: Optional[str], idempotency_key: Optional[str]) -> F:
+          method: Optional[str], idempotency_key: Optional[str], metrics: Any = None) -> F:
     classified = classifier(classify)
+    # The breaker is asked before each call (a policy without one allows all).
+    guarded = policy.stateful
+
+    def admit(attempt: int) -> None:
+        p = policy.acquire()
+        if metrics is not None:
+            metrics.state(p.state)
+        if not p.allowed:
+            if metrics is not None:
+                metrics.refused("circuit_open")
+            refused = CircuitOpenError("the circuit breaker refused the call; it may admit one in %d ms" % p.retry_in_ms)
+            raise RetryError("circuit_open", attempt - 1, refused, Decision("dead_letter", 0, "circuit_open", "retryable"))
+
+    def count(d: Optional[Decision]) -> None:
+        """Counts an attempt: a success (d None) or a failure decided d."""
+        if d is None:
+            metrics.attempt("success")
+        else:
+            metrics.attempt("retry" if d.retry else "dead_letter")
+            if d.retry:
+                metrics.retry(d.reason, d.delay_ms)
+        if guarded:
+            metrics.state(policy.circuit_state())
+            metrics.budget(policy.budget_tokens())
 
     def decide(exc: BaseException, attempt: int, start: float, prev_ms: int) -> Decision:
         fields = classified(exc)
@@ -117,10 +148,14 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             start, prev, attempt = _monotonic(), 0, 1
             while True:
+                if guarded:
+                    admit(attempt)
                 try:
                     result = await fn(*args, **kwargs)
                 except Exception as exc:
                     d = decide(exc, attempt, start, prev)
+                    if metrics is not None:
+                        count(d)
                     if not d.retry:
                         raise RetryError(d.reason, attempt, exc, d) from exc
                     if before_sleep is not None:
@@ -131,6 +166,8 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
                     prev, attempt = d.delay_ms, attempt + 1
                 else:
                     policy.record_success()
+                    if metrics is not None:
+                        count(None)
                     return result
         return async_wrapper  # type: ignore[return-value]
 
@@ -138,10 +175,14 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start, prev, attempt = _monotonic(), 0, 1
         while True:
+            if guarded:
+                admit(attempt)
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
                 d = decide(exc, attempt, start, prev)
+                if metrics is not None:
+                    count(d)
                 if not d.retry:
                     raise RetryError(d.reason, attempt, exc, d) from exc
                 if before_sleep is not None:
@@ -150,6 +191,8 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
                 prev, attempt = d.delay_ms, attempt + 1
             else:
                 policy.record_success()
+                if metrics is not None:
+                    count(None)
                 return result
     return wrapper  # type: ignore[return-value]
 
@@ -187,7 +230,7 @@ def describe(exc: BaseException) -> Dict[str, Any]:
       ``ConnectTimeout`` (requests, httpx) and ``ConnectionTimeoutError``
       (aiohttp) → ``connect_timeout``, before anything else; ``...Timeout``
       → ``timeout``, ``ConnectError`` → ``connection_reset``. The table all
-      languages follow is ``queue/errorkinds.json``.
+      languages follow is ``internal/errkind/errorkinds.json``.
     - Anything else: no signal, so the policy's ``classify.default``
       (``uncertain`` unless the policy says otherwise) decides.
     """
@@ -260,7 +303,7 @@ def _grpc_fields(exc: BaseException) -> Optional[Dict[str, Any]]:
 
 _TIMEOUTS = (TimeoutError, socket.timeout, asyncio.TimeoutError, concurrent.futures.TimeoutError)
 # OS error numbers → kinds: the "codes" of errorkinds.json
-# (queue/errorkinds.json, copied into the package), the one table every
+# (internal/errkind/errorkinds.json, copied into the package), the one table every
 # language reads; test_error_kinds.py checks each row. Codes this platform's
 # errno module does not name (undici's, getaddrinfo's) are not OS errors here.
 _ERRNO_KINDS: Dict[int, str] = {
@@ -269,7 +312,7 @@ _ERRNO_KINDS: Dict[int, str] = {
     if isinstance(getattr(errno, name, None), int)
 }
 # requests and httpx ConnectTimeout, urllib3 ConnectTimeoutError, aiohttp
-# ConnectionTimeoutError (queue/errorkinds.json).
+# ConnectionTimeoutError (internal/errkind/errorkinds.json).
 _CONNECT_TIMEOUTS = ("ConnectTimeout", "ConnectTimeoutError", "ConnectionTimeoutError")
 
 

@@ -37,7 +37,7 @@ _EINVAL = 28
 # The hot path: no clock step before these calls (ABI.md allows it), and
 # the exports whose first parameter is a policy handle.
 _HOT = frozenset(("decide", "decide_batch"))
-_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state")
+_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state", "acquire", "policy_on_open", "budget_tokens")
 
 # Handles the module gives out are 1..65536; after a restart the host's own
 # handles start above them.
@@ -56,6 +56,9 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "decide_batch": ("iiii", "i"),
     "record_success": ("iq", "i"),
     "circuit_state": ("iq", "i"),
+    "acquire": ("iq", "q"),
+    "policy_on_open": ("i", "i"),
+    "budget_tokens": ("iq", "q"),
     "error_message": ("", "q"),
 }
 _WASM_TYPES = {"i": "i32", "q": "i64", "d": "f64"}
@@ -70,8 +73,18 @@ WASMTIME_PROVEN = (48, 50)
 # How every Instance configures its Engine, as (Config attribute, value):
 # part of the compiled-module cache key. Memory never moves (it reserves its
 # whole 4 GiB range instead), so the address of the shared buffer stays
-# valid across calls.
-_ENGINE_SETTINGS: Tuple[Tuple[str, Any], ...] = (("memory_may_move", False),)
+# valid across calls. On x86-64, Winch (wasmtime's baseline compiler)
+# compiles backstop.wasm 7-8x faster than Cranelift (BENCHMARKS.md): a
+# first load_policy the user does not wait a second for, while a decision
+# stays dominated by the call from Python. Elsewhere Cranelift: Winch's
+# other backends do not cover every instruction.
+_ENGINE_SETTINGS: Tuple[Tuple[str, Any], ...] = (("memory_may_move", False),) + (
+    (("strategy", "winch"),) if platform.machine().lower() in ("x86_64", "amd64") else ())
+
+# Strategies wasmtime-py's Config.strategy does not spell (it knows "auto"
+# and "cranelift"), set through the C API: wasmtime_strategy_t's
+# WASMTIME_STRATEGY_WINCH is 2 in every release of WASMTIME_PROVEN.
+_C_STRATEGIES = {"winch": 2}
 
 # BACKSTOP_FAST_PATH=0 turns the fast path off (wasmtime's public API only).
 _FAST_ENV = "BACKSTOP_FAST_PATH"
@@ -361,6 +374,9 @@ class Instance:
     decide_batch: Callable[[int, int, int, int], int]
     record_success: Callable[[int, int], int]
     circuit_state: Callable[[int, int], int]
+    acquire: Callable[[int, int], int]
+    policy_on_open: Callable[[int], int]
+    budget_tokens: Callable[[int, int], int]
     error_message: Callable[[], int]
 
 
@@ -717,6 +733,11 @@ def _new_engine(settings: Tuple[Tuple[str, Any], ...]) -> wasmtime.Engine:
     for name, value in settings:
         if not isinstance(getattr(wasmtime.Config, name, None), property):
             raise BackstopError("backstop: this wasmtime has no engine setting %s" % name)
+        if name == "strategy" and value in _C_STRATEGIES:
+            from wasmtime import _ffi as ffi
+
+            ffi.wasmtime_config_strategy_set(config.ptr(), _C_STRATEGIES[value])
+            continue
         setattr(config, name, value)
     return wasmtime.Engine(config)
 
@@ -727,8 +748,9 @@ def load_module(engine: wasmtime.Engine, wasm: bytes, cache_dir: Optional[Path],
     are those engine was made with (``_new_engine``; none: wasmtime's
     defaults).
 
-    Compiling backstop.wasm takes about a second; loading the cached
-    machine code takes under a millisecond. A cache entry is two files
+    Compiling backstop.wasm takes about a second with Cranelift, a third
+    of that with Winch (_ENGINE_SETTINGS); loading the cached machine code
+    takes under a millisecond. A cache entry is two files
     named by its key: ``backstop-KEY.cwasm``, the compiled module, and
     ``backstop-KEY.json``, what it was compiled from and for
     (``_cache_facts``: the module's bytes, the wasmtime version and
@@ -766,7 +788,7 @@ def load_module(engine: wasmtime.Engine, wasm: bytes, cache_dir: Optional[Path],
             tmp.write_bytes(data)
             os.replace(tmp, target)  # atomic: readers never see half a file
         # Drop entries of other module or wasmtime versions unused for a
-        # week (9 MiB each); a live one is only rebuilt once if caught.
+        # week (9-13 MiB each); a live one is only rebuilt once if caught.
         for old in cache_dir.glob("backstop-*"):
             if old.suffix in (".cwasm", ".json", ".tmp") and old.name[:len(stem)] != stem \
                     and time.time() - old.stat().st_mtime > 7 * 86400:
@@ -788,7 +810,7 @@ def _compiling(level: int, why: str) -> None:
         if _compile_logged:
             return
         _compile_logged = True
-    _log.log(level, "backstop: compiling backstop.wasm for this machine, about a second (%s)", why)
+    _log.log(level, "backstop: compiling backstop.wasm for this machine, up to a second (%s)", why)
 
 
 def _cache_facts(wasm: bytes, settings: Tuple[Tuple[str, Any], ...]) -> Optional[Dict[str, Any]]:

@@ -60,7 +60,7 @@ _ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
 # A full stream id, as the scripts want it: Redis reads "5000" as a range in XPENDING.
 _ENTRY_ID = re.compile(r"(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,19})\Z")
-_SCRIPTS = ("enqueue", "ack", "retry", "dead_letter", "promote", "reclaim", "replay", "hold", "run")
+_SCRIPTS = ("enqueue", "ack", "retry", "defer", "dead_letter", "promote", "reclaim", "replay", "hold", "run")
 _source_cache: Dict[str, str] = {}
 
 
@@ -144,10 +144,12 @@ class Job:
 class Outcome:
     """What ``apply`` did with a job.
 
-    ``action`` is ``"ack"``, ``"retry"`` or ``"dead_letter"``; ``reason`` is
-    ``"success"`` for an ack, the decision's reason, or ``"malformed"``;
-    ``decision`` is the policy's ``Decision`` (``None`` for an ack or a
-    malformed entry). ``applied`` is False when the entry was no longer
+    ``action`` is ``"ack"``, ``"retry"``, ``"defer"`` or ``"dead_letter"``;
+    ``reason`` is ``"success"`` for an ack, the decision's reason, or
+    ``"malformed"``; ``decision`` is the policy's ``Decision`` (``None`` for
+    an ack, a malformed entry, or a job the breaker refused before it ran).
+    A ``"defer"`` (``circuit_open``, ``budget_exhausted``) puts the job back
+    in the delayed set, its attempt unchanged, due in ``delay_ms``. ``applied`` is False when the entry was no longer
     pending (another worker moved it first): then nothing changed. A retry
     gives its ``due_ms`` (unix ms, the server's clock), a dead letter its
     ``dlq_id``.
@@ -159,6 +161,7 @@ class Outcome:
     applied: bool
     due_ms: Optional[int] = None
     dlq_id: Optional[str] = None
+    delay_ms: Optional[int] = None
 
 
 class Promoted(NamedTuple):
@@ -249,6 +252,13 @@ class _Base:
         return "retry", [self.keys.jobs, self.keys.delayed, self.keys.stats], \
             [self.group, _entry("retry", entry), delay, reason, _str_arg("retry", "last_error", last_error)]
 
+    def _defer(self, entry: Union[str, Job], delay_ms: Union[int, timedelta], reason: str,
+               last_error: str) -> Tuple[str, List[str], List[Any]]:
+        delay = _delay(delay_ms)
+        _reason("defer", reason)
+        return "defer", [self.keys.jobs, self.keys.delayed, self.keys.stats], \
+            [self.group, _entry("defer", entry), delay, reason, _str_arg("defer", "last_error", last_error)]
+
     def _dead_letter(self, entry: Union[str, Job], reason: str, last_error: str) -> Tuple[str, List[str], List[Any]]:
         _reason("dead_letter", reason)
         return "dead_letter", [self.keys.jobs, self.keys.dlq, self.keys.stats], \
@@ -334,7 +344,28 @@ class _Base:
             return "dead_letter", "malformed", None, "%s (policy refused the failure: %s)" % (text, e), 0
         if d.retry:
             return "retry", d.reason, d, text, d.delay_ms
+        if d.reason in _DEFERRED and _on_open(policy) != "dead_letter":
+            # Not the job's fault: it waits (until the breaker may
+            # half-open, or its backoff for the budget, which budget_exhausted
+            # carries; 0 only without a backoff: poll rather than spin),
+            # spending no attempt.
+            delay = d.delay_ms if d.delay_ms > 0 else _OPEN_POLL_MS
+            if d.reason == "circuit_open":
+                delay = _refused_for(policy) or _OPEN_POLL_MS
+            return "defer", d.reason, d, text, delay
         return "dead_letter", d.reason, d, text, 0
+
+    def _gate(self, job: Job, policy: Policy) -> Optional[Tuple[str, str, Optional[Decision], str, int]]:
+        """The plan for a job the breaker refuses before it runs (acquire),
+        or None when it may run."""
+        if job.malformed:
+            return None
+        retry_in = _refused_for(policy)
+        if retry_in is None:
+            return None
+        if _on_open(policy) == "dead_letter":
+            return "dead_letter", "circuit_open", None, "circuit breaker open: the job was not run", 0
+        return "defer", "circuit_open", None, "", retry_in
 
 
 class Queue(_Base):
@@ -398,6 +429,19 @@ class Queue(_Base):
         pending. A malformed entry is refused (``ResponseError``) and left
         pending: dead-letter it with reason ``"malformed"``."""
         due = self._run(self._retry(entry, delay_ms, reason, last_error))
+        return int(due) or None
+
+    def defer(self, entry: Union[str, Job], delay_ms: Union[int, timedelta], reason: str,
+              last_error: str = "") -> Optional[int]:
+        """Moves a job the policy refused to run (``reason``
+        ``circuit_open`` or ``budget_exhausted``) back to the delayed set,
+        due ``delay_ms`` from now by the server's clock, its attempt count
+        unchanged: a deferral spends no attempt. ``last_error`` ``""`` keeps
+        the entry's own. Counted in ``attempts:deferred`` and
+        ``deferred:<reason>``, apart from retries. Returns the due time (unix
+        ms), or None when the entry was no longer pending; a malformed entry
+        is refused (``ResponseError``) as ``retry`` refuses it."""
+        due = self._run(self._defer(entry, delay_ms, reason, last_error))
         return int(due) or None
 
     def dead_letter(self, entry: Union[str, Job], reason: str, last_error: str = "") -> Optional[str]:
@@ -514,13 +558,17 @@ class Queue(_Base):
         if action == "retry":
             due = self.retry(job, delay, reason, text)
             return Outcome("retry", reason, d, due is not None, due_ms=due)
+        if action == "defer":
+            due = self.defer(job, delay, reason, text)
+            return Outcome("defer", reason, d, due is not None, due_ms=due, delay_ms=delay)
         dlq = self.dead_letter(job, reason, text)
         return Outcome("dead_letter", reason, d, dlq is not None, dlq_id=dlq)
 
     def work(self, policy: Policy, handler: Handler, *, consumer: Optional[str] = None,
              stop: Optional[threading.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
              block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
-             reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5) -> None:
+             reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
+             metrics: Any = None) -> None:
         """Consumes the queue until ``stop`` is set: reads jobs (``batch`` at
         a time, blocking up to ``block_ms``), calls ``handler(job)`` and
         applies its outcome with ``apply``; every ``promote_every`` seconds
@@ -550,15 +598,32 @@ class Queue(_Base):
         refused and after how many refusals it was applied. A job that
         waited in its batch for half of ``min_idle_ms`` is held again before
         it runs, and skipped when another consumer took it meanwhile.
+
+        Before each job the worker asks the policy's breaker
+        (``policy.acquire``): refused, the handler is not called, the job is
+        deferred (``defer``; dead-lettered as ``circuit_open`` when
+        ``policy.on_open`` is ``"dead_letter"``), and the worker reads
+        nothing until ``retry_in_ms`` has passed (``stop`` ends the wait;
+        promoting and reclaiming go on). In half-open only the admitted
+        trials run. A failure the policy answers with ``circuit_open`` or
+        ``budget_exhausted`` is deferred the same way.
+
+        ``metrics`` (``backstop.metrics.create_metrics(policy_name,
+        queue_name)``: its target must be this queue's name) counts the
+        outcomes in the ``backstop_client_*`` families ``@policy.retry``
+        exports: a job the breaker refused before it ran as ``refused``, a
+        deferred failure as a retry with its reason.
         """
         check_classify("work", classify)
         cls = classifier(classify)
         consumer = consumer or _default_consumer()
         stop = stop or threading.Event()
         _work_args(self, consumer, batch, block_ms, promote_limit)
+        _check_metrics(self.name, metrics)
         self.ensure_group()
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
+        paused = [0.0]  # no read before (clock): the breaker refused a job
 
         def process(job: Job, waiting: Sequence[Job] = (), read_at: Optional[float] = None) -> None:
             # A job that waited in the batch for half of min_idle_ms may have
@@ -572,17 +637,23 @@ class Queue(_Base):
                 except redis.RedisError:
                     pass  # cannot tell: run it
             exc: Optional[Exception] = None
-            if not job.malformed:
+            plan = self._gate(job, policy)
+            gated = plan is not None
+            if plan is None:
+                if not job.malformed:
+                    try:
+                        handler(job)
+                    except Exception as e:
+                        exc = e
                 try:
-                    handler(job)
-                except Exception as e:
-                    exc = e
-            try:
-                plan = self._plan(job, exc, policy, cls)
-            except Exception:
-                # The entry stays pending; reclaim delivers it again.
-                log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
-                return
+                    plan = self._plan(job, exc, policy, cls)
+                except Exception:
+                    # The entry stays pending; reclaim delivers it again.
+                    log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
+                    return
+            _count(metrics, policy, job, plan, gated)
+            if plan[0] == "defer" and plan[1] == "circuit_open":
+                paused[0] = max(paused[0], clock() + plan[4] / 1000)
             settle = _Settle(self, job, plan, waiting, min_idle_ms)
             while settle.attempt(stop.is_set()):
                 try:
@@ -607,6 +678,12 @@ class Queue(_Base):
                     read_at = clock()
                     for i, job in enumerate(claimed):
                         process(job, claimed[i + 1:], read_at)
+                wait = _paused(paused[0], promote_every, next_promote, clock())
+                if wait > 0:
+                    # The breaker refused a job: read nothing until it may
+                    # half-open.
+                    stop.wait(wait)
+                    continue
                 jobs = self.read(consumer, count=batch, block_ms=_block(block_ms, promote_every, next_promote, clock()))
             except ResponseError as e:
                 if "NOGROUP" in str(e):  # the stream was deleted
@@ -667,6 +744,11 @@ class AsyncQueue(_Base):
                     last_error: str = "") -> Optional[int]:
         """See ``Queue.retry``."""
         return int(await self._run(self._retry(entry, delay_ms, reason, last_error))) or None
+
+    async def defer(self, entry: Union[str, Job], delay_ms: Union[int, timedelta], reason: str,
+                    last_error: str = "") -> Optional[int]:
+        """See ``Queue.defer``."""
+        return int(await self._run(self._defer(entry, delay_ms, reason, last_error))) or None
 
     async def dead_letter(self, entry: Union[str, Job], reason: str, last_error: str = "") -> Optional[str]:
         """See ``Queue.dead_letter``."""
@@ -742,28 +824,35 @@ class AsyncQueue(_Base):
         if action == "retry":
             due = await self.retry(job, delay, reason, text)
             return Outcome("retry", reason, d, due is not None, due_ms=due)
+        if action == "defer":
+            due = await self.defer(job, delay, reason, text)
+            return Outcome("defer", reason, d, due is not None, due_ms=due, delay_ms=delay)
         dlq = await self.dead_letter(job, reason, text)
         return Outcome("dead_letter", reason, d, dlq is not None, dlq_id=dlq)
 
     async def work(self, policy: Policy, handler: AsyncHandler, *, consumer: Optional[str] = None,
                    stop: Optional[asyncio.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
                    block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
-                   reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5) -> None:
+                   reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
+                   metrics: Any = None) -> None:
         """``Queue.work`` for asyncio: ``handler`` is a coroutine function
         (or returns an awaitable), run one job at a time; ``stop`` an
         ``asyncio.Event``. Cancelling the task ends it at once: a job whose
         handler was cancelled gets no outcome and stays pending for
         ``reclaim``; set ``stop`` to finish the batch first. Outcomes Redis
-        refuses are kept and sent again, and crash loops reclaim could not
-        dead-letter are logged, as ``Queue.work`` does."""
+        refuses are kept and sent again, crash loops reclaim could not
+        dead-letter are logged, and a job the breaker refuses is deferred
+        while the worker stops reading, as ``Queue.work`` does."""
         check_classify("work", classify)
         cls = classifier(classify)
         consumer = consumer or _default_consumer()
         stop = stop or asyncio.Event()
         _work_args(self, consumer, batch, block_ms, promote_limit)
+        _check_metrics(self.name, metrics)
         await self.ensure_group()
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
+        paused = [0.0]  # no read before (clock): the breaker refused a job
 
         async def process(job: Job, waiting: Sequence[Job] = (), read_at: Optional[float] = None) -> None:
             if min_idle_ms > 0 and read_at is not None and clock() - read_at > min_idle_ms / 2000:
@@ -775,18 +864,24 @@ class AsyncQueue(_Base):
                 except redis.RedisError:
                     pass
             exc: Optional[Exception] = None
-            if not job.malformed:
+            plan = self._gate(job, policy)
+            gated = plan is not None
+            if plan is None:
+                if not job.malformed:
+                    try:
+                        r = handler(job)
+                        if inspect.isawaitable(r):
+                            await r
+                    except Exception as e:
+                        exc = e
                 try:
-                    r = handler(job)
-                    if inspect.isawaitable(r):
-                        await r
-                except Exception as e:
-                    exc = e
-            try:
-                plan = self._plan(job, exc, policy, cls)
-            except Exception:
-                log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
-                return
+                    plan = self._plan(job, exc, policy, cls)
+                except Exception:
+                    log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
+                    return
+            _count(metrics, policy, job, plan, gated)
+            if plan[0] == "defer" and plan[1] == "circuit_open":
+                paused[0] = max(paused[0], clock() + plan[4] / 1000)
             settle = _Settle(self, job, plan, waiting, min_idle_ms)
             while True:
                 stopped = stop.is_set()
@@ -827,6 +922,13 @@ class AsyncQueue(_Base):
                     read_at = clock()
                     for i, job in enumerate(claimed):
                         await process(job, claimed[i + 1:], read_at)
+                wait = _paused(paused[0], promote_every, next_promote, clock())
+                if wait > 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), wait)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
                 jobs = await self.read(consumer, count=batch,
                                        block_ms=_block(block_ms, promote_every, next_promote, clock()))
             except ResponseError as e:
@@ -1017,6 +1119,73 @@ def _jitter(seconds: float) -> float:
     """Spreads loop intervals ±20% so a fleet of workers does not poll Redis
     in step."""
     return seconds * (0.8 + 0.4 * random.random()) if seconds > 0 else 0.0
+
+
+# Decisions that defer a job instead of dead-lettering it (on_open: defer).
+_DEFERRED = frozenset(("circuit_open", "budget_exhausted"))
+_OPEN_POLL_MS = 1000  # a refused job's wait when the policy cannot say how long
+
+
+def _check_metrics(queue: str, metrics: Any) -> None:
+    if metrics is None:
+        return
+    if not callable(getattr(metrics, "attempt", None)):
+        raise TypeError("work: metrics must come from backstop.metrics.create_metrics (got %r)" % (metrics,))
+    if metrics.target != queue:
+        raise ValueError("work: metrics must have target %r, the queue's name (got %r)" % (queue, metrics.target))
+
+
+def _count(metrics: Any, policy: Policy, job: Job, plan: Tuple[str, str, Optional[Decision], str, int],
+           gated: bool) -> None:
+    """Counts a job's outcome in the worker's metrics (the families
+    @policy.retry exports; target = the queue): a job the breaker refused
+    before it ran is refused; a failed job deferred (the breaker opened, the
+    budget ran out) is a retry with that reason."""
+    if metrics is None or job.malformed:
+        return
+    action, reason = plan[0], plan[1]
+    if gated:
+        metrics.refused("circuit_open")
+    elif action == "ack":
+        metrics.attempt("success")
+    elif action in ("retry", "defer"):
+        metrics.attempt("retry")
+        metrics.retry(reason, plan[4])
+    else:
+        metrics.attempt("dead_letter")
+    if getattr(policy, "stateful", False):
+        metrics.state(policy.circuit_state())
+        metrics.budget(policy.budget_tokens())
+
+
+def _on_open(policy: Policy) -> str:
+    return getattr(policy, "on_open", "defer")
+
+
+def _refused_for(policy: Policy) -> Optional[int]:
+    """How long (ms) the policy's breaker refuses a call now (acquire), or
+    None when it allows one. A policy that cannot answer allows: its
+    decision after the call still applies."""
+    acquire = getattr(policy, "acquire", None)
+    if acquire is None:
+        return None
+    try:
+        permit = acquire()
+    except Exception:
+        return None
+    if permit.allowed:
+        return None
+    return permit.retry_in_ms if permit.retry_in_ms > 0 else _OPEN_POLL_MS
+
+
+def _paused(until: float, promote_every: float, next_promote: float, now: float) -> float:
+    """How long the read loop waits for the breaker (seconds, 0 = read): no
+    longer than until the next promote."""
+    if until <= now:
+        return 0.0
+    if promote_every <= 0:
+        return until - now
+    return max(0.001, min(until, next_promote) - now)
 
 
 def _block(block_ms: int, promote_every: float, next_promote: float, now: float) -> int:

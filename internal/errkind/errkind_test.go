@@ -1,4 +1,4 @@
-package queue
+package errkind
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestErrorKindsTable(t *testing.T) {
 	}
 	kind := func(err error) string {
 		var f policy.Failure
-		ClassifyError(err, &f)
+		Classify(err, &f)
 		return f.ErrorKind
 	}
 	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))

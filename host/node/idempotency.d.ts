@@ -1,0 +1,134 @@
+// Types of backstop-policy/idempotency (lib/idempotency.js): the server side
+// of idempotency keys over an ioredis or node-redis client.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+
+/** The longest idempotency key accepted, in bytes. */
+export declare const MAX_KEY_LENGTH: 255;
+/** The response header that marks a replayed response (value `true`). */
+export declare const REPLAYED_HEADER: 'Idempotent-Replayed';
+
+/** The caller no longer owns its key (its lease ran out and another request took it over, or the record expired); nothing was written. */
+export declare class LeaseLostError extends Error {}
+/** The store could not be reached or refused the call. */
+export declare class StoreError extends Error {}
+
+/** Counters with the names the Go and Python adapters use. */
+export declare class Metrics {
+  readonly requests: Record<'first_run' | 'replayed' | 'in_progress' | 'conflict' | 'too_large', number>;
+  readonly leaseExpiries: number;
+  readonly leaseLost: number;
+  readonly storeErrors: Record<'begin' | 'complete' | 'fail', number>;
+  /** The counters in the Prometheus text format. */
+  text(): string;
+}
+/** The counters of stores created without a `metrics` option. */
+export declare const defaultMetrics: Metrics;
+
+export interface StoreOptions {
+  /** Key prefix: a record lives at `<prefix>:{<scope>:<key>}`. @default 'idem' */
+  readonly prefix?: string;
+  /** How long a started request owns its key before another may take it over. @default 30000 */
+  readonly leaseMs?: number;
+  /** How long a record is kept. @default 86400000 */
+  readonly retentionMs?: number;
+  /** The largest body stored; a larger one is recorded as too large to replay. @default 1048576 */
+  readonly maxBody?: number;
+  /** @default defaultMetrics */
+  readonly metrics?: Metrics;
+}
+
+export interface StoredResponse {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, readonly string[]>>;
+  readonly body: Buffer;
+  /** The response was over maxBody: not kept, never replayed. */
+  readonly tooLarge: boolean;
+}
+
+export type Claim =
+  | { readonly state: 'started'; readonly token: string; readonly takenOver: boolean }
+  | { readonly state: 'in_progress'; readonly retryAfterS: number }
+  | { readonly state: 'conflict' }
+  | { readonly state: 'completed'; readonly response: StoredResponse };
+
+export interface IdempotencyStore {
+  readonly metrics: Metrics;
+  recordKey(scope: string, key: string): string;
+  begin(scope: string, key: string, request: string): Promise<Claim>;
+  /** @throws LeaseLostError when the caller no longer owns the key. */
+  complete(scope: string, key: string, token: string,
+    response: { status: number; headers?: Record<string, readonly string[]>; body?: Buffer | string; tooLarge?: boolean }): Promise<void>;
+  /** @throws LeaseLostError when the caller no longer owns the key. */
+  fail(scope: string, key: string, token: string): Promise<void>;
+}
+
+/** A store over an ioredis Redis or Cluster, or a node-redis v4+ client or cluster. */
+export declare function createIdempotencyStore(client: unknown, options?: StoreOptions): IdempotencyStore;
+/** @throws TypeError unless key is 1..255 printable ASCII characters. */
+export declare function checkKey(key: string): void;
+/** SHA-256 (hex) of method, "\n", path, "\n", body. */
+export declare function fingerprint(method: string, path: string, body: Buffer | string): string;
+/** The policy's retryable statuses (408, 429, 502, 503, 504): such a response releases the key. */
+export declare function defaultRelease(status: number): boolean;
+
+export interface MiddlewareOptions {
+  /** @default 'Idempotency-Key' */
+  readonly header?: string;
+  /** Scope of keys (per user, per route). @default () => '' */
+  readonly scope?: (req: IncomingMessage) => string;
+  /** @default ['POST', 'PATCH'] */
+  readonly methods?: readonly string[];
+  /** Response headers kept for a replay. @default ['content-type', 'location'] */
+  readonly storedHeaders?: readonly string[];
+  /** Run the handler without the store when Redis cannot be reached. @default false (503 and Retry-After) */
+  readonly failOpen?: boolean;
+  /** Statuses that release the key instead of being stored. @default defaultRelease */
+  readonly release?: (status: number) => boolean;
+}
+
+/** Connect/Express-style middleware. @example app.post('/charges', idempotencyMiddleware(store), handler) */
+export declare function idempotencyMiddleware(store: IdempotencyStore, options?: MiddlewareOptions):
+  (req: IncomingMessage & { body?: unknown }, res: ServerResponse, next: () => unknown) => Promise<void>;
+/** A node:http handler wrapped. @example http.createServer(idempotent(store, handler)) */
+export declare function idempotent(store: IdempotencyStore, handler: (req: IncomingMessage & { body?: Buffer }, res: ServerResponse) => unknown,
+  options?: MiddlewareOptions): (req: IncomingMessage, res: ServerResponse) => void;
+
+/** What the Fastify plugin reads of a request (a FastifyRequest has it); fastify's own types stay an optional peer's. */
+export interface FastifyRequestLike {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+}
+
+export interface FastifyIdempotencyOptions extends Omit<MiddlewareOptions, 'scope'> {
+  /** The store the keys live in. */
+  readonly store: IdempotencyStore;
+  /** Scope of keys (per user, per route). @default () => '' */
+  readonly scope?: (request: FastifyRequestLike) => string;
+}
+
+/**
+ * The Fastify plugin (Fastify 4 or 5): the semantics of idempotencyMiddleware
+ * as onRequest, preParsing, preHandler, onError and onSend hooks on the
+ * instance it is registered on. The request hash covers the raw body bytes,
+ * as in every other adapter; an error the handler throws or sends releases the key.
+ * @example await fastify.register(fastifyIdempotency, { store })
+ */
+export declare function fastifyIdempotency(fastify: unknown, options: FastifyIdempotencyOptions): Promise<void>;
+
+/** Another call holds the key; retry after retryAfterS seconds. */
+export declare class InProgressError extends Error {
+  readonly retryAfterS: number;
+}
+/** The key was used for a different request. */
+export declare class ConflictError extends Error {}
+/** The first result was over maxBody and was not kept: it cannot be replayed. */
+export declare class TooLargeError extends Error {}
+
+/**
+ * Runs fn at most once for key within scope; a later call with the same key
+ * and request resolves to the first call's result without running fn.
+ * @example await once(store, 'jobs', job.id, job.id, () => charge(job))
+ */
+export declare function once(store: IdempotencyStore, scope: string, key: string, request: string,
+  fn: () => Promise<Buffer | string>): Promise<Buffer>;

@@ -1,0 +1,149 @@
+// The Fastify plugin of backstop-policy/idempotency: the HTTP semantics of
+// idempotencyMiddleware (docs/idempotency.md) as Fastify hooks. It takes the
+// instance it is registered on and never imports fastify, an optional peer.
+import { Readable } from 'node:stream';
+import { REPLAYED_HEADER, checkKey, defaultRelease, fingerprint } from './idempotency.js';
+
+const state = Symbol('backstop.idempotency');
+
+// Content-Type, as Go's http.CanonicalHeaderKey writes it, so every adapter stores the same names.
+function canonical(name) {
+  return name.toLowerCase().replace(/(^|-)([a-z])/g, (_, d, c) => d + c.toUpperCase());
+}
+
+async function collect(stream, limit) {
+  const chunks = [];
+  let size = 0;
+  for await (const c of stream) {
+    const b = Buffer.isBuffer(c) ? c : Buffer.from(c);
+    size += b.length;
+    if (size > limit) {
+      // What Fastify's own parser answers for a body over bodyLimit.
+      throw Object.assign(new Error('Request body is too large'), { statusCode: 413, code: 'FST_ERR_CTP_BODY_TOO_LARGE' });
+    }
+    chunks.push(b);
+  }
+  return Buffer.concat(chunks);
+}
+
+function text(reply, status, body, headers = {}) {
+  return reply.code(status).headers({ 'content-type': 'text/plain', ...headers }).send(body);
+}
+
+/**
+ * fastifyIdempotency is a Fastify plugin (Fastify 4 or 5):
+ * `fastify.register(fastifyIdempotency, { store })`. Its hooks apply to the
+ * routes of the instance it is registered on, as idempotencyMiddleware does:
+ * a request with an Idempotency-Key runs once, a retry gets the first
+ * response marked Idempotent-Replayed: true, another request under the key
+ * 422, a duplicate while the first runs 409 and Retry-After.
+ *
+ * # Notes
+ *
+ * The request hash covers the raw body bytes (read in preParsing, then
+ * handed to Fastify's parser unchanged), so it is the hash the node:http
+ * and Go adapters compute, whatever content-type parsers are installed. The
+ * key is claimed in preHandler, after parsing and validation: a request
+ * Fastify rejects never holds its key. An error the handler throws or sends
+ * releases the key.
+ */
+export async function fastifyIdempotency(fastify, options = {}) {
+  const {
+    store, header = 'Idempotency-Key', scope = () => '', methods = ['POST', 'PATCH'],
+    storedHeaders = ['content-type', 'location'], failOpen = false, release = defaultRelease,
+  } = options;
+  if (typeof store?.begin !== 'function') {
+    throw new TypeError('Expected `store` to be an idempotency store (createIdempotencyStore)');
+  }
+  const m = store.metrics;
+  const name = header.toLowerCase();
+  // Fastify's own default; a route's bodyLimit, when it has one, wins.
+  const bodyLimit = fastify.initialConfig?.bodyLimit ?? 1 << 20;
+
+  fastify.addHook('onRequest', async (request, reply) => {
+    const key = request.headers[name];
+    if (!methods.includes(request.method) || key === undefined) return;
+    try {
+      checkKey(key);
+    } catch (err) {
+      return text(reply, 400, `${header}: ${err.message}\n`);
+    }
+    request[state] = { key, raw: Buffer.alloc(0) };
+  });
+
+  fastify.addHook('preParsing', async (request, reply, payload) => {
+    const s = request[state];
+    if (!s) return payload;
+    s.raw = await collect(payload, request.routeOptions?.bodyLimit ?? bodyLimit);
+    const again = Readable.from([s.raw]);
+    again.receivedEncodedLength = s.raw.length;
+    return again;
+  });
+
+  fastify.addHook('preHandler', async (request, reply) => {
+    const s = request[state];
+    if (!s) return;
+    s.scope = scope(request);
+    let claim;
+    try {
+      claim = await store.begin(s.scope, s.key, fingerprint(request.method, request.url.split('?')[0], s.raw));
+    } catch {
+      if (failOpen) return;
+      return text(reply, 503, 'idempotency store unavailable\n', { 'retry-after': '1' });
+    }
+    if (claim.state === 'conflict') {
+      m.requests.conflict++;
+      return text(reply, 422, `${header} was used with a different request\n`);
+    }
+    if (claim.state === 'in_progress') {
+      m.requests.in_progress++;
+      return text(reply, 409, `a request with this ${header} is in progress\n`, { 'retry-after': String(claim.retryAfterS) });
+    }
+    if (claim.state === 'completed') {
+      const r = claim.response;
+      if (r.tooLarge) {
+        m.requests.too_large++;
+        return text(reply, 500, 'idempotency: the first response to this key was too large to store; it cannot be replayed\n',
+          { [REPLAYED_HEADER]: 'true' });
+      }
+      m.requests.replayed++;
+      reply.code(r.status);
+      for (const [k, v] of Object.entries(r.headers)) reply.header(k, v.length === 1 ? v[0] : v);
+      return reply.header(REPLAYED_HEADER, 'true').send(r.body);
+    }
+    m.requests.first_run++;
+    s.token = claim.token;
+  });
+
+  // Runs before the error handler's response goes through onSend.
+  fastify.addHook('onError', async (request) => {
+    if (request[state]) request[state].failed = true;
+  });
+
+  fastify.addHook('onSend', async (request, reply, payload) => {
+    const s = request[state];
+    if (!s?.token) return payload;
+    const token = s.token;
+    s.token = undefined; // one store call per claim, whatever sends next
+    let body = payload;
+    if (body != null && typeof body.pipe === 'function') body = await collect(body, Infinity);
+    body = Buffer.isBuffer(body) ? body : Buffer.from(body ?? '');
+    const status = reply.statusCode;
+    const headers = {};
+    for (const h of storedHeaders) {
+      const v = reply.getHeader(h);
+      if (v !== undefined) headers[canonical(h)] = (Array.isArray(v) ? v : [v]).map(String);
+    }
+    // As the middleware: the client gets the response even when the store
+    // call fails (counted in store errors; the lease frees the key).
+    await (s.failed || release(status)
+      ? store.fail(s.scope, s.key, token)
+      : store.complete(s.scope, s.key, token, { status, headers, body })).catch(() => {});
+    return body;
+  });
+}
+
+// What fastify-plugin sets: the hooks reach the routes of the instance the
+// plugin is registered on, not only an encapsulated child.
+fastifyIdempotency[Symbol.for('skip-override')] = true;
+fastifyIdempotency[Symbol.for('fastify.display-name')] = 'backstop-idempotency';

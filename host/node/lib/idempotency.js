@@ -1,0 +1,394 @@
+// backstop-policy/idempotency: the server side of idempotency keys
+// (queue/README.md in the backstop repository, "Idempotency keys") over the
+// caller's ioredis or node-redis client. Every call is one run of the
+// contract's script, scripts/idempotency.lua, the one the Go and Python
+// adapters run too; testdata/idempotency pins what it answers.
+import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { sender } from './queue.js';
+
+export { fastifyIdempotency } from './idempotency-fastify.js';
+
+export const MAX_KEY_LENGTH = 255;
+export const REPLAYED_HEADER = 'Idempotent-Replayed';
+
+let source; // lib.lua, a newline, idempotency.lua: read on first use
+function script() {
+  if (!source) {
+    const read = (n) => readFileSync(new URL(`../scripts/${n}.lua`, import.meta.url), 'utf8');
+    const text = `${read('lib')}\n${read('idempotency')}`;
+    source = { text, sha: createHash('sha1').update(text).digest('hex') };
+  }
+  return source;
+}
+
+/** The caller no longer owns its key: the lease ran out and another request took it over, or the record expired. */
+export class LeaseLostError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'LeaseLostError';
+  }
+}
+
+/** The store could not be reached or refused the call. */
+export class StoreError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'StoreError';
+  }
+}
+
+const OUTCOMES = ['first_run', 'replayed', 'in_progress', 'conflict', 'too_large'];
+const OPERATIONS = ['begin', 'complete', 'fail'];
+
+/**
+ * Counters with the names the Go and Python adapters use; text() renders
+ * them in the Prometheus text format for a /metrics endpoint.
+ */
+export class Metrics {
+  constructor() {
+    this.requests = Object.fromEntries(OUTCOMES.map((o) => [o, 0]));
+    this.leaseExpiries = 0;
+    this.leaseLost = 0;
+    this.storeErrors = Object.fromEntries(OPERATIONS.map((o) => [o, 0]));
+  }
+
+  text() {
+    const lines = [
+      '# HELP backstop_idempotency_requests_total Requests carrying an idempotency key, by outcome: first_run, replayed, in_progress, conflict, too_large.',
+      '# TYPE backstop_idempotency_requests_total counter',
+      ...OUTCOMES.map((o) => `backstop_idempotency_requests_total{outcome="${o}"} ${this.requests[o]}`),
+      '# HELP backstop_idempotency_lease_expiries_total Keys taken over because their owner\'s lease ran out (a crashed or slow request).',
+      '# TYPE backstop_idempotency_lease_expiries_total counter',
+      `backstop_idempotency_lease_expiries_total ${this.leaseExpiries}`,
+      '# HELP backstop_idempotency_lease_lost_total Complete or fail refused because the caller no longer owned its key.',
+      '# TYPE backstop_idempotency_lease_lost_total counter',
+      `backstop_idempotency_lease_lost_total ${this.leaseLost}`,
+      '# HELP backstop_idempotency_store_errors_total Calls to the idempotency store that failed, by operation: begin, complete, fail.',
+      '# TYPE backstop_idempotency_store_errors_total counter',
+      ...OPERATIONS.map((o) => `backstop_idempotency_store_errors_total{operation="${o}"} ${this.storeErrors[o]}`),
+    ];
+    return `${lines.join('\n')}\n`;
+  }
+}
+
+/** The counters of stores created without a `metrics` option. */
+export const defaultMetrics = new Metrics();
+
+/** Why key cannot be an idempotency key, thrown as a TypeError: 1..255 printable ASCII characters. */
+export function checkKey(key) {
+  if (typeof key !== 'string' || key === '') throw new TypeError('Expected the idempotency key to be a non-empty string');
+  if (key.length > MAX_KEY_LENGTH) {
+    throw new TypeError(`Expected the idempotency key to be at most ${MAX_KEY_LENGTH} bytes (got ${key.length})`);
+  }
+  if (!/^[\x20-\x7e]+$/.test(key)) throw new TypeError('Expected the idempotency key to be printable ASCII');
+}
+
+/** SHA-256 (hex) of method, "\n", path, "\n", body: the request hash every adapter stores. */
+export function fingerprint(method, path, body) {
+  return createHash('sha256').update(`${method}\n${path}\n`).update(body ?? '').digest('hex');
+}
+
+function positive(name, v) {
+  if (!Number.isSafeInteger(v) || v < 1) throw new TypeError(`Expected \`${name}\` to be a positive whole number of milliseconds (got ${v})`);
+}
+
+/**
+ * Returns a store over client (ioredis Redis or Cluster, node-redis v4+
+ * client or cluster). Options: prefix ('idem'), leaseMs (30000),
+ * retentionMs (86400000), maxBody (1 MiB), metrics (defaultMetrics).
+ */
+export function createIdempotencyStore(client, options = {}) {
+  const send = sender(client);
+  const { prefix = 'idem', leaseMs = 30_000, retentionMs = 86_400_000, maxBody = 1 << 20, metrics = defaultMetrics } = options;
+  if (typeof prefix !== 'string' || prefix === '' || /[{}]/.test(prefix)) {
+    throw new TypeError(`Expected \`prefix\` to be a non-empty string without braces (got ${JSON.stringify(prefix)})`);
+  }
+  positive('leaseMs', leaseMs);
+  positive('retentionMs', retentionMs);
+  if (retentionMs < leaseMs) throw new TypeError(`Expected \`retentionMs\` to be at least \`leaseMs\` (${leaseMs}), got ${retentionMs}`);
+  if (!Number.isSafeInteger(maxBody) || maxBody < 0) throw new TypeError(`Expected \`maxBody\` to be a whole number >= 0 (got ${maxBody})`);
+  return new Store(send, { prefix, leaseMs, retentionMs, maxBody, metrics });
+}
+
+class Store {
+  #send;
+  #o;
+
+  constructor(send, o) {
+    this.#send = send;
+    this.#o = o;
+    this.metrics = o.metrics;
+  }
+
+  /** The Redis key of key within scope: `<prefix>:{<scope>:<key>}`, one hash tag. */
+  recordKey(scope, key) {
+    return `${this.#o.prefix}:{${scope}:${key}}`;
+  }
+
+  async #run(op, key, args) {
+    const s = script();
+    const tail = ['1', key, ...args];
+    try {
+      try {
+        return await this.#send(['EVALSHA', s.sha, ...tail], key);
+      } catch (err) {
+        if (!/^NOSCRIPT/.test(err?.message)) throw err;
+        return await this.#send(['EVAL', s.text, ...tail], key);
+      }
+    } catch (err) {
+      if (/backstop idempotency: lease lost/.test(err?.message)) {
+        this.#o.metrics.leaseLost++;
+        throw new LeaseLostError(`idempotency: ${op} ${JSON.stringify(key)}: ${err.message}`, { cause: err });
+      }
+      this.#o.metrics.storeErrors[op]++;
+      throw new StoreError(`idempotency: ${op} ${JSON.stringify(key)}: ${err?.message ?? err}`, { cause: err });
+    }
+  }
+
+  /**
+   * Claims key within scope for a request whose hash is request. Resolves to
+   * {state: 'started', token, takenOver} | {state: 'in_progress', retryAfterS}
+   * | {state: 'conflict'} | {state: 'completed', response: {status, headers, body: Buffer, tooLarge}}.
+   */
+  async begin(scope, key, request) {
+    checkKey(key);
+    const token = randomBytes(16).toString('hex');
+    const o = this.#o;
+    const r = await this.#run('begin', this.recordKey(scope, key), ['begin', token, request, String(o.leaseMs), String(o.retentionMs)]);
+    const str = (v) => (Buffer.isBuffer(v) ? v.toString() : String(v));
+    switch (str(r[0])) {
+      case 'started':
+        if (Number(r[1]) === 1) o.metrics.leaseExpiries++;
+        return { state: 'started', token, takenOver: Number(r[1]) === 1 };
+      case 'in_progress':
+        return { state: 'in_progress', retryAfterS: Number(r[1]) };
+      case 'conflict':
+        return { state: 'conflict' };
+      case 'completed': {
+        const headers = str(r[2]) === '' ? {} : JSON.parse(str(r[2]));
+        return {
+          state: 'completed',
+          response: { status: Number(str(r[1])), headers, body: Buffer.from(str(r[3]), 'base64'), tooLarge: Number(r[4]) === 1 },
+        };
+      }
+    }
+    o.metrics.storeErrors.begin++;
+    throw new StoreError(`idempotency: begin ${JSON.stringify(key)}: unexpected reply ${JSON.stringify(r)}`);
+  }
+
+  /** Stores response ({status, headers: {name: [values]}, body}) as the key's; only the owner (token) may. */
+  async complete(scope, key, token, response) {
+    const body = Buffer.isBuffer(response.body) ? response.body : Buffer.from(response.body ?? '');
+    const large = response.tooLarge === true || body.length > this.#o.maxBody;
+    await this.#run('complete', this.recordKey(scope, key), [
+      'complete', token, String(response.status), large ? '' : JSON.stringify(response.headers ?? {}),
+      large ? '' : body.toString('base64'), large ? '1' : '0', String(this.#o.retentionMs),
+    ]);
+  }
+
+  /** Releases the key so that a retry may run; only the owner (token) may. */
+  async fail(scope, key, token) {
+    await this.#run('fail', this.recordKey(scope, key), ['fail', token]);
+  }
+}
+
+/** Whether a response status releases the key (the policy's retryable statuses) instead of being stored. */
+export function defaultRelease(status) {
+  return [408, 429, 502, 503, 504].includes(status);
+}
+
+function readBody(req) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(Buffer.isBuffer(c) ? c : Buffer.from(c)));
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+function send(res, status, headers, body) {
+  res.writeHead(status, headers);
+  res.end(body);
+}
+
+/**
+ * Connect/Express-style middleware `(req, res, next)` over store: a request
+ * with an Idempotency-Key runs once; a retry with the same key and request
+ * gets the first response (marked Idempotent-Replayed: true), the same key
+ * with another request 422, a duplicate while the first runs 409 and
+ * Retry-After. The request body is req.body when a parser set it, else it is
+ * read and left on req.body as a Buffer.
+ */
+export function idempotencyMiddleware(store, options = {}) {
+  const {
+    header = 'Idempotency-Key', scope = () => '', methods = ['POST', 'PATCH'], storedHeaders = ['content-type', 'location'],
+    failOpen = false, release = defaultRelease,
+  } = options;
+  const m = store.metrics;
+  return async function idempotency(req, res, next) {
+    const key = req.headers[header.toLowerCase()];
+    if (!methods.includes(req.method) || key === undefined) return next();
+    try {
+      checkKey(Array.isArray(key) ? key[0] : key);
+    } catch (err) {
+      return send(res, 400, { 'content-type': 'text/plain' }, `${header}: ${err.message}\n`);
+    }
+    if (req.body === undefined) req.body = await readBody(req);
+    const raw = Buffer.isBuffer(req.body) || typeof req.body === 'string' ? req.body : JSON.stringify(req.body);
+    const sc = scope(req);
+    let claim;
+    try {
+      claim = await store.begin(sc, key, fingerprint(req.method, (req.originalUrl ?? req.url).split('?')[0], raw));
+    } catch (err) {
+      if (failOpen) return next();
+      return send(res, 503, { 'content-type': 'text/plain', 'retry-after': '1' }, 'idempotency store unavailable\n');
+    }
+    if (claim.state === 'conflict') {
+      m.requests.conflict++;
+      return send(res, 422, { 'content-type': 'text/plain' }, `${header} was used with a different request\n`);
+    }
+    if (claim.state === 'in_progress') {
+      m.requests.in_progress++;
+      return send(res, 409, { 'content-type': 'text/plain', 'retry-after': String(claim.retryAfterS) },
+        `a request with this ${header} is in progress\n`);
+    }
+    if (claim.state === 'completed') {
+      const r = claim.response;
+      if (r.tooLarge) {
+        m.requests.too_large++;
+        return send(res, 500, { 'content-type': 'text/plain', [REPLAYED_HEADER]: 'true' },
+          'idempotency: the first response to this key was too large to store; it cannot be replayed\n');
+      }
+      m.requests.replayed++;
+      return send(res, r.status, { ...r.headers, [REPLAYED_HEADER]: 'true' }, r.body);
+    }
+    m.requests.first_run++;
+    // Hold the handler's response until the store has it.
+    const chunks = [];
+    const { writeHead, write, end } = res;
+    const restore = () => Object.assign(res, { writeHead, write, end });
+    res.writeHead = function (status, reason, headers) {
+      if (typeof reason !== 'string') headers = reason;
+      res.statusCode = status;
+      for (const [k, v] of Object.entries(headers ?? {})) res.setHeader(k, v);
+      return res;
+    };
+    const take = (chunk, enc) => {
+      if (chunk != null && typeof chunk !== 'function') chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, typeof enc === 'string' ? enc : 'utf8'));
+    };
+    res.write = (chunk, enc, cb) => {
+      take(chunk, enc);
+      if (typeof cb === 'function') cb();
+      else if (typeof enc === 'function') enc();
+      return true;
+    };
+    res.end = (chunk, enc, cb) => {
+      take(chunk, enc);
+      restore();
+      const body = Buffer.concat(chunks);
+      const status = res.statusCode;
+      const headers = {};
+      for (const name of storedHeaders) {
+        const v = res.getHeader(name);
+        if (v !== undefined) headers[canonical(name)] = (Array.isArray(v) ? v : [v]).map(String);
+      }
+      const stored = release(status) ? store.fail(sc, key, claim.token) : store.complete(sc, key, claim.token, { status, headers, body });
+      stored.catch(() => {}).finally(() => res.end(body, typeof cb === 'function' ? cb : typeof enc === 'function' ? enc : undefined));
+      return res;
+    };
+    try {
+      await next();
+    } catch (err) {
+      restore();
+      await store.fail(sc, key, claim.token).catch(() => {});
+      throw err;
+    }
+  };
+}
+
+// Content-Type, as Go's http.CanonicalHeaderKey writes it, so every adapter stores the same names.
+function canonical(name) {
+  return name.toLowerCase().replace(/(^|-)([a-z])/g, (_, d, c) => d + c.toUpperCase());
+}
+
+/**
+ * Wraps a node:http handler `(req, res)` with idempotencyMiddleware:
+ * `http.createServer(idempotent(store, handler))`.
+ */
+export function idempotent(store, handler, options = {}) {
+  const mw = idempotencyMiddleware(store, options);
+  return (req, res) =>
+    mw(req, res, () => handler(req, res)).catch((err) => {
+      if (!res.headersSent) send(res, 500, { 'content-type': 'text/plain' }, 'internal error\n');
+      else res.destroy(err);
+    });
+}
+
+/** Another call holds the key; retry after retryAfterS seconds. */
+export class InProgressError extends Error {
+  constructor(key, retryAfterS) {
+    super(`idempotency key ${JSON.stringify(key)} is in progress; retry after ${retryAfterS}s`);
+    this.name = 'InProgressError';
+    this.retryAfterS = retryAfterS;
+  }
+}
+
+/** The key was used for a different request. */
+export class ConflictError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ConflictError';
+  }
+}
+
+/** The first result was over maxBody and was not kept: it cannot be replayed. */
+export class TooLargeError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'TooLargeError';
+  }
+}
+
+/**
+ * Runs fn (async, returning a Buffer or string) at most once for key within
+ * scope: a later call with the same key and request resolves to the first
+ * call's result (a Buffer) without running fn. With the job id as the key, a
+ * job redelivered after a crash returns its recorded result instead of
+ * running its side effect again. fn's error releases the key and is
+ * rethrown; a duplicate while fn runs rejects with InProgressError, another
+ * request under the key with ConflictError.
+ */
+export async function once(store, scope, key, request, fn) {
+  const claim = await store.begin(scope, key, request);
+  const m = store.metrics;
+  if (claim.state === 'conflict') {
+    m.requests.conflict++;
+    throw new ConflictError(`idempotency key ${JSON.stringify(key)} was used for a different request`);
+  }
+  if (claim.state === 'in_progress') {
+    m.requests.in_progress++;
+    throw new InProgressError(key, claim.retryAfterS);
+  }
+  if (claim.state === 'completed') {
+    if (claim.response.tooLarge) {
+      m.requests.too_large++;
+      throw new TooLargeError(`the first result for idempotency key ${JSON.stringify(key)} was too large to store`);
+    }
+    m.requests.replayed++;
+    return claim.response.body;
+  }
+  m.requests.first_run++;
+  let out;
+  try {
+    out = await fn();
+  } catch (err) {
+    // fn's error is the one callers handle; a release that fails is
+    // counted by the store, and the lease frees the key.
+    await store.fail(scope, key, claim.token).catch(() => {});
+    throw err;
+  }
+  const body = Buffer.isBuffer(out) ? out : Buffer.from(out ?? '');
+  await store.complete(scope, key, claim.token, { status: 200, headers: {}, body });
+  return body;
+}

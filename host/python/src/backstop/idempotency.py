@@ -1,0 +1,496 @@
+"""The server side of idempotency keys: a Redis store that answers a retried
+request with the first one's response instead of running it twice.
+
+Every call is one run of the contract's script ``scripts/idempotency.lua``
+(``queue/README.md`` in the backstop repository, "Idempotency keys"), the
+one the Go and Node.js adapters run too; ``testdata/idempotency`` pins what
+it answers. ``IdempotencyStore`` takes a ``redis.Redis`` or
+``redis.RedisCluster``, ``AsyncIdempotencyStore`` their ``redis.asyncio``
+counterparts; ``IdempotencyMiddleware`` is ASGI middleware (FastAPI,
+Starlette) and ``idempotent`` a decorator for plain functions (a queue
+worker's handler, keyed by the job id).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import inspect
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import timedelta
+from importlib import resources
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import redis
+
+__all__ = [
+    "AsyncIdempotencyStore",
+    "Claim",
+    "ConflictError",
+    "IdempotencyMiddleware",
+    "IdempotencyMetrics",
+    "IdempotencyStore",
+    "InProgressError",
+    "LeaseLostError",
+    "MAX_KEY_LENGTH",
+    "REPLAYED_HEADER",
+    "StoredResponse",
+    "TooLargeError",
+    "check_key",
+    "default_metrics",
+    "default_release",
+    "fingerprint",
+    "idempotent",
+]
+
+MAX_KEY_LENGTH = 255
+REPLAYED_HEADER = "Idempotent-Replayed"
+_PRINTABLE = re.compile(r"[\x20-\x7e]+\Z")
+_OUTCOMES = ("first_run", "replayed", "in_progress", "conflict", "too_large")
+_OPERATIONS = ("begin", "complete", "fail")
+_source: Optional[str] = None
+
+Duration = Union[timedelta, float, int]
+
+
+def _script_source() -> str:
+    global _source
+    if _source is None:
+        scripts = resources.files("backstop") / "scripts"
+        _source = (scripts / "lib.lua").read_text("utf-8") + "\n" + (scripts / "idempotency.lua").read_text("utf-8")
+    return _source
+
+
+class LeaseLostError(Exception):
+    """The caller no longer owns its key: its lease ran out and another
+    request took the key over, or the record expired. Nothing was written."""
+
+
+class InProgressError(Exception):
+    """``idempotent``: another call holds the key; retry after ``retry_after`` seconds."""
+
+    def __init__(self, key: str, retry_after: int) -> None:
+        super().__init__("idempotency key %r is in progress; retry after %ds" % (key, retry_after))
+        self.retry_after = retry_after
+
+
+class ConflictError(Exception):
+    """``idempotent``: the key was used with different arguments."""
+
+
+class IdempotencyMetrics:
+    """Counters with the names the Go and Node.js adapters use; ``text()``
+    renders them in the Prometheus text format."""
+
+    def __init__(self) -> None:
+        self.requests: Dict[str, int] = {o: 0 for o in _OUTCOMES}
+        self.lease_expiries = 0
+        self.lease_lost = 0
+        self.store_errors: Dict[str, int] = {o: 0 for o in _OPERATIONS}
+
+    def text(self) -> str:
+        out = [
+            "# HELP backstop_idempotency_requests_total Requests carrying an idempotency key, by outcome: "
+            "first_run, replayed, in_progress, conflict, too_large.",
+            "# TYPE backstop_idempotency_requests_total counter",
+            *('backstop_idempotency_requests_total{outcome="%s"} %d' % (o, self.requests[o]) for o in _OUTCOMES),
+            "# HELP backstop_idempotency_lease_expiries_total Keys taken over because their owner's lease ran out "
+            "(a crashed or slow request).",
+            "# TYPE backstop_idempotency_lease_expiries_total counter",
+            "backstop_idempotency_lease_expiries_total %d" % self.lease_expiries,
+            "# HELP backstop_idempotency_lease_lost_total Complete or fail refused because the caller no longer "
+            "owned its key.",
+            "# TYPE backstop_idempotency_lease_lost_total counter",
+            "backstop_idempotency_lease_lost_total %d" % self.lease_lost,
+            "# HELP backstop_idempotency_store_errors_total Calls to the idempotency store that failed, by "
+            "operation: begin, complete, fail.",
+            "# TYPE backstop_idempotency_store_errors_total counter",
+            *('backstop_idempotency_store_errors_total{operation="%s"} %d' % (o, self.store_errors[o])
+              for o in _OPERATIONS),
+        ]
+        return "\n".join(out) + "\n"
+
+
+default_metrics = IdempotencyMetrics()
+
+
+def check_key(key: Any) -> None:
+    """Raises ValueError unless key is 1..255 printable ASCII characters."""
+    if not isinstance(key, str) or key == "":
+        raise ValueError("idempotency key must be a non-empty string, got %r" % (key,))
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError("idempotency key must be at most %d bytes, got %d" % (MAX_KEY_LENGTH, len(key)))
+    if not _PRINTABLE.match(key):
+        raise ValueError("idempotency key must be printable ASCII, got %r" % (key,))
+
+
+def fingerprint(method: str, path: str, body: bytes) -> str:
+    """SHA-256 (hex) of method, "\\n", path, "\\n", body: the request hash every adapter stores."""
+    h = hashlib.sha256(("%s\n%s\n" % (method, path)).encode())
+    h.update(body)
+    return h.hexdigest()
+
+
+def default_release(status: int) -> bool:
+    """The policy's retryable statuses (408, 429, 502, 503, 504): such a
+    response releases the key instead of being stored."""
+    return status in (408, 429, 502, 503, 504)
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    status: int
+    headers: Dict[str, List[str]] = field(default_factory=dict)
+    body: bytes = b""
+    too_large: bool = False  # over max_body: not kept, never replayed
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What ``begin`` found: state is ``started`` (token, taken_over),
+    ``in_progress`` (retry_after, seconds), ``conflict`` or ``completed``
+    (response)."""
+
+    state: str
+    token: str = ""
+    taken_over: bool = False
+    retry_after: int = 0
+    response: Optional[StoredResponse] = None
+
+
+def _ms(name: str, v: Duration) -> int:
+    ms = int(v.total_seconds() * 1000) if isinstance(v, timedelta) else int(v * 1000)
+    if ms < 1:
+        raise ValueError("%s must be at least 1 ms, got %r" % (name, v))
+    return ms
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class _Base:
+    def __init__(self, client: Any, *, prefix: str = "idem", lease: Duration = 30, retention: Duration = timedelta(days=1),
+                 max_body: int = 1 << 20, metrics: Optional[IdempotencyMetrics] = None) -> None:
+        if not isinstance(prefix, str) or prefix == "" or "{" in prefix or "}" in prefix:
+            raise ValueError("prefix must be a non-empty string without braces, got %r" % (prefix,))
+        self._lease, self._retention = _ms("lease", lease), _ms("retention", retention)
+        if self._retention < self._lease:
+            raise ValueError("retention must be at least the lease (%d ms), got %d ms" % (self._lease, self._retention))
+        if not isinstance(max_body, int) or max_body < 0:
+            raise ValueError("max_body must be a whole number >= 0, got %r" % (max_body,))
+        self.client, self.prefix, self.max_body = client, prefix, max_body
+        self.metrics = metrics if metrics is not None else default_metrics
+        self._script = client.register_script(_script_source())
+
+    def record_key(self, scope: str, key: str) -> str:
+        """The Redis key of key within scope: ``<prefix>:{<scope>:<key>}``, one hash tag."""
+        return "%s:{%s:%s}" % (self.prefix, scope, key)
+
+    def _begin_args(self, key: str, request: str):
+        check_key(key)
+        token = secrets.token_hex(16)
+        return token, ["begin", token, request, str(self._lease), str(self._retention)]
+
+    def _claim(self, key: str, token: str, r: Any) -> Claim:
+        state = _text(r[0])
+        if state == "started":
+            if int(r[1]) == 1:
+                self.metrics.lease_expiries += 1
+            return Claim("started", token=token, taken_over=int(r[1]) == 1)
+        if state == "in_progress":
+            return Claim("in_progress", retry_after=int(r[1]))
+        if state == "conflict":
+            return Claim("conflict")
+        if state == "completed":
+            h = _text(r[2])
+            return Claim("completed", response=StoredResponse(
+                status=int(_text(r[1])), headers=json.loads(h) if h else {}, body=base64.b64decode(_text(r[3])),
+                too_large=int(r[4]) == 1))
+        self.metrics.store_errors["begin"] += 1
+        raise redis.RedisError("idempotency: begin %r: unexpected reply %r" % (key, r))
+
+    def _complete_args(self, token: str, response: StoredResponse) -> List[str]:
+        large = response.too_large or len(response.body) > self.max_body
+        return ["complete", token, str(response.status),
+                "" if large else json.dumps(response.headers or {}, separators=(",", ":")),
+                "" if large else base64.b64encode(response.body).decode(), "1" if large else "0", str(self._retention)]
+
+    def _error(self, op: str, key: str, e: Exception) -> Exception:
+        if "backstop idempotency: lease lost" in str(e):
+            self.metrics.lease_lost += 1
+            return LeaseLostError("idempotency: %s %r: %s" % (op, key, e))
+        self.metrics.store_errors[op] += 1
+        return e
+
+
+class IdempotencyStore(_Base):
+    """The store over a synchronous ``redis.Redis`` or ``redis.RedisCluster``.
+    ``lease`` and ``retention`` are a ``timedelta`` or seconds (defaults 30 s
+    and one day); a body over ``max_body`` bytes (1 MiB) is recorded as too
+    large to replay."""
+
+    def _run(self, op: str, key: str, args: List[str]) -> Any:
+        rk = key
+        try:
+            return self._script(keys=[rk], args=args)
+        except redis.RedisError as e:
+            raise self._error(op, rk, e) from e
+
+    def begin(self, scope: str, key: str, request: str) -> Claim:
+        """Claims key within scope for a request whose hash is request."""
+        token, args = self._begin_args(key, request)
+        return self._claim(key, token, self._run("begin", self.record_key(scope, key), args))
+
+    def complete(self, scope: str, key: str, token: str, response: StoredResponse) -> None:
+        """Stores response as the key's; only the owner may (else LeaseLostError)."""
+        self._run("complete", self.record_key(scope, key), self._complete_args(token, response))
+
+    def fail(self, scope: str, key: str, token: str) -> None:
+        """Releases the key so that a retry may run; only the owner may (else LeaseLostError)."""
+        self._run("fail", self.record_key(scope, key), ["fail", token])
+
+
+class AsyncIdempotencyStore(_Base):
+    """``IdempotencyStore`` for asyncio, over ``redis.asyncio``: the same methods, as coroutines."""
+
+    async def _run(self, op: str, key: str, args: List[str]) -> Any:
+        try:
+            return await self._script(keys=[key], args=args)
+        except redis.RedisError as e:
+            raise self._error(op, key, e) from e
+
+    async def begin(self, scope: str, key: str, request: str) -> Claim:
+        token, args = self._begin_args(key, request)
+        return self._claim(key, token, await self._run("begin", self.record_key(scope, key), args))
+
+    async def complete(self, scope: str, key: str, token: str, response: StoredResponse) -> None:
+        await self._run("complete", self.record_key(scope, key), self._complete_args(token, response))
+
+    async def fail(self, scope: str, key: str, token: str) -> None:
+        await self._run("fail", self.record_key(scope, key), ["fail", token])
+
+
+class TooLargeError(Exception):
+    """``idempotent``: the first call's result was over ``max_body`` and was
+    not kept; it cannot be replayed."""
+
+
+def _send_simple(status: int, body: str, extra: Sequence = ()):
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), *extra]
+    return ({"type": "http.response.start", "status": status, "headers": headers},
+            {"type": "http.response.body", "body": body.encode()})
+
+
+class IdempotencyMiddleware:
+    """ASGI middleware (FastAPI, Starlette: ``app.add_middleware(
+    IdempotencyMiddleware, store=store)``) over an ``AsyncIdempotencyStore``:
+    a request with an ``Idempotency-Key`` runs once; a retry with the same
+    key and request gets the first response (marked ``Idempotent-Replayed:
+    true``), the same key with another request 422, a duplicate while the
+    first runs 409 and ``Retry-After``. ``scope`` (a function of the ASGI
+    scope) sets the scope of keys (per user, per route); Redis unreachable
+    gives 503 unless ``fail_open``."""
+
+    def __init__(self, app: Any, store: AsyncIdempotencyStore, *, header: str = "Idempotency-Key",
+                 scope: Optional[Callable[[Dict[str, Any]], str]] = None, methods: Sequence[str] = ("POST", "PATCH"),
+                 stored_headers: Sequence[str] = ("content-type", "location"), fail_open: bool = False,
+                 release: Callable[[int], bool] = default_release, max_request_body: int = 1 << 20) -> None:
+        if not isinstance(store, AsyncIdempotencyStore):
+            raise TypeError("IdempotencyMiddleware needs an AsyncIdempotencyStore (redis.asyncio)")
+        self.app, self.store, self.header = app, store, header
+        self._name = header.lower().encode()
+        self._scope = scope or (lambda s: "")
+        self.methods, self.fail_open, self.release, self.max_request_body = tuple(methods), fail_open, release, max_request_body
+        self._stored = {h.lower().encode() for h in stored_headers}
+
+    async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] not in self.methods:
+            return await self.app(scope, receive, send)
+        raw = [v for k, v in scope["headers"] if k.lower() == self._name]
+        if not raw:
+            return await self.app(scope, receive, send)
+        m = self.store.metrics
+        key = raw[0].decode("latin-1")
+
+        async def reply(status: int, text: str, extra: Sequence = ()) -> None:
+            for msg in _send_simple(status, text, extra):
+                await send(msg)
+
+        try:
+            check_key(key)
+        except ValueError as e:
+            return await reply(400, "%s: %s\n" % (self.header, e))
+        chunks, more = [], True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunks.append(msg.get("body", b""))
+            more = msg.get("more_body", False)
+            if sum(map(len, chunks)) > self.max_request_body:
+                return await reply(413, "idempotency: request body over %d bytes\n" % self.max_request_body)
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay_receive() -> Dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        sc = self._scope(scope)
+        try:
+            claim = await self.store.begin(sc, key, fingerprint(scope["method"], scope["path"], body))
+        except redis.RedisError:
+            if self.fail_open:
+                return await self.app(scope, replay_receive, send)
+            return await reply(503, "idempotency store unavailable\n", [(b"retry-after", b"1")])
+        if claim.state == "conflict":
+            m.requests["conflict"] += 1
+            return await reply(422, "%s was used with a different request\n" % self.header)
+        if claim.state == "in_progress":
+            m.requests["in_progress"] += 1
+            return await reply(409, "a request with this %s is in progress\n" % self.header,
+                               [(b"retry-after", str(claim.retry_after).encode())])
+        replayed = (REPLAYED_HEADER.lower().encode(), b"true")
+        if claim.state == "completed":
+            r = claim.response
+            if r.too_large:
+                m.requests["too_large"] += 1
+                return await reply(500, "idempotency: the first response to this key was too large to store; "
+                                        "it cannot be replayed\n", [replayed])
+            m.requests["replayed"] += 1
+            headers = [(k.lower().encode(), v.encode()) for k, vs in r.headers.items() for v in vs]
+            await send({"type": "http.response.start", "status": r.status, "headers": headers + [replayed]})
+            return await send({"type": "http.response.body", "body": r.body})
+        m.requests["first_run"] += 1
+        start: Dict[str, Any] = {}
+        out: List[bytes] = []
+
+        # Hold the response until the store has it.
+        async def capture(msg: Dict[str, Any]) -> None:
+            if msg["type"] == "http.response.start":
+                start.update(msg)
+                return
+            out.append(msg.get("body", b""))
+            if msg.get("more_body", False):
+                return
+            status, whole = start["status"], b"".join(out)
+            try:
+                if self.release(status):
+                    await self.store.fail(sc, key, claim.token)
+                else:
+                    stored: Dict[str, List[str]] = {}
+                    for k, v in start.get("headers", []):
+                        if k.lower() in self._stored:
+                            stored.setdefault(_canonical(k.decode("latin-1")), []).append(v.decode("latin-1"))
+                    await self.store.complete(sc, key, claim.token, StoredResponse(status, stored, whole))
+            except (redis.RedisError, LeaseLostError):
+                pass  # counted by the store; the client still gets its response
+            await send(start)
+            await send({"type": "http.response.body", "body": whole})
+
+        try:
+            await self.app(scope, replay_receive, capture)
+        except BaseException:
+            # The app failed before its response was stored: a retry may run.
+            try:
+                await self.store.fail(sc, key, claim.token)
+            except (redis.RedisError, LeaseLostError):
+                pass
+            raise
+
+
+def _canonical(name: str) -> str:
+    """Content-Type, as Go's http.CanonicalHeaderKey writes it."""
+    return "-".join(p[:1].upper() + p[1:].lower() for p in name.split("-"))
+
+
+def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Callable[..., str], *, scope: str = ""):
+    """A decorator for plain functions (a queue worker's handler keyed by the
+    job id: a job redelivered after a crash returns its recorded result
+    instead of running its side effect again)::
+
+        @idempotent(store, key=lambda job: job.id)
+        def charge(job): ...
+
+    The result must be JSON-serialisable; it is stored and returned to every
+    later call with the same key and arguments. A call while the first runs
+    raises InProgressError, the same key with other arguments ConflictError,
+    a stored result over ``max_body`` TooLargeError. An exception releases
+    the key (a retry runs again) and propagates. An ``AsyncIdempotencyStore``
+    wants a coroutine function."""
+
+    def request_of(fn: Callable, args: tuple, kwargs: dict) -> str:
+        body = json.dumps([args, kwargs], default=repr, sort_keys=True).encode()
+        return fingerprint("CALL", fn.__module__ + "." + fn.__qualname__, body)
+
+    def outcome(k: str, claim: Claim) -> Any:
+        m = store.metrics
+        if claim.state == "conflict":
+            m.requests["conflict"] += 1
+            raise ConflictError("idempotency key %r was used with different arguments" % k)
+        if claim.state == "in_progress":
+            m.requests["in_progress"] += 1
+            raise InProgressError(k, claim.retry_after)
+        assert claim.response is not None
+        if claim.response.too_large:
+            m.requests["too_large"] += 1
+            raise TooLargeError("the first result for idempotency key %r was too large to store" % k)
+        m.requests["replayed"] += 1
+        return json.loads(claim.response.body)
+
+    def wrap(fn: Callable) -> Callable:
+        if isinstance(store, AsyncIdempotencyStore):
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError("an AsyncIdempotencyStore wants a coroutine function")
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                k = key(*args, **kwargs)
+                claim = await store.begin(scope, k, request_of(fn, args, kwargs))
+                if claim.state != "started":
+                    return outcome(k, claim)
+                store.metrics.requests["first_run"] += 1
+                try:
+                    result = await fn(*args, **kwargs)
+                except BaseException:
+                    # fn's error is the one callers handle; a release that
+                    # fails is counted by the store, and the lease frees the key.
+                    try:
+                        await store.fail(scope, k, claim.token)
+                    except (redis.RedisError, LeaseLostError):
+                        pass
+                    raise
+                await store.complete(scope, k, claim.token, StoredResponse(200, {}, json.dumps(result).encode()))
+                return result
+
+            return run_async
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            k = key(*args, **kwargs)
+            claim = store.begin(scope, k, request_of(fn, args, kwargs))
+            if claim.state != "started":
+                return outcome(k, claim)
+            store.metrics.requests["first_run"] += 1
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                try:  # as above: fn's error is the one raised
+                    store.fail(scope, k, claim.token)
+                except (redis.RedisError, LeaseLostError):
+                    pass
+                raise
+            store.complete(scope, k, claim.token, StoredResponse(200, {}, json.dumps(result).encode()))
+            return result
+
+        return run
+
+    return wrap

@@ -1,0 +1,205 @@
+"""backstop.idempotency's ASGI middleware and decorator against a real
+redis-server: one run per key, replays marked, 422 on another body, 409 and
+Retry-After while the first runs, too large never replayed, fail closed (or
+open) when Redis is gone; a worker's handler keyed by the job id runs its
+side effect once."""
+
+import asyncio
+import uuid
+
+import pytest
+import redis
+import redis.asyncio
+import redis.retry
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from backstop.idempotency import (AsyncIdempotencyStore, ConflictError, IdempotencyMetrics, IdempotencyMiddleware,
+                                  IdempotencyStore, InProgressError, idempotent)
+from conftest import RedisServer
+
+
+def _store(port, client_options=None, **kw):
+    client = redis.asyncio.Redis(port=port, **(client_options or {}))
+    return AsyncIdempotencyStore(client, prefix="t" + uuid.uuid4().hex, metrics=IdempotencyMetrics(), **kw)
+
+
+async def _call(app, key, body=b"10", method="POST"):
+    headers = [(b"content-type", b"application/json")]
+    if key is not None:
+        headers.append((b"idempotency-key", key.encode()))
+    scope = {"type": "http", "method": method, "path": "/charges", "headers": headers}
+    msgs = [{"type": "http.request", "body": body, "more_body": False}]
+    out = []
+
+    async def receive():
+        return msgs.pop(0) if msgs else {"type": "http.disconnect"}
+
+    async def send(m):
+        out.append(m)
+
+    await app(scope, receive, send)
+    start = out[0]
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, b"".join(m.get("body", b"") for m in out[1:])
+
+
+class Charges:
+    def __init__(self, status=201, size=None, gate=None):
+        self.runs, self.status, self.size, self.gate = 0, status, size, gate
+
+    async def __call__(self, scope, receive, send):
+        self.runs += 1
+        body = (await receive())["body"]
+        if self.gate:
+            self.gate[0].set()
+            await self.gate[1].wait()
+        status = self.status(self.runs) if callable(self.status) else self.status
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"x-not-stored", b"1")]})
+        await send({"type": "http.response.body", "body": b'{"charged":"' + body + b'"}' if self.size is None else b"x" * self.size})
+
+
+def test_asgi_replays_conflicts_and_counts(redis_server):
+    async def main():
+        app = Charges()
+        mw = IdempotencyMiddleware(app, _store(redis_server.port))
+        a = await _call(mw, "k1")
+        b = await _call(mw, "k1")
+        assert a[0] == b[0] == 201 and a[2] == b[2] and app.runs == 1
+        assert "idempotent-replayed" not in a[1] and b[1]["idempotent-replayed"] == "true"
+        assert b[1]["content-type"] == "application/json" and "x-not-stored" not in b[1]
+        assert (await _call(mw, "k1", b"99"))[0] == 422
+        assert (await _call(mw, None))[0] == 201 and app.runs == 2
+        assert (await _call(mw, "k" * 256))[0] == 400
+        assert mw.store.metrics.requests == {"first_run": 1, "replayed": 1, "in_progress": 0, "conflict": 1, "too_large": 0}
+        assert 'backstop_idempotency_requests_total{outcome="conflict"} 1\n' in mw.store.metrics.text()
+
+    asyncio.run(main())
+
+
+def test_asgi_duplicate_in_progress_gets_409(redis_server):
+    async def main():
+        gate = (asyncio.Event(), asyncio.Event())
+        app = Charges(gate=gate)
+        mw = IdempotencyMiddleware(app, _store(redis_server.port))
+        first = asyncio.ensure_future(_call(mw, "k"))
+        await gate[0].wait()
+        dup = await _call(mw, "k")
+        assert dup[0] == 409 and dup[1]["retry-after"] == "30"
+        gate[1].set()
+        a = await first
+        assert (await _call(mw, "k"))[2] == a[2] and app.runs == 1
+
+    asyncio.run(main())
+
+
+def test_asgi_release_and_too_large(redis_server):
+    async def main():
+        app = Charges(status=lambda n: 503 if n == 1 else 200, size=2000)
+        mw = IdempotencyMiddleware(app, _store(redis_server.port, max_body=1000))
+        assert (await _call(mw, "k"))[0] == 503
+        big = await _call(mw, "k")
+        assert big[0] == 200 and len(big[2]) == 2000
+        retry = await _call(mw, "k")
+        assert retry[0] == 500 and b"too large" in retry[2] and app.runs == 2
+
+    asyncio.run(main())
+
+
+def test_asgi_redis_unreachable(tmp_path):
+    down = RedisServer(tmp_path)
+    port = down.port
+    down.stop()
+
+    # One try per call: the server is gone, the client's retries would only wait.
+    once = {"retry": Retry(NoBackoff(), 0)}
+
+    async def main():
+        closed = IdempotencyMiddleware(Charges(), _store(port, once))
+        r = await _call(closed, "k")
+        assert r[0] == 503 and r[1]["retry-after"] == "1" and closed.store.metrics.store_errors["begin"] == 1
+        assert (await _call(IdempotencyMiddleware(Charges(), _store(port, once), fail_open=True), "k"))[0] == 201
+
+    asyncio.run(main())
+
+
+def test_decorator_runs_a_job_once(redis_server):
+    store = IdempotencyStore(redis.Redis(port=redis_server.port), prefix="t" + uuid.uuid4().hex, metrics=IdempotencyMetrics())
+    effects = []
+
+    @idempotent(store, key=lambda job_id, amount: job_id)
+    def charge(job_id, amount):
+        effects.append(job_id)
+        return {"charged": amount}
+
+    # A redelivered job (the worker crashed after the side effect, before its ack).
+    assert charge("j1", 10) == charge("j1", 10) == {"charged": 10}
+    assert effects == ["j1"]
+    with pytest.raises(ConflictError):
+        charge("j1", 11)
+
+    @idempotent(store, key=lambda job_id: job_id)
+    def flaky(job_id):
+        effects.append("flaky")
+        if effects.count("flaky") == 1:
+            raise TimeoutError("upstream")
+        return "ok"
+
+    with pytest.raises(TimeoutError):
+        flaky("j2")
+    assert flaky("j2") == "ok" and flaky("j2") == "ok" and effects.count("flaky") == 2
+
+
+def test_decorator_keeps_the_error_when_redis_goes_away(tmp_path):
+    # Redis dies while the job runs: the job's own error is the one raised,
+    # and the release that fails is counted, in both flavours.
+    once = {"retry": Retry(NoBackoff(), 0)}
+    down = RedisServer(tmp_path / "sync")
+    store = IdempotencyStore(redis.Redis(port=down.port, retry=redis.retry.Retry(NoBackoff(), 0)), prefix="t" + uuid.uuid4().hex,
+                             metrics=IdempotencyMetrics())
+
+    @idempotent(store, key=lambda job_id: job_id)
+    def charge(job_id):
+        down.stop()
+        raise TimeoutError("upstream")
+
+    with pytest.raises(TimeoutError):
+        charge("j1")
+    assert store.metrics.store_errors["fail"] == 1
+
+    adown = RedisServer(tmp_path / "async")
+    astore = _store(adown.port, once)
+
+    @idempotent(astore, key=lambda job_id: job_id)
+    async def acharge(job_id):
+        adown.stop()
+        raise TimeoutError("upstream")
+
+    async def main():
+        with pytest.raises(TimeoutError):
+            await acharge("j1")
+
+    asyncio.run(main())
+    assert astore.metrics.store_errors["fail"] == 1
+
+
+def test_decorator_async_in_progress(redis_server):
+    async def main():
+        store = _store(redis_server.port)
+        gate, started = asyncio.Event(), asyncio.Event()
+
+        @idempotent(store, key=lambda job_id: job_id)
+        async def slow(job_id):
+            started.set()
+            await gate.wait()
+            return 1
+
+        first = asyncio.ensure_future(slow("j"))
+        await started.wait()  # the first call owns the key
+        with pytest.raises(InProgressError) as e:
+            await slow("j")
+        assert e.value.retry_after == 30
+        gate.set()
+        assert await first == 1 and await slow("j") == 1
+
+    asyncio.run(main())

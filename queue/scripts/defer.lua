@@ -1,0 +1,71 @@
+-- defer: move a job the policy refused to run (an open circuit breaker, an
+-- empty retry budget) back to the delayed set, its attempt count UNCHANGED:
+-- the job waits out the outage without spending one of its attempts, and
+-- is not dead-lettered for it. XACK and XDEL the entry and count it, in one
+-- atomic step. The due time is the server's clock plus the delay (the time
+-- until the breaker half-opens, or the backoff for the budget).
+-- KEYS[1] jobs stream   KEYS[2] delayed zset   KEYS[3] stats hash
+-- ARGV[1] consumer group   ARGV[2] entry id (<ms>-<seq>)   ARGV[3] delay ms
+-- (0..1e13)   ARGV[4] reason (circuit_open, budget_exhausted)
+-- ARGV[5] last error ("" keeps the entry's own last_error)
+-- Reply: the due time (unix ms) when moved, 0 when the entry was not pending.
+-- Errors (nothing written): bad ARGV or keys, or a malformed entry (as
+-- retry.lua): dead-letter it with reason "malformed".
+-- The entry's prev_delay_ms is kept (the backoff sequence did not move);
+-- last_reason names the deferral.
+-- All or nothing (README.md): the checks only read; the writes start once
+-- none of them can fail. The helpers are lib.lua's, sent before this script.
+local function refuse(msg) return redis.error_reply('ERR backstop defer: ' .. msg) end
+
+if #KEYS ~= 3 or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3] then
+  return refuse('want 3 distinct keys: jobs, delayed, stats')
+end
+local bad = bad_group_entry(ARGV[1], ARGV[2])
+if bad then return refuse(bad) end
+local delay = whole(ARGV[3], 0, 1e13)
+if not delay then
+  return refuse('delay_ms must be a whole number in 0..1e13, got ' .. show(ARGV[3]))
+end
+if ARGV[4] ~= 'circuit_open' and ARGV[4] ~= 'budget_exhausted' then
+  return refuse('reason must be circuit_open or budget_exhausted, got ' .. show(ARGV[4]))
+end
+local err = wrong_type(KEYS[1], 'stream') or wrong_type(KEYS[2], 'zset')
+if err then return refuse(err) end
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
+  return 0
+end
+local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])[1]
+if not e then
+  return 0
+end
+local job = {}
+for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
+local attempt = tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '')
+if not job.id or job.id == '' or not attempt or attempt >= 1e14
+    or not string.match(job.first_enqueued_ms or '', '^%d+$') then
+  return refuse('entry ' .. ARGV[2] .. ' is malformed (needs id and attempt >= 1)')
+end
+local last_error = ARGV[5] or ''
+if last_error == '' then last_error = job.last_error or '' end
+local due = now_ms() + delay
+local member = cjson.encode({
+  id = job.id, attempt = attempt, first_enqueued_ms = job.first_enqueued_ms,
+  payload = job.payload or '', last_error = last_error, last_reason = ARGV[4], source = ARGV[2],
+  prev_delay_ms = whole(job.prev_delay_ms, 0, 1e13) or 0,
+})
+-- ZADD of a member already there would only move it: two jobs, one member.
+if redis.call('ZSCORE', KEYS[2], member) then
+  return refuse(KEYS[2] .. ' already holds this deferral of entry ' .. ARGV[2])
+end
+local c = counters()
+add(c, 'attempts:deferred', 1)
+add(c, 'deferred:' .. ARGV[4], 1)
+err = bad_counters(KEYS[3], c)
+if err then return refuse(err) end
+-- Nothing below can fail. The ZADD first: when Redis is out of memory it
+-- refuses a script's first write that may grow it, so the whole script.
+redis.call('ZADD', KEYS[2], due, member)
+count(KEYS[3], c)
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return due

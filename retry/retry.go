@@ -1,0 +1,225 @@
+// Package retry runs a function under a backstop policy: the Go retry loop
+// beside Node's retry() and Python's @policy.retry.
+//
+//	p, _ := policy.Preset("default")
+//	resp, err := retry.Do(ctx, retry.Native(p), func(ctx context.Context) (*http.Response, error) {
+//		return http.DefaultClient.Do(req.WithContext(ctx))
+//	}, retry.WithRequest(req))
+//
+// Do asks the policy's breaker before each attempt, classifies what the
+// function returned (Go errors by the table every language follows,
+// internal/errkind/errorkinds.json, or a *Failure that says; failed
+// *http.Response values by status,
+// Retry-After, method and Idempotency-Key), sleeps the delay the policy
+// decides, and stops with an *Error that says why and keeps the last error.
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/backstop-dev/backstop/internal/clientmetrics"
+	"github.com/backstop-dev/backstop/internal/errkind"
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// Failure wraps an error with what the policy needs to classify it: return
+// one from an Operation to say "the dependency answered 503 with
+// Retry-After: 7", or that an error is of a kind (ErrorKind "timeout").
+//
+//	return nil, &retry.Failure{ErrorKind: "timeout", Err: err}
+//
+// Its fields are Err (the error), HTTPStatus, GRPCCode, ErrorKind and
+// RetryAfter (the raw Retry-After header value). It is the same type as
+// queue.Failure, so code shared by a worker and a retry loop returns one.
+type Failure = errkind.Failure
+
+// Policy is what Do needs of a policy. *host.Policy (a policy running in
+// backstop.wasm) has these methods; wrap a native *policy.Policy with
+// Native.
+type Policy interface {
+	Decide(ctx context.Context, f policy.Failure) (policy.Decision, error)
+	RecordSuccess(ctx context.Context, nowMs int64) error
+	CircuitState(ctx context.Context, nowMs int64) (policy.CircuitState, error)
+	// Acquire asks the breaker's permission for one call at nowMs.
+	Acquire(ctx context.Context, nowMs int64) (policy.Permit, error)
+	Stateful() bool
+}
+
+// Native adapts a native *policy.Policy to Policy.
+func Native(p *policy.Policy) Policy { return native{p} }
+
+type native struct{ p *policy.Policy }
+
+func (n native) Decide(_ context.Context, f policy.Failure) (policy.Decision, error) {
+	return n.p.Decide(f)
+}
+
+func (n native) RecordSuccess(_ context.Context, nowMs int64) error {
+	n.p.RecordSuccess(nowMs)
+	return nil
+}
+
+func (n native) CircuitState(_ context.Context, nowMs int64) (policy.CircuitState, error) {
+	return n.p.CircuitState(nowMs), nil
+}
+
+func (n native) Acquire(_ context.Context, nowMs int64) (policy.Permit, error) {
+	return n.p.Acquire(nowMs), nil
+}
+
+func (n native) BudgetTokens(_ context.Context, nowMs int64) (int64, bool, error) {
+	milli, ok := n.p.BudgetTokens(nowMs)
+	return milli, ok, nil
+}
+
+func (n native) Stateful() bool { return n.p.Stateful() }
+
+// Operation is one attempt. Its context is Do's.
+type Operation[T any] func(ctx context.Context) (T, error)
+
+// Do runs op until it succeeds or p says stop, and returns op's last result.
+//
+// An attempt fails when op returns an error, or a *http.Response with a
+// status of 400 or more (its body is drained and closed before a retry).
+// The context's deadline is an elapsed limit: a retry that would be due
+// after it is not scheduled. On a policy with a circuit breaker, each
+// attempt first asks p.Acquire: a refused call is not made, and Do stops
+// with circuit_open and the time until the breaker may admit one
+// (Error.RetryIn). A success is reported with p.RecordSuccess.
+//
+// # Errors
+//
+// When retrying stops, Do returns an *Error with the reason and the last
+// error (errors.As and errors.Is see both). When the last attempt returned a
+// failed *http.Response, Do returns it too: the caller closes its body. An
+// invalid option (a metrics label that is not valid UTF-8, a registry that
+// holds other collectors under the same names) is returned before the first
+// attempt.
+func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (T, error) {
+	var zero T
+	c := defaults
+	for _, o := range opts {
+		o(&c)
+	}
+	if p == nil {
+		return zero, errors.New("retry: policy: must not be nil")
+	}
+	m, err := c.recorder()
+	if err != nil {
+		return zero, err
+	}
+	stateful := p.Stateful()
+	start := c.clock.Now()
+	var prevDelayMs int64
+	var lastErr error
+	for attempt := int64(1); ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return zero, &Error{Reason: policy.MaxElapsedExceeded, Attempts: attempt - 1, Context: err, Err: lastErr}
+		}
+		now := c.clock.Now()
+		if stateful {
+			permit, err := p.Acquire(ctx, now.UnixMilli())
+			if err != nil {
+				return zero, fmt.Errorf("retry: acquire: %w", err)
+			}
+			m.State(permit.State)
+			if !permit.Allowed {
+				m.Refused(policy.CircuitOpen.String())
+				return zero, &Error{Reason: policy.CircuitOpen, Attempts: attempt - 1, RetryIn: time.Duration(permit.RetryInMs) * time.Millisecond}
+			}
+		}
+		v, opErr := op(ctx)
+		resp, failedResp := failedResponse(v)
+		if opErr == nil && !failedResp {
+			m.Attempt(clientmetrics.OutcomeSuccess)
+			if stateful {
+				now := c.clock.Now().UnixMilli()
+				if err := p.RecordSuccess(ctx, now); err != nil {
+					return v, fmt.Errorf("retry: record success: %w", err)
+				}
+				stateAt(ctx, m, p, now)
+			}
+			return v, nil
+		}
+		if ctx.Err() != nil && opErr != nil && errors.Is(opErr, ctx.Err()) {
+			// The caller's cancellation is never a failure to retry.
+			m.Attempt(clientmetrics.OutcomeDeadLetter)
+			return v, &Error{Reason: policy.MaxElapsedExceeded, Attempts: attempt, Err: opErr, Context: ctx.Err()}
+		}
+		now = c.clock.Now()
+		f := policy.Failure{
+			Attempt:     attempt,
+			ElapsedMs:   max(now.Sub(start).Milliseconds(), 0),
+			NowMs:       now.UnixMilli(),
+			PrevDelayMs: prevDelayMs,
+			Random:      c.random(),
+		}
+		if failedResp {
+			opErr = describeResponse(resp, &f)
+		} else {
+			errkind.Classify(opErr, &f)
+		}
+		c.request(&f)
+		d, err := p.Decide(ctx, f)
+		if err != nil {
+			m.Attempt(clientmetrics.OutcomeDeadLetter)
+			return v, fmt.Errorf("retry: decide attempt %d: %w", attempt, err)
+		}
+		if stateful {
+			stateAt(ctx, m, p, f.NowMs)
+		}
+		delay := time.Duration(d.DelayMs) * time.Millisecond
+		if d.Action == policy.Retry {
+			if dl, ok := ctx.Deadline(); ok && now.Add(delay).After(dl) {
+				// Stop before the deadline, not after it.
+				d = policy.Decision{Action: policy.DeadLetter, Reason: policy.MaxElapsedExceeded, Class: d.Class}
+			}
+		}
+		if d.Action != policy.Retry {
+			m.Attempt(clientmetrics.OutcomeDeadLetter)
+			return v, &Error{Reason: d.Reason, Attempts: attempt, Err: opErr, StatusCode: f.HTTPStatus}
+		}
+		lastErr = opErr
+		m.Attempt(clientmetrics.OutcomeRetry)
+		m.Retry(d.Reason.String(), delay)
+		if failedResp {
+			// Free the connection of a response nobody will read.
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+		}
+		if err := c.clock.Sleep(ctx, delay); err != nil {
+			return zero, &Error{Reason: policy.MaxElapsedExceeded, Attempts: attempt, Err: opErr, Context: err}
+		}
+		prevDelayMs = d.DelayMs
+	}
+}
+
+// failedResponse reports whether v is a *http.Response with a failure status.
+func failedResponse(v any) (*http.Response, bool) {
+	r, ok := v.(*http.Response)
+	return r, ok && r != nil && r.StatusCode >= 400
+}
+
+// describeResponse fills f from a failed response and returns the error
+// that stands for it.
+func describeResponse(r *http.Response, f *policy.Failure) error {
+	f.HTTPStatus = r.StatusCode
+	f.RetryAfter = r.Header.Get("Retry-After")
+	if req := r.Request; req != nil {
+		f.Method = req.Method
+		f.IdempotencyKey = req.Header.Get("Idempotency-Key")
+	}
+	return &StatusError{StatusCode: r.StatusCode}
+}
+
+// StatusError stands for a failed *http.Response in an *Error.
+type StatusError struct{ StatusCode int }
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("http status %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}
