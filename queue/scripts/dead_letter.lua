@@ -26,10 +26,7 @@ if not reason_ok(ARGV[3]) then
 end
 local err = wrong_type(KEYS[1], 'stream') or wrong_type(KEYS[2], 'stream')
 if err then return refuse(err) end
-if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
-  return 0
-end
-local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])[1]
+local e = pending_entry(KEYS[1], ARGV[1], ARGV[2])
 if not e then
   return 0
 end

@@ -31,18 +31,12 @@ if ARGV[4] ~= 'circuit_open' and ARGV[4] ~= 'budget_exhausted' then
 end
 local err = wrong_type(KEYS[1], 'stream') or wrong_type(KEYS[2], 'zset')
 if err then return refuse(err) end
-if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
-  return 0
-end
-local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])[1]
+local e = pending_entry(KEYS[1], ARGV[1], ARGV[2])
 if not e then
   return 0
 end
-local job = {}
-for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
-local attempt = tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '')
-if not job.id or job.id == '' or not attempt or attempt >= 1e14
-    or not string.match(job.first_enqueued_ms or '', '^%d+$') then
+local job, attempt = job_of(e)
+if not attempt then
   return refuse('entry ' .. ARGV[2] .. ' is malformed (needs id and attempt >= 1)')
 end
 local last_error = ARGV[5] or ''

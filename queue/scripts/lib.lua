@@ -134,6 +134,26 @@ local function dead_letter_fields(e, reason, err, now)
   end
   return out
 end
+-- The raw entry ({id, {field, value, ...}}) of id in the stream jobs when it
+-- is pending in group; nil when it is not (another worker moved it first)
+-- or its data is gone.
+local function pending_entry(jobs, group, id)
+  if #redis.call('XPENDING', jobs, group, id, id, 1) == 0 then return nil end
+  return redis.call('XRANGE', jobs, id, id)[1]
+end
+-- The fields of entry e by name (a name given twice: its last value, as
+-- the workers read it) and its attempt, a whole number in 1..1e14-1, when e
+-- is a well-formed job (an id, digits for first_enqueued_ms); else nil.
+local function job_of(e)
+  local job = {}
+  for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
+  local attempt = tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '')
+  if not job.id or job.id == '' or not attempt or attempt >= 1e14
+      or not string.match(job.first_enqueued_ms or '', '^%d+$') then
+    return job, nil
+  end
+  return job, attempt
+end
 -- The attempt an entry finished on, for the counters: a whole number in
 -- 1..1e6 (max_attempts' bound) whatever the entry says, so none overflows.
 local function attempt_of(raw)
