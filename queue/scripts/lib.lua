@@ -197,3 +197,20 @@ local function job_fields(m)
     'payload', job.payload or '', 'last_error', job.last_error or '', 'last_reason', job.last_reason or '',
     'prev_delay_ms', job.prev_delay_ms or '0'}
 end
+-- Moves members of the delayed set to the jobs stream in order, each as
+-- the job it holds (job_fields) or raw as malformed_delayed_member, XADD
+-- first; stops at the first XADD that fails. Returns how many moved, and
+-- the error reply when not even the first could (then nothing was written).
+local function move_members(delayed, jobs, members, refuse)
+  local moved = 0
+  for _, m in ipairs(members) do
+    local id, failed = xadd(jobs, job_fields(m) or {'malformed_delayed_member', m})
+    if not id then
+      if moved == 0 then return 0, xadd_refused(refuse, jobs, failed) end
+      break
+    end
+    redis.call('ZREM', delayed, m)
+    moved = moved + 1
+  end
+  return moved
+end

@@ -28,16 +28,8 @@ local c = counters()
 if #due > 0 then add(c, 'promoted', #due) end
 err = bad_counters(KEYS[3], c)
 if err then return refuse(err) end
-local moved = 0
-for _, m in ipairs(due) do
-  local id, failed = xadd(KEYS[2], job_fields(m) or {'malformed_delayed_member', m})
-  if not id then
-    if moved == 0 then return xadd_refused(refuse, KEYS[2], failed) end
-    break
-  end
-  redis.call('ZREM', KEYS[1], m)
-  moved = moved + 1
-end
+local moved, refused = move_members(KEYS[1], KEYS[2], due, refuse)
+if refused then return refused end
 if moved > 0 then c.n.promoted = moved end
 count(KEYS[3], c)
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

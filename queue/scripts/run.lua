@@ -75,16 +75,8 @@ local c = counters()
 if #members > 0 then add(c, 'force_run', #members) end
 err = bad_counters(KEYS[3], c)
 if err then return refuse(err) end
-local moved = 0
-for _, m in ipairs(members) do
-  local id, failed = xadd(KEYS[2], job_fields(m) or {'malformed_delayed_member', m})
-  if not id then
-    if moved == 0 then return xadd_refused(refuse, KEYS[2], failed) end
-    break
-  end
-  redis.call('ZREM', KEYS[1], m)
-  moved = moved + 1
-end
+local moved, refused = move_members(KEYS[1], KEYS[2], members, refuse)
+if refused then return refused end
 if moved > 0 then c.n.force_run = moved end
 count(KEYS[3], c)
 if bound then return {moved, redis.call('ZCOUNT', KEYS[1], '-inf', bound)} end
