@@ -47,19 +47,7 @@ local member = cjson.encode({
   payload = job.payload or '', last_error = last_error, last_reason = ARGV[4], source = ARGV[2],
   prev_delay_ms = whole(job.prev_delay_ms, 0, 1e13) or 0,
 })
--- ZADD of a member already there would only move it: two jobs, one member.
-if redis.call('ZSCORE', KEYS[2], member) then
-  return refuse(KEYS[2] .. ' already holds this deferral of entry ' .. ARGV[2])
-end
 local c = counters()
 add(c, 'attempts:deferred', 1)
 add(c, 'deferred:' .. ARGV[4], 1)
-err = bad_counters(KEYS[3], c)
-if err then return refuse(err) end
--- Nothing below can fail. The ZADD first: when Redis is out of memory it
--- refuses a script's first write that may grow it, so the whole script.
-redis.call('ZADD', KEYS[2], due, member)
-count(KEYS[3], c)
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-return due
+return to_delayed(refuse, 'deferral', KEYS, ARGV[1], ARGV[2], member, due, c)

@@ -214,3 +214,22 @@ local function move_members(delayed, jobs, members, refuse)
   end
   return moved
 end
+-- Moves the pending entry id of keys[1] (jobs) to keys[2] (the delayed
+-- set) as member, due at due, adding the counters c to keys[3] (stats): a
+-- retry or a deferral (what, for the refusal). The checks first: a member
+-- already there (ZADD would only move it: two jobs, one member) and the
+-- counters. Then the writes, the ZADD first: when Redis is out of memory it
+-- refuses a script's first write that may grow it, so the whole script.
+-- Returns due, or the error reply with nothing written.
+local function to_delayed(refuse, what, keys, group, id, member, due, c)
+  if redis.call('ZSCORE', keys[2], member) then
+    return refuse(keys[2] .. ' already holds this ' .. what .. ' of entry ' .. id)
+  end
+  local err = bad_counters(keys[3], c)
+  if err then return refuse(err) end
+  redis.call('ZADD', keys[2], due, member)
+  count(keys[3], c)
+  redis.call('XACK', keys[1], group, id)
+  redis.call('XDEL', keys[1], id)
+  return due
+end
