@@ -221,12 +221,7 @@ class Policy:
         changes then. StateLostError when the instance holding the breaker
         trapped.
         """
-        now = _now(now_ms)
-        inst = self._inst
-        with inst.lock:
-            w = inst.acquire(self._h, now)
-            if w < 0:
-                raise inst.error("acquire", w)
+        w = self._at("acquire", now_ms)
         return Permit(w >> 50 & 1 == 1, w & 0xFFFFFFFFFFFF, _CIRCUIT[w >> 48 & 3])
 
     def decide(self, failure: Mapping[str, Any] = _NO_FAILURE, /, **fields: Any) -> Decision:  # type: ignore[assignment]
@@ -342,12 +337,7 @@ class Policy:
         retry budget and the circuit breaker. A no-op for a stateless policy."""
         if not self._stateful:
             return
-        now = _now(now_ms)
-        inst = self._inst
-        with inst.lock:
-            r = inst.record_success(self._h, now)
-            if r < 0:
-                raise inst.error("record_success", r)
+        self._at("record_success", now_ms)
 
     def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
         """What is left of the retry budget at now_ms (default: the host's
@@ -358,12 +348,7 @@ class Policy:
         Raises InputError for a now_ms that is not an integer or negative."""
         if not self._stateful:
             return None
-        now = _now(now_ms)
-        inst = self._inst
-        with inst.lock:
-            w = inst.budget_tokens(self._h, now)
-            if w < 0:
-                raise inst.error("budget_tokens", w)
+        w = self._at("budget_tokens", now_ms)
         if not w >> 48 & 1:
             return None
         return (w & 0xFFFFFFFFFFFF) / 1000
@@ -374,13 +359,20 @@ class Policy:
         ``"half_open"``."""
         if not self._stateful:
             return "closed"
+        return _CIRCUIT[self._at("circuit_state", now_ms)]
+
+    def _at(self, export: str, now_ms: Optional[int]) -> int:
+        """Calls the module's export (acquire, record_success,
+        budget_tokens, circuit_state) on this policy at now_ms (default:
+        the host's clock) and returns its result; a negative one raises
+        its error (read under the lock, as every call into the module)."""
         now = _now(now_ms)
         inst = self._inst
         with inst.lock:
-            r = inst.circuit_state(self._h, now)
+            r = getattr(inst, export)(self._h, now)
             if r < 0:
-                raise inst.error("circuit_state", r)
-        return _CIRCUIT[r]
+                raise inst.error(export, r)
+        return r
 
     @overload
     def retry(self, fn: F, /) -> F: ...
