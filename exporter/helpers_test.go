@@ -1,20 +1,20 @@
 package exporter
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/logbuf"
 )
 
 // clock is the fixed "now" of the tests whose data carries fixed times:
@@ -23,9 +23,9 @@ var clock = time.UnixMilli(1700000100000)
 
 // newTestCollector returns a collector over rdb with the fixed clock and a
 // logger into the returned buffer.
-func newTestCollector(t testing.TB, rdb redis.UniversalClient, opts ...Option) (*Collector, *logBuffer) {
+func newTestCollector(t testing.TB, rdb redis.UniversalClient, opts ...Option) (*Collector, *logbuf.Buffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
 	c, err := NewCollector(rdb, opts...)
 	if err != nil {
@@ -33,24 +33,6 @@ func newTestCollector(t testing.TB, rdb redis.UniversalClient, opts ...Option) (
 	}
 	c.cfg.now = func() time.Time { return clock }
 	return c, logs
-}
-
-// logBuffer is a bytes.Buffer safe for the collector's background logging.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // gather collects c once and returns every sample by its series:

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop/internal/logbuf"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -128,7 +129,7 @@ func compareParity(t *testing.T, cp string, real, emb map[string]float64) {
 func parityScenario(t *testing.T, rdb *redis.Client, real bool) []map[string]float64 {
 	t.Helper()
 	ctx := context.Background()
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	c, err := NewCollector(rdb, WithQueues(QueueFor("orders"), QueueFor("legacy"), QueueFor("idle")),
 		WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	must(t, err)

@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/eventually"
+	"github.com/backstop-dev/backstop/internal/logbuf"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
@@ -59,26 +59,8 @@ func outOfMemory(t *testing.T, ctx context.Context, rdb *redis.Client) func() {
 	}
 }
 
-// logBuffer is an io.Writer for a slog handler shared by goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // tail is the end of the log, for a failure message.
-func (b *logBuffer) tail() string {
+func tail(b *logbuf.Buffer) string {
 	s := b.String()
 	return s[max(0, len(s)-2000):]
 }
@@ -150,7 +132,7 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 		}
 		return nil
 	}
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	const minIdle = 400 * time.Millisecond
 	wctx, stop := context.WithCancel(ctx)
@@ -221,7 +203,7 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 	out := logs.String()
 	for _, want := range []string{"queue outcome refused, retrying", "queue outcome applied after refusals"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("no %q in the worker's log, which ends:\n%s", want, logs.tail())
+			t.Errorf("no %q in the worker's log, which ends:\n%s", want, tail(logs))
 		}
 	}
 }
@@ -236,7 +218,7 @@ func TestStopWhileRefusedLeavesTheEntryPending(t *testing.T) {
 	q.EnsureGroup(ctx)
 	p, _ := policy.Parse([]byte(`{"max_attempts": 3}`))
 	q.Enqueue(ctx, "j", []byte("p"))
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	var ran atomic.Int64
@@ -259,7 +241,7 @@ func TestStopWhileRefusedLeavesTheEntryPending(t *testing.T) {
 	<-done
 	lift()
 	if !strings.Contains(logs.String(), "queue outcome not applied: the worker stopped") {
-		t.Errorf("the worker did not say the outcome was not applied; its log ends:\n%s", logs.tail())
+		t.Errorf("the worker did not say the outcome was not applied; its log ends:\n%s", tail(logs))
 	}
 	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.Keys().Jobs, Group: q.Group(), Start: "-", End: "+", Count: 10}).Result()
 	if err != nil || len(pending) != 1 || pending[0].Consumer != "w1" || ran.Load() != 1 {

@@ -1,24 +1,23 @@
 package alerter
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/logbuf"
 	"github.com/backstop-dev/backstop/queue"
 )
 
 // newTestAlerter returns an alerter of the queues orders and emails over
 // rdb, posting to amURL, with a logger into the returned buffer.
-func newTestAlerter(t *testing.T, rdb redis.UniversalClient, amURL string, opts ...Option) (*Alerter, *logBuffer) {
+func newTestAlerter(t *testing.T, rdb redis.UniversalClient, amURL string, opts ...Option) (*Alerter, *logbuf.Buffer) {
 	t.Helper()
 	c := newTestCollector(t, rdb, exporter.QueueFor("orders"), exporter.QueueFor("emails"))
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(logs, nil)))}, opts...)
 	a, err := New(c, amURL, opts...)
 	if err != nil {
@@ -34,24 +33,6 @@ func newTestCollector(t *testing.T, rdb redis.UniversalClient, qs ...exporter.Qu
 		t.Fatal(err)
 	}
 	return c
-}
-
-// logBuffer is a bytes.Buffer safe for the alerter's background logging.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 func addDeadLetter(t *testing.T, rdb redis.UniversalClient, name string) {
