@@ -181,10 +181,7 @@ class Policy {
   budgetTokens(nowMs) {
     if (this.h === 0) throw closed();
     if (!this.stateful) return null;
-    const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
-    const inst = this.inst;
-    const w = inst.call(() => inst.e.budget_tokens(this.h, now));
-    if (w < 0n) throw w === BigInt(ERR_INPUT) ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(w));
+    const w = this.wide('budget_tokens', nowMs);
     if (((w >> 48n) & 1n) === 0n) return null;
     return Number(w & 0xffffffffffffn) / 1000;
   }
@@ -196,11 +193,7 @@ class Policy {
    * reported (recordSuccess, or decide for a failure).
    */
   acquire(nowMs) {
-    if (this.h === 0) throw closed();
-    const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
-    const inst = this.inst;
-    const w = inst.call(() => inst.e.acquire(this.h, now));
-    if (w < 0n) throw w === BigInt(ERR_INPUT) ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(w));
+    const w = this.wide('acquire', nowMs);
     return {
       allowed: ((w >> 50n) & 1n) === 1n,
       retryInMs: Number(w & 0xffffffffffffn),
@@ -225,6 +218,17 @@ class Policy {
     const r = inst.call(() => inst.e[name](this.h, now));
     if (r < 0) throw this.callError(r);
     return r;
+  }
+
+  // wide is scalar for the exports answering an i64 (acquire,
+  // budget_tokens), whose bad time is an InputError.
+  wide(name, nowMs) {
+    if (this.h === 0) throw closed();
+    const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    const inst = this.inst;
+    const w = inst.call(() => inst.e[name](this.h, now));
+    if (w < 0n) throw w === BigInt(ERR_INPUT) ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(w));
+    return w;
   }
 
   recordError(code, index) {
