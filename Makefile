@@ -65,7 +65,10 @@ build: wasm
 ## Python host and pytest (.venv with the newest wasmtime it allows,
 ## .venv-wasmtime-oldest with the oldest); Debian packages redis-server (queue
 ## tests against a real Redis and Redis Cluster), prometheus (promtool, and
-## the server for the end-to-end alert test) and prometheus-alertmanager.
+## the server for the end-to-end alert test), prometheus-alertmanager and
+## rabbitmq-server (the tests start their own brokers from
+## /usr/lib/rabbitmq/bin, as plain processes with private data directories,
+## never the system service; the management plugin is enabled per broker).
 ## The Node.js host has no runtime dependencies; its tests install ioredis
 ## and redis (npm ci).
 deps: $(PY_NEWEST) $(PY_OLDEST)
@@ -74,6 +77,7 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$$missing rabbitmq-server"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
