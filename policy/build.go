@@ -1,10 +1,8 @@
 package policy
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
-	"time"
 )
 
 type hintMode uint8
@@ -41,7 +39,7 @@ func indexOf(names []string, s string) int {
 	return 0
 }
 
-func ms(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
+func ms(v int64) string { return durationString(v * 1e6) }
 
 // build checks the rules that span fields and turns a rawPolicy into a
 // Policy.
@@ -49,17 +47,17 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 	strat := strategy(indexOf(strategyNames, r.strategy))
 	jit := jitterMode(indexOf(jitterNames, r.jitter))
 	if strat != strategyNone && r.baseMs == 0 {
-		d.fail("backoff.base", fmt.Sprintf("must be > 0 for strategy %s", r.strategy))
+		d.fail("backoff.base", "must be > 0 for strategy "+r.strategy)
 	}
 	if strat == strategyCloudTasks && r.multMilli != 2000 {
 		// Cloud Tasks doubles: a multiplier would make it another schedule.
-		d.fail("backoff.multiplier", fmt.Sprintf("must be 2 with strategy cloud_tasks, which doubles (got %s)", fmtFixed(r.multMilli, 3)))
+		d.fail("backoff.multiplier", "must be 2 with strategy cloud_tasks, which doubles (got "+fmtFixed(r.multMilli, 3)+")")
 	}
 	if r.capMs < r.baseMs {
-		d.fail("backoff.cap", fmt.Sprintf("must be >= backoff.base (got %s < %s)", ms(r.capMs), ms(r.baseMs)))
+		d.fail("backoff.cap", "must be >= backoff.base (got "+ms(r.capMs)+" < "+ms(r.baseMs)+")")
 	}
 	if (jit == jitterDecorrelated) != (strat == strategyDecorrelated) && !(strat == strategyDecorrelated && jit == jitterNone) {
-		d.fail("jitter.mode", fmt.Sprintf("%s jitter goes with the decorrelated strategy only: use backoff.strategy decorrelated with jitter.mode decorrelated or none (got strategy %s, jitter %s)", "decorrelated", r.strategy, r.jitter))
+		d.fail("jitter.mode", "decorrelated jitter goes with the decorrelated strategy only: use backoff.strategy decorrelated with jitter.mode decorrelated or none (got strategy "+r.strategy+", jitter "+r.jitter+")")
 	}
 	if jit == jitterProportional && r.ratioPPM == 0 {
 		d.fail("jitter.ratio", "must be > 0 with jitter.mode proportional")
@@ -75,7 +73,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 			}
 		case "ratio":
 			if b.windowMs < 1000 || b.windowMs > maxWindowSec*1000 || b.windowMs%1000 != 0 {
-				d.fail("retry_budget.window", fmt.Sprintf("must be a whole number of seconds in 1s..%ds (got %s)", maxWindowSec, ms(b.windowMs)))
+				d.fail("retry_budget.window", "must be a whole number of seconds in 1s.."+itoa(maxWindowSec)+"s (got "+ms(b.windowMs)+")")
 			}
 		}
 	}

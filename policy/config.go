@@ -2,13 +2,9 @@ package policy
 
 import (
 	"bytes"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
-	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/backstop-dev/backstop/internal/grpccode"
 )
@@ -35,7 +31,7 @@ import (
 // are taken at their word ("!!str 3" is a string).
 func Parse(data []byte) (*Policy, error) {
 	if len(data) > MaxFileBytes {
-		return nil, docError(fmt.Sprintf("must be at most %d bytes (64 KiB)", MaxFileBytes))
+		return nil, docError("must be at most " + itoa(MaxFileBytes) + " bytes (64 KiB)")
 	}
 	root, problem := document(data)
 	if problem != nil {
@@ -47,7 +43,7 @@ func Parse(data []byte) (*Policy, error) {
 		d.lines["extends"] = line
 		text, ok := presets[base]
 		if !ok {
-			d.fail("extends", fmt.Sprintf("unknown preset %q (presets: %s)", base, strings.Join(PresetNames(), ", ")))
+			d.fail("extends", "unknown preset "+strconv.Quote(base)+" (presets: "+strings.Join(PresetNames(), ", ")+")")
 		} else {
 			raw = mustRaw(text)
 		}
@@ -62,20 +58,22 @@ func docError(reason string) *Error {
 
 // document returns the root node of the one YAML document in data (JSON is
 // YAML), or the problem: a syntax error, no document, or a second
-// document, which yaml.Unmarshal would ignore without a word.
-func document(data []byte) (*yaml.Node, *FieldError) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &FieldError{Field: "(document)", Reason: strings.TrimPrefix(err.Error(), "yaml: ")}
+// document, which a YAML parser would ignore without a word. readYAML is
+// go.yaml.in/yaml/v3 natively and backstop's own YAML-subset reader in
+// backstop.wasm (yaml_subset.go says why).
+func document(data []byte) (*node, *FieldError) {
+	root, problem := readYAML(data)
+	if problem != nil {
+		return nil, problem
 	}
 	if line := secondDocument(data); line > 0 {
 		return nil, &FieldError{Field: "(document)", Line: line,
-			Reason: fmt.Sprintf("must be one YAML document (a second one starts at line %d)", line)}
+			Reason: "must be one YAML document (a second one starts at line " + itoa(line) + ")"}
 	}
-	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+	if root == nil {
 		return nil, &FieldError{Field: "(document)", Reason: "must be a JSON or YAML object"}
 	}
-	return resolve(doc.Content[0]), nil
+	return root, nil
 }
 
 // secondDocument returns the line on which a second YAML document starts,
@@ -127,7 +125,7 @@ func isMarker(line []byte, m string) bool {
 func Preset(name string) (*Policy, error) {
 	text, ok := presets[name]
 	if !ok {
-		return nil, &Error{Problems: []*FieldError{{Field: "preset", Reason: fmt.Sprintf("unknown preset %q (presets: %s)", name, strings.Join(PresetNames(), ", "))}}}
+		return nil, &Error{Problems: []*FieldError{{Field: "preset", Reason: "unknown preset " + strconv.Quote(name) + " (presets: " + strings.Join(PresetNames(), ", ") + ")"}}}
 	}
 	return Parse([]byte(text))
 }
@@ -206,13 +204,13 @@ func defaultRaw() rawPolicy {
 }
 
 func mustRaw(text string) rawPolicy {
-	var doc yaml.Node
-	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
-		panic(err)
+	root, problem := readYAML([]byte(text))
+	if problem != nil {
+		panic(problem)
 	}
 	raw := defaultRaw()
 	d := &decoder{lines: map[string]int{}}
-	d.policy(resolve(doc.Content[0]), &raw)
+	d.policy(root, &raw)
 	if len(d.problems) > 0 {
 		panic(d.problems[0])
 	}
@@ -238,19 +236,10 @@ func (d *decoder) fail(path, reason string) {
 	d.problems = append(d.problems, &FieldError{Field: path, Line: line, Reason: reason})
 }
 
-// resolve follows an alias ("*name") to the node its anchor ("&name")
-// marks. That node is never an alias itself; the bound is a guard.
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; i < 8 && n != nil && n.Kind == yaml.AliasNode && n.Alias != nil; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
 // entry is one key/value pair of a mapping, aliases resolved.
 type entry struct {
 	key  string
-	k, v *yaml.Node
+	k, v *node
 }
 
 // entries returns the pairs of mapping n in file order, aliases resolved
@@ -262,26 +251,26 @@ type entry struct {
 //
 // Each mapping is expanded at most once per call, so merges of merges
 // cannot multiply the work, and a cycle ends.
-func (d *decoder) entries(n *yaml.Node, path string, norm func(string) string) []entry {
+func (d *decoder) entries(n *node, path string, norm func(string) string) []entry {
 	if norm == nil {
 		norm = func(k string) string { return k }
 	}
-	done := map[*yaml.Node]bool{}
-	var walk func(n *yaml.Node) (own, merged []entry)
-	walk = func(n *yaml.Node) (own, merged []entry) {
+	done := map[*node]bool{}
+	var walk func(n *node) (own, merged []entry)
+	walk = func(n *node) (own, merged []entry) {
 		top := len(done) == 0
 		done[n] = true
 		seen := map[string]bool{} // a merged mapping's own duplicates (n's are the caller's)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
-			d.line = k.Line
-			if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-				from := []*yaml.Node{v}
-				if v.Kind == yaml.SequenceNode {
-					from = v.Content
+		for i := 0; i+1 < len(n.content); i += 2 {
+			k, v := n.content[i], n.content[i+1]
+			d.line = k.line
+			if k.kind == scalarNode && k.tag == "!!merge" {
+				from := []*node{v}
+				if v.kind == sequenceNode {
+					from = v.content
 				}
 				for _, m := range from {
-					if m = resolve(m); m.Kind != yaml.MappingNode {
+					if m.kind != mappingNode {
 						d.fail(join(path, "<<"), "must be an object or a list of objects to merge")
 						continue
 					}
@@ -292,18 +281,18 @@ func (d *decoder) entries(n *yaml.Node, path string, norm func(string) string) [
 				}
 				continue
 			}
-			if k.Kind != yaml.ScalarNode {
+			if k.kind != scalarNode {
 				d.fail(orRoot(path), "keys must be strings")
 				continue
 			}
-			key := norm(k.Value)
+			key := norm(k.value)
 			if !top && seen[key] {
-				d.lines[join(path, k.Value)] = k.Line
-				d.fail(join(path, k.Value), "duplicate key")
+				d.lines[join(path, k.value)] = k.line
+				d.fail(join(path, k.value), "duplicate key")
 				continue
 			}
 			seen[key] = true
-			own = append(own, entry{key: k.Value, k: k, v: v})
+			own = append(own, entry{key: k.value, k: k, v: v})
 		}
 		return own, merged
 	}
@@ -323,7 +312,7 @@ func (d *decoder) entries(n *yaml.Node, path string, norm func(string) string) [
 
 // fields walks a mapping node, calling the handler of each known key and
 // reporting unknown and duplicate keys.
-func (d *decoder) fields(n *yaml.Node, path string, handlers map[string]func(*yaml.Node, string)) {
+func (d *decoder) fields(n *node, path string, handlers map[string]func(*node, string)) {
 	if !d.object(n, path) {
 		return
 	}
@@ -331,8 +320,8 @@ func (d *decoder) fields(n *yaml.Node, path string, handlers map[string]func(*ya
 	for _, e := range d.entries(n, path, nil) {
 		k, v := e.k, e.v
 		p := join(path, e.key)
-		d.lines[p] = k.Line
-		d.line = k.Line
+		d.lines[p] = k.line
+		d.line = k.line
 		if seen[e.key] {
 			d.fail(p, "duplicate key")
 			continue
@@ -343,21 +332,21 @@ func (d *decoder) fields(n *yaml.Node, path string, handlers map[string]func(*ya
 			d.fail(p, "unknown field")
 			continue
 		}
-		d.line = v.Line
+		d.line = v.line
 		h(v, p)
 	}
 }
 
 // object reports a node that is not a mapping, or is one with a tag other
 // than !!map.
-func (d *decoder) object(n *yaml.Node, path string) bool {
-	if n.Kind != yaml.MappingNode {
-		d.line = n.Line
+func (d *decoder) object(n *node, path string) bool {
+	if n.kind != mappingNode {
+		d.line = n.line
 		d.fail(orRoot(path), "must be an object")
 		return false
 	}
-	if tag := n.ShortTag(); tag != "!!map" {
-		d.line = n.Line
+	if tag := n.tag; tag != "!!map" {
+		d.line = n.line
 		d.fail(orRoot(path), "must be an object (got a mapping tagged "+tag+")")
 		return false
 	}
@@ -383,103 +372,103 @@ func join(path, key string) string {
 
 // extendsOf returns the preset a policy extends and the line that says
 // so, "" when none (or when its value is invalid, which d.policy reports).
-func extendsOf(root *yaml.Node) (string, int) {
-	if root.Kind != yaml.MappingNode {
+func extendsOf(root *node) (string, int) {
+	if root.kind != mappingNode {
 		return "", 0
 	}
 	// A scratch decoder: d.policy reports the problems of these entries.
 	for _, e := range (&decoder{lines: map[string]int{}}).entries(root, "", nil) {
 		if e.key == "extends" {
-			if e.v.Kind != yaml.ScalarNode || e.v.ShortTag() != "!!str" {
+			if e.v.kind != scalarNode || e.v.tag != "!!str" {
 				return "", 0
 			}
-			return e.v.Value, e.k.Line
+			return e.v.value, e.k.line
 		}
 	}
 	return "", 0
 }
 
-func (d *decoder) policy(n *yaml.Node, r *rawPolicy) {
-	d.fields(n, "", map[string]func(*yaml.Node, string){
-		"name": func(v *yaml.Node, p string) { d.str(v, p, &r.name) },
-		"extends": func(v *yaml.Node, p string) {
+func (d *decoder) policy(n *node, r *rawPolicy) {
+	d.fields(n, "", map[string]func(*node, string){
+		"name": func(v *node, p string) { d.str(v, p, &r.name) },
+		"extends": func(v *node, p string) {
 			var s string
 			d.str(v, p, &s)
 		},
-		"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
-		"max_elapsed":  func(v *yaml.Node, p string) { d.duration(v, p, &r.maxElapsedMs) },
-		"stop_when":    func(v *yaml.Node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
-		"on_open":      func(v *yaml.Node, p string) { d.enum(v, p, onOpenNames, &r.onOpen) },
-		"uncertain": func(v *yaml.Node, p string) {
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"max_attempts": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },
+		"max_attempts": func(v *node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
+		"max_elapsed":  func(v *node, p string) { d.duration(v, p, &r.maxElapsedMs) },
+		"stop_when":    func(v *node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
+		"on_open":      func(v *node, p string) { d.enum(v, p, onOpenNames, &r.onOpen) },
+		"uncertain": func(v *node, p string) {
+			d.fields(v, p, map[string]func(*node, string){
+				"max_attempts": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },
 			})
 		},
-		"backoff": func(v *yaml.Node, p string) {
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"strategy":      func(v *yaml.Node, p string) { d.enum(v, p, strategyNames, &r.strategy) },
-				"base":          func(v *yaml.Node, p string) { d.duration(v, p, &r.baseMs) },
-				"cap":           func(v *yaml.Node, p string) { d.duration(v, p, &r.capMs) },
-				"multiplier":    func(v *yaml.Node, p string) { d.fixed(v, p, 3, 1000, 1000_000, &r.multMilli) },
-				"max_doublings": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1000, &r.maxDoublings) },
+		"backoff": func(v *node, p string) {
+			d.fields(v, p, map[string]func(*node, string){
+				"strategy":      func(v *node, p string) { d.enum(v, p, strategyNames, &r.strategy) },
+				"base":          func(v *node, p string) { d.duration(v, p, &r.baseMs) },
+				"cap":           func(v *node, p string) { d.duration(v, p, &r.capMs) },
+				"multiplier":    func(v *node, p string) { d.fixed(v, p, 3, 1000, 1000_000, &r.multMilli) },
+				"max_doublings": func(v *node, p string) { d.integer(v, p, 0, 1000, &r.maxDoublings) },
 			})
 		},
-		"jitter": func(v *yaml.Node, p string) {
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"mode":  func(v *yaml.Node, p string) { d.enum(v, p, jitterNames, &r.jitter) },
-				"ratio": func(v *yaml.Node, p string) { d.fixed(v, p, 6, 0, 1_000_000, &r.ratioPPM) },
+		"jitter": func(v *node, p string) {
+			d.fields(v, p, map[string]func(*node, string){
+				"mode":  func(v *node, p string) { d.enum(v, p, jitterNames, &r.jitter) },
+				"ratio": func(v *node, p string) { d.fixed(v, p, 6, 0, 1_000_000, &r.ratioPPM) },
 			})
 		},
-		"retry_after": func(v *yaml.Node, p string) {
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"honor":     func(v *yaml.Node, p string) { d.boolean(v, p, &r.hintHonor) },
-				"mode":      func(v *yaml.Node, p string) { d.enum(v, p, hintModeNames, &r.hintMode) },
-				"cap":       func(v *yaml.Node, p string) { d.duration(v, p, &r.hintCapMs) },
-				"on_exceed": func(v *yaml.Node, p string) { d.enum(v, p, onExceedNames, &r.hintOnExceed) },
+		"retry_after": func(v *node, p string) {
+			d.fields(v, p, map[string]func(*node, string){
+				"honor":     func(v *node, p string) { d.boolean(v, p, &r.hintHonor) },
+				"mode":      func(v *node, p string) { d.enum(v, p, hintModeNames, &r.hintMode) },
+				"cap":       func(v *node, p string) { d.duration(v, p, &r.hintCapMs) },
+				"on_exceed": func(v *node, p string) { d.enum(v, p, onExceedNames, &r.hintOnExceed) },
 			})
 		},
-		"classify": func(v *yaml.Node, p string) {
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"default":     func(v *yaml.Node, p string) { d.enum(v, p, classNames[:], &r.defaultClass) },
-				"http":        func(v *yaml.Node, p string) { r.http = append(r.http, d.rules(v, p, httpKey)...) },
-				"grpc":        func(v *yaml.Node, p string) { r.grpc = append(r.grpc, d.rules(v, p, grpcKey)...) },
-				"error_kinds": func(v *yaml.Node, p string) { r.kinds = append(r.kinds, d.rules(v, p, kindKey)...) },
+		"classify": func(v *node, p string) {
+			d.fields(v, p, map[string]func(*node, string){
+				"default":     func(v *node, p string) { d.enum(v, p, classNames[:], &r.defaultClass) },
+				"http":        func(v *node, p string) { r.http = append(r.http, d.rules(v, p, httpKey)...) },
+				"grpc":        func(v *node, p string) { r.grpc = append(r.grpc, d.rules(v, p, grpcKey)...) },
+				"error_kinds": func(v *node, p string) { r.kinds = append(r.kinds, d.rules(v, p, kindKey)...) },
 			})
 		},
-		"idempotency": func(v *yaml.Node, p string) {
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"idempotent_methods": func(v *yaml.Node, p string) { d.strings(v, p, &r.idempotentMethods) },
-				"never_sent_kinds":   func(v *yaml.Node, p string) { d.strings(v, p, &r.neverSent) },
+		"idempotency": func(v *node, p string) {
+			d.fields(v, p, map[string]func(*node, string){
+				"idempotent_methods": func(v *node, p string) { d.strings(v, p, &r.idempotentMethods) },
+				"never_sent_kinds":   func(v *node, p string) { d.strings(v, p, &r.neverSent) },
 			})
 		},
-		"retry_budget": func(v *yaml.Node, p string) {
+		"retry_budget": func(v *node, p string) {
 			b := &rawBudget{kind: "token_bucket", maxTokensMilli: 100_000, tokenRatioMilli: 100,
 				ratioPPM: 200_000, windowMs: 10_000, minRetriesPerSecond: 10}
 			r.budget = b
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"type":                   func(v *yaml.Node, p string) { d.enum(v, p, []string{"token_bucket", "ratio"}, &b.kind) },
-				"max_tokens":             func(v *yaml.Node, p string) { d.fixed(v, p, 3, 1, 1_000_000, &b.maxTokensMilli) },
-				"token_ratio":            func(v *yaml.Node, p string) { d.fixed(v, p, 3, 1, 1_000_000, &b.tokenRatioMilli) },
-				"ratio":                  func(v *yaml.Node, p string) { d.fixed(v, p, 6, 1, 10_000_000, &b.ratioPPM) },
-				"window":                 func(v *yaml.Node, p string) { d.duration(v, p, &b.windowMs) },
-				"min_retries_per_second": func(v *yaml.Node, p string) { d.integer(v, p, 0, 1_000_000, &b.minRetriesPerSecond) },
+			d.fields(v, p, map[string]func(*node, string){
+				"type":                   func(v *node, p string) { d.enum(v, p, []string{"token_bucket", "ratio"}, &b.kind) },
+				"max_tokens":             func(v *node, p string) { d.fixed(v, p, 3, 1, 1_000_000, &b.maxTokensMilli) },
+				"token_ratio":            func(v *node, p string) { d.fixed(v, p, 3, 1, 1_000_000, &b.tokenRatioMilli) },
+				"ratio":                  func(v *node, p string) { d.fixed(v, p, 6, 1, 10_000_000, &b.ratioPPM) },
+				"window":                 func(v *node, p string) { d.duration(v, p, &b.windowMs) },
+				"min_retries_per_second": func(v *node, p string) { d.integer(v, p, 0, 1_000_000, &b.minRetriesPerSecond) },
 			})
 		},
-		"circuit_breaker": func(v *yaml.Node, p string) {
+		"circuit_breaker": func(v *node, p string) {
 			c := &rawCircuit{failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1, halfOpenMaxCalls: 1}
 			r.circuit = c
-			d.fields(v, p, map[string]func(*yaml.Node, string){
-				"failure_threshold":   func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) },
-				"open_for":            func(v *yaml.Node, p string) { d.duration(v, p, &c.openForMs) },
-				"half_open_successes": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
-				"half_open_max_calls": func(v *yaml.Node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenMaxCalls) },
+			d.fields(v, p, map[string]func(*node, string){
+				"failure_threshold":   func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) },
+				"open_for":            func(v *node, p string) { d.duration(v, p, &c.openForMs) },
+				"half_open_successes": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
+				"half_open_max_calls": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenMaxCalls) },
 			})
 		},
 	})
 }
 
-func (d *decoder) scalar(v *yaml.Node, p, want string) bool {
-	if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" {
+func (d *decoder) scalar(v *node, p, want string) bool {
+	if v.kind != scalarNode || v.tag == "!!null" {
 		d.fail(p, "must be "+want)
 		return false
 	}
@@ -488,63 +477,63 @@ func (d *decoder) scalar(v *yaml.Node, p, want string) bool {
 
 // tagged returns the tag a file wrote on a node ("!!str "), "" when none:
 // a value whose explicit tag makes it the wrong type says so in its error.
-func tagged(v *yaml.Node) string {
-	if v.Style&yaml.TaggedStyle != 0 {
-		return v.ShortTag() + " "
+func tagged(v *node) string {
+	if v.tagged {
+		return v.tag + " "
 	}
 	return ""
 }
 
-func (d *decoder) str(v *yaml.Node, p string, dst *string) {
+func (d *decoder) str(v *node, p string, dst *string) {
 	if d.scalar(v, p, "a string") {
 		// A plain << is YAML's merge key only as a key; as a value it is text.
-		if tag := v.ShortTag(); tag != "!!str" && !(tag == "!!merge" && tagged(v) == "") {
-			d.fail(p, fmt.Sprintf("must be a string (got %s%s)", tagged(v), v.Value))
+		if tag := v.tag; tag != "!!str" && !(tag == "!!merge" && tagged(v) == "") {
+			d.fail(p, "must be a string (got "+tagged(v)+v.value+")")
 			return
 		}
-		*dst = v.Value
+		*dst = v.value
 	}
 }
 
-func (d *decoder) enum(v *yaml.Node, p string, names []string, dst *string) {
+func (d *decoder) enum(v *node, p string, names []string, dst *string) {
 	want := "one of " + strings.Join(names, ", ")
 	if !d.scalar(v, p, want) {
 		return
 	}
 	for _, n := range names {
-		if v.Value == n {
+		if v.value == n {
 			*dst = n
 			return
 		}
 	}
-	d.fail(p, fmt.Sprintf("must be %s (got %s%q)", want, tagged(v), v.Value))
+	d.fail(p, "must be "+want+" (got "+tagged(v)+strconv.Quote(v.value)+")")
 }
 
-func (d *decoder) boolean(v *yaml.Node, p string, dst *bool) {
+func (d *decoder) boolean(v *node, p string, dst *bool) {
 	if d.scalar(v, p, "true or false") {
-		if v.ShortTag() != "!!bool" {
-			d.fail(p, fmt.Sprintf("must be true or false (got %s%q)", tagged(v), v.Value))
+		if v.tag != "!!bool" {
+			d.fail(p, "must be true or false (got "+tagged(v)+strconv.Quote(v.value)+")")
 			return
 		}
-		*dst = v.Value == "true"
+		*dst = v.value == "true"
 	}
 }
 
-func (d *decoder) integer(v *yaml.Node, p string, lo, hi int64, dst *int64) {
+func (d *decoder) integer(v *node, p string, lo, hi int64, dst *int64) {
 	if !d.scalar(v, p, "an integer") {
 		return
 	}
-	n, err := strconv.ParseInt(v.Value, 10, 64)
-	if v.ShortTag() != "!!int" || err != nil {
+	n, err := strconv.ParseInt(v.value, 10, 64)
+	if v.tag != "!!int" || err != nil {
 		want := "an integer"
-		if v.ShortTag() == "!!int" {
+		if v.tag == "!!int" {
 			want = "a decimal integer" // 0x10, 0o17, 1_000 are YAML integers too
 		}
-		d.fail(p, fmt.Sprintf("must be %s (got %s%q)", want, tagged(v), v.Value))
+		d.fail(p, "must be "+want+" (got "+tagged(v)+strconv.Quote(v.value)+")")
 		return
 	}
 	if n < lo || n > hi {
-		d.fail(p, fmt.Sprintf("must be in %d..%d (got %d)", lo, hi, n))
+		d.fail(p, "must be in "+itoa(lo)+".."+itoa(hi)+" (got "+itoa(n)+")")
 		return
 	}
 	*dst = n
@@ -553,18 +542,18 @@ func (d *decoder) integer(v *yaml.Node, p string, lo, hi int64, dst *int64) {
 // fixed reads a decimal number with at most `decimals` places into an
 // integer scaled by 10^decimals, without float arithmetic, so every build
 // reads the same value.
-func (d *decoder) fixed(v *yaml.Node, p string, decimals int, lo, hi int64, dst *int64) {
+func (d *decoder) fixed(v *node, p string, decimals int, lo, hi int64, dst *int64) {
 	if !d.scalar(v, p, "a number") {
 		return
 	}
-	tag := v.ShortTag()
-	n, ok := parseFixed(v.Value, decimals)
+	tag := v.tag
+	n, ok := parseFixed(v.value, decimals)
 	if tag != "!!int" && tag != "!!float" || !ok {
-		d.fail(p, fmt.Sprintf("must be a decimal number with at most %d decimal places (got %s%q)", decimals, tagged(v), v.Value))
+		d.fail(p, "must be a decimal number with at most "+itoa(decimals)+" decimal places (got "+tagged(v)+strconv.Quote(v.value)+")")
 		return
 	}
 	if n < lo || n > hi {
-		d.fail(p, fmt.Sprintf("must be in %s..%s (got %s)", fmtFixed(lo, decimals), fmtFixed(hi, decimals), v.Value))
+		d.fail(p, "must be in "+fmtFixed(lo, decimals)+".."+fmtFixed(hi, decimals)+" (got "+v.value+")")
 		return
 	}
 	*dst = n
@@ -590,32 +579,32 @@ func fmtFixed(n int64, decimals int) string {
 	return s
 }
 
-func (d *decoder) duration(v *yaml.Node, p string, dst *int64) {
+func (d *decoder) duration(v *node, p string, dst *int64) {
 	const want = `a duration such as "250ms", "1s" or "1h"`
 	if !d.scalar(v, p, want) {
 		return
 	}
-	dur, err := time.ParseDuration(v.Value)
-	if v.ShortTag() == "!!str" && err != nil && durationSyntax(v.Value) {
-		// Well written, but past what time.Duration holds.
-		if strings.HasPrefix(v.Value, "-") {
-			d.fail(p, fmt.Sprintf("must not be negative (got %s)", v.Value))
+	dur, ok := parseDuration(v.value)
+	if v.tag == "!!str" && !ok && durationSyntax(v.value) {
+		// Well written, but past what a time.Duration holds.
+		if strings.HasPrefix(v.value, "-") {
+			d.fail(p, "must not be negative (got "+v.value+")")
 		} else {
-			d.fail(p, fmt.Sprintf("must be at most %s (got %s)", time.Duration(math.MaxInt64).Truncate(time.Millisecond), v.Value))
+			d.fail(p, "must be at most "+durationString(math.MaxInt64-math.MaxInt64%1_000_000)+" (got "+v.value+")")
 		}
 		return
 	}
-	if v.ShortTag() != "!!str" || err != nil {
-		d.fail(p, fmt.Sprintf("must be %s (got %s%s)", want, tagged(v), v.Value))
+	if v.tag != "!!str" || !ok {
+		d.fail(p, "must be "+want+" (got "+tagged(v)+v.value+")")
 		return
 	}
 	switch {
 	case dur < 0:
-		d.fail(p, fmt.Sprintf("must not be negative (got %s)", v.Value))
-	case dur%time.Millisecond != 0:
-		d.fail(p, fmt.Sprintf("must be a whole number of milliseconds (got %s)", v.Value))
+		d.fail(p, "must not be negative (got "+v.value+")")
+	case dur%1e6 != 0:
+		d.fail(p, "must be a whole number of milliseconds (got "+v.value+")")
 	default:
-		*dst = dur.Milliseconds()
+		*dst = dur / 1e6
 	}
 }
 
@@ -649,22 +638,21 @@ func durationSyntax(s string) bool {
 	return true
 }
 
-func (d *decoder) strings(v *yaml.Node, p string, dst *[]string) {
-	if v.Kind != yaml.SequenceNode || v.ShortTag() != "!!seq" {
+func (d *decoder) strings(v *node, p string, dst *[]string) {
+	if v.kind != sequenceNode || v.tag != "!!seq" {
 		d.fail(p, "must be a list of strings")
 		return
 	}
-	if len(v.Content) > MaxListItems {
-		d.fail(p, fmt.Sprintf("must have at most %d items (got %d)", MaxListItems, len(v.Content)))
+	if len(v.content) > MaxListItems {
+		d.fail(p, "must have at most "+itoa(MaxListItems)+" items (got "+itoa(len(v.content))+")")
 		return
 	}
 	out := []string{}
-	for i, e := range v.Content {
+	for i, e := range v.content {
 		var s string
-		e = resolve(e)
-		ep := fmt.Sprintf("%s[%d]", p, i)
+		ep := p + "[" + itoa(i) + "]"
 		d.str(e, ep, &s)
-		if s == "" && e.ShortTag() == "!!str" {
+		if s == "" && e.tag == "!!str" {
 			d.fail(ep, "must not be empty")
 		}
 		out = append(out, s)
@@ -673,7 +661,7 @@ func (d *decoder) strings(v *yaml.Node, p string, dst *[]string) {
 }
 
 // rules reads a classification table: an object from key to class name.
-func (d *decoder) rules(v *yaml.Node, p string, checkKey func(string) (string, string)) []rule {
+func (d *decoder) rules(v *node, p string, checkKey func(string) (string, string)) []rule {
 	if !d.object(v, p) {
 		return nil
 	}
@@ -685,16 +673,16 @@ func (d *decoder) rules(v *yaml.Node, p string, checkKey func(string) (string, s
 	}
 	entries := d.entries(v, p, norm)
 	if len(entries) > MaxTableEntries {
-		d.fail(p, fmt.Sprintf("must have at most %d entries (got %d)", MaxTableEntries, len(entries)))
+		d.fail(p, "must have at most "+itoa(MaxTableEntries)+" entries (got "+itoa(len(entries))+")")
 		return nil
 	}
 	var out []rule
 	seen := map[string]bool{}
 	for _, e := range entries {
 		k, val := e.k, e.v
-		kp := join(p, k.Value)
-		d.lines[kp], d.line = k.Line, k.Line
-		key, problem := checkKey(k.Value)
+		kp := join(p, k.value)
+		d.lines[kp], d.line = k.line, k.line
+		key, problem := checkKey(k.value)
 		switch {
 		case problem != "":
 			d.fail(kp, problem)
@@ -720,7 +708,7 @@ func httpKey(k string) (string, string) {
 	if n, err := strconv.Atoi(k); err == nil && n >= 100 && n <= 599 {
 		return strconv.Itoa(n), ""
 	}
-	return "", fmt.Sprintf("must be an HTTP status 100..599 or a range such as 5xx (got %q)", k)
+	return "", "must be an HTTP status 100..599 or a range such as 5xx (got " + strconv.Quote(k) + ")"
 }
 
 func grpcKey(k string) (string, string) {
@@ -729,7 +717,7 @@ func grpcKey(k string) (string, string) {
 			return strconv.Itoa(code), ""
 		}
 	}
-	return "", fmt.Sprintf("must be a gRPC status name such as UNAVAILABLE or a code 1..16 (got %q)", k)
+	return "", "must be a gRPC status name such as UNAVAILABLE or a code 1..16 (got " + strconv.Quote(k) + ")"
 }
 
 func kindKey(k string) (string, string) {

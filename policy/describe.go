@@ -1,55 +1,52 @@
 package policy
 
-import (
-	"fmt"
-	"strings"
-)
+import "strings"
 
 // String summarises the policy in one line, as `backstop policy check`
 // prints it.
 func (p *Policy) String() string {
 	var b strings.Builder
 	if p.name != "" {
-		fmt.Fprintf(&b, "%s: ", p.name)
+		b.WriteString(p.name + ": ")
 	}
 	if p.maxAttempts > 0 {
-		fmt.Fprintf(&b, "max attempts %d (uncertain %d)", p.maxAttempts, p.uncertainMaxAttempts)
+		b.WriteString("max attempts " + itoa(p.maxAttempts) + " (uncertain " + itoa(p.uncertainMaxAttempts) + ")")
 	} else {
-		fmt.Fprintf(&b, "unlimited attempts (uncertain %d)", p.uncertainMaxAttempts)
+		b.WriteString("unlimited attempts (uncertain " + itoa(p.uncertainMaxAttempts) + ")")
 	}
 	if p.maxElapsedMs > 0 {
-		fmt.Fprintf(&b, ", max elapsed %s", ms(p.maxElapsedMs))
+		b.WriteString(", max elapsed " + ms(p.maxElapsedMs))
 	}
 	if p.stopAll && p.maxAttempts > 0 && p.maxElapsedMs > 0 {
 		b.WriteString(" (stop when both are reached)")
 	}
-	fmt.Fprintf(&b, "; %s backoff", strategyNames[p.strategy])
+	b.WriteString("; " + strategyNames[p.strategy] + " backoff")
 	switch p.strategy {
 	case strategyExponential:
-		fmt.Fprintf(&b, " base %s ×%s cap %s (max %d doublings)", ms(p.baseMs), fmtFixed(p.multMilli, 3), ms(p.capMs), p.maxDoublings)
+		b.WriteString(" base " + ms(p.baseMs) + " ×" + fmtFixed(p.multMilli, 3) + " cap " + ms(p.capMs) + " (max " + itoa(p.maxDoublings) + " doublings)")
 	case strategyCloudTasks:
-		fmt.Fprintf(&b, " base %s doubling %d times, then +%s per retry, cap %s", ms(p.baseMs), p.maxDoublings, ms(p.exponential(p.maxDoublings)), ms(p.capMs))
+		b.WriteString(" base " + ms(p.baseMs) + " doubling " + itoa(p.maxDoublings) + " times, then +" + ms(p.exponential(p.maxDoublings)) + " per retry, cap " + ms(p.capMs))
 	case strategyConstant, strategyLinear, strategyDecorrelated:
-		fmt.Fprintf(&b, " base %s cap %s", ms(p.baseMs), ms(p.capMs))
+		b.WriteString(" base " + ms(p.baseMs) + " cap " + ms(p.capMs))
 	}
-	fmt.Fprintf(&b, ", %s jitter", jitterNames[p.jitter])
+	b.WriteString(", " + jitterNames[p.jitter] + " jitter")
 	if p.jitter == jitterProportional {
-		fmt.Fprintf(&b, " ±%s", fmtFixed(p.ratioPPM, 6))
+		b.WriteString(" ±" + fmtFixed(p.ratioPPM, 6))
 	}
 	if p.hintHonor {
-		fmt.Fprintf(&b, "; Retry-After %s, cap %s (%s beyond)", map[hintMode]string{hintMax: "max(hint, computed)", hintOnly: "as sent"}[p.hintMode], ms(p.hintCapMs), onExceedNames[p.hintOnExceed])
+		b.WriteString("; Retry-After " + map[hintMode]string{hintMax: "max(hint, computed)", hintOnly: "as sent"}[p.hintMode] + ", cap " + ms(p.hintCapMs) + " (" + onExceedNames[p.hintOnExceed] + " beyond)")
 	} else {
 		b.WriteString("; Retry-After ignored")
 	}
 	if p.budget != nil {
 		if p.budget.bucket {
-			fmt.Fprintf(&b, "; retry budget %s tokens +%s per success", fmtFixed(p.budget.maxMilli, 3), fmtFixed(p.budget.ratioMill, 3))
+			b.WriteString("; retry budget " + fmtFixed(p.budget.maxMilli, 3) + " tokens +" + fmtFixed(p.budget.ratioMill, 3) + " per success")
 		} else {
-			fmt.Fprintf(&b, "; retry budget %s of requests over %ds (+%d/s)", fmtFixed(p.budget.ratioPPM, 6), p.budget.windowSec, p.budget.minPerSec)
+			b.WriteString("; retry budget " + fmtFixed(p.budget.ratioPPM, 6) + " of requests over " + itoa(p.budget.windowSec) + "s (+" + itoa(p.budget.minPerSec) + "/s)")
 		}
 	}
 	if p.circuit != nil {
-		fmt.Fprintf(&b, "; circuit breaker opens after %d failures for %s", p.circuit.threshold, ms(p.circuit.openMs))
+		b.WriteString("; circuit breaker opens after " + itoa(p.circuit.threshold) + " failures for " + ms(p.circuit.openMs))
 	}
 	return b.String()
 }

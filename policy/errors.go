@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"fmt"
-	"strings"
-)
+import "strings"
 
 // FieldError reports one invalid field of a policy file or of a Failure.
 // Field is the dotted path of the field ("backoff.cap").
@@ -45,7 +42,7 @@ func (e *Error) moreText() string {
 	case e.More == 1:
 		return "and 1 more problem"
 	case e.More > 1:
-		return fmt.Sprintf("and %d more problems", e.More)
+		return "and " + itoa(e.More) + " more problems"
 	}
 	return ""
 }
@@ -59,6 +56,6 @@ type InputError struct {
 
 func (e *InputError) Error() string { return "invalid failure: " + e.Field + ": " + e.Reason }
 
-func inputErrorf(field, format string, args ...any) error {
-	return &InputError{Field: field, Reason: fmt.Sprintf(format, args...)}
+func inputError(field, reason string) error {
+	return &InputError{Field: field, Reason: reason}
 }

@@ -82,7 +82,7 @@ func (p *Policy) Decide(f Failure) (Decision, error) {
 	if p.stateful && f.NowMs == 0 {
 		// The budget's window and the breaker's timer run on now_ms: 0
 		// ("unknown") would open the breaker for good.
-		return Decision{}, inputErrorf("now_ms", "must be set (Unix milliseconds) for a policy with a retry budget or a circuit breaker")
+		return Decision{}, inputError("now_ms", "must be set (Unix milliseconds) for a policy with a retry budget or a circuit breaker")
 	}
 	class := p.classify(&f)
 	d := Decision{Action: DeadLetter, Class: class}
@@ -266,17 +266,17 @@ func (f *Failure) outOfRange() bool {
 func (f *Failure) invalid() error {
 	switch {
 	case f.Attempt < 1:
-		return inputErrorf("attempt", "must be >= 1 (got %d)", f.Attempt)
+		return inputError("attempt", "must be >= 1 (got "+itoa(f.Attempt)+")")
 	case f.HTTPStatus != 0 && (f.HTTPStatus < 100 || f.HTTPStatus > 599):
-		return inputErrorf("http_status", "must be 0 (none) or 100..599 (got %d)", f.HTTPStatus)
+		return inputError("http_status", "must be 0 (none) or 100..599 (got "+itoa(f.HTTPStatus)+")")
 	case f.GRPCCode < 0 || f.GRPCCode > 16:
-		return inputErrorf("grpc_code", "must be 0 (none) or 1..16 (got %d)", f.GRPCCode)
+		return inputError("grpc_code", "must be 0 (none) or 1..16 (got "+itoa(f.GRPCCode)+")")
 	case f.ElapsedMs < 0:
-		return inputErrorf("elapsed_ms", "must be >= 0 (got %d)", f.ElapsedMs)
+		return inputError("elapsed_ms", "must be >= 0 (got "+itoa(f.ElapsedMs)+")")
 	case f.NowMs < 0:
-		return inputErrorf("now_ms", "must be >= 0 (got %d)", f.NowMs)
+		return inputError("now_ms", "must be >= 0 (got "+itoa(f.NowMs)+")")
 	}
-	return inputErrorf("prev_delay_ms", "must be >= 0 (got %d)", f.PrevDelayMs)
+	return inputError("prev_delay_ms", "must be >= 0 (got "+itoa(f.PrevDelayMs)+")")
 }
 
 // hint returns the server's requested wait in milliseconds, when present

@@ -1,8 +1,8 @@
 package policy
 
 import (
-	"fmt"
-	"time"
+	"errors"
+	"strconv"
 )
 
 // Failure describes one failed execution. Every field is a plain value, so a
@@ -113,7 +113,7 @@ func enumName(names []string, i int, what string) string {
 	if i >= 0 && i < len(names) {
 		return names[i]
 	}
-	return fmt.Sprintf("%s(%d)", what, i)
+	return what + "(" + itoa(i) + ")"
 }
 
 func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
@@ -137,7 +137,7 @@ func parseEnum(names []string, b []byte, what string, dst *uint8) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown %s %q", what, b)
+	return errors.New("unknown " + what + " " + strconv.Quote(string(b)))
 }
 
 // Decision is the policy's answer for one Failure.
@@ -147,6 +147,3 @@ type Decision struct {
 	Reason  Reason `json:"reason"`
 	Class   Class  `json:"class"`
 }
-
-// Delay returns DelayMs as a time.Duration.
-func (d Decision) Delay() time.Duration { return time.Duration(d.DelayMs) * time.Millisecond }
