@@ -32,7 +32,7 @@ PY_CALL_TESTS := $(addprefix host/python/tests/,test_vectors.py test_inputs.py t
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all build wasm deps test vectors queue-cases idempotency-cases bench fuzz demo clean
+.PHONY: all build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -122,6 +122,12 @@ queue-cases:
 idempotency-cases:
 	$(GO) test -count=1 -run '^TestIdempotencyCases$$' ./idempotency -update
 
+## rabbitmq-cases: regenerate testdata/rabbitmq/cases.json: the cases' inputs
+## (queue/rabbitmq/cases_build_test.go) run through the Go worker against a
+## real rabbitmq-server give where every message goes
+rabbitmq-cases:
+	$(GO) test -count=1 -run '^TestRabbitCases$$' ./queue/rabbitmq -update
+
 ## bench: the side-by-side benchmarks (results go into BENCHMARKS.md)
 bench: deps wasm
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./bench/... ./host/...
@@ -134,6 +140,8 @@ bench: deps wasm
 ## real redis-server (one per fuzzing process; `make deps` installs it)
 fuzz: wasm
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./policy
+	$(GO) test -run '^$$' -fuzz '^FuzzSubset$$' -fuzztime $(FUZZTIME) ./policy
+	$(GO) test -run '^$$' -fuzz '^FuzzDuration$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./policy
 	for f in FuzzPolicyLoad FuzzDecide FuzzDecideBatch FuzzBuffer; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./wasm || exit 1; done

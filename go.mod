@@ -21,7 +21,7 @@ require (
 	gonum.org/v1/plot v0.17.0
 )
 
-require github.com/rabbitmq/amqp091-go v1.10.0 // indirect
+require github.com/rabbitmq/amqp091-go v1.10.0
 
 require (
 	// Listed so that the go command finds this package in its own module

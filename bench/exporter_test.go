@@ -270,13 +270,20 @@ func startExporter(b *testing.B, bin, redisAddr string, qs []exporter.Queue) *ru
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
 		b.Fatal(err)
 	}
+	return runExporter(b, bin, "--redis.addr="+redisAddr, "--queues.config="+path)
+}
+
+// runExporter runs the exporter binary with args on a free loopback port
+// until the benchmark ends, and waits for it to be ready.
+func runExporter(b *testing.B, bin string, args ...string) *runningExporter {
+	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, "--redis.addr="+redisAddr, "--queues.config="+path, "--web.listen-address="+addr, "--log.level=warn")
+	cmd := exec.Command(bin, append(args, "--web.listen-address="+addr, "--log.level=warn")...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)

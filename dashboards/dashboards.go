@@ -195,56 +195,86 @@ func clientVariables() []Variable {
 	}
 }
 
-// clientRow is the row of in-process retries (retry loops and queue
-// workers in Go, Node and Python), placed below the panels that end at y.
-func clientRow(firstID, y int) []Panel {
-	ps := layout([]Panel{
-		ts("In-process attempts", "Calls made under a policy by services' retry loops and queue workers, per second, by outcome: success, retry, dead_letter, and refused (stopped by the breaker before leaving).", "ops",
-			q(fmt.Sprintf("sum by (policy, target, outcome) (rate(backstop_client_attempts_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{outcome}}")),
-		ts("In-process retry ratio", "Share of the calls made that were retries, by policy and target. What BackstopClientHighRetryRatio warns on.", "percentunit",
-			q(fmt.Sprintf("sum by (policy, target) (rate(backstop_client_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (policy, target) (rate(backstop_client_attempts_total{%s, outcome!=\"refused\"}[$__rate_interval]))", csel, csel), "{{policy}} → {{target}}")),
-		ts("In-process retries by reason", "transient, uncertain, retry_after (the server set the wait).", "ops",
-			q(fmt.Sprintf("sum by (policy, target, reason) (rate(backstop_client_retries_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{reason}}")),
-		ts("Retry delay", "The delay scheduled before a retry (between attempt N and N+1): median and 90th percentile.", "s",
-			q(fmt.Sprintf("histogram_quantile(0.5, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket{%s}[$__rate_interval])))", csel), "{{policy}} → {{target}} p50"),
-			q(fmt.Sprintf("histogram_quantile(0.9, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket{%s}[$__rate_interval])))", csel), "{{policy}} → {{target}} p90")),
-		ts("Calls refused", "Calls the breaker refused before they were made, per second, by reason. What BackstopClientCallsRefused warns on.", "ops",
-			q(fmt.Sprintf("sum by (policy, target, reason) (rate(backstop_client_calls_refused_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{reason}}")),
-		ts("Breaker state", "Processes whose breaker is in each state (closed, open, half_open), and state changes per second. A breaker never seen closed is what BackstopClientCircuitStuckOpen pages on.", "short",
-			q(fmt.Sprintf("sum by (policy, target, state) (backstop_client_circuit_state{%s})", csel), "{{policy}} → {{target}} {{state}}"),
-			q(fmt.Sprintf("sum by (policy, target, to) (rate(backstop_client_circuit_transitions_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} to {{to}}/s")),
-	})
+// row returns a row titled title, with ID firstID at y, and its panels
+// laid out below it.
+func row(firstID, y int, title, desc string, ps []Panel) []Panel {
+	ps = layout(ps)
 	for i := range ps {
 		ps[i].ID = firstID + 1 + i
 		ps[i].GridPos.Y += y + 1
 	}
-	row := Panel{ID: firstID, Type: "row", Title: "In-process retries",
-		Description: "backstop_client_* from services' retry loops and queue workers (Go, Node, Python), by policy and target.",
-		Datasource:  ds, GridPos: GridPos{H: 1, W: 24, X: 0, Y: y}}
-	return append([]Panel{row}, ps...)
+	r := Panel{ID: firstID, Type: "row", Title: title, Description: desc, Datasource: ds, GridPos: GridPos{H: 1, W: 24, X: 0, Y: y}}
+	return append([]Panel{r}, ps...)
+}
+
+// jtsel selects one queue's series of the chosen job types. Untyped jobs
+// have job_type="": the All value ".*" keeps them.
+const jtsel = sel + `, job_type=~"$job_type"`
+
+// untyped names the series of untyped jobs (job_type="") in legends.
+func untyped(expr string) string {
+	return fmt.Sprintf(`label_replace(%s, "job_type", "(untyped)", "job_type", "")`, expr)
+}
+
+// jobTypeRow is the row of per-type figures (issue 16: which kind of job
+// on a shared queue retries, dead-letters, needs many attempts), placed
+// below the panels that end at y.
+func jobTypeRow(firstID, y int) []Panel {
+	return row(firstID, y, "Job types",
+		"The queue's figures by job type (job_type; untyped jobs have none), for queues shared by several kinds of job.", []Panel{
+			ts("Retry rate by job type", "Share of each job type's attempt outcomes that were retries. What BackstopJobTypeHighRetryRate warns on.", "percentunit",
+				q(untyped(fmt.Sprintf("sum by (job_type) (rate(backstop_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (job_type) (rate(backstop_attempts_total{%s}[$__rate_interval]))", jtsel, jtsel)), "{{job_type}}")),
+			ts("Attempt outcomes by job type", "Attempt outcomes per second by job type: success, retry, dead letter, deferred.", "ops",
+				q(untyped(fmt.Sprintf("sum by (job_type, outcome) (rate(backstop_attempts_total{%s}[$__rate_interval]))", jtsel)), "{{job_type}} {{outcome}}")),
+			ts("Retries by job type and reason", "Retries per second by job type and the policy's reason (transient, uncertain, retry_after).", "ops",
+				q(untyped(fmt.Sprintf("sum by (job_type, reason) (rate(backstop_retries_total{%s}[$__rate_interval]))", jtsel)), "{{job_type}} {{reason}}")),
+			ts("Dead letters by job type", "Jobs dead-lettered per second by job type and reason: which kind of job fills the DLQ. What BackstopJobTypeDeadLetters warns on; `backstop dlq replay --type` moves one type back.", "ops",
+				q(untyped(fmt.Sprintf("sum by (job_type, reason) (rate(backstop_dead_letters_total{%s}[$__rate_interval]))", jtsel)), "{{job_type}} {{reason}}")),
+			ts("Attempts per job by job type", "The attempt on which each type's jobs finished (success or dead letter): median and 90th percentile. A healthy type sits on 1.", "short",
+				q(untyped(fmt.Sprintf("histogram_quantile(0.5, sum by (job_type, le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval])))", jtsel)), "{{job_type}} p50"),
+				q(untyped(fmt.Sprintf("histogram_quantile(0.9, sum by (job_type, le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval])))", jtsel)), "{{job_type}} p90")),
+			ts("Job type registry", "Job types the queue counts by name, and events per second of types counted as other because the registry is full (types:limit). What BackstopJobTypesOverflow warns on.", "short",
+				q(fmt.Sprintf("sum by (queue) (backstop_job_types{%s})", sel), "{{queue}} types"),
+				q(fmt.Sprintf("sum by (queue) (rate(backstop_job_types_overflow_total{%s}[$__rate_interval]))", sel), "{{queue}} overflow/s")),
+		})
+}
+
+// clientRow is the row of in-process retries (retry loops and queue
+// workers in Go, Node and Python), placed below the panels that end at y.
+func clientRow(firstID, y int) []Panel {
+	return row(firstID, y, "In-process retries",
+		"backstop_client_* from services' retry loops and queue workers (Go, Node, Python), by policy and target.", []Panel{
+			ts("In-process attempts", "Calls made under a policy by services' retry loops and queue workers, per second, by outcome: success, retry, dead_letter, and refused (stopped by the breaker before leaving).", "ops",
+				q(fmt.Sprintf("sum by (policy, target, outcome) (rate(backstop_client_attempts_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{outcome}}")),
+			ts("In-process retry ratio", "Share of the calls made that were retries, by policy and target. What BackstopClientHighRetryRatio warns on.", "percentunit",
+				q(fmt.Sprintf("sum by (policy, target) (rate(backstop_client_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (policy, target) (rate(backstop_client_attempts_total{%s, outcome!=\"refused\"}[$__rate_interval]))", csel, csel), "{{policy}} → {{target}}")),
+			ts("In-process retries by reason", "transient, uncertain, retry_after (the server set the wait).", "ops",
+				q(fmt.Sprintf("sum by (policy, target, reason) (rate(backstop_client_retries_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{reason}}")),
+			ts("Retry delay", "The delay scheduled before a retry (between attempt N and N+1): median and 90th percentile.", "s",
+				q(fmt.Sprintf("histogram_quantile(0.5, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket{%s}[$__rate_interval])))", csel), "{{policy}} → {{target}} p50"),
+				q(fmt.Sprintf("histogram_quantile(0.9, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket{%s}[$__rate_interval])))", csel), "{{policy}} → {{target}} p90")),
+			ts("Calls refused", "Calls the breaker refused before they were made, per second, by reason. What BackstopClientCallsRefused warns on.", "ops",
+				q(fmt.Sprintf("sum by (policy, target, reason) (rate(backstop_client_calls_refused_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} {{reason}}")),
+			ts("Breaker state", "Processes whose breaker is in each state (closed, open, half_open), and state changes per second. A breaker never seen closed is what BackstopClientCircuitStuckOpen pages on.", "short",
+				q(fmt.Sprintf("sum by (policy, target, state) (backstop_client_circuit_state{%s})", csel), "{{policy}} → {{target}} {{state}}"),
+				q(fmt.Sprintf("sum by (policy, target, to) (rate(backstop_client_circuit_transitions_total{%s}[$__rate_interval]))", csel), "{{policy}} → {{target}} to {{to}}/s")),
+		})
 }
 
 // idempotencyRow is the row of idempotency stores (backstop_idempotency_*
 // from services' middleware and workers), placed below the panels that end
 // at y. Its series have no queue label: they follow $job and $instance.
 func idempotencyRow(firstID, y int) []Panel {
-	ps := layout([]Panel{
-		ts("Idempotent requests", "Requests and jobs carrying an idempotency key, per second, by outcome: first_run, replayed (a duplicate answered from the store instead of running again), in_progress (409), conflict (422: same key, different request), too_large.", "ops",
-			q(fmt.Sprintf("sum by (job, outcome) (rate(backstop_idempotency_requests_total{%s}[$__rate_interval]))", hostSel), "{{job}} {{outcome}}")),
-		ts("Idempotency store errors", "Failed Redis calls of the store per second, by operation (begin, complete, fail). What BackstopIdempotencyStoreErrors pages on.", "ops",
-			q(fmt.Sprintf("sum by (job, instance, operation) (rate(backstop_idempotency_store_errors_total{%s}[$__rate_interval]))", hostSel), "{{job}} {{instance}} {{operation}}")),
-		ts("Idempotency leases", "Keys taken over because their owner's lease ran out (a crashed or slow request), and owners that found their key taken when they finished (their result was not stored).", "ops",
-			q(fmt.Sprintf("sum by (job) (rate(backstop_idempotency_lease_expiries_total{%s}[$__rate_interval]))", hostSel), "{{job}} expired"),
-			q(fmt.Sprintf("sum by (job) (rate(backstop_idempotency_lease_lost_total{%s}[$__rate_interval]))", hostSel), "{{job}} lost")),
-	})
-	for i := range ps {
-		ps[i].ID = firstID + 1 + i
-		ps[i].GridPos.Y += y + 1
-	}
-	row := Panel{ID: firstID, Type: "row", Title: "Idempotency",
-		Description: "backstop_idempotency_* from services' idempotency middleware and workers (Go, Node, Python), by job and instance.",
-		Datasource:  ds, GridPos: GridPos{H: 1, W: 24, X: 0, Y: y}}
-	return append([]Panel{row}, ps...)
+	return row(firstID, y, "Idempotency",
+		"backstop_idempotency_* from services' idempotency middleware and workers (Go, Node, Python), by job and instance.", []Panel{
+			ts("Idempotent requests", "Requests and jobs carrying an idempotency key, per second, by outcome: first_run, replayed (a duplicate answered from the store instead of running again), in_progress (409), conflict (422: same key, different request), too_large.", "ops",
+				q(fmt.Sprintf("sum by (job, outcome) (rate(backstop_idempotency_requests_total{%s}[$__rate_interval]))", hostSel), "{{job}} {{outcome}}")),
+			ts("Idempotency store errors", "Failed Redis calls of the store per second, by operation (begin, complete, fail). What BackstopIdempotencyStoreErrors pages on.", "ops",
+				q(fmt.Sprintf("sum by (job, instance, operation) (rate(backstop_idempotency_store_errors_total{%s}[$__rate_interval]))", hostSel), "{{job}} {{instance}} {{operation}}")),
+			ts("Idempotency leases", "Keys taken over because their owner's lease ran out (a crashed or slow request), and owners that found their key taken when they finished (their result was not stored).", "ops",
+				q(fmt.Sprintf("sum by (job) (rate(backstop_idempotency_lease_expiries_total{%s}[$__rate_interval]))", hostSel), "{{job}} expired"),
+				q(fmt.Sprintf("sum by (job) (rate(backstop_idempotency_lease_lost_total{%s}[$__rate_interval]))", hostSel), "{{job}} lost")),
+		})
 }
 
 // Queue is the drill-down of one (or a few) queues.
@@ -279,8 +309,12 @@ func Queue() Dashboard {
 				q(fmt.Sprintf("sum(backstop_dlq_size{%s})", sel), "dead letters")),
 		}),
 	}
+	d.Templating.List = append(d.Templating.List, Variable{Name: "job_type", Label: "job type", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,
+		Query: `label_values(backstop_attempts_total{job=~"$job", instance=~"$instance", queue=~"$queue"}, job_type)`, Multi: true, IncludeAll: true, AllValue: ".*"})
 	d.Templating.List = append(d.Templating.List, clientVariables()...)
 	last := d.Panels[len(d.Panels)-1].GridPos
+	d.Panels = append(d.Panels, jobTypeRow(len(d.Panels)+1, last.Y+last.H)...)
+	last = d.Panels[len(d.Panels)-1].GridPos
 	d.Panels = append(d.Panels, clientRow(len(d.Panels)+1, last.Y+last.H)...)
 	last = d.Panels[len(d.Panels)-1].GridPos
 	d.Panels = append(d.Panels, idempotencyRow(len(d.Panels)+1, last.Y+last.H)...)

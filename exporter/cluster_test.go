@@ -52,11 +52,11 @@ func TestCluster(t *testing.T) {
 	for i := range n {
 		q := strconv.Quote("q" + strconv.Itoa(i))
 		want(t, got, map[string]float64{
-			`backstop_enqueued_total{queue=` + q + `}`:                              3,
-			`backstop_dlq_size{queue=` + q + `}`:                                    1,
-			`backstop_stream_pending_jobs{group="workers",queue=` + q + `}`:         1,
-			`backstop_attempts_total{outcome="success",queue=` + q + `}`:            1,
-			`backstop_dead_letters_total{queue=` + q + `,reason="permanent_error"}`: 1,
+			`backstop_enqueued_total{queue=` + q + `}`:                                          3,
+			`backstop_dlq_size{queue=` + q + `}`:                                                1,
+			`backstop_stream_pending_jobs{group="workers",queue=` + q + `}`:                     1,
+			`backstop_attempts_total{job_type="",outcome="success",queue=` + q + `}`:            1,
+			`backstop_dead_letters_total{job_type="",queue=` + q + `,reason="permanent_error"}`: 1,
 		})
 	}
 	if logs.String() != "" {

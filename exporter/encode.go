@@ -45,7 +45,7 @@ func encode(w *bufio.Writer, ss *samples, fams []*dto.MetricFamily, om bool) (le
 		all = append(all, family{name: f.GetName(), dto: f})
 	}
 	slices.SortFunc(all, func(a, b family) int { return strings.Compare(a.name, b.name) })
-	e := encoder{w: w, om: om}
+	e := encoder{w: w, om: om, ss: ss}
 	for _, f := range all {
 		if f.dto != nil {
 			var err error
@@ -73,6 +73,7 @@ type encoder struct {
 	w   *bufio.Writer
 	om  bool
 	num []byte // scratch for numbers
+	ss  *samples
 }
 
 // family writes the samples of one metric, sorted by their label values
@@ -89,9 +90,9 @@ func (e *encoder) family(group []*sample) {
 	d := group[0].desc
 	name, typ := d.name, "gauge"
 	switch {
-	case group[0].hist != nil:
+	case d.typ == prometheus.UntypedValue:
 		typ = "histogram"
-	case group[0].typ == prometheus.CounterValue:
+	case d.typ == prometheus.CounterValue:
 		typ = "counter"
 		if e.om { // OpenMetrics names the family of a counter x_total x
 			name = strings.TrimSuffix(name, "_total")
@@ -112,16 +113,17 @@ func (e *encoder) family(group []*sample) {
 	w.WriteString(typ)
 	w.WriteByte('\n')
 	for _, s := range group {
-		if s.hist == nil {
+		h := e.ss.hist(s)
+		if h == nil {
 			e.line(s, "", math.NaN(), false, s.value, 0, false)
 			continue
 		}
-		for i, bound := range s.hist.bounds {
-			e.line(s, "_bucket", bound, true, 0, s.hist.cum[i], true)
+		for i, bound := range h.bounds {
+			e.line(s, "_bucket", bound, true, 0, h.cum[i], true)
 		}
-		e.line(s, "_bucket", math.Inf(1), true, 0, s.hist.count, true)
-		e.line(s, "_sum", 0, false, s.value, 0, false)
-		e.line(s, "_count", 0, false, 0, s.hist.count, true)
+		e.line(s, "_bucket", math.Inf(1), true, 0, h.count, true)
+		e.line(s, "_sum", 0, false, h.sum, 0, false)
+		e.line(s, "_count", 0, false, 0, h.count, true)
 	}
 }
 

@@ -2,6 +2,8 @@
 // of the queue contract (delayed set, dead letter stream, jobs stream and
 // its consumer groups, stats hash) and reports the metrics of DESIGN.md,
 // "Metrics (exporter contract)". It never writes to Redis.
+// NewRabbitMQCollector reports the same names for queues on RabbitMQ, from
+// its management API (rabbitmq.go).
 //
 // Every scrape reads live state in pipelines of a fixed number of
 // commands per queue, whatever the queues' lengths, under a time budget;
@@ -37,6 +39,7 @@ type config struct {
 	timeout time.Duration
 	log     *slog.Logger
 	now     func() time.Time // the clock: a seam for tests
+	rmq     *rabbitConfig    // the RabbitMQ options (rabbitmq.go); nil for Redis
 }
 
 func defaults() config {
@@ -94,6 +97,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // client.
 type Collector struct {
 	rdb    redis.UniversalClient
+	rmq    *rabbitSource // set instead of rdb by NewRabbitMQCollector
 	cfg    config
 	disc   *discovery // nil without a pattern
 	build  prometheus.Collector
@@ -163,13 +167,17 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect scrapes Redis, or waits for the scrape already running and
 // reports its result.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.flight.do(c.scrape).all(func(s *sample) { ch <- s })
+	ss := c.flight.do(c.scrape)
+	ss.all(func(s *sample) { ch <- ss.metric(s) })
 	c.build.Collect(ch)
 }
 
 // scrape reads every queue once, and the nodes' memory and refusals,
 // within the budget.
 func (c *Collector) scrape() *samples {
+	if c.rmq != nil {
+		return c.scrapeRabbit()
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
 	defer cancel()
@@ -378,23 +386,30 @@ type sink struct {
 	later []func(context.Context, redis.Pipeliner) func(*sink)
 }
 
+// gauge and counter add a sample of d, whose name says its type
+// (desc.typ): they differ for the reader.
 func (s *sink) gauge(d *desc, v float64, labels ...string) {
-	s.put(d, prometheus.GaugeValue, v, nil, labels)
+	s.put(d, v, nil, labels)
 }
 
 func (s *sink) counter(d *desc, v float64, labels ...string) {
-	s.put(d, prometheus.CounterValue, v, nil, labels)
+	s.put(d, v, nil, labels)
 }
 
 // histogram adds a histogram of count observations summing to sum, with
 // cum[i] of them at most bounds[i].
 func (s *sink) histogram(d *desc, bounds []float64, cum []uint64, count uint64, sum float64, labels ...string) {
-	s.put(d, prometheus.UntypedValue, sum, &hist{count: count, bounds: bounds, cum: cum}, labels)
+	s.put(d, sum, &hist{count: count, bounds: bounds, cum: cum}, labels)
 }
 
-func (s *sink) put(d *desc, typ prometheus.ValueType, v float64, h *hist, labels []string) {
+func (s *sink) put(d *desc, v float64, h *hist, labels []string) {
 	m := s.samples.add()
-	m.desc, m.typ, m.value, m.hist = d, typ, v, h
+	m.desc, m.value = d, v
+	if h != nil {
+		h.sum = v
+		m.value = float64(len(s.samples.hists))
+		s.samples.hists = append(s.samples.hists, h)
+	}
 	copy(m.labels[:], labels)
 }
 
@@ -426,9 +441,10 @@ const (
 	kindTimeout    = "timeout"    // the scrape's budget ran out
 	kindWrongType  = "wrong_type" // a key holds another type than the layout says
 	kindReply      = "reply"      // any other error reply, e.g. an ACL refusing a command
+	kindStats      = "stats"      // a stats hash whose per-type counters exceed its totals (clamped)
 )
 
-var kinds = []string{kindConnection, kindAuth, kindTimeout, kindWrongType, kindReply}
+var kinds = []string{kindConnection, kindAuth, kindTimeout, kindWrongType, kindReply, kindStats}
 
 func kindOf(err error) string {
 	var rerr redis.Error

@@ -194,7 +194,7 @@ func TestHandlerFormats(t *testing.T) {
 		ct := resp.Header.Get("Content-Type")
 		if om {
 			if !strings.HasPrefix(ct, "application/openmetrics-text; version=1.0.0") || !bytes.HasSuffix(body, []byte("\n# EOF\n")) ||
-				!bytes.Contains(body, []byte("# TYPE backstop_attempts counter\nbackstop_attempts_total{outcome=")) {
+				!bytes.Contains(body, []byte("# TYPE backstop_attempts counter\nbackstop_attempts_total{job_type=\"\",outcome=")) {
 				t.Errorf("Accept %q: Content-Type %q, body:\n%s", accept, ct, body)
 			}
 			continue
@@ -224,8 +224,10 @@ func TestHandlerFormats(t *testing.T) {
 // client_golang's registry and expfmt.
 type replay struct{ ss *samples }
 
-func (replay) Describe(chan<- *prometheus.Desc)      {} // unchecked
-func (r replay) Collect(ch chan<- prometheus.Metric) { r.ss.all(func(s *sample) { ch <- s }) }
+func (replay) Describe(chan<- *prometheus.Desc) {} // unchecked
+func (r replay) Collect(ch chan<- prometheus.Metric) {
+	r.ss.all(func(s *sample) { ch <- r.ss.metric(s) })
+}
 
 // expfmtBody encodes ss and the other registry's metrics as promhttp does.
 func expfmtBody(t *testing.T, ss *samples, others *prometheus.Registry, format expfmt.Format) []byte {

@@ -5,12 +5,12 @@ import (
 )
 
 var (
-	upDesc       = newDesc("up", "Whether Redis answered the last scrape (1), or could not be reached, authenticated with or did not answer in time (0).")
+	upDesc       = newDesc("up", "Whether Redis (or the RabbitMQ management API) answered the last scrape (1), or could not be reached, authenticated with or did not answer in time (0).")
 	durationDesc = newDesc("scrape_duration_seconds", "How long the last scrape of Redis took.")
 	partialDesc  = newDesc("scrape_partial", "Whether the last scrape missed some queues' metrics (1): its time budget ran out, Redis (or a node) could not be reached, or discovery stopped at --queues.max-keys.")
-	errorsDesc   = newDesc("scrape_errors_total", "Scrapes that met at least one error of this kind (connection, auth, timeout, wrong_type, reply).", "kind")
+	errorsDesc   = newDesc("scrape_errors_total", "Scrapes that met at least one error of this kind (connection, auth, timeout, wrong_type, reply; stats: a stats hash whose per-type counters exceed the queue's totals, its untyped rest clamped to 0).", "kind")
 	queuesDesc   = newDesc("queues", "Queues the last scrape read, configured and discovered.")
-	limitDesc    = newDesc("scrape_limit_reached", "Whether the last scrape hit this bound of the exporter (1): max_keys (discovery stopped at --queues.max-keys: queues are not read), pending_sample (a group has more pending entries than its XPENDING sample: backstop_stream_pending_deliveries covers the oldest only), stats_labels (a queue's stats hash has more reasons or outcomes than are reported: the rest are left out), timeout (the time budget ran out: metrics are missing).", "limit")
+	limitDesc    = newDesc("scrape_limit_reached", "Whether the last scrape hit this bound of the exporter (1): max_keys (discovery stopped at --queues.max-keys: queues are not read), pending_sample (a group has more pending entries than its XPENDING sample: backstop_stream_pending_deliveries covers the oldest only), stats_labels (a queue's stats hash has more reasons or outcomes than are reported: the rest are left out), job_types (a queue's stats hash has more job types than are reported by name: the rest are counted as job_type=\"other\"), timeout (the time budget ran out: metrics are missing).", "limit")
 	discKeysDesc = newDesc("discovery_keys", "Keys matching --queues.pattern in the last discovery, by outcome: queue (a key of a queue now read), skipped (not exactly a key of the default layout, or a queue name that cannot be a label value), over_limit (past --queues.max-keys: not read).", "outcome")
 )
 
@@ -19,10 +19,11 @@ const (
 	limitMaxKeys       = "max_keys"
 	limitPendingSample = "pending_sample"
 	limitStatsLabels   = "stats_labels"
+	limitJobTypes      = "job_types"
 	limitTimeout       = "timeout"
 )
 
-var limits = []string{limitMaxKeys, limitPendingSample, limitStatsLabels, limitTimeout}
+var limits = []string{limitMaxKeys, limitPendingSample, limitStatsLabels, limitJobTypes, limitTimeout}
 
 // health adds the exporter's own metrics to the scrape's, counts its
 // errors and logs those about Redis as a whole.

@@ -31,6 +31,9 @@ type DLQIngestion struct {
 // The error is a failed discovery's; the queues read are returned even
 // then. A failed read of one queue is in its Err.
 func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
+	if c.rmq != nil {
+		return c.rabbitDLQIngestion(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
 	defer cancel()
 	qs, discoveryErr := c.Queues(ctx)
@@ -67,6 +70,9 @@ func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
 // sorted by name. The error is a failed discovery's; the configured queues
 // are returned even then.
 func (c *Collector) Queues(ctx context.Context) ([]Queue, error) {
+	if c.rmq != nil {
+		return c.rabbitQueues(ctx)
+	}
 	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
 	qs := c.queues(ctx, s)
 	for _, err := range s.kinds {

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -15,6 +16,10 @@ type desc struct {
 	help  string    //
 	names []*string // label names, sorted as the exposition wants them
 	order []int     // order[i]: index, in the values given, of the i-th sorted label
+	// typ is CounterValue for a name ending in _total, UntypedValue for a
+	// histogram (asHistogram), else GaugeValue: a sample takes its type
+	// from its desc, which keeps samples at 64 bytes.
+	typ prometheus.ValueType
 }
 
 // descs lists every metric's descriptor, for Describe.
@@ -24,7 +29,10 @@ func newDesc(name, help string, labels ...string) *desc {
 	if len(labels) > maxLabels {
 		panic("exporter: more labels than maxLabels: " + name)
 	}
-	d := &desc{d: prometheus.NewDesc("backstop_"+name, help, labels, nil), name: "backstop_" + name, help: help}
+	d := &desc{d: prometheus.NewDesc("backstop_"+name, help, labels, nil), name: "backstop_" + name, help: help, typ: prometheus.GaugeValue}
+	if strings.HasSuffix(name, "_total") {
+		d.typ = prometheus.CounterValue
+	}
 	sorted := slices.Clone(labels)
 	slices.Sort(sorted)
 	for _, l := range sorted {
@@ -32,6 +40,12 @@ func newDesc(name, help string, labels ...string) *desc {
 		d.order = append(d.order, slices.Index(labels, l))
 	}
 	descs = append(descs, d)
+	return d
+}
+
+// asHistogram marks d as a histogram's.
+func (d *desc) asHistogram() *desc {
+	d.typ = prometheus.UntypedValue
 	return d
 }
 
@@ -43,18 +57,17 @@ func (s *sample) label(i int) string { return s.labels[s.desc.order[i]] }
 // bytes and no allocation of its own (samples live in the chunks of a
 // samples). A scrape of 50,000 queues makes about a million of them, which
 // are most of what a scrape keeps in memory. Label values must be valid
-// UTF-8 (the readers check).
+// UTF-8 (the readers check). Its type is its desc's.
 type sample struct {
 	desc   *desc
-	value  float64           // a gauge's or counter's value, a histogram's sum
+	value  float64           // a gauge's or counter's value; a histogram's index in samples.hists
 	labels [maxLabels]string // in the order the desc was declared with
-	typ    prometheus.ValueType
-	hist   *hist // nil but for histograms
 }
 
 // hist is the rest of a histogram sample.
 type hist struct {
 	count  uint64
+	sum    float64
 	bounds []float64 // shared, read-only
 	cum    []uint64  // cumulative count of each bound
 }
@@ -63,7 +76,18 @@ func (s *sample) Desc() *prometheus.Desc { return s.desc.d }
 
 // Write fills out with pointers into s: the sample is never changed after
 // it is made, so concurrent scrapes sharing it may write it at once.
-func (s *sample) Write(out *dto.Metric) error {
+func (s *sample) Write(out *dto.Metric) error { return s.write(out, nil) }
+
+// histMetric is a histogram sample with its hist, as Collect sends it.
+type histMetric struct {
+	s *sample
+	h *hist
+}
+
+func (m histMetric) Desc() *prometheus.Desc      { return m.s.desc.d }
+func (m histMetric) Write(out *dto.Metric) error { return m.s.write(out, m.h) }
+
+func (s *sample) write(out *dto.Metric, h *hist) error {
 	n := len(s.desc.names)
 	l := new(labels) // one allocation for all the label pairs
 	out.Label = l.ptrs[:n]
@@ -72,15 +96,15 @@ func (s *sample) Write(out *dto.Metric) error {
 		l.ptrs[i] = &l.pairs[i]
 	}
 	switch {
-	case s.hist != nil:
-		h := &dto.Histogram{SampleCount: &s.hist.count, SampleSum: &s.value, Bucket: make([]*dto.Bucket, len(s.hist.bounds))}
-		buckets := make([]dto.Bucket, len(s.hist.bounds))
-		for i := range s.hist.bounds {
-			buckets[i].UpperBound, buckets[i].CumulativeCount = &s.hist.bounds[i], &s.hist.cum[i]
-			h.Bucket[i] = &buckets[i]
+	case h != nil:
+		dh := &dto.Histogram{SampleCount: &h.count, SampleSum: &h.sum, Bucket: make([]*dto.Bucket, len(h.bounds))}
+		buckets := make([]dto.Bucket, len(h.bounds))
+		for i := range h.bounds {
+			buckets[i].UpperBound, buckets[i].CumulativeCount = &h.bounds[i], &h.cum[i]
+			dh.Bucket[i] = &buckets[i]
 		}
-		out.Histogram = h
-	case s.typ == prometheus.CounterValue:
+		out.Histogram = dh
+	case s.desc.typ == prometheus.CounterValue:
 		out.Counter = &dto.Counter{Value: &s.value}
 	default:
 		out.Gauge = &dto.Gauge{Value: &s.value}
@@ -88,9 +112,9 @@ func (s *sample) Write(out *dto.Metric) error {
 	return nil
 }
 
-// maxLabels is the most labels a backstop metric has (queue and group,
-// outcome or reason; node and reason or policy).
-const maxLabels = 2
+// maxLabels is the most labels a backstop metric has (queue, outcome or
+// reason, and job_type).
+const maxLabels = 3
 
 type labels struct {
 	pairs [maxLabels]dto.LabelPair
@@ -104,6 +128,23 @@ type labels struct {
 type samples struct {
 	chunks [][]sample
 	n      int
+	hists  []*hist // the histograms' rest, by the index in their sample's value
+}
+
+// metric returns s as a prometheus.Metric.
+func (ss *samples) metric(s *sample) prometheus.Metric {
+	if h := ss.hist(s); h != nil {
+		return histMetric{s, h}
+	}
+	return s
+}
+
+// hist returns the rest of s when s is a histogram's sample, else nil.
+func (ss *samples) hist(s *sample) *hist {
+	if s.desc.typ != prometheus.UntypedValue {
+		return nil
+	}
+	return ss.hists[int(s.value)]
 }
 
 // Chunks grow from minChunk to maxChunk samples (256 KiB).

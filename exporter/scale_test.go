@@ -88,7 +88,7 @@ func TestThousandQueues(t *testing.T) {
 		`backstop_stream_pending_deliveries_count{group="workers",queue="q999"}`: 10,
 		`backstop_dlq_ingested_total{queue="q0"}`:                                2,
 		`backstop_delayed_overdue_jobs{queue="q500"}`:                            2,
-		`backstop_job_attempts_count{outcome="success",queue="q1"}`:              5,
+		`backstop_job_attempts_count{job_type="",outcome="success",queue="q1"}`:  5,
 		// 50 pending, a sample of 10: the deliveries are a sample, and the
 		// metrics say so.
 		`backstop_scrape_limit_reached{limit="pending_sample"}`: 1,

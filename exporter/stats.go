@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -9,15 +10,19 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/queuemetrics"
 )
 
 var (
-	attemptsDesc    = newDesc("attempts_total", "Attempts by outcome (success, retry, dead_letter; deferred: a job the breaker or the budget refused, its attempt not spent), counted by the queue scripts.", "queue", "outcome")
-	retriesDesc     = newDesc("retries_total", "Retries scheduled, by the policy's reason (transient, retry_after, uncertain).", "queue", "reason")
-	deadLettersDesc = newDesc("dead_letters_total", "Jobs dead-lettered, by reason.", "queue", "reason")
-	deferralsDesc   = newDesc("deferrals_total", "Jobs deferred to the delayed set without spending an attempt, by reason (circuit_open, budget_exhausted): waiting out an outage, not retries.", "queue", "reason")
-	maxAttemptsDesc = newDesc("max_attempts_reached_total", "Jobs dead-lettered because they used up their attempts.", "queue")
-	jobAttemptsDesc = newDesc("job_attempts", "The attempt on which each job finished, by outcome (success, dead_letter).", "queue", "outcome")
+	attemptsDesc    = newDesc("attempts_total", "Attempts by outcome (success, retry, dead_letter; deferred: a job the breaker or the budget refused, its attempt not spent), counted by the queue scripts. job_type: the job's type, \"other\" for types past the queue's registry or malformed, \"\" for untyped jobs.", "queue", "outcome", "job_type")
+	retriesDesc     = newDesc("retries_total", "Retries scheduled, by the policy's reason (transient, retry_after, uncertain) and job type.", "queue", "reason", "job_type")
+	deadLettersDesc = newDesc("dead_letters_total", "Jobs dead-lettered, by reason and job type.", "queue", "reason", "job_type")
+	deferralsDesc   = newDesc("deferrals_total", "Jobs deferred to the delayed set without spending an attempt, by reason (circuit_open, budget_exhausted) and job type: waiting out an outage, not retries.", "queue", "reason", "job_type")
+	maxAttemptsDesc = newDesc("max_attempts_reached_total", "Jobs dead-lettered because they used up their attempts, by job type.", "queue", "job_type")
+	jobAttemptsDesc = newDesc("job_attempts", "The attempt on which each job finished, by outcome (success, dead_letter) and job type.", "queue", "outcome", "job_type").asHistogram()
+	jobTypesDesc    = newDesc("job_types", "Job types the queue's scripts count by name (its stats hash's type registry); jobs of any other type are counted as job_type=\"other\".", "queue")
+	typesOverDesc   = newDesc("job_types_overflow_total", "Counted events of jobs whose type the full registry could not take (types:limit, default 50): counted as job_type=\"other\".", "queue")
 	enqueuedDesc    = newDesc("enqueued_total", "Jobs enqueued.", "queue")
 	promotedDesc    = newDesc("promoted_total", "Delayed jobs moved back to the jobs stream when due.", "queue")
 	reclaimedDesc   = newDesc("reclaimed_total", "Entries reclaimed from crashed consumers.", "queue")
@@ -33,17 +38,17 @@ var plainCounters = []struct {
 	desc  *desc
 }{
 	{"enqueued", enqueuedDesc}, {"promoted", promotedDesc}, {"reclaimed", reclaimedDesc},
-	{"reclaim_skipped", skippedDesc}, {"replayed", replayedDesc}, {"max_attempts_reached", maxAttemptsDesc},
-	{"force_run", forceRunDesc},
+	{"reclaim_skipped", skippedDesc}, {"replayed", replayedDesc}, {"force_run", forceRunDesc},
 }
 
 // outcomes are always reported once a queue has a stats hash, so rate()
 // sees the first attempt of each.
 var outcomes = []string{"success", "retry", "dead_letter"}
 
-// attemptBuckets are the upper bounds of backstop_job_attempts. The stats
+// attemptBuckets are the upper bounds of backstop_job_attempts, the same
+// as the workers' (a RabbitMQ queue's histogram comes from them). The stats
 // hash counts attempts 1..64 exactly and "inf" above.
-var attemptBuckets = []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50}
+var attemptBuckets = queuemetrics.AttemptBuckets
 
 // maxStatsLabels bounds the label values one queue's stats hash gives each
 // metric (reasons of retries_total and dead_letters_total, outcomes of
@@ -54,12 +59,27 @@ var attemptBuckets = []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50}
 // backstop_scrape_limit_reached{limit="stats_labels"} says so.
 const maxStatsLabels = 64
 
+// maxJobTypes bounds the job types one queue's stats hash gives the
+// per-type series: the scripts' registry holds 50 by default, but
+// types:limit may be set to any number. Past it the types that sort last
+// are counted under "other" (so every sum stays exact) and
+// backstop_scrape_limit_reached{limit="job_types"} says so.
+const maxJobTypes = 100
+
+// otherType is the job_type of the jobs the scripts count but not by name.
+const otherType = "other"
+
 // readStats reads the stats hash (queue/README.md, "Counters") with one
-// HGETALL: its size depends on the reasons and attempt numbers seen, not on
-// the queue's length. A queue that never used the scripts has none and
-// gives no counters. Fields it does not know, or that are not numbers, are
-// skipped: a newer script may add some. So are labels that are not valid
-// label values (validName).
+// HGETALL: its size depends on the reasons, attempt numbers and job types
+// seen, not on the queue's length. A queue that never used the scripts
+// has none and gives no counters. Fields it does not know, or that are not
+// numbers, are skipped: a newer script may add some. So are labels that
+// are not valid label values (validName).
+//
+// The queue's totals count every job; the fields t:<T>:… count the jobs of
+// type T again. Each per-type series comes from its fields, and the
+// job_type="" series from the totals minus every type's: sum by (queue)
+// is the totals, whatever the types.
 func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Stats
 	if key == "" {
@@ -76,17 +96,10 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*s
 			return
 		}
 		plain := make([]float64, len(plainCounters))
-		attempts := map[string]float64{}
-		retries := map[string]float64{}
-		deadLetters := map[string]float64{}
-		deferrals := map[string]float64{}
-		finished := map[string]*finishedJobs{}
-		jobs := func(outcome string) *finishedJobs {
-			if finished[outcome] == nil {
-				finished[outcome] = &finishedJobs{per: make([]uint64, len(attemptBuckets)+1)}
-			}
-			return finished[outcome]
-		}
+		total := makeCounts()        // on the stack: one allocation less a queue
+		var typed map[string]*counts // nil for a queue without typed jobs
+		var types, overflow float64
+		registry := false
 		for k, raw := range fields {
 			v, err := strconv.ParseFloat(raw, 64)
 			if err != nil || v < 0 {
@@ -100,45 +113,218 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*s
 						plain[i] = v
 					}
 				}
-			case kind == "finished":
-				if outcome, attempt, ok := strings.Cut(label, ":"); ok && validName(outcome) == nil {
-					jobs(outcome).add(attempt, v)
+				switch k {
+				case "max_attempts_reached":
+					total.maxAttempts = v
+				case "types":
+					types, registry = v, true
 				}
-			case validName(label) != nil:
-			case kind == "attempts":
-				attempts[label] = v
-			case kind == "retries":
-				retries[label] = v
-			case kind == "dead_letters":
-				deadLetters[label] = v
-			case kind == "deferred":
-				deferrals[label] = v
-			case kind == "finished_sum":
-				jobs(label).sum = v
+			case kind == "t":
+				// t:<T>:<field as the totals name it>; a type has no ":".
+				t, rest, ok := strings.Cut(label, ":")
+				if !ok || validName(t) != nil {
+					continue
+				}
+				tc := typed[t]
+				if tc == nil {
+					c := makeCounts()
+					tc = &c
+				}
+				if tc.add(rest, v) { // a type with no counter it knows has no series
+					if typed == nil {
+						typed = map[string]*counts{}
+					}
+					typed[t] = tc
+				}
+			case k == "types:overflow":
+				overflow = v
+			default:
+				total.add(k, v)
 			}
 		}
 		for i, c := range plainCounters {
 			s.counter(c.desc, plain[i], q.Name)
 		}
-		for _, o := range outcomes {
-			attempts[o] += 0
+		if registry || typed != nil {
+			s.gauge(jobTypesDesc, types, q.Name)
+			s.counter(typesOverDesc, overflow, q.Name)
 		}
-		for _, m := range []struct {
-			d      *desc
-			values map[string]float64
-			always []string
-		}{{attemptsDesc, attempts, outcomes}, {retriesDesc, retries, nil}, {deadLettersDesc, deadLetters, nil}, {deferralsDesc, deferrals, nil}} {
-			for _, label := range bounded(s, m.values, m.always) {
-				s.counter(m.d, m.values[label], q.Name, label)
+		names := jobTypes(s, typed)
+		consistent := true
+		for _, t := range names {
+			consistent = total.subtract(typed[t]) && consistent
+		}
+		if !consistent {
+			// A hash edited by hand, or written by scripts of another
+			// version: the rest is clamped, never negative.
+			if _, ok := s.kinds[kindStats]; !ok {
+				s.kinds[kindStats] = errors.New("stats hash " + key + ": per-type counters exceed the queue's totals")
+			}
+			s.log.Warn("stats hash inconsistent", "queue", q.Name, "key", key, "err", "per-type counters exceed the queue's totals: the untyped rest is clamped to 0")
+		}
+		total.emit(s, q.Name, "")
+		for _, t := range names {
+			typed[t].emit(s, q.Name, t)
+		}
+	}
+}
+
+// jobTypes returns the job types of typed to report, sorted: all of them,
+// or past maxJobTypes "other" and the first others by name, the rest
+// counted into "other" (which it says in s).
+func jobTypes(s *sink, typed map[string]*counts) []string {
+	if len(typed) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(typed))
+	if len(names) <= maxJobTypes {
+		return names
+	}
+	s.reached(limitJobTypes)
+	other := typed[otherType]
+	if other == nil {
+		c := makeCounts()
+		other = &c
+		typed[otherType] = other
+	}
+	kept := []string{otherType}
+	for _, t := range names {
+		switch {
+		case t == otherType:
+		case len(kept) < maxJobTypes:
+			kept = append(kept, t)
+		default:
+			other.merge(typed[t])
+		}
+	}
+	slices.Sort(kept)
+	return kept
+}
+
+// counts are the counters of a stats hash for one set of jobs: the
+// queue's totals, or one job type's.
+type counts struct {
+	maxAttempts                               float64
+	attempts, retries, deadLetters, deferrals map[string]float64
+	finished                                  map[string]*finishedJobs // by outcome
+}
+
+func makeCounts() counts {
+	return counts{attempts: map[string]float64{}, retries: map[string]float64{}, deadLetters: map[string]float64{},
+		deferrals: map[string]float64{}, finished: map[string]*finishedJobs{}}
+}
+
+// add reads one field, named as in the totals (attempts:success,
+// finished:success:3, max_attempts_reached…), and says whether it knew it.
+func (c *counts) add(field string, v float64) bool {
+	kind, label, _ := strings.Cut(field, ":")
+	switch {
+	case field == "max_attempts_reached":
+		c.maxAttempts = v
+	case kind == "finished":
+		outcome, attempt, ok := strings.Cut(label, ":")
+		if !ok || validName(outcome) != nil {
+			return false
+		}
+		c.jobs(outcome).add(attempt, v)
+	case validName(label) != nil:
+		return false
+	case kind == "attempts":
+		c.attempts[label] = v
+	case kind == "retries":
+		c.retries[label] = v
+	case kind == "dead_letters":
+		c.deadLetters[label] = v
+	case kind == "deferred":
+		c.deferrals[label] = v
+	case kind == "finished_sum":
+		c.jobs(label).sum = v
+	default:
+		return false
+	}
+	return true
+}
+
+func (c *counts) jobs(outcome string) *finishedJobs {
+	if c.finished[outcome] == nil {
+		c.finished[outcome] = &finishedJobs{per: make([]uint64, len(attemptBuckets)+1)}
+	}
+	return c.finished[outcome]
+}
+
+func (c *counts) maps(o *counts) [][2]map[string]float64 {
+	return [][2]map[string]float64{{c.attempts, o.attempts}, {c.retries, o.retries}, {c.deadLetters, o.deadLetters}, {c.deferrals, o.deferrals}}
+}
+
+// merge adds o's counts to c's.
+func (c *counts) merge(o *counts) {
+	c.maxAttempts += o.maxAttempts
+	for _, m := range c.maps(o) {
+		for k, v := range m[1] {
+			m[0][k] += v
+		}
+	}
+	for outcome, f := range o.finished {
+		cf := c.jobs(outcome)
+		for i, n := range f.per {
+			cf.per[i] += n
+		}
+		cf.sum += f.sum
+	}
+}
+
+// subtract takes o's counts out of c's, leaving 0 where o counts more
+// than c (and returning false).
+func (c *counts) subtract(o *counts) (ok bool) {
+	ok = true
+	sub := func(a, b float64) float64 {
+		if b > a {
+			ok = false
+			return 0
+		}
+		return a - b
+	}
+	c.maxAttempts = sub(c.maxAttempts, o.maxAttempts)
+	for _, m := range c.maps(o) {
+		for k, v := range m[1] {
+			m[0][k] = sub(m[0][k], v)
+		}
+	}
+	for outcome, f := range o.finished {
+		cf := c.jobs(outcome)
+		for i, n := range f.per {
+			if n > cf.per[i] {
+				ok, cf.per[i] = false, 0
+			} else {
+				cf.per[i] -= n
 			}
 		}
-		for _, o := range bounded(s, finished, outcomes) {
-			f := finished[o]
-			for i := 1; i < len(f.per); i++ {
-				f.per[i] += f.per[i-1] // now cumulative
-			}
-			s.histogram(jobAttemptsDesc, attemptBuckets, f.per[:len(attemptBuckets)], f.per[len(attemptBuckets)], f.sum, q.Name, o)
+		cf.sum = sub(cf.sum, f.sum)
+	}
+	return ok
+}
+
+// emit adds c's series with the label job_type=jobType.
+func (c *counts) emit(s *sink, queue, jobType string) {
+	s.counter(maxAttemptsDesc, c.maxAttempts, queue, jobType)
+	for _, o := range outcomes {
+		c.attempts[o] += 0
+	}
+	for _, m := range []struct {
+		d      *desc
+		values map[string]float64
+		always []string
+	}{{attemptsDesc, c.attempts, outcomes}, {retriesDesc, c.retries, nil}, {deadLettersDesc, c.deadLetters, nil}, {deferralsDesc, c.deferrals, nil}} {
+		for _, label := range bounded(s, m.values, m.always) {
+			s.counter(m.d, m.values[label], queue, label, jobType)
 		}
+	}
+	for _, o := range bounded(s, c.finished, outcomes) {
+		f := c.finished[o]
+		for i := 1; i < len(f.per); i++ {
+			f.per[i] += f.per[i-1] // now cumulative
+		}
+		s.histogram(jobAttemptsDesc, attemptBuckets, f.per[:len(attemptBuckets)], f.per[len(attemptBuckets)], f.sum, queue, o, jobType)
 	}
 }
 

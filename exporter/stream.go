@@ -15,7 +15,7 @@ var (
 	pendingDesc       = newDesc("stream_pending_jobs", "Entries delivered to the group's consumers and not finished yet (XINFO GROUPS pending).", "queue", "group")
 	lagDesc           = newDesc("stream_lag_jobs", "Entries not delivered to the group yet (XINFO GROUPS lag); absent while Redis cannot tell (after deletions ahead of the group), and once the group has delivered entries on a server that does not report its entries-read, the counter Redis computes the lag from (Redis 6; the embedded server of backstop demo, whose lag is the stream's length, pending entries included).", "queue", "group")
 	oldestPendingDesc = newDesc("stream_oldest_pending_seconds", "Age of the oldest pending entry (from its stream id), 0 when none is pending.", "queue", "group")
-	deliveriesDesc    = newDesc("stream_pending_deliveries", "Delivery counts of the group's oldest pending entries (an XPENDING sample of 10 to 100, _count says how many): entries delivered again and again are crash loops on their way to the DLQ. A gauge in histogram form: read the buckets, do not rate() them.", "queue", "group")
+	deliveriesDesc    = newDesc("stream_pending_deliveries", "Delivery counts of the group's oldest pending entries (an XPENDING sample of 10 to 100, _count says how many): entries delivered again and again are crash loops on their way to the DLQ. A gauge in histogram form: read the buckets, do not rate() them.", "queue", "group").asHistogram()
 )
 
 // The XPENDING sample of each group is its oldest pending entries, the

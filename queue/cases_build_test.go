@@ -329,7 +329,125 @@ func buildCases() []queueCase {
 	add("replay/counter-not-int", caseState{DLQ: dlq, Stats: map[string]string{"replayed": "1e3"}}, caseEvent{Type: "replay", Limit: 10})
 	add("replay/jobs-at-max-id", caseState{DLQ: dlq, Raw: [][]string{{"XADD", "{q}:jobs", "18446744073709551615-18446744073709551615", "f", "v"}}},
 		caseEvent{Type: "replay", Limit: 10})
+	typedCases(add)
 	// Maps above list in random order: the file lists by name.
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
 	return cs
+}
+
+// typedCases are the job types' cases (queue/README.md, "Job types"):
+// typed and untyped jobs through every move, the registry of types counted
+// by name and its "other" overflow, types that are not valid in an entry
+// (counted as "other", kept byte for byte), and enqueue refusing them.
+func typedCases(add func(string, caseState, caseEvent)) {
+	typed := func(t string, attempt int, extra ...string) caseState {
+		return caseState{Jobs: []caseEntry{pendingJob("1-1", job("j1", attempt, append(strs("type", t), extra...)...)...)}}
+	}
+	onto := func(st caseState, stats ...string) caseState {
+		st.Stats = map[string]string{}
+		for i := 0; i+1 < len(stats); i += 2 {
+			st.Stats[stats[i]] = stats[i+1]
+		}
+		return st
+	}
+	outcomes := []struct {
+		name    string
+		attempt int
+		err     *caseError
+	}{{"success", 1, nil}, {"retry", 1, httpErr(503, "")}, {"dead-letter", 2, httpErr(400, "")}, {"max-attempts", 4, httpErr(503, "")}}
+	for _, o := range outcomes {
+		add("typed/new/"+o.name, typed("send_email", o.attempt), handle(o.err))
+		add("typed/known/"+o.name, onto(typed("send_email", o.attempt), "types", "2", "types:known:send_email", "1", "types:known:charge_card", "1",
+			"t:send_email:attempts:success", "4", "attempts:success", "9"), handle(o.err))
+		// At the limit: a new type is counted as other, and in types:overflow.
+		add("typed/overflow/"+o.name, onto(typed("render_report", o.attempt), "types", "2", "types:limit", "2",
+			"types:known:send_email", "1", "types:known:charge_card", "1", "types:overflow", "3"), handle(o.err))
+		add("typed/known-at-limit/"+o.name, onto(typed("charge_card", o.attempt), "types", "2", "types:limit", "2",
+			"types:known:send_email", "1", "types:known:charge_card", "1"), handle(o.err))
+		// Types that are not valid, written by someone else: the job runs,
+		// counted as other, its type kept byte for byte.
+		for name, t := range map[string]string{"empty": "", "too-long": strings.Repeat("t", 65), "binary": "bin\x00\x01\x7f", "colon": "a:b", "space": "send email"} {
+			add("typed/malformed-type/"+name+"/"+o.name, typed(t, o.attempt), handle(o.err))
+		}
+		add("typed/named-other/"+o.name, typed("other", o.attempt), handle(o.err))
+	}
+	add("typed/longest", typed(strings.Repeat("t", 64), 1), handle(nil))
+	add("typed/charset", typed("a-Z_0.9/x", 1), handle(nil))
+	add("typed/type-twice", caseState{Jobs: []caseEntry{pendingJob("1-1", job("j1", 1, "type", "first", "type", "second")...)}}, handle(httpErr(400, "")))
+	add("typed/default-limit-50", onto(typed("new_one", 1), "types", "50"), handle(nil))
+	add("typed/default-limit-49", onto(typed("new_one", 1), "types", "49"), handle(nil))
+	add("typed/limit-not-int", onto(typed("new_one", 1), "types", "50", "types:limit", "x"), handle(nil))
+	add("typed/limit-zero", onto(typed("new_one", 1), "types", "3", "types:limit", "0"), handle(nil))
+	add("typed/limit-lowered", onto(typed("send_email", 1), "types", "5", "types:limit", "2", "types:known:send_email", "1"), handle(nil))
+	// Damaged registry or per-type counters: refused, nothing written.
+	for name, stats := range map[string][]string{
+		"types-not-int":        {"types", "many"},
+		"types-at-max":         {"types", "9223372036854775807"},
+		"known-not-int":        {"t:send_email:attempts:success", "1.5", "types:known:send_email", "1", "types", "1"},
+		"typed-counter-at-max": {"t:send_email:attempts:dead_letter", "9223372036854775807", "t:send_email:attempts:success", "9223372036854775807", "t:send_email:attempts:retry", "9223372036854775807", "types:known:send_email", "1"},
+		"overflow-at-max":      {"types", "50", "types:overflow", "9223372036854775807"},
+	} {
+		for _, o := range outcomes[:3] {
+			add("typed/damaged/"+name+"/"+o.name, onto(typed("send_email", o.attempt), stats...), handle(o.err))
+		}
+	}
+	add("typed/damaged/known-twice-registered-garbage", onto(typed("send_email", 1), "types:known:send_email", "yes"), handle(nil))
+	add("typed/stats-a-string", caseState{Jobs: typed("send_email", 1).Jobs, Raw: [][]string{{"SET", "{q}:stats", "x"}}}, handle(nil))
+	add("typed/defer", typed("charge_card", 2), caseEvent{Type: "defer", Entry: "1-1", Reason: "circuit_open", DelayMs: 30000})
+	add("typed/defer-overflow", onto(typed("charge_card", 2), "types", "1", "types:limit", "1", "types:known:x", "1"),
+		caseEvent{Type: "defer", Entry: "1-1", Reason: "budget_exhausted", DelayMs: 5000})
+	add("typed/defer-malformed-type", typed("", 2), caseEvent{Type: "defer", Entry: "1-1", Reason: "circuit_open", DelayMs: 30000})
+
+	// The type travels with the delayed member, through promote and run.
+	member := func(id, extra string) string {
+		return fmt.Sprintf(`{"id":"%s","attempt":2,"first_enqueued_ms":{now-60000},"payload":"p-%s","last_error":"http 503","last_reason":"transient","source":"1-1","prev_delay_ms":1000%s}`, id, id, extra)
+	}
+	for name, extra := range map[string]string{"typed": `,"type":"send_email"`, "empty-type": `,"type":""`, "binary-type": `,"type":"b\u0000\u00e9"`,
+		"type-number": `,"type":5`, "type-null": `,"type":null`, "type-twice": `,"type":"a","type":"b"`} {
+		add("typed/promote/"+name, caseState{Delayed: []caseMember{{member("a", extra), "{now-1000}"}, {member("b", ""), "{now-500}"}}},
+			caseEvent{Type: "promote", Limit: 10})
+	}
+	add("typed/run/id", caseState{Delayed: []caseMember{{member("a", `,"type":"send_email"`), "{now+5000}"}}}, caseEvent{Type: "run", JobID: "a"})
+
+	// Crash loops are counted by type; the registry fills across a batch.
+	idle := func(id, t string, deliveries int) caseEntry {
+		return caseEntry{ID: id, Fields: job("j"+id, 1, "type", t), Pend: &casePending{Consumer: "dead", Deliveries: deliveries, IdleMs: 120000}}
+	}
+	loops := []caseEntry{idle("1-1", "send_email", 5), idle("1-2", "charge_card", 5), idle("1-3", "render_report", 5),
+		idle("1-4", "send_email", 5), idle("1-5", "charge_card", 1), {ID: "1-6", Fields: job("j6", 1), Pend: &casePending{Consumer: "dead", Deliveries: 5, IdleMs: 120000}}}
+	add("typed/reclaim", caseState{Jobs: loops}, caseEvent{Type: "reclaim", MinIdleMs: 60000, Count: 10, MaxDeliveries: 5})
+	add("typed/reclaim-limit-2", caseState{Jobs: loops, Stats: map[string]string{"types:limit": "2"}}, caseEvent{Type: "reclaim", MinIdleMs: 60000, Count: 10, MaxDeliveries: 5})
+	add("typed/reclaim-dlq-refuses", caseState{Jobs: loops, Raw: [][]string{{"SET", "{q}:dlq", "x"}}}, caseEvent{Type: "reclaim", MinIdleMs: 60000, Count: 10, MaxDeliveries: 5})
+
+	// Replay by type: only that type's dead letters move, their type kept.
+	dead := func(id, jobID, reason string, t ...string) caseEntry {
+		f := strs("reason", reason, "error", "boom", "attempt", "3", "id", jobID, "source_id", "1-9",
+			"first_enqueued_ms", "{now-60000}", "payload", "p-"+jobID, "dead_lettered_ms", "{now-1000}")
+		if len(t) > 0 {
+			f = append(f, "type", t[0])
+		}
+		return caseEntry{ID: id, Fields: f}
+	}
+	dlq := []caseEntry{dead("1-1", "a", "max_attempts_reached", "send_email"), dead("1-2", "b", "permanent_error", "charge_card"),
+		dead("1-3", "c", "max_attempts_reached"), dead("1-4", "d", "max_attempts_reached", "charge_card"),
+		dead("1-5", "e", "crash_loop", ""), dead("1-6", "f", "max_attempts_reached", "send_email")}
+	for _, t := range []string{"", "send_email", "charge_card", "render_report"} {
+		for _, limit := range []int{1, 10} {
+			add(fmt.Sprintf("typed/replay/type-%s/limit-%d", t, limit), caseState{DLQ: dlq}, caseEvent{Type: "replay", Limit: limit, JobType: t})
+		}
+	}
+	add("typed/replay/type-and-reason", caseState{DLQ: dlq}, caseEvent{Type: "replay", Limit: 10, JobType: "charge_card", Reason: "max_attempts_reached"})
+	for name, t := range map[string]string{"colon": "a:b", "too-long": strings.Repeat("t", 65), "space": "a b", "binary": "\x01"} {
+		add("typed/replay/bad-type-"+name, caseState{DLQ: dlq}, caseEvent{Type: "replay", Limit: 10, JobType: t})
+	}
+
+	// Enqueue: typed, untyped, and types refused before anything is written.
+	for name, t := range map[string]string{"untyped": "", "typed": "send_email", "longest": strings.Repeat("t", 64)} {
+		add("enqueue/"+name, caseState{Stats: map[string]string{"enqueued": "4"}}, caseEvent{Type: "enqueue", JobID: "j1", Payload: "p1", JobType: t})
+	}
+	for name, t := range map[string]string{"too-long": strings.Repeat("t", 65), "colon": "a:b", "space": "a b", "binary": "b\x00", "unicode": "caf\u00e9"} {
+		add("enqueue/bad-type-"+name, caseState{Stats: map[string]string{"enqueued": "4"}}, caseEvent{Type: "enqueue", JobID: "j1", Payload: "p1", JobType: t})
+	}
+	add("enqueue/empty-id", caseState{}, caseEvent{Type: "enqueue", JobID: "", Payload: "p1", JobType: "send_email"})
+	add("enqueue/stats-a-string", caseState{Raw: [][]string{{"SET", "{q}:stats", "x"}}}, caseEvent{Type: "enqueue", JobID: "j1", Payload: "p1", JobType: "send_email"})
 }

@@ -74,8 +74,8 @@ type caseMember struct {
 }
 
 type caseEvent struct {
-	// Type: handle (the worker ran the entry's job), promote, reclaim
-	// (then the reclaimed jobs run), replay.
+	// Type: handle (the worker ran the entry's job), defer, promote, run,
+	// reclaim (then the reclaimed jobs run), replay, enqueue.
 	Type  string     `json:"type"`
 	Entry string     `json:"entry,omitempty"`
 	Error *caseError `json:"error,omitempty"` // handle, reclaim: nil is a success
@@ -94,6 +94,10 @@ type caseEvent struct {
 	// Before (a "{now±N}" time) with Limit.
 	JobID  string `json:"job_id,omitempty"`
 	Before string `json:"before,omitempty"`
+	// enqueue: JobID, Payload and JobType ("" untyped); replay: only the
+	// dead letters of JobType.
+	Payload string `json:"payload,omitempty"`
+	JobType string `json:"job_type,omitempty"`
 }
 
 type caseError struct {
@@ -358,7 +362,7 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	}
 	apply := func(j Job) map[string]any {
 		spy := &spyDecider{Decider: p}
-		o := q.run(ctx, w, spy, h, j)
+		o := w.run(ctx, spy, h, j)
 		applied, err := q.applyOutcome(ctx, j.EntryID, o)
 		if err != nil {
 			// What a worker in another language knows of a refused outcome.
@@ -426,8 +430,18 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		if err != nil {
 			reply = map[string]any{"refused": true}
 		}
+	case "enqueue":
+		id, err := q.Enqueue(ctx, ev.JobID, []byte(ev.Payload), WithJobType(ev.JobType))
+		reply = map[string]any{"entry": id}
+		if err != nil {
+			reply = map[string]any{"refused": true}
+		}
 	case "replay":
-		n, err := q.Replay(ctx, ev.Limit, ev.Reason)
+		var opts []ReplayOption
+		if ev.JobType != "" {
+			opts = append(opts, ReplayJobType(ev.JobType))
+		}
+		n, err := q.Replay(ctx, ev.Limit, ev.Reason, opts...)
 		reply = map[string]any{"replayed": n}
 		if err != nil {
 			reply = map[string]any{"refused": true}

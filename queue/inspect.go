@@ -18,6 +18,9 @@ type Stats struct {
 	Delayed  int64            `json:"delayed"`
 	DLQ      int64            `json:"dlq"`
 	Counters map[string]int64 `json:"counters"` // the stats hash, e.g. "attempts:success"
+	// Types are the per-type counters (the fields t:<type>:...) and the
+	// registry of types counted by name.
+	Types TypeStats `json:"types"`
 }
 
 // Stats reads the queue's sizes and counters in one pipelined round trip.
@@ -45,6 +48,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		s.Counters[k] = n
 	}
+	s.Types = typeStats(s.Counters, hash.Val())
 	return s, nil
 }
 
@@ -57,6 +61,7 @@ type DeadLetter struct {
 	Reason  string            `json:"reason"`
 	Error   string            `json:"error"`
 	Attempt string            `json:"attempt"`
+	Type    string            `json:"type,omitempty"` // the job type; "" untyped
 	Fields  map[string]string `json:"fields"`
 }
 
@@ -97,7 +102,7 @@ func (q *Queue) InspectDLQ(ctx context.Context, newest int, maxScan int64) (DLQR
 	}
 	for _, m := range msgs {
 		d := DeadLetter{EntryID: m.ID, JobID: str(m.Values, "id"), Reason: str(m.Values, "reason"),
-			Error: str(m.Values, "error"), Attempt: str(m.Values, "attempt"), Fields: map[string]string{}}
+			Error: str(m.Values, "error"), Attempt: str(m.Values, "attempt"), Type: str(m.Values, "type"), Fields: map[string]string{}}
 		for k := range m.Values {
 			d.Fields[k] = str(m.Values, k)
 		}

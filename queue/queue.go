@@ -89,11 +89,55 @@ func (q *Queue) EnsureGroup(ctx context.Context) error {
 	return fmt.Errorf("queue %s: create group %s: %w", q.name, q.group, err)
 }
 
+// EnqueueOption configures one Enqueue.
+type EnqueueOption func(*enqueueArgs)
+
+type enqueueArgs struct{ jobType string }
+
+// WithJobType gives the job a type (default, or "": untyped), 1..64 bytes of
+// [A-Za-z0-9_./-]: the stats hash counts its outcomes per type
+// (t:<type>:...), and Work decides it with the policy WithPolicies maps the
+// type to. It travels with the job through every move.
+func WithJobType(t string) EnqueueOption { return func(a *enqueueArgs) { a.jobType = t } }
+
+// MaxJobTypeLen is the longest job type, in bytes.
+const MaxJobTypeLen = 64
+
+// ValidJobType reports why t cannot be a job type, or nil: 1..64 bytes of
+// [A-Za-z0-9_./-] (no ':', which separates the fields of the counters).
+func ValidJobType(t string) error {
+	if t == "" || len(t) > MaxJobTypeLen {
+		return fmt.Errorf("job type must be 1..%d bytes, got %d", MaxJobTypeLen, len(t))
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '/' || c == '-') {
+			return fmt.Errorf("job type must be made of [A-Za-z0-9_./-], got %q", t)
+		}
+	}
+	return nil
+}
+
 // Enqueue adds a job. id is its stable identity (the idempotency key a
 // downstream can deduplicate on); the server's clock stamps the first
 // enqueue time. It returns the stream entry id.
-func (q *Queue) Enqueue(ctx context.Context, id string, payload []byte) (string, error) {
-	v, err := scriptEnqueue.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.Stats}, id, payload).Text()
+//
+// # Errors
+//
+// A job type that is not valid (see WithJobType) is refused before Redis.
+func (q *Queue) Enqueue(ctx context.Context, id string, payload []byte, opts ...EnqueueOption) (string, error) {
+	var a enqueueArgs
+	for _, o := range opts {
+		o(&a)
+	}
+	args := []any{id, payload}
+	if a.jobType != "" {
+		if err := ValidJobType(a.jobType); err != nil {
+			return "", fmt.Errorf("queue %s: enqueue %s: %w", q.name, id, err)
+		}
+		args = append(args, a.jobType)
+	}
+	v, err := scriptEnqueue.Run(ctx, q.rdb, []string{q.keys.Jobs, q.keys.Stats}, args...).Text()
 	if err != nil {
 		return "", fmt.Errorf("queue %s: enqueue %s: %w", q.name, id, err)
 	}
@@ -231,20 +275,43 @@ func (q *Queue) Reclaim(ctx context.Context, consumer string, minIdle time.Durat
 	return r, nil
 }
 
+// ReplayOption narrows what Replay moves.
+type ReplayOption func(*replayArgs)
+
+type replayArgs struct {
+	jobType string
+	set     bool
+}
+
+// ReplayJobType replays only the dead letters of job type t.
+func ReplayJobType(t string) ReplayOption {
+	return func(a *replayArgs) { a.jobType, a.set = t, true }
+}
+
 // Replay moves at most limit dead letters (only those with reason, unless
-// reason is "") back to the jobs stream with the attempt count reset, in
-// bounded batches. It returns how many moved.
-func (q *Queue) Replay(ctx context.Context, limit int, reason string) (int, error) {
+// reason is "", and of the job type ReplayJobType names) back to the jobs
+// stream with the attempt count reset, in bounded batches. It returns how
+// many moved.
+func (q *Queue) Replay(ctx context.Context, limit int, reason string, opts ...ReplayOption) (int, error) {
 	// As the Node and Python queues do: a limit below 1 is a mistake, not
 	// "replay nothing" (testdata/queue: replay/bad-limit-0).
 	if limit < 1 {
 		return 0, fmt.Errorf("queue %s: replay: limit must be at least 1, got %d", q.name, limit)
 	}
+	var a replayArgs
+	for _, o := range opts {
+		o(&a)
+	}
+	if a.set {
+		if err := ValidJobType(a.jobType); err != nil {
+			return 0, fmt.Errorf("queue %s: replay: %w", q.name, err)
+		}
+	}
 	moved, cursor := 0, "-"
 	for moved < limit {
 		batch := min(limit-moved, 1000)
 		v, err := scriptReplay.Run(ctx, q.rdb, []string{q.keys.DLQ, q.keys.Jobs, q.keys.Stats},
-			batch, reason, cursor, batch*10).Slice()
+			batch, reason, cursor, batch*10, a.jobType).Slice()
 		if err != nil || len(v) != 2 {
 			return moved, fmt.Errorf("queue %s: replay: %w", q.name, errOr(err, "unexpected reply"))
 		}
@@ -274,6 +341,10 @@ type Job struct {
 	LastError       string // the error of the previous attempt, if any
 	LastReason      string
 	PrevDelayMs     int64 // the delay before this attempt (decorrelated backoff)
+	// Type is the job's type ("": untyped), as the entry holds it: a type
+	// written by someone else may not be valid (see ValidJobType); the job
+	// runs all the same, counted under the type "other".
+	Type string
 	// Malformed reports an entry without a job id or a valid attempt; the
 	// worker dead-letters it with reason "malformed".
 	Malformed bool
@@ -288,6 +359,7 @@ func jobFromMessage(m redis.XMessage) Job {
 	j.ID = str("id")
 	j.Payload = []byte(str("payload"))
 	j.LastError, j.LastReason = str("last_error"), str("last_reason")
+	j.Type = str("type")
 	a, f := str("attempt"), str("first_enqueued_ms")
 	j.Attempt, _ = strconv.ParseInt(a, 10, 64)
 	j.FirstEnqueuedMs, _ = strconv.ParseInt(f, 10, 64)

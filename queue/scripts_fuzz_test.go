@@ -56,18 +56,20 @@ var counterFields = []string{"enqueued", "attempts:success", "finished:success:1
 
 func FuzzScriptEntries(f *testing.F) {
 	h := newScriptHarness(f)
-	f.Add(uint8(5), "", uint16(4000), uint8(0), "")                             // item 4: no id, 4,000 fields, a crash loop
-	f.Add(uint8(3), "", uint16(4000), uint8(0), "")                             // ... dead-lettered
-	f.Add(uint8(3), "id\x00a\x00id\x00b\x00x\x00\xff", uint16(0), uint8(0), "") // duplicate names, a byte that is not UTF-8
-	f.Add(uint8(2), "id\x00j\x00attempt\x001e300", uint16(0), uint8(0), "")     // a malformed attempt
-	f.Add(uint8(2), "", uint16(0), uint8(3+8*3), "")                            // item 3: stats of the wrong type
-	f.Add(uint8(1), "", uint16(0), uint8(2+8*3), "x")                           // the last counter not an integer
-	f.Add(uint8(3), "", uint16(0), uint8(6+8*11), "")                           // max_attempts_reached at its maximum
-	f.Add(uint8(5), "", uint16(0), uint8(3+8*2), "")                            // a dlq of the wrong type: skipped
-	f.Add(uint8(5), "id\x00j", uint16(0), uint8(4+8*1), "")                     // a dlq without ids left
-	f.Add(uint8(2), "", uint16(0), uint8(5+8*6), "")                            // delayed and stats one key
-	f.Add(uint8(5), "", uint16(0), uint8(7), "")                                // the entry's data deleted
-	f.Add(uint8(1), "attempt\x0099999999999999999999", uint16(0), uint8(0), "") // a huge attempt, counted capped
+	f.Add(uint8(5), "", uint16(4000), uint8(0), "")                               // item 4: no id, 4,000 fields, a crash loop
+	f.Add(uint8(3), "", uint16(4000), uint8(0), "")                               // ... dead-lettered
+	f.Add(uint8(3), "id\x00a\x00id\x00b\x00x\x00\xff", uint16(0), uint8(0), "")   // duplicate names, a byte that is not UTF-8
+	f.Add(uint8(2), "id\x00j\x00attempt\x001e300", uint16(0), uint8(0), "")       // a malformed attempt
+	f.Add(uint8(2), "", uint16(0), uint8(3+8*3), "")                              // item 3: stats of the wrong type
+	f.Add(uint8(1), "", uint16(0), uint8(2+8*3), "x")                             // the last counter not an integer
+	f.Add(uint8(3), "", uint16(0), uint8(6+8*11), "")                             // max_attempts_reached at its maximum
+	f.Add(uint8(5), "", uint16(0), uint8(3+8*2), "")                              // a dlq of the wrong type: skipped
+	f.Add(uint8(5), "id\x00j", uint16(0), uint8(4+8*1), "")                       // a dlq without ids left
+	f.Add(uint8(2), "", uint16(0), uint8(5+8*6), "")                              // delayed and stats one key
+	f.Add(uint8(5), "", uint16(0), uint8(7), "")                                  // the entry's data deleted
+	f.Add(uint8(1), "attempt\x0099999999999999999999", uint16(0), uint8(0), "")   // a huge attempt, counted capped
+	f.Add(uint8(3), "type\x00a:b\x00type\x00send_email", uint16(0), uint8(0), "") // a job type given twice, kept
+	f.Add(uint8(5), "type\x00\xff", uint16(0), uint8(0), "")                      // a crash loop of a type that is not valid
 	f.Fuzz(func(t *testing.T, op uint8, entry string, wide uint16, damage uint8, value string) {
 		ops := []int{1, 2, 3, 5, 7}
 		h.exercise(t, scriptInput{op: ops[int(op)%len(ops)], entry: entry, wide: int(wide) % 5000, argi: -1,
@@ -84,6 +86,7 @@ func FuzzScriptMembers(f *testing.F) {
 		`{` + base + `,"payload":"p","prev_delay_ms":1e300}`, `{"id":"j","attempt":2.0000000000000001}`,
 		`{"id":"j","id":"k","attempt":2}`, `{"id":"\ud800"}`, `not json`, `[1]`, `{"id":"j","attempt":0x10}`,
 		`{"last_reason":"transient","prev_delay_ms":25,"last_error":"e","payload":"p\u0000\u00e9\/","id":"j","source":"1-1","attempt":2,"first_enqueued_ms":"1"}`,
+		`{` + base + `,"type":"send_email"}`, `{` + base + `,"type":7}`, `{` + base + `,"type":"a","type":"b"}`,
 	} {
 		f.Add(m, uint8(0), "")
 	}
@@ -400,7 +403,7 @@ func (h *scriptHarness) checkDeadLetters(t *testing.T, sb, sa state) {
 		var want []string
 		for i := 0; i+1 < len(fields); i += 2 {
 			switch n := fields[i]; {
-			case (n == "id" || n == "attempt" || n == "first_enqueued_ms" || n == "payload") && last[n] == i:
+			case (n == "id" || n == "attempt" || n == "first_enqueued_ms" || n == "payload" || n == "type") && last[n] == i:
 				if got[n] != fields[i+1] {
 					t.Fatalf("dead letter %v: %s is %q, the entry's %q", r, n, got[n], fields[i+1])
 				}
@@ -437,7 +440,7 @@ func checkPromoted(t *testing.T, member string, fields []string) {
 	for i := 0; i+1 < len(fields); i += 2 {
 		got[fields[i]] = fields[i+1]
 	}
-	for _, f := range []string{"id", "attempt", "first_enqueued_ms", "payload", "last_error", "last_reason", "prev_delay_ms"} {
+	for _, f := range []string{"id", "attempt", "first_enqueued_ms", "payload", "last_error", "last_reason", "prev_delay_ms", "type"} {
 		want := ""
 		switch v := m[f].(type) {
 		case string:
@@ -456,7 +459,7 @@ func checkPromoted(t *testing.T, member string, fields []string) {
 		}
 	}
 	for f := range m {
-		if !slices.Contains([]string{"id", "attempt", "first_enqueued_ms", "payload", "last_error", "last_reason", "prev_delay_ms", "source"}, f) {
+		if !slices.Contains([]string{"id", "attempt", "first_enqueued_ms", "payload", "last_error", "last_reason", "prev_delay_ms", "source", "type"}, f) {
 			t.Fatalf("member %q moved as a job, dropping %s", member, f)
 		}
 	}

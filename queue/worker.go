@@ -112,6 +112,8 @@ type worker struct {
 	metricsReg    prometheus.Registerer   // WithMetrics
 	metricsPolicy string                  //
 	metrics       *clientmetrics.Recorder // nil: no metrics
+	policies      map[string]Decider      // WithPolicies: by job type
+	typed         map[string]typedPolicy  // bindPolicies
 }
 
 // WithConsumer names this worker in the consumer group (default:
@@ -196,12 +198,8 @@ func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOp
 	for _, o := range opts {
 		o(w)
 	}
-	if w.metricsReg != nil || w.metricsPolicy != "" {
-		m, err := clientmetrics.Bind(w.metricsReg, w.metricsPolicy, q.name, "queue: WithMetrics")
-		if err != nil {
-			return err
-		}
-		w.metrics = m
+	if err := w.bind(q.name); err != nil {
+		return err
 	}
 	if err := q.EnsureGroup(ctx); err != nil {
 		return err
@@ -277,17 +275,19 @@ func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j 
 			return
 		}
 	}
-	q.settle(ctx, w, j, q.run(ctx, w, p, h, j), waiting)
+	// A job type with its own policy (WithPolicies) runs with it.
+	rw, rp := w.policyFor(j.Type, p)
+	q.settle(ctx, w, j, rw.run(ctx, rp, h, j), waiting)
 }
 
 // run runs h on j (not a malformed entry) and decides the outcome: the
 // worker's path from a delivery to an outcome, which the shared queue cases
 // (testdata/queue) drive in every language.
-func (q *Queue) run(ctx context.Context, w *worker, p Decider, h Handler, j Job) outcome {
+func (w *worker) run(ctx context.Context, p Decider, h Handler, j Job) outcome {
 	var err error
 	if j.Malformed {
 		err = errors.New("malformed entry: needs id, attempt >= 1 and first_enqueued_ms")
-	} else if allowed, retryIn := q.permit(ctx, w, p); !allowed {
+	} else if allowed, retryIn := w.permit(ctx, p); !allowed {
 		// The breaker protects the dependency before the call: the handler
 		// does not run, and the worker stops reading until it may half-open.
 		w.metrics.Refused("circuit_open")
@@ -301,7 +301,7 @@ func (q *Queue) run(ctx context.Context, w *worker, p Decider, h Handler, j Job)
 	}
 	// Deciding must not see shutdown either: a cancelled context would fail
 	// a wasm policy's call.
-	o := q.decide(context.WithoutCancel(ctx), w, p, j, err)
+	o := w.decide(context.WithoutCancel(ctx), p, j, err)
 	if w.metrics != nil && !j.Malformed {
 		w.count(context.WithoutCancel(ctx), p, o)
 	}
@@ -333,7 +333,7 @@ func (w *worker) count(ctx context.Context, p Decider, o outcome) {
 
 // decide turns the handler's result into an outcome, once: a success feeds
 // the policy's budget and breaker, a failure is decided by the policy.
-func (q *Queue) decide(ctx context.Context, w *worker, p Decider, j Job, herr error) outcome {
+func (w *worker) decide(ctx context.Context, p Decider, j Job, herr error) outcome {
 	if herr == nil {
 		if s, ok := p.(successRecorder); ok {
 			// Feed the policy's budget and breaker: a queue is traffic too.
@@ -359,7 +359,7 @@ func (q *Queue) decide(ctx context.Context, w *worker, p Decider, j Job, herr er
 	}
 	if (d.Reason == policy.CircuitOpen || d.Reason == policy.BudgetExhausted) && onOpen(p) != "dead_letter" {
 		// Not the job's fault: it waits, without spending an attempt.
-		return outcome{action: "defer", reason: d.Reason.String(), delay: q.deferDelay(ctx, w, p, d), lastErr: herr.Error()}
+		return outcome{action: "defer", reason: d.Reason.String(), delay: w.deferDelay(ctx, p, d), lastErr: herr.Error()}
 	}
 	return outcome{action: "dead_letter", reason: d.Reason.String(), lastErr: herr.Error()}
 }
@@ -369,7 +369,7 @@ func (q *Queue) decide(ctx context.Context, w *worker, p Decider, j Job, herr er
 // how long until that may change (w.openPoll when the policy cannot say).
 // A policy that cannot answer allows: its decision after the call still
 // applies.
-func (q *Queue) permit(ctx context.Context, w *worker, p Decider) (bool, time.Duration) {
+func (w *worker) permit(ctx context.Context, p Decider) (bool, time.Duration) {
 	ctx = context.WithoutCancel(ctx)
 	if g, ok := p.(acquirer); ok {
 		pm, err := g.Acquire(ctx, time.Now().UnixMilli())
@@ -395,11 +395,11 @@ func (q *Queue) permit(ctx context.Context, w *worker, p Decider) (bool, time.Du
 
 // deferDelay is how long a job refused by the breaker (until it may
 // half-open) or the budget (the policy's backoff for the attempt) waits.
-func (q *Queue) deferDelay(ctx context.Context, w *worker, p Decider, d policy.Decision) time.Duration {
+func (w *worker) deferDelay(ctx context.Context, p Decider, d policy.Decision) time.Duration {
 	if d.Reason == policy.CircuitOpen {
 		// The failure found (or made) the breaker open: Acquire refuses
 		// and says until when, without taking a trial slot.
-		allowed, retryIn := q.permit(ctx, w, p)
+		allowed, retryIn := w.permit(ctx, p)
 		if allowed {
 			retryIn = w.openPoll
 		}

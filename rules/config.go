@@ -27,7 +27,7 @@ type Config struct {
 	DLQPagePerSecond    float64  `yaml:"dlq_page_per_second"`   // sustained DLQ ingestion that pages
 	DLQRateWindow       string   `yaml:"dlq_rate_window"`       // ... measured over this window (shorter than dlq_page_for: one burst does not page)
 	DLQPageFor          string   `yaml:"dlq_page_for"`          // ... for this long
-	RetryRatioWarning   float64  `yaml:"retry_ratio_warning"`   // share of attempt outcomes that are retries
+	RetryRatioWarning   float64  `yaml:"retry_ratio_warning"`   // share of attempt outcomes that are retries (per queue, and per job type)
 	RetryRatioFor       string   `yaml:"retry_ratio_for"`       //
 	OverdueSeconds      float64  `yaml:"overdue_seconds"`       // oldest overdue delayed job: the scheduler stalled
 	OverdueFor          string   `yaml:"overdue_for"`           //

@@ -63,8 +63,12 @@ func (l *landing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	up, queues := l.status()
 	var b strings.Builder
-	fmt.Fprintf(&b, "<h2>Status</h2>\n<table>\n<tr><th>Redis</th><td>%s</td></tr>\n<tr><th>backstop_up</th><td>%s</td></tr>\n<tr><th>queues</th><td>%d</td></tr>\n</table>\n",
-		html.EscapeString(l.target), html.EscapeString(up), len(queues))
+	server, target := "Redis", l.target
+	if t, ok := strings.CutPrefix(target, "RabbitMQ "); ok { // rabbitFlags.target
+		server, target = "RabbitMQ", t
+	}
+	fmt.Fprintf(&b, "<h2>Status</h2>\n<table>\n<tr><th>%s</th><td>%s</td></tr>\n<tr><th>backstop_up</th><td>%s</td></tr>\n<tr><th>queues</th><td>%d</td></tr>\n</table>\n",
+		server, html.EscapeString(target), html.EscapeString(up), len(queues))
 	if len(queues) > 0 {
 		b.WriteString("<h2>Queues</h2>\n<ul>\n")
 		for _, q := range queues {

@@ -52,6 +52,7 @@ func main() {
 // flags are the command line, parsed.
 type flags struct {
 	redis       redisFlags
+	rabbit      rabbitFlags
 	queues      string
 	pattern     string
 	refresh     time.Duration
@@ -79,7 +80,7 @@ type redisFlags struct {
 // BACKSTOP_EXPORTER_* environment.
 func parse(args []string, stderr io.Writer) (*flags, error) {
 	f := &flags{}
-	app := kingpin.New(name, "Prometheus exporter of backstop's Redis queues: retries, delayed jobs, dead letters, attempts.")
+	app := kingpin.New(name, "Prometheus exporter of backstop's Redis or RabbitMQ queues: retries, delayed jobs, dead letters, attempts.")
 	app.DefaultEnvars() // BACKSTOP_EXPORTER_<FLAG>, e.g. BACKSTOP_EXPORTER_REDIS_ADDR
 	app.UsageWriter(stderr).ErrorWriter(stderr)
 	app.HelpFlag.Short('h').NoEnvar()
@@ -90,7 +91,8 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	app.Flag("redis.user", "Redis ACL user name.").StringVar(&f.redis.user)
 	app.Flag("redis.password-file", "File holding the Redis password (a trailing newline is ignored).").StringVar(&f.redis.passwordFile)
 	app.Flag("redis.sentinel-master", "Name of the master the sentinels watch, in sentinel mode.").StringVar(&f.redis.sentinelMaster)
-	app.Flag("queues", "Queues in the default layout ({name}:jobs, {name}:delayed, {name}:dlq, {name}:stats; group workers), comma-separated.").StringVar(&f.queues)
+	f.rabbit.addFlags(app)
+	app.Flag("queues", "Queues in the default layout ({name}:jobs, {name}:delayed, {name}:dlq, {name}:stats; group workers), comma-separated; with --rabbitmq.url, the work queues' names.").StringVar(&f.queues)
 	app.Flag("queues.pattern", "Discover queues by SCAN MATCH on every master; the queue name is the key's hash tag, e.g. '{*}:jobs'.").StringVar(&f.pattern)
 	app.Flag("queues.refresh-interval", "How long discovered queues are cached before the next SCAN.").Default("1m").DurationVar(&f.refresh)
 	app.Flag("queues.max-keys", "Most matching keys one discovery takes; past it the keys are counted, not read, and backstop_scrape_limit_reached{limit=\"max_keys\"} says so.").Default("10000").IntVar(&f.maxKeys)
@@ -107,6 +109,12 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 
 	if _, err := app.Parse(args); err != nil {
 		return nil, err
+	}
+	if f.rabbit.url != "" {
+		if err := f.rabbit.check(f); err != nil {
+			return nil, err
+		}
+		return f, nil
 	}
 	if f.queues == "" && f.pattern == "" && f.config == "" {
 		return nil, errors.New("no queues: give --queues, --queues.pattern or --queues.config")
@@ -125,15 +133,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	logger.Info("starting "+name, "version", version.Info())
 	logger.Info("build context", "build_context", version.BuildContext())
 
-	rdb, err := f.redis.client()
+	c, closeClient, err := f.newCollector(logger)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	c, err := f.collector(rdb, logger)
-	if err != nil {
-		return err
-	}
+	defer closeClient()
 	var extra []prometheus.Collector
 	if f.alerter.url != "" {
 		a, err := alerter.New(c, f.alerter.url,
@@ -306,7 +310,7 @@ func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...pro
 		if _, err := web.NewLandingPage(web.LandingConfig{Name: name, Version: version.Info(), Links: links}); err != nil {
 			return nil, fmt.Errorf("landing page: %w", err)
 		}
-		l := newLanding(c, f.redis.target(), f.metricsPath, links)
+		l := newLanding(c, f.target(), f.metricsPath, links)
 		mux.Handle("/", l)
 		mux.HandleFunc("/queue", l.queuePage)
 	}

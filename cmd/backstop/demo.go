@@ -146,6 +146,7 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	listen := fs.String("listen", ":9797", "address of the exporter's /metrics")
 	duration := fs.Duration("duration", 0, "stop after this long (default: at Ctrl-C, or with --jobs when every job is done)")
 	workers := fs.Int("workers", 2, fmt.Sprintf("workers per queue (1..%d)", maxDemoWorkers))
+	broker := fs.String("broker", "redis", "redis, or rabbitmq: a rabbitmq-server the demo starts (from /usr/lib/rabbitmq/bin or the PATH)")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
 	}
@@ -161,6 +162,17 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if *duration < 0 {
 		return fmt.Errorf("--duration: must be >= 0 (got %s)", *duration)
+	}
+	switch *broker {
+	case "redis":
+	case "rabbitmq":
+		if *redisURL != "" {
+			return fmt.Errorf("%w: --redis-url goes with --broker redis", errUsage)
+		}
+		// --duration runs from when the broker is up: it takes seconds to start.
+		return demoRabbitMQ(ctx, stdout, demoRun{jobs: *jobs, finite: finite, listen: *listen, workers: *workers, duration: *duration})
+	default:
+		return fmt.Errorf("--broker: must be redis or rabbitmq (got %q)", *broker)
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc
@@ -215,13 +227,13 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	go srv.Serve(ln)
 	defer srv.Close()
 	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", displayAddr(ln.Addr()))
-	fmt.Fprint(stdout, demoInspectHelp(demoRedisURL(rdb, *redisURL), qs[0].Name(), displayAddr(ln.Addr())))
+	fmt.Fprint(stdout, demoInspectHelp("--redis-url", demoRedisURL(rdb, *redisURL), qs[0].Name(), displayAddr(ln.Addr())))
 
 	produced := make([]atomic.Int64, len(qs))
 	if finite {
 		for i := 0; i < *jobs; i++ {
 			k := i % len(qs)
-			if _, err := qs[k].Enqueue(ctx, fmt.Sprintf("%s-%05d", demoQueues[k].name, i), []byte(`{"demo":true}`)); err != nil {
+			if _, err := demoEnqueue(ctx, qs[k], k, i/len(qs), fmt.Sprintf("%s-%05d", demoQueues[k].name, i)); err != nil {
 				if ctx.Err() != nil {
 					break // Ctrl-C while enqueueing: the summary says what was produced
 				}
@@ -252,16 +264,26 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		dq := demoQueues[k]
 		flaky := k == 0
+		opts := []queue.WorkerOption{queue.WithBatch(16, 100*time.Millisecond),
+			queue.WithPromote(50*time.Millisecond, 500), queue.WithReclaim(time.Second, 5*time.Second, 5),
+			queue.WithLogger(quiet)}
+		if k == demoTyped {
+			// One stream, three job types: each decided by its own policy.
+			typed, err := demoPolicies(ctx, rt)
+			if err != nil {
+				stopWorkers()
+				return err
+			}
+			opts = append(opts, queue.WithPolicies(typed))
+		}
 		for w := 0; w < *workers; w++ {
 			wg.Add(1)
 			go func(q *queue.Queue, w int) {
 				defer wg.Done()
 				q.Work(wctx, p, func(ctx context.Context, j queue.Job) error {
 					time.Sleep(time.Duration(1+len(j.ID)%4) * time.Millisecond) // the call
-					return dq.downstream(j.ID, j.Attempt, flaky && down.Load())
-				}, queue.WithConsumer(fmt.Sprintf("demo-%d", w)), queue.WithBatch(16, 100*time.Millisecond),
-					queue.WithPromote(50*time.Millisecond, 500), queue.WithReclaim(time.Second, 5*time.Second, 5),
-					queue.WithLogger(quiet))
+					return demoDownstream(k, dq, j, flaky && down.Load())
+				}, append(opts[:len(opts):len(opts)], queue.WithConsumer(fmt.Sprintf("demo-%d", w)))...)
 			}(q, w)
 		}
 	}
@@ -299,7 +321,7 @@ func demoProduce(ctx context.Context, qs []*queue.Queue, produced []atomic.Int64
 		}
 		for k, q := range qs {
 			// A failed enqueue (ctx ended meanwhile) is not counted.
-			if _, err := q.Enqueue(ctx, fmt.Sprintf("%s-%07d", demoQueues[k].name, i), []byte(`{"demo":true}`)); err == nil {
+			if _, err := demoEnqueue(ctx, q, k, i, fmt.Sprintf("%s-%07d", demoQueues[k].name, i)); err == nil {
 				produced[k].Add(1)
 			}
 		}
@@ -347,18 +369,18 @@ func demoRedisURL(rdb redis.UniversalClient, given string) string {
 
 // demoInspectHelp tells how to look at the demo's queues from another
 // terminal while it runs, with the command as it was started.
-func demoInspectHelp(url, q, metrics string) string {
+func demoInspectHelp(urlFlag, url, q, metrics string) string {
 	self := os.Args[0] // as typed: backstop on the PATH, bin/backstop from make demo
 	if strings.Contains(self, "go-build") {
 		self = "go run ./cmd/backstop"
 	}
 	return fmt.Sprintf(`
 from another terminal, while it runs:
-  %[1]s queue stats --redis-url %[2]s --queue %[3]s
-  %[1]s dlq inspect --redis-url %[2]s --queue %[3]s
+  %[1]s queue stats %[5]s %[2]s --queue %[3]s
+  %[1]s dlq inspect %[5]s %[2]s --queue %[3]s
   curl -s http://%[4]s/metrics | grep 'queue="%[3]s"'
 
-`, self, url, q, metrics)
+`, self, url, q, metrics, urlFlag)
 }
 
 // demoRedis returns the Redis the demo uses, what it is, and how to stop it.
@@ -437,6 +459,7 @@ type demoView struct {
 	tty       bool
 	start     time.Time
 	lastRetry []int64
+	typeRetry map[string]int64 // the typed queue's attempts:retry per job type
 	lines     int
 }
 
@@ -468,6 +491,12 @@ func (v *demoView) refresh(ctx context.Context) bool {
 		v.lastRetry[i] = c["attempts:retry"]
 		fmt.Fprintf(&b, "%-14s %-9s %9d %9d %9d %9d %9d %9d  %s\n", q.Name(), demoQueues[i].policyName(), produced,
 			c["attempts:success"], s.Jobs, s.Delayed, rate, s.DLQ, byReason(c))
+		if i == demoTyped {
+			if v.typeRetry == nil {
+				v.typeRetry = map[string]int64{}
+			}
+			demoTypeLines(&b, s, v.typeRetry, demoQueues[i].policyName())
+		}
 		if c["attempts:success"]+c["attempts:dead_letter"] < produced {
 			drained = false
 		}

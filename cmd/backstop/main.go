@@ -8,10 +8,12 @@
 //	                                    JSON lines in, decisions out, through backstop.wasm
 //	backstop demo                      queues, workers, exporter and a live view
 //	backstop queue stats --queue Q     sizes and counters of a queue
+//	backstop queue enqueue --queue Q --id ID [--type T]
+//	backstop queue types --queue Q [--limit N]
 //	backstop queue run --queue Q --id ID | --all-due-before T --limit N
 //	                                    run delayed jobs now
 //	backstop dlq inspect --queue Q     dead letters by reason, the newest ones
-//	backstop dlq replay --queue Q --limit N [--reason R]
+//	backstop dlq replay --queue Q --limit N [--reason R] [--type T]
 //	backstop version
 package main
 
@@ -44,11 +46,15 @@ commands:
                               decisions as JSON lines, through backstop.wasm
   demo                        the whole system moving: queues, workers deciding
                               through backstop.wasm, the exporter, a live view
-  queue stats --queue Q       sizes and counters of a queue
+  queue stats --queue Q       sizes and counters of a queue, per job type too
+  queue enqueue --queue Q --id ID [--payload P] [--type T]
+                              add a job, of a job type or untyped
+  queue types --queue Q [--limit N]
+                              the job types counted by name; set their limit
   queue run --queue Q --id ID | --all-due-before T --limit N
                               run delayed jobs now, before they are due
   dlq inspect --queue Q       dead letters by reason, and the newest ones
-  dlq replay --queue Q --limit N [--reason R]
+  dlq replay --queue Q --limit N [--reason R] [--type T]
                               move dead letters back to the jobs stream
   rules generate [--config FILE] [--out DIR]
                               write the Prometheus rule files
@@ -57,7 +63,8 @@ commands:
   version                     print the version
 
 Queue commands take --redis-url (env BACKSTOP_REDIS_URL) or --redis-cluster,
---group and --json; "backstop COMMAND -h" lists the flags.
+--group and --json; stats, dlq inspect and dlq replay take --amqp-url (env
+BACKSTOP_AMQP_URL) for RabbitMQ instead; "backstop COMMAND -h" lists the flags.
 `
 
 // version is set with -ldflags "-X main.version=...".
@@ -133,6 +140,12 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		if len(args) >= 2 && args[1] == "run" {
 			return queueRun(ctx, args[2:], stdout)
+		}
+		if len(args) >= 2 && args[1] == "enqueue" {
+			return queueEnqueue(ctx, args[2:], stdout)
+		}
+		if len(args) >= 2 && args[1] == "types" {
+			return queueTypes(ctx, args[2:], stdout)
 		}
 	case "dlq":
 		if len(args) >= 2 && args[1] == "inspect" {

@@ -25,12 +25,13 @@ type queueFlags struct {
 	name    *string
 	group   *string
 	jsonOut *bool
+	rabbit  rabbitFlags           // --amqp-url: RabbitMQ instead of Redis
 	rdb     redis.UniversalClient // set by open
 }
 
 func newQueueFlags(name string) *queueFlags {
 	fs := newFlagSet(name)
-	return &queueFlags{
+	f := &queueFlags{
 		fs:      fs,
 		url:     fs.String("redis-url", envOr("BACKSTOP_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env BACKSTOP_REDIS_URL)"),
 		cluster: fs.String("redis-cluster", os.Getenv("BACKSTOP_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses, instead of --redis-url (env BACKSTOP_REDIS_CLUSTER)"),
@@ -38,6 +39,8 @@ func newQueueFlags(name string) *queueFlags {
 		group:   fs.String("group", "workers", "consumer group"),
 		jsonOut: fs.Bool("json", false, "print JSON"),
 	}
+	f.rabbit = addRabbitFlags(fs)
+	return f
 }
 
 func envOr(k, def string) string {
@@ -86,6 +89,11 @@ func (f *queueFlags) warnMissing(ctx context.Context, q *queue.Queue, stderr io.
 
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("queue stats")
+	if rabbit, err := f.useRabbit(args); err != nil {
+		return err
+	} else if rabbit {
+		return rabbitQueueStats(ctx, f, stdout)
+	}
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
@@ -107,9 +115,15 @@ func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	sort.Strings(keys)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	for _, k := range keys {
-		fmt.Fprintf(tw, "  %s\t%d\n", k, s.Counters[k])
+		// The per-type fields follow, as a table of their own.
+		if !strings.HasPrefix(k, "t:") && !strings.HasPrefix(k, "types:known:") {
+			fmt.Fprintf(tw, "  %s\t%d\n", k, s.Counters[k])
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printTypeStats(stdout, s.Types)
 }
 
 // maxNewest bounds dlq inspect --newest: a table longer than anyone reads,
@@ -119,7 +133,12 @@ const maxNewest = 1000
 func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("dlq inspect")
 	newest := f.fs.Int("newest", 10, fmt.Sprintf("show the newest N dead letters (0..%d)", maxNewest))
-	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time")
+	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time (with --amqp-url: default 1000, at most 100000)")
+	if rabbit, err := f.useRabbit(args); err != nil {
+		return err
+	} else if rabbit {
+		return rabbitDLQInspect(ctx, f, *newest, *scan, stdout)
+	}
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
@@ -141,26 +160,32 @@ func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *f.jsonOut {
 		return json.NewEncoder(stdout).Encode(r)
 	}
-	fmt.Fprintf(stdout, "queue %s: %d dead letters", q.Name(), r.Size)
-	if r.Scanned < r.Size {
-		fmt.Fprintf(stdout, " (reasons counted over the oldest %d)", r.Scanned)
-	}
-	fmt.Fprintln(stdout)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, reason := range r.Reasons() {
-		fmt.Fprintf(tw, "  %s\t%d\n", reason, r.ByReason[reason])
-	}
-	tw.Flush()
+	printDLQSummary(stdout, q.Name(), r)
 	if len(r.Newest) > 0 {
 		fmt.Fprintln(stdout, "\nnewest:")
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  entry\tjob\tattempt\treason\terror")
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  entry\tjob\ttype\tattempt\treason\terror")
 		for _, d := range r.Newest {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", d.EntryID, d.JobID, d.Attempt, d.Reason, oneLine(d.Error, 80))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", d.EntryID, d.JobID, showType(d.Type), d.Attempt, d.Reason, oneLine(d.Error, 80))
 		}
 		tw.Flush()
 	}
 	return nil
+}
+
+// printDLQSummary prints dlq inspect's first lines: the size, and the
+// dead letters by reason (Redis and RabbitMQ alike).
+func printDLQSummary(w io.Writer, name string, r queue.DLQReport) {
+	fmt.Fprintf(w, "queue %s: %d dead letters", name, r.Size)
+	if r.Scanned < r.Size {
+		fmt.Fprintf(w, " (reasons counted over the oldest %d)", r.Scanned)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, reason := range r.Reasons() {
+		fmt.Fprintf(tw, "  %s\t%d\n", reason, r.ByReason[reason])
+	}
+	tw.Flush()
 }
 
 // warnReason warns on stderr when the queue has never dead-lettered a job
@@ -193,6 +218,13 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f := newQueueFlags("dlq replay")
 	limit := f.fs.Int("limit", 0, "replay at most N dead letters (required), moved 1000 at a time")
 	reason := f.fs.String("reason", "", "replay only dead letters with this reason")
+	keep := f.fs.Bool("keep-attempts", false, "with --amqp-url: keep the attempt count and first-enqueued time (default: reset, as after a fix)")
+	jobType := f.fs.String("type", "", "replay only dead letters of this job type")
+	if rabbit, err := f.useRabbit(args); err != nil {
+		return err
+	} else if rabbit {
+		return rabbitDLQReplay(ctx, f, *limit, *reason, *jobType, *keep, stdout)
+	}
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
@@ -201,11 +233,21 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *limit < 1 {
 		return fmt.Errorf("%w: --limit must be >= 1", errUsage)
 	}
+	if *keep {
+		return fmt.Errorf("%w: --keep-attempts goes with --amqp-url: a Redis replay resets the attempt count", errUsage)
+	}
 	f.warnMissing(ctx, q, stderr)
 	if *reason != "" {
 		warnReason(ctx, q, *reason, stderr)
 	}
-	n, err := q.Replay(ctx, *limit, *reason)
+	var opts []queue.ReplayOption
+	if *jobType != "" {
+		if err := queue.ValidJobType(*jobType); err != nil {
+			return fmt.Errorf("%w: --type: %v", errUsage, err)
+		}
+		opts = append(opts, queue.ReplayJobType(*jobType))
+	}
+	n, err := q.Replay(ctx, *limit, *reason, opts...)
 	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s\n", n, q.Name(), q.Keys().Jobs)
 	return err
 }

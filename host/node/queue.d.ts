@@ -58,6 +58,8 @@ export interface Job {
 	readonly lastReason: string;
 	/** The delay before this attempt in milliseconds (0 for the first): the decorrelated strategy's input. */
 	readonly prevDelayMs: number;
+	/** The job type (`''`: untyped), as the entry holds it: one written by someone else may not be a valid type; it runs all the same, counted as `other`. */
+	readonly type: string;
 	/** An entry without an id, a valid attempt (digits, 1 or more) or first_enqueued_ms: apply() dead-letters it with reason `malformed`. */
 	readonly malformed: boolean;
 	/** Every field of the entry. */
@@ -209,6 +211,23 @@ export interface ReplayOptions {
 	@example 'crash_loop'
 	*/
 	readonly reason?: string;
+
+	/**
+	Only dead letters of this job type; absent for any.
+
+	@example 'charge_card'
+	*/
+	readonly type?: string;
+}
+
+export interface EnqueueOptions {
+	/**
+	The job type: 1..64 of `[A-Za-z0-9_./-]`. Its outcomes are counted per type (`t:<type>:…` in the stats hash) and `work({policies})` decides it with that type's policy.
+
+	@default '' (untyped)
+	@example 'send_email'
+	*/
+	readonly type?: string;
 }
 
 export interface ApplyOptions {
@@ -238,6 +257,13 @@ Runs one job. Resolving is a success; throwing (or resolving to a failed fetch `
 export type Handler = (job: Job, context: {readonly signal?: AbortSignal}) => unknown;
 
 export interface WorkOptions {
+	/**
+	A policy per job type: a job whose `type` is a key is acquired, decided and recorded by that policy (its metrics under `policy: <type>`), every other job by work()'s policy. A type's breaker defers that type's jobs without pausing the reads.
+
+	@example {charge_card: await loadPolicy('critical'), render_report: await loadPolicy('batch')}
+	*/
+	readonly policies?: Readonly<Record<string, Policy>>;
+
 	/** Stops the worker: it stops reading, finishes the jobs it read, applies their outcomes and resolves. Handlers get this signal; one that gives up on it has its error applied like any other failure. */
 	readonly signal?: AbortSignal;
 
@@ -320,7 +346,7 @@ export interface Queue {
 	@param id - The job's stable id: the idempotency key a downstream can deduplicate on.
 	@returns The stream entry id.
 	*/
-	enqueue(id: string, payload?: string | Uint8Array): Promise<string>;
+	enqueue(id: string, payload?: string | Uint8Array, options?: EnqueueOptions): Promise<string>;
 
 	/** Reads new jobs for `consumer` (XREADGROUP). */
 	read(consumer: string, options?: ReadOptions): Promise<Job[]>;

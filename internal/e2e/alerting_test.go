@@ -35,19 +35,8 @@ func TestDeadLettersPageAndResolve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: runs in make test, not with -short")
 	}
-	dir := t.TempDir()
-	srv := redistest.Start(t)
-	rdb := srv.Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
-	if err := q.EnsureGroup(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	hooks := newReceiver(t)
-	exporterAddr := startExporter(t, dir, srv.Addr)
-	amAddr := startAlertmanager(t, dir, hooks.addr)
-	startPrometheus(t, dir, exporterAddr, amAddr)
+	rdb, q, hooks, _ := startRulesPath(t)
 
 	started := time.Now()
 	stop := injectDeadLetters(t, ctx, rdb, q)
@@ -142,9 +131,38 @@ func TestAlerterPagesFaster(t *testing.T) {
 	}
 }
 
+// startRulesPath starts the rules path for queue orders: redis-server,
+// backstop-exporter, Alertmanager (the shipped configuration) notifying a
+// receiver in the test, and Prometheus (the generated rules). It returns
+// the address of Prometheus too, for its query API.
+func startRulesPath(t *testing.T) (rdb *redis.Client, q *queue.Queue, hooks *receiver, promAddr string) {
+	t.Helper()
+	dir := t.TempDir()
+	srv := redistest.Start(t)
+	rdb = srv.Client()
+	q = queue.New(rdb, "orders")
+	if err := q.EnsureGroup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hooks = newReceiver(t)
+	exporterAddr := startExporter(t, dir, srv.Addr)
+	amAddr := startAlertmanager(t, dir, hooks.addr)
+	return rdb, q, hooks, startPrometheus(t, dir, exporterAddr, amAddr)
+}
+
 // injectDeadLetters dead-letters a job of q every 100 ms until the
-// returned stop is called (stop waits for the injector to finish).
+// returned stop is called.
 func injectDeadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue) (stop func()) {
+	return every100ms(func(i int) bool {
+		deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
+		return true
+	})
+}
+
+// every100ms calls f(0), f(1)... every 100 ms until f returns false or the
+// returned stop is called (stop waits for the call in progress, and may be
+// called more than once).
+func every100ms(f func(i int) bool) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -156,10 +174,13 @@ func injectDeadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
-			deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
+			if !f(i) {
+				return
+			}
 		}
 	}()
-	return func() { close(done); wg.Wait() }
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }); wg.Wait() }
 }
 
 func deadLetter(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, id string) {
@@ -350,11 +371,12 @@ func startAlertmanager(t *testing.T, dir, hooks string) string {
 // startPrometheus scrapes and evaluates every second, with the rules the
 // generator writes for a configuration whose windows fit a test: the same
 // expressions as the shipped rules, shorter durations. services are
-// processes exporting backstop_client_* (job "checkout").
-func startPrometheus(t *testing.T, dir, exporterAddr, amAddr string, services ...string) {
+// processes exporting backstop_client_* (job "checkout"). It returns
+// Prometheus's address, for its query API.
+func startPrometheus(t *testing.T, dir, exporterAddr, amAddr string, services ...string) string {
 	bin := need(t, "prometheus", "prometheus")
 	c := rules.Default()
-	c.DLQRateWindow, c.DLQPageFor, c.DownFor = "10s", "3s", "10s"
+	c.DLQRateWindow, c.DLQPageFor, c.DownFor, c.RetryRatioFor = "10s", "3s", "10s", "3s"
 	files, err := rules.Files(c)
 	if err != nil {
 		t.Fatal(err)
@@ -381,4 +403,5 @@ scrape_configs:
 	start(t, dir, "prometheus", "http://"+addr+"/-/ready", bin,
 		"--config.file=prometheus.yml", "--storage.tsdb.path=prom-data", "--web.listen-address="+addr,
 		"--rules.alert.resend-delay=1s")
+	return addr
 }

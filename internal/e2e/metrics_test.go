@@ -14,12 +14,10 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/dashboards"
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/queue"
-	"github.com/backstop-dev/backstop/rules"
 )
 
 // TestEveryNamedMetricIsEmitted parses every rule and panel expression
@@ -28,14 +26,19 @@ import (
 // the process metrics (backstop_client_*), in a real scrape of a service
 // whose retry loop has seen every outcome (startService), and for the
 // idempotency metrics (backstop_idempotency_*), in a real scrape of a
-// service behind the Go middleware (startIdempotentService).
+// service behind the Go middleware (startIdempotentService). The queue's
+// jobs are typed (charge_card fails, send_email does not) and untyped, so
+// the per-type series are in the scrape.
 func TestEveryNamedMetricIsEmitted(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	q := queue.New(rdb, "orders")
 	q.EnsureGroup(ctx)
+	types := []string{"send_email", "charge_card", "charge_card", "", ""}
 	for i, outcome := range []string{"ack", "retry", "dead", "retry-due", "pending"} {
-		q.Enqueue(ctx, "job-"+outcome, []byte("{}"))
+		if _, err := q.Enqueue(ctx, "job-"+outcome, []byte("{}"), queue.WithJobType(types[i])); err != nil {
+			t.Fatal(err)
+		}
 		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -69,37 +72,18 @@ func TestEveryNamedMetricIsEmitted(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	emitted := map[string]bool{}
-	for _, f := range fams {
-		if f.GetType().String() != "HISTOGRAM" {
-			emitted[f.GetName()] = true
-			continue
-		}
-		// A histogram's series are its _bucket, _sum and _count.
-		for _, s := range []string{"_bucket", "_sum", "_count"} {
-			emitted[f.GetName()+s] = true
-		}
+	gatherNames(t, reg, emitted)
+	if !emitted["backstop_job_types"] || !hasSeries(t, reg, "backstop_dead_letters_total", "job_type", "charge_card", 1) {
+		t.Errorf("the scrape lacks the typed series: backstop_job_types, backstop_dead_letters_total{job_type=\"charge_card\"} 1")
 	}
 
 	clientEmitted := scrapeNames(t, "http://"+must(startService(t))+"/metrics")
 	idemEmitted := scrapeNames(t, "http://"+startIdempotentService(t, rdb)+"/metrics")
 
-	var exprs []string
-	for _, f := range []rules.File{rules.Recording(rules.Default()), rules.Alerts(rules.Default())} {
-		for _, r := range f.Groups[0].Rules {
-			exprs = append(exprs, r.Expr)
-		}
-	}
-	for _, d := range dashboards.All() {
-		exprs = append(exprs, dashboards.Exprs(d)...)
-	}
 	p := parser.NewParser(parser.Options{})
 	named := 0
-	for _, e := range exprs {
+	for _, e := range ruleAndPanelExprs() {
 		expr, err := p.ParseExpr(e)
 		if err != nil {
 			t.Errorf("%v: %s", err, e)
@@ -132,6 +116,26 @@ func TestEveryNamedMetricIsEmitted(t *testing.T) {
 }
 
 func must(addr string, _ func()) string { return addr }
+
+// hasSeries reports whether g gathers a counter name with label = value
+// and the value v.
+func hasSeries(t *testing.T, g prometheus.Gatherer, name, label, value string, v float64) bool {
+	t.Helper()
+	fams, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if f.GetName() == name && l.GetName() == label && l.GetValue() == value && m.GetCounter().GetValue() == v {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
 
 // scrapeNames scrapes url as Prometheus does and returns the names of the
 // series it holds (a histogram's _bucket, _sum and _count).

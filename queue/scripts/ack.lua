@@ -21,17 +21,20 @@ if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
   return 0
 end
 local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])[1]
-local raw
+local raw, jtype
 if e then
   for i = 1, #e[2], 2 do
     if e[2][i] == 'attempt' then raw = e[2][i + 1] end
   end
+  jtype = entry_type(e)
 end
 local attempt = attempt_of(raw)
 local c = counters()
-add(c, 'attempts:success', 1)
-add(c, 'finished:success:' .. (attempt > 64 and 'inf' or tostring(attempt)), 1)
-add(c, 'finished_sum:success', attempt)
+local name, overflow = type_name(type_registry(KEYS[2]), jtype, {c})
+if overflow then add(c, 'types:overflow', 1) end
+add_typed(c, name, 'attempts:success', 1)
+add_typed(c, name, 'finished:success:' .. (attempt > 64 and 'inf' or tostring(attempt)), 1)
+add_typed(c, name, 'finished_sum:success', attempt)
 err = bad_counters(KEYS[2], c)
 if err then return refuse(err) end
 -- Nothing below can fail. The counters first: when Redis is out of memory

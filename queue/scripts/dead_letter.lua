@@ -33,12 +33,14 @@ end
 local fields = dead_letter_fields(e, ARGV[3], ARGV[4] or '', string.format('%d', now_ms()))
 local attempt = attempt_of(fields[6])
 local c = counters()
-add(c, 'attempts:dead_letter', 1)
-add(c, 'dead_letters:' .. ARGV[3], 1)
-add(c, 'finished:dead_letter:' .. (attempt > 64 and 'inf' or tostring(attempt)), 1)
-add(c, 'finished_sum:dead_letter', attempt)
+local name, overflow = type_name(type_registry(KEYS[3]), entry_type(e), {c})
+if overflow then add(c, 'types:overflow', 1) end
+add_typed(c, name, 'attempts:dead_letter', 1)
+add_typed(c, name, 'dead_letters:' .. ARGV[3], 1)
+add_typed(c, name, 'finished:dead_letter:' .. (attempt > 64 and 'inf' or tostring(attempt)), 1)
+add_typed(c, name, 'finished_sum:dead_letter', attempt)
 if ARGV[3] == 'max_attempts_reached' then
-  add(c, 'max_attempts_reached', 1)
+  add_typed(c, name, 'max_attempts_reached', 1)
 end
 err = bad_counters(KEYS[3], c)
 if err then return refuse(err) end

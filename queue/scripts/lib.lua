@@ -33,6 +33,12 @@ end
 local function reason_ok(s)
   return s ~= nil and #s <= 128 and string.find(s, '^[!-~]+$') ~= nil
 end
+-- A job type (queue/README.md, "Job types"): 1..64 bytes of
+-- [A-Za-z0-9_./-]. No ':', which separates the fields of the counters
+-- t:<type>:<counter>.
+local function type_ok(s)
+  return s ~= nil and #s <= 64 and string.find(s, '^[A-Za-z0-9_./%-]+$') ~= nil
+end
 -- s quoted for an error message: at most 64 bytes, escaped.
 local function show(s)
   s = tostring(s)
@@ -84,6 +90,55 @@ local function bad_counters(key, c)
     end
   end
 end
+-- The job types counted by name in the stats hash: a type is registered
+-- once its field types:known:<T> exists; a new valid one is registered while
+-- types < types:limit (a positive integer, else 50). Reads only: the
+-- registrations join the counters (checked, then written, as the others).
+local function type_registry(stats)
+  return {stats = stats, bad = wrong_type(stats, 'hash') ~= nil, known = {}}
+end
+-- The name the counters of a job of type t go under: nil for an untyped job
+-- (t nil); t once registered, or registered now (HINCRBY types:known:<t>
+-- and types, added to each counters of cs); 'other' for a type not valid
+-- (an entry written by someone else), for 'other' itself, and for a valid
+-- one past the limit, then with overflow true (types:overflow, one per
+-- counted event: the caller adds it).
+local function type_name(reg, t, cs)
+  if t == nil then return nil end
+  if t == 'other' or not type_ok(t) then return 'other' end
+  if reg.known[t] == nil then
+    reg.known[t] = not reg.bad and redis.call('HEXISTS', reg.stats, 'types:known:' .. t) == 1
+  end
+  if reg.known[t] then return t end
+  if reg.limit == nil then
+    local v = reg.bad and {} or redis.call('HMGET', reg.stats, 'types', 'types:limit')
+    -- A types that is not an integer: register, so that its check refuses.
+    reg.n = (not v[1] and 0) or (addable(v[1], 1) and tonumber(v[1])) or -1
+    reg.limit = whole(v[2], 1, 9007199254740991) or 50
+  end
+  if reg.n >= reg.limit then return 'other', true end
+  reg.known[t], reg.n = true, reg.n + 1
+  for _, c in ipairs(cs) do
+    add(c, 'types:known:' .. t, 1)
+    add(c, 'types', 1)
+  end
+  return t
+end
+-- Adds n to the queue's field f and, for a job counted by type (name, from
+-- type_name), to t:<name>:f.
+local function add_typed(c, name, f, n)
+  add(c, f, n)
+  if name then add(c, 't:' .. name .. ':' .. f, n) end
+end
+-- The type field of entry e ({id, {name, value, ...}}): its last value, as
+-- the workers read it; nil when absent (an untyped job).
+local function entry_type(e)
+  local t
+  for i = 1, #e[2], 2 do
+    if e[2][i] == 'type' then t = e[2][i + 1] end
+  end
+  return t
+end
 local function count(key, c)
   for _, f in ipairs(c.order) do
     if c.n[f] ~= 0 then redis.call('HINCRBY', key, f, string.format('%d', c.n[f])) end
@@ -116,7 +171,12 @@ local function dead_letter_fields(e, reason, err, now)
   local out = {'reason', reason, 'error', err, 'attempt', get('attempt'), 'id', get('id'),
     'source_id', e[1], 'first_enqueued_ms', get('first_enqueued_ms'), 'payload', get('payload'),
     'dead_lettered_ms', now}
-  local known, other = {id = 1, attempt = 1, first_enqueued_ms = 1, payload = 1}, {}
+  -- The job's type travels as its own field (absent: untyped).
+  if last.type then
+    out[#out + 1] = 'type'
+    out[#out + 1] = get('type')
+  end
+  local known, other = {id = 1, attempt = 1, first_enqueued_ms = 1, payload = 1, type = 1}, {}
   for i = 1, #f, 2 do
     if not (known[f[i]] and last[f[i]] == i) then
       other[#other + 1] = f[i]
@@ -167,12 +227,13 @@ end
 -- JSON object of the fields below and nothing else, each once, strings
 -- (copied byte for byte) or, for attempt, first_enqueued_ms and
 -- prev_delay_ms, whole numbers of at most 15 digits (exact as Lua numbers,
--- so copied digit for digit).
+-- so copied digit for digit). The job type (type) is written last, and only
+-- when the member has one.
 -- promote.lua and run.lua move members with it.
 local function job_fields(m)
   local STRING, NUMBER = 1, 2
   local MEMBER = {id = STRING, attempt = NUMBER, first_enqueued_ms = NUMBER, payload = STRING,
-    last_error = STRING, last_reason = STRING, source = STRING, prev_delay_ms = NUMBER}
+    last_error = STRING, last_reason = STRING, source = STRING, prev_delay_ms = NUMBER, type = STRING}
   local ok, job = pcall(cjson.decode, m)
   if not ok or type(job) ~= 'table' then return nil end
   -- What is left without the strings: braces, colons, commas, blanks and
@@ -193,9 +254,14 @@ local function job_fields(m)
   end
   -- A name given twice decodes once: the other value would be lost.
   if keys ~= colons or type(job.id) ~= 'string' or job.id == '' then return nil end
-  return {'id', job.id, 'attempt', job.attempt or '', 'first_enqueued_ms', job.first_enqueued_ms or '',
+  local f = {'id', job.id, 'attempt', job.attempt or '', 'first_enqueued_ms', job.first_enqueued_ms or '',
     'payload', job.payload or '', 'last_error', job.last_error or '', 'last_reason', job.last_reason or '',
     'prev_delay_ms', job.prev_delay_ms or '0'}
+  if job.type then
+    f[#f + 1] = 'type'
+    f[#f + 1] = job.type
+  end
+  return f
 end
 -- Moves members of the delayed set to the jobs stream in order, each as
 -- the job it holds (job_fields) or raw as malformed_delayed_member, XADD

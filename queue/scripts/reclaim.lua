@@ -38,7 +38,10 @@ local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '
 local now = string.format('%d', now_ms())
 -- Read every entry and plan its move; count for the most that can move.
 local gone, loops, claim = {}, {}, {}
-local c = counters()
+local c, done = counters(), counters()
+-- A type registered for a crash loop stays registered even when the loop is
+-- skipped: the registrations go to both counters.
+local reg = type_registry(KEYS[3])
 for _, p in ipairs(pending) do
   local id, deliveries = p[1], p[4]
   local e = redis.call('XRANGE', KEYS[1], id, id)[1]
@@ -47,12 +50,14 @@ for _, p in ipairs(pending) do
   elseif deliveries >= maxd then
     local fields = dead_letter_fields(e, 'crash_loop', 'delivered ' .. deliveries .. ' times without an outcome', now)
     local attempt = attempt_of(fields[6])
-    loops[#loops + 1] = {id = id, fields = fields, attempt = attempt,
+    local name, overflow = type_name(reg, entry_type(e), {c, done})
+    loops[#loops + 1] = {id = id, fields = fields, attempt = attempt, name = name, overflow = overflow,
       bucket = 'finished:dead_letter:' .. (attempt > 64 and 'inf' or tostring(attempt))}
-    add(c, 'attempts:dead_letter', 1)
-    add(c, 'dead_letters:crash_loop', 1)
-    add(c, loops[#loops].bucket, 1)
-    add(c, 'finished_sum:dead_letter', attempt)
+    if overflow then add(c, 'types:overflow', 1) end
+    add_typed(c, name, 'attempts:dead_letter', 1)
+    add_typed(c, name, 'dead_letters:crash_loop', 1)
+    add_typed(c, name, loops[#loops].bucket, 1)
+    add_typed(c, name, 'finished_sum:dead_letter', attempt)
     add(c, 'reclaim_skipped', 1)
   else
     claim[#claim + 1] = id
@@ -62,7 +67,6 @@ if #claim > 0 then add(c, 'reclaimed', #claim) end
 err = bad_counters(KEYS[3], c)
 if err then return refuse(err) end
 -- The writes. Only a crash loop's XADD can fail (it writes nothing then).
-local done = counters()
 for _, id in ipairs(gone) do
   redis.call('XACK', KEYS[1], ARGV[1], id)
 end
@@ -73,10 +77,11 @@ for _, l in ipairs(loops) do
     ok, failed = xadd(KEYS[2], l.fields)
   end
   if ok then
-    add(done, 'attempts:dead_letter', 1)
-    add(done, 'dead_letters:crash_loop', 1)
-    add(done, l.bucket, 1)
-    add(done, 'finished_sum:dead_letter', l.attempt)
+    if l.overflow then add(done, 'types:overflow', 1) end
+    add_typed(done, l.name, 'attempts:dead_letter', 1)
+    add_typed(done, l.name, 'dead_letters:crash_loop', 1)
+    add_typed(done, l.name, l.bucket, 1)
+    add_typed(done, l.name, 'finished_sum:dead_letter', l.attempt)
     redis.call('XACK', KEYS[1], ARGV[1], l.id)
     redis.call('XDEL', KEYS[1], l.id)
     dead = dead + 1

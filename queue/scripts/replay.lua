@@ -7,6 +7,8 @@
 -- ARGV[1] limit (1..10000)   ARGV[2] reason ('' for any)
 -- ARGV[3] cursor ('-', '0' or '' to start, else one this script returned)
 -- ARGV[4] scan (limit..100000)
+-- ARGV[5] job type (optional; '' or absent for any): only dead letters of
+-- this type
 -- Reply: {replayed, next cursor or "0" when the stream is exhausted}.
 -- All or nothing (README.md), dead letter by dead letter: the checks only
 -- read; each one's XADD is its first write, and a failed one ends the batch
@@ -26,6 +28,10 @@ end
 local reason = ARGV[2] or ''
 if reason ~= '' and not reason_ok(reason) then
   return refuse('reason must be "" (any) or 1..128 printable ASCII characters without spaces, got ' .. show(reason))
+end
+local jtype = ARGV[5] or ''
+if jtype ~= '' and not type_ok(jtype) then
+  return refuse('type must be "" (any) or 1..64 bytes of [A-Za-z0-9_./-], got ' .. show(jtype))
 end
 -- XRANGE would read "5000" as 5000-0, "+" as the end: only a start or a
 -- cursor as returned below.
@@ -47,7 +53,8 @@ for _, e in ipairs(entries) do
   for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
   -- A dead letter without a job id (a malformed entry, its body under
   -- entry.*) stays in the DLQ for a person: replaying it would lose it.
-  if (reason == '' or job.reason == reason) and job.id and job.id ~= '' then
+  if (reason == '' or job.reason == reason) and (jtype == '' or job.type == jtype)
+      and job.id and job.id ~= '' then
     plan[#plan + 1] = {e[1], job}
   end
 end
@@ -58,9 +65,14 @@ if err then return refuse(err) end
 local moved = 0
 for _, p in ipairs(plan) do
   local job = p[2]
-  local id, failed = xadd(KEYS[2], {'id', job.id, 'attempt', '1',
+  local fields = {'id', job.id, 'attempt', '1',
     'first_enqueued_ms', string.format('%d', now_ms()),
-    'payload', job.payload or '', 'replayed_from', p[1], 'last_reason', job.reason or ''})
+    'payload', job.payload or '', 'replayed_from', p[1], 'last_reason', job.reason or ''}
+  if job.type then
+    fields[#fields + 1] = 'type'
+    fields[#fields + 1] = job.type
+  end
+  local id, failed = xadd(KEYS[2], fields)
   if not id then
     if moved == 0 then return xadd_refused(refuse, KEYS[2], failed) end
     -- Resume after the last one that moved.

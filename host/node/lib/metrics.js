@@ -70,7 +70,7 @@ export function createMetrics(promClient, options = {}) {
   }
   const labels = { policy, target };
   const key = `${policy}\u0000${target}`;
-  return Object.freeze({
+  const metrics = Object.freeze({
     policy,
     target,
     attempt(outcome) {
@@ -98,4 +98,15 @@ export function createMetrics(promClient, options = {}) {
       fam.last.set(key, s);
     },
   });
+  origins.set(metrics, { promClient, registry });
+  return metrics;
+}
+
+// createMetrics result → {promClient, registry}: a queue worker registers its
+// own families (backstop_attempts_total, …) beside the process ones.
+const origins = new WeakMap();
+
+/** The prom-client module and registry a createMetrics() result was made with, or undefined. */
+export function metricsOrigin(metrics) {
+  return origins.get(metrics);
 }

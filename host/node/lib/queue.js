@@ -6,9 +6,11 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { InputError, RetryError } from './errors.js';
+import { checkString, checkWhole, show } from './args.js';
+import { checkJobType, typedPolicies } from './jobtypes.js';
+import { checkPolicy, countPlan, errorText, jitter, pause, planOutcome, refusedFor, refusedPlan } from './outcome.js';
 import { writeRefused } from './refused.js';
-import { failureOf, isFailedResponse } from './retry.js';
+import { isFailedResponse } from './retry.js';
 
 const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run'];
 let scripts; // name → {source, sha}: lib.lua, a newline, the script; read on first use
@@ -144,11 +146,18 @@ class Queue {
     }
   }
 
-  /** Adds a job; id is its stable identity (the idempotency key). Returns the stream entry id. */
-  async enqueue(id, payload = '') {
+  /**
+   * Adds a job; id is its stable identity (the idempotency key), `type` its
+   * job type ('' or absent: untyped). Returns the stream entry id.
+   */
+  async enqueue(id, payload = '', options = {}) {
     checkString('id', id);
+    if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
+    const { type = '' } = options;
+    if (type !== '') checkJobType('type', type);
     const k = this.keys;
-    return text(await this.#script('enqueue', [k.jobs, k.stats], [id, bytes(payload)], `enqueue ${id}`));
+    const args = type === '' ? [id, bytes(payload)] : [id, bytes(payload), type];
+    return text(await this.#script('enqueue', [k.jobs, k.stats], args, `enqueue ${id}`));
   }
 
   /** Reads new jobs for consumer, waiting up to blockMs for one when given. */
@@ -297,17 +306,21 @@ class Queue {
     return reply.map((v) => Number(v) === 1);
   }
 
-  /** Moves at most limit dead letters (with reason, unless '') back to the stream, attempt reset. Returns how many. */
+  /**
+   * Moves at most limit dead letters (with reason, unless '', and of job
+   * type `type`, unless absent) back to the stream, attempt reset. Returns how many.
+   */
   async replay(options = {}) {
-    const { limit = 1000, reason = '' } = options;
+    const { limit = 1000, reason = '', type } = options;
     if (limit !== Infinity) checkWhole('limit', limit, 1);
     if (typeof reason !== 'string') throw new TypeError(`Expected \`reason\` to be a string (got ${show(reason)})`);
+    if (type !== undefined) checkJobType('type', type);
     const k = this.keys;
     let moved = 0;
     let cursor = '-';
     while (moved < limit) {
       const batch = Math.min(limit - moved, 1000);
-      const args = [String(batch), reason, cursor, String(batch * 10)];
+      const args = [String(batch), reason, cursor, String(batch * 10), type ?? ''];
       const [n, next] = await this.#script('replay', [k.dlq, k.jobs, k.stats], args, 'replay');
       moved += Number(n);
       cursor = text(next);
@@ -366,51 +379,9 @@ class Queue {
   // talks to Redis, and work() sends the same plan again while Redis
   // refuses it.
   #plan(job, error, policy, { classify, nowMs, random }) {
-    const wellFormed = typeof job.id === 'string' && job.id !== '' && Number.isSafeInteger(job.attempt) && job.attempt >= 1;
-    if (job.malformed || !wellFormed || job.attempt >= 1e14) {
-      // The same text in every language (testdata/queue): dead_letter keeps
-      // every field of the entry (entry.<name>), so the text repeats none.
-      let msg = 'malformed entry: needs id, attempt >= 1 and first_enqueued_ms';
-      if (error !== undefined && error !== null) msg += ` (${errorText(error)})`;
-      return { action: 'dead_letter', reason: 'malformed', decision: null, msg };
-    }
-    if (error === undefined || error === null) {
-      policy.recordSuccess(nowMs);
-      return { action: 'ack', reason: 'success', decision: null };
-    }
-    // A RetryError is an inner retry() giving up: its last failure says what failed.
-    const cause = error instanceof RetryError ? (error.response ?? error.cause) : error;
-    const failure = failureOf(cause, classify);
-    // The job's own facts win over whatever the classification said. A
-    // queue job has no method: it is not gated (docs/policy.md), in every
-    // language (testdata/queue: method/*).
-    for (const f of ['attempt', 'idempotency_key', 'elapsed_ms', 'now_ms', 'prev_delay_ms', 'method']) delete failure[f];
-    const now = nowMs ?? Date.now();
-    failure.attempt = job.attempt;
-    failure.idempotencyKey = job.id;
-    failure.nowMs = now;
-    failure.elapsedMs = Math.max(0, now - (Number.isFinite(job.firstEnqueuedMs) ? job.firstEnqueuedMs : now));
-    // The delay before this attempt, kept across the delayed set (decorrelated backoff).
-    failure.prevDelayMs = Number.isSafeInteger(job.prevDelayMs) && job.prevDelayMs > 0 ? job.prevDelayMs : 0;
-    if (random !== undefined) failure.random = random;
-    const msg = errorText(error);
-    let decision;
-    try {
-      decision = policy.decide(failure);
-    } catch (err) {
-      if (!(err instanceof InputError || err?.name === 'InputError')) throw err;
-      return { action: 'dead_letter', reason: 'malformed', decision: null, msg: `${msg} (policy refused the failure: ${err.message})` };
-    }
-    if (decision.action === 'retry') return { action: 'retry', reason: decision.reason, decision, msg, delayMs: decision.delayMs };
-    if (DEFERRED.has(decision.reason) && policy.onOpen !== 'dead_letter') {
-      // Not the job's fault: it waits (until the breaker may half-open, or
-      // its backoff for the budget, which budget_exhausted carries; 0 only
-      // without a backoff: poll rather than spin) without spending an attempt.
-      let delayMs = decision.delayMs > 0 ? decision.delayMs : OPEN_POLL_MS;
-      if (decision.reason === 'circuit_open') delayMs = refusedFor(policy, now) ?? OPEN_POLL_MS;
-      return { action: 'defer', reason: decision.reason, decision, msg, delayMs };
-    }
-    return { action: 'dead_letter', reason: decision.reason, decision, msg };
+    // dead_letter keeps every field of the entry (entry.<name>).
+    const malformed = 'malformed entry: needs id, attempt >= 1 and first_enqueued_ms';
+    return planOutcome(job, error, policy, { classify, nowMs, random, malformed });
   }
 
   // One attempt at applying a plan: the Outcome.
@@ -440,7 +411,7 @@ class Queue {
     const {
       signal, consumer = `${hostname()}-${process.pid}`, classify, batch = 16, blockMs = 1000,
       promoteEveryMs = 1000, promoteLimit = 500, reclaimEveryMs = 30_000, minIdleMs = 60_000, maxDeliveries = 5,
-      onOutcome, onError = (err) => console.error(`backstop queue ${this.name}:`, err), metrics,
+      onOutcome, onError = (err) => console.error(`backstop queue ${this.name}:`, err), metrics, policies,
     } = options;
     if (signal !== undefined && !(typeof signal?.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
       throw new TypeError('Expected `signal` to be an AbortSignal');
@@ -464,17 +435,7 @@ class Queue {
         throw new TypeError(`Expected \`metrics\` to have target ${JSON.stringify(this.name)}, the queue's name (got ${JSON.stringify(metrics.target)})`);
       }
     }
-    // Counts a job's outcome (the same families as retry(); target = the queue).
-    const count = (plan) => {
-      if (plan.action === 'ack') metrics.attempt('success');
-      else if (plan.action === 'retry' || plan.action === 'defer') {
-        metrics.attempt('retry');
-        metrics.retry(plan.reason, plan.delayMs ?? 0);
-      } else metrics.attempt('dead_letter');
-      if (policy.stateful === true && typeof policy.circuitState === 'function') metrics.state(policy.circuitState());
-      if (policy.stateful === true && typeof policy.budgetTokens === 'function') metrics.budget(policy.budgetTokens());
-    };
-
+    const typed = typedPolicies(policies, metrics);
     const report = (err, job) => {
       try {
         onError(err, job);
@@ -534,6 +495,12 @@ class Queue {
       }
     };
     const run = async (job, waiting = [], readAt = performance.now()) => {
+      // A job type with its own policy (options.policies) runs with it, and
+      // its metrics (policy=<type>); its breaker defers its jobs without
+      // pausing the reads.
+      const own = typed.get(job.type);
+      const jobPolicy = own?.policy ?? policy;
+      const jobMetrics = own ? own.metrics : metrics;
       // A job that waited in the batch for half of minIdleMs may have been
       // reclaimed by another consumer: hold it first, and skip it if so.
       if (minIdleMs > 0 && performance.now() - readAt > minIdleMs / 2) {
@@ -549,14 +516,11 @@ class Queue {
         // The breaker protects the dependency before the call: refused, the
         // handler does not run, the job is deferred (or dead-lettered with
         // on_open: dead_letter) and the worker reads nothing until then.
-        const retryInMs = refusedFor(policy, Date.now(), metrics);
+        const retryInMs = refusedFor(jobPolicy, Date.now(), jobMetrics);
         if (retryInMs !== null) {
-          metrics?.refused('circuit_open');
-          pausedUntil = Math.max(pausedUntil, Date.now() + retryInMs);
-          const plan =
-            policy.onOpen === 'dead_letter'
-              ? { action: 'dead_letter', reason: 'circuit_open', decision: null, msg: 'circuit breaker open: the job was not run' }
-              : { action: 'defer', reason: 'circuit_open', decision: null, msg: '', delayMs: retryInMs };
+          jobMetrics?.refused('circuit_open');
+          if (!own) pausedUntil = Math.max(pausedUntil, Date.now() + retryInMs);
+          const plan = refusedPlan(jobPolicy, retryInMs);
           await settle(job, plan, waiting);
           return;
         }
@@ -573,15 +537,15 @@ class Queue {
       }
       let plan;
       try {
-        plan = this.#plan(job, error, policy, { classify });
+        plan = this.#plan(job, error, jobPolicy, { classify });
       } catch (err) {
         report(err, job); // the entry stays pending: reclaim delivers it again
         return;
       }
-      if (plan.action === 'defer' && plan.reason === 'circuit_open') {
+      if (plan.action === 'defer' && plan.reason === 'circuit_open' && !own) {
         pausedUntil = Math.max(pausedUntil, Date.now() + plan.delayMs);
       }
-      if (metrics !== undefined && !job.malformed) count(plan);
+      if (jobMetrics !== undefined && !job.malformed) countPlan(jobMetrics, plan, jobPolicy);
       await settle(job, plan, waiting);
     };
     let pausedUntil = 0; // unix ms: no read before, the breaker refused a job
@@ -648,27 +612,6 @@ class Queue {
 
 const APPLY_BASE_MS = 20;
 const APPLY_CAP_MS = 2000;
-// Decisions that defer a job instead of dead-lettering it (on_open: defer).
-const DEFERRED = new Set(['circuit_open', 'budget_exhausted']);
-// A refused job's wait when the policy cannot say how long.
-const OPEN_POLL_MS = 1000;
-
-// How long the policy's breaker refuses a call at nowMs (acquire), or null
-// when it allows one. A policy that cannot answer allows: its decision
-// after the call still applies.
-function refusedFor(policy, nowMs, metrics) {
-  if (typeof policy.acquire !== 'function') return null;
-  let permit;
-  try {
-    permit = policy.acquire(nowMs);
-  } catch {
-    return null;
-  }
-  metrics?.state(permit.state);
-  if (permit.allowed) return null;
-  return permit.retryInMs > 0 ? permit.retryInMs : OPEN_POLL_MS;
-}
-
 // -- jobs and replies (RESP2 or RESP3, strings or Buffers) ----------------------
 
 function jobsOf(reply) {
@@ -701,6 +644,8 @@ function jobOf(entryId, raw) {
     payload: fields.payload ?? '',
     lastError: fields.last_error ?? '',
     lastReason: fields.last_reason ?? '',
+    // The job type ('' untyped); one written by someone else may not be valid.
+    type: fields.type ?? '',
     prevDelayMs: Math.max(0, whole(fields.prev_delay_ms) ?? 0),
     malformed: id === '' || attempt === null || first === null,
     fields,
@@ -761,65 +706,8 @@ function checkKeys(keys) {
   return Object.freeze({ jobs: keys.jobs, delayed: keys.delayed, dlq: keys.dlq, stats: keys.stats });
 }
 
-function checkString(name, v) {
-  if (typeof v !== 'string' || v === '') throw new TypeError(`Expected \`${name}\` to be a non-empty string (got ${show(v)})`);
-}
-
-function checkWhole(name, v, lo, hi = Number.MAX_SAFE_INTEGER) {
-  if (!Number.isSafeInteger(v) || v < lo || v > hi) {
-    const want = hi === Number.MAX_SAFE_INTEGER ? `>= ${lo}` : `in ${lo}..${hi}`;
-    throw new TypeError(`Expected \`${name}\` to be a whole number ${want} (got ${show(v)})`);
-  }
-}
-
-function checkPolicy(policy) {
-  if (!policy || typeof policy.decide !== 'function' || typeof policy.recordSuccess !== 'function') {
-    throw new TypeError('Expected `policy` to be a Policy from loadPolicy()');
-  }
-}
-
 function errorString(v) {
   if (v === undefined || v === null) return '';
   if (typeof v !== 'string') throw new TypeError(`Expected \`lastError\` to be a string (got ${show(v)})`);
   return v;
-}
-
-// The text the DLQ and the next attempt see for a failure.
-function errorText(e) {
-  if (e instanceof Error) {
-    const name = e.name && e.name !== 'Error' ? e.name : '';
-    return name && e.message ? `${name}: ${e.message}` : e.message || name || 'Error';
-  }
-  if (isFailedResponse(e)) return `HTTP ${e.status}${e.statusText ? ` ${e.statusText}` : ''}`;
-  if (typeof e === 'string') return e;
-  try {
-    return JSON.stringify(e) ?? String(e);
-  } catch {
-    return String(e);
-  }
-}
-
-function show(v) {
-  if (typeof v === 'string') return JSON.stringify(v);
-  if (v === null || typeof v !== 'object') return String(v);
-  return Array.isArray(v) ? 'array' : 'object';
-}
-
-// Spreads loop intervals ±20% so a fleet of workers does not poll Redis in step.
-function jitter(ms) {
-  return ms * (0.8 + 0.4 * Math.random());
-}
-
-// Waits ms, or less when signal aborts.
-function pause(ms, signal) {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal?.addEventListener('abort', done, { once: true });
-  });
 }

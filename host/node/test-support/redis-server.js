@@ -27,7 +27,8 @@ function checkBinary() {
   if (!m || Number(m[1]) < 7) throw new Error(`the queue tests need Redis >= 7, redis-server --version says: ${r.stdout.trim()}`);
 }
 
-function freePort() {
+/** A free TCP port on 127.0.0.1 (the rabbitmq tests' launcher uses it too). */
+export function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.on('error', reject);

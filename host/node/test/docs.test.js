@@ -1,7 +1,8 @@
 // The ```js blocks of the documentation run as written (issue 13, "Docs
 // that run"): each block of the files below runs in its own Node.js process
-// with this package, against a real redis-server and a local HTTP server
-// standing for the `url` the snippets call. A `//=> value` line after an
+// with this package, against a real redis-server (REDIS_URL), a real
+// rabbitmq-server when a block imports backstop-policy/rabbitmq (AMQP_URL),
+// and a local HTTP server standing for the `url` the snippets call. A `//=> value` line after an
 // expression asserts the expression's value. A block that starts a worker
 // (it listens for SIGTERM) gets SIGTERM once its job reached the server, and
 // must then exit by itself. A block can only be left out with
@@ -13,6 +14,7 @@ import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { startRabbit } from '../test-support/rabbitmq-server.js';
 import { startRedis } from '../test-support/redis-server.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
@@ -24,6 +26,7 @@ const files = [
   'host/node/README.md',
   'host/python/README.md',
   'queue/README.md',
+  'queue/rabbitmq/README.md',
   ...readdirSync(join(root, 'docs'))
     .filter((f) => f.endsWith('.md'))
     .map((f) => `docs/${f}`),
@@ -56,6 +59,8 @@ export function withAssertions(code) {
 }
 
 const server = await startRedis();
+// Started for the first block that needs it (a broker takes seconds).
+let rabbit = null;
 const requests = [];
 let onRequest = () => {};
 const http = createServer((req, res) => {
@@ -73,6 +78,7 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
   http.close();
   await server.stop();
+  await rabbit?.stop();
 });
 
 /** Waits for promise, failing with why() after ms. */
@@ -93,11 +99,17 @@ for (const file of files) {
       const path = join(dir, `${file.replaceAll('/', '_')}-${block.line}.mjs`);
       writeFileSync(path, `import __assert from 'node:assert/strict';\n${prelude}${withAssertions(block.code)}\n`);
       const worker = /SIGTERM/.test(block.code);
+      if (block.code.includes("'backstop-policy/rabbitmq'")) rabbit ??= await startRabbit();
       const seen = requests.length;
       const served = new Promise((resolve) => (onRequest = () => requests.length > seen && resolve()));
       const child = spawn(process.execPath, [path], {
         cwd: dir,
-        env: { ...process.env, DOCS_URL: `http://127.0.0.1:${http.address().port}/`, REDIS_URL: server.url },
+        env: {
+          ...process.env,
+          DOCS_URL: `http://127.0.0.1:${http.address().port}/`,
+          REDIS_URL: server.url,
+          ...(rabbit && { AMQP_URL: rabbit.url }),
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let output = '';

@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { loadPolicy } from '../index.js';
 import { createQueue } from '../lib/queue.js';
+import { canonical, caseError, classify, FIELDS, timesAsOffsets } from '../test-support/cases.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { serverNow } from '../test-support/queue-suite.js';
 import { startRedis } from '../test-support/redis-server.js';
@@ -17,7 +18,6 @@ const FILE = JSON.parse(
 );
 const NOW = /\{now([+-][0-9]+)?\}/g;
 const NEW_ID = /\b[0-9]{13}-[0-9]+\b/g;
-const MS = /\b[0-9]{13}\b/g;
 
 const server = await startRedis();
 const raw = inspector(server);
@@ -34,25 +34,6 @@ after(async () => {
   await raw.close();
   await server.stop();
 });
-
-const FIELDS = [['http_status', 'httpStatus'], ['grpc_code', 'grpcCode'], ['error_kind', 'errorKind'], ['retry_after', 'retryAfter'], ['method', 'method']];
-
-// Node's own error of a kind (errorkinds.json: its code), with the case's text.
-const NATIVE_CODES = {
-  connection_refused: 'ECONNREFUSED', connection_reset: 'ECONNRESET', connect_timeout: 'UND_ERR_CONNECT_TIMEOUT',
-  timeout: 'ETIMEDOUT', dns_temporary: 'EAI_AGAIN', dns_not_found: 'ENOTFOUND',
-};
-
-// The failure a case's handler throws: classified by its fields, or a native
-// error left to the built-in classification.
-function caseError(spec) {
-  if (spec.native) return Object.assign(new Error(spec.message), { code: NATIVE_CODES[spec.native] });
-  const e = new Error(spec.message);
-  e.caseFields = {};
-  for (const [k, f] of FIELDS) if (spec[k]) e.caseFields[f] = spec[k];
-  return e;
-}
-const classify = (e) => e.caseFields;
 
 // The policy, reporting the failure it was asked about.
 function spy() {
@@ -123,31 +104,19 @@ async function dump(keys) {
   return out;
 }
 
-// JSON with object keys sorted, as Go and Python write it.
-function canonical(v) {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v !== null && typeof v === 'object') {
-    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(',')}}`;
-  }
-  return JSON.stringify(v);
-}
-
 // As the Go applier does (testdata/queue/README.md): new stream ids in order
 // of first appearance in the canonical JSON, then times as offsets.
 function normalise(reply, state, base, end, known) {
   const ids = new Map();
-  const offs = [...known].sort((a, b) => a - b);
-  const s = canonical([reply, state])
-    .replace(NEW_ID, (id) => {
+  const s = timesAsOffsets(
+    canonical([reply, state]).replace(NEW_ID, (id) => {
       if (!ids.has(id)) ids.set(id, `new:${ids.size + 1}`);
       return ids.get(id);
-    })
-    .replace(MS, (v) => {
-      const n = Number(v);
-      const d = offs.find((o) => n - o >= base && n - o <= end);
-      if (d === undefined) return v;
-      return d === 0 ? '{now}' : `{now${d > 0 ? '+' : ''}${d}}`;
-    });
+    }),
+    base,
+    end,
+    known,
+  );
   return JSON.parse(s);
 }
 
@@ -210,7 +179,11 @@ async function run(q, c) {
         : await q.run({ id: ev.job_id ?? '' });
       reply = { moved: ran.moved, left: ran.left };
     } else if (ev.type === 'replay') {
-      reply = { replayed: await q.replay({ limit: ev.limit ?? 0, reason: ev.reason ?? '' }) };
+      const opts = { limit: ev.limit ?? 0, reason: ev.reason ?? '' };
+      if (ev.job_type) opts.type = ev.job_type;
+      reply = { replayed: await q.replay(opts) };
+    } else if (ev.type === 'enqueue') {
+      reply = { entry: await q.enqueue(ev.job_id ?? '', ev.payload ?? '', { type: ev.job_type ?? '' }) };
     } else {
       throw new Error(`unknown event ${ev.type}`);
     }

@@ -239,7 +239,9 @@ def run(r: redis.Redis, q: Queue, policy: Any, case: Dict[str, Any]) -> Any:
                 ran = q.run(ev.get("job_id", ""))
             reply = {"moved": ran.moved, "left": ran.left}
         elif ev["type"] == "replay":
-            reply = {"replayed": q.replay(ev.get("limit", 0), ev.get("reason") or None)}
+            reply = {"replayed": q.replay(ev.get("limit", 0), ev.get("reason") or None, job_type=ev.get("job_type") or None)}
+        elif ev["type"] == "enqueue":
+            reply = {"entry": q.enqueue(ev.get("job_id", ""), ev.get("payload", ""), job_type=ev.get("job_type") or None)}
         else:
             raise AssertionError("unknown event %r" % ev["type"])
     except (redis.ResponseError, ValueError, TypeError):

@@ -119,22 +119,31 @@ def create_metrics(policy: str, target: str, registry: Optional[Any] = None) -> 
     with _lock:
         fam = _registries.get(registry)
         if fam is None:
-            fam = {"last": {}}
-            made = []
-            try:
-                for attr, kind, name, doc, extra in _FAMILIES:
-                    kw: Dict[str, Any] = {"registry": registry}
-                    if kind == "Histogram":
-                        kw["buckets"] = DELAY_BUCKETS
-                    try:
-                        fam[attr] = getattr(prometheus_client, kind)(name, doc, ("policy", "target") + extra, **kw)
-                    except ValueError as e:
-                        raise ValueError("create_metrics: register %s: the registry holds another metric of that name (%s)"
-                                         % (name, e)) from None
-                    made.append(fam[attr])
-            except ValueError:
-                for c in made:  # all or nothing
-                    registry.unregister(c)
-                raise
+            fam = register_families(registry, _FAMILIES, ("policy", "target"), DELAY_BUCKETS, "create_metrics")
+            fam["last"] = {}
             _registries[registry] = fam
     return Metrics(policy, target, fam)
+
+
+def register_families(registry: Any, families: Any, labels: Tuple[str, ...], buckets: Any, who: str) -> Dict[str, Any]:
+    """Registers ``families`` ((attribute, kind, name, help, extra labels),
+    each with ``labels`` first; histograms with ``buckets``) in
+    ``registry``, all or nothing; their collectors by attribute."""
+    import prometheus_client
+
+    fam: Dict[str, Any] = {}
+    try:
+        for attr, kind, name, doc, extra in families:
+            kw: Dict[str, Any] = {"registry": registry}
+            if kind == "Histogram":
+                kw["buckets"] = buckets
+            try:
+                fam[attr] = getattr(prometheus_client, kind)(name, doc, labels + extra, **kw)
+            except ValueError as e:
+                raise ValueError("%s: register %s: the registry holds another metric of that name (%s)"
+                                 % (who, name, e)) from None
+    except ValueError:
+        for c in fam.values():  # all or nothing
+            registry.unregister(c)
+        raise
+    return fam

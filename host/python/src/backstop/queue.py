@@ -47,7 +47,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.queue needs redis-py: pip install 'backstop-policy[redis]'") from e
 
-from ._errors import InputError, RetryError
+from . import _decide
+from .metrics import Metrics
 from ._policy import Decision, Policy
 from ._retry import Classify, check_classify, classifier
 
@@ -120,6 +121,8 @@ class Job:
     malformed: bool = False
     prev_delay_ms: int = 0  # the delay before this attempt (decorrelated backoff)
     fields: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # The job type ("" untyped); one written by someone else may not be valid.
+    job_type: str = ""
 
     @property
     def first_enqueued(self) -> datetime:
@@ -137,7 +140,8 @@ class Job:
                      or not _DIGITS.match(_text(f.get("first_enqueued_ms", ""))))
         return cls(_text(entry_id), jid, attempt or 0, first or 0, _bytes(f.get("payload", b"")),
                    _text(f.get("last_error", "")), _text(f.get("last_reason", "")), malformed,
-                   max(0, _whole(f.get("prev_delay_ms")) or 0), {k: _text(v) for k, v in f.items()})
+                   max(0, _whole(f.get("prev_delay_ms")) or 0), {k: _text(v) for k, v in f.items()},
+                   job_type=_text(f.get("type", "")))
 
 
 @dataclass(frozen=True)
@@ -233,14 +237,19 @@ class _Base:
     # Each operation: the script, its KEYS and ARGV, checked here so that a
     # mistake is a ValueError naming the argument rather than a script error.
 
-    def _enqueue(self, job_id: str, payload: Payload) -> Tuple[str, List[str], List[Any]]:
+    def _enqueue(self, job_id: str, payload: Payload, job_type: Optional[str]) -> Tuple[str, List[str], List[Any]]:
         if not isinstance(job_id, str) or not job_id:
             raise ValueError("enqueue: job_id must be a non-empty string (got %r)" % (job_id,))
+        if job_type:
+            _check_job_type("enqueue", "job_type", job_type)
+        elif job_type is not None and not isinstance(job_type, str):
+            raise TypeError("enqueue: job_type must be a string or None (got %r)" % (job_type,))
         if not isinstance(payload, (bytes, bytearray, memoryview, str)):
             raise TypeError("enqueue: payload must be bytes or str (got %s)" % type(payload).__name__)
         if isinstance(payload, (bytearray, memoryview)):
             payload = bytes(payload)
-        return "enqueue", [self.keys.jobs, self.keys.stats], [job_id, payload]
+        args: List[Any] = [job_id, payload] + ([job_type] if job_type else [])
+        return "enqueue", [self.keys.jobs, self.keys.stats], args
 
     def _ack(self, entry: Union[str, Job]) -> Tuple[str, List[str], List[Any]]:
         return "ack", [self.keys.jobs, self.keys.stats], [self.group, _entry("ack", entry)]
@@ -302,8 +311,8 @@ class _Base:
             raise ValueError("hold: entries must be a sequence of at most 1000 entry ids or Jobs (got %r)" % (entries,))
         return "hold", [self.keys.jobs], [self.group, consumer, *(_entry("hold", e) for e in entries)]
 
-    def _replay_batch(self, limit: int, reason: str, cursor: str) -> Tuple[str, List[str], List[Any]]:
-        return "replay", [self.keys.dlq, self.keys.jobs, self.keys.stats], [limit, reason, cursor, limit * 10]
+    def _replay_batch(self, limit: int, reason: str, cursor: str, job_type: str = "") -> Tuple[str, List[str], List[Any]]:
+        return "replay", [self.keys.dlq, self.keys.jobs, self.keys.stats], [limit, reason, cursor, limit * 10, job_type]
 
     def _xreadgroup(self, consumer: str, count: int, block_ms: Optional[Union[int, timedelta]]) -> Dict[str, Any]:
         if not isinstance(consumer, str) or not consumer:
@@ -321,51 +330,13 @@ class _Base:
         move that follows talks to Redis."""
         if not isinstance(job, Job):
             raise TypeError("apply: job must be a backstop.queue.Job (got %s)" % type(job).__name__)
-        if job.malformed:
-            msg = "malformed entry: needs id, attempt >= 1 and first_enqueued_ms"
-            return "dead_letter", "malformed", None, msg + (" (%s)" % _error_text(exc) if exc is not None else ""), 0
-        if exc is None:
-            policy.record_success()
-            return "ack", "success", None, "", 0
-        # A RetryError is an inner @policy.retry giving up: its last
-        # exception says what failed.
-        cause = exc.last_exception if isinstance(exc, RetryError) else exc
-        fields = classify(cause)
-        # A queue job has no method: it is not gated (docs/policy.md); the
-        # job id is its idempotency key.
-        fields.pop("method", None)
-        now = int(time.time() * 1000)
-        fields.update(attempt=job.attempt, idempotency_key=job.id, now_ms=now,
-                      elapsed_ms=max(0, now - job.first_enqueued_ms), prev_delay_ms=job.prev_delay_ms)
-        text = _error_text(exc)
-        try:
-            d = policy.decide(fields)
-        except InputError as e:
-            return "dead_letter", "malformed", None, "%s (policy refused the failure: %s)" % (text, e), 0
-        if d.retry:
-            return "retry", d.reason, d, text, d.delay_ms
-        if d.reason in _DEFERRED and _on_open(policy) != "dead_letter":
-            # Not the job's fault: it waits (until the breaker may
-            # half-open, or its backoff for the budget, which budget_exhausted
-            # carries; 0 only without a backoff: poll rather than spin),
-            # spending no attempt.
-            delay = d.delay_ms if d.delay_ms > 0 else _OPEN_POLL_MS
-            if d.reason == "circuit_open":
-                delay = _refused_for(policy) or _OPEN_POLL_MS
-            return "defer", d.reason, d, text, delay
-        return "dead_letter", d.reason, d, text, 0
+        return _decide.plan(job, exc, policy, classify, "malformed entry: needs id, attempt >= 1 and first_enqueued_ms",
+                            int(time.time() * 1000))
 
     def _gate(self, job: Job, policy: Policy) -> Optional[Tuple[str, str, Optional[Decision], str, int]]:
         """The plan for a job the breaker refuses before it runs (acquire),
         or None when it may run."""
-        if job.malformed:
-            return None
-        retry_in = _refused_for(policy)
-        if retry_in is None:
-            return None
-        if _on_open(policy) == "dead_letter":
-            return "dead_letter", "circuit_open", None, "circuit breaker open: the job was not run", 0
-        return "defer", "circuit_open", None, "", retry_in
+        return _decide.gate(job, policy)
 
 
 class Queue(_Base):
@@ -409,11 +380,13 @@ class Queue(_Base):
             raise
         return True
 
-    def enqueue(self, job_id: str, payload: Payload = b"") -> str:
+    def enqueue(self, job_id: str, payload: Payload = b"", job_type: Optional[str] = None) -> str:
         """Adds a job and returns its stream entry id. ``job_id`` is its
         stable identity (the idempotency key); the server's clock stamps
-        ``first_enqueued_ms``; ``attempt`` starts at 1."""
-        return _text(self._run(self._enqueue(job_id, payload)))
+        ``first_enqueued_ms``; ``attempt`` starts at 1. ``job_type`` (None or
+        "": untyped) is 1..64 of ``[A-Za-z0-9_./-]``: its outcomes are
+        counted per type, and ``work(policies=...)`` picks its policy."""
+        return _text(self._run(self._enqueue(job_id, payload, job_type)))
 
     def ack(self, entry: Union[str, Job]) -> bool:
         """Records a success (the entry is acked, deleted and counted in
@@ -488,14 +461,16 @@ class Queue(_Base):
         the jobs as if read."""
         return _reclaimed(self._run(self._reclaim(consumer, min_idle_ms, count, max_deliveries)))
 
-    def replay(self, limit: int = 1000, reason: Optional[str] = None) -> int:
+    def replay(self, limit: int = 1000, reason: Optional[str] = None, *, job_type: Optional[str] = None) -> int:
         """Moves at most ``limit`` dead letters (those with ``reason`` only,
-        when given), oldest first, back to the stream with the attempt reset
-        to 1, in bounded batches. Returns how many moved."""
+        when given, and of ``job_type`` only, when given), oldest first, back
+        to the stream with the attempt reset to 1, in bounded batches.
+        Returns how many moved."""
         reason = _replay_args(limit, reason)
+        jtype = _replay_type(job_type)
         moved, cursor = 0, "-"
         while moved < limit:
-            n, cursor = _replayed(self._run(self._replay_batch(min(limit - moved, 1000), reason, cursor)))
+            n, cursor = _replayed(self._run(self._replay_batch(min(limit - moved, 1000), reason, cursor, jtype)))
             moved += n
             if cursor == "0":
                 break
@@ -568,7 +543,7 @@ class Queue(_Base):
              stop: Optional[threading.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
              block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
              reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
-             metrics: Any = None) -> None:
+             metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None) -> None:
         """Consumes the queue until ``stop`` is set: reads jobs (``batch`` at
         a time, blocking up to ``block_ms``), calls ``handler(job)`` and
         applies its outcome with ``apply``; every ``promote_every`` seconds
@@ -620,6 +595,7 @@ class Queue(_Base):
         stop = stop or threading.Event()
         _work_args(self, consumer, batch, block_ms, promote_limit)
         _check_metrics(self.name, metrics)
+        typed = _typed_policies(policies, metrics)
         self.ensure_group()
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
@@ -637,7 +613,11 @@ class Queue(_Base):
                 except redis.RedisError:
                     pass  # cannot tell: run it
             exc: Optional[Exception] = None
-            plan = self._gate(job, policy)
+            # A job type with its own policy (policies=) runs with it; its
+            # breaker defers its jobs without pausing the reads.
+            own = job.job_type in typed
+            jpolicy, jmetrics = typed.get(job.job_type, (policy, metrics))
+            plan = self._gate(job, jpolicy)
             gated = plan is not None
             if plan is None:
                 if not job.malformed:
@@ -646,13 +626,13 @@ class Queue(_Base):
                     except Exception as e:
                         exc = e
                 try:
-                    plan = self._plan(job, exc, policy, cls)
+                    plan = self._plan(job, exc, jpolicy, cls)
                 except Exception:
                     # The entry stays pending; reclaim delivers it again.
                     log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
                     return
-            _count(metrics, policy, job, plan, gated)
-            if plan[0] == "defer" and plan[1] == "circuit_open":
+            _count(jmetrics, jpolicy, job, plan, gated)
+            if plan[0] == "defer" and plan[1] == "circuit_open" and not own:
                 paused[0] = max(paused[0], clock() + plan[4] / 1000)
             settle = _Settle(self, job, plan, waiting, min_idle_ms)
             while settle.attempt(stop.is_set()):
@@ -732,9 +712,9 @@ class AsyncQueue(_Base):
             raise
         return True
 
-    async def enqueue(self, job_id: str, payload: Payload = b"") -> str:
+    async def enqueue(self, job_id: str, payload: Payload = b"", job_type: Optional[str] = None) -> str:
         """See ``Queue.enqueue``."""
-        return _text(await self._run(self._enqueue(job_id, payload)))
+        return _text(await self._run(self._enqueue(job_id, payload, job_type)))
 
     async def ack(self, entry: Union[str, Job]) -> bool:
         """See ``Queue.ack``."""
@@ -777,12 +757,13 @@ class AsyncQueue(_Base):
         """See ``Queue.reclaim``."""
         return _reclaimed(await self._run(self._reclaim(consumer, min_idle_ms, count, max_deliveries)))
 
-    async def replay(self, limit: int = 1000, reason: Optional[str] = None) -> int:
+    async def replay(self, limit: int = 1000, reason: Optional[str] = None, *, job_type: Optional[str] = None) -> int:
         """See ``Queue.replay``."""
         reason = _replay_args(limit, reason)
+        jtype = _replay_type(job_type)
         moved, cursor = 0, "-"
         while moved < limit:
-            n, cursor = _replayed(await self._run(self._replay_batch(min(limit - moved, 1000), reason, cursor)))
+            n, cursor = _replayed(await self._run(self._replay_batch(min(limit - moved, 1000), reason, cursor, jtype)))
             moved += n
             if cursor == "0":
                 break
@@ -834,7 +815,7 @@ class AsyncQueue(_Base):
                    stop: Optional[asyncio.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
                    block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
                    reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
-                   metrics: Any = None) -> None:
+                   metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None) -> None:
         """``Queue.work`` for asyncio: ``handler`` is a coroutine function
         (or returns an awaitable), run one job at a time; ``stop`` an
         ``asyncio.Event``. Cancelling the task ends it at once: a job whose
@@ -849,6 +830,7 @@ class AsyncQueue(_Base):
         stop = stop or asyncio.Event()
         _work_args(self, consumer, batch, block_ms, promote_limit)
         _check_metrics(self.name, metrics)
+        typed = _typed_policies(policies, metrics)
         await self.ensure_group()
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
@@ -864,7 +846,11 @@ class AsyncQueue(_Base):
                 except redis.RedisError:
                     pass
             exc: Optional[Exception] = None
-            plan = self._gate(job, policy)
+            # A job type with its own policy (policies=) runs with it; its
+            # breaker defers its jobs without pausing the reads.
+            own = job.job_type in typed
+            jpolicy, jmetrics = typed.get(job.job_type, (policy, metrics))
+            plan = self._gate(job, jpolicy)
             gated = plan is not None
             if plan is None:
                 if not job.malformed:
@@ -875,12 +861,12 @@ class AsyncQueue(_Base):
                     except Exception as e:
                         exc = e
                 try:
-                    plan = self._plan(job, exc, policy, cls)
+                    plan = self._plan(job, exc, jpolicy, cls)
                 except Exception:
                     log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
                     return
-            _count(metrics, policy, job, plan, gated)
-            if plan[0] == "defer" and plan[1] == "circuit_open":
+            _count(jmetrics, jpolicy, job, plan, gated)
+            if plan[0] == "defer" and plan[1] == "circuit_open" and not own:
                 paused[0] = max(paused[0], clock() + plan[4] / 1000)
             settle = _Settle(self, job, plan, waiting, min_idle_ms)
             while True:
@@ -1097,6 +1083,20 @@ def _delay(v: Any) -> int:
     return _ms("retry", "delay_ms", v)
 
 
+_JOB_TYPE = _decide.JOB_TYPE
+_check_job_type = _decide.check_job_type
+
+
+def _replay_type(job_type: Optional[str]) -> str:
+    if job_type is None:
+        return ""
+    _check_job_type("replay", "job_type", job_type)
+    return job_type
+
+
+_typed_policies = _decide.typed_policies
+
+
 def _replay_args(limit: int, reason: Optional[str]) -> str:
     _whole_in("replay", "limit", limit, 1, None)
     if reason is not None and not isinstance(reason, str):
@@ -1115,67 +1115,13 @@ def _default_consumer() -> str:
     return "%s-%d" % (socket.gethostname(), os.getpid())
 
 
-def _jitter(seconds: float) -> float:
-    """Spreads loop intervals ±20% so a fleet of workers does not poll Redis
-    in step."""
-    return seconds * (0.8 + 0.4 * random.random()) if seconds > 0 else 0.0
-
-
-# Decisions that defer a job instead of dead-lettering it (on_open: defer).
-_DEFERRED = frozenset(("circuit_open", "budget_exhausted"))
-_OPEN_POLL_MS = 1000  # a refused job's wait when the policy cannot say how long
-
-
-def _check_metrics(queue: str, metrics: Any) -> None:
-    if metrics is None:
-        return
-    if not callable(getattr(metrics, "attempt", None)):
-        raise TypeError("work: metrics must come from backstop.metrics.create_metrics (got %r)" % (metrics,))
-    if metrics.target != queue:
-        raise ValueError("work: metrics must have target %r, the queue's name (got %r)" % (queue, metrics.target))
-
-
-def _count(metrics: Any, policy: Policy, job: Job, plan: Tuple[str, str, Optional[Decision], str, int],
-           gated: bool) -> None:
-    """Counts a job's outcome in the worker's metrics (the families
-    @policy.retry exports; target = the queue): a job the breaker refused
-    before it ran is refused; a failed job deferred (the breaker opened, the
-    budget ran out) is a retry with that reason."""
-    if metrics is None or job.malformed:
-        return
-    action, reason = plan[0], plan[1]
-    if gated:
-        metrics.refused("circuit_open")
-    elif action == "ack":
-        metrics.attempt("success")
-    elif action in ("retry", "defer"):
-        metrics.attempt("retry")
-        metrics.retry(reason, plan[4])
-    else:
-        metrics.attempt("dead_letter")
-    if getattr(policy, "stateful", False):
-        metrics.state(policy.circuit_state())
-        metrics.budget(policy.budget_tokens())
-
-
-def _on_open(policy: Policy) -> str:
-    return getattr(policy, "on_open", "defer")
-
-
-def _refused_for(policy: Policy) -> Optional[int]:
-    """How long (ms) the policy's breaker refuses a call now (acquire), or
-    None when it allows one. A policy that cannot answer allows: its
-    decision after the call still applies."""
-    acquire = getattr(policy, "acquire", None)
-    if acquire is None:
-        return None
-    try:
-        permit = acquire()
-    except Exception:
-        return None
-    if permit.allowed:
-        return None
-    return permit.retry_in_ms if permit.retry_in_ms > 0 else _OPEN_POLL_MS
+_jitter = _decide.jitter
+_DEFERRED = _decide.DEFERRED
+_OPEN_POLL_MS = _decide.OPEN_POLL_MS
+_check_metrics = _decide.check_metrics
+_count = _decide.count
+_on_open = _decide.on_open
+_refused_for = _decide.refused_for
 
 
 def _paused(until: float, promote_every: float, next_promote: float, now: float) -> float:
@@ -1292,9 +1238,4 @@ def _stats(r: List[Any]) -> Stats:
     return Stats(int(r[0]), int(pending), int(r[2]), int(r[3]), {_text(k): int(v) for k, v in r[4].items()})
 
 
-def _error_text(exc: Optional[BaseException]) -> str:
-    if exc is None:
-        return ""
-    s = str(exc)
-    name = type(exc).__name__
-    return "%s: %s" % (name, s) if s else name
+_error_text = _decide.error_text

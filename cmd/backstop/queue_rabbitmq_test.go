@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/backstop-dev/backstop/internal/eventually"
+	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop/queue/rabbitmq"
+)
+
+// Issue 12: queue stats, dlq inspect and dlq replay with --amqp-url, their
+// output compared whole against a real broker.
+func TestQueueCommandsOnRabbitMQ(t *testing.T) {
+	b := rabbittest.Start(t)
+	ctx := context.Background()
+	br, err := rabbitmq.Open(ctx, b.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	if err := br.Queue("orders").Declare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(b.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	ch.Confirm(false)
+	publish := func(key, id, reason string) {
+		h := amqp.Table{"backstop-attempt": "3", "backstop-first-enqueued-ms": "1700000000000", "backstop-destination": "orders"}
+		if reason != "" {
+			h["backstop-reason"], h["backstop-error"] = reason, "HTTP 4xx\nwith a body"
+		}
+		dc, err := ch.PublishWithDeferredConfirm("", key, false, false, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, Body: []byte("{}"), Headers: h})
+		if err != nil || !dc.Wait() {
+			t.Fatalf("publish %s: %v", id, err)
+		}
+	}
+	publish("orders.dlq", "job-a", "permanent_error")
+	publish("orders.dlq", "job-b", "max_attempts_reached")
+	publish("orders.dlq", "job-c", "permanent_error")
+	publish("orders", "job-d", "")
+	url := "--amqp-url=" + b.URL()
+
+	check := func(want string, args ...string) {
+		t.Helper()
+		out, err := runCLI(t, "", args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		if out != want {
+			t.Errorf("%v:\n%s\nwant:\n%s", args, out, want)
+		}
+	}
+	check(`queue orders: 3 dead letters
+  permanent_error       2
+  max_attempts_reached  1
+
+oldest:
+  job    type  attempt  reason                error
+  job-a  -     3        permanent_error       HTTP 4xx with a body
+  job-b  -     3        max_attempts_reached  HTTP 4xx with a body
+`, "dlq", "inspect", "--queue", "orders", "--newest", "2", url)
+	check(`queue orders: 1 jobs (? unacked), 3 dead letters
+  ready         1
+  consumers     0
+  delay levels  0  (delayed jobs of every queue of the vhost: RabbitMQ counts no delayed jobs per queue)
+  (unacked comes from the management API: --management-url)
+`, "queue", "stats", "--queue", "orders", url)
+	check("replayed 0 dead letters of queue orders to orders (attempt count reset)\n",
+		"dlq", "replay", "--queue", "orders", "--limit", "5", "--type", "send_email", url)
+	check("replayed 2 dead letters of queue orders to orders (attempt count reset)\n",
+		"dlq", "replay", "--queue", "orders", "--limit", "5", "--reason", "permanent_error", url)
+
+	// The environment names the broker; the management API gives what
+	// AMQP cannot (it refreshes its figures every few seconds).
+	t.Setenv("BACKSTOP_AMQP_URL", b.URL())
+	t.Setenv("BACKSTOP_RABBITMQ_MANAGEMENT_URL", "http://guest:guest@"+strings.TrimPrefix(b.ManagementURL(), "http://"))
+	want := "queue orders: 3 jobs (0 unacked), 1 dead letters\n  ready         3\n  consumers     0\n" +
+		"  delay levels  0  (delayed jobs of every queue of the vhost: RabbitMQ counts no delayed jobs per queue)\n"
+	var out string
+	eventually.True(t, 30*time.Second, "the management API's figures", func() bool {
+		out, err = runCLI(t, "", "queue", "stats", "--queue", "orders")
+		return err == nil && out == want
+	})
+	out, err = runCLI(t, "", "queue", "stats", "--queue", "orders", "--json")
+	var s map[string]int64
+	if err := json.Unmarshal([]byte(out), &s); err != nil || s["ready"] != 3 || s["dlq"] != 1 || s["unacked"] != 0 || s["delay_levels"] != 0 || len(s) != 5 {
+		t.Errorf("queue stats --json: %s (%v)", out, err)
+	}
+	out, err = runCLI(t, "", "dlq", "inspect", "--queue", "orders", "--json")
+	if err != nil || !strings.Contains(out, `"size":1,"scanned":1,"by_reason":{"max_attempts_reached":1},"oldest":[{"job_id":"job-b","attempt":"3"`) {
+		t.Errorf("dlq inspect --json: %v\n%s", err, out)
+	}
+	check("replayed 1 dead letters of queue orders to orders (attempt count kept)\n",
+		"dlq", "replay", "--queue", "orders", "--limit", "1", "--keep-attempts")
+
+	// A flag wins over the environment: --redis-url goes to Redis.
+	if _, err := runCLI(t, "", "queue", "stats", "--queue", "orders", "--redis-url", "redis://127.0.0.1:1/0"); err == nil || !strings.Contains(err.Error(), "cannot reach Redis at 127.0.0.1:1") {
+		t.Errorf("--redis-url with BACKSTOP_AMQP_URL set: %v, want Redis", err)
+	}
+	t.Setenv("BACKSTOP_AMQP_URL", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"queue", "stats", "--queue", "nope", url}, `queue nope: stats: no such queue: no queue "nope" in this virtual host`},
+		{[]string{"dlq", "replay", "--queue", "orders", "--limit", "1", "--reason", "a b", url}, `reason must be "" (any) or 1..128 printable ASCII characters without spaces`},
+		{[]string{"queue", "stats", "--queue", "orders", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/"}, "cannot reach RabbitMQ at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused (check --amqp-url or BACKSTOP_AMQP_URL)"},
+		{[]string{"queue", "stats", "--queue", "orders", "--amqp-url", "redis://x:y@127.0.0.1:1/"}, `--amqp-url: want amqp://user:password@host:5672/vhost or amqps://…, got "redis://x:xxxxx@127.0.0.1:1/"`},
+	} {
+		if _, err := runCLI(t, "", c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"queue", "stats", "--queue", "orders", url, "--redis-url", "redis://127.0.0.1:1/0"},
+		{"dlq", "replay", "--queue", "orders", url},
+		{"dlq", "replay", "--queue", "orders", "--limit", "1", "--keep-attempts", "--redis-url", "redis://127.0.0.1:1/0"},
+		{"dlq", "inspect", "--queue", "orders", "--group", "g", url},
+	} {
+		if _, err := runCLI(t, "", args...); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}

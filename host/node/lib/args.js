@@ -1,0 +1,20 @@
+// Argument checks shared by the queue modules (queue.js, rabbitmq.js):
+// errors that name the option and say what it got.
+
+/** A value as an error message shows it. */
+export function show(v) {
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (v === null || typeof v !== 'object') return String(v);
+  return Array.isArray(v) ? 'array' : 'object';
+}
+
+export function checkString(name, v) {
+  if (typeof v !== 'string' || v === '') throw new TypeError(`Expected \`${name}\` to be a non-empty string (got ${show(v)})`);
+}
+
+export function checkWhole(name, v, lo, hi = Number.MAX_SAFE_INTEGER) {
+  if (!Number.isSafeInteger(v) || v < lo || v > hi) {
+    const want = hi === Number.MAX_SAFE_INTEGER ? `>= ${lo}` : `in ${lo}..${hi}`;
+    throw new TypeError(`Expected \`${name}\` to be a whole number ${want} (got ${show(v)})`);
+  }
+}

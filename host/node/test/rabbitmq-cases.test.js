@@ -1,0 +1,260 @@
+// The shared RabbitMQ cases (testdata/rabbitmq/cases.json, see its README)
+// replayed through the Node.js worker against a real rabbitmq-server: each
+// case's delivery handled by work() (or its dead letters replayed), then the
+// work queue, the DLQ, the delay levels and the counters compared with what
+// the Go worker left.
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { after, before, test } from 'node:test';
+import amqp from 'amqplib';
+import promClient from 'prom-client';
+import { createMetrics, loadPolicy } from '../index.js';
+import { connect, levelName } from '../lib/rabbitmq.js';
+import { canonical, caseError, classify, FIELDS, timesAsOffsets } from '../test-support/cases.js';
+import { until } from '../test-support/eventually.js';
+import { startRabbit } from '../test-support/rabbitmq-server.js';
+
+// A hang fails its test instead of the run (a worker that never stops).
+const LIMIT = { timeout: 180_000 };
+
+const FILE = JSON.parse(
+  readFileSync(process.env.BACKSTOP_RABBITMQ_CASES ?? new URL('../../../testdata/rabbitmq/cases.json', import.meta.url), 'utf8'),
+);
+const NOW = /\{now([+-][0-9]+)?\}/g;
+const LEVELS = Array.from({ length: 18 }, (_, n) => levelName(n));
+
+let server;
+let broker;
+let conn; // the harness's own connection
+let ch; // its confirm channel
+let policy;
+before(async () => {
+  server = await startRabbit();
+  broker = await connect(server.url, { onError: () => {} });
+  conn = await amqp.connect(server.url);
+  ch = await conn.createConfirmChannel();
+  policy = await loadPolicy(FILE.policy);
+});
+after(async () => {
+  policy?.close();
+  await conn?.close().catch(() => {});
+  await broker?.close();
+  await server?.stop();
+});
+
+// -- messages as the README writes them ---------------------------------------------
+
+// A header value of the cases' JSON as amqplib publishes it.
+function toAmqp(v) {
+  if (v === null || typeof v !== 'object') return v;
+  const [[type, x]] = Object.entries(v);
+  switch (type) {
+    case 'int':
+      return { '!': 'long', value: x };
+    case 'float':
+      return { '!': 'double', value: x };
+    case 'bytes':
+      return Buffer.from(x, 'base64');
+    case 'timestamp':
+      return { '!': 'timestamp', value: x };
+    case 'table':
+      return Object.fromEntries(Object.entries(x).map(([k, y]) => [k, toAmqp(y)]));
+    case 'array':
+      return x.map(toAmqp);
+  }
+  throw new Error(`header value type ${type}: unknown`);
+}
+
+// A header value as amqplib decodes it, in the cases' JSON.
+function fromAmqp(v) {
+  if (v === null || typeof v === 'string' || typeof v === 'boolean') return v;
+  if (typeof v === 'number') return Number.isInteger(v) ? { int: String(v) } : { float: v };
+  if (Buffer.isBuffer(v)) return { bytes: v.toString('base64') };
+  if (Array.isArray(v)) return { array: v.map(fromAmqp) };
+  if (v['!'] === 'timestamp') return { timestamp: v.value };
+  if (v['!'] === 'decimal') return { decimal: `${v.value.digits}/${v.value.places}` };
+  return { table: Object.fromEntries(Object.entries(v).map(([k, y]) => [k, fromAmqp(y)])) };
+}
+
+const PROPS = [['message_id', 'messageId'], ['content_type', 'contentType'], ['content_encoding', 'contentEncoding'],
+  ['correlation_id', 'correlationId'], ['type', 'type'], ['app_id', 'appId'], ['delivery_mode', 'deliveryMode'], ['priority', 'priority']];
+
+function publishArgs(m) {
+  const props = {};
+  for (const [k, p] of PROPS) if (m[k] !== undefined) props[p] = m[k];
+  if (m.headers) props.headers = Object.fromEntries(Object.entries(m.headers).map(([k, v]) => [k, toAmqp(v)]));
+  const body = m.body_base64 !== undefined ? Buffer.from(m.body_base64, 'base64') : Buffer.from(m.body ?? '', 'utf8');
+  return { body, props };
+}
+
+function encodeMessage(msg) {
+  const m = {};
+  const p = msg.properties;
+  for (const [k, prop] of PROPS) {
+    const v = p[prop];
+    if (v !== undefined && v !== '' && v !== 0) m[k] = v;
+  }
+  const h = {};
+  for (const [k, v] of Object.entries(p.headers ?? {})) if (k !== 'x-delivery-count') h[k] = fromAmqp(v);
+  if (Object.keys(h).length > 0) m.headers = h;
+  const text = new TextDecoder('utf-8', { fatal: true });
+  try {
+    m.body = text.decode(msg.content);
+  } catch {
+    m.body_base64 = msg.content.toString('base64');
+  }
+  return m;
+}
+
+function publish(queue, m) {
+  const { body, props } = publishArgs(m);
+  return new Promise((resolve, reject) => ch.publish('', queue, body, props, (err) => (err ? reject(err) : resolve())));
+}
+
+async function drain(queue) {
+  const out = [];
+  for (;;) {
+    const msg = await ch.get(queue, { noAck: true });
+    if (msg === false) return out;
+    out.push(msg);
+  }
+}
+
+// By message_id, then by the JSON (as Go sorts them).
+const sortBy = (list, msgOf) =>
+  list
+    .map((v) => [`${msgOf(v).message_id ?? ''}\u0000${JSON.stringify(v)}`, v])
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([, v]) => v);
+
+// -- the counters: every counter sample not 0, histograms by _count and _sum ---------
+
+async function counters(registry) {
+  const out = {};
+  const labels = (l) => {
+    const parts = Object.entries(l).filter(([k]) => k !== 'le').map(([k, v]) => `${k}=${JSON.stringify(String(v))}`).sort();
+    return parts.length === 0 ? '' : `{${parts.join(',')}}`;
+  };
+  for (const m of await registry.getMetricsAsJSON()) {
+    if (m.type === 'counter') {
+      for (const v of m.values) if (v.value !== 0) out[m.name + labels(v.labels)] = v.value;
+    } else if (m.type === 'histogram' && !m.name.endsWith('_seconds')) {
+      for (const v of m.values) {
+        if (v.metricName === `${m.name}_count` && v.value !== 0) out[`${m.name}_count${labels(v.labels)}`] = v.value;
+      }
+      for (const v of m.values) {
+        const count = out[`${m.name}_count${labels(v.labels)}`];
+        if (v.metricName === `${m.name}_sum` && count !== undefined) out[`${m.name}_sum${labels(v.labels)}`] = v.value;
+      }
+    }
+  }
+  return out;
+}
+
+// -- one case -------------------------------------------------------------------------
+
+// The policy, reporting the failure it was asked about and its answer; with
+// refuse, its breaker refuses every job.
+function spy(refuse) {
+  const s = {
+    asked: null,
+    decision: null,
+    decide(f) {
+      const d = policy.decide(f);
+      s.asked = { attempt: f.attempt };
+      for (const [k, f2] of [...FIELDS, ['prev_delay_ms', 'prevDelayMs']]) if (f[f2]) s.asked[k] = f[f2];
+      s.decision = { action: d.action, reason: d.reason };
+      if (d.action === 'retry') s.decision.delay_ms = d.delayMs;
+      return d;
+    },
+    recordSuccess: (now) => policy.recordSuccess(now),
+  };
+  if (refuse) s.acquire = () => ({ allowed: false, retryInMs: refuse.retry_in_ms, state: 'open' });
+  return s;
+}
+
+async function anyReady(queues) {
+  for (const name of queues) if ((await ch.checkQueue(name)).messageCount > 0) return true;
+  return false;
+}
+
+async function run(c) {
+  const name = FILE.queue;
+  for (const q of [name, `${name}.dlq`]) await ch.deleteQueue(q);
+  for (const x of [`${name}.delay`, `${name}.due`]) await ch.deleteExchange(x);
+  const q = broker.queue(name, { maxDeliveries: FILE.max_deliveries });
+  await q.declare();
+  for (const l of LEVELS) await ch.purgeQueue(l);
+
+  const base = Date.now();
+  const known = new Set([0]);
+  const resolve = (m) =>
+    JSON.parse(JSON.stringify(m).replace(NOW, (_, off) => {
+      known.add(Number(off ?? 0));
+      return String(base + Number(off ?? 0));
+    }));
+  for (const m of c.dlq ?? []) await publish(`${name}.dlq`, resolve(m));
+  if (c.delivery) {
+    await publish(name, resolve(c.delivery.message));
+    for (let i = 0; i < (c.delivery.returns ?? 0); i++) {
+      const msg = await until('the delivery to return', async () => ch.get(name, { noAck: false }), 10_000);
+      ch.nack(msg, false, true);
+    }
+  }
+
+  let reply;
+  const registry = new promClient.Registry();
+  const ev = c.event;
+  if (ev.type === 'handle') {
+    const s = spy(ev.refuse);
+    if (ev.refuse) known.add(ev.refuse.retry_in_ms);
+    let ran = false;
+    const ac = new AbortController();
+    const done = q.work(s, () => {
+      ran = true;
+      if (ev.error) throw caseError(ev.error);
+    }, {
+      signal: ac.signal, prefetch: 1, classify, onError: () => {},
+      metrics: createMetrics(promClient, { policy: 'cases', target: name, registry }),
+    });
+    await until(`case ${c.name}: the worker to deal with the delivery`, async () => ran || anyReady([`${name}.dlq`, ...LEVELS]), 20_000);
+    ac.abort();
+    await done;
+    reply = { ran };
+    if (s.asked !== null) {
+      reply.failure = s.asked;
+      reply.decision = s.decision;
+      if (s.decision.delay_ms !== undefined) known.add(s.decision.delay_ms);
+    }
+  } else if (ev.type === 'replay') {
+    try {
+      reply = { replayed: await q.replay({ limit: ev.limit ?? 0, reason: ev.reason ?? '', keepAttempts: ev.keep_attempts ?? false }) };
+    } catch (err) {
+      if (!(err instanceof TypeError)) throw err;
+      reply = { refused: true };
+    }
+  } else {
+    throw new Error(`case ${c.name}: event type ${ev.type} unknown`);
+  }
+  const end = Date.now();
+
+  const state = { reply };
+  state.work = sortBy((await drain(name)).map(encodeMessage), (m) => m);
+  state.dlq = sortBy((await drain(`${name}.dlq`)).map(encodeMessage), (m) => m);
+  const delayed = [];
+  for (const l of LEVELS) {
+    for (const msg of await drain(l)) delayed.push({ queue: l, routing_key: msg.fields.routingKey, message: encodeMessage(msg) });
+  }
+  state.delayed = sortBy(delayed, (v) => v.message);
+  state.counters = await counters(registry);
+  return JSON.parse(timesAsOffsets(canonical(state), base, end, known));
+}
+
+test('the shared RabbitMQ cases', LIMIT, async (t) => {
+  assert.ok(FILE.cases.length > 0);
+  for (const c of FILE.cases) {
+    await t.test(c.name, async () => {
+      assert.deepStrictEqual(await run(c), JSON.parse(canonical(c.expect)));
+    });
+  }
+});

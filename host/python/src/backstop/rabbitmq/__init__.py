@@ -1,0 +1,459 @@
+"""backstop.rabbitmq: the queue contract on RabbitMQ for asyncio workers,
+over aio-pika (the topology, headers and moves of queue/rabbitmq/README.md,
+the same as the Go and Node.js workers')::
+
+    from backstop import rabbitmq
+
+    broker = await rabbitmq.connect("amqp://guest:guest@127.0.0.1:5672/")
+    q = broker.queue("emails")
+    await q.enqueue("job-1", b'{"to": "a@example.com"}', job_type="send_email")
+    await q.work(policy, handle, prefetch=16)   # until cancelled; in-flight jobs finish first
+
+Every outcome is published with publisher confirms before the delivery is
+acked: a crash in between duplicates a job, never loses it. Retries wait in
+the delay levels (no head-of-line blocking), dead letters go to ``Q.dlq``,
+and ``replay`` sends them back to ``Q`` only. ``backstop.rabbitmq.sync`` is
+the same over pika, for threads.
+
+Needs the ``rabbitmq`` extra: ``pip install 'backstop-policy[rabbitmq]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect as _inspect
+import logging
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+
+try:
+    import aio_pika
+    import aiormq.exceptions
+    from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("backstop.rabbitmq needs aio-pika: pip install 'backstop-policy[rabbitmq]'") from e
+
+from .. import _decide
+from .._policy import Policy
+from .._retry import Classify, check_classify, classifier
+from . import _core
+from ._core import DeadLetter, Job, Stats
+from ._metrics import QueueMetrics, worker_metrics
+
+__all__ = ["Broker", "DeadLetter", "Job", "Queue", "Stats", "connect"]
+
+log = logging.getLogger("backstop.rabbitmq")
+
+Handler = Callable[[Job], Union[Awaitable[Any], Any]]
+
+# What the broker answers a declaration it refuses: not worth connecting again.
+_REFUSED = (aiormq.exceptions.ChannelPreconditionFailed, aiormq.exceptions.ChannelNotFoundEntity,
+            aiormq.exceptions.ChannelAccessRefused)
+
+
+async def connect(url: str, *, timeout: float = 10.0) -> "Broker":
+    """Connects to the broker at ``url`` (``amqp://user:pass@host:port/vhost``).
+    The connection is opened again when it is lost: by ``work`` (with
+    backoff) and by the next call of any other method."""
+    if not isinstance(url, str) or not url:
+        raise ValueError("connect: url must be a non-empty amqp:// URL (got %r)" % (url,))
+    b = Broker(url, timeout)
+    await b._connection()
+    return b
+
+
+class Broker:
+    """A connection to one RabbitMQ virtual host. Make it with ``connect``."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url = url
+        self._timeout = timeout
+        self._conn: Optional[AbstractConnection] = None
+        self._lock = asyncio.Lock()
+        self._shared_declared = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return "Broker(%r)" % (_redact(self.url),)
+
+    def queue(self, name: str, *, max_deliveries: int = 5) -> "Queue":
+        """Work queue ``name``: a delivery whose ``x-delivery-count`` reaches
+        ``max_deliveries`` (its consumers kept dying) is dead-lettered as
+        ``crash_loop`` without running; the broker's own
+        ``x-delivery-limit`` is ``max_deliveries + 2``."""
+        return Queue(self, _core.check_name("queue", "name", name),
+                     _core.check_int("queue", "max_deliveries", max_deliveries, 1, 1000))
+
+    async def close(self) -> None:
+        """Closes the connection; workers on it stop as if cancelled."""
+        self._closed = True
+        if self._conn is not None and not self._conn.is_closed:
+            await self._conn.close()
+
+    async def __aenter__(self) -> "Broker":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _connection(self) -> AbstractConnection:
+        async with self._lock:
+            if self._closed:
+                raise RuntimeError("rabbitmq: the broker connection is closed")
+            if self._conn is None or not _alive(self._conn):
+                if self._conn is not None:
+                    try:
+                        await self._conn.close()
+                    except Exception:
+                        pass
+                self._conn = await aio_pika.connect(self.url, timeout=self._timeout)
+                self._shared_declared = False
+            return self._conn
+
+    async def _channel(self, prefetch: int = 0) -> AbstractChannel:
+        ch = await (await self._connection()).channel(publisher_confirms=True, on_return_raises=True)
+        if prefetch:
+            await ch.set_qos(prefetch_count=prefetch)
+        return ch
+
+    async def _declare(self, ch: AbstractChannel, topo: _core.Topology) -> None:
+        exchanges = {}
+        for name, kind in topo.exchanges:
+            exchanges[name] = await ch.declare_exchange(name, kind, durable=True)
+        for name, args in topo.queues:
+            await ch.declare_queue(name, durable=True, arguments=args)
+        for queue, exchange, key, args in topo.queue_bindings:
+            q = await ch.get_queue(queue, ensure=False)
+            await q.bind(exchange, key, arguments=args or None)
+        for dest, source, key, args in topo.exchange_bindings:
+            x = exchanges.get(dest) or await ch.get_exchange(dest, ensure=False)
+            await x.bind(source, key, arguments=args or None)
+
+
+class Queue:
+    """One work queue ``Q`` with its DLQ and delays (``Broker.queue``)."""
+
+    def __init__(self, broker: Broker, name: str, max_deliveries: int) -> None:
+        self.broker = broker
+        self.name = name
+        self.max_deliveries = max_deliveries
+        self._declared_on: Optional[AbstractConnection] = None
+
+    def __repr__(self) -> str:
+        return "Queue(%r, max_deliveries=%d)" % (self.name, self.max_deliveries)
+
+    async def _op(self, fn: Callable[[AbstractChannel], Awaitable[Any]]) -> Any:
+        """fn on a channel of its own; once more on a new connection when
+        the connection went meanwhile (a broker restart)."""
+        for again in (True, False):
+            conn = await self.broker._connection()
+            ch = await conn.channel(publisher_confirms=True, on_return_raises=True)
+            try:
+                return await fn(ch)
+            except Exception:
+                if again and not _alive(conn):
+                    continue
+                raise
+            finally:
+                if not ch.is_closed:
+                    try:
+                        await ch.close()
+                    except Exception:
+                        pass
+
+    async def declare(self) -> None:
+        """Declares the topology (idempotent; ``enqueue`` and ``work`` call
+        it once per connection)."""
+        await self._op(self._declare_on)
+
+    async def _declare_on(self, ch: AbstractChannel) -> None:
+        b = self.broker
+        conn = await b._connection()
+        if not b._shared_declared:
+            await b._declare(ch, _core.SHARED)
+            b._shared_declared = True
+        await b._declare(ch, _core.topology(self.name, self.max_deliveries))
+        self._declared_on = conn
+
+    async def _ensure(self, ch: AbstractChannel) -> None:
+        if self._declared_on is not await self.broker._connection():
+            await self._declare_on(ch)
+
+    async def enqueue(self, job_id: str, payload: _core.Payload = b"", job_type: Optional[str] = None, *,
+                      content_type: Optional[str] = None) -> None:
+        """Publishes job ``job_id`` (its stable identity, the idempotency
+        key) as attempt 1, first enqueued now, and returns once the broker
+        confirmed it."""
+        _core.check_name("enqueue", "job_id", job_id)
+        body = _core.payload_bytes(payload)
+        if job_type is not None:
+            _decide.check_job_type("enqueue", "job_type", job_type)
+
+        async def run(ch: AbstractChannel) -> None:
+            await self._ensure(ch)
+            h = _core.enqueue_headers(self.name, job_type, _core.now_ms())
+            await _publish(ch, _core.Publish("", self.name, h), {"message_id": job_id, "content_type": content_type},
+                           body)
+
+        await self._op(run)
+
+    async def work(self, policy: Policy, handler: Handler, *, prefetch: int = 16, registry: Any = None,
+                   metrics_policy: str = "default", classify: Optional[Classify] = None,
+                   policies: Optional[Mapping[str, Policy]] = None) -> None:
+        """Consumes the queue until the task is cancelled: runs
+        ``handler(job)`` (a coroutine function, or a plain one), up to
+        ``prefetch`` at a time, and applies its outcome as ``policy``
+        decides (classified by ``classify``, as ``Policy.retry`` does).
+
+        Cancelling stops new deliveries, lets the jobs in flight finish and
+        apply their outcomes, then raises ``CancelledError``. A lost
+        connection (a broker restart) is opened again with backoff (0.1 s
+        doubling to 5 s); an outcome known but not applied when it was lost
+        is applied when the message comes back, without running the job
+        again. A topology the broker refuses (the queue exists with other
+        arguments: another ``max_deliveries``) raises at once. With
+        ``registry`` (prometheus_client), the worker counts
+        ``backstop_client_*`` (policy label ``metrics_policy``) and the
+        queue families of the README. ``policies`` maps a job type to its
+        own policy (as ``backstop.queue.Queue.work``'s): a job of that type
+        is gated, decided and counted (policy label = the type) by it."""
+        check_classify("work", classify)
+        cls = classifier(classify)
+        _core.check_int("work", "prefetch", prefetch, 1, 65535)
+        if not callable(handler):
+            raise TypeError("work: handler must be callable (got %r)" % (handler,))
+        client, qm = worker_metrics(registry, metrics_policy, self.name)
+        typed = _decide.typed_policies(policies, client)
+        kept, backoff = _core.Kept(), _core.Backoff()
+        while True:
+            try:
+                await self._consume(policy, handler, prefetch, cls, client, qm, kept, backoff, typed)
+            except (asyncio.CancelledError, *_REFUSED):
+                raise  # a topology the broker refuses (other arguments, no permission) stays refused
+            except Exception as e:
+                if self.broker._closed:
+                    return
+                pause = backoff.next()
+                log.warning("queue %s: connection lost, connecting again in %.1fs: %s", self.name, pause, e)
+                await asyncio.sleep(pause)
+
+    async def _consume(self, policy: Policy, handler: Handler, prefetch: int,
+                       cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
+                       kept: _core.Kept, backoff: _core.Backoff,
+                       typed: Mapping[str, Tuple[Policy, Any]]) -> None:
+        ch = await self.broker._channel(prefetch)
+        lost = asyncio.Event()
+        ch.close_callbacks.add(lambda *_: lost.set())
+        inflight: Set["asyncio.Task[Any]"] = set()
+        name = self.name
+        default = (policy, client)
+
+        async def apply(msg: AbstractIncomingMessage, job: Job, plan: Optional[_decide.Plan],
+                        pub: Optional[_core.Publish], published: bool) -> bool:
+            """Publishes (confirmed), then acks; whether both happened. An
+            outcome the lost channel stopped halfway is kept."""
+            try:
+                if pub is not None and not published:
+                    await _publish(ch, pub, msg)
+                    published = True
+                await msg.ack()
+                return True
+            except Exception as e:
+                if plan is not None:
+                    kept.keep(job, plan, published)
+                log.warning("queue %s: outcome of job %s (attempt %d) not applied, kept for its redelivery: %s",
+                            name, job.id, job.attempt, e)
+                return False
+
+        async def on_message(msg: AbstractIncomingMessage) -> None:
+            # A task of the worker's own: aiormq cancels the tasks it runs
+            # consumers in when the channel closes, and a job in flight must
+            # finish so that its outcome is kept for the message's return.
+            t = asyncio.ensure_future(deliver(msg))
+            inflight.add(t)
+            t.add_done_callback(inflight.discard)
+
+        async def deliver(msg: AbstractIncomingMessage) -> None:
+            try:
+                job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type)
+                policy, client = typed.get(job.job_type, default)
+                step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
+                if step.early:
+                    await apply(msg, job, None, _core.early(name, job, _core.now_ms()), False)
+                    return
+                plan = step.plan
+                if plan is None:
+                    exc: Optional[Exception] = None
+                    try:
+                        r = handler(job)
+                        if _inspect.isawaitable(r):
+                            await r
+                    except Exception as e:
+                        exc = e
+                    plan = _decide.plan(job, exc, policy, cls, _core.MALFORMED, _core.now_ms())
+                    _decide.count(client, policy, job, plan, False)
+                elif step.gated:
+                    _decide.count(client, policy, job, plan, True)
+                pub = _core.move(name, job, plan, _core.now_ms())
+                if await apply(msg, job, plan, pub, step.published) and qm is not None:
+                    qm.observe(job, plan)
+            except Exception:
+                # Returned now rather than held until the channel closes; a
+                # delivery that keeps failing here ends as a crash loop.
+                log.exception("queue %s: delivery not handled; the broker delivers it again", name)
+                try:
+                    await msg.nack(requeue=True)
+                except Exception:
+                    pass
+
+        try:
+            await self._ensure(ch)
+            q = await ch.get_queue(name, ensure=False)
+            tag = await q.consume(on_message)
+            backoff.reset()
+            try:
+                await lost.wait()
+            except asyncio.CancelledError:
+                # Graceful: no new deliveries; the ones in flight finish.
+                try:
+                    await asyncio.shield(q.cancel(tag))
+                except Exception:
+                    pass
+                while inflight:
+                    await asyncio.shield(asyncio.wait(set(inflight)))
+                raise
+            raise ConnectionError("channel closed")
+        finally:
+            if not ch.is_closed:
+                try:
+                    await asyncio.shield(ch.close())
+                except Exception:
+                    pass
+
+    async def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
+                     scan: Optional[int] = None) -> int:
+        """Moves at most ``limit`` dead letters (with ``reason`` only, when
+        given) back to the work queue, to its name on the default exchange
+        only, among the first ``scan`` (default 10 × limit). A replayed job
+        starts afresh (attempt 1, first enqueued now) unless
+        ``keep_attempts``; the dead letter's reason becomes its last
+        reason. Dead letters without a job id, or that do not match, stay.
+        Returns how many moved."""
+        limit, reason, scan = _core.replay_args(limit, reason, scan)
+        ch = await self.broker._channel()
+        held: List[AbstractIncomingMessage] = []
+        moved = 0
+        try:
+            await self._ensure(ch)
+            dlq = await ch.get_queue(self.name + ".dlq", ensure=False)
+            for _ in range(scan):
+                if moved >= limit:
+                    break
+                msg = await dlq.get(no_ack=False, fail=False)
+                if msg is None:
+                    break
+                d = _core.dead_letter_from(msg.message_id, msg.headers, msg.body)
+                if not _core.matches(d, reason):
+                    held.append(msg)
+                    continue
+                await _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), msg)
+                await msg.ack()
+                moved += 1
+            for msg in held:
+                await msg.nack(requeue=True)
+        finally:
+            await ch.close()
+        return moved
+
+    async def inspect(self, n: int = 20) -> List[DeadLetter]:
+        """A peek at the first ``n`` dead letters: each is returned to the DLQ."""
+        _core.check_int("inspect", "n", n, 1, 10000)
+
+        async def run(ch: AbstractChannel) -> List[DeadLetter]:
+            await self._ensure(ch)
+            dlq = await ch.get_queue(self.name + ".dlq", ensure=False)
+            out, held = [], []
+            for _ in range(n):
+                msg = await dlq.get(no_ack=False, fail=False)
+                if msg is None:
+                    break
+                held.append(msg)
+                out.append(_core.dead_letter_from(msg.message_id, msg.headers, msg.body))
+            for msg in held:
+                await msg.nack(requeue=True)
+            return out
+
+        return list(await self._op(run))
+
+    async def stats(self) -> Stats:
+        """Ready jobs and consumers of the work queue, and the DLQ's depth
+        (passive declarations: a missing queue raises)."""
+
+        async def run(ch: AbstractChannel) -> Stats:
+            q = await ch.declare_queue(self.name, passive=True)
+            d = await ch.declare_queue(self.name + ".dlq", passive=True)
+            r, dr = q.declaration_result, d.declaration_result
+            levels = 0
+            for n in range(_core.LEVELS):
+                try:
+                    levels += (await ch.declare_queue(_core.level(n), passive=True)).declaration_result.message_count or 0
+                except aio_pika.exceptions.ChannelClosed:
+                    await ch.reopen()  # a missing level closed it
+            return Stats(r.message_count or 0, r.consumer_count or 0, dr.message_count or 0, levels)
+
+        return await self._op(run)  # type: ignore[no-any-return]
+
+
+async def _publish(ch: AbstractChannel, pub: _core.Publish, src: Any, body: Optional[bytes] = None) -> None:
+    """Publishes pub with the body and properties of ``src`` (a delivery,
+    or for enqueue a dict: message_id, content_type), persistent, and
+    waits for the broker's confirm; an unroutable message raises."""
+    if isinstance(src, dict):
+        props = dict(src)
+    else:
+        body = src.body
+        props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
+                                               "type", "app_id", "timestamp")}
+    msg = aio_pika.Message(body or b"", headers=_amqp_table(pub.headers), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                           **{k: v for k, v in props.items() if v})
+    if not props.get("message_id"):
+        msg.message_id = _NO_ID
+    x = ch.default_exchange if pub.exchange == "" else await ch.get_exchange(pub.exchange, ensure=False)
+    await x.publish(msg, pub.routing_key, mandatory=True)
+
+
+def _alive(conn: AbstractConnection) -> bool:
+    # aio-pika marks a Connection closed only when close() is called; a lost
+    # one shows in its transport (aiormq's connection).
+    t = getattr(conn, "transport", None)
+    return not conn.is_closed and t is not None and not t.connection.is_closed
+
+
+def _amqp_table(v: Any) -> Any:
+    # pamqp writes a byte array from a bytearray only, and reads a long
+    # string that is not UTF-8 as bytes: carried on as a byte array.
+    if isinstance(v, bytes):
+        return bytearray(v)
+    if isinstance(v, dict):
+        return {k: _amqp_table(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_amqp_table(x) for x in v]
+    return v
+
+
+class _NoId(str):
+    """An absent message_id that aiormq leaves alone: it gives every message
+    without one a random id (to match returns to confirms), which would turn
+    a malformed message without a job id into a replayable job. Truthy for
+    aiormq's check, empty for pamqp, which then leaves the property out."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+_NO_ID = _NoId("")
+
+
+def _redact(url: str) -> str:
+    at = url.rfind("@")
+    scheme = url.find("://")
+    return url if at < 0 or scheme < 0 else url[:scheme + 3] + "***" + url[at:]

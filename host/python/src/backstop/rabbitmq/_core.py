@@ -1,0 +1,425 @@
+"""What the asyncio and the sync RabbitMQ workers share, with no client
+library: the topology (queue/rabbitmq/README.md), the headers, the jobs and
+dead letters read from them, and the message each outcome publishes."""
+
+from __future__ import annotations
+
+import collections
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+
+from .. import _decide
+from .._policy import Policy
+
+LEVELS = 18  # backstop.delay.L0 .. L17: delays up to 2^18 - 1 s in one pass
+MAX_HOP_S = (1 << LEVELS) - 1
+DELIVER = "backstop.delay.deliver"
+# A delayed message enters at its highest set bit's level, not L17: each
+# exchange-to-exchange hop costs the publishing channel a topic match.
+ENTER = "backstop.delay.enter"
+MALFORMED = "malformed message: needs message_id, backstop-attempt >= 1 and backstop-first-enqueued-ms"
+
+H_ATTEMPT = "backstop-attempt"
+H_FIRST = "backstop-first-enqueued-ms"
+H_DEST = "backstop-destination"
+H_LAST_REASON = "backstop-last-reason"
+H_LAST_ERROR = "backstop-last-error"
+H_PREV_DELAY = "backstop-prev-delay-ms"
+H_DUE = "backstop-due-ms"
+H_TYPE = "backstop-job-type"
+H_REASON = "backstop-reason"
+H_ERROR = "backstop-error"
+H_DL_MS = "backstop-dead-lettered-ms"
+
+_ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
+_DIGITS = re.compile(r"[0-9]{1,18}\Z")  # as Go's headerDigits: fits an int64
+
+Payload = Union[bytes, bytearray, memoryview, str]
+
+
+def level(n: int) -> str:
+    return "backstop.delay.L%d" % n
+
+
+def _pattern(bit: int, word: str) -> str:
+    # The routing key is the delay's bits, most significant (bit 17) first.
+    return ".".join(word if LEVELS - 1 - i == bit else "*" for i in range(LEVELS))
+
+
+def _enter_pattern(bit: int) -> str:
+    # From the enter exchange to level ``bit``: the bits above it 0, it 1.
+    return ".".join("0" if LEVELS - 1 - i > bit else "1" if LEVELS - 1 - i == bit else "*" for i in range(LEVELS))
+
+
+def routing_key(delay_ms: int) -> str:
+    """The routing key of a delayed message: its delay in whole seconds,
+    rounded up (never early) and capped at 2^18 - 1 (the rest is delayed
+    again on arrival), as 18 words of 0 or 1."""
+    s = min(MAX_HOP_S, max(0, -(-delay_ms // 1000)))
+    return ".".join("1" if s >> (LEVELS - 1 - i) & 1 else "0" for i in range(LEVELS))
+
+
+class Topology(NamedTuple):
+    exchanges: List[Tuple[str, str]]  # (name, type)
+    queues: List[Tuple[str, Dict[str, Any]]]  # (name, arguments)
+    queue_bindings: List[Tuple[str, str, str, Dict[str, Any]]]  # (queue, exchange, routing key, arguments)
+    exchange_bindings: List[Tuple[str, str, str, Dict[str, Any]]]  # (destination, source, routing key, arguments)
+
+
+def _shared() -> Topology:
+    exchanges = [(level(n), "topic") for n in range(LEVELS)] + [(DELIVER, "headers"), (ENTER, "topic")]
+    queues, qb, eb = [], [], []
+    for n in range(LEVELS):
+        below = level(n - 1) if n > 0 else DELIVER
+        queues.append((level(n), {"x-queue-type": "quorum", "x-message-ttl": (1 << n) * 1000,
+                                  "x-dead-letter-exchange": below, "x-dead-letter-strategy": "at-least-once",
+                                  "x-overflow": "reject-publish"}))
+        qb.append((level(n), level(n), _pattern(n, "1"), {}))
+        eb.append((below, level(n), _pattern(n, "0"), {}))
+    eb += [(level(n), ENTER, _enter_pattern(n), {}) for n in range(LEVELS)]
+    eb.append((DELIVER, ENTER, routing_key(0), {}))  # no bit set: straight to the queue
+    return Topology(exchanges, queues, qb, eb)
+
+
+SHARED = _shared()
+
+
+def topology(q: str, max_deliveries: int) -> Topology:
+    """The declarations of work queue ``q`` (after SHARED's)."""
+    return Topology(
+        [(q + ".delay", "fanout"), (q + ".due", "fanout")],
+        [(q, {"x-queue-type": "quorum", "x-delivery-limit": max_deliveries + 2, "x-dead-letter-exchange": "",
+              "x-dead-letter-routing-key": q + ".dlq", "x-dead-letter-strategy": "at-least-once",
+              "x-overflow": "reject-publish"}),
+         (q + ".dlq", {"x-queue-type": "quorum"})],
+        [(q, q + ".due", "", {})],
+        [(ENTER, q + ".delay", "", {}), (q + ".due", DELIVER, "", {"x-match": "all", H_DEST: q})],
+    )
+
+
+# -- headers -------------------------------------------------------------------
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return str(int(v))
+    return str(v)
+
+
+def _num(v: Any) -> Optional[int]:
+    """A header number: a string of decimal digits or an AMQP integer (a
+    byte array, a float, a boolean is none)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if v >= 0 else None
+    return int(v) if isinstance(v, str) and _DIGITS.match(v) else None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One delivery of a job, read from backstop's headers.
+
+    ``attempt`` is the 1-based number of this execution and ``id`` (the
+    message id) the job's stable identity, its idempotency key.
+    ``malformed`` marks a message without an id, a whole ``attempt`` >= 1
+    or a first-enqueued time: the worker dead-letters it (reason
+    ``malformed``) without running it; ``headers`` holds every header to
+    see why. ``delivery_count`` is the broker's ``x-delivery-count``
+    (deliveries that ended without an ack)."""
+
+    id: str
+    attempt: int
+    first_enqueued_ms: int
+    payload: bytes
+    queue: str
+    content_type: str = ""
+    job_type: str = ""
+    last_reason: str = ""
+    last_error: str = ""
+    prev_delay_ms: int = 0
+    due_ms: int = 0
+    delivery_count: int = 0
+    malformed: bool = False
+    headers: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def first_enqueued(self) -> datetime:
+        """When the job was first enqueued, in UTC."""
+        return datetime.fromtimestamp(self.first_enqueued_ms / 1000, timezone.utc)
+
+
+def job_from(queue: str, message_id: Optional[str], headers: Optional[Mapping[str, Any]], body: bytes,
+             content_type: Optional[str]) -> Job:
+    h = dict(headers or {})
+    attempt, first = _num(h.get(H_ATTEMPT)), _num(h.get(H_FIRST))
+    a = h.get(H_ATTEMPT)
+    malformed = (not message_id or attempt is None or not _ATTEMPT.match(str(attempt)) or first is None
+                 or (isinstance(a, str) and a != str(attempt)))  # "01": a leading zero
+    return Job(_text(message_id), attempt or 0, first or 0, bytes(body), queue, content_type or "",
+               _text(h.get(H_TYPE)), _text(h.get(H_LAST_REASON)), _text(h.get(H_LAST_ERROR)),
+               _num(h.get(H_PREV_DELAY)) or 0, _num(h.get(H_DUE)) or 0, _num(h.get("x-delivery-count")) or 0,
+               malformed, h)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message in the dead letter queue, as ``inspect`` shows it. A
+    message the broker moved itself (its consumer kept dying past
+    ``x-delivery-limit``) has reason ``crash_loop``."""
+
+    id: str
+    reason: str
+    error: str
+    attempt: int
+    first_enqueued_ms: int
+    dead_lettered_ms: int
+    payload: bytes
+    job_type: str = ""
+    destination: str = ""
+    headers: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _reason(h: Mapping[str, Any]) -> str:
+    """A dead letter's reason: backstop's header, else the broker's (its
+    latest x-death), delivery_limit shown as crash_loop."""
+    r = _text(h.get(H_REASON))
+    if r:
+        return r
+    deaths = h.get("x-death")
+    if isinstance(deaths, (list, tuple)) and deaths and isinstance(deaths[0], Mapping):
+        r = _text(deaths[0].get("reason"))
+    r = r or _text(h.get("x-first-death-reason"))
+    return "crash_loop" if r == "delivery_limit" else r
+
+
+def dead_letter_from(message_id: Optional[str], headers: Optional[Mapping[str, Any]], body: bytes) -> DeadLetter:
+    h = dict(headers or {})
+    reason = _reason(h)
+    return DeadLetter(_text(message_id), reason, _text(h.get(H_ERROR)), _num(h.get(H_ATTEMPT)) or 0,
+                      _num(h.get(H_FIRST)) or 0, _num(h.get(H_DL_MS)) or 0, bytes(body), _text(h.get(H_TYPE)),
+                      _text(h.get(H_DEST)), h)
+
+
+class Stats(NamedTuple):
+    """A queue's depths, read live: ``ready`` jobs and ``consumers`` of the
+    work queue, ``dlq`` dead letters, and ``delay_levels``: the messages
+    waiting in the shared delay levels, for every queue of the virtual host
+    (RabbitMQ 3.10 keeps no statistics of dead-lettered messages, so one
+    queue's delayed jobs cannot be counted apart)."""
+
+    ready: int
+    consumers: int
+    dlq: int
+    delay_levels: int = 0
+
+
+# -- moves ---------------------------------------------------------------------
+
+
+class Publish(NamedTuple):
+    """A message to publish (with confirms) before the delivery is acked."""
+
+    exchange: str
+    routing_key: str
+    headers: Dict[str, Any]
+
+
+# The broker's own headers: they describe the message's old place, and go
+# when it moves (a malformed one keeps them, for a person to read).
+_BROKER = frozenset(("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
+                     "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-delivery-count"))
+
+
+def _own(h: Mapping[str, Any]) -> Dict[str, Any]:
+    """The headers a message takes to its next place: every one (the job
+    type, others' headers) but the broker's."""
+    return {k: v for k, v in h.items() if k not in _BROKER}
+
+
+def enqueue_headers(q: str, job_type: Optional[str], now: int) -> Dict[str, Any]:
+    h: Dict[str, Any] = {H_ATTEMPT: "1", H_FIRST: str(now), H_DEST: q}
+    if job_type:
+        h[H_TYPE] = job_type
+    return h
+
+
+def delayed(q: str, h: Dict[str, Any], delay_ms: int, now: int) -> Publish:
+    h[H_DEST] = q
+    h[H_DUE] = str(now + delay_ms)
+    return Publish(q + ".delay", routing_key(delay_ms), h)
+
+
+def dead_letter(q: str, job: Job, reason: str, error: str, now: int) -> Publish:
+    h = dict(job.headers) if job.malformed else _own(job.headers)
+    h.update({H_REASON: reason, H_ERROR: error, H_DL_MS: str(now)})
+    if not job.malformed:
+        h.setdefault(H_DEST, q)
+    return Publish("", q + ".dlq", h)
+
+
+def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
+    """The message a plan publishes before the ack (None for a success)."""
+    action, reason, _, text, delay = plan
+    if action == "ack":
+        return None
+    if action == "dead_letter":
+        return dead_letter(q, job, reason, text, now)
+    h = _own(job.headers)
+    h[H_LAST_REASON] = reason
+    if text:  # a deferral the breaker made before the job ran keeps the last error
+        h[H_LAST_ERROR] = text
+    if action == "retry":
+        h.update({H_ATTEMPT: str(job.attempt + 1), H_PREV_DELAY: str(delay)})
+    return delayed(q, h, delay, now)
+
+
+def early(q: str, job: Job, now: int) -> Publish:
+    """A job that arrived before it is due, delayed again for the rest."""
+    return Publish(q + ".delay", routing_key(job.due_ms - now), dict(_own(job.headers), **{H_DEST: q}))
+
+
+def crash_loop(job: Job, max_deliveries: int) -> _decide.Plan:
+    return ("dead_letter", "crash_loop", None, "crash loop: delivered %d times without an outcome (max deliveries %d)"
+            % (job.delivery_count + 1, max_deliveries), 0)
+
+
+def replayed(q: str, d: DeadLetter, keep_attempts: bool, now: int) -> Publish:
+    """A dead letter sent back to its queue: afresh (attempt 1, a new
+    first-enqueued time), or with its attempt kept."""
+    h = _own(d.headers)
+    for k in (H_REASON, H_ERROR, H_DL_MS, H_DUE, H_PREV_DELAY, H_LAST_ERROR):
+        h.pop(k, None)
+    if not keep_attempts:
+        h.update({H_ATTEMPT: "1", H_FIRST: str(now)})
+    if d.reason:
+        h[H_LAST_REASON] = d.reason
+    dest = d.destination or q
+    h[H_DEST] = dest
+    return Publish("", dest, h)
+
+
+# -- the worker's decisions, broker aside -------------------------------------
+
+
+class Backoff:
+    """The pauses of a worker connecting again: 0.1 s doubling to 5 s,
+    each jittered to half to all of it (a fleet does not reconnect in
+    step); reset once it consumes again."""
+
+    BASE, CAP = 0.1, 5.0
+
+    def __init__(self) -> None:
+        self.delay = self.BASE
+
+    def reset(self) -> None:
+        self.delay = self.BASE
+
+    def next(self) -> float:
+        d = self.delay
+        self.delay = min(2 * d, self.CAP)
+        return d * (0.5 + random.random() / 2)
+
+
+class Kept:
+    """Outcomes known but not yet applied (the channel was lost before the
+    publish was confirmed or the delivery acked), by (job id, attempt): the
+    broker delivers the message again and the worker applies the outcome
+    without running the job twice. Bounded: the oldest are forgotten."""
+
+    def __init__(self, size: int = 10000) -> None:
+        self._d: "collections.OrderedDict[Tuple[str, int], Tuple[_decide.Plan, bool]]" = collections.OrderedDict()
+        self.size = size
+
+    def keep(self, job: Job, plan: _decide.Plan, published: bool) -> None:
+        """Keeps ``plan``; ``published``: its message was confirmed, only the
+        ack is left (publishing it again would duplicate the job)."""
+        if job.malformed or not job.id:
+            return
+        self._d[(job.id, job.attempt)] = (plan, published)
+        self._d.move_to_end((job.id, job.attempt))
+        while len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+    def take(self, job: Job) -> Optional[Tuple[_decide.Plan, bool]]:
+        return None if job.malformed else self._d.pop((job.id, job.attempt), None)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+class Step(NamedTuple):
+    """What to do with a delivery before (or instead of) running it."""
+
+    plan: Optional[_decide.Plan]  # None: run the handler
+    gated: bool  # the breaker refused the job
+    early: bool  # due later: delay again, count nothing
+    kept: bool  # an outcome kept from a lost channel (decided and counted before)
+    published: bool  # ... whose message was confirmed: only the ack is left
+
+
+def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) -> Step:
+    """The README's order: malformed, an outcome kept from a lost channel,
+    a crash loop, early, the breaker's refusal; else run."""
+    if job.malformed:
+        return Step(_decide.plan(job, None, policy, _no_classify, MALFORMED, now), False, False, False, False)
+    k = kept.take(job)
+    if k is not None:
+        return Step(k[0], False, False, True, k[1])
+    if job.delivery_count >= max_deliveries:
+        return Step(crash_loop(job, max_deliveries), False, False, False, False)
+    if job.due_ms > now:
+        return Step(None, False, True, False, False)
+    g = _decide.gate(job, policy)
+    if g is not None:
+        return Step(g, True, False, False, False)
+    return Step(None, False, False, False, False)
+
+
+def _no_classify(exc: BaseException) -> Dict[str, Any]:  # pragma: no cover - never called for a malformed job
+    return {}
+
+
+def check_name(who: str, name: str, v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise ValueError("%s: %s must be a non-empty string (got %r)" % (who, name, v))
+    return v
+
+
+def check_int(who: str, name: str, v: Any, lo: int, hi: Optional[int] = None) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo or (hi is not None and v > hi):
+        want = "in %d..%d" % (lo, hi) if hi is not None else ">= %d" % lo
+        raise ValueError("%s: %s must be a whole number %s (got %r)" % (who, name, want, v))
+    return v
+
+
+def payload_bytes(v: Any) -> bytes:
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if not isinstance(v, (bytes, bytearray, memoryview)):
+        raise TypeError("enqueue: payload must be bytes or str (got %s)" % type(v).__name__)
+    return bytes(v)
+
+
+def replay_args(limit: Any, reason: Any, scan: Any) -> Tuple[int, str, int]:
+    check_int("replay", "limit", limit, 1)
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError("replay: reason must be a string or None (got %r)" % (reason,))
+    if scan is None:
+        scan = 10 * limit
+    check_int("replay", "scan", scan, limit)
+    return limit, reason or "", scan
+
+
+def matches(d: DeadLetter, reason: str) -> bool:
+    return bool(d.id) and (not reason or d.reason == reason)

@@ -1,0 +1,357 @@
+"""backstop.rabbitmq.sync: ``backstop.rabbitmq`` for threads, over pika's
+BlockingConnection, with the same topology, headers and moves::
+
+    from backstop.rabbitmq import sync
+
+    broker = sync.connect("amqp://guest:guest@127.0.0.1:5672/")
+    q = broker.queue("emails")
+    q.enqueue("job-1", b'{"to": "a@example.com"}', job_type="send_email")
+    q.work(policy, handle, stop=stop_event)   # until stop is set; the job in hand finishes first
+
+Needs the ``rabbitmq`` extra: ``pip install 'backstop-policy[rabbitmq]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+
+try:
+    import pika
+    import pika.exceptions
+    from pika.adapters.blocking_connection import BlockingChannel
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("backstop.rabbitmq.sync needs pika: pip install 'backstop-policy[rabbitmq]'") from e
+
+from .. import _decide
+from .._policy import Policy
+from .._retry import Classify, check_classify, classifier
+from . import _core
+from ._core import DeadLetter, Job, Stats
+from ._metrics import QueueMetrics, worker_metrics
+
+__all__ = ["Broker", "DeadLetter", "Job", "Queue", "Stats", "connect"]
+
+log = logging.getLogger("backstop.rabbitmq")
+
+Handler = Callable[[Job], Any]
+
+_POLL = 0.2  # seconds between looks at stop while the queue is idle
+
+# What a lost connection or channel raises: the worker connects again.
+_LOST = (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, pika.exceptions.StreamLostError,
+         ConnectionError, OSError)
+
+
+def connect(url: str) -> "Broker":
+    """Connects to the broker at ``url`` (``amqp://user:pass@host:port/vhost``).
+    Each ``work`` opens its own connection (a BlockingConnection belongs to
+    one thread) and opens it again with backoff when it is lost; the
+    other methods share this one, opened again on their next call."""
+    if not isinstance(url, str) or not url:
+        raise ValueError("connect: url must be a non-empty amqp:// URL (got %r)" % (url,))
+    b = Broker(url)
+    with b._lock:
+        b._connection()
+    return b
+
+
+class Broker:
+    """A connection to one RabbitMQ virtual host. Make it with ``connect``.
+    Its methods are safe to call from several threads (one at a time)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._params = pika.URLParameters(url)
+        self._conn: Optional[pika.BlockingConnection] = None
+        self._lock = threading.RLock()
+        self._declared: Set[str] = set()  # queues declared on self._conn ("" = the shared levels)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return "Broker(%r)" % (self._params.host,)
+
+    def queue(self, name: str, *, max_deliveries: int = 5) -> "Queue":
+        """See ``backstop.rabbitmq.Broker.queue``."""
+        return Queue(self, _core.check_name("queue", "name", name),
+                     _core.check_int("queue", "max_deliveries", max_deliveries, 1, 1000))
+
+    def close(self) -> None:
+        """Closes the shared connection; running workers stop at their next
+        look at it (set their ``stop`` to finish them first)."""
+        with self._lock:
+            self._closed = True
+            if self._conn is not None and self._conn.is_open:
+                self._conn.close()
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _connection(self) -> pika.BlockingConnection:
+        if self._closed:
+            raise RuntimeError("rabbitmq: the broker connection is closed")
+        if self._conn is None or not self._conn.is_open:
+            self._conn = pika.BlockingConnection(self._params)
+            self._declared = set()
+        return self._conn
+
+    def _channel(self) -> BlockingChannel:
+        ch = self._connection().channel()
+        ch.confirm_delivery()
+        return ch
+
+
+def _declare(ch: BlockingChannel, topo: _core.Topology) -> None:
+    for name, kind in topo.exchanges:
+        ch.exchange_declare(name, kind, durable=True)
+    for name, args in topo.queues:
+        ch.queue_declare(name, durable=True, arguments=args)
+    for queue, exchange, key, args in topo.queue_bindings:
+        ch.queue_bind(queue, exchange, key, arguments=args or None)
+    for dest, source, key, args in topo.exchange_bindings:
+        ch.exchange_bind(dest, source, key, arguments=args or None)
+
+
+def _declare_queue(ch: BlockingChannel, declared: Set[str], name: str, max_deliveries: int) -> None:
+    if "" not in declared:
+        _declare(ch, _core.SHARED)
+        declared.add("")
+    if name not in declared:
+        _declare(ch, _core.topology(name, max_deliveries))
+        declared.add(name)
+
+
+def _publish(ch: BlockingChannel, pub: _core.Publish, body: bytes, src: Optional[pika.BasicProperties] = None,
+             **props: Any) -> None:
+    """Publishes pub with ``body`` and the properties of ``src`` (a
+    delivery's; else ``props``), persistent. Confirm mode: returns once the
+    broker confirmed; raises when it refused (NackError) or could not route
+    (UnroutableError, mandatory)."""
+    if src is not None:
+        props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
+                                               "type", "app_id", "timestamp")}
+    p = pika.BasicProperties(headers=pub.headers, delivery_mode=2, **{k: v for k, v in props.items() if v})
+    ch.basic_publish(pub.exchange, pub.routing_key, body, properties=p, mandatory=True)
+
+
+class Queue:
+    """One work queue with its DLQ and delays (``Broker.queue``)."""
+
+    def __init__(self, broker: Broker, name: str, max_deliveries: int) -> None:
+        self.broker = broker
+        self.name = name
+        self.max_deliveries = max_deliveries
+
+    def __repr__(self) -> str:
+        return "Queue(%r, max_deliveries=%d)" % (self.name, self.max_deliveries)
+
+    def _op(self, fn: Callable[[BlockingChannel], Any]) -> Any:
+        b = self.broker
+        with b._lock:
+            try:
+                ch = b._channel()
+            except _LOST:
+                # A BlockingConnection learns that it was lost (a broker
+                # restart) only when it is used: open it again, once.
+                b._conn = None
+                ch = b._channel()
+            try:
+                _declare_queue(ch, b._declared, self.name, self.max_deliveries)
+                return fn(ch)
+            finally:
+                if ch.is_open:
+                    ch.close()
+
+    def declare(self) -> None:
+        """See ``backstop.rabbitmq.Queue.declare``."""
+        self._op(lambda ch: None)
+
+    def enqueue(self, job_id: str, payload: _core.Payload = b"", job_type: Optional[str] = None, *,
+                content_type: Optional[str] = None) -> None:
+        """See ``backstop.rabbitmq.Queue.enqueue``."""
+        _core.check_name("enqueue", "job_id", job_id)
+        body = _core.payload_bytes(payload)
+        if job_type is not None:
+            _decide.check_job_type("enqueue", "job_type", job_type)
+        h = _core.enqueue_headers(self.name, job_type, _core.now_ms())
+        self._op(lambda ch: _publish(ch, _core.Publish("", self.name, h), body, message_id=job_id,
+                                     content_type=content_type))
+
+    def work(self, policy: Policy, handler: Handler, *, stop: Optional[threading.Event] = None, prefetch: int = 16,
+             registry: Any = None, metrics_policy: str = "default", classify: Optional[Classify] = None,
+             policies: Optional[Mapping[str, Policy]] = None) -> None:
+        """``backstop.rabbitmq.Queue.work`` for a thread (``policies``: a
+        job type's own policy, as there): runs
+        ``handler(job)`` one job at a time until ``stop`` is set, then
+        finishes the jobs already delivered to it and returns. pika reads
+        an AMQP float header as an integer (1.5 as 1): a float
+        ``backstop-attempt``, malformed for the asyncio worker, runs here. A job
+        delivered in the moment of stopping is returned to the queue (the
+        broker counts it in ``x-delivery-count``). Reconnects with backoff;
+        keeps outcomes across a lost connection. Keep handlers shorter than
+        the connection's heartbeat timeout (60 s by default): pika answers
+        heartbeats between jobs."""
+        check_classify("work", classify)
+        cls = classifier(classify)
+        _core.check_int("work", "prefetch", prefetch, 1, 65535)
+        if not callable(handler):
+            raise TypeError("work: handler must be callable (got %r)" % (handler,))
+        stop = stop or threading.Event()
+        client, qm = worker_metrics(registry, metrics_policy, self.name)
+        typed = _decide.typed_policies(policies, client)
+        kept, backoff = _core.Kept(), _core.Backoff()
+        while not stop.is_set() and not self.broker._closed:
+            try:
+                self._consume(policy, handler, stop, prefetch, cls, client, qm, kept, backoff, typed)
+                return
+            except _LOST as e:
+                if isinstance(e, pika.exceptions.ChannelClosedByBroker) and e.reply_code in (403, 404, 406):
+                    raise  # a topology the broker refuses (other arguments, no permission) stays refused
+                pause = backoff.next()
+                log.warning("queue %s: connection lost, connecting again in %.1fs: %s", self.name, pause, e)
+                stop.wait(pause)
+
+    def _consume(self, policy: Policy, handler: Handler, stop: threading.Event, prefetch: int,
+                 cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
+                 kept: _core.Kept, backoff: _core.Backoff, typed: Mapping[str, Tuple[Policy, Any]]) -> None:
+        conn = pika.BlockingConnection(self.broker._params)
+        try:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.basic_qos(prefetch_count=prefetch)
+            _declare_queue(ch, set(), self.name, self.max_deliveries)
+            gen = ch.consume(self.name, inactivity_timeout=_POLL)
+            backoff.reset()
+            left: Optional[int] = None  # after stop: the deliveries still to finish
+            while True:
+                if left is None and stop.is_set():
+                    left = ch.get_waiting_message_count()
+                if left is not None and left <= 0:
+                    ch.cancel()
+                    return
+                method, props, body = next(gen)
+                if method is None:
+                    continue
+                if left is not None:
+                    left -= 1
+                try:
+                    self._deliver(ch, method, props, body, policy, handler, cls, client, qm, kept, typed)
+                except _LOST:
+                    raise
+                except Exception:
+                    # As the asyncio worker: returned, and a crash loop if it
+                    # keeps failing here.
+                    log.exception("queue %s: delivery not handled; the broker delivers it again", self.name)
+                    ch.basic_nack(method.delivery_tag, requeue=True)
+        finally:
+            if conn.is_open:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    def _deliver(self, ch: BlockingChannel, method: Any, props: Any, body: bytes, policy: Policy, handler: Handler,
+                 cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
+                 kept: _core.Kept, typed: Mapping[str, Tuple[Policy, Any]]) -> None:
+        name = self.name
+        job = _core.job_from(name, props.message_id, props.headers, body, props.content_type)
+        policy, client = typed.get(job.job_type, (policy, client))
+        step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
+        plan: Optional[_decide.Plan] = step.plan
+        if step.early:
+            pub: Optional[_core.Publish] = _core.early(name, job, _core.now_ms())
+        else:
+            if plan is None:
+                exc: Optional[Exception] = None
+                try:
+                    handler(job)
+                except Exception as e:
+                    exc = e
+                plan = _decide.plan(job, exc, policy, cls, _core.MALFORMED, _core.now_ms())
+                _decide.count(client, policy, job, plan, False)
+            elif step.gated:
+                _decide.count(client, policy, job, plan, True)
+            pub = _core.move(name, job, plan, _core.now_ms())
+        published = step.published
+        try:
+            if pub is not None and not published:
+                _publish(ch, pub, body, props)
+                published = True
+            ch.basic_ack(method.delivery_tag)
+        except _LOST:
+            if plan is not None:
+                kept.keep(job, plan, published)
+            log.warning("queue %s: outcome of job %s (attempt %d) not applied, kept for its redelivery",
+                        name, job.id, job.attempt)
+            raise
+        if plan is not None and qm is not None:
+            qm.observe(job, plan)
+
+    def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
+               scan: Optional[int] = None) -> int:
+        """See ``backstop.rabbitmq.Queue.replay``."""
+        limit, reason, scan = _core.replay_args(limit, reason, scan)
+
+        def run(ch: BlockingChannel) -> int:
+            held: List[int] = []
+            moved = 0
+            for _ in range(scan):
+                if moved >= limit:
+                    break
+                method, props, body = ch.basic_get(self.name + ".dlq", auto_ack=False)
+                if method is None:
+                    break
+                d = _core.dead_letter_from(props.message_id, props.headers, body)
+                if not _core.matches(d, reason):
+                    held.append(method.delivery_tag)
+                    continue
+                _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), body, props)
+                ch.basic_ack(method.delivery_tag)
+                moved += 1
+            for tag in held:
+                ch.basic_nack(tag, requeue=True)
+            return moved
+
+        return int(self._op(run))
+
+    def inspect(self, n: int = 20) -> List[DeadLetter]:
+        """See ``backstop.rabbitmq.Queue.inspect``."""
+        _core.check_int("inspect", "n", n, 1, 10000)
+
+        def run(ch: BlockingChannel) -> List[DeadLetter]:
+            out: List[DeadLetter] = []
+            last = 0
+            for _ in range(n):
+                method, props, body = ch.basic_get(self.name + ".dlq", auto_ack=False)
+                if method is None:
+                    break
+                last = method.delivery_tag
+                out.append(_core.dead_letter_from(props.message_id, props.headers, body))
+            if last:
+                ch.basic_nack(last, multiple=True, requeue=True)
+            return out
+
+        return list(self._op(run))
+
+    def stats(self) -> Stats:
+        """See ``backstop.rabbitmq.Queue.stats``."""
+        b = self.broker
+        with b._lock:
+            ch = b._connection().channel()
+            try:
+                q = ch.queue_declare(self.name, passive=True).method
+                d = ch.queue_declare(self.name + ".dlq", passive=True).method
+                levels = 0
+                for n in range(_core.LEVELS):
+                    try:
+                        levels += ch.queue_declare(_core.level(n), passive=True).method.message_count
+                    except pika.exceptions.ChannelClosedByBroker:
+                        ch = b._connection().channel()  # a missing level closed it
+                return Stats(q.message_count, q.consumer_count, d.message_count, levels)
+            finally:
+                if ch.is_open:
+                    ch.close()

@@ -1,0 +1,370 @@
+// Package rabbittest starts real rabbitmq-server processes (the Debian
+// package, 3.10) for tests: each on free loopback ports, with its own node
+// name, HOME (the Erlang cookie), data and log directories, and the
+// management plugin. A missing or failing rabbitmq-server fails the test
+// loudly with the broker's log tail: `make deps` installs it.
+//
+//	b := rabbittest.Start(t)       // stopped when the test ends
+//	conn, err := amqp.Dial(b.URL())
+//
+// A broker takes about 6 s to start; a test package can share one from
+// TestMain with StartProcess:
+//
+//	func TestMain(m *testing.M) {
+//		b, err := rabbittest.StartProcess()
+//		if err != nil {
+//			fmt.Fprintln(os.Stderr, err)
+//			os.Exit(1)
+//		}
+//		shared = b
+//		code := m.Run()
+//		b.Stop()
+//		os.Exit(code)
+//	}
+package rabbittest
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/backstop-dev/backstop/internal/eventually"
+)
+
+// Server is the broker's start script; run directly, not through the
+// /usr/sbin wrapper, which switches to the rabbitmq user and then cannot
+// write our directories.
+const Server = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+
+// startTimeout bounds one start; a cold start takes ~6 s, far more on a
+// busy 2-core machine running other brokers.
+const startTimeout = 90 * time.Second
+
+// Broker is a rabbitmq-server process owned by a test or a program.
+type Broker struct {
+	name     string // Erlang node name, name@localhost
+	dir      string
+	ownsDir  bool // StartProcess made dir; Stop removes it
+	amqpPort int
+	mgmtPort int
+	distPort int
+	config   []string
+	server   string // the start script: Server unless WithServer
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+}
+
+// Option configures a broker.
+type Option func(*Broker)
+
+// WithConfig adds lines to the broker's rabbit.conf (new-style sysctl
+// format), e.g. "vm_memory_high_watermark.relative = 0.8".
+func WithConfig(lines ...string) Option {
+	return func(b *Broker) { b.config = append(b.config, lines...) }
+}
+
+// WithServer runs the rabbitmq-server start script at path instead of
+// Server (a demo finds it on the PATH); rabbitmqctl is taken beside it.
+func WithServer(path string) Option {
+	return func(b *Broker) { b.server = path }
+}
+
+// Start starts a broker in t.TempDir() and stops it when the test ends.
+// It fails the test (with the log tail) when the broker does not start.
+func Start(t testing.TB, opts ...Option) *Broker {
+	t.Helper()
+	b, err := newBroker(t.TempDir(), false, opts)
+	if err == nil {
+		err = b.start()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	return b
+}
+
+// StartProcess starts a broker in a new temporary directory, for a
+// TestMain, a benchmark or a demo. The caller must call Stop, which also
+// removes the directory.
+func StartProcess(opts ...Option) (*Broker, error) {
+	dir, err := os.MkdirTemp("", "rabbittest-")
+	if err != nil {
+		return nil, fmt.Errorf("rabbittest: %w", err)
+	}
+	b, err := newBroker(dir, true, opts)
+	if err == nil {
+		err = b.start()
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return b, nil
+}
+
+func newBroker(dir string, ownsDir bool, opts []Option) (*Broker, error) {
+	b := &Broker{dir: dir, ownsDir: ownsDir, server: Server}
+	for _, o := range opts {
+		o(b)
+	}
+	if _, err := os.Stat(b.server); err != nil {
+		return nil, fmt.Errorf("rabbittest: %s not found (%v): run `make deps`, which installs the Debian package rabbitmq-server", b.server, err)
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	b.amqpPort, b.mgmtPort, b.distPort = ports[0], ports[1], ports[2]
+	b.name = "backstop" + strconv.Itoa(b.amqpPort) + "@localhost"
+	for _, d := range []string{"home", "mnesia", "log"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("rabbittest: %w", err)
+		}
+	}
+	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nmanagement.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\nloopback_users = none\n%s\n",
+		b.amqpPort, b.mgmtPort, strings.Join(b.config, "\n"))
+	if err := os.WriteFile(filepath.Join(dir, "rabbit.conf"), []byte(conf), 0o644); err != nil {
+		return nil, fmt.Errorf("rabbittest: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[rabbitmq_management].\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("rabbittest: %w", err)
+	}
+	return b, nil
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago,
+// at most 55535: the Erlang CLI tools use the distribution port + 10000.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for len(ports) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("rabbittest: free port: %w", err)
+		}
+		ls = append(ls, l) // held open so the next Listen picks another
+		if p := l.Addr().(*net.TCPAddr).Port; p <= 55535 {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+func (b *Broker) env() []string {
+	return append(os.Environ(),
+		"HOME="+filepath.Join(b.dir, "home"),
+		"RABBITMQ_NODENAME="+b.name,
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(b.dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(b.dir, "log"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(b.dir, "enabled_plugins"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(b.dir, "rabbit"),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(b.distPort),
+		"RABBITMQ_LOGS=-", // to stdout, i.e. server.log, which the error tail reads
+		// The start script then execs erl (no shell in between), so
+		// SIGTERM reaches the VM, which stops gracefully.
+		"RUNNING_UNDER_SYSTEMD=true",
+	)
+}
+
+func (b *Broker) start() error {
+	logf, err := os.OpenFile(b.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("rabbittest: %w", err)
+	}
+	cmd := exec.Command(b.server)
+	cmd.Dir = b.dir
+	cmd.Env = b.env()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so Kill also ends erl_child_setup and friends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("rabbittest: start %s: %w", b.server, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	b.mu.Lock()
+	b.cmd, b.done = cmd, done
+	b.mu.Unlock()
+
+	exited := false
+	err = eventually.Wait(startTimeout, func() bool {
+		select {
+		case <-done:
+			exited = true
+			return true
+		default:
+		}
+		return b.ready()
+	})
+	if exited || err != nil {
+		b.Kill()
+		why := "did not answer GET /api/overview within " + startTimeout.String()
+		if exited {
+			why = "exited: " + cmd.ProcessState.String()
+		}
+		return fmt.Errorf("rabbittest: rabbitmq-server %s (amqp %d, management %d) %s; log tail:\n%s",
+			b.name, b.amqpPort, b.mgmtPort, why, b.LogTail(40))
+	}
+	return nil
+}
+
+// ready reports whether the management API answers and AMQP accepts.
+func (b *Broker) ready() bool {
+	req, _ := http.NewRequest(http.MethodGet, b.ManagementURL()+"/api/overview", nil)
+	req.SetBasicAuth("guest", "guest")
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false
+	}
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(b.amqpPort), 2*time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+func (b *Broker) logPath() string { return filepath.Join(b.dir, "server.log") }
+
+// LogTail returns the last n lines the broker wrote.
+func (b *Broker) LogTail(n int) string {
+	out, err := os.ReadFile(b.logPath())
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// URL is the AMQP URL, amqp://guest:guest@127.0.0.1:PORT/.
+func (b *Broker) URL() string {
+	return "amqp://guest:guest@127.0.0.1:" + strconv.Itoa(b.amqpPort) + "/"
+}
+
+// ManagementURL is the management API's base, http://127.0.0.1:PORT (user
+// and password guest).
+func (b *Broker) ManagementURL() string {
+	return "http://127.0.0.1:" + strconv.Itoa(b.mgmtPort)
+}
+
+// Node is the broker's Erlang node name (for rabbitmqctl -n).
+func (b *Broker) Node() string { return b.name }
+
+// Ctl runs rabbitmqctl against the broker (same HOME, so the same cookie)
+// and returns its combined output.
+func (b *Broker) Ctl(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(filepath.Dir(b.server), "rabbitmqctl"), append([]string{"-n", b.name}, args...)...)
+	cmd.Env = b.env()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// Stop stops the broker gracefully (SIGTERM; SIGKILL after 60 s) and
+// waits for it. Idempotent. A broker from StartProcess also loses its
+// directory.
+func (b *Broker) Stop() {
+	b.stop(syscall.SIGTERM, 60*time.Second)
+	if b.ownsDir {
+		os.RemoveAll(b.dir)
+	}
+}
+
+// Kill kills the broker's processes at once (a crash: unacked deliveries
+// come back after Restart) and waits for them. Idempotent.
+func (b *Broker) Kill() { b.stop(syscall.SIGKILL, 0) }
+
+func (b *Broker) stop(sig syscall.Signal, grace time.Duration) {
+	b.mu.Lock()
+	cmd, done := b.cmd, b.done
+	b.cmd = nil
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(cmd.Process.Pid, sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+	}
+	// The whole group: a VM that ignored SIGTERM, and its helpers.
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+}
+
+// Restart stops the broker (gracefully) and starts it again with the same
+// node name, data directory and ports: durable queues and persistent
+// messages survive. It fails t when the broker does not come back.
+func (b *Broker) Restart(t testing.TB) {
+	t.Helper()
+	if err := b.RestartProcess(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RestartProcess is Restart for code without a testing.TB.
+func (b *Broker) RestartProcess() error {
+	b.stop(syscall.SIGTERM, 60*time.Second)
+	return b.startAgain()
+}
+
+// KillAndRestart kills the broker (a crash) and starts it again on the
+// same data and ports.
+func (b *Broker) KillAndRestart(t testing.TB) {
+	t.Helper()
+	b.Kill()
+	if err := b.startAgain(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAgain starts the stopped broker; a port taken meanwhile by another
+// process makes it fail, and the error (with the log tail) says so.
+func (b *Broker) startAgain() error { return b.start() }
+
+// Running reports whether the broker process is up.
+func (b *Broker) Running() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return false
+	}
+	select {
+	case <-b.done:
+		return false
+	default:
+		return true
+	}
+}

@@ -1,0 +1,86 @@
+package rabbittest
+
+import (
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// One broker: start, a durable queue with a persistent message survives a
+// Restart and a crash (Kill and start), Stop leaves no beam process.
+func TestStartRestartKill(t *testing.T) {
+	b := Start(t)
+	if !strings.HasPrefix(b.URL(), "amqp://guest:guest@127.0.0.1:") {
+		t.Fatalf("URL() = %q", b.URL())
+	}
+	publish(t, b, "kept")
+	b.Restart(t)
+	if n := depth(t, b, "kept"); n != 1 {
+		t.Fatalf("after Restart the queue holds %d messages, want 1", n)
+	}
+	b.KillAndRestart(t)
+	if n := depth(t, b, "kept"); n != 1 {
+		t.Fatalf("after Kill and start the queue holds %d messages, want 1", n)
+	}
+	req, _ := http.NewRequest(http.MethodGet, b.ManagementURL()+"/api/queues/%2F/kept", nil)
+	req.SetBasicAuth("guest", "guest")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("management API: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	b.Stop()
+	if b.Running() {
+		t.Fatal("Running() after Stop")
+	}
+	if out, _ := exec.Command("pgrep", "-f", b.Node()).Output(); len(out) != 0 {
+		t.Fatalf("processes of %s left after Stop: %s", b.Node(), out)
+	}
+	b.Stop() // idempotent
+}
+
+func publish(t *testing.T, b *Broker, q string) {
+	t.Helper()
+	conn, err := amqp.Dial(b.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm("", q, false, false, amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte("x")})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish not confirmed: %v", err)
+	}
+}
+
+func depth(t *testing.T, b *Broker, q string) int {
+	t.Helper()
+	conn, err := amqp.Dial(b.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	st, err := ch.QueueDeclarePassive(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Messages
+}
+
+// A broker that cannot start fails with the reason and its log.
+func TestStartProcessFailsLoudly(t *testing.T) {
+	_, err := StartProcess(WithConfig("listeners.tcp.default = not-a-port"))
+	if err == nil || !strings.Contains(err.Error(), "log tail") {
+		t.Fatalf("StartProcess with a broken config = %v, want an error with the log tail", err)
+	}
+}

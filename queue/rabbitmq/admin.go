@@ -1,0 +1,540 @@
+package rabbitmq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// maxScan bounds what Replay and Inspect look at in one call: each message
+// looked at is held unacked (in this process and in the broker) until the
+// call ends, so that it is not read twice.
+const maxScan = 100_000
+
+// replayBatch is how many replays are published before their confirms are
+// awaited and their dead letters acked. Below RabbitMQ's
+// quorum_commands_soft_limit (32): a channel holds back its settlements
+// to a quorum queue beyond it, and drops them if it closes first (seen in
+// 3.10: a replayed dead letter left in the DLQ too). The next batch's
+// basic.gets, synchronous commands on the same queue, let each batch's
+// acks be applied before the next.
+const replayBatch = 16
+
+// ReplayOptions bounds a Replay.
+type ReplayOptions struct {
+	// Limit is the most dead letters moved: required, at least 1.
+	Limit int
+	// Reason moves only dead letters with this reason ("" = any). A message
+	// the broker dead-lettered for its delivery limit has reason crash_loop.
+	Reason string
+	// JobType moves only dead letters of this job type
+	// (backstop-job-type; "" = any).
+	JobType string
+	// KeepAttempts keeps the job's attempt and first-enqueued time. By
+	// default a replayed job starts afresh (attempt 1, a new time budget),
+	// as after a fix.
+	KeepAttempts bool
+	// Scan is the most dead letters looked at, so that a filtered replay
+	// stays bounded: default 10 × Limit, at most 100,000 (or Limit, when
+	// larger).
+	Scan int
+}
+
+// DeadLetter is one message of the dead letter queue, as Inspect shows it.
+type DeadLetter struct {
+	JobID           string `json:"job_id"`
+	Attempt         string `json:"attempt"` // as the header holds it: a malformed one shows
+	Reason          string `json:"reason"`  // crash_loop for a broker dead-letter (delivery limit)
+	Error           string `json:"error"`
+	JobType         string `json:"job_type,omitempty"`
+	FirstEnqueuedMs int64  `json:"first_enqueued_ms,omitempty"` // 0: unknown
+	DeadLetteredMs  int64  `json:"dead_lettered_ms,omitempty"`  // 0: unknown
+	// Payload is the start of the body (at most 64 bytes, valid UTF-8 up
+	// to a cut); PayloadSize its length.
+	Payload     string            `json:"payload"`
+	PayloadSize int               `json:"payload_size"`
+	Headers     map[string]string `json:"headers"`
+}
+
+// Stats is a queue's state as the broker reports it.
+type Stats struct {
+	Ready     int64 `json:"ready"`     // messages of Q ready for a worker
+	Consumers int64 `json:"consumers"` // workers consuming Q
+	DLQ       int64 `json:"dlq"`       // messages in Q.dlq
+	// DelayLevels is how many messages wait in the shared delay levels
+	// (backstop.delay.L0..L17), for every queue of the virtual host:
+	// RabbitMQ 3.10 counts no exchange or queue statistics for
+	// dead-lettered messages, so the delayed messages of one queue cannot
+	// be counted apart (README, "Counters and metrics").
+	DelayLevels int64 `json:"delay_levels"`
+	// Unacked (delivered to a worker, not yet acked) comes only from the
+	// management API (WithManagementAPI); nil without it.
+	Unacked *int64 `json:"unacked,omitempty"`
+}
+
+// StatsOption configures Stats.
+type StatsOption func(*statsConfig)
+
+type statsConfig struct {
+	mgmtURL string
+	client  *http.Client
+}
+
+// WithManagementAPI has Stats read Unacked from the management API at
+// baseURL (http://user:password@host:15672; credentials from the URL,
+// else guest). client nil uses a client with a 10 s timeout.
+func WithManagementAPI(baseURL string, client *http.Client) StatsOption {
+	return func(c *statsConfig) { c.mgmtURL, c.client = baseURL, client }
+}
+
+// Replay moves at most o.Limit dead letters of Q.dlq back to the queue they
+// came from (README, "Replay"): to the default exchange with routing key
+// backstop-destination (Q when missing), never through an exchange other
+// consumers share. Each is published with a confirm and only then acked, so
+// a crash in between leaves a duplicate, never a loss. Dead letters looked
+// at and not moved (another reason, no job id) stay in the DLQ. It returns
+// how many moved.
+//
+//	n, err := q.Replay(ctx, rabbitmq.ReplayOptions{Limit: 100, Reason: "transient"})
+//
+// # Errors
+//
+// A Limit below 1, a Reason that is not 1..128 printable ASCII characters
+// without spaces, a Scan outside Limit..max(Limit, 100000); a destination
+// queue that does not exist (that dead letter stays); the broker's.
+func (q *Queue) Replay(ctx context.Context, o ReplayOptions) (int, error) {
+	conn, err := q.adminConn(ctx, "replay")
+	if err != nil {
+		return 0, err
+	}
+	return replayDeadLetters(ctx, conn, q.name, o)
+}
+
+// Inspect returns the first n (oldest) dead letters of Q.dlq: a peek, every
+// message stays in the DLQ. n is at most 100,000.
+func (q *Queue) Inspect(ctx context.Context, n int) ([]DeadLetter, error) {
+	conn, err := q.adminConn(ctx, "inspect")
+	if err != nil {
+		return nil, err
+	}
+	return inspectDeadLetters(ctx, conn, q.name, n)
+}
+
+// Stats reads the queue's depths: ready and consumers of Q (a passive
+// declare), the DLQ's depth, and with WithManagementAPI the unacked and
+// delayed counts. It declares nothing: a misspelt name is an error
+// (ErrNoQueue), not a new queue.
+func (q *Queue) Stats(ctx context.Context, opts ...StatsOption) (Stats, error) {
+	conn, err := q.adminConn(ctx, "stats")
+	if err != nil {
+		return Stats{}, err
+	}
+	return queueStats(ctx, conn, q.name, opts...)
+}
+
+func (q *Queue) adminConn(ctx context.Context, op string) (*amqp.Connection, error) {
+	if err := q.validate(); err != nil {
+		return nil, err
+	}
+	conn, _, err := q.b.connection(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue %s: %s: %w", q.name, op, err)
+	}
+	return conn, nil
+}
+
+// replayDeadLetters is Queue.Replay over a connection.
+func replayDeadLetters(ctx context.Context, conn *amqp.Connection, name string, o ReplayOptions) (int, error) {
+	fail := func(err error) error { return fmt.Errorf("queue %s: replay: %w", name, err) }
+	if o.Limit < 1 {
+		return 0, fail(fmt.Errorf("limit must be at least 1, got %d", o.Limit))
+	}
+	if o.Reason != "" && !reasonOK(o.Reason) {
+		return 0, fail(fmt.Errorf("reason must be \"\" (any) or 1..128 printable ASCII characters without spaces, got %q", o.Reason))
+	}
+	most := max(o.Limit, maxScan)
+	scan := o.Scan
+	if scan == 0 {
+		scan = max(o.Limit, min(maxScan, 10*min(o.Limit, maxScan)))
+	}
+	if scan < o.Limit || scan > most {
+		return 0, fail(fmt.Errorf("scan must be in %d..%d (limit..max(limit, %d)), got %d", o.Limit, most, maxScan, scan))
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fail(err)
+	}
+	// Closing the channel returns whatever is still unacked to the DLQ: a
+	// failure midway loses nothing.
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return 0, fail(err)
+	}
+	type published struct {
+		d  amqp.Delivery
+		dc *amqp.DeferredConfirmation
+	}
+	var (
+		held    []uint64 // looked at, not moved: returned at the end
+		batch   []published
+		moved   int
+		refused error
+		exists  = map[string]bool{}
+	)
+	// flush waits for the batch's confirms and only then acks the dead
+	// letters: a crash in between leaves a duplicate, never a loss.
+	flush := func() error {
+		defer func() { batch = batch[:0] }()
+		for _, p := range batch {
+			acked, err := p.dc.WaitContext(ctx)
+			if err != nil {
+				return err
+			}
+			if !acked {
+				held = append(held, p.d.DeliveryTag)
+				refused = fmt.Errorf("the broker refused (nack) the replay of job %q", p.d.MessageId)
+				continue
+			}
+			if err := p.d.Ack(false); err != nil {
+				return err
+			}
+			moved++
+		}
+		return nil
+	}
+	for seen := 0; moved+len(batch) < o.Limit && seen < scan && refused == nil; seen++ {
+		if err := ctx.Err(); err != nil {
+			return moved, fail(err)
+		}
+		d, ok, err := ch.Get(name+".dlq", false)
+		if err != nil {
+			return moved, fail(err)
+		}
+		if !ok {
+			break
+		}
+		reason := deadLetterReason(d.Headers)
+		// A dead letter without a job id stays for a person: a replay
+		// would give it a new identity.
+		if d.MessageId == "" || o.Reason != "" && reason != o.Reason ||
+			o.JobType != "" && headerString(d.Headers, HeaderJobType) != o.JobType {
+			held = append(held, d.DeliveryTag)
+			continue
+		}
+		dest := name
+		if s := headerString(d.Headers, HeaderDestination); s != "" {
+			dest = s
+		}
+		// The default exchange drops a message for a queue that does not
+		// exist, and the confirm says nothing of it: check once.
+		if _, ok := exists[dest]; !ok {
+			exists[dest] = queueExists(conn, dest)
+		}
+		if !exists[dest] {
+			held = append(held, d.DeliveryTag)
+			refused = fmt.Errorf("job %q: its queue %q (backstop-destination) does not exist", d.MessageId, dest)
+			break
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, false, false,
+			replayed(d, reason, dest, o.KeepAttempts, time.Now().UnixMilli()))
+		if err != nil {
+			return moved, fail(err)
+		}
+		batch = append(batch, published{d, dc})
+		if len(batch) == replayBatch {
+			if err := flush(); err != nil {
+				return moved, fail(err)
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return moved, fail(err)
+	}
+	for _, tag := range held {
+		if err := ch.Nack(tag, false, true); err != nil {
+			return moved, fail(err)
+		}
+	}
+	if refused != nil {
+		return moved, fail(refused)
+	}
+	return moved, nil
+}
+
+// replayed is the message a replay publishes for dead letter d: the job
+// with its id, payload and headers, without the dead letter's and the
+// broker's headers.
+func replayed(d amqp.Delivery, reason, dest string, keep bool, nowMs int64) amqp.Publishing {
+	set := map[string]any{HeaderReason: nil, HeaderError: nil, HeaderDeadLetteredMs: nil, HeaderDueMs: nil,
+		HeaderPrevDelayMs: nil, HeaderLastError: nil, HeaderDestination: dest}
+	if !keep {
+		set[HeaderAttempt], set[HeaderFirstEnqueuedMs] = "1", itoa(nowMs)
+	}
+	if reason != "" {
+		set[HeaderLastReason] = reason
+	}
+	return next(d, set, true)
+}
+
+// deadLetterReason is a dead letter's reason: backstop's header, else the
+// broker's (its latest x-death), delivery_limit shown as crash_loop.
+func deadLetterReason(h amqp.Table) string {
+	r := headerString(h, HeaderReason)
+	if r != "" {
+		return r
+	}
+	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			r = headerString(t, "reason")
+		}
+	}
+	if r == "" {
+		r = headerString(h, "x-first-death-reason")
+	}
+	if r == "delivery_limit" {
+		return "crash_loop"
+	}
+	return r
+}
+
+// queueExists reports whether queue name exists, on a channel of its own:
+// a passive declare of a missing queue closes its channel.
+func queueExists(conn *amqp.Connection, name string) bool {
+	ch, err := conn.Channel()
+	if err != nil {
+		return false
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	return err == nil
+}
+
+// inspectDeadLetters is Queue.Inspect over a connection.
+func inspectDeadLetters(ctx context.Context, conn *amqp.Connection, name string, n int) ([]DeadLetter, error) {
+	fail := func(err error) error { return fmt.Errorf("queue %s: inspect: %w", name, err) }
+	if n < 0 || n > maxScan {
+		return nil, fail(fmt.Errorf("n must be in 0..%d, got %d", maxScan, n))
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fail(err)
+	}
+	// Nothing is acked: closing the channel returns every message looked at.
+	defer ch.Close()
+	var out []DeadLetter
+	var last uint64
+	for len(out) < n {
+		if err := ctx.Err(); err != nil {
+			return out, fail(err)
+		}
+		d, ok, err := ch.Get(name+".dlq", false)
+		if err != nil {
+			return out, fail(err)
+		}
+		if !ok {
+			break
+		}
+		last = d.DeliveryTag
+		out = append(out, deadLetterOf(d))
+	}
+	if last != 0 {
+		// Returned at once, in order, rather than when the channel closes.
+		if err := ch.Nack(last, true, true); err != nil {
+			return out, fail(err)
+		}
+	}
+	return out, nil
+}
+
+func deadLetterOf(d amqp.Delivery) DeadLetter {
+	h := d.Headers
+	_, attempt, _ := headerDigits(h[HeaderAttempt]) // as it is, when malformed
+	first, _, _ := headerDigits(h[HeaderFirstEnqueuedMs])
+	dead, _, _ := headerDigits(h[HeaderDeadLetteredMs])
+	dl := DeadLetter{
+		JobID: d.MessageId, Attempt: attempt, Reason: deadLetterReason(h), Error: headerString(h, HeaderError),
+		JobType: headerString(h, HeaderJobType), FirstEnqueuedMs: first, DeadLetteredMs: dead,
+		PayloadSize: len(d.Body), Headers: map[string]string{},
+	}
+	if dl.Reason == "crash_loop" && dl.Error == "" {
+		dl.Error = "delivered more times than the queue's x-delivery-limit without an outcome (dead-lettered by the broker)"
+	}
+	if deaths, ok := h["x-death"].([]any); ok && len(deaths) > 0 && dl.DeadLetteredMs == 0 {
+		if t, ok := deaths[0].(amqp.Table); ok {
+			if ts, ok := t["time"].(time.Time); ok {
+				dl.DeadLetteredMs = ts.UnixMilli()
+			}
+		}
+	}
+	p := d.Body
+	if len(p) > 64 {
+		p = p[:64]
+		for len(p) > 0 && !utf8.Valid(p) {
+			p = p[:len(p)-1] // not halfway through a character
+		}
+	}
+	dl.Payload = string(p)
+	for k, v := range h {
+		if s := headerString(h, k); s != "" {
+			dl.Headers[k] = s
+		} else if _, s, ok := headerDigits(v); ok {
+			dl.Headers[k] = s
+		} else {
+			b, _ := json.Marshal(v)
+			dl.Headers[k] = string(b)
+		}
+	}
+	return dl
+}
+
+// reasonOK is the contract's rule for a reason: 1..128 printable ASCII
+// characters without spaces (it names a counter and a Prometheus label).
+func reasonOK(r string) bool {
+	if len(r) < 1 || len(r) > 128 {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		if r[i] <= ' ' || r[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// queueStats is Queue.Stats over a connection.
+func queueStats(ctx context.Context, conn *amqp.Connection, name string, opts ...StatsOption) (Stats, error) {
+	fail := func(err error) error { return fmt.Errorf("queue %s: stats: %w", name, err) }
+	var c statsConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	var s Stats
+	// One channel for every passive declare, opened again after a missing
+	// queue (the broker closes the channel of a failed passive declare).
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			ch.Close()
+		}
+	}()
+	passive := func(q string) (amqp.Queue, error) {
+		if ch == nil {
+			var err error
+			if ch, err = conn.Channel(); err != nil {
+				return amqp.Queue{}, err
+			}
+		}
+		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			ch.Close()
+			ch = nil
+		}
+		return st, err
+	}
+	for _, q := range []string{name, name + ".dlq"} {
+		if err := ctx.Err(); err != nil {
+			return s, fail(err)
+		}
+		st, err := passive(q)
+		if err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				return s, fail(fmt.Errorf("%w: no queue %q in this virtual host (declare it, or check the name and the URL's vhost)", ErrNoQueue, q))
+			}
+			return s, fail(err)
+		}
+		if q == name {
+			s.Ready, s.Consumers = int64(st.Messages), int64(st.Consumers)
+		} else {
+			s.DLQ = int64(st.Messages)
+		}
+	}
+	// Every message in a level queue is ready (no one consumes them): the
+	// passive declare's count is the whole level. A level not declared yet
+	// holds nothing.
+	for n := 0; n < delayBits; n++ {
+		if st, err := passive(delayExchange + itoa(int64(n))); err == nil {
+			s.DelayLevels += int64(st.Messages)
+		}
+	}
+	if c.mgmtURL == "" {
+		return s, nil
+	}
+	m, err := newMgmt(c.mgmtURL, c.client)
+	if err != nil {
+		return s, fail(err)
+	}
+	vhost := conn.Config.Vhost
+	if vhost == "" {
+		vhost = "/"
+	}
+	var q struct {
+		Unacked *int64 `json:"messages_unacknowledged"`
+	}
+	if err := m.get(ctx, "/api/queues/"+url.PathEscape(vhost)+"/"+url.PathEscape(name), &q); err != nil {
+		return s, fail(err)
+	}
+	s.Unacked = q.Unacked
+	return s, nil
+}
+
+// ErrNoQueue is returned (wrapped) by Stats when the queue or its DLQ does
+// not exist.
+var ErrNoQueue = errors.New("no such queue")
+
+type mgmt struct {
+	base       string
+	user, pass string
+	client     *http.Client
+}
+
+func newMgmt(base string, client *http.Client) (*mgmt, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("management API URL must be http(s)://[user:password@]host:port, got %q", redact(base))
+	}
+	m := &mgmt{user: "guest", pass: "guest", client: client}
+	if u.User != nil {
+		m.user = u.User.Username()
+		m.pass, _ = u.User.Password()
+		u.User = nil
+	}
+	m.base = strings.TrimRight(u.String(), "/")
+	if m.client == nil {
+		m.client = &http.Client{Timeout: 10 * time.Second}
+	}
+	return m, nil
+}
+
+func (m *mgmt) get(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.base+path, nil)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(m.user, m.pass)
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("management API: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("management API: GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// redact hides a URL's password in an error message.
+func redact(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
+}

@@ -1,0 +1,91 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/backstop-dev/backstop/internal/clientmetrics"
+)
+
+// Outcome is what a worker does with a job after it ran, or after the
+// breaker refused it: the broker-neutral verdict that the Redis worker
+// applies through its scripts and another broker's worker (queue/rabbitmq)
+// through its own moves.
+type Outcome struct {
+	// Action is "ack", "retry", "defer" (not the job's fault: its attempt
+	// is not spent) or "dead_letter".
+	Action string
+	// Reason is the policy's reason ("success" for an ack, "circuit_open",
+	// "budget_exhausted" for a deferral, "max_attempts_reached", …).
+	Reason string
+	// Delay is how long a retried or deferred job waits.
+	Delay time.Duration
+	// LastError is the handler's error ("" on success).
+	LastError string
+}
+
+// Runner runs jobs with a policy and decides their outcomes exactly as
+// Work does: before the job it asks the breaker (Acquire, or
+// CircuitState), then runs the handler, feeds a success to the policy's
+// budget and breaker, decides a failure (classified by ClassifyError), and
+// records the client metrics (WithMetrics). It is the part of Work a
+// worker on another broker reuses; it does not touch Redis.
+type Runner struct {
+	w *worker
+	p Decider
+}
+
+// NewRunner returns a Runner for the jobs of queue name decided by p. It
+// honours WithMetrics, WithPolicies and WithLogger; other options are
+// ignored.
+//
+// # Errors
+//
+// As Work: an invalid WithMetrics policy name or registry, an invalid
+// WithPolicies map.
+func NewRunner(name string, p Decider, opts ...WorkerOption) (*Runner, error) {
+	w := &worker{openPoll: time.Second, log: slog.Default(), rand: rand.Float64}
+	for _, o := range opts {
+		o(w)
+	}
+	if err := w.bind(name); err != nil {
+		return nil, err
+	}
+	return &Runner{w: w, p: p}, nil
+}
+
+// bind prepares the worker's metrics (WithMetrics) and per-type policies
+// (WithPolicies) for queue name.
+func (w *worker) bind(name string) error {
+	if w.metricsReg != nil || w.metricsPolicy != "" {
+		m, err := clientmetrics.Bind(w.metricsReg, w.metricsPolicy, name, "queue: WithMetrics")
+		if err != nil {
+			return err
+		}
+		w.metrics = m
+	}
+	return w.bindPolicies(name)
+}
+
+// Run runs h on j (a job that is not Malformed: the caller dead-letters
+// those) and returns its outcome. A job whose type has its own policy
+// (WithPolicies) runs with it. Deciding does not see ctx's cancellation: a
+// job that finished during shutdown still gets its outcome.
+func (r *Runner) Run(ctx context.Context, h Handler, j Job) Outcome {
+	rw, rp := r.w.policyFor(j.Type, r.p)
+	o := rw.run(ctx, rp, h, j)
+	return Outcome{Action: o.action, Reason: o.reason, Delay: o.delay, LastError: o.lastErr}
+}
+
+// PausedUntil is when the breaker of Run's policy (not a type's) may let a
+// job through again, after it refused one or a failure found it open: a
+// worker should take no new job before then. Zero when never paused.
+func (r *Runner) PausedUntil() time.Time {
+	ms := r.w.pausedUntil.Load()
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
