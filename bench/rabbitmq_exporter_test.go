@@ -34,11 +34,7 @@ import (
 func BenchmarkRabbitMQExporterScrape(b *testing.B) {
 	broker := rabbittest.Start(b)
 	bin := buildExporter(b)
-	conn, err := amqp.Dial(broker.URL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
+	conn := broker.Dial(b)
 	b.Setenv("BACKSTOP_RABBITMQ_USER", "guest") // the exporter's credentials, as in production: not flags
 	b.Setenv("BACKSTOP_RABBITMQ_PASSWORD", "guest")
 	declared := 0

@@ -51,11 +51,7 @@ func BenchmarkRabbitRetryCycle(b *testing.B) {
 	broker := rabbittest.Start(b)
 	for _, impl := range []string{"backstop/concurrency=1", "backstop/concurrency=64", "handwritten/quorum-at-least-once", "handwritten/quorum", "handwritten/classic"} {
 		b.Run(impl, func(b *testing.B) {
-			conn, err := amqp.Dial(broker.URL())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
+			conn := broker.Dial(b)
 			var elapsed time.Duration
 			switch impl {
 			case "backstop/concurrency=1":

@@ -5,18 +5,16 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop/internal/casetest"
 	"github.com/backstop-dev/backstop/internal/redistest"
 	"github.com/backstop-dev/backstop/policy"
 )
@@ -100,20 +98,7 @@ type caseEvent struct {
 	JobType string `json:"job_type,omitempty"`
 }
 
-type caseError struct {
-	Message    string `json:"message"`
-	HTTPStatus int    `json:"http_status,omitempty"`
-	GRPCCode   int    `json:"grpc_code,omitempty"`
-	ErrorKind  string `json:"error_kind,omitempty"`
-	RetryAfter string `json:"retry_after,omitempty"`
-	// Native is an error kind to raise as the language's own error of that
-	// kind (classified by the table, errorkinds.json), with Message as text.
-	Native string `json:"native,omitempty"`
-	// Method is what a classifier may say of an HTTP request; a queue job
-	// has none (docs/policy.md): every worker leaves it out of the failure
-	// (Go's queue.Failure has no method).
-	Method string `json:"method,omitempty"`
-}
+type caseError = casetest.Error
 
 // spyDecider reports the classification of the failure the policy was
 // asked about (what differs between languages is caught there): the fields
@@ -141,35 +126,6 @@ func (s *spyDecider) RecordSuccess(ctx context.Context, nowMs int64) error {
 	return nil
 }
 
-// nativeErr is a language error of a kind with the case's text.
-type nativeErr struct {
-	msg string
-	err error
-}
-
-func (e *nativeErr) Error() string { return e.msg }
-func (e *nativeErr) Unwrap() error { return e.err }
-
-// native makes Go's own error of a kind, as the standard library does.
-func native(t *testing.T, kind string) error {
-	switch kind {
-	case "connection_refused":
-		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	case "connection_reset":
-		return &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
-	case "connect_timeout":
-		return &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
-	case "timeout":
-		return context.DeadlineExceeded
-	case "dns_temporary":
-		return &net.DNSError{Err: "try again", Name: "example.com", IsTemporary: true}
-	case "dns_not_found":
-		return &net.DNSError{Err: "no such host", Name: "example.invalid", IsNotFound: true}
-	}
-	t.Fatalf("native error of kind %q: none made here", kind)
-	return nil
-}
-
 type caseExpect struct {
 	Reply any            `json:"reply"`
 	State map[string]any `json:"state"`
@@ -189,13 +145,7 @@ func TestQueueCases(t *testing.T) {
 			Queue:   "q", Group: "workers", Consumer: "c9", Policy: json.RawMessage(casePolicy), Cases: buildCases(),
 		}
 	} else {
-		data, err := os.ReadFile(casesFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(data, &file); err != nil {
-			t.Fatal(err)
-		}
+		casetest.Read(t, casesFile, &file)
 	}
 	p, err := policy.Parse(file.Policy)
 	if err != nil {
@@ -221,13 +171,7 @@ func TestQueueCases(t *testing.T) {
 		}
 	}
 	if *updateCases {
-		out, err := json.MarshalIndent(file, "", " ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(casesFile, append(out, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		casetest.Write(t, casesFile, file)
 	}
 	if n := len(file.Cases); n < 200 {
 		t.Errorf("%d cases, want at least 200", n)
@@ -279,21 +223,6 @@ func flushAll(ctx context.Context, rdb redis.UniversalClient) error {
 	return rdb.FlushAll(ctx).Err()
 }
 
-var nowToken = regexp.MustCompile(`\{now([+-][0-9]+)?\}`)
-
-// resolve writes a "{now}", "{now+N}" or "{now-N}" token as base+N and
-// records N as a known offset.
-func resolve(s string, base int64, known map[int64]bool) string {
-	return nowToken.ReplaceAllStringFunc(s, func(tok string) string {
-		var off int64
-		if m := nowToken.FindStringSubmatch(tok); m[1] != "" {
-			off, _ = strconv.ParseInt(m[1], 10, 64)
-		}
-		known[off] = true
-		return strconv.FormatInt(base+off, 10)
-	})
-}
-
 func serverMs(t *testing.T, ctx context.Context, rdb redis.UniversalClient) int64 {
 	tm, err := rdb.Time(ctx).Result()
 	if err != nil {
@@ -319,7 +248,7 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		for _, e := range es {
 			vals := make([]any, len(e.Fields))
 			for i, f := range e.Fields {
-				vals[i] = resolve(f, base, known)
+				vals[i] = casetest.Resolve(f, base, known)
 			}
 			fail(rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: e.ID, Values: vals}).Err())
 		}
@@ -334,17 +263,17 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	}
 	addEntries(k.DLQ, c.State.DLQ)
 	for _, m := range c.State.Delayed {
-		score, err := strconv.ParseFloat(resolve(m.Score, base, known), 64)
+		score, err := strconv.ParseFloat(casetest.Resolve(m.Score, base, known), 64)
 		fail(err)
-		fail(rdb.ZAdd(ctx, k.Delayed, redis.Z{Score: score, Member: resolve(m.Member, base, known)}).Err())
+		fail(rdb.ZAdd(ctx, k.Delayed, redis.Z{Score: score, Member: casetest.Resolve(m.Member, base, known)}).Err())
 	}
 	for f, v := range c.State.Stats {
-		fail(rdb.HSet(ctx, k.Stats, f, resolve(v, base, known)).Err())
+		fail(rdb.HSet(ctx, k.Stats, f, casetest.Resolve(v, base, known)).Err())
 	}
 	for _, cmd := range c.State.Raw {
 		args := make([]any, len(cmd))
 		for i, a := range cmd {
-			args[i] = resolve(a, base, known)
+			args[i] = casetest.Resolve(a, base, known)
 		}
 		fail(rdb.Do(ctx, args...).Err())
 	}
@@ -356,7 +285,7 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		}
 		e := c.Event.Error
 		if e.Native != "" {
-			return &nativeErr{e.Message, native(t, e.Native)}
+			return casetest.Native(t, e.Message, e.Native)
 		}
 		return &Failure{Err: fmt.Errorf("%s", e.Message), HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind, RetryAfter: e.RetryAfter}
 	}
@@ -421,7 +350,7 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	case "run":
 		opts := []RunOption{RunID(ev.JobID)}
 		if ev.Before != "" {
-			ms, err := strconv.ParseInt(resolve(ev.Before, base, known), 10, 64)
+			ms, err := strconv.ParseInt(casetest.Resolve(ev.Before, base, known), 10, 64)
 			fail(err)
 			opts = []RunOption{RunDueBefore(time.UnixMilli(ms)), RunLimit(ev.Limit)}
 		}
@@ -511,10 +440,7 @@ func dumpState(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *
 	return out
 }
 
-var (
-	newID   = regexp.MustCompile(`\b[0-9]{13}-[0-9]+\b`)
-	msValue = regexp.MustCompile(`\b[0-9]{13}\b`)
-)
+var newID = regexp.MustCompile(`\b[0-9]{13}-[0-9]+\b`)
 
 // normalise makes the reply and state independent of when the case ran
 // (testdata/queue/README.md): in the canonical JSON (keys sorted), stream
@@ -534,23 +460,7 @@ func normalise(t *testing.T, reply any, state map[string]any, base, end int64, k
 		}
 		return ids[id]
 	})
-	offs := make([]int64, 0, len(known))
-	for d := range known {
-		offs = append(offs, d)
-	}
-	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
-	s = msValue.ReplaceAllStringFunc(s, func(v string) string {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		for _, d := range offs {
-			if n-d >= base && n-d <= end {
-				if d == 0 {
-					return "{now}"
-				}
-				return fmt.Sprintf("{now%+d}", d)
-			}
-		}
-		return v
-	})
+	s = casetest.Normalise(s, base, end, known)
 	var out []any
 	if err := json.Unmarshal([]byte(s), &out); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 )
 
 // Hold keeps entries pending to consumer from being reclaimed, without
@@ -183,7 +185,7 @@ func (q *Queue) settle(ctx context.Context, w *worker, j Job, o outcome, waiting
 			lostHold = true
 			w.log.Warn("queue entry no longer held by this worker", attrs()...)
 		}
-		sleep(ctx, delay/2+time.Duration(rand.Int64N(int64(delay/2)+1)))
+		ctxtime.Sleep(ctx, delay/2+time.Duration(rand.Int64N(int64(delay/2)+1)))
 		delay = min(2*delay, ceiling)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/clientmetrics"
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -222,7 +223,7 @@ func (q *Queue) readLoop(ctx context.Context, w *worker, p Decider, h Handler) e
 	for ctx.Err() == nil {
 		// The breaker refused a job: read nothing until it may half-open,
 		// rather than take jobs only to defer them.
-		if d := time.Until(time.UnixMilli(w.pausedUntil.Load())); d > 0 && !sleep(ctx, d) {
+		if d := time.Until(time.UnixMilli(w.pausedUntil.Load())); d > 0 && !ctxtime.Sleep(ctx, d) {
 			return nil
 		}
 		streams, err := q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
@@ -237,12 +238,12 @@ func (q *Queue) readLoop(ctx context.Context, w *worker, p Decider, h Handler) e
 		case err != nil && strings.Contains(err.Error(), "NOGROUP"):
 			if err := q.EnsureGroup(ctx); err != nil {
 				w.log.Warn("queue read failed", "queue", q.name, "err", err)
-				sleep(ctx, time.Second)
+				ctxtime.Sleep(ctx, time.Second)
 			}
 			continue
 		case err != nil:
 			w.log.Warn("queue read failed", "queue", q.name, "err", err)
-			sleep(ctx, time.Second)
+			ctxtime.Sleep(ctx, time.Second)
 			continue
 		}
 		readAt := time.Now()
@@ -434,7 +435,7 @@ func onOpen(p Decider) string {
 }
 
 func (q *Queue) promoteLoop(ctx context.Context, w *worker) {
-	for sleep(ctx, jitter(w.promoteEvery)) {
+	for ctxtime.Sleep(ctx, jitter(w.promoteEvery)) {
 		for {
 			n, _, err := q.Promote(ctx, w.promoteLimit)
 			if err != nil {
@@ -448,7 +449,7 @@ func (q *Queue) promoteLoop(ctx context.Context, w *worker) {
 }
 
 func (q *Queue) reclaimLoop(ctx context.Context, w *worker, p Decider, h Handler) {
-	for sleep(ctx, jitter(w.reclaimEvery)) {
+	for ctxtime.Sleep(ctx, jitter(w.reclaimEvery)) {
 		rec, err := q.Reclaim(ctx, w.consumer, w.minIdle, 100, w.maxDeliveries)
 		if err != nil {
 			w.log.Warn("queue reclaim failed", "queue", q.name, "err", err)
@@ -472,16 +473,4 @@ func (q *Queue) reclaimLoop(ctx context.Context, w *worker, p Decider, h Handler
 // Redis in step.
 func jitter(d time.Duration) time.Duration {
 	return d - d/5 + time.Duration(rand.Int64N(int64(d/5)*2+1))
-}
-
-// sleep waits d or until ctx is done; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -71,15 +71,7 @@ func TestRabbitMQFlags(t *testing.T) {
 // with the credentials from the environment, then from a file.
 func TestServeRabbitMQ(t *testing.T) {
 	b := rabbittest.Start(t)
-	conn, err := amqp.Dial(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := b.Channel(t)
 	// Enough of the topology for the figures read here: the queue and its DLQ.
 	if _, err := ch.QueueDeclare("orders", true, false, false, false, amqp.Table{"x-queue-type": "quorum",
 		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/host"
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -332,27 +333,15 @@ func demoProduce(ctx context.Context, qs []*queue.Queue, produced []atomic.Int64
 // demoOutageEvery until ctx ends.
 func demoOutages(ctx context.Context, down *atomic.Bool) {
 	for {
-		if !sleep(ctx, demoOutageEvery-demoOutageFor) {
+		if !ctxtime.Sleep(ctx, demoOutageEvery-demoOutageFor) {
 			return
 		}
 		down.Store(true)
-		ok := sleep(ctx, demoOutageFor)
+		ok := ctxtime.Sleep(ctx, demoOutageFor)
 		down.Store(false)
 		if !ok {
 			return
 		}
-	}
-}
-
-// sleep waits d or until ctx is done; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -28,12 +28,7 @@ func TestQueueCommandsOnRabbitMQ(t *testing.T) {
 	if err := br.Queue("orders").Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := amqp.Dial(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
+	ch := b.Channel(t)
 	ch.Confirm(false)
 	publish := func(key, id, reason string) {
 		h := amqp.Table{"backstop-attempt": "3", "backstop-first-enqueued-ms": "1700000000000", "backstop-destination": "orders"}

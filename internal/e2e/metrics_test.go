@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
@@ -81,35 +80,24 @@ func TestEveryNamedMetricIsEmitted(t *testing.T) {
 	clientEmitted := scrapeNames(t, "http://"+must(startService(t))+"/metrics")
 	idemEmitted := scrapeNames(t, "http://"+startIdempotentService(t, rdb)+"/metrics")
 
-	p := parser.NewParser(parser.Options{})
 	named := 0
-	for _, e := range ruleAndPanelExprs() {
-		expr, err := p.ParseExpr(e)
-		if err != nil {
-			t.Errorf("%v: %s", err, e)
-			continue
-		}
-		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-			if vs, ok := n.(*parser.VectorSelector); ok {
-				named++
-				if strings.Contains(vs.Name, ":") {
-					return nil // a recording rule's output
-				}
-				if strings.HasPrefix(vs.Name, "backstop_idempotency_") {
-					if !idemEmitted[vs.Name] {
-						t.Errorf("%s names %s, which a service's idempotency middleware does not emit", e, vs.Name)
-					}
-				} else if strings.HasPrefix(vs.Name, "backstop_client_") {
-					if !clientEmitted[vs.Name] {
-						t.Errorf("%s names %s, which a service's retry loop does not emit", e, vs.Name)
-					}
-				} else if !emitted[vs.Name] {
-					t.Errorf("%s names %s, which the exporter does not emit", e, vs.Name)
-				}
+	eachSelector(t, func(e, name string) {
+		named++
+		switch {
+		case strings.Contains(name, ":"):
+			// a recording rule's output
+		case strings.HasPrefix(name, "backstop_idempotency_"):
+			if !idemEmitted[name] {
+				t.Errorf("%s names %s, which a service's idempotency middleware does not emit", e, name)
 			}
-			return nil
-		})
-	}
+		case strings.HasPrefix(name, "backstop_client_"):
+			if !clientEmitted[name] {
+				t.Errorf("%s names %s, which a service's retry loop does not emit", e, name)
+			}
+		case !emitted[name]:
+			t.Errorf("%s names %s, which the exporter does not emit", e, name)
+		}
+	})
 	if named < 30 {
 		t.Errorf("only %d metric selectors found in the rules and dashboards", named)
 	}

@@ -32,6 +32,27 @@ func ruleAndPanelExprs() []string {
 	return exprs
 }
 
+// eachSelector calls fn with the name of every metric a rule or panel
+// selects and the expression that does; an expression that does not parse
+// fails t.
+func eachSelector(t *testing.T, fn func(expr, name string)) {
+	t.Helper()
+	p := parser.NewParser(parser.Options{})
+	for _, e := range ruleAndPanelExprs() {
+		expr, err := p.ParseExpr(e)
+		if err != nil {
+			t.Errorf("%v: %s", err, e)
+			continue
+		}
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				fn(e, vs.Name)
+			}
+			return nil
+		})
+	}
+}
+
 // redisOnly are the queue metrics rules and panels name that a RabbitMQ
 // deployment does not have, and why: their alerts stay silent and their
 // panels empty there, which is right.
@@ -58,17 +79,9 @@ var redisOnly = map[string]string{
 // after every outcome; or is one of redisOnly, each with its reason.
 func TestEveryNamedQueueMetricIsEmittedOnRabbitMQ(t *testing.T) {
 	b := rabbittest.Start(t)
-	conn, err := amqp.Dial(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := b.Channel(t)
 	// The parts of the topology (queue/rabbitmq/README.md) the exporter reads.
-	_, err = ch.QueueDeclare("orders", true, false, false, false, amqp.Table{"x-queue-type": "quorum",
+	_, err := ch.QueueDeclare("orders", true, false, false, false, amqp.Table{"x-queue-type": "quorum",
 		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"})
 	if err == nil {
 		_, err = ch.QueueDeclare("orders.dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
@@ -109,30 +122,20 @@ func TestEveryNamedQueueMetricIsEmittedOnRabbitMQ(t *testing.T) {
 	m.DeadLettered(j, "max_attempts_reached")
 	gatherNames(t, workers, emitted)
 
-	p := parser.NewParser(parser.Options{})
 	named, missing := 0, map[string]bool{}
-	for _, e := range ruleAndPanelExprs() {
-		expr, err := p.ParseExpr(e)
-		if err != nil {
-			t.Errorf("%v: %s", err, e)
-			continue
+	eachSelector(t, func(e, name string) {
+		if strings.Contains(name, ":") || strings.HasPrefix(name, "backstop_client_") || strings.HasPrefix(name, "backstop_idempotency_") {
+			return // recording rules' outputs, and the services' own metrics (TestEveryNamedMetricIsEmitted)
 		}
-		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-			vs, ok := n.(*parser.VectorSelector)
-			if !ok || strings.Contains(vs.Name, ":") || strings.HasPrefix(vs.Name, "backstop_client_") || strings.HasPrefix(vs.Name, "backstop_idempotency_") {
-				return nil // recording rules' outputs, and the services' own metrics (TestEveryNamedMetricIsEmitted)
-			}
-			named++
-			if emitted[vs.Name] {
-				return nil
-			}
-			missing[vs.Name] = true
-			if redisOnly[vs.Name] == "" {
-				t.Errorf("%s names %s, which neither the exporter on RabbitMQ nor the workers emit", e, vs.Name)
-			}
-			return nil
-		})
-	}
+		named++
+		if emitted[name] {
+			return
+		}
+		missing[name] = true
+		if redisOnly[name] == "" {
+			t.Errorf("%s names %s, which neither the exporter on RabbitMQ nor the workers emit", e, name)
+		}
+	})
 	for name := range redisOnly {
 		if !missing[name] {
 			t.Errorf("%s is listed Redis-only but no rule or panel misses it on RabbitMQ: drop it from redisOnly", name)

@@ -4,23 +4,11 @@
 // management plugin. A missing or failing rabbitmq-server fails the test
 // loudly with the broker's log tail: `make deps` installs it.
 //
-//	b := rabbittest.Start(t)       // stopped when the test ends
-//	conn, err := amqp.Dial(b.URL())
+//	b := rabbittest.Start(t) // stopped when the test ends
+//	conn := b.Dial(t)        // closed when the test ends
 //
-// A broker takes about 6 s to start; a test package can share one from
-// TestMain with StartProcess:
-//
-//	func TestMain(m *testing.M) {
-//		b, err := rabbittest.StartProcess()
-//		if err != nil {
-//			fmt.Fprintln(os.Stderr, err)
-//			os.Exit(1)
-//		}
-//		shared = b
-//		code := m.Run()
-//		b.Stop()
-//		os.Exit(code)
-//	}
+// A broker takes about 6 s to start; a test package can share one
+// (Shared), and a benchmark or a demo own one (StartProcess, Stop).
 package rabbittest
 
 import (

@@ -44,12 +44,7 @@ func TestStartRestartKill(t *testing.T) {
 
 func publish(t *testing.T, b *Broker, q string) {
 	t.Helper()
-	conn, err := amqp.Dial(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
+	ch := b.Channel(t)
 	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
@@ -64,12 +59,7 @@ func publish(t *testing.T, b *Broker, q string) {
 
 func depth(t *testing.T, b *Broker, q string) int {
 	t.Helper()
-	conn, err := amqp.Dial(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
+	ch := b.Channel(t)
 	st, err := ch.QueueDeclarePassive(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 	if err != nil {
 		t.Fatal(err)

@@ -102,12 +102,8 @@ func drain(t *testing.T, conn *amqp.Connection, q string) []amqp.Delivery {
 
 // The admin tests, on the package's shared broker, each on its own queues.
 func TestAdmin(t *testing.T) {
-	b := sharedBroker(t)
-	conn, err := amqp.Dial(b.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	b := shared.Broker(t)
+	conn := b.Dial(t)
 	ctx := context.Background()
 
 	t.Run("ReplayByReason", func(t *testing.T) { testReplayByReason(t, ctx, conn) })

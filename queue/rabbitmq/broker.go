@@ -21,6 +21,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 )
 
 // ErrClosed is returned by the operations of a closed Broker.
@@ -168,7 +170,7 @@ func (b *Broker) reconnect(why *amqp.Error) {
 			b.cfg.log.Warn("rabbitmq reconnect failed", "attempts", tries, "err", err)
 		}
 		pause = min(b.cfg.backoffCap, b.cfg.backoffBase+time.Duration(rand.Int64N(int64(pause*3-b.cfg.backoffBase)+1)))
-		if !sleep(ctx, pause) {
+		if !ctxtime.Sleep(ctx, pause) {
 			return
 		}
 	}
@@ -191,7 +193,7 @@ func (b *Broker) connection(ctx context.Context) (*amqp.Connection, uint64, erro
 			return nil, 0, ctx.Err()
 		case <-ready:
 			if conn != nil { // closed, not yet noticed: let the watcher see it
-				if !sleep(ctx, 10*time.Millisecond) {
+				if !ctxtime.Sleep(ctx, 10*time.Millisecond) {
 					return nil, 0, ctx.Err()
 				}
 			}
@@ -261,16 +263,4 @@ func (b *Broker) Close() error {
 		b.wg.Wait()
 	})
 	return err
-}
-
-// sleep waits d or until ctx is done; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -8,15 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"net"
-	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -25,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/backstop-dev/backstop/internal/casetest"
 	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/rabbittest"
 	"github.com/backstop-dev/backstop/policy"
@@ -81,42 +78,15 @@ type rabbitEvent struct {
 }
 
 // caseError is testdata/queue's handle error.
-type caseError struct {
-	Message    string `json:"message"`
-	HTTPStatus int    `json:"http_status,omitempty"`
-	GRPCCode   int    `json:"grpc_code,omitempty"`
-	ErrorKind  string `json:"error_kind,omitempty"`
-	RetryAfter string `json:"retry_after,omitempty"`
-	Native     string `json:"native,omitempty"`
-}
+type caseError = casetest.Error
 
-func (e *caseError) err(t *testing.T) error {
+// caseErr is the error the handler returns for e.
+func caseErr(t *testing.T, e *caseError) error {
 	if e.Native != "" {
-		return &nativeErr{msg: e.Message, err: native(t, e.Native)}
+		return casetest.Native(t, e.Message, e.Native)
 	}
 	return &queue.Failure{HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind,
 		RetryAfter: e.RetryAfter, Err: errors.New(e.Message)}
-}
-
-// nativeErr is a language error of a kind with the case's text.
-type nativeErr struct {
-	msg string
-	err error
-}
-
-func (e *nativeErr) Error() string { return e.msg }
-func (e *nativeErr) Unwrap() error { return e.err }
-
-// native makes Go's own error of a kind, as the standard library does.
-func native(t *testing.T, kind string) error {
-	switch kind {
-	case "connection_refused":
-		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	case "timeout":
-		return context.DeadlineExceeded
-	}
-	t.Fatalf("native error of kind %q: none made here", kind)
-	return nil
 }
 
 // spy reports the failure the policy was asked about and its answer; with
@@ -162,13 +132,7 @@ func TestRabbitCases(t *testing.T) {
 			Queue:   "q", MaxDeliveries: 5, Policy: json.RawMessage(rabbitCasePolicy), Cases: buildRabbitCases(),
 		}
 	} else {
-		data, err := os.ReadFile(rabbitCasesFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(data, &file); err != nil {
-			t.Fatal(err)
-		}
+		casetest.Read(t, rabbitCasesFile, &file)
 	}
 	p, err := policy.Parse(file.Policy)
 	if err != nil {
@@ -181,12 +145,7 @@ func TestRabbitCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	conn, err := amqp.Dial(broker.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	h := &caseHarness{t: t, b: b, conn: conn, file: &file, decider: queue.Native(p)}
+	h := &caseHarness{t: t, b: b, conn: broker.Dial(t), file: &file, decider: queue.Native(p)}
 	seen := map[string]bool{}
 	for i := range file.Cases {
 		c := &file.Cases[i]
@@ -204,13 +163,7 @@ func TestRabbitCases(t *testing.T) {
 		}
 	}
 	if *updateRabbitCases {
-		out, err := json.MarshalIndent(file, "", " ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(rabbitCasesFile, append(out, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		casetest.Write(t, rabbitCasesFile, file)
 	}
 }
 
@@ -267,7 +220,7 @@ func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
 	known := map[int64]bool{0: true}
 	fail("confirm", ch.Confirm(false))
 	publish := func(key string, raw json.RawMessage) {
-		msg, err := decodeMessage([]byte(resolve(string(raw), base, known)))
+		msg, err := decodeMessage([]byte(casetest.Resolve(string(raw), base, known)))
 		fail("message", err)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", key, true, false, msg)
 		fail("publish", err)
@@ -326,7 +279,7 @@ func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
 	expect["counters"] = counters(t, reg)
 	out, err := json.Marshal(expect)
 	fail("marshal", err)
-	return json.RawMessage(normalise(string(out), base, end, known))
+	return json.RawMessage(casetest.Normalise(string(out), base, end, known))
 }
 
 // handle runs Work on the case's delivery until it is dealt with.
@@ -343,7 +296,7 @@ func (h *caseHarness) handle(c *rabbitCase, q *rabbitmq.Queue, reg *prometheus.R
 		if c.Event.Error == nil {
 			return nil
 		}
-		return c.Event.Error.err(t)
+		return caseErr(t, c.Event.Error)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -468,49 +421,6 @@ func sampleLabels(m *dto.Metric) string {
 		return ""
 	}
 	return "{" + strings.Join(parts, ",") + "}"
-}
-
-var nowToken = regexp.MustCompile(`\{now([+-][0-9]+)?\}`)
-
-// resolve writes each "{now}", "{now+N}" or "{now-N}" token as base+N and
-// records N as a known offset.
-func resolve(s string, base int64, known map[int64]bool) string {
-	return nowToken.ReplaceAllStringFunc(s, func(tok string) string {
-		var off int64
-		if m := nowToken.FindStringSubmatch(tok); m[1] != "" {
-			off, _ = strconv.ParseInt(m[1], 10, 64)
-		}
-		known[off] = true
-		return strconv.FormatInt(base+off, 10)
-	})
-}
-
-var msNumber = regexp.MustCompile(`\b[0-9]{13}\b`)
-
-// normalise writes each 13-digit number v as {now+d} for the smallest
-// known offset d with base <= v-d <= end.
-func normalise(s string, base, end int64, known map[int64]bool) string {
-	offs := make([]int64, 0, len(known))
-	for d := range known {
-		offs = append(offs, d)
-	}
-	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
-	return msNumber.ReplaceAllStringFunc(s, func(num string) string {
-		v, _ := strconv.ParseInt(num, 10, 64)
-		for _, d := range offs {
-			if base <= v-d && v-d <= end {
-				switch {
-				case d == 0:
-					return "{now}"
-				case d > 0:
-					return "{now+" + strconv.FormatInt(d, 10) + "}"
-				default:
-					return "{now" + strconv.FormatInt(d, 10) + "}"
-				}
-			}
-		}
-		return num
-	})
 }
 
 // A message in the cases' JSON (see the README): properties by their

@@ -28,7 +28,7 @@ import (
 // TTLs shortened by a broker policy (the lower of a queue's and a policy's
 // message-ttl applies).
 func TestDelayRoutingAcrossTheRange(t *testing.T) {
-	broker := sharedBroker(t)
+	broker := shared.Broker(t)
 	ctx := context.Background()
 	b, err := Open(ctx, broker.URL())
 	if err != nil {
@@ -77,15 +77,7 @@ func TestDelayRoutingAcrossTheRange(t *testing.T) {
 	}
 	t.Logf("%d delays walked through the declared topology in %v", checked, time.Since(walkStart))
 
-	conn, err := amqp.Dial(broker.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := broker.Channel(t)
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -110,7 +111,7 @@ func (q *Queue) publish(ctx context.Context, exchange, key string, msg amqp.Publ
 				// come back together.
 				d := rpause/2 + time.Duration(rand.Int64N(int64(rpause/2)+1))
 				q.b.cfg.log.Debug("rabbitmq publish rejected; trying again", "queue", q.name, "tries", rejected, "pause", d, "err", err)
-				if !sleep(ctx, d) {
+				if !ctxtime.Sleep(ctx, d) {
 					return fmt.Errorf("rabbitmq: enqueue to %s: %w (last error: %v)", q.name, ctx.Err(), err)
 				}
 				rpause *= 2
@@ -124,7 +125,7 @@ func (q *Queue) publish(ctx context.Context, exchange, key string, msg amqp.Publ
 			return err
 		}
 		q.b.cfg.log.Debug("rabbitmq publish failed; trying again", "queue", q.name, "err", err)
-		if !sleep(ctx, pause) {
+		if !ctxtime.Sleep(ctx, pause) {
 			return fmt.Errorf("rabbitmq: enqueue to %s: %w (last error: %v)", q.name, ctx.Err(), err)
 		}
 		pause = min(2*pause, 2*time.Second)

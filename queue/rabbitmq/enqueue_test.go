@@ -23,7 +23,7 @@ const rejectedLog = "rabbitmq publish rejected; trying again"
 // bounded number of times, then returned as ErrRejected; a message
 // refused at first and taken once there is room is enqueued once.
 func TestEnqueueRetriesRejected(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	logs := &logbuf.Buffer{}
 	b := openBroker(t, rb.URL(), WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	ctx := context.Background()
@@ -35,7 +35,7 @@ func TestEnqueueRetriesRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rb.Ctl("clear_policy", "enqueue-full-max") })
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	if err := q.Enqueue(ctx, "fills", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +89,8 @@ func refusing(t *testing.T, ch *amqp.Channel, name string) {
 // just-created queue (once refused with "full queue": see Enqueue) all
 // succeed, each job once.
 func TestEnqueueConcurrentIntoNewQueue(t *testing.T) {
-	rb := sharedBroker(t)
-	ch := rawChannel(t, rb.URL())
+	rb := shared.Broker(t)
+	ch := rb.Channel(t)
 	const producers, each = 8, 25
 	for round := range 3 {
 		b := openBroker(t, rb.URL())

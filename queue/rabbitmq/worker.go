@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/internal/queuemetrics"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -155,7 +156,7 @@ func (q *Queue) Work(ctx context.Context, p queue.Decider, h queue.Handler, opts
 			return fmt.Errorf("rabbitmq: work %s: %w", q.name, err)
 		}
 		q.b.cfg.log.Warn("rabbitmq consumer lost; consuming again", "queue", q.name, "err", err)
-		if !sleep(ctx, pause) {
+		if !ctxtime.Sleep(ctx, pause) {
 			return nil
 		}
 		pause = min(2*pause, 2*time.Second)
@@ -262,7 +263,7 @@ func (w *worker) waitPause(ctx context.Context) bool {
 		if d <= 0 {
 			return ctx.Err() == nil
 		}
-		if !sleep(ctx, d) {
+		if !ctxtime.Sleep(ctx, d) {
 			return false
 		}
 	}

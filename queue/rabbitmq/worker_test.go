@@ -67,21 +67,6 @@ func work(t *testing.T, q *Queue, p queue.Decider, h queue.Handler, opts ...Work
 	return stop
 }
 
-// rawChannel is a plain AMQP channel to look at the broker with.
-func rawChannel(t *testing.T, url string) *amqp.Channel {
-	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
-}
-
 func depth(t *testing.T, ch *amqp.Channel, name string) int {
 	t.Helper()
 	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
@@ -178,7 +163,7 @@ func TestDecode(t *testing.T) {
 // Declare twice is fine, the levels exist with their TTLs, and a queue
 // declared with another max deliveries is refused by name.
 func TestDeclare(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("declare")
@@ -190,7 +175,7 @@ func TestDeclare(t *testing.T) {
 	if err := b.Queue("declare2").Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	for _, n := range []string{"declare", "declare.dlq", "backstop.delay.L0", "backstop.delay.L17"} {
 		depth(t, ch, n)
 	}
@@ -237,7 +222,7 @@ func TestDeclare(t *testing.T) {
 // the Node and Python workers): four handlers that wait for each other
 // all finish.
 func TestConcurrencyDefaultsToPrefetch(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("concurrency")
@@ -272,7 +257,7 @@ func TestConcurrencyDefaultsToPrefetch(t *testing.T) {
 
 // A job runs once, with its headers, and is acked; the metrics say so.
 func TestEnqueueWorkSuccess(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("success")
@@ -297,7 +282,7 @@ func TestEnqueueWorkSuccess(t *testing.T) {
 	eventually.True(t, wait, "the success counted", func() bool {
 		return metric(t, reg, "backstop_attempts_total", map[string]string{"queue": "success", "job_type": "send_email", "outcome": "success"}) == 1
 	})
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	if n := depth(t, ch, "success"); n != 0 {
 		t.Errorf("queue holds %d messages after the ack, want 0", n)
 	}
@@ -344,7 +329,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 // the previous reason and error; after max attempts it is dead-lettered
 // with its reason and error, its body and type kept.
 func TestRetryThenDeadLetter(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("retry")
@@ -362,7 +347,7 @@ func TestRetryThenDeadLetter(t *testing.T) {
 			mu.Unlock()
 			return &queue.Failure{HTTPStatus: 503, Err: fmt.Errorf("upstream 503 on attempt %d", j.Attempt)}
 		}, WithMetrics(reg, "default"))
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	eventually.True(t, wait, "the dead letter", func() bool { return depth(t, ch, "retry.dlq") == 1 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -417,14 +402,14 @@ func TestRetryThenDeadLetter(t *testing.T) {
 // Malformed deliveries go to the DLQ with reason malformed, every header
 // and the body kept; the handler never sees them.
 func TestMalformed(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("malformed")
 	if err := q.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	for i, m := range []amqp.Publishing{
 		{Headers: amqp.Table{HeaderAttempt: "1", HeaderFirstEnqueuedMs: "1"}},                        // no message_id
 		{MessageId: "m2", Headers: amqp.Table{HeaderAttempt: "garbage", HeaderFirstEnqueuedMs: "1"}}, // attempt
@@ -463,7 +448,7 @@ func TestMalformed(t *testing.T) {
 // A message delivered max-deliveries times already (its consumers died) is
 // dead-lettered as crash_loop without running.
 func TestCrashLoop(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("crash", WithMaxDeliveries(2))
@@ -473,7 +458,7 @@ func TestCrashLoop(t *testing.T) {
 	if err := q.Enqueue(ctx, "fine", []byte("f")); err != nil {
 		t.Fatal(err)
 	}
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	// Two deliveries of poison that end without an outcome (as a consumer
 	// that dies): x-delivery-count becomes 2.
 	for range 2 {
@@ -511,7 +496,7 @@ func TestCrashLoop(t *testing.T) {
 // wait at once.
 func TestOpenBreakerDefers(t *testing.T) {
 	var ran atomic.Int64
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	logs := &logbuf.Buffer{}
 	b := openBroker(t, rb.URL(), WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	t.Cleanup(func() {
@@ -536,7 +521,7 @@ func TestOpenBreakerDefers(t *testing.T) {
 		return metric(t, reg, "backstop_deferrals_total", map[string]string{"queue": "breaker", "job_type": "", "reason": "circuit_open"})
 	}
 	eventually.True(t, wait, "the first job deferred", func() bool { return deferred() == 1 })
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	// The worker holds the next delivery (prefetch 1) without running it.
 	eventually.True(t, wait, "the next job held", func() bool {
 		st, err := ch.QueueDeclarePassive("breaker", true, false, false, false, nil)
@@ -559,7 +544,7 @@ func TestOpenBreakerDefers(t *testing.T) {
 // A message that arrives before its backstop-due-ms is delayed again for
 // the remainder and runs no earlier than due, its attempt unchanged.
 func TestEarlyDeliveryWaits(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("early")
@@ -567,7 +552,7 @@ func TestEarlyDeliveryWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	due := time.Now().Add(1500 * time.Millisecond).UnixMilli()
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	if err := ch.PublishWithContext(ctx, "", "early", false, false, amqp.Publishing{MessageId: "e", Headers: amqp.Table{
 		HeaderAttempt: "2", HeaderFirstEnqueuedMs: "1", HeaderDueMs: itoa(due), HeaderDestination: "early"}}); err != nil {
 		t.Fatal(err)
@@ -599,7 +584,7 @@ func TestEarlyDeliveryWaits(t *testing.T) {
 // Shutdown waits for the running job, applies its outcome, and returns;
 // the deliveries not started go back to the queue.
 func TestGracefulShutdown(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("shutdown")
@@ -639,7 +624,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if len(started) != 0 {
 		t.Errorf("a job started after shutdown: %q", <-started)
 	}
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	eventually.True(t, wait, "second back in the queue", func() bool { return depth(t, ch, "shutdown") == 1 })
 	d := takeAll(t, ch, "shutdown")
 	if len(d) != 1 || d[0].MessageId != "second" {
@@ -676,7 +661,7 @@ func TestReconnectAfterRestart(t *testing.T) {
 // An outcome decided while the connection goes is kept and applied when
 // the message comes back, without running the job again.
 func TestOutcomeKeptAcrossLostConnection(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	b := openBroker(t, rb.URL())
 	ctx := context.Background()
 	q := b.Queue("kept")
@@ -699,7 +684,7 @@ func TestOutcomeKeptAcrossLostConnection(t *testing.T) {
 	b.mu.Unlock()
 	conn.Close() // the delivery's channel goes with it; the Broker reconnects
 	close(release)
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	eventually.True(t, wait, "the success applied after the return", func() bool {
 		return metric(t, reg, "backstop_attempts_total", map[string]string{"queue": "kept", "job_type": "", "outcome": "success"}) == 1
 	})
@@ -736,7 +721,7 @@ func TestKnownIsBounded(t *testing.T) {
 // the queue, and when it returns the kept outcome is published again,
 // without running the job again, until the broker takes it.
 func TestRefusedOutcomeIsRetriedWithoutRunningAgain(t *testing.T) {
-	rb := sharedBroker(t)
+	rb := shared.Broker(t)
 	logs := &logbuf.Buffer{}
 	b := openBroker(t, rb.URL(), WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	var ran atomic.Int64
@@ -760,7 +745,7 @@ func TestRefusedOutcomeIsRetriedWithoutRunningAgain(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	ch := rawChannel(t, rb.URL())
+	ch := rb.Channel(t)
 	refusing(t, ch, "refused.dlq")
 	// The probes the queue took before the policy reached it stay: a
 	// quorum queue refuses once it is over its limit, not at it.

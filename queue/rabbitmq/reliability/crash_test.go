@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/rabbittest"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -71,11 +69,7 @@ func TestCrashLosesNothing(t *testing.T) {
 		}
 		return int(st.Size() / ledgerLineLen)
 	}
-	conn, err := amqp.Dial(broker.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { conn.Close() }()
+	conn := broker.Dial(t)
 	depth := func(name string) int {
 		ch, err := conn.Channel()
 		if err != nil {
@@ -102,9 +96,7 @@ func TestCrashLosesNothing(t *testing.T) {
 			broker.Restart(t)
 			restarts++
 			conn.Close()
-			if conn, err = amqp.Dial(broker.URL()); err != nil {
-				t.Fatal(err)
-			}
+			conn = broker.Dial(t)
 		}
 	}
 	// Drained: every job executed at its final attempt, as many dead

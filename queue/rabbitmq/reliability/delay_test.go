@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
@@ -27,7 +25,7 @@ const delayPolicy = `{"max_attempts": 3, "backoff": {"strategy": "constant", "ba
 // held behind a longer one. (The delays up to 24 h are proved by the
 // routing, queue/rabbitmq's TestDelayRoutingAcrossTheRange.)
 func TestDelaysOnTimeBehindALongerOne(t *testing.T) {
-	broker := sharedBroker(t)
+	broker := shared.Broker(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b, err := rabbitmq.Open(ctx, broker.URL(), rabbitmq.WithLogger(quietLog))
@@ -58,15 +56,7 @@ func TestDelaysOnTimeBehindALongerOne(t *testing.T) {
 	go func() {
 		done <- q.Work(ctx, queue.Native(p), handler, rabbitmq.WithPrefetch(4), rabbitmq.WithConcurrency(4))
 	}()
-	conn, err := amqp.Dial(broker.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := broker.Channel(t)
 	levelDepth := func(n int) int {
 		st, err := ch.QueueDeclarePassive("backstop.delay.L"+strconv.Itoa(n), true, false, false, false, nil)
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -31,28 +30,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	code := m.Run()
-	if shared.b != nil {
-		shared.b.Stop()
-	}
-	os.Exit(code)
+	os.Exit(shared.Run(m))
 }
 
 // shared is one broker for the tests that neither restart nor kill it.
-var shared struct {
-	once sync.Once
-	b    *rabbittest.Broker
-	err  error
-}
-
-func sharedBroker(t testing.TB) *rabbittest.Broker {
-	t.Helper()
-	shared.once.Do(func() { shared.b, shared.err = rabbittest.StartProcess() })
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.b
-}
+var shared rabbittest.Shared
 
 // workerPolicy retries after a constant second: every retry hops level 0.
 const workerPolicy = `{"max_attempts": 3, "backoff": {"strategy": "constant", "base": "1s"}, "jitter": {"mode": "none"}}`

@@ -19,10 +19,10 @@ import (
 // process, among 200 that succeed, with two worker processes (prefetch 1:
 // a crash returns only the job it ran) restarted whenever they die. The
 // poison runs max deliveries (5) times, then a worker dead-letters it as
-// crash_loop without running it; the other jobs finish meanwhile.
+// crash_loop without running it; the other jobs all finish.
 func TestPoisonMessageReachesTheDLQ(t *testing.T) {
 	const queueName, others = "poisoned", 200
-	broker := sharedBroker(t)
+	broker := shared.Broker(t)
 	ctx := context.Background()
 	b, err := rabbitmq.Open(ctx, broker.URL(), rabbitmq.WithLogger(quietLog))
 	if err != nil {
@@ -42,15 +42,7 @@ func TestPoisonMessageReachesTheDLQ(t *testing.T) {
 	f := newFleet(t, "poison", 2, "BACKSTOP_RELIABILITY_URL="+broker.URL(), "BACKSTOP_RELIABILITY_QUEUE="+queueName,
 		"BACKSTOP_RELIABILITY_LEDGER="+ledger, "BACKSTOP_RELIABILITY_MAX_DELIVERIES=5",
 		"BACKSTOP_RELIABILITY_PREFETCH=1", "BACKSTOP_RELIABILITY_CONCURRENCY=1")
-	conn, err := amqp.Dial(broker.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := broker.Channel(t)
 	var dl amqp.Delivery
 	var lines [][]byte
 	eventually.True(t, 60*time.Second, "the poison in the DLQ and the other jobs done", func() bool {
@@ -95,10 +87,10 @@ func TestPoisonMessageReachesTheDLQ(t *testing.T) {
 	if len(othersDone) != others {
 		t.Errorf("%d of the %d other jobs done", len(othersDone), others)
 	}
-	// Not blocked: other jobs finished while the poison went round.
-	if othersBetween == 0 {
-		t.Errorf("no other job finished between the poison's first and last run")
-	}
+	// Not blocked: every other job finished (checked above). How many
+	// finished while the poison went round depends on timing alone: a
+	// quorum queue hands a returned message out again first, so the
+	// worker that asks next may well take the poison at once.
 	t.Logf("the poison ran %d times (%d worker starts); %d other jobs finished between its first and last run; dead letter error: %v",
 		runs, f.starts, othersBetween, dl.Headers[rabbitmq.HeaderError])
 }

@@ -34,10 +34,10 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from .. import _decide
 from .._policy import Policy
-from .._retry import Classify, check_classify, classifier
-from . import _core
+from .._retry import Classify
+from . import _core, _work
 from ._core import DeadLetter, Job, Stats
-from ._metrics import QueueMetrics, worker_metrics
+from ._metrics import QueueMetrics
 
 __all__ = ["Broker", "DeadLetter", "Job", "Queue", "Stats", "connect"]
 
@@ -216,14 +216,8 @@ class Queue:
         queue families of the README. ``policies`` maps a job type to its
         own policy (as ``backstop.queue.Queue.work``'s): a job of that type
         is gated, decided and counted (policy label = the type) by it."""
-        check_classify("work", classify)
-        cls = classifier(classify)
-        _core.check_int("work", "prefetch", prefetch, 1, 65535)
-        if not callable(handler):
-            raise TypeError("work: handler must be callable (got %r)" % (handler,))
-        client, qm = worker_metrics(registry, metrics_policy, self.name)
-        typed = _decide.typed_policies(policies, client)
-        kept, backoff = _core.Kept(), _core.Backoff()
+        cls, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
+                                                             metrics_policy, policies)
         while True:
             try:
                 await self._consume(policy, handler, prefetch, cls, client, qm, kept, backoff, typed)

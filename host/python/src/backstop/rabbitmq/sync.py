@@ -26,10 +26,10 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from .. import _decide
 from .._policy import Policy
-from .._retry import Classify, check_classify, classifier
-from . import _core
+from .._retry import Classify
+from . import _core, _work
 from ._core import DeadLetter, Job, Stats
-from ._metrics import QueueMetrics, worker_metrics
+from ._metrics import QueueMetrics
 
 __all__ = ["Broker", "DeadLetter", "Job", "Queue", "Stats", "connect"]
 
@@ -195,15 +195,9 @@ class Queue:
         keeps outcomes across a lost connection. Keep handlers shorter than
         the connection's heartbeat timeout (60 s by default): pika answers
         heartbeats between jobs."""
-        check_classify("work", classify)
-        cls = classifier(classify)
-        _core.check_int("work", "prefetch", prefetch, 1, 65535)
-        if not callable(handler):
-            raise TypeError("work: handler must be callable (got %r)" % (handler,))
+        cls, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
+                                                             metrics_policy, policies)
         stop = stop or threading.Event()
-        client, qm = worker_metrics(registry, metrics_policy, self.name)
-        typed = _decide.typed_policies(policies, client)
-        kept, backoff = _core.Kept(), _core.Backoff()
         while not stop.is_set() and not self.broker._closed:
             try:
                 self._consume(policy, handler, stop, prefetch, cls, client, qm, kept, backoff, typed)

@@ -1,0 +1,36 @@
+// Package casetest is what the Go replays of the shared cases have in
+// common (testdata/queue and testdata/rabbitmq, each with its README):
+// reading and regenerating a cases file, "{now±N}" times, and the handle
+// error with its native kinds.
+package casetest
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+)
+
+// Read decodes the cases file at path into v, failing t when it cannot.
+func Read(t testing.TB, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// Write writes v to path as the generated files are: indented by one
+// space, with a final newline.
+func Write(t testing.TB, path string, v any) {
+	t.Helper()
+	out, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

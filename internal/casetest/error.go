@@ -1,0 +1,60 @@
+package casetest
+
+import (
+	"context"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+)
+
+// Error is a case's handle error (testdata/queue/README.md); each replay
+// turns it into its broker's failure, or into Native's error when Native
+// is set.
+type Error struct {
+	Message    string `json:"message"`
+	HTTPStatus int    `json:"http_status,omitempty"`
+	GRPCCode   int    `json:"grpc_code,omitempty"`
+	ErrorKind  string `json:"error_kind,omitempty"`
+	RetryAfter string `json:"retry_after,omitempty"`
+	// Native is an error kind to raise as the language's own error of that
+	// kind (classified by the table, errorkinds.json), with Message as text.
+	Native string `json:"native,omitempty"`
+	// Method is what a classifier may say of an HTTP request; a queue job
+	// has none (docs/policy.md): every worker leaves it out of the failure
+	// (Go's queue.Failure has no method).
+	Method string `json:"method,omitempty"`
+}
+
+// Native returns Go's own error of kind, as the standard library makes it,
+// with msg as its text; an unknown kind fails t.
+func Native(t testing.TB, msg, kind string) error {
+	t.Helper()
+	var err error
+	switch kind {
+	case "connection_refused":
+		err = &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	case "connection_reset":
+		err = &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	case "connect_timeout":
+		err = &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	case "timeout":
+		err = context.DeadlineExceeded
+	case "dns_temporary":
+		err = &net.DNSError{Err: "try again", Name: "example.com", IsTemporary: true}
+	case "dns_not_found":
+		err = &net.DNSError{Err: "no such host", Name: "example.invalid", IsNotFound: true}
+	default:
+		t.Fatalf("native error of kind %q: none made here", kind)
+	}
+	return &nativeErr{msg: msg, err: err}
+}
+
+// nativeErr is a language error of a kind with the case's text.
+type nativeErr struct {
+	msg string
+	err error
+}
+
+func (e *nativeErr) Error() string { return e.msg }
+func (e *nativeErr) Unwrap() error { return e.err }
