@@ -77,7 +77,7 @@ func (r *dlqRead) result() (dlqFigures, error) {
 	default:
 		return dlqFigures{}, err
 	}
-	fields := replyFields(v)
+	fields := fieldsOf(v)
 	size, ok := replyInt(fields, "length")
 	if !ok {
 		return dlqFigures{}, badReply(fmt.Sprintf("XINFO STREAM reply without a length: %.200v", v))

@@ -24,18 +24,38 @@ import (
 // A family of fams with the name of one of ours is left out, and its name
 // returned: a registry would refuse both.
 func encode(w *bufio.Writer, ss *samples, fams []*dto.MetricFamily, om bool) (left []string, err error) {
-	byDesc := map[*desc][]*sample{}
-	ss.all(func(s *sample) { byDesc[s.desc] = append(byDesc[s.desc], s) })
+	// The samples by metric, in one slice sized by a first count: no
+	// slice of a metric grows by doubling.
+	ends := make([]int, len(descs))
+	ss.all(func(s *sample) { ends[s.desc.idx]++ })
+	for i := 1; i < len(ends); i++ {
+		ends[i] += ends[i-1]
+	}
+	sorted := make([]*sample, ends[len(ends)-1])
+	next := make([]int, len(descs))
+	for i := 1; i < len(next); i++ {
+		next[i] = ends[i-1]
+	}
+	ss.all(func(s *sample) {
+		sorted[next[s.desc.idx]] = s
+		next[s.desc.idx]++
+	})
 	type family struct {
 		name string
 		ours []*sample
 		dto  *dto.MetricFamily
 	}
-	all := make([]family, 0, len(byDesc)+len(fams))
+	all := make([]family, 0, len(descs)+len(fams))
 	ours := map[string]bool{}
-	for d, group := range byDesc {
-		all = append(all, family{name: d.name, ours: group})
-		ours[d.name] = true
+	for i, d := range descs {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		if ends[i] > start {
+			all = append(all, family{name: d.name, ours: sorted[start:ends[i]]})
+			ours[d.name] = true
+		}
 	}
 	for _, f := range fams {
 		if ours[f.GetName()] {
@@ -138,7 +158,11 @@ func (e *encoder) line(s *sample, suffix string, le float64, withLE bool, v floa
 		w.WriteByte(sep)
 		w.WriteString(*n)
 		w.WriteString(`="`)
-		quotedEscaper.WriteString(w, s.label(i))
+		if v := s.label(i); needsEscape(v) {
+			quotedEscaper.WriteString(w, v)
+		} else {
+			w.WriteString(v) // the common case, without the Replacer's overhead
+		}
 		w.WriteByte('"')
 		sep = ','
 	}
@@ -179,12 +203,34 @@ func (e *encoder) float(f float64) {
 		if f == 0 {
 			f = 0 // no -0: expfmt writes 0
 		}
+		if f > -1e6 && f < 1e6 && f == math.Trunc(f) {
+			// Most values are counts: 'g' writes an integer under 1e6 as
+			// its digits (1e6 as 1e+06), and AppendInt is 3 times as fast.
+			e.num = strconv.AppendInt(e.num[:0], int64(f), 10)
+			if e.om {
+				e.num = append(e.num, '.', '0')
+			}
+			w.Write(e.num)
+			return
+		}
 		e.num = strconv.AppendFloat(e.num[:0], f, 'g', -1, 64)
 		if e.om && !bytes.ContainsAny(e.num, "e.") {
 			e.num = append(e.num, '.', '0')
 		}
 		w.Write(e.num)
 	}
+}
+
+// needsEscape reports whether v holds a character quotedEscaper
+// replaces: a byte loop, faster than strings.ContainsAny on short values.
+func needsEscape(v string) bool {
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case '\\', '\n', '"':
+			return true
+		}
+	}
+	return false
 }
 
 var (

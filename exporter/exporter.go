@@ -240,9 +240,11 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	for _, q := range qs {
 		groups += len(q.Groups)
 	}
+	totals := makeCounts()
 	pl := plan{
 		now: c.cfg.now(), sample: sampleSize(groups),
 		heads: map[string]*redis.ZSliceCmd{}, stats: map[string]*redis.MapStringStringCmd{},
+		totals: &totals,
 	}
 	_, cluster := c.rdb.(*redis.ClusterClient)
 	var reads []func(*sink)
@@ -369,6 +371,9 @@ type plan struct {
 	// statsHash); nil reads each on its own.
 	heads map[string]*redis.ZSliceCmd
 	stats map[string]*redis.MapStringStringCmd
+	// totals is readStats's scratch for a queue's totals, reused queue
+	// after queue: 5 maps less per queue. nil makes new ones.
+	totals *counts
 }
 
 var readers = []reader{readDelayed, readDLQ, readStreams, readOldestJob, readStats}

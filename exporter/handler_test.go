@@ -276,8 +276,8 @@ func TestEncodeMatchesExpfmt(t *testing.T) {
 	real := c.scrape()
 
 	s := &sink{kinds: map[string]error{}}
-	for i, v := range []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 1e21, 123456789, 1e-7, math.NaN(), math.Inf(1), math.Inf(-1), 42} {
-		name := []string{"a\"b", `back\slash`, "new\nline", "ünï", "", "plain", "x", "y", "z", "zz", "zzz", "ä"}[i]
+	for i, v := range []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 1e21, 123456789, 1e-7, math.NaN(), math.Inf(1), math.Inf(-1), 42, 999999, 1e6, -999999, -1e6, 1e15} {
+		name := []string{"a\"b", `back\slash`, "new\nline", "ünï", "", "plain", "x", "y", "z", "zz", "zzz", "ä", "n1", "n2", "n3", "n4", "n5"}[i]
 		s.gauge(delayedSizeDesc, v, name)
 		s.counter(dlqIngestedDesc, v, name)
 		s.counter(retriesDesc, v, name, "r\"\\\n")

@@ -81,3 +81,25 @@ func BenchmarkScrapeMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScrapeCPU times scrapes of 1,000 queues through the handler, as
+// BenchmarkScrapeMemory's but without its forced GCs: the profile to read
+// for where a scrape's CPU goes (BENCHMARKS.md):
+//
+//	go test -run '^$' -bench ScrapeCPU -benchtime 100x -cpuprofile cpu.out ./exporter/
+func BenchmarkScrapeCPU(b *testing.B) {
+	srv := redistest.Start(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { rdb.Close() })
+	qs := fill(b, rdb, "q", 1000, 60, 50)
+	c, _ := newTestCollector(b, rdb, WithQueues(qs...), WithTimeout(time.Minute))
+	h := c.Handler(nil).(*handler)
+	key := bodyKey{format: expfmt.FmtOpenMetrics_1_0_0, gzip: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp := h.join()
+		if _, err := resp.body(key, h.encode); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

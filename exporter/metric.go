@@ -20,6 +20,7 @@ type desc struct {
 	// histogram (asHistogram), else GaugeValue: a sample takes its type
 	// from its desc, which keeps samples at 64 bytes.
 	typ prometheus.ValueType
+	idx int // its index in descs
 }
 
 // descs lists every metric's descriptor, for Describe.
@@ -39,6 +40,7 @@ func newDesc(name, help string, labels ...string) *desc {
 		d.names = append(d.names, &l)
 		d.order = append(d.order, slices.Index(labels, l))
 	}
+	d.idx = len(descs)
 	descs = append(descs, d)
 	return d
 }

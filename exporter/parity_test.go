@@ -250,7 +250,7 @@ func proveIngestion(t *testing.T, rdb *redis.Client, cp string, keys queue.Keys)
 	v, err := rdb.Do(ctx, "XINFO", "STREAM", keys.DLQ).Result()
 	if err == nil {
 		var ok bool
-		if added, ok = replyInt(replyFields(v), "entries-added"); !ok {
+		if added, ok = replyInt(fieldsOf(v), "entries-added"); !ok {
 			t.Fatalf("%s: redis-server's XINFO STREAM has no entries-added: %v", cp, v)
 		}
 	} else if !isMissing(err) {

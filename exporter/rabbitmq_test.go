@@ -91,9 +91,7 @@ func (p *publisher) publish(exchange, key, id string, headers amqp.Table) {
 
 func TestRabbitMQ(t *testing.T) {
 	b := rabbittest.Start(t)
-	conn, err := amqp.Dial(b.URL())
-	must(t, err)
-	defer conn.Close()
+	conn := b.Dial(t)
 	ch, err := conn.Channel()
 	must(t, err)
 	declareTopology(t, ch, "orders", 1)

@@ -96,7 +96,7 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*s
 			return
 		}
 		plain := make([]float64, len(plainCounters))
-		total := makeCounts()        // on the stack: one allocation less a queue
+		total := pl.totals.reuse()
 		var typed map[string]*counts // nil for a queue without typed jobs
 		var types, overflow float64
 		registry := false
@@ -207,6 +207,24 @@ type counts struct {
 	maxAttempts                               float64
 	attempts, retries, deadLetters, deferrals map[string]float64
 	finished                                  map[string]*finishedJobs // by outcome
+}
+
+// reuse returns c emptied for the next queue, keeping its maps' memory
+// (the stats readers of a scrape run one after the other, and emit copies
+// every figure but the histograms', whose finishedJobs are new each
+// time); a new counts when c is nil.
+func (c *counts) reuse() *counts {
+	if c == nil {
+		n := makeCounts()
+		return &n
+	}
+	c.maxAttempts = 0
+	clear(c.attempts)
+	clear(c.retries)
+	clear(c.deadLetters)
+	clear(c.deferrals)
+	clear(c.finished)
+	return c
 }
 
 func makeCounts() counts {
@@ -332,7 +350,12 @@ func (c *counts) emit(s *sink, queue, jobType string) {
 // m has, then the others, sorted. When it leaves some out it says so in s.
 func bounded[V any](s *sink, m map[string]V, always []string) []string {
 	if len(m) <= maxStatsLabels {
-		return slices.Sorted(maps.Keys(m))
+		keys := make([]string, 0, len(m)) // one allocation, not slices.Sorted's growth
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		return keys
 	}
 	s.reached(limitStatsLabels)
 	var keys []string

@@ -72,7 +72,7 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 				reportGroup(s, q, name, g, samples[i], pl)
 			}
 		}
-		others := make([]string, 0, len(info))
+		var others []string // nil for the usual stream, whose groups are all configured
 		for name := range info {
 			if !slices.Contains(q.Groups, name) {
 				others = append(others, name)
@@ -150,8 +150,8 @@ func groupInfo(v any) (map[string]group, error) {
 	}
 	out := make(map[string]group, len(list))
 	for _, raw := range list {
-		fields := replyFields(raw)
-		name, ok := fields["name"].(string)
+		fields := fieldsOf(raw)
+		name, ok := fields.get("name").(string)
 		pending, ok2 := replyInt(fields, "pending")
 		if !ok || !ok2 {
 			return nil, badReply(fmt.Sprintf("XINFO GROUPS entry without a name or pending count: %.200v", raw))
@@ -159,7 +159,7 @@ func groupInfo(v any) (map[string]group, error) {
 		g := group{pending: pending}
 		if lag, ok := replyInt(fields, "lag"); ok {
 			_, read := replyInt(fields, "entries-read")
-			last, _ := fields["last-delivered-id"].(string)
+			last, _ := fields.get("last-delivered-id").(string)
 			g.lag, g.lagKnown = lag, read || last == "0-0" || last == "0" // the embedded server says 0
 		}
 		out[name] = g

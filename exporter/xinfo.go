@@ -6,36 +6,44 @@ package exporter
 // `backstop demo` has no entries-added) and for a NULL entries-read, so an
 // unknown figure would look like a true 0.
 
-// replyFields returns the field-value pairs of one XINFO reply, a map in
-// RESP3 and a flat array in RESP2; nil when v is neither.
-func replyFields(v any) map[string]any {
-	out := map[string]any{}
+// replyFields is one XINFO reply's field-value pairs, a map in RESP3 and
+// a flat array in RESP2, read in place: copying them into a map of our
+// own cost a map per queue per scrape. The zero value (a reply that is
+// neither) has no field.
+type replyFields struct {
+	m map[any]any
+	a []any
+}
+
+func fieldsOf(v any) replyFields {
 	switch r := v.(type) {
 	case map[any]any:
-		for k, val := range r {
-			if name, ok := k.(string); ok {
-				out[name] = val
-			}
-		}
+		return replyFields{m: r}
 	case []any:
-		if len(r)%2 != 0 {
-			return nil
+		if len(r)%2 == 0 {
+			return replyFields{a: r}
 		}
-		for i := 0; i < len(r); i += 2 {
-			if name, ok := r[i].(string); ok {
-				out[name] = r[i+1]
-			}
-		}
-	default:
-		return nil
 	}
-	return out
+	return replyFields{}
+}
+
+// get returns field name, nil when the reply has none.
+func (f replyFields) get(name string) any {
+	if f.m != nil {
+		return f.m[name]
+	}
+	for i := 0; i < len(f.a); i += 2 {
+		if k, ok := f.a[i].(string); ok && k == name {
+			return f.a[i+1]
+		}
+	}
+	return nil
 }
 
 // replyInt returns field name of fields as an integer, and false when the
 // server left it out or sent NULL (or anything but an integer).
-func replyInt(fields map[string]any, name string) (int64, bool) {
-	n, ok := fields[name].(int64)
+func replyInt(fields replyFields, name string) (int64, bool) {
+	n, ok := fields.get(name).(int64)
 	return n, ok
 }
 
