@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +41,11 @@ import (
 //
 //	git worktree add /tmp/base HEAD && (cd /tmp/base && go build -o /tmp/exporter-base ./cmd/backstop-exporter)
 //	BACKSTOP_BENCH_BASE=/tmp/exporter-base go test -run '^$' -bench 'ExporterScrape/^entries=10$/^queues=1000$' -benchtime 20x ./bench/
+//
+// With BACKSTOP_BENCH_REDIS_EXPORTER=/path/to/redis_exporter, each
+// entries=10 case also runs vs=redis_exporter (see vsRedisExporter):
+//
+//	BACKSTOP_BENCH_REDIS_EXPORTER=/tmp/redis_exporter go test -run '^$' -bench 'ExporterScrape/^entries=10$/^queues=1000$/vs=' -benchtime 20x ./bench/
 //
 // Every queue has the default layout: a jobs stream with the group
 // "workers", a delayed set, a DLQ stream and a stats hash.
@@ -112,9 +119,114 @@ func BenchmarkExporterScrape(b *testing.B) {
 						b.ReportMetric(float64(e.peakRSS(b))/(1<<20), "peak-RSS-MiB")
 					})
 				}
+				if re := os.Getenv("BACKSTOP_BENCH_REDIS_EXPORTER"); re != "" && entries == 10 {
+					// redis_exporter reads keys by their own names only, so
+					// not the big key sets read under 1,000 names.
+					b.Run("vs=redis_exporter", func(b *testing.B) {
+						vsRedisExporter(b, exporters[len(exporters)-1].bin, re, srv.Addr, admin, qs)
+					})
+				}
 			})
 		}
 	}
+}
+
+// vsRedisExporter scrapes this tree's exporter (bs-) and redis_exporter
+// --check-streams --check-keys (re-) over the same queues and redis-server
+// in turn, alternating which goes first, and reports for each the wall
+// time of one HTTP scrape with gzip, the commands Redis ran for it and
+// Redis's CPU time in them (INFO commandstats, reset before each scrape),
+// and the exporter's own CPU time (/proc); speedup is re-ms over bs-ms.
+// The commands that cost Redis the most are logged for each.
+func vsRedisExporter(b *testing.B, tree, reBin, redisAddr string, admin *redis.Client, qs []exporter.Queue) {
+	type side struct {
+		name        string
+		e           *runningExporter
+		wall, cpu   time.Duration
+		calls, usec int64
+		byCmd       map[string]commandStat
+	}
+	sides := []*side{
+		{name: "bs", e: startExporter(b, tree, redisAddr, qs)},
+		// The patterns match the four keys of every queue and nothing else
+		// in this redis-server; redis_exporter finds them with SCAN.
+		{name: "re", e: runServer(b, reBin, "/health", "--redis.addr=redis://"+redisAddr,
+			"--check-streams={*}:jobs,{*}:dlq", "--check-keys={*}:delayed,{*}:stats", "--log-level=warn")},
+	}
+	// Both must report every queue, or the comparison is of less work.
+	if n := countLines(b, sides[0].e.url, "backstop_dlq_size{"); n != len(qs) {
+		b.Fatalf("backstop exporter reports %d DLQs, want %d", n, len(qs))
+	}
+	if n := countLines(b, sides[1].e.url, "redis_stream_length{"); n != 2*len(qs) {
+		b.Fatalf("redis_exporter reports %d streams, want %d", n, 2*len(qs))
+	}
+	if n := countLines(b, sides[1].e.url, "redis_key_size{"); n != 2*len(qs) {
+		b.Fatalf("redis_exporter reports %d key sizes, want %d", n, 2*len(qs))
+	}
+	for _, s := range sides {
+		scrape(b, s.e.url) // warm
+		s.cpu = -s.e.cpuTime(b)
+		s.byCmd = map[string]commandStat{}
+	}
+	i := 0
+	for b.Loop() {
+		for j := range sides {
+			s := sides[(i+j)%2]
+			resetStats(b, admin)
+			start := time.Now()
+			scrape(b, s.e.url)
+			s.wall += time.Since(start)
+			for name, c := range commandStats(b, admin) {
+				s.calls += c.calls
+				s.usec += c.usec
+				t := s.byCmd[name]
+				s.byCmd[name] = commandStat{t.calls + c.calls, t.usec + c.usec}
+			}
+		}
+		i++
+	}
+	b.StopTimer()
+	n := float64(b.N)
+	for _, s := range sides {
+		s.cpu += s.e.cpuTime(b)
+		b.ReportMetric(float64(s.wall.Microseconds())/1000/n, s.name+"-ms/scrape")
+		b.ReportMetric(float64(s.usec)/1000/n, s.name+"-redis-ms/scrape")
+		b.ReportMetric(float64(s.calls)/n, s.name+"-cmds/scrape")
+		b.ReportMetric(float64(s.cpu.Microseconds())/1000/n, s.name+"-cpu-ms/scrape")
+		b.ReportMetric(float64(s.e.peakRSS(b))/(1<<20), s.name+"-peak-RSS-MiB")
+		names := make([]string, 0, len(s.byCmd))
+		for name := range s.byCmd {
+			names = append(names, name)
+		}
+		slices.SortFunc(names, func(x, y string) int { return cmp.Compare(s.byCmd[y].usec, s.byCmd[x].usec) })
+		var top strings.Builder
+		for _, name := range names[:min(6, len(names))] {
+			c := s.byCmd[name]
+			fmt.Fprintf(&top, " %s %.0f×%.2fms", name, float64(c.calls)/n, float64(c.usec)/1000/n)
+		}
+		b.Logf("%s per scrape, Redis's costliest commands (calls×CPU):%s", s.name, top.String())
+	}
+	b.ReportMetric(float64(sides[1].wall)/float64(sides[0].wall), "speedup")
+}
+
+// countLines scrapes url (decompressed) and counts the lines that start
+// with prefix.
+func countLines(b *testing.B, url, prefix string) int {
+	b.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	s := bufio.NewScanner(resp.Body)
+	s.Buffer(nil, 1<<20)
+	n := 0
+	for s.Scan() {
+		if strings.HasPrefix(s.Text(), prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // smallQueues makes queues s0..s(n-1) of 10 entries each (idempotent).
@@ -241,29 +353,44 @@ func resetStats(b *testing.B, admin *redis.Client) {
 }
 
 // commands sums INFO commandstats calls and usec (Redis's CPU time in
-// them), leaving out CONFIG (this benchmark's RESETSTAT). INFO stays in:
+// them), leaving out this benchmark's CONFIG RESETSTAT. INFO stays in:
 // the exporter sends one per scrape, and this INFO is not counted in its
 // own reply.
 func commands(b *testing.B, admin *redis.Client) (calls, usec int64) {
+	for _, c := range commandStats(b, admin) {
+		calls += c.calls
+		usec += c.usec
+	}
+	return calls, usec
+}
+
+type commandStat struct{ calls, usec int64 }
+
+// commandStats returns INFO commandstats by command ("xinfo|stream"),
+// without this benchmark's CONFIG RESETSTAT (Redis 7 counts subcommands
+// apart, so an exporter's CONFIG GET stays in).
+func commandStats(b *testing.B, admin *redis.Client) map[string]commandStat {
 	info, err := admin.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
+	stats := map[string]commandStat{}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || strings.HasPrefix(name, "cmdstat_config") {
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if !ok || name == "config|resetstat" || name == "config" {
 			continue
 		}
+		var c commandStat
 		n, rest, _ := strings.Cut(rest, ",")
-		v, _ := strconv.ParseInt(n, 10, 64)
-		calls += v
+		c.calls, _ = strconv.ParseInt(n, 10, 64)
 		if _, u, ok := strings.Cut(rest, "usec="); ok {
 			u, _, _ = strings.Cut(u, ",")
-			v, _ := strconv.ParseInt(u, 10, 64)
-			usec += v
+			c.usec, _ = strconv.ParseInt(u, 10, 64)
 		}
+		stats[name] = c
 	}
-	return calls, usec
+	return stats
 }
 
 // buildExporter builds cmd/backstop-exporter into a temporary directory.
@@ -301,13 +428,21 @@ func startExporter(b *testing.B, bin, redisAddr string, qs []exporter.Queue) *ru
 // until the benchmark ends, and waits for it to be ready.
 func runExporter(b *testing.B, bin string, args ...string) *runningExporter {
 	b.Helper()
+	return runServer(b, bin, "/-/ready", append(args, "--log.level=warn")...)
+}
+
+// runServer runs an exporter binary that takes --web.listen-address with
+// args on a free loopback port until the benchmark ends, and waits until
+// readyPath answers.
+func runServer(b *testing.B, bin, readyPath string, args ...string) *runningExporter {
+	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(bin, append(args, "--web.listen-address="+addr, "--log.level=warn")...)
+	cmd := exec.Command(bin, append(args, "--web.listen-address="+addr)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -318,7 +453,7 @@ func runExporter(b *testing.B, bin string, args ...string) *runningExporter {
 	})
 	e := &runningExporter{url: "http://" + addr + "/metrics", cmd: cmd}
 	eventually.True(b, 10*time.Second, "the exporter to be ready", func() bool {
-		resp, err := http.Get("http://" + addr + "/-/ready")
+		resp, err := http.Get("http://" + addr + readyPath)
 		if err != nil {
 			return false
 		}
