@@ -125,3 +125,16 @@ func write(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestCommandsBuildOnEveryOS compiles the commands for macOS and Windows:
+// backstop and backstop-exporter are installed with `go install` there too,
+// and Linux-only process control (Pdeathsig, process groups, signals) once
+// kept `backstop` from building on Windows. (Several main packages: go
+// build compiles them and discards the result, no linking.)
+func TestCommandsBuildOnEveryOS(t *testing.T) {
+	for _, goos := range []string{"darwin", "windows"} {
+		t.Run(goos, func(t *testing.T) {
+			run(t, root, []string{"GOOS=" + goos, "GOARCH=amd64", "CGO_ENABLED=0"}, "go", "build", "./cmd/...")
+		})
+	}
+}

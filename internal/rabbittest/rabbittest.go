@@ -180,8 +180,7 @@ func (b *Broker) start() error {
 	cmd.Dir = b.dir
 	cmd.Env = b.env()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own process group, so Kill also ends erl_child_setup and friends.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("rabbittest: start %s: %w", b.server, err)
@@ -302,13 +301,12 @@ func (b *Broker) stop(sig syscall.Signal, grace time.Duration) {
 	if cmd == nil {
 		return
 	}
-	_ = syscall.Kill(cmd.Process.Pid, sig)
+	signal(cmd.Process, sig)
 	select {
 	case <-done:
 	case <-time.After(grace):
 	}
-	// The whole group: a VM that ignored SIGTERM, and its helpers.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	killGroup(cmd.Process)
 	<-done
 }
 
