@@ -1,6 +1,6 @@
 // Package casetest is what the Go replays of the shared cases have in
-// common (testdata/queue and testdata/rabbitmq, each with its README):
-// reading and regenerating a cases file, "{now±N}" times, and the handle
+// common (testdata/queue, testdata/rabbitmq and testdata/idempotency, each
+// with its README): reading and regenerating a cases file, "{now±N}" times, and the handle
 // error with its native kinds.
 package casetest
 
