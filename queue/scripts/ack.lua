@@ -30,11 +30,9 @@ if e then
 end
 local attempt = attempt_of(raw)
 local c = counters()
-local name, overflow = type_name(type_registry(KEYS[2]), jtype, {c})
-if overflow then add(c, 'types:overflow', 1) end
+local name = counted_type(KEYS[2], jtype, c)
 add_typed(c, name, 'attempts:success', 1)
-add_typed(c, name, 'finished:success:' .. (attempt > 64 and 'inf' or tostring(attempt)), 1)
-add_typed(c, name, 'finished_sum:success', attempt)
+add_finished(c, name, 'success', attempt)
 err = bad_counters(KEYS[2], c)
 if err then return refuse(err) end
 -- Nothing below can fail. The counters first: when Redis is out of memory

@@ -33,12 +33,10 @@ end
 local fields = dead_letter_fields(e, ARGV[3], ARGV[4] or '', string.format('%d', now_ms()))
 local attempt = attempt_of(fields[6])
 local c = counters()
-local name, overflow = type_name(type_registry(KEYS[3]), entry_type(e), {c})
-if overflow then add(c, 'types:overflow', 1) end
+local name = counted_type(KEYS[3], entry_type(e), c)
 add_typed(c, name, 'attempts:dead_letter', 1)
 add_typed(c, name, 'dead_letters:' .. ARGV[3], 1)
-add_typed(c, name, 'finished:dead_letter:' .. (attempt > 64 and 'inf' or tostring(attempt)), 1)
-add_typed(c, name, 'finished_sum:dead_letter', attempt)
+add_finished(c, name, 'dead_letter', attempt)
 if ARGV[3] == 'max_attempts_reached' then
   add_typed(c, name, 'max_attempts_reached', 1)
 end

@@ -42,19 +42,9 @@ end
 local last_error = ARGV[5] or ''
 if last_error == '' then last_error = job.last_error or '' end
 local due = now_ms() + delay
--- The job's type (absent: untyped), added apart: a key in the constructor,
--- even nil (so is setting it to nil), would change the order cjson writes
--- an untyped member's keys in.
-local fields = {
-  id = job.id, attempt = attempt, first_enqueued_ms = job.first_enqueued_ms,
-  payload = job.payload or '', last_error = last_error, last_reason = ARGV[4], source = ARGV[2],
-  prev_delay_ms = whole(job.prev_delay_ms, 0, 1e13) or 0,
-}
-if job.type then fields.type = job.type end
-local member = cjson.encode(fields)
+local member = delayed_member(job, attempt, last_error, ARGV[4], ARGV[2], whole(job.prev_delay_ms, 0, 1e13) or 0)
 local c = counters()
-local name, overflow = type_name(type_registry(KEYS[3]), job.type, {c})
-if overflow then add(c, 'types:overflow', 1) end
+local name = counted_type(KEYS[3], job.type, c)
 add_typed(c, name, 'attempts:deferred', 1)
 add_typed(c, name, 'deferred:' .. ARGV[4], 1)
 return to_delayed(refuse, 'deferral', KEYS, ARGV[1], ARGV[2], member, due, c)

@@ -124,11 +124,37 @@ local function type_name(reg, t, cs)
   end
   return t
 end
+-- type_name for a script with one counters c: a new type's registration
+-- and an overflow both go to c.
+local function counted_type(stats, t, c)
+  local name, overflow = type_name(type_registry(stats), t, {c})
+  if overflow then add(c, 'types:overflow', 1) end
+  return name
+end
 -- Adds n to the queue's field f and, for a job counted by type (name, from
 -- type_name), to t:<name>:f.
 local function add_typed(c, name, f, n)
   add(c, f, n)
   if name then add(c, 't:' .. name .. ':' .. f, n) end
+end
+-- Counts a job that finished (outcome success or dead_letter) on attempt:
+-- the attempt histogram's bucket (1..64 exactly, inf above) and its sum.
+local function add_finished(c, name, outcome, attempt)
+  add_typed(c, name, 'finished:' .. outcome .. ':' .. (attempt > 64 and 'inf' or tostring(attempt)), 1)
+  add_typed(c, name, 'finished_sum:' .. outcome, attempt)
+end
+-- The delayed set's member for job (job_of) going back with attempt, as
+-- retry and defer write it. The type (absent: untyped) is added apart: a
+-- key in the constructor, even nil (so is setting it to nil), would change
+-- the order cjson writes an untyped member's keys in.
+local function delayed_member(job, attempt, last_error, last_reason, source, prev_delay_ms)
+  local fields = {
+    id = job.id, attempt = attempt, first_enqueued_ms = job.first_enqueued_ms,
+    payload = job.payload or '', last_error = last_error, last_reason = last_reason, source = source,
+    prev_delay_ms = prev_delay_ms,
+  }
+  if job.type then fields.type = job.type end
+  return cjson.encode(fields)
 end
 -- The type field of entry e ({id, {name, value, ...}}): its last value, as
 -- the workers read it; nil when absent (an untyped job).

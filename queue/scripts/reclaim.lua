@@ -51,13 +51,11 @@ for _, p in ipairs(pending) do
     local fields = dead_letter_fields(e, 'crash_loop', 'delivered ' .. deliveries .. ' times without an outcome', now)
     local attempt = attempt_of(fields[6])
     local name, overflow = type_name(reg, entry_type(e), {c, done})
-    loops[#loops + 1] = {id = id, fields = fields, attempt = attempt, name = name, overflow = overflow,
-      bucket = 'finished:dead_letter:' .. (attempt > 64 and 'inf' or tostring(attempt))}
+    loops[#loops + 1] = {id = id, fields = fields, attempt = attempt, name = name, overflow = overflow}
     if overflow then add(c, 'types:overflow', 1) end
     add_typed(c, name, 'attempts:dead_letter', 1)
     add_typed(c, name, 'dead_letters:crash_loop', 1)
-    add_typed(c, name, loops[#loops].bucket, 1)
-    add_typed(c, name, 'finished_sum:dead_letter', attempt)
+    add_finished(c, name, 'dead_letter', attempt)
     add(c, 'reclaim_skipped', 1)
   else
     claim[#claim + 1] = id
@@ -80,8 +78,7 @@ for _, l in ipairs(loops) do
     if l.overflow then add(done, 'types:overflow', 1) end
     add_typed(done, l.name, 'attempts:dead_letter', 1)
     add_typed(done, l.name, 'dead_letters:crash_loop', 1)
-    add_typed(done, l.name, l.bucket, 1)
-    add_typed(done, l.name, 'finished_sum:dead_letter', l.attempt)
+    add_finished(done, l.name, 'dead_letter', l.attempt)
     redis.call('XACK', KEYS[1], ARGV[1], l.id)
     redis.call('XDEL', KEYS[1], l.id)
     dead = dead + 1

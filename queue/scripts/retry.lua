@@ -41,19 +41,9 @@ if not attempt then
   return refuse('entry ' .. ARGV[2] .. ' is malformed (needs id and attempt >= 1)')
 end
 local due = now_ms() + delay
--- The job's type (absent: untyped), added apart: a key in the constructor,
--- even nil (so is setting it to nil), would change the order cjson writes
--- an untyped member's keys in.
-local fields = {
-  id = job.id, attempt = attempt + 1, first_enqueued_ms = job.first_enqueued_ms,
-  payload = job.payload or '', last_error = ARGV[5] or '', last_reason = ARGV[4], source = ARGV[2],
-  prev_delay_ms = delay,
-}
-if job.type then fields.type = job.type end
-local member = cjson.encode(fields)
+local member = delayed_member(job, attempt + 1, ARGV[5] or '', ARGV[4], ARGV[2], delay)
 local c = counters()
-local name, overflow = type_name(type_registry(KEYS[3]), job.type, {c})
-if overflow then add(c, 'types:overflow', 1) end
+local name = counted_type(KEYS[3], job.type, c)
 add_typed(c, name, 'attempts:retry', 1)
 add_typed(c, name, 'retries:' .. ARGV[4], 1)
 return to_delayed(refuse, 'retry', KEYS, ARGV[1], ARGV[2], member, due, c)
