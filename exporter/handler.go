@@ -3,7 +3,7 @@ package exporter
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
+	"github.com/klauspost/compress/gzip"
 	"net/http"
 	"strconv"
 	"strings"

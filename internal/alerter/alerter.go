@@ -6,19 +6,19 @@
 package alerter
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/go-openapi/strfmt"
-	amclient "github.com/prometheus/alertmanager/api/v2/client"
-	amalert "github.com/prometheus/alertmanager/api/v2/client/alert"
-	"github.com/prometheus/alertmanager/api/v2/models"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstop-dev/backstop/exporter"
@@ -87,7 +87,7 @@ func WithLogger(l *slog.Logger) Option {
 // prometheus.Collector) and retried on the next interval.
 type Alerter struct {
 	coll   *exporter.Collector
-	api    *amclient.AlertmanagerAPI
+	amURL  string // <base>/api/v2/alerts
 	cfg    config
 	rule   rules.Rule // the rule-based alert the alerter doubles
 	errors *prometheus.CounterVec
@@ -143,20 +143,19 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("alerter: alertmanager URL %q: want http(s)://host:port", amURL)
 	}
-	tc := amclient.DefaultTransportConfig().
-		WithHost(u.Host).
-		WithSchemes([]string{u.Scheme}).
-		WithBasePath(strings.TrimSuffix(u.Path, "/") + amclient.DefaultBasePath)
+	// Scheme, host and path prefix only, as the OpenAPI client this replaced
+	// used them (user info and query were not sent).
+	post := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/") + "/api/v2/alerts"}
 	d.RunbookURL, d.DashboardURL = cfg.runbookURL, cfg.dashboardURL
 	rule, ok := rules.Alerts(d).Alert(rules.AlertDLQIngestion)
 	if !ok { // the rules and the alerter are built together: a bug
 		return nil, fmt.Errorf("alerter: the rules have no alert %s", rules.AlertDLQIngestion)
 	}
 	return &Alerter{
-		coll: c,
-		api:  amclient.NewHTTPClientWithConfig(strfmt.Default, tc),
-		cfg:  cfg,
-		rule: rule,
+		coll:  c,
+		amURL: post.String(),
+		cfg:   cfg,
+		rule:  rule,
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstop_alerter_errors_total",
 			Help: "Errors of the alerter (--alertmanager.url) by kind: redis (reading the DLQs or discovering queues) or alertmanager (posting alerts).",
@@ -199,7 +198,7 @@ func (a *Alerter) tick(ctx context.Context) {
 	if counts != nil {
 		a.inited = true
 	}
-	var post models.PostableAlerts
+	var post []postableAlert
 	var posted []*watch // in post's order
 	var resolving []bool
 	for name, n := range counts {
@@ -250,7 +249,7 @@ func (a *Alerter) tick(ctx context.Context) {
 	for i, w := range posted {
 		if resolving[i] {
 			w.firing = false
-			a.cfg.log.Info("dlq alert resolved", "queue", string(post[i].Labels["queue"]))
+			a.cfg.log.Info("dlq alert resolved", "queue", post[i].Labels["queue"])
 		}
 	}
 }
@@ -297,28 +296,67 @@ func (a *Alerter) read(ctx context.Context) map[string]int64 {
 // alert is queue name's BackstopDLQIngestion alert, ending at ends: the
 // rule's name, labels and links, so Alertmanager sees one alert from both
 // sources; summary and description say what the alerter saw.
-func (a *Alerter) alert(name string, w *watch, ends time.Time) *models.PostableAlert {
-	labels := models.LabelSet{"alertname": a.rule.Alert, "queue": name}
+func (a *Alerter) alert(name string, w *watch, ends time.Time) postableAlert {
+	labels := map[string]string{"alertname": a.rule.Alert, "queue": name}
 	for k, v := range a.rule.Labels {
 		labels[k] = v
 	}
-	return &models.PostableAlert{
-		Alert: models.Alert{Labels: labels},
-		Annotations: models.LabelSet{
+	return postableAlert{
+		Labels: labels,
+		Annotations: map[string]string{
 			"summary": "Jobs are being dead-lettered on queue " + name + ".",
 			"description": fmt.Sprintf("Queue %s has dead-lettered %d jobs since %s: work is failing for good. Find the reasons with `backstop dlq inspect --queue %s`.",
 				name, w.added-w.from, w.startsAt.UTC().Format(time.RFC3339), name),
 			"runbook_url":   a.rule.Annotations["runbook_url"],
 			"dashboard_url": a.rule.Annotations["dashboard_url"],
 		},
-		StartsAt: strfmt.DateTime(w.startsAt),
-		EndsAt:   strfmt.DateTime(ends),
+		StartsAt: w.startsAt.Format(amTime),
+		EndsAt:   ends.Format(amTime),
 	}
 }
 
-func (a *Alerter) post(ctx context.Context, alerts models.PostableAlerts) error {
-	ctx, cancel := context.WithTimeout(ctx, max(a.cfg.interval, 5*time.Second))
+// postableAlert is an element of the body of Alertmanager's POST
+// /api/v2/alerts (PostableAlert in its OpenAPI spec), written here rather
+// than taken from its generated client, which would bring go-openapi and
+// OpenTelemetry into the exporter binary for one request.
+type postableAlert struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	StartsAt    string            `json:"startsAt,omitempty"`
+	EndsAt      string            `json:"endsAt,omitempty"`
+}
+
+// amTime is the date-time format of the spec as the generated client
+// wrote it (RFC 3339 with milliseconds).
+const amTime = "2006-01-02T15:04:05.000Z07:00"
+
+// post sends alerts to Alertmanager in one request. It waits at most an
+// interval, but no less than 5s (Alertmanager may be slower than a short
+// interval) and no more than 30s (the generated client's request timeout,
+// kept so a long interval does not leave a hung request up for longer).
+func (a *Alerter) post(ctx context.Context, alerts []postableAlert) error {
+	body, err := json.Marshal(alerts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(max(a.cfg.interval, 5*time.Second), 30*time.Second))
 	defer cancel()
-	_, err := a.api.Alert.PostAlerts(amalert.NewPostAlertsParamsWithContext(ctx).WithAlerts(alerts))
-	return err
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.amURL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	// Alertmanager says why it refused in the body: keep its start.
+	start, _ := io.ReadAll(io.LimitReader(res.Body, 256))
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10)) // so the connection is reused
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		return fmt.Errorf("alertmanager: POST %s: %s: %q", a.amURL, res.Status, bytes.TrimSpace(start))
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package alerter
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-openapi/strfmt"
 	"github.com/prometheus/alertmanager/api/v2/models"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -23,7 +26,8 @@ import (
 )
 
 // fakeAM stands in for Alertmanager's POST /api/v2/alerts and records
-// every alert posted. While fail is set it answers 500.
+// every alert posted, after decoding and validating it with Alertmanager's
+// own API models, as its server does. While fail is set it answers 500.
 type fakeAM struct {
 	*httptest.Server
 	fail  atomic.Bool
@@ -47,6 +51,11 @@ func newFakeAM(t *testing.T) *fakeAM {
 		var alerts []models.PostableAlert
 		if err := json.NewDecoder(r.Body).Decode(&alerts); err != nil {
 			t.Errorf("decode posted alerts: %v", err)
+		}
+		for i := range alerts {
+			if err := alerts[i].Validate(strfmt.Default); err != nil {
+				t.Errorf("posted alert %+v is not valid: %v", alerts[i], err)
+			}
 		}
 		am.mu.Lock()
 		am.posts = append(am.posts, alerts...)
@@ -273,5 +282,75 @@ func TestAlerterKeepsPagingWhileRedisIsDown(t *testing.T) {
 	}
 	if len(am.all()) < 2 {
 		t.Fatalf("the firing page was not re-posted while Redis was down: %d posts", len(am.all()))
+	}
+}
+
+// The alerter posts JSON to <amURL>/api/v2/alerts, keeping the URL's path
+// prefix (Alertmanager behind a proxy or with --web.route-prefix).
+func TestAlerterPostsUnderPathPrefix(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	type request struct{ method, path, contentType string }
+	got := make(chan request, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- request{r.Method, r.URL.Path, r.Header.Get("Content-Type")}
+	}))
+	t.Cleanup(srv.Close)
+	a, logs := newTestAlerter(t, rdb, srv.URL+"/am/")
+	ctx := context.Background()
+	a.tick(ctx) // baseline
+	addDeadLetter(t, rdb, "orders")
+	a.tick(ctx) // the handler has run when the post returns
+	select {
+	case r := <-got:
+		if want := (request{http.MethodPost, "/am/api/v2/alerts", "application/json"}); r != want {
+			t.Errorf("request %+v, want %+v", r, want)
+		}
+	default:
+		t.Fatalf("nothing posted; logs:\n%s", logs)
+	}
+}
+
+// A reply that is not 2xx is an error naming the status and the start of
+// the body, where Alertmanager says why it refused the alerts.
+func TestAlerterPostRefused(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	long := strings.Repeat("x", 1000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "maintenance window "+long, http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	a, _ := newTestAlerter(t, rdb, srv.URL)
+	err := a.post(context.Background(), []postableAlert{a.alert("orders", &watch{startsAt: time.Now()}, time.Now())})
+	if err == nil {
+		t.Fatal("a 503 was taken for success")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "503") || !strings.Contains(msg, "maintenance window") || strings.Contains(msg, long) {
+		t.Errorf("error %q: want the status and the start of the body only", msg)
+	}
+}
+
+// A post gives up when its context ends, so a hung Alertmanager cannot
+// stall the alerter past its shutdown.
+func TestAlerterPostFollowsContext(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		// Read the body first: the server notices that the client went
+		// away (and ends r's context) only after it.
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done() // hangs until the client goes away
+	}))
+	t.Cleanup(srv.Close)
+	a, _ := newTestAlerter(t, rdb, srv.URL)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-started
+		cancel()
+	}()
+	err := a.post(ctx, []postableAlert{a.alert("orders", &watch{startsAt: time.Now()}, time.Now())})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("post after its context was canceled: %v, want context.Canceled", err)
 	}
 }
