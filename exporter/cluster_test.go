@@ -3,6 +3,7 @@ package exporter
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 )
 
 // TestCluster runs queues through the scripts on a 3-master Redis Cluster
-// and discovers them by SCAN on every master: one pipeline, split per node
-// by go-redis, reads them all.
+// and discovers them by SCAN on every master: one pipeline, split per
+// master over the collector's own connections, reads them all; and the
+// same through the client's pipelines (go-redis splits them).
 func TestCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	rdb := cluster.Client(t)
@@ -40,6 +42,9 @@ func TestCluster(t *testing.T) {
 	}))
 
 	c, logs := newTestCollector(t, rdb, WithPattern("{*}:jobs", time.Hour, 1000))
+	if _, ok := c.tr.(*clusterTransport); !ok {
+		t.Fatalf("transport %T, want a connection of the collector's own per master", c.tr)
+	}
 	got := gather(t, c)
 	want(t, got, map[string]float64{"backstop_up": 1, "backstop_scrape_partial": 0, "backstop_queues": n})
 	// Every master's memory and refusals, by its address.
@@ -61,5 +66,15 @@ func TestCluster(t *testing.T) {
 	}
 	if logs.String() != "" {
 		t.Errorf("unexpected logs:\n%s", logs)
+	}
+	via, _ := newTestCollector(t, rdb, WithClientPipelines(), WithPattern("{*}:jobs", time.Hour, 1000))
+	viaGot := gather(t, via)
+	for k, v := range got {
+		if k != "backstop_scrape_duration_seconds" && !strings.HasPrefix(k, "backstop_redis_memory_used_bytes") && viaGot[k] != v {
+			t.Errorf("%s: %v through the client's pipelines, %v over the own connections", k, viaGot[k], v)
+		}
+	}
+	if len(got) != len(viaGot) {
+		t.Errorf("%d series through the client's pipelines, %d over the own connections", len(viaGot), len(got))
 	}
 }

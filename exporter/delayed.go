@@ -1,10 +1,7 @@
 package exporter
 
 import (
-	"context"
 	"strconv"
-
-	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -15,28 +12,34 @@ var (
 
 // readDelayed reads the delayed set with three O(log n) commands. "Now" is
 // the exporter's clock, the scores the Redis server's: keep them in sync.
-func readDelayed(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
+func readDelayed(p *pipe, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Delayed
 	if key == "" {
 		return nil
 	}
 	nowMs := pl.now.UnixMilli()
-	size := p.ZCard(ctx, key)
-	overdue := p.ZCount(ctx, key, "-inf", strconv.FormatInt(nowMs, 10))
-	oldest := delayedHead(ctx, p, key, pl)
+	size := p.do("ZCARD", key)
+	overdue := p.do("ZCOUNT", key, "-inf", strconv.FormatInt(nowMs, 10))
+	oldest := delayedHead(p, key, pl)
 	return func(s *sink) {
-		for _, err := range []error{size.Err(), overdue.Err(), oldest.Err()} {
-			if err != nil {
+		for _, c := range []ref{size, overdue, oldest} {
+			if err := p.reply(c).err(); err != nil {
 				s.fail(q, key, err)
 				return
 			}
 		}
-		age := 0.0
-		if z := oldest.Val(); len(z) == 1 && z[0].Score <= float64(nowMs) {
-			age = (float64(nowMs) - z[0].Score) / 1000
+		n, ok := p.reply(size).int()
+		due, ok2 := p.reply(overdue).int()
+		if !ok || !ok2 {
+			s.fail(q, key, badReply("ZCARD or ZCOUNT reply is not an integer: "+p.reply(size).String()+" "+p.reply(overdue).String()))
+			return
 		}
-		s.gauge(delayedSizeDesc, float64(size.Val()), q.Name)
-		s.gauge(delayedOverdueDesc, float64(overdue.Val()), q.Name)
+		age := 0.0
+		if _, score, ok := zHead(p.reply(oldest)); ok && score <= float64(nowMs) {
+			age = (float64(nowMs) - score) / 1000
+		}
+		s.gauge(delayedSizeDesc, float64(n), q.Name)
+		s.gauge(delayedOverdueDesc, float64(due), q.Name)
 		s.gauge(delayedOldestDesc, age, q.Name)
 	}
 }
@@ -45,13 +48,28 @@ func readDelayed(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 // readDelayed (the score: how long it has been overdue) and readOldestJob
 // (the member: its job's first enqueue time) read the delayed set's first
 // member: one command per queue less for Redis.
-func delayedHead(ctx context.Context, p redis.Pipeliner, key string, pl plan) *redis.ZSliceCmd {
-	if cmd, ok := pl.heads[key]; ok {
-		return cmd
+func delayedHead(p *pipe, key string, pl plan) ref {
+	if c, ok := pl.heads[key]; ok {
+		return c
 	}
-	cmd := p.ZRangeWithScores(ctx, key, 0, 0)
+	c := p.do("ZRANGE", key, "0", "0", "WITHSCORES")
 	if pl.heads != nil {
-		pl.heads[key] = cmd
+		pl.heads[key] = c
 	}
-	return cmd
+	return c
+}
+
+// zHead reads the reply of ZRANGE key 0 0 WITHSCORES: the member and its
+// score, flat in RESP2, a pair in RESP3.
+func zHead(v reply) (member []byte, score float64, ok bool) {
+	m, sc := v.first(), reply{}
+	if m.len() == 2 { // RESP3: [[member score]]
+		m, sc = m.first(), reply{m.r, m.r.nodes[m.first().i].next}
+	} else if v.len() == 2 {
+		sc = reply{v.r, m.node().next}
+	} else {
+		return nil, 0, false
+	}
+	score, ok = sc.float()
+	return m.bytes(), score, ok
 }

@@ -1,12 +1,8 @@
 package exporter
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"strconv"
-
-	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -29,21 +25,25 @@ const scriptDeadLetters = "attempts:dead_letter"
 // The collector and the alerter read the DLQ through it, so both give the
 // same figure.
 type dlqRead struct {
-	info    *redis.Cmd
-	scripts *redis.StringCmd // nil when the queue has no stats hash, or stats is read
+	p       *pipe
+	info    ref
+	scripts ref // HGET of the count; noRef when the queue has no stats hash, or stats is read
 	// stats is the whole stats hash when the scrape reads it anyway
 	// (statsHash): the count is taken from it, one command less.
-	stats *redis.MapStringStringCmd
+	stats ref
 }
 
+// noRef is a command not queued.
+const noRef ref = -1
+
 // queueDLQRead queues q's DLQ read on p; nil when q has no DLQ.
-func queueDLQRead(ctx context.Context, p redis.Pipeliner, q Queue) *dlqRead {
+func queueDLQRead(p *pipe, q Queue) *dlqRead {
 	if q.Keys.DLQ == "" {
 		return nil
 	}
-	r := &dlqRead{info: p.Do(ctx, "xinfo", "stream", q.Keys.DLQ)}
+	r := &dlqRead{p: p, info: p.do("XINFO", "STREAM", q.Keys.DLQ), scripts: noRef, stats: noRef}
 	if q.Keys.Stats != "" {
-		r.scripts = p.HGet(ctx, q.Keys.Stats, scriptDeadLetters)
+		r.scripts = p.do("HGET", q.Keys.Stats, scriptDeadLetters)
 	}
 	return r
 }
@@ -66,8 +66,9 @@ type dlqFigures struct {
 // covers it and ingested is unknown. So is it when the stats hash cannot
 // be read (readStats reports that error).
 func (r *dlqRead) result() (dlqFigures, error) {
-	v, err := r.info.Result()
-	if err == nil && v == nil {
+	v := r.p.reply(r.info)
+	err := v.err()
+	if err == nil && v.isNil() {
 		err = errNoReply
 	}
 	switch {
@@ -77,39 +78,39 @@ func (r *dlqRead) result() (dlqFigures, error) {
 	default:
 		return dlqFigures{}, err
 	}
-	fields := fieldsOf(v)
-	size, ok := replyInt(fields, "length")
+	size, ok := v.field("length").int()
 	if !ok {
-		return dlqFigures{}, badReply(fmt.Sprintf("XINFO STREAM reply without a length: %.200v", v))
+		return dlqFigures{}, badReply("XINFO STREAM reply without a length: " + v.String())
 	}
 	f := dlqFigures{size: size}
-	if added, ok := replyInt(fields, "entries-added"); ok {
+	if added, ok := v.field("entries-added").int(); ok {
 		f.ingested, f.known = added, true
 		return f, nil
 	}
-	if r.scripts == nil && r.stats == nil {
-		return f, nil
-	}
-	var raw string
-	if r.stats != nil {
-		var hash map[string]string
-		if hash, err = r.stats.Result(); err == nil {
-			var ok bool
-			if raw, ok = hash[scriptDeadLetters]; !ok {
-				err = redis.Nil
-			}
-		}
-	} else {
-		raw, err = r.scripts.Result()
-	}
+	var count reply // the scripts' count; nil when the hash has none
 	switch {
-	case errors.Is(err, redis.Nil):
-		raw = "0"
-	case err != nil:
+	case r.stats != noRef:
+		hash := r.p.reply(r.stats)
+		if hash.err() != nil {
+			return f, nil
+		}
+		count = hash.field(scriptDeadLetters)
+	case r.scripts != noRef:
+		count = r.p.reply(r.scripts)
+		if count.err() != nil {
+			return f, nil
+		}
+	default:
 		return f, nil
 	}
-	n, err := strconv.ParseInt(raw, 10, 64)
-	if err == nil && n >= size {
+	n := int64(0)
+	if !count.isNil() {
+		raw, _ := count.str()
+		if n, err = strconv.ParseInt(raw, 10, 64); err != nil {
+			return f, nil
+		}
+	}
+	if n >= size {
 		f.ingested, f.known = n, true
 	}
 	return f, nil
@@ -117,13 +118,13 @@ func (r *dlqRead) result() (dlqFigures, error) {
 
 // readDLQ reads the dead letter stream (dlqRead). dlq_ingested_total is
 // left out when it is not known: never a 0 that only means "not reported".
-func readDLQ(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
+func readDLQ(p *pipe, q Queue, pl plan) func(*sink) {
 	if q.Keys.DLQ == "" {
 		return nil
 	}
-	r := &dlqRead{info: p.Do(ctx, "xinfo", "stream", q.Keys.DLQ)}
+	r := &dlqRead{p: p, info: p.do("XINFO", "STREAM", q.Keys.DLQ), scripts: noRef, stats: noRef}
 	if q.Keys.Stats != "" {
-		r.stats = statsHash(ctx, p, q.Keys.Stats, pl)
+		r.stats = statsHash(p, q.Keys.Stats, pl)
 	}
 	return func(s *sink) {
 		f, err := r.result()
@@ -141,13 +142,13 @@ func readDLQ(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sin
 // statsHash queues HGETALL key once per pipeline: readStats reports the
 // whole stats hash, and readDLQ takes the scripts' dead letters from it
 // (for a server without entries-added) instead of an HGET of its own.
-func statsHash(ctx context.Context, p redis.Pipeliner, key string, pl plan) *redis.MapStringStringCmd {
-	if cmd, ok := pl.stats[key]; ok {
-		return cmd
+func statsHash(p *pipe, key string, pl plan) ref {
+	if c, ok := pl.stats[key]; ok {
+		return c
 	}
-	cmd := p.HGetAll(ctx, key)
+	c := p.do("HGETALL", key)
 	if pl.stats != nil {
-		pl.stats[key] = cmd
+		pl.stats[key] = c
 	}
-	return cmd
+	return c
 }

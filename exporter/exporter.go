@@ -40,6 +40,9 @@ type config struct {
 	log     *slog.Logger
 	now     func() time.Time // the clock: a seam for tests
 	rmq     *rabbitConfig    // the RabbitMQ options (rabbitmq.go); nil for Redis
+	// viaClient reads the queues through the client's pipelines
+	// (WithClientPipelines).
+	viaClient bool
 }
 
 func defaults() config {
@@ -87,6 +90,16 @@ func WithPattern(pattern string, refresh time.Duration, maxKeys int) Option {
 // cmd/backstop-exporter turns it on.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
+// WithClientPipelines reads the queues through the client's own
+// pipelines, so that its hooks (tracing, metrics) see every read. By
+// default a plain or Sentinel-managed client's queues are read over a
+// connection of the collector's own, dialled and logged in as the
+// client's options say and read without go-redis's per-reply objects:
+// about a third less CPU per scrape (BENCHMARKS.md). A cluster client, or
+// one with an OnConnect hook or a streaming credentials provider, is
+// always read through its pipelines.
+func WithClientPipelines() Option { return func(c *config) { c.viaClient = true } }
+
 // WithLogger sets the logger (default: discard).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
@@ -97,6 +110,7 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // client.
 type Collector struct {
 	rdb    redis.UniversalClient
+	tr     transport     // how the queues are read (pipe.go)
 	rmq    *rabbitSource // set instead of rdb by NewRabbitMQCollector
 	cfg    config
 	disc   *discovery // nil without a pattern
@@ -146,7 +160,7 @@ func NewCollector(rdb redis.UniversalClient, opts ...Option) (*Collector, error)
 	}
 	sortQueues(qs)
 	cfg.queues = qs
-	c := &Collector{rdb: rdb, cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
+	c := &Collector{rdb: rdb, tr: newTransport(rdb, cfg.viaClient), cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
 	if cfg.pattern != "" {
 		if err := checkPattern(cfg.pattern, cfg.refresh, cfg.maxKeys); err != nil {
 			return nil, fmt.Errorf("exporter: %w", err)
@@ -154,6 +168,15 @@ func NewCollector(rdb redis.UniversalClient, opts ...Option) (*Collector, error)
 		c.disc = &discovery{rdb: rdb, pattern: cfg.pattern, every: cfg.refresh, max: cfg.maxKeys, log: cfg.log}
 	}
 	return c, nil
+}
+
+// Close closes the collector's own connection to Redis, if it has one; a
+// scrape after Close dials a new one. It never closes the client.
+func (c *Collector) Close() error {
+	if c.tr == nil {
+		return nil
+	}
+	return c.tr.close()
 }
 
 // Describe sends the descriptors of every metric the collector reports.
@@ -232,9 +255,10 @@ const batchQueues = 100
 
 // read sends the queues' commands in pipelines of batchQueues queues (a
 // cluster client splits each per node) and turns the replies into
-// metrics. Each pipeline runs in its own goroutine so the budget holds
-// even over a client that ignores context deadlines; replies that miss it
-// are dropped, and the queues of the batches not sent are not reported.
+// metrics, one batch on the wire while the last one is read where the
+// transport allows. The budget holds even over a client that ignores
+// context deadlines (clientTransport); replies that miss it are dropped,
+// and the queues of the batches not sent are not reported.
 func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	groups := 0
 	for _, q := range qs {
@@ -243,38 +267,48 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	totals := makeCounts()
 	pl := plan{
 		now: c.cfg.now(), sample: sampleSize(groups),
-		heads: map[string]*redis.ZSliceCmd{}, stats: map[string]*redis.MapStringStringCmd{},
+		heads: map[string]ref{}, stats: map[string]ref{},
 		totals: &totals,
 	}
-	_, cluster := c.rdb.(*redis.ClusterClient)
-	var reads []func(*sink)
-	for start := 0; start == 0 || start < len(qs); start += batchQueues {
-		batch := qs[start:min(start+batchQueues, len(qs))]
-		p := c.rdb.Pipeline()
-		var ping *redis.StatusCmd
-		if start == 0 {
-			ping = p.Ping(ctx) // says whether Redis is up even with no queue to read
+	// Two batches in turn: one on the wire while the other's replies are
+	// turned into samples.
+	var batches [2]batch
+	for i := range batches {
+		batches[i].p.t = c.tr
+	}
+	queued := 0
+	next := func() *pipe {
+		start := queued * batchQueues
+		if start > 0 && start >= len(qs) {
+			return nil
 		}
-		clear(reads) // the last batch's replies are garbage now
+		b := &batches[queued%2]
+		queued++
+		b.reset(start, qs[start:min(start+batchQueues, len(qs))])
+		if start == 0 {
+			b.ping = b.p.do("PING") // says whether Redis is up even with no queue to read
+		}
 		clear(pl.heads)
 		clear(pl.stats)
-		reads = reads[:0]
-		for _, q := range batch {
+		for _, q := range b.queues {
 			for _, r := range readers {
-				if f := r(ctx, p, q, pl); f != nil {
-					reads = append(reads, f)
+				if f := r(&b.p, q, pl); f != nil {
+					b.reads = append(b.reads, f)
 				}
 			}
 		}
-		if !within(ctx, func() {
-			cmds, err := p.Exec(ctx) // errors are read per command below
-			stampUnanswered(cmds, err)
-		}) {
-			s.fail(Queue{}, "", fmt.Errorf("pipeline of queues %d to %d of %d: %w", start+1, start+len(batch), len(qs), ctx.Err()))
-			return
+		return &b.p
+	}
+	batchOf := func(p *pipe) *batch {
+		if p == &batches[0].p {
+			return &batches[0]
 		}
-		if ping != nil {
-			if err := ping.Err(); err != nil {
+		return &batches[1]
+	}
+	done := func(p *pipe) bool {
+		b := batchOf(p)
+		if b.ping != noRef {
+			if err := p.reply(b.ping).err(); err != nil {
 				s.fail(Queue{}, "", fmt.Errorf("ping: %w", err))
 			} else {
 				s.pinged = true
@@ -282,43 +316,60 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		}
 		// Read every reply even after a failed ping: on a cluster the other
 		// nodes may have answered.
-		for _, f := range reads {
+		for _, f := range b.reads {
 			f(s)
 		}
-		if !c.readLater(ctx, s) {
-			return
-		}
-		if !s.pinged && !cluster {
-			return // Redis is down: the next batches would wait for it in vain
-		}
+		return s.pinged || c.cluster() // else Redis is down: the next batches would wait for it in vain
 	}
+	if p := c.tr.stream(ctx, next, done); p != nil {
+		b := batchOf(p)
+		s.fail(Queue{}, "", fmt.Errorf("pipeline of queues %d to %d of %d: %w", b.start+1, b.start+len(b.queues), len(qs), ctx.Err()))
+		return
+	}
+	c.readLater(ctx, s)
 }
 
-// readLater runs the reads the replies of a batch asked for (the groups
-// of a stream not named in its configuration) in one more pipeline, under
-// the same budget. It reports false when the budget ran out.
-func (c *Collector) readLater(ctx context.Context, s *sink) bool {
+// batch is the pipeline of batchQueues queues and what reads its replies.
+type batch struct {
+	p      pipe
+	start  int // the index of its first queue
+	queues []Queue
+	ping   ref
+	reads  []func(*sink)
+}
+
+func (b *batch) reset(start int, qs []Queue) {
+	b.p.clear() // the last batch's replies are garbage now
+	clear(b.reads)
+	b.start, b.queues, b.ping, b.reads = start, qs, noRef, b.reads[:0]
+}
+
+func (c *Collector) cluster() bool {
+	_, ok := c.rdb.(*redis.ClusterClient)
+	return ok
+}
+
+// readLater runs the reads the replies of the batches asked for (the
+// groups of a stream not named in its configuration) in one more pipeline
+// after them, under the same budget.
+func (c *Collector) readLater(ctx context.Context, s *sink) {
 	if len(s.later) == 0 {
-		return true
+		return
 	}
 	later := s.later
 	s.later = nil
-	p := c.rdb.Pipeline()
+	p := &pipe{t: c.tr}
 	reads := make([]func(*sink), 0, len(later))
 	for _, r := range later {
-		reads = append(reads, r(ctx, p))
+		reads = append(reads, r(p))
 	}
-	if !within(ctx, func() {
-		cmds, err := p.Exec(ctx)
-		stampUnanswered(cmds, err)
-	}) {
+	if p.exec(ctx) {
 		s.fail(Queue{}, "", fmt.Errorf("pipeline of %d unconfigured consumer groups: %w", len(later), ctx.Err()))
-		return false
+		return
 	}
 	for _, f := range reads {
 		f(s)
 	}
-	return true
 }
 
 // within runs f in its own goroutine and waits for it until ctx ends, so
@@ -360,7 +411,7 @@ func stampUnanswered(cmds []redis.Cmder, err error) {
 // A reader queues the commands that read one part of a queue on the
 // pipeline and returns the function that turns their replies into metrics
 // once the pipeline has run, or nil when the queue has no such part.
-type reader func(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink)
+type reader func(p *pipe, q Queue, pl plan) func(*sink)
 
 // plan is what the readers of one scrape share.
 type plan struct {
@@ -369,8 +420,8 @@ type plan struct {
 	// heads and stats are the delayed sets' first members and the stats
 	// hashes queued on the current pipeline, by key (delayedHead,
 	// statsHash); nil reads each on its own.
-	heads map[string]*redis.ZSliceCmd
-	stats map[string]*redis.MapStringStringCmd
+	heads map[string]ref
+	stats map[string]ref
 	// totals is readStats's scratch for a queue's totals, reused queue
 	// after queue: 5 maps less per queue. nil makes new ones.
 	totals *counts
@@ -388,7 +439,7 @@ type sink struct {
 	found   *found           // the discovery the scrape used; nil without a pattern
 	// later are reads a reply asked for, run in a second pipeline: the
 	// consumer groups XINFO GROUPS named that the configuration does not.
-	later []func(context.Context, redis.Pipeliner) func(*sink)
+	later []func(*pipe) func(*sink)
 }
 
 // gauge and counter add a sample of d, whose name says its type

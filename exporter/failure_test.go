@@ -175,7 +175,7 @@ func TestBudget(t *testing.T) {
 	hook := newBlockHook()
 	rdb.AddHook(hook)
 	t.Cleanup(hook.Release)
-	c, logs := newTestCollector(t, rdb, WithQueues(QueueFor("orders")), WithTimeout(200*time.Millisecond))
+	c, logs := newTestCollector(t, rdb, WithClientPipelines(), WithQueues(QueueFor("orders")), WithTimeout(200*time.Millisecond))
 
 	start := time.Now()
 	got := gather(t, c)
@@ -189,4 +189,39 @@ func TestBudget(t *testing.T) {
 	if !strings.Contains(logs.String(), "kind=timeout") {
 		t.Errorf("no log line for the timeout:\n%s", logs)
 	}
+}
+
+// TestBudgetOwnConnection holds a real Redis busy (DEBUG SLEEP 2) past the
+// budget of a scrape over the collector's own connection: the scrape
+// returns on time and says it is partial, and the next one, once Redis
+// answers again, is whole over a new connection.
+func TestBudgetOwnConnection(t *testing.T) {
+	srv := redistest.Start(t, "--enable-debug-command", "yes")
+	rdb := srv.Client()
+	c, logs := newTestCollector(t, rdb, WithQueues(QueueFor("orders")), WithTimeout(300*time.Millisecond))
+	if _, ok := c.tr.(*connTransport); !ok {
+		t.Fatalf("transport %T, want the collector's own connection", c.tr)
+	}
+	want(t, gather(t, c), map[string]float64{"backstop_up": 1, `backstop_dlq_size{queue="orders"}`: 0})
+
+	admin := srv.Client()
+	slept := make(chan error, 1)
+	go func() { slept <- admin.Do(context.Background(), "DEBUG", "SLEEP", "2").Err() }()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { probe.Close() })
+	eventually.True(t, 5*time.Second, "Redis to be asleep", func() bool {
+		return isTimeout(probe.Ping(context.Background()).Err())
+	})
+	got := gather(t, c)
+	if len(slept) != 0 {
+		t.Errorf("the scrape waited for Redis to wake up")
+	}
+	want(t, got, map[string]float64{
+		"backstop_up": 0, "backstop_scrape_partial": 1, `backstop_scrape_errors_total{kind="timeout"}`: 1,
+	}, `backstop_dlq_size{queue="orders"}`)
+	if !strings.Contains(logs.String(), "kind=timeout") {
+		t.Errorf("no log line for the timeout:\n%s", logs)
+	}
+	must(t, <-slept)
+	want(t, gather(t, c), map[string]float64{"backstop_up": 1, "backstop_scrape_partial": 0, `backstop_dlq_size{queue="orders"}`: 0})
 }

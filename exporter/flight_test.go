@@ -19,7 +19,7 @@ func TestConcurrentScrapesShareOne(t *testing.T) {
 	hook := newBlockHook()
 	rdb.AddHook(hook)
 	t.Cleanup(hook.Release)
-	c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("q0"), QueueFor("q1"), QueueFor("q2")))
+	c, _ := newTestCollector(t, rdb, WithClientPipelines(), WithQueues(QueueFor("q0"), QueueFor("q1"), QueueFor("q2")))
 
 	results := make([]map[string]float64, 10)
 	var wg sync.WaitGroup

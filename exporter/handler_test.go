@@ -93,7 +93,7 @@ func TestHandlerSharesOneBody(t *testing.T) {
 	hook := newBlockHook()
 	rdb.AddHook(hook)
 	t.Cleanup(hook.Release)
-	c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("q0"), QueueFor("q1"), QueueFor("q2")))
+	c, _ := newTestCollector(t, rdb, WithClientPipelines(), WithQueues(QueueFor("q0"), QueueFor("q1"), QueueFor("q2")))
 	counting := newCountingCollector()
 	extra := prometheus.NewRegistry()
 	extra.MustRegister(counting)

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"fmt"
 )
 
 // DLQIngestion is one queue's dead letter ingestion, read as the collector
@@ -42,17 +43,18 @@ func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
 		read *dlqRead
 	}
 	var cmds []pending
-	p := c.rdb.Pipeline()
+	p := &pipe{t: c.tr}
 	for _, q := range qs {
-		if r := queueDLQRead(ctx, p, q); r != nil {
+		if r := queueDLQRead(p, q); r != nil {
 			cmds = append(cmds, pending{q.Name, r})
 		}
 	}
 	if len(cmds) == 0 {
 		return nil, discoveryErr
 	}
-	res, err := p.Exec(ctx) // errors are read per command below
-	stampUnanswered(res, err)
+	if p.exec(ctx) { // else errors are read per command below
+		return nil, fmt.Errorf("reading the DLQs: %w", ctx.Err())
+	}
 	out := make([]DLQIngestion, len(cmds))
 	for i, cmd := range cmds {
 		f, err := cmd.read.result()

@@ -3,6 +3,7 @@ package exporter
 import (
 	"runtime"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,8 +84,11 @@ func BenchmarkScrapeMemory(b *testing.B) {
 }
 
 // BenchmarkScrapeCPU times scrapes of 1,000 queues through the handler, as
-// BenchmarkScrapeMemory's but without its forced GCs: the profile to read
-// for where a scrape's CPU goes (BENCHMARKS.md):
+// BenchmarkScrapeMemory's but without its forced GCs, over the collector's
+// own connection and over the client's pipelines (WithClientPipelines, the
+// way a cluster is read), in turn: the profile to read for where a
+// scrape's CPU goes (BENCHMARKS.md). cpu-ms/op is the process's CPU time
+// per scrape (Redis's is its own process's).
 //
 //	go test -run '^$' -bench ScrapeCPU -benchtime 100x -cpuprofile cpu.out ./exporter/
 func BenchmarkScrapeCPU(b *testing.B) {
@@ -92,14 +96,31 @@ func BenchmarkScrapeCPU(b *testing.B) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { rdb.Close() })
 	qs := fill(b, rdb, "q", 1000, 60, 50)
-	c, _ := newTestCollector(b, rdb, WithQueues(qs...), WithTimeout(time.Minute))
-	h := c.Handler(nil).(*handler)
-	key := bodyKey{format: expfmt.FmtOpenMetrics_1_0_0, gzip: true}
-	b.ReportAllocs()
-	for b.Loop() {
-		resp := h.join()
-		if _, err := resp.body(key, h.encode); err != nil {
-			b.Fatal(err)
-		}
+	for _, transport := range []string{"own", "client"} {
+		b.Run("transport="+transport, func(b *testing.B) {
+			opts := []Option{WithQueues(qs...), WithTimeout(time.Minute)}
+			if transport == "client" {
+				opts = append(opts, WithClientPipelines())
+			}
+			c, _ := newTestCollector(b, rdb, opts...)
+			h := c.Handler(nil).(*handler)
+			key := bodyKey{format: expfmt.FmtOpenMetrics_1_0_0, gzip: true}
+			b.ReportAllocs()
+			start := processCPU()
+			for b.Loop() {
+				resp := h.join()
+				if _, err := resp.body(key, h.encode); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-start)/1e6/float64(b.N), "cpu-ms/op")
+		})
 	}
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,12 +1,9 @@
 package exporter
 
 import (
-	"context"
 	"encoding/json"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 var oldestJobDesc = newDesc("oldest_job_age_seconds", "Age, from its first_enqueued_ms, of the oldest job not finished yet among the first entry of the jobs stream and the first member of the delayed set (two O(log n) reads): a lower bound of the oldest job's age, exact for a queue worked in order; 0 when both are empty. It grows while a queue is stuck even when nothing fails.", "queue")
@@ -23,17 +20,16 @@ var oldestJobDesc = newDesc("oldest_job_age_seconds", "Age, from its first_enque
 // whole set. The head of both is what a stuck queue keeps, and what a
 // stalled scheduler leaves overdue: the age of those grows until it pages.
 // Errors on these keys are the stream and delayed readers' to report.
-func readOldestJob(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
+func readOldestJob(p *pipe, q Queue, pl plan) func(*sink) {
 	if q.Keys.Jobs == "" && q.Keys.Delayed == "" {
 		return nil
 	}
-	var first *redis.XMessageSliceCmd
-	var next *redis.ZSliceCmd
+	first, next := noRef, noRef
 	if q.Keys.Jobs != "" {
-		first = p.XRangeN(ctx, q.Keys.Jobs, "-", "+", 1)
+		first = p.do("XRANGE", q.Keys.Jobs, "-", "+", "COUNT", "1")
 	}
 	if q.Keys.Delayed != "" {
-		next = delayedHead(ctx, p, q.Keys.Delayed, pl)
+		next = delayedHead(p, q.Keys.Delayed, pl)
 	}
 	return func(s *sink) {
 		nowMs := pl.now.UnixMilli()
@@ -43,19 +39,21 @@ func readOldestJob(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) fun
 				oldest, found = ms, true
 			}
 		}
-		if first != nil {
-			if m, err := first.Result(); err == nil && len(m) == 1 {
-				seen(entryEnqueuedMs(m[0]))
-			} else if err != nil && !isMissing(err) {
-				return
+		if first != noRef {
+			v := p.reply(first)
+			if err := v.err(); err != nil && !isMissing(err) {
+				return // reported by the stream's reader
+			} else if err == nil && v.len() == 1 {
+				seen(entryEnqueuedMs(v.first()))
 			}
 		}
-		if next != nil {
-			if z, err := next.Result(); err == nil && len(z) == 1 {
-				member, _ := z[0].Member.(string)
+		if next != noRef {
+			v := p.reply(next)
+			if v.err() != nil {
+				return // reported by readDelayed
+			}
+			if member, _, ok := zHead(v); ok {
 				seen(memberEnqueuedMs(member))
-			} else if err != nil {
-				return
 			}
 		}
 		age := 0.0
@@ -68,13 +66,23 @@ func readOldestJob(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) fun
 
 // entryEnqueuedMs is a stream entry's first_enqueued_ms, or the time of its
 // id for an entry without one (a layout the scripts did not write).
-func entryEnqueuedMs(m redis.XMessage) (int64, bool) {
-	if f, ok := m.Values["first_enqueued_ms"].(string); ok {
+func entryEnqueuedMs(entry reply) (int64, bool) {
+	id := entry.first()
+	fields := reply{entry.r, absent}
+	if entry.len() == 2 {
+		fields = reply{entry.r, id.node().next}
+	}
+	if f, ok := fields.field("first_enqueued_ms").str(); ok {
 		if ms, err := strconv.ParseInt(f, 10, 64); err == nil {
 			return ms, true
 		}
 	}
-	msPart, _, _ := strings.Cut(m.ID, "-")
+	return idMs(id.bytes())
+}
+
+// idMs is the time of a stream entry id ("<ms>-<seq>").
+func idMs(id []byte) (int64, bool) {
+	msPart, _, _ := strings.Cut(string(id), "-")
 	ms, err := strconv.ParseInt(msPart, 10, 64)
 	return ms, err == nil
 }
@@ -82,11 +90,11 @@ func entryEnqueuedMs(m redis.XMessage) (int64, bool) {
 // memberEnqueuedMs is a delayed member's first_enqueued_ms (retry.lua
 // writes it as a string of digits; a number is read too), or false for a
 // member that does not say.
-func memberEnqueuedMs(member string) (int64, bool) {
+func memberEnqueuedMs(member []byte) (int64, bool) {
 	var m struct {
 		First json.RawMessage `json:"first_enqueued_ms"`
 	}
-	if json.Unmarshal([]byte(member), &m) != nil || len(m.First) == 0 {
+	if json.Unmarshal(member, &m) != nil || len(m.First) == 0 {
 		return 0, false
 	}
 	ms, err := strconv.ParseInt(strings.Trim(string(m.First), `"`), 10, 64)

@@ -163,7 +163,7 @@ func TestBatches(t *testing.T) {
 	hook.pass.Store(1) // the first pipeline of queues answers, the second is held
 	rdb.AddHook(hook)
 	t.Cleanup(hook.Release)
-	c, _ = newTestCollector(t, rdb, WithQueues(qs...), WithTimeout(200*time.Millisecond))
+	c, _ = newTestCollector(t, rdb, WithClientPipelines(), WithQueues(qs...), WithTimeout(200*time.Millisecond))
 	got = gather(t, c)
 	want(t, got, map[string]float64{
 		"backstop_up": 1, "backstop_scrape_partial": 1, "backstop_queues": float64(len(qs)),

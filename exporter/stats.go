@@ -1,15 +1,12 @@
 package exporter
 
 import (
-	"context"
 	"errors"
 	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/queuemetrics"
 )
@@ -80,19 +77,19 @@ const otherType = "other"
 // type T again. Each per-type series comes from its fields, and the
 // job_type="" series from the totals minus every type's: sum by (queue)
 // is the totals, whatever the types.
-func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
+func readStats(p *pipe, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Stats
 	if key == "" {
 		return nil
 	}
-	hash := statsHash(ctx, p, key, pl) // shared with readDLQ
+	hash := statsHash(p, key, pl) // shared with readDLQ
 	return func(s *sink) {
-		fields, err := hash.Result()
-		if err != nil {
+		fields := p.reply(hash)
+		if err := fields.err(); err != nil {
 			s.fail(q, key, err)
 			return
 		}
-		if len(fields) == 0 {
+		if fields.len() <= 0 {
 			return
 		}
 		plain := make([]float64, len(plainCounters))
@@ -100,11 +97,12 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*s
 		var typed map[string]*counts // nil for a queue without typed jobs
 		var types, overflow float64
 		registry := false
-		for k, raw := range fields {
-			v, err := strconv.ParseFloat(raw, 64)
-			if err != nil || v < 0 {
-				continue
+		fields.pairs(func(kr, vr reply) {
+			v, ok := vr.float()
+			if !ok || v < 0 {
+				return
 			}
+			k, _ := kr.str()
 			kind, label, found := strings.Cut(k, ":")
 			switch {
 			case !found:
@@ -123,7 +121,7 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*s
 				// t:<T>:<field as the totals name it>; a type has no ":".
 				t, rest, ok := strings.Cut(label, ":")
 				if !ok || validName(t) != nil {
-					continue
+					return
 				}
 				tc := typed[t]
 				if tc == nil {
@@ -141,7 +139,7 @@ func readStats(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*s
 			default:
 				total.add(k, v)
 			}
-		}
+		})
 		for i, c := range plainCounters {
 			s.counter(c.desc, plain[i], q.Name)
 		}

@@ -1,14 +1,9 @@
 package exporter
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -45,31 +40,32 @@ var deliveryBuckets = []float64{1, 2, 3, 5, 10}
 // has named it, so a stream whose workers use another group is not left
 // without pending and lag series. A stream or group that does not exist
 // yet gives no metrics and no error.
-func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(*sink) {
+func readStreams(p *pipe, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Jobs
 	if key == "" {
 		return nil
 	}
-	groups := p.Do(ctx, "xinfo", "groups", key)
-	samples := make([]*redis.XPendingExtCmd, len(q.Groups))
+	groups := p.do("XINFO", "GROUPS", key)
+	samples := make([]ref, len(q.Groups))
 	for i, g := range q.Groups {
-		samples[i] = xpendingSample(ctx, p, key, g, pl)
+		samples[i] = xpendingSample(p, key, g, pl)
 	}
 	return func(s *sink) {
-		if err := groups.Err(); err != nil {
+		v := p.reply(groups)
+		if err := v.err(); err != nil {
 			if !isMissing(err) {
 				s.fail(q, key, err)
 			}
 			return
 		}
-		info, err := groupInfo(groups.Val())
+		info, err := groupInfo(v)
 		if err != nil {
 			s.fail(q, key, err)
 			return
 		}
 		for i, name := range q.Groups {
 			if g, ok := info[name]; ok { // else not created yet
-				reportGroup(s, q, name, g, samples[i], pl)
+				reportGroup(s, q, name, g, p.reply(samples[i]), pl)
 			}
 		}
 		var others []string // nil for the usual stream, whose groups are all configured
@@ -81,47 +77,58 @@ func readStreams(ctx context.Context, p redis.Pipeliner, q Queue, pl plan) func(
 		slices.Sort(others)
 		for _, name := range others {
 			g := info[name]
-			s.later = append(s.later, func(ctx context.Context, p redis.Pipeliner) func(*sink) {
-				sample := xpendingSample(ctx, p, key, name, pl)
-				return func(s *sink) { reportGroup(s, q, name, g, sample, pl) }
+			s.later = append(s.later, func(p *pipe) func(*sink) {
+				sample := xpendingSample(p, key, name, pl)
+				return func(s *sink) { reportGroup(s, q, name, g, p.reply(sample), pl) }
 			})
 		}
 	}
 }
 
-func xpendingSample(ctx context.Context, p redis.Pipeliner, key, group string, pl plan) *redis.XPendingExtCmd {
-	return p.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: key, Group: group, Start: "-", End: "+", Count: pl.sample})
+func xpendingSample(p *pipe, key, group string, pl plan) ref {
+	return p.do("XPENDING", key, group, "-", "+", strconv.FormatInt(pl.sample, 10))
 }
 
 // reportGroup adds the metrics of group name, g as XINFO GROUPS gave it and
 // sample its XPENDING sample.
-func reportGroup(s *sink, q Queue, name string, g group, samples *redis.XPendingExtCmd, pl plan) {
-	sample, err := samples.Result()
-	if err != nil {
+func reportGroup(s *sink, q Queue, name string, g group, sample reply, pl plan) {
+	if err := sample.err(); err != nil {
 		if !isMissing(err) {
 			s.fail(q, q.Keys.Jobs, err)
 		}
 		return
 	}
+	n := max(sample.len(), 0)
 	s.gauge(pendingDesc, float64(g.pending), q.Name, name)
 	if g.lagKnown {
 		s.gauge(lagDesc, float64(g.lag), q.Name, name)
 	}
-	if g.pending > int64(len(sample)) {
+	if g.pending > int64(n) {
 		s.reached(limitPendingSample) // the histogram covers the oldest only
 	}
 	s.gauge(oldestPendingDesc, oldestAge(sample, pl.now), q.Name, name)
 	var sum float64
 	cum := make([]uint64, len(deliveryBuckets)+1) // the last one is +Inf
-	for _, e := range sample {
-		sum += float64(e.RetryCount)
-		i, _ := slices.BinarySearch(deliveryBuckets, float64(e.RetryCount))
+	sample.elems(func(e reply) bool {
+		// [id consumer idle-ms deliveries]
+		var deliveries int64
+		i := 0
+		e.elems(func(f reply) bool {
+			if i == 3 {
+				deliveries, _ = f.int()
+			}
+			i++
+			return i < 4
+		})
+		sum += float64(deliveries)
+		i, _ = slices.BinarySearch(deliveryBuckets, float64(deliveries))
 		cum[i]++
-	}
+		return true
+	})
 	for i := 1; i < len(cum); i++ {
 		cum[i] += cum[i-1]
 	}
-	s.histogram(deliveriesDesc, deliveryBuckets, cum[:len(deliveryBuckets)], uint64(len(sample)), sum, q.Name, name)
+	s.histogram(deliveriesDesc, deliveryBuckets, cum[:len(deliveryBuckets)], uint64(n), sum, q.Name, name)
 }
 
 // group is what XINFO GROUPS says of one consumer group.
@@ -143,39 +150,39 @@ type group struct {
 // Redis 7 estimates for a group that has delivered entries while its
 // entries-read is NULL (deletions ahead of it) is left out too: nothing in
 // the reply tells it apart from the embedded server's.
-func groupInfo(v any) (map[string]group, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, badReply(fmt.Sprintf("XINFO GROUPS reply is not an array: %.200v", v))
+func groupInfo(v reply) (map[string]group, error) {
+	if v.len() < 0 {
+		return nil, badReply("XINFO GROUPS reply is not an array: " + v.String())
 	}
-	out := make(map[string]group, len(list))
-	for _, raw := range list {
-		fields := fieldsOf(raw)
-		name, ok := fields.get("name").(string)
-		pending, ok2 := replyInt(fields, "pending")
+	out := make(map[string]group, v.len())
+	var err error
+	v.elems(func(raw reply) bool {
+		name, ok := raw.field("name").str()
+		pending, ok2 := raw.field("pending").int()
 		if !ok || !ok2 {
-			return nil, badReply(fmt.Sprintf("XINFO GROUPS entry without a name or pending count: %.200v", raw))
+			err = badReply("XINFO GROUPS entry without a name or pending count: " + raw.String())
+			return false
 		}
 		g := group{pending: pending}
-		if lag, ok := replyInt(fields, "lag"); ok {
-			_, read := replyInt(fields, "entries-read")
-			last, _ := fields.get("last-delivered-id").(string)
+		if lag, ok := raw.field("lag").int(); ok {
+			_, read := raw.field("entries-read").int()
+			last, _ := raw.field("last-delivered-id").str()
 			g.lag, g.lagKnown = lag, read || last == "0-0" || last == "0" // the embedded server says 0
 		}
 		out[name] = g
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
 // oldestAge is the age of the first (lowest id, so oldest) sampled entry,
 // from the milliseconds of its id.
-func oldestAge(sample []redis.XPendingExt, now time.Time) float64 {
-	if len(sample) == 0 {
-		return 0
-	}
-	msPart, _, _ := strings.Cut(sample[0].ID, "-")
-	ms, err := strconv.ParseInt(msPart, 10, 64)
-	if err != nil {
+func oldestAge(sample reply, now time.Time) float64 {
+	ms, ok := idMs(sample.first().first().bytes())
+	if !ok {
 		return 0
 	}
 	return max(0, float64(now.UnixMilli()-ms)/1000)

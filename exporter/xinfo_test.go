@@ -1,7 +1,6 @@
 package exporter
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -13,19 +12,17 @@ import (
 // TestUnknownIsNotZero reads replies as servers without Redis 7's stream
 // counters send them: a field left out or NULL is unknown, never 0.
 func TestUnknownIsNotZero(t *testing.T) {
-	ctx := context.Background()
 	dlq := func(info any, scripts any) dlqFigures {
 		t.Helper()
-		r := &dlqRead{info: redis.NewCmd(ctx)}
-		r.info.SetVal(info)
+		p := pipeOf(info)
+		r := &dlqRead{p: p, info: 0, scripts: noRef, stats: noRef}
 		if scripts != nil {
-			r.scripts = redis.NewStringCmd(ctx)
-			switch v := scripts.(type) {
-			case string:
-				r.scripts.SetVal(v)
-			case error:
-				r.scripts.SetErr(v)
+			if scripts == redis.Nil {
+				scripts = nil
 			}
+			p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
+			p.rep.add(scripts, 0)
+			r.scripts = 1
 		}
 		f, err := r.result()
 		must(t, err)
@@ -50,13 +47,13 @@ func TestUnknownIsNotZero(t *testing.T) {
 		}
 	}
 
-	groups, err := groupInfo([]any{
+	groups, err := groupInfo(pipeOf([]any{
 		[]any{"name", "redis6", "consumers", int64(1), "pending", int64(2), "last-delivered-id", "5-0"},
 		map[any]any{"name": "unknown", "pending": int64(2), "last-delivered-id": "5-0", "entries-read": int64(4), "lag": nil},
 		map[any]any{"name": "embedded", "pending": int64(2), "last-delivered-id": "5-0", "entries-read": nil, "lag": int64(7)},
 		map[any]any{"name": "unread", "pending": int64(0), "last-delivered-id": "0-0", "entries-read": nil, "lag": int64(7)},
 		map[any]any{"name": "counted", "pending": int64(2), "last-delivered-id": "5-0", "entries-read": int64(4), "lag": int64(1)},
-	})
+	}).reply(0))
 	must(t, err)
 	for name, want := range map[string]group{
 		"redis6": {pending: 2}, "unknown": {pending: 2}, "embedded": {pending: 2},
@@ -66,20 +63,35 @@ func TestUnknownIsNotZero(t *testing.T) {
 			t.Errorf("group %s: %+v, want %+v", name, got, want)
 		}
 	}
-	if _, err := groupInfo([]any{map[any]any{"pending": int64(1)}}); kindOf(err) != kindReply {
+	if _, err := groupInfo(pipeOf([]any{map[any]any{"pending": int64(1)}}).reply(0)); kindOf(err) != kindReply {
 		t.Errorf("a group without a name: %v (kind %s), want a reply error", err, kindOf(err))
 	}
 }
 
-// TestRESP2AndRESP3Agree scrapes over a RESP2 and a RESP3 client: the XINFO
-// replies read raw give the same figures in both forms.
-func TestRESP2AndRESP3Agree(t *testing.T) {
+// pipeOf is a pipe whose commands' replies are the values given, as
+// go-redis decodes them (strings, int64, []any, map[any]any, errors).
+func pipeOf(values ...any) *pipe {
+	p := &pipe{}
+	for _, v := range values {
+		p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
+		p.rep.add(v, 0)
+	}
+	return p
+}
+
+// TestTransportsAgree scrapes over the collector's own connection and
+// over the client's pipelines in RESP2 and RESP3: the replies, read raw
+// in either form, give the same figures.
+func TestTransportsAgree(t *testing.T) {
 	srv := redistest.Start(t)
 	prepareOrders(t, srv.Client())
-	scrape := func(protocol int) map[string]float64 {
+	scrape := func(protocol int, opts ...Option) map[string]float64 {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: protocol})
 		t.Cleanup(func() { rdb.Close() })
-		c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("orders")))
+		c, _ := newTestCollector(t, rdb, append(opts, WithQueues(QueueFor("orders")))...)
+		if _, own := c.tr.(*connTransport); own == (len(opts) > 0) {
+			t.Fatalf("transport %T with options %d", c.tr, len(opts))
+		}
 		got := gather(t, c)
 		for k := range got {
 			if k == "backstop_scrape_duration_seconds" || strings.HasPrefix(k, "backstop_redis_memory_used_bytes") {
@@ -88,17 +100,23 @@ func TestRESP2AndRESP3Agree(t *testing.T) {
 		}
 		return got
 	}
-	resp2, resp3 := scrape(2), scrape(3)
-	want(t, resp2, map[string]float64{
+	own := scrape(3)
+	want(t, own, map[string]float64{
 		`backstop_dlq_ingested_total{queue="orders"}`:              2,
 		`backstop_stream_lag_jobs{group="workers",queue="orders"}`: 1,
+		`backstop_delayed_queue_size{queue="orders"}`:              2,
 	})
-	for k, v := range resp3 {
-		if resp2[k] != v {
-			t.Errorf("%s: %v over RESP3, %v over RESP2", k, v, resp2[k])
+	for name, got := range map[string]map[string]float64{
+		"client pipelines, RESP2": scrape(2, WithClientPipelines()),
+		"client pipelines, RESP3": scrape(3, WithClientPipelines()),
+	} {
+		for k, v := range got {
+			if own[k] != v {
+				t.Errorf("%s: %s: %v, own connection %v", name, k, v, own[k])
+			}
 		}
-	}
-	if len(resp2) != len(resp3) {
-		t.Errorf("%d series over RESP2, %d over RESP3", len(resp2), len(resp3))
+		if len(own) != len(got) {
+			t.Errorf("%s: %d series, own connection %d", name, len(got), len(own))
+		}
 	}
 }

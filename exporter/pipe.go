@@ -1,0 +1,652 @@
+package exporter
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/auth"
+)
+
+// A pipe queues the read commands of one pipeline and runs them through
+// the collector's transport; the replies are read in place (replies).
+type pipe struct {
+	t    transport
+	args []string // every command's arguments, one after the other
+	argc []int    // each command's number of arguments
+	rep  replies
+}
+
+// do queues a command and names its reply.
+func (p *pipe) do(args ...string) ref {
+	p.args = append(p.args, args...)
+	p.argc = append(p.argc, len(args))
+	return ref(len(p.argc) - 1)
+}
+
+func (p *pipe) len() int { return len(p.argc) }
+
+// reply is a command's reply once the pipe has run.
+func (p *pipe) reply(c ref) reply { return p.rep.reply(c) }
+
+// exec runs the queued commands, or gives up when ctx ends (abandoned).
+// Errors are the replies': an unanswered command's reply says why
+// (reply.err).
+func (p *pipe) exec(ctx context.Context) (abandoned bool) {
+	sent := false
+	return p.t.stream(ctx, func() *pipe {
+		if sent {
+			return nil
+		}
+		sent = true
+		return p
+	}, func(*pipe) bool { return true }) != nil
+}
+
+// clear forgets the commands and replies, keeping the memory.
+func (p *pipe) clear() {
+	p.args, p.argc = p.args[:0], p.argc[:0]
+	p.rep.reset()
+}
+
+// command returns the arguments of the ith command from offset off,
+// and the next command's offset.
+func (p *pipe) command(i, off int) ([]string, int) {
+	end := off + p.argc[i]
+	return p.args[off:end], end
+}
+
+// A transport runs the pipes next returns, in order, and calls done with
+// each once its replies are in, until next returns nil or done false.
+// Where it can it sends the next pipe before reading the last one's
+// replies, so that Redis answers one batch while the exporter reads the
+// one before. It returns the pipe it gave up on when ctx ended before its
+// replies came (over a client that ignores deadlines), else nil.
+type transport interface {
+	stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) (abandoned *pipe)
+	close() error
+}
+
+// newTransport picks how the collector reads the queues: connections of
+// its own, dialled and logged in as the client's options say, for a plain
+// or Sentinel-managed client (connTransport) and for a cluster, one per
+// master (clusterTransport); or the client's own pipelines
+// (clientTransport) for a client that runs code on connect or takes
+// streaming credentials, any other client, or when asked
+// (WithClientPipelines).
+func newTransport(rdb redis.UniversalClient, viaClient bool) transport {
+	if viaClient {
+		return &clientTransport{rdb: rdb}
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		if opt := c.Options(); ownable(opt.OnConnect, opt.StreamingCredentialsProvider) && opt.Dialer != nil {
+			return &connTransport{opt: opt}
+		}
+	case *redis.ClusterClient:
+		if opt := c.Options(); ownable(opt.OnConnect, opt.StreamingCredentialsProvider) {
+			return &clusterTransport{rdb: c, nodes: map[string]*connTransport{}}
+		}
+	}
+	return &clientTransport{rdb: rdb}
+}
+
+// ownable says whether the collector can log in on its own connection as
+// the client would: not when the client runs code on connect or takes
+// streaming credentials.
+func ownable(onConnect func(context.Context, *redis.Conn) error, streaming auth.StreamingCredentialsProvider) bool {
+	return onConnect == nil && streaming == nil
+}
+
+// clientTransport sends the commands through go-redis's pipelines, one
+// pipe after the other.
+type clientTransport struct {
+	rdb redis.UniversalClient
+}
+
+func (t *clientTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
+	for p := next(); p != nil; p = next() {
+		p.rep.reset()
+		// In a goroutine of its own, so the budget holds even over a
+		// client that ignores context deadlines.
+		if !within(ctx, func() { t.exec(ctx, p) }) {
+			return p
+		}
+		if !done(p) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (t *clientTransport) exec(ctx context.Context, p *pipe) {
+	rp := t.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, 0, p.len())
+	for i, off := 0, 0; i < p.len(); i++ {
+		var args []string
+		args, off = p.command(i, off)
+		a := make([]any, len(args))
+		for j, s := range args {
+			a[j] = s
+		}
+		cmds = append(cmds, rp.Do(ctx, a...))
+	}
+	done, err := rp.Exec(ctx)
+	stampUnanswered(done, err)
+	for _, c := range cmds {
+		v, err := c.Result()
+		var rerr redis.Error
+		switch {
+		case errors.Is(err, redis.Nil):
+			v = nil
+		case errors.As(err, &rerr):
+			v = err
+		case err != nil: // not a reply: the command was not answered
+			p.rep.failFrom(len(p.rep.roots), len(cmds), err)
+			return
+		}
+		p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
+		p.rep.add(v, 0)
+	}
+}
+
+func (t *clientTransport) close() error { return nil }
+
+// connTransport reads over one connection of its own, dialled and logged
+// in as the client's options say (TLS, user and password or credentials
+// provider, database; through the Sentinels for a failover client), and
+// kept between scrapes. It speaks RESP2, which every server takes, and
+// reads RESP3 too. Every pipe it runs has a deadline (the scrape's
+// budget): past it reads and writes fail. A connection that fails is
+// closed, and the pipes after the failure fail with it: the next stream
+// dials anew.
+type connTransport struct {
+	opt *redis.Options
+	mu  sync.Mutex // one stream at a time: replies come in the order sent
+	nc  net.Conn
+	rd  *bufio.Reader
+	out []byte
+	// The stream's state: the pipes sent whose replies are not read yet,
+	// the error that broke the connection, and whether the connection
+	// was kept from an earlier stream (and may have been closed by the
+	// server since).
+	pending []*pipe
+	err     error
+	kept    bool
+}
+
+func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending, t.err, t.kept = t.pending[:0], nil, t.nc != nil
+	defer func() {
+		if t.err != nil || len(t.pending) > 0 {
+			t.drop()
+		}
+		clear(t.pending)
+	}()
+	p := next()
+	if p != nil {
+		t.start(ctx, p)
+	}
+	for p != nil {
+		var ahead *pipe
+		if t.err == nil && ctx.Err() == nil {
+			if ahead = next(); ahead != nil {
+				t.start(ctx, ahead)
+			}
+		}
+		t.finish(ctx, p)
+		if !done(p) || ctx.Err() != nil {
+			if ahead != nil {
+				t.finish(ctx, ahead) // read, so the connection stays in step
+			}
+			return nil
+		}
+		if p = ahead; p == nil && t.err != nil {
+			// The connection broke: the batches left try a new one.
+			t.drop()
+			t.err = nil
+			if p = next(); p != nil {
+				t.start(ctx, p)
+			}
+		}
+	}
+	return nil
+}
+
+// start sends p after the pipes pending; finish reads its replies.
+func (t *connTransport) start(ctx context.Context, p *pipe) {
+	p.rep.reset()
+	t.pending = append(t.pending, p)
+	if t.err == nil {
+		t.err = t.write(ctx, p)
+	}
+}
+
+// finish reads the replies of the oldest pipe pending, p. A kept
+// connection that fails before its first reply is dialled anew and the
+// pipes pending sent again: the server may have closed it since the last
+// stream (a restart, an idle timeout), and reads are safe to send twice.
+func (t *connTransport) finish(ctx context.Context, p *pipe) {
+	t.pending = t.pending[1:]
+	if t.err == nil {
+		t.err = t.readReplies(ctx, p)
+		if t.err != nil && t.kept && len(p.rep.roots) == 0 && ctx.Err() == nil {
+			t.drop()
+			t.err = nil
+			for _, q := range append([]*pipe{p}, t.pending...) {
+				if t.err == nil {
+					t.err = t.write(ctx, q)
+				}
+			}
+			if t.err == nil {
+				t.err = t.readReplies(ctx, p)
+			}
+		}
+		t.kept = false
+	}
+	if t.err != nil {
+		p.rep.failFrom(len(p.rep.roots), p.len(), t.err)
+	}
+}
+
+func (t *connTransport) write(ctx context.Context, p *pipe) error {
+	if t.nc == nil {
+		if err := t.dial(ctx); err != nil {
+			return err
+		}
+	}
+	deadline, _ := ctx.Deadline() // zero: none
+	if err := t.nc.SetDeadline(deadline); err != nil {
+		return err
+	}
+	t.out = t.out[:0]
+	for i, off := 0, 0; i < p.len(); i++ {
+		var args []string
+		args, off = p.command(i, off)
+		t.out = appendCommand(t.out, args)
+	}
+	_, err := t.nc.Write(t.out)
+	return ctxErr(ctx, err)
+}
+
+func (t *connTransport) readReplies(ctx context.Context, p *pipe) error {
+	for range p.len() {
+		p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
+		if err := p.rep.read(t.rd, 0); err != nil {
+			p.rep.roots = p.rep.roots[:len(p.rep.roots)-1]
+			return ctxErr(ctx, err)
+		}
+	}
+	return nil
+}
+
+// ctxErr says a read or write failed because the scrape's budget ran out.
+func ctxErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return err
+}
+
+func (t *connTransport) dial(ctx context.Context) error {
+	opt := t.opt
+	nc, err := opt.Dialer(ctx, opt.Network, opt.Addr)
+	if err != nil {
+		return err
+	}
+	t.nc, t.rd = nc, bufio.NewReaderSize(nc, 64<<10)
+	user, pass := opt.Username, opt.Password
+	switch {
+	case opt.CredentialsProviderContext != nil:
+		if user, pass, err = opt.CredentialsProviderContext(ctx); err != nil {
+			t.drop()
+			return err
+		}
+	case opt.CredentialsProvider != nil:
+		user, pass = opt.CredentialsProvider()
+	}
+	var hello pipe
+	if pass != "" {
+		if user != "" {
+			hello.do("AUTH", user, pass)
+		} else {
+			hello.do("AUTH", pass)
+		}
+	}
+	if opt.DB != 0 {
+		hello.do("SELECT", strconv.Itoa(opt.DB))
+	}
+	if opt.ClientName != "" {
+		hello.do("CLIENT", "SETNAME", opt.ClientName)
+	}
+	if hello.len() == 0 {
+		return nil
+	}
+	err = t.write(ctx, &hello)
+	if err == nil {
+		err = t.readReplies(ctx, &hello)
+	}
+	for i := range hello.len() {
+		if err == nil {
+			err = hello.reply(ref(i)).err()
+		}
+	}
+	if err != nil {
+		t.drop()
+	}
+	return err
+}
+
+func (t *connTransport) drop() {
+	if t.nc != nil {
+		t.nc.Close()
+		t.nc, t.rd = nil, nil
+	}
+}
+
+func (t *connTransport) close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.drop()
+	return nil
+}
+
+// clusterTransport reads a cluster over connections of its own, one per
+// master (connTransport, with the master's options): each command goes to
+// the master of its key's slot as go-redis sees the cluster
+// (MasterForKey), the masters' pipelines run at once, and their replies
+// are put back in the order sent. A MOVED or ASK reply (slots moving to
+// another master) fails its queue for this scrape and makes go-redis
+// reload its view of the cluster for the next.
+type clusterTransport struct {
+	rdb   *redis.ClusterClient
+	mu    sync.Mutex
+	nodes map[string]*connTransport // by address; a master gone is closed at the next reload
+	moved bool                      // a reply said slots moved: reload before the next pipe
+}
+
+func (t *clusterTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for p := next(); p != nil; p = next() {
+		t.exec(ctx, p)
+		if !done(p) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
+	p.rep.reset()
+	if t.moved {
+		t.moved = false
+		t.rdb.ReloadState(ctx)
+		t.prune(ctx)
+	}
+	type route struct {
+		sub *pipe
+		c   ref
+		err error // the command's master is not known
+	}
+	routes := make([]route, p.len())
+	subs := map[*connTransport]*pipe{}
+	for i, off := 0, 0; i < p.len(); i++ {
+		var args []string
+		args, off = p.command(i, off)
+		node, err := t.node(ctx, commandKey(args))
+		if err != nil {
+			routes[i].err = err
+			continue
+		}
+		sub := subs[node]
+		if sub == nil {
+			sub = &pipe{t: node}
+			subs[node] = sub
+		}
+		routes[i] = route{sub: sub, c: sub.do(args...)}
+	}
+	var wg sync.WaitGroup
+	for _, sub := range subs {
+		wg.Go(func() { sub.exec(ctx) })
+	}
+	wg.Wait()
+	for _, r := range routes {
+		if r.err != nil {
+			p.rep.failFrom(len(p.rep.roots), len(p.rep.roots)+1, r.err)
+			continue
+		}
+		v := r.sub.reply(r.c)
+		if err := v.err(); err != nil && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")) {
+			t.moved = true
+		}
+		p.rep.copyReply(v)
+	}
+}
+
+// commandKey is the key a read command names ("" for PING: any master).
+func commandKey(args []string) string {
+	switch {
+	case len(args) > 2 && args[0] == "XINFO":
+		return args[2]
+	case len(args) > 1:
+		return args[1]
+	}
+	return ""
+}
+
+func (t *clusterTransport) node(ctx context.Context, key string) (*connTransport, error) {
+	m, err := t.rdb.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	opt := m.Options()
+	node := t.nodes[opt.Addr]
+	if node == nil {
+		node = &connTransport{opt: opt}
+		t.nodes[opt.Addr] = node
+	}
+	return node, nil
+}
+
+// prune closes the connections to nodes that are no longer masters.
+func (t *clusterTransport) prune(ctx context.Context) {
+	var mu sync.Mutex // ForEachMaster calls at once
+	masters := map[string]bool{}
+	t.rdb.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		masters[m.Options().Addr] = true
+		mu.Unlock()
+		return nil
+	})
+	for addr, node := range t.nodes {
+		if !masters[addr] {
+			node.close()
+			delete(t.nodes, addr)
+		}
+	}
+}
+
+func (t *clusterTransport) close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for addr, node := range t.nodes {
+		node.close()
+		delete(t.nodes, addr)
+	}
+	return nil
+}
+
+// appendCommand writes a command as RESP: an array of bulk strings.
+func appendCommand(b []byte, args []string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
+
+// read reads one reply (RESP2 or RESP3) into nodes.
+func (r *replies) read(rd *bufio.Reader, depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("%w: nested deeper than %d", errBadReply, maxDepth)
+	}
+	line, err := rd.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return fmt.Errorf("%w: a line longer than %d bytes", errBadReply, rd.Size())
+		}
+		return err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return fmt.Errorf("%w: %q", errBadReply, line)
+	}
+	typ, body := line[0], line[1:len(line)-2]
+	i := len(r.nodes)
+	r.nodes = append(r.nodes, rnode{})
+	nd := rnode{}
+	text := func(b []byte) {
+		nd.off = int32(len(r.buf))
+		r.buf = append(r.buf, b...)
+		nd.end = int32(len(r.buf))
+	}
+	switch typ {
+	case '+':
+		nd.kind = kindStr
+		text(body)
+	case '-', '!': // simple and bulk error
+		nd.kind = kindErr
+		if typ == '!' {
+			if err := r.bulk(rd, body, &nd); err != nil {
+				return err
+			}
+			break
+		}
+		text(body)
+	case ':':
+		nd.kind = kindInt
+		if nd.n, err = parseInt(body); err != nil {
+			return err
+		}
+	case '#':
+		nd.kind = kindInt
+		if len(body) == 1 && body[0] == 't' {
+			nd.n = 1
+		}
+	case ',':
+		nd.kind = kindDouble
+		text(body)
+	case '(':
+		nd.kind = kindStr
+		text(body)
+	case '_':
+	case '$', '=':
+		n, err := parseInt(body)
+		if err != nil {
+			return err
+		}
+		if n == -1 { // RESP2's null bulk string
+			break
+		}
+		nd.kind = kindStr
+		if err := r.bulk(rd, body, &nd); err != nil {
+			return err
+		}
+		if typ == '=' && nd.end-nd.off >= 4 { // verbatim: "txt:" before the text
+			nd.off += 4
+		}
+	case '*', '~', '>', '%':
+		n, err := parseInt(body)
+		if err != nil {
+			return err
+		}
+		if n == -1 { // RESP2's null array
+			break
+		}
+		if n < 0 {
+			return fmt.Errorf("%w: array length %d", errBadReply, n)
+		}
+		if typ == '%' {
+			n *= 2
+		}
+		nd.kind, nd.n = kindArr, n
+		for range n {
+			if err := r.read(rd, depth+1); err != nil {
+				return err
+			}
+		}
+	case '|': // attributes precede the reply they describe: skip them
+		n, err := parseInt(body)
+		if err != nil {
+			return err
+		}
+		for range 2 * n {
+			if err := r.read(rd, depth+1); err != nil {
+				return err
+			}
+		}
+		r.nodes = r.nodes[:i]
+		return r.read(rd, depth)
+	default:
+		return fmt.Errorf("%w: type %q", errBadReply, typ)
+	}
+	nd.next = int32(len(r.nodes))
+	r.nodes[i] = nd
+	return nil
+}
+
+// bulk reads a bulk string whose length is the line's body.
+func (r *replies) bulk(rd *bufio.Reader, body []byte, nd *rnode) error {
+	n, err := parseInt(body)
+	if err != nil || n < 0 || n > 512<<20 {
+		return fmt.Errorf("%w: bulk length %q", errBadReply, body)
+	}
+	off := len(r.buf)
+	r.buf = append(r.buf, make([]byte, n+2)...)
+	if _, err := io.ReadFull(rd, r.buf[off:]); err != nil {
+		return err
+	}
+	r.buf = r.buf[:off+int(n)]
+	nd.off, nd.end = int32(off), int32(off+int(n))
+	return nil
+}
+
+func parseInt(b []byte) (int64, error) {
+	// Most numbers here are short counts: read their digits directly.
+	if n := len(b); n > 0 && n < 19 {
+		neg := b[0] == '-'
+		v, i := int64(0), 0
+		if neg {
+			i = 1
+		}
+		for ; i < n && b[i] >= '0' && b[i] <= '9'; i++ {
+			v = v*10 + int64(b[i]-'0')
+		}
+		if i == n && (!neg || n > 1) {
+			if neg {
+				v = -v
+			}
+			return v, nil
+		}
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: number %q", errBadReply, b)
+	}
+	return n, nil
+}
