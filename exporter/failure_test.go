@@ -225,3 +225,19 @@ func TestBudgetOwnConnection(t *testing.T) {
 	must(t, <-slept)
 	want(t, gather(t, c), map[string]float64{"backstop_up": 1, "backstop_scrape_partial": 0, `backstop_dlq_size{queue="orders"}`: 0})
 }
+
+// TestOwnConnectionAfterRestart restarts Redis between two scrapes of
+// three pipelines: the kept connection is dead, and the scrape dials a
+// new one and reports every queue, with no error.
+func TestOwnConnectionAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	qs := fill(t, rdb, "q", 250, 3, 1)
+	c, _ := newTestCollector(t, rdb, WithQueues(qs...))
+	want(t, gather(t, c), map[string]float64{"backstop_up": 1, `backstop_dlq_size{queue="q249"}`: 2})
+	srv.Restart() // empty: the test server does not persist
+	want(t, gather(t, c), map[string]float64{
+		"backstop_up": 1, "backstop_scrape_partial": 0, `backstop_scrape_errors_total{kind="connection"}`: 0,
+		`backstop_dlq_size{queue="q0"}`: 0, `backstop_dlq_size{queue="q249"}`: 0,
+	})
+}

@@ -239,20 +239,21 @@ func (t *connTransport) finish(ctx context.Context, p *pipe) {
 	t.pending = t.pending[1:]
 	if t.err == nil {
 		t.err = t.readReplies(ctx, p)
-		if t.err != nil && t.kept && len(p.rep.roots) == 0 && ctx.Err() == nil {
-			t.drop()
-			t.err = nil
-			for _, q := range append([]*pipe{p}, t.pending...) {
-				if t.err == nil {
-					t.err = t.write(ctx, q)
-				}
-			}
+	}
+	if t.err != nil && t.kept && len(p.rep.roots) == 0 && ctx.Err() == nil {
+		t.drop()
+		t.err = nil
+		p.rep.reset()
+		for _, q := range append([]*pipe{p}, t.pending...) {
 			if t.err == nil {
-				t.err = t.readReplies(ctx, p)
+				t.err = t.write(ctx, q)
 			}
 		}
-		t.kept = false
+		if t.err == nil {
+			t.err = t.readReplies(ctx, p)
+		}
 	}
+	t.kept = false
 	if t.err != nil {
 		p.rep.failFrom(len(p.rep.roots), p.len(), t.err)
 	}
