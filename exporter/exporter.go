@@ -116,6 +116,10 @@ type Collector struct {
 	disc   *discovery // nil without a pattern
 	build  prometheus.Collector
 	flight flight
+	// sizes is how much the largest batch of the last scrape read (one
+	// scrape runs at a time): the next scrape's batches start that large
+	// instead of growing to it by doubling.
+	sizes struct{ nodes, buf int }
 
 	mu   sync.Mutex
 	errs map[string]float64 // backstop_scrape_errors_total by kind
@@ -274,8 +278,17 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	// turned into samples.
 	var batches [2]batch
 	for i := range batches {
-		batches[i].p.t = c.tr
+		b := &batches[i]
+		b.p.t = c.tr
+		b.p.rep.nodes, b.p.rep.buf = make([]rnode, 0, c.sizes.nodes), make([]byte, 0, c.sizes.buf)
 	}
+	abandoned := false // a pipe still written to by a goroutine the budget left behind
+	defer func() {
+		if !abandoned {
+			c.sizes.nodes = max(cap(batches[0].p.rep.nodes), cap(batches[1].p.rep.nodes))
+			c.sizes.buf = max(cap(batches[0].p.rep.buf), cap(batches[1].p.rep.buf))
+		}
+	}()
 	queued := 0
 	next := func() *pipe {
 		start := queued * batchQueues
@@ -322,6 +335,7 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		return s.pinged || c.cluster() // else Redis is down: the next batches would wait for it in vain
 	}
 	if p := c.tr.stream(ctx, next, done); p != nil {
+		abandoned = true
 		b := batchOf(p)
 		s.fail(Queue{}, "", fmt.Errorf("pipeline of queues %d to %d of %d: %w", b.start+1, b.start+len(b.queues), len(qs), ctx.Err()))
 		return
