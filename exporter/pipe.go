@@ -541,13 +541,15 @@ func (r *replies) read(rd *bufio.Reader, depth int) error {
 		text(body)
 	case ':':
 		nd.kind = kindInt
-		if nd.n, err = parseInt(body); err != nil {
+		v, err := parseInt(body)
+		if err != nil {
 			return err
 		}
+		nd.setNum(v)
 	case '#':
 		nd.kind = kindInt
 		if len(body) == 1 && body[0] == 't' {
-			nd.n = 1
+			nd.setNum(1)
 		}
 	case ',':
 		nd.kind = kindDouble
@@ -585,7 +587,8 @@ func (r *replies) read(rd *bufio.Reader, depth int) error {
 		if typ == '%' {
 			n *= 2
 		}
-		nd.kind, nd.n = kindArr, n
+		nd.kind = kindArr
+		nd.setNum(n)
 		for range n {
 			if err := r.read(rd, depth+1); err != nil {
 				return err

@@ -23,11 +23,27 @@ type replies struct {
 }
 
 type rnode struct {
-	kind     byte  // kindNil, kindErr, …
-	n        int64 // an integer's value; an array's number of elements (a map's, twice its pairs); an unanswered command's error in errs
-	off, end int32 // a string's, an error's or a double's text in buf
-	next     int32 // the node after this one and its elements
+	kind byte  // kindNil, kindErr, …
+	next int32 // the node after this one and its elements
+	// off and end are a string's, an error's or a double's text in buf;
+	// together (num) an integer's value, an array's number of elements (a
+	// map's, twice its pairs) or an unanswered command's error in errs.
+	// 16 bytes a node: a scrape's replies are tens of thousands of them.
+	off, end int32
 }
+
+func (n *rnode) num() int64 { return int64(n.off)<<32 | int64(uint32(n.end)) }
+
+func (n *rnode) setNum(v int64) { n.off, n.end = int32(v>>32), int32(v) }
+
+func unansweredNode(err, next int) rnode {
+	n := rnode{kind: kindUnanswered, next: int32(next)}
+	n.setNum(int64(err))
+	return n
+}
+
+// nilNode is what an absent reply reads as; never written.
+var nilNode = rnode{kind: kindNil}
 
 const (
 	kindNil        byte = iota
@@ -52,7 +68,7 @@ func (r *replies) failFrom(n, total int, err error) {
 	r.errs = append(r.errs, err)
 	for range total - n {
 		r.roots = append(r.roots, int32(len(r.nodes)))
-		r.nodes = append(r.nodes, rnode{kind: kindUnanswered, n: int64(len(r.errs) - 1), next: int32(len(r.nodes) + 1)})
+		r.nodes = append(r.nodes, unansweredNode(len(r.errs)-1, len(r.nodes)+1))
 	}
 }
 
@@ -72,8 +88,8 @@ func (r *replies) copyReply(v reply) {
 			r.buf = append(r.buf, v.r.buf[n.off:n.end]...)
 			n.off, n.end = off, int32(len(r.buf))
 		case kindUnanswered:
-			r.errs = append(r.errs, v.r.errs[n.n])
-			n.n = int64(len(r.errs) - 1)
+			r.errs = append(r.errs, v.r.errs[n.num()])
+			n.setNum(int64(len(r.errs) - 1))
 		}
 		n.next += shift
 		r.nodes = append(r.nodes, n)
@@ -124,14 +140,14 @@ func (v reply) err() error {
 	case kindErr:
 		return respError(v.r.buf[n.off:n.end])
 	case kindUnanswered:
-		return v.r.errs[n.n]
+		return v.r.errs[n.num()]
 	}
 	return nil
 }
 
 func (v reply) node() *rnode {
 	if v.i < 0 {
-		return &rnode{kind: kindNil}
+		return &nilNode
 	}
 	return &v.r.nodes[v.i]
 }
@@ -141,7 +157,7 @@ func (v reply) isNil() bool { return v.node().kind == kindNil }
 // int returns an integer reply's value.
 func (v reply) int() (int64, bool) {
 	n := v.node()
-	return n.n, n.kind == kindInt
+	return n.num(), n.kind == kindInt
 }
 
 // bytes returns a string reply's bytes, valid until the replies are
@@ -157,7 +173,10 @@ func (v reply) bytes() []byte {
 // str returns a string reply as a string, ok false for another kind.
 func (v reply) str() (string, bool) {
 	n := v.node()
-	return string(v.r.buf[n.off:n.end]), n.kind == kindStr
+	if n.kind != kindStr {
+		return "", false
+	}
+	return string(v.r.buf[n.off:n.end]), true
 }
 
 // float reads a number: a double, an integer, or a string holding one
@@ -166,7 +185,7 @@ func (v reply) float() (float64, bool) {
 	n := v.node()
 	switch n.kind {
 	case kindInt:
-		return float64(n.n), true
+		return float64(n.num()), true
 	case kindStr, kindDouble:
 		f, err := strconv.ParseFloat(string(v.r.buf[n.off:n.end]), 64)
 		return f, err == nil
@@ -178,7 +197,7 @@ func (v reply) float() (float64, bool) {
 // any other kind.
 func (v reply) len() int {
 	if n := v.node(); n.kind == kindArr {
-		return int(n.n)
+		return int(n.num())
 	}
 	return -1
 }
@@ -189,7 +208,7 @@ func (v reply) elems(f func(reply) bool) {
 	if n.kind != kindArr {
 		return
 	}
-	for i, e := 0, v.i+1; i < int(n.n); i, e = i+1, v.r.nodes[e].next {
+	for i, e := 0, v.i+1; i < int(n.num()); i, e = i+1, v.r.nodes[e].next {
 		if !f(reply{v.r, e}) {
 			return
 		}
@@ -250,7 +269,7 @@ func (v reply) render(b *bytes.Buffer) {
 	case kindNil:
 		b.WriteString("<nil>")
 	case kindInt:
-		b.WriteString(strconv.FormatInt(n.n, 10))
+		b.WriteString(strconv.FormatInt(n.num(), 10))
 	case kindArr:
 		b.WriteByte('[')
 		sep := ""
@@ -261,7 +280,9 @@ func (v reply) render(b *bytes.Buffer) {
 			return b.Len() < 400
 		})
 		b.WriteByte(']')
-	default:
+	case kindUnanswered:
+		b.WriteString("<no reply>")
+	default: // a string, an error, a double
 		b.Write(v.r.buf[n.off:n.end])
 	}
 }
@@ -291,11 +312,12 @@ func (r *replies) add(v any, depth int) {
 		nd.kind = kindStr
 		text(string(x))
 	case int64:
-		nd.kind, nd.n = kindInt, x
+		nd.kind = kindInt
+		nd.setNum(x)
 	case bool:
 		nd.kind = kindInt
 		if x {
-			nd.n = 1
+			nd.setNum(1)
 		}
 	case float64:
 		nd.kind = kindDouble
@@ -304,14 +326,16 @@ func (r *replies) add(v any, depth int) {
 		nd.kind = kindErr
 		text(x.Error())
 	case []any:
-		nd.kind, nd.n = kindArr, int64(len(x))
+		nd.kind = kindArr
+		nd.setNum(int64(len(x)))
 		if depth < maxDepth {
 			for _, e := range x {
 				r.add(e, depth+1)
 			}
 		}
 	case map[any]any:
-		nd.kind, nd.n = kindArr, 2*int64(len(x))
+		nd.kind = kindArr
+		nd.setNum(2 * int64(len(x)))
 		if depth < maxDepth {
 			for k, e := range x {
 				r.add(k, depth+1)
@@ -319,7 +343,8 @@ func (r *replies) add(v any, depth int) {
 			}
 		}
 	case map[string]string: // HGETALL through go-redis's own command
-		nd.kind, nd.n = kindArr, 2*int64(len(x))
+		nd.kind = kindArr
+		nd.setNum(2 * int64(len(x)))
 		for k, e := range x {
 			r.add(k, depth+1)
 			r.add(e, depth+1)
@@ -329,7 +354,7 @@ func (r *replies) add(v any, depth int) {
 		text(fmt.Sprint(x))
 	}
 	if nd.kind == kindArr && depth >= maxDepth {
-		nd.kind, nd.n = kindErr, 0
+		nd.kind = kindErr
 		text(errBadReply.Error() + ": nested too deep")
 	}
 	nd.next = int32(len(r.nodes))
