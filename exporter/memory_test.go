@@ -86,8 +86,9 @@ func BenchmarkScrapeMemory(b *testing.B) {
 // BenchmarkScrapeCPU times scrapes of 1,000 queues through the handler, as
 // BenchmarkScrapeMemory's but without its forced GCs, over the collector's
 // own connection and over the client's pipelines (WithClientPipelines, the
-// way a cluster is read), in turn: the profile to read for where a
-// scrape's CPU goes (BENCHMARKS.md). cpu-ms/op is the process's CPU time
+// way a cluster is read), in turn, and the exposition alone (gzipped
+// OpenMetrics): the profile to read for where a scrape's CPU goes
+// (BENCHMARKS.md). cpu-ms/op is the process's CPU time
 // per scrape (Redis's is its own process's).
 //
 //	go test -run '^$' -bench ScrapeCPU -benchtime 100x -cpuprofile cpu.out ./exporter/
@@ -116,6 +117,21 @@ func BenchmarkScrapeCPU(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-start)/1e6/float64(b.N), "cpu-ms/op")
 		})
 	}
+	// The exposition alone: one collection, encoded again and again.
+	b.Run("part=exposition", func(b *testing.B) {
+		c, _ := newTestCollector(b, rdb, WithQueues(qs...), WithTimeout(time.Minute))
+		h := c.Handler(nil).(*handler)
+		key := bodyKey{format: expfmt.FmtOpenMetrics_1_0_0, gzip: true}
+		resp := h.join()
+		b.ReportAllocs()
+		start := processCPU()
+		for b.Loop() {
+			if _, err := h.encode(resp, key); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(processCPU()-start)/1e6/float64(b.N), "cpu-ms/op")
+	})
 }
 
 // processCPU is the CPU time this process has used, user and system.
