@@ -276,19 +276,18 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		heads: map[string]ref{}, stats: map[string]ref{},
 		totals: &totals,
 	}
-	// Two batches in turn: one on the wire while the other's replies are
-	// turned into samples.
-	var batches [2]batch
+	// Batches in turn, up to pipelineDepth on the wire, their replies read
+	// one batch after the other into one arena, as large from the start
+	// as the last scrape's grew.
+	var batches [pipelineDepth]batch
+	arena := &replies{nodes: make([]rnode, 0, c.sizes.nodes), buf: make([]byte, 0, c.sizes.buf)}
 	for i := range batches {
-		b := &batches[i]
-		b.p.t = c.tr
-		b.p.rep.nodes, b.p.rep.buf = make([]rnode, 0, c.sizes.nodes), make([]byte, 0, c.sizes.buf)
+		batches[i].p.t, batches[i].p.rep = c.tr, arena
 	}
-	abandoned := false // a pipe still written to by a goroutine the budget left behind
+	abandoned := false // the arena is still written to by a goroutine the budget left behind
 	defer func() {
 		if !abandoned {
-			c.sizes.nodes = max(cap(batches[0].p.rep.nodes), cap(batches[1].p.rep.nodes))
-			c.sizes.buf = max(cap(batches[0].p.rep.buf), cap(batches[1].p.rep.buf))
+			c.sizes.nodes, c.sizes.buf = cap(arena.nodes), cap(arena.buf)
 		}
 	}()
 	queued := 0
@@ -297,7 +296,7 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		if start > 0 && start >= len(qs) {
 			return nil
 		}
-		b := &batches[queued%2]
+		b := &batches[queued%len(batches)] // the oldest: its replies are read
 		queued++
 		b.reset(start, qs[start:min(start+batchQueues, len(qs))])
 		if start == 0 {
@@ -315,10 +314,12 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		return &b.p
 	}
 	batchOf := func(p *pipe) *batch {
-		if p == &batches[0].p {
-			return &batches[0]
+		for i := range batches {
+			if p == &batches[i].p {
+				return &batches[i]
+			}
 		}
-		return &batches[1]
+		panic("exporter: a pipe of no batch")
 	}
 	done := func(p *pipe) bool {
 		b := batchOf(p)
@@ -355,7 +356,7 @@ type batch struct {
 }
 
 func (b *batch) reset(start int, qs []Queue) {
-	b.p.clear() // the last batch's replies are garbage now
+	b.p.clear()
 	clear(b.reads)
 	b.start, b.queues, b.ping, b.reads = start, qs, noRef, b.reads[:0]
 }

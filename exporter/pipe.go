@@ -21,7 +21,9 @@ type pipe struct {
 	t    transport
 	args []string // every command's arguments, one after the other
 	argc []int    // each command's number of arguments
-	rep  replies
+	// rep holds the replies once read; pipes read one after the other
+	// may share one (a scrape's batches do).
+	rep *replies
 }
 
 // do queues a command and names its reply.
@@ -34,7 +36,15 @@ func (p *pipe) do(args ...string) ref {
 func (p *pipe) len() int { return len(p.argc) }
 
 // reply is a command's reply once the pipe has run.
-func (p *pipe) reply(c ref) reply { return p.rep.reply(c) }
+func (p *pipe) reply(c ref) reply { return p.arena().reply(c) }
+
+// arena returns the replies, made on first use.
+func (p *pipe) arena() *replies {
+	if p.rep == nil {
+		p.rep = &replies{}
+	}
+	return p.rep
+}
 
 // exec runs the queued commands, or gives up when ctx ends (abandoned).
 // Errors are the replies': an unanswered command's reply says why
@@ -50,10 +60,9 @@ func (p *pipe) exec(ctx context.Context) (abandoned bool) {
 	}, func(*pipe) bool { return true }) != nil
 }
 
-// clear forgets the commands and replies, keeping the memory.
+// clear forgets the commands, keeping the memory.
 func (p *pipe) clear() {
 	p.args, p.argc = p.args[:0], p.argc[:0]
-	p.rep.reset()
 }
 
 // command returns the arguments of the ith command from offset off,
@@ -113,7 +122,7 @@ type clientTransport struct {
 
 func (t *clientTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
 	for p := next(); p != nil; p = next() {
-		p.rep.reset()
+		p.arena().reset()
 		// In a goroutine of its own, so the budget holds even over a
 		// client that ignores context deadlines.
 		if !within(ctx, func() { t.exec(ctx, p) }) {
@@ -192,39 +201,43 @@ func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func
 		}
 		clear(t.pending)
 	}()
-	p := next()
-	if p != nil {
-		t.start(ctx, p)
-	}
-	for p != nil {
-		var ahead *pipe
-		if t.err == nil && ctx.Err() == nil {
-			if ahead = next(); ahead != nil {
-				t.start(ctx, ahead)
+	fill := func() {
+		for len(t.pending) < pipelineDepth && t.err == nil && ctx.Err() == nil {
+			p := next()
+			if p == nil {
+				return
 			}
+			t.start(ctx, p)
 		}
+	}
+	fill()
+	for len(t.pending) > 0 {
+		p := t.pending[0]
 		t.finish(ctx, p)
 		if !done(p) || ctx.Err() != nil {
-			if ahead != nil {
-				t.finish(ctx, ahead) // read, so the connection stays in step
+			for len(t.pending) > 0 {
+				t.finish(ctx, t.pending[0]) // read, so the connection stays in step
 			}
 			return nil
 		}
-		if p = ahead; p == nil && t.err != nil {
+		if t.err != nil && len(t.pending) == 0 {
 			// The connection broke: the batches left try a new one.
 			t.drop()
 			t.err = nil
-			if p = next(); p != nil {
-				t.start(ctx, p)
-			}
 		}
+		fill()
 	}
 	return nil
 }
 
+// pipelineDepth is how many pipes a connection has on the wire at most:
+// Redis answers the next ones while the exporter reads the first, and a
+// scheduler that is slow to run either (a busy machine) stalls the scrape
+// less often.
+const pipelineDepth = 4
+
 // start sends p after the pipes pending; finish reads its replies.
 func (t *connTransport) start(ctx context.Context, p *pipe) {
-	p.rep.reset()
 	t.pending = append(t.pending, p)
 	if t.err == nil {
 		t.err = t.write(ctx, p)
@@ -237,6 +250,7 @@ func (t *connTransport) start(ctx context.Context, p *pipe) {
 // stream (a restart, an idle timeout), and reads are safe to send twice.
 func (t *connTransport) finish(ctx context.Context, p *pipe) {
 	t.pending = t.pending[1:]
+	p.arena().reset()
 	if t.err == nil {
 		t.err = t.readReplies(ctx, p)
 	}
@@ -280,10 +294,11 @@ func (t *connTransport) write(ctx context.Context, p *pipe) error {
 }
 
 func (t *connTransport) readReplies(ctx context.Context, p *pipe) error {
+	r := p.arena()
 	for range p.len() {
-		p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
-		if err := p.rep.read(t.rd, 0); err != nil {
-			p.rep.roots = p.rep.roots[:len(p.rep.roots)-1]
+		r.roots = append(r.roots, int32(len(r.nodes)))
+		if err := r.read(t.rd, 0); err != nil {
+			r.roots = r.roots[:len(r.roots)-1]
 			return ctxErr(ctx, err)
 		}
 	}
@@ -388,7 +403,7 @@ func (t *clusterTransport) stream(ctx context.Context, next func() *pipe, done f
 }
 
 func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
-	p.rep.reset()
+	p.arena().reset()
 	if t.moved {
 		t.moved = false
 		t.rdb.ReloadState(ctx)

@@ -71,7 +71,7 @@ func TestUnknownIsNotZero(t *testing.T) {
 // pipeOf is a pipe whose commands' replies are the values given, as
 // go-redis decodes them (strings, int64, []any, map[any]any, errors).
 func pipeOf(values ...any) *pipe {
-	p := &pipe{}
+	p := &pipe{rep: &replies{}}
 	for _, v := range values {
 		p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
 		p.rep.add(v, 0)
