@@ -92,12 +92,12 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 
 // WithClientPipelines reads the queues through the client's own
 // pipelines, so that its hooks (tracing, metrics) see every read. By
-// default a plain or Sentinel-managed client's queues are read over a
-// connection of the collector's own, dialled and logged in as the
-// client's options say and read without go-redis's per-reply objects:
-// about a third less CPU per scrape (BENCHMARKS.md). A cluster client, or
-// one with an OnConnect hook or a streaming credentials provider, is
-// always read through its pipelines.
+// default the queues of a plain, Sentinel-managed or cluster client are read
+// over connections of the collector's own, dialled and logged in as the
+// client's options say (one per master of a cluster) and read without
+// go-redis's per-reply objects: about half the CPU per scrape
+// (BENCHMARKS.md). A client with an OnConnect hook or a streaming
+// credentials provider is always read through its pipelines.
 func WithClientPipelines() Option { return func(c *config) { c.viaClient = true } }
 
 // WithLogger sets the logger (default: discard).
