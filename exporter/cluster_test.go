@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -77,4 +78,81 @@ func TestCluster(t *testing.T) {
 	if len(got) != len(viaGot) {
 		t.Errorf("%d series through the client's pipelines, %d over the own connections", len(viaGot), len(got))
 	}
+}
+
+// TestClusterSlotMoving moves a queue's slot to another master under a
+// running collector, as redis-cli --cluster reshard does: while the keys
+// are migrated the old master answers ASK, once the slot is moved MOVED.
+// The collector follows both, as go-redis did, and the queue is reported
+// whole, without an error, before, during and after.
+func TestClusterSlotMoving(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	rdb := cluster.Client(t)
+	ctx := context.Background()
+	q := queue.New(rdb, "moving")
+	must(t, q.EnsureGroup(ctx))
+	for j := range 3 {
+		_, err := q.Enqueue(ctx, "job-"+strconv.Itoa(j), nil)
+		must(t, err)
+	}
+	m := readGroup(t, rdb, q.Keys().Jobs, "workers", 1)
+	deadLetter(t, q, m[0].ID, "permanent_error")
+
+	c, logs := newTestCollector(t, rdb, WithQueues(QueueFor("moving")))
+	whole := map[string]float64{
+		"backstop_up": 1, "backstop_scrape_partial": 0, `backstop_scrape_errors_total{kind="reply"}`: 0,
+		`backstop_enqueued_total{queue="moving"}`: 3, `backstop_dlq_size{queue="moving"}`: 1,
+	}
+	want(t, gather(t, c), whole)
+
+	slot, err := rdb.ClusterKeySlot(ctx, q.Keys().Jobs).Result()
+	must(t, err)
+	source, err := rdb.MasterForKey(ctx, q.Keys().Jobs)
+	must(t, err)
+	var target *redis.Client
+	for _, addr := range cluster.Addrs {
+		if addr != source.Options().Addr {
+			target = redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { target.Close() })
+			break
+		}
+	}
+	sourceID, err := source.Do(ctx, "CLUSTER", "MYID").Text()
+	must(t, err)
+	targetID, err := target.Do(ctx, "CLUSTER", "MYID").Text()
+	must(t, err)
+	must(t, target.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID).Err())
+	must(t, source.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", targetID).Err())
+	keys, err := source.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+	must(t, err)
+	if len(keys) < 3 {
+		t.Fatalf("keys in slot %d: %v", slot, keys)
+	}
+	host, port, _ := net.SplitHostPort(target.Options().Addr)
+	migrate := append([]any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}, anySlice(keys)...)
+	must(t, source.Do(ctx, migrate...).Err())
+	if err := source.Do(ctx, "XLEN", q.Keys().Jobs).Err(); err == nil || !strings.HasPrefix(err.Error(), "ASK ") {
+		t.Fatalf("the source master answers %v, want ASK", err)
+	}
+	want(t, gather(t, c), whole) // every key answered through ASK
+
+	must(t, rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", targetID).Err()
+	}))
+	if err := source.Do(ctx, "XLEN", q.Keys().Jobs).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED ") {
+		t.Fatalf("the source master answers %v, want MOVED", err)
+	}
+	want(t, gather(t, c), whole) // through MOVED
+	want(t, gather(t, c), whole) // the slot map reloaded
+	if logs.String() != "" {
+		t.Errorf("unexpected logs:\n%s", logs)
+	}
+}
+
+func anySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

@@ -111,13 +111,14 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 type Collector struct {
 	rdb    redis.UniversalClient
 	tr     transport     // how the queues are read (pipe.go)
+	ingest transport     // the same for DLQIngestion, so that it never waits for a scrape
 	rmq    *rabbitSource // set instead of rdb by NewRabbitMQCollector
 	cfg    config
 	disc   *discovery // nil without a pattern
 	build  prometheus.Collector
 	flight flight
 	// sizes is how much the largest batch of the last scrape read (one
-	// scrape runs at a time): the next scrape's batches start that large
+	// scrape runs at a time): the next scrape's arena starts that large
 	// instead of growing to it by doubling.
 	sizes struct{ nodes, buf int }
 
@@ -164,7 +165,7 @@ func NewCollector(rdb redis.UniversalClient, opts ...Option) (*Collector, error)
 	}
 	sortQueues(qs)
 	cfg.queues = qs
-	c := &Collector{rdb: rdb, tr: newTransport(rdb, cfg.viaClient), cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
+	c := &Collector{rdb: rdb, tr: newTransport(rdb, cfg.viaClient), ingest: newTransport(rdb, cfg.viaClient), cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
 	if cfg.pattern != "" {
 		if err := checkPattern(cfg.pattern, cfg.refresh, cfg.maxKeys); err != nil {
 			return nil, fmt.Errorf("exporter: %w", err)
@@ -174,13 +175,13 @@ func NewCollector(rdb redis.UniversalClient, opts ...Option) (*Collector, error)
 	return c, nil
 }
 
-// Close closes the collector's own connection to Redis, if it has one; a
-// scrape after Close dials a new one. It never closes the client.
+// Close closes the collector's own connections to Redis, if it has any;
+// a scrape after Close dials anew. It never closes the client.
 func (c *Collector) Close() error {
 	if c.tr == nil {
 		return nil
 	}
-	return c.tr.close()
+	return errors.Join(c.tr.close(), c.ingest.close())
 }
 
 // Describe sends the descriptors of every metric the collector reports.
@@ -284,16 +285,18 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	for i := range batches {
 		batches[i].p.t, batches[i].p.rep = c.tr, arena
 	}
-	abandoned := false // the arena is still written to by a goroutine the budget left behind
+	var used struct{ nodes, buf int } // the most a batch's replies took
+	abandoned := false                // a goroutine the budget left behind still writes to the arena
 	defer func() {
 		if !abandoned {
-			c.sizes.nodes, c.sizes.buf = cap(arena.nodes), cap(arena.buf)
+			c.sizes = used
 		}
 	}()
-	queued := 0
+	queued, finished, exhausted := 0, 0, false // batches sent, batches read, all sent
 	next := func() *pipe {
 		start := queued * batchQueues
 		if start > 0 && start >= len(qs) {
+			exhausted = true
 			return nil
 		}
 		b := &batches[queued%len(batches)] // the oldest: its replies are read
@@ -323,6 +326,8 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	}
 	done := func(p *pipe) bool {
 		b := batchOf(p)
+		finished++
+		used.nodes, used.buf = max(used.nodes, len(arena.nodes)), max(used.buf, len(arena.buf))
 		if b.ping != noRef {
 			if err := p.reply(b.ping).err(); err != nil {
 				s.fail(Queue{}, "", fmt.Errorf("ping: %w", err))
@@ -341,6 +346,11 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		abandoned = true
 		b := batchOf(p)
 		s.fail(Queue{}, "", fmt.Errorf("pipeline of queues %d to %d of %d: %w", b.start+1, b.start+len(b.queues), len(qs), ctx.Err()))
+		return
+	}
+	if (!exhausted || finished < queued) && ctx.Err() != nil {
+		read := min(finished*batchQueues, len(qs))
+		s.fail(Queue{}, "", fmt.Errorf("queues %d to %d of %d not read: %w", read+1, len(qs), len(qs), ctx.Err()))
 		return
 	}
 	c.readLater(ctx, s)

@@ -241,3 +241,24 @@ func TestOwnConnectionAfterRestart(t *testing.T) {
 		`backstop_dlq_size{queue="q0"}`: 0, `backstop_dlq_size{queue="q249"}`: 0,
 	})
 }
+
+// TestDLQIngestionOutOfTime asks for the DLQ ingestion with a budget
+// already spent: nothing is sent, and every queue says it ran out of
+// time, not that Redis did not answer.
+func TestDLQIngestionOutOfTime(t *testing.T) {
+	rdb := redistest.Start(t).Client()
+	prepareOrders(t, rdb)
+	c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("orders"), QueueFor("emails")))
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	out, err := c.DLQIngestion(ctx)
+	must(t, err)
+	if len(out) != 2 {
+		t.Fatalf("%d queues read, want 2", len(out))
+	}
+	for _, q := range out {
+		if kindOf(q.Err) != kindTimeout {
+			t.Errorf("queue %s: %v (kind %s), want a timeout", q.Queue, q.Err, kindOf(q.Err))
+		}
+	}
+}

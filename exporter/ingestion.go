@@ -43,7 +43,7 @@ func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
 		read *dlqRead
 	}
 	var cmds []pending
-	p := &pipe{t: c.tr}
+	p := &pipe{t: c.ingest}
 	for _, q := range qs {
 		if r := queueDLQRead(p, q); r != nil {
 			cmds = append(cmds, pending{q.Name, r})

@@ -51,13 +51,28 @@ func (p *pipe) arena() *replies {
 // (reply.err).
 func (p *pipe) exec(ctx context.Context) (abandoned bool) {
 	sent := false
-	return p.t.stream(ctx, func() *pipe {
+	abandoned = p.t.stream(ctx, func() *pipe {
 		if sent {
 			return nil
 		}
 		sent = true
 		return p
 	}, func(*pipe) bool { return true }) != nil
+	if r := p.arena(); !abandoned && len(r.roots) < p.len() {
+		// Not sent: the budget ran out first.
+		r.failFrom(len(r.roots), p.len(), cmpErr(ctx.Err(), errNoReply))
+	}
+	return abandoned
+}
+
+// cmpErr returns the first error that is not nil.
+func cmpErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // clear forgets the commands, keeping the memory.
@@ -97,7 +112,7 @@ func newTransport(rdb redis.UniversalClient, viaClient bool) transport {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		if opt := c.Options(); ownable(opt.OnConnect, opt.StreamingCredentialsProvider) && opt.Dialer != nil {
-			return &connTransport{opt: opt}
+			return newConnTransport(opt)
 		}
 	case *redis.ClusterClient:
 		if opt := c.Options(); ownable(opt.OnConnect, opt.StreamingCredentialsProvider) {
@@ -178,10 +193,12 @@ func (t *clientTransport) close() error { return nil }
 // dials anew.
 type connTransport struct {
 	opt *redis.Options
-	mu  sync.Mutex // one stream at a time: replies come in the order sent
-	nc  net.Conn
-	rd  *bufio.Reader
-	out []byte
+	// turn is held by the one stream at a time (replies come in the
+	// order sent); a stream whose budget ends while it waits gives up.
+	turn chan struct{}
+	nc   net.Conn
+	rd   *bufio.Reader
+	out  []byte
 	// The stream's state: the pipes sent whose replies are not read yet,
 	// the error that broke the connection, and whether the connection
 	// was kept from an earlier stream (and may have been closed by the
@@ -192,8 +209,10 @@ type connTransport struct {
 }
 
 func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	if !t.lock(ctx) {
+		return nil // nothing sent: the caller reports the budget
+	}
+	defer t.unlock()
 	t.pending, t.err, t.kept = t.pending[:0], nil, t.nc != nil
 	defer func() {
 		if t.err != nil || len(t.pending) > 0 {
@@ -331,16 +350,16 @@ func (t *connTransport) dial(ctx context.Context) error {
 		user, pass = opt.CredentialsProvider()
 	}
 	var hello pipe
-	if pass != "" {
-		if user != "" {
-			hello.do("AUTH", user, pass)
-		} else {
-			hello.do("AUTH", pass)
-		}
+	switch {
+	case user != "": // as go-redis's HELLO: a nopass user takes any password
+		hello.do("AUTH", user, pass)
+	case pass != "":
+		hello.do("AUTH", pass)
 	}
 	if opt.DB != 0 {
 		hello.do("SELECT", strconv.Itoa(opt.DB))
 	}
+	needed := hello.len() // the name is cosmetic: an ACL may refuse it
 	if opt.ClientName != "" {
 		hello.do("CLIENT", "SETNAME", opt.ClientName)
 	}
@@ -351,7 +370,7 @@ func (t *connTransport) dial(ctx context.Context) error {
 	if err == nil {
 		err = t.readReplies(ctx, &hello)
 	}
-	for i := range hello.len() {
+	for i := range needed {
 		if err == nil {
 			err = hello.reply(ref(i)).err()
 		}
@@ -369,9 +388,24 @@ func (t *connTransport) drop() {
 	}
 }
 
+func newConnTransport(opt *redis.Options) *connTransport {
+	return &connTransport{opt: opt, turn: make(chan struct{}, 1)}
+}
+
+func (t *connTransport) lock(ctx context.Context) bool {
+	select {
+	case t.turn <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (t *connTransport) unlock() { <-t.turn }
+
 func (t *connTransport) close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.turn <- struct{}{}
+	defer t.unlock()
 	t.drop()
 	return nil
 }
@@ -393,13 +427,13 @@ type clusterTransport struct {
 func (t *clusterTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for p := next(); p != nil; p = next() {
+	for p := next(); p != nil && ctx.Err() == nil; p = next() {
 		t.exec(ctx, p)
 		if !done(p) {
 			return nil
 		}
 	}
-	return nil
+	return nil // the caller reports the pipes the budget left unsent
 }
 
 func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
@@ -416,6 +450,24 @@ func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
 	}
 	routes := make([]route, p.len())
 	subs := map[*connTransport]*pipe{}
+	send := func(i int, node *connTransport, asking bool, args []string) {
+		sub := subs[node]
+		if sub == nil {
+			sub = &pipe{t: node}
+			subs[node] = sub
+		}
+		if asking {
+			sub.do("ASKING") // its OK is not read
+		}
+		routes[i] = route{sub: sub, c: sub.do(args...)}
+	}
+	run := func() {
+		var wg sync.WaitGroup
+		for _, sub := range subs {
+			wg.Go(func() { sub.exec(ctx) })
+		}
+		wg.Wait()
+	}
 	for i, off := 0, 0; i < p.len(); i++ {
 		var args []string
 		args, off = p.command(i, off)
@@ -424,29 +476,69 @@ func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
 			routes[i].err = err
 			continue
 		}
-		sub := subs[node]
-		if sub == nil {
-			sub = &pipe{t: node}
-			subs[node] = sub
+		send(i, node, false, args)
+	}
+	run()
+	// Slots on the move: follow a MOVED or ASK once, as go-redis does, and
+	// after a MOVED reload the slot map before the next pipe.
+	first := routes
+	routes, subs = make([]route, len(first)), map[*connTransport]*pipe{}
+	copy(routes, first)
+	again := false
+	for i, off := 0, 0; i < p.len(); i++ {
+		var args []string
+		args, off = p.command(i, off)
+		r := first[i]
+		if r.err != nil {
+			continue
 		}
-		routes[i] = route{sub: sub, c: sub.do(args...)}
+		addr, ask, ok := redirection(r.sub.reply(r.c).err())
+		if !ok {
+			continue
+		}
+		t.moved = t.moved || !ask
+		send(i, t.nodeAt(addr, r.sub.t.(*connTransport).opt), ask, args)
+		again = true
 	}
-	var wg sync.WaitGroup
-	for _, sub := range subs {
-		wg.Go(func() { sub.exec(ctx) })
+	if again {
+		run()
 	}
-	wg.Wait()
 	for _, r := range routes {
 		if r.err != nil {
 			p.rep.failFrom(len(p.rep.roots), len(p.rep.roots)+1, r.err)
 			continue
 		}
-		v := r.sub.reply(r.c)
-		if err := v.err(); err != nil && (strings.HasPrefix(err.Error(), "MOVED ") || strings.HasPrefix(err.Error(), "ASK ")) {
-			t.moved = true
-		}
-		p.rep.copyReply(v)
+		p.rep.copyReply(r.sub.reply(r.c))
 	}
+}
+
+// redirection reads a MOVED or ASK error reply: the address it names and
+// whether it is ASK.
+func redirection(err error) (addr string, ask, ok bool) {
+	var rerr respError
+	if !errors.As(err, &rerr) {
+		return "", false, false
+	}
+	kind, rest, _ := strings.Cut(string(rerr), " ")
+	_, addr, found := strings.Cut(rest, " ")
+	if !found || (kind != "MOVED" && kind != "ASK") {
+		return "", false, false
+	}
+	return addr, kind == "ASK", true
+}
+
+// nodeAt is the connection to the master at addr, dialled with like's
+// options (the cluster's: the same dialer, TLS and credentials) when it
+// is new.
+func (t *clusterTransport) nodeAt(addr string, like *redis.Options) *connTransport {
+	if node := t.nodes[addr]; node != nil {
+		return node
+	}
+	opt := *like
+	opt.Addr = addr
+	node := newConnTransport(&opt)
+	t.nodes[addr] = node
+	return node
 }
 
 // commandKey is the key a read command names ("" for PING: any master).
@@ -468,7 +560,7 @@ func (t *clusterTransport) node(ctx context.Context, key string) (*connTransport
 	opt := m.Options()
 	node := t.nodes[opt.Addr]
 	if node == nil {
-		node = &connTransport{opt: opt}
+		node = newConnTransport(opt)
 		t.nodes[opt.Addr] = node
 	}
 	return node, nil

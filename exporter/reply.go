@@ -156,8 +156,10 @@ func (v reply) isNil() bool { return v.node().kind == kindNil }
 
 // int returns an integer reply's value.
 func (v reply) int() (int64, bool) {
-	n := v.node()
-	return n.num(), n.kind == kindInt
+	if n := v.node(); n.kind == kindInt {
+		return n.num(), true
+	}
+	return 0, false
 }
 
 // bytes returns a string reply's bytes, valid until the replies are
