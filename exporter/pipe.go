@@ -414,9 +414,9 @@ func (t *connTransport) close() error {
 // master (connTransport, with the master's options): each command goes to
 // the master of its key's slot as go-redis sees the cluster
 // (MasterForKey), the masters' pipelines run at once, and their replies
-// are put back in the order sent. A MOVED or ASK reply (slots moving to
-// another master) fails its queue for this scrape and makes go-redis
-// reload its view of the cluster for the next.
+// are put back in the order sent. A MOVED or ASK reply (a slot moving to
+// another master) is followed once, as go-redis does, and a MOVED makes
+// go-redis reload its view of the cluster before the next pipe.
 type clusterTransport struct {
 	rdb   *redis.ClusterClient
 	mu    sync.Mutex
