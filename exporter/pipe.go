@@ -186,11 +186,11 @@ func (t *clientTransport) close() error { return nil }
 // connTransport reads over one connection of its own, dialled and logged
 // in as the client's options say (TLS, user and password or credentials
 // provider, database; through the Sentinels for a failover client), and
-// kept between scrapes. It speaks RESP2, which every server takes, and
-// reads RESP3 too. Every pipe it runs has a deadline (the scrape's
-// budget): past it reads and writes fail. A connection that fails is
-// closed, and the pipes after the failure fail with it: the next stream
-// dials anew.
+// kept between scrapes (a failover client's is dialled anew for each). It
+// speaks RESP2, which every server takes, and reads RESP3 too. Every pipe
+// it runs has a deadline (the scrape's budget): past it reads and writes
+// fail. A connection that fails is closed, and the pipes after the
+// failure fail with it: the next stream dials anew.
 type connTransport struct {
 	opt *redis.Options
 	// turn is held by the one stream at a time (replies come in the
@@ -213,6 +213,12 @@ func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func
 		return nil // nothing sent: the caller reports the budget
 	}
 	defer t.unlock()
+	if t.opt.Addr == failoverAddr {
+		// Through Sentinel: dial the master go-redis knows now (its
+		// subscription to the Sentinels keeps it current), not the one
+		// of the last scrape, which may have been failed over since.
+		t.drop()
+	}
 	t.pending, t.err, t.kept = t.pending[:0], nil, t.nc != nil
 	defer func() {
 		if t.err != nil || len(t.pending) > 0 {
@@ -387,6 +393,10 @@ func (t *connTransport) drop() {
 		t.nc, t.rd = nil, nil
 	}
 }
+
+// failoverAddr is the address go-redis gives a Sentinel-managed client
+// (NewFailoverClient), whose dialer asks the Sentinels for the master.
+const failoverAddr = "FailoverClient"
 
 func newConnTransport(opt *redis.Options) *connTransport {
 	return &connTransport{opt: opt, turn: make(chan struct{}, 1)}
