@@ -93,7 +93,11 @@ type encoder struct {
 	w   *bufio.Writer
 	om  bool
 	num []byte // scratch for numbers
+	lbl []byte // a sample's label pairs, written once for all its lines
 	ss  *samples
+	// les are the le values of the last histogram's bounds, as written.
+	les    []string
+	bounds []float64
 }
 
 // family writes the samples of one metric, sorted by their label values
@@ -133,92 +137,118 @@ func (e *encoder) family(group []*sample) {
 	w.WriteString(typ)
 	w.WriteByte('\n')
 	for _, s := range group {
+		e.labels(s)
 		h := e.ss.hist(s)
 		if h == nil {
-			e.line(s, "", math.NaN(), false, s.value, 0, false)
+			e.line(d.name, "", "", s.value, 0, false)
 			continue
 		}
-		for i, bound := range h.bounds {
-			e.line(s, "_bucket", bound, true, 0, h.cum[i], true)
+		les := e.boundLabels(h.bounds)
+		for i := range h.bounds {
+			e.line(d.name, "_bucket", les[i], 0, h.cum[i], true)
 		}
-		e.line(s, "_bucket", math.Inf(1), true, 0, h.count, true)
-		e.line(s, "_sum", 0, false, h.sum, 0, false)
-		e.line(s, "_count", 0, false, 0, h.count, true)
+		e.line(d.name, "_bucket", "+Inf", 0, h.count, true)
+		e.line(d.name, "_sum", "", h.sum, 0, false)
+		e.line(d.name, "_count", "", 0, h.count, true)
 	}
 }
 
-// line writes one sample line: the name and suffix, the labels and, with
-// le, the le label, then the value: count when isCount, else v.
-func (e *encoder) line(s *sample, suffix string, le float64, withLE bool, v float64, count uint64, isCount bool) {
-	w := e.w
-	w.WriteString(s.desc.name)
-	w.WriteString(suffix)
-	sep := byte('{')
+// labels writes s's label pairs into e.lbl, for each line of s.
+func (e *encoder) labels(s *sample) {
+	b := e.lbl[:0]
 	for i, n := range s.desc.names {
-		w.WriteByte(sep)
-		w.WriteString(*n)
-		w.WriteString(`="`)
-		if v := s.label(i); needsEscape(v) {
-			quotedEscaper.WriteString(w, v)
-		} else {
-			w.WriteString(v) // the common case, without the Replacer's overhead
+		if i > 0 {
+			b = append(b, ',')
 		}
-		w.WriteByte('"')
-		sep = ','
+		b = append(b, *n...)
+		b = append(b, `="`...)
+		if v := s.label(i); needsEscape(v) {
+			b = append(b, quotedEscaper.Replace(v)...)
+		} else {
+			b = append(b, v...) // the common case, without the Replacer's overhead
+		}
+		b = append(b, '"')
 	}
-	if withLE {
-		w.WriteByte(sep)
-		w.WriteString(`le="`)
-		e.float(le)
-		w.WriteByte('"')
-		sep = ','
+	e.lbl = b
+}
+
+// boundLabels returns the le values of bounds as written, made once for
+// the histograms that share them.
+func (e *encoder) boundLabels(bounds []float64) []string {
+	if len(bounds) > 0 && len(e.bounds) == len(bounds) && &e.bounds[0] == &bounds[0] {
+		return e.les
 	}
-	if sep == ',' {
+	e.les = e.les[:0]
+	for _, b := range bounds {
+		e.num = e.appendFloat(e.num[:0], b)
+		e.les = append(e.les, string(e.num))
+	}
+	e.bounds = bounds
+	return e.les
+}
+
+// line writes one sample line of the sample whose labels e.lbl holds: the
+// name and suffix, the labels and, unless "", the le label, then the
+// value: count when isCount, else v.
+func (e *encoder) line(name, suffix, le string, v float64, count uint64, isCount bool) {
+	w := e.w
+	w.WriteString(name)
+	w.WriteString(suffix)
+	if len(e.lbl) > 0 || le != "" {
+		w.WriteByte('{')
+		w.Write(e.lbl)
+		if le != "" {
+			if len(e.lbl) > 0 {
+				w.WriteByte(',')
+			}
+			w.WriteString(`le="`)
+			w.WriteString(le)
+			w.WriteByte('"')
+		}
 		w.WriteByte('}')
 	}
 	w.WriteByte(' ')
 	switch {
 	case isCount && e.om:
 		e.num = strconv.AppendUint(e.num[:0], count, 10)
-		w.Write(e.num)
 	case isCount:
-		e.float(float64(count))
+		e.num = e.appendFloat(e.num[:0], float64(count))
 	default:
-		e.float(v)
+		e.num = e.appendFloat(e.num[:0], v)
 	}
-	w.WriteByte('\n')
+	e.num = append(e.num, '\n')
+	w.Write(e.num)
 }
 
-// float writes f as expfmt's writeFloat, or writeOpenMetricsFloat, does.
-func (e *encoder) float(f float64) {
-	w := e.w
+// appendFloat appends f as expfmt's writeFloat, or
+// writeOpenMetricsFloat, writes it.
+func (e *encoder) appendFloat(b []byte, f float64) []byte {
 	switch {
 	case math.IsNaN(f):
-		w.WriteString("NaN")
+		return append(b, "NaN"...)
 	case math.IsInf(f, 1):
-		w.WriteString("+Inf")
+		return append(b, "+Inf"...)
 	case math.IsInf(f, -1):
-		w.WriteString("-Inf")
-	default:
-		if f == 0 {
-			f = 0 // no -0: expfmt writes 0
-		}
-		if f > -1e6 && f < 1e6 && f == math.Trunc(f) {
-			// Most values are counts: 'g' writes an integer under 1e6 as
-			// its digits (1e6 as 1e+06), and AppendInt is 3 times as fast.
-			e.num = strconv.AppendInt(e.num[:0], int64(f), 10)
-			if e.om {
-				e.num = append(e.num, '.', '0')
-			}
-			w.Write(e.num)
-			return
-		}
-		e.num = strconv.AppendFloat(e.num[:0], f, 'g', -1, 64)
-		if e.om && !bytes.ContainsAny(e.num, "e.") {
-			e.num = append(e.num, '.', '0')
-		}
-		w.Write(e.num)
+		return append(b, "-Inf"...)
 	}
+	if f == 0 {
+		f = 0 // no -0: expfmt writes 0
+	}
+	if f > -1e6 && f < 1e6 && f == math.Trunc(f) {
+		// Most values are counts: 'g' writes an integer under 1e6 as
+		// its digits (1e6 as 1e+06), and AppendInt is 3 times as fast.
+		b = strconv.AppendInt(b, int64(f), 10)
+		if e.om {
+			b = append(b, '.', '0')
+		}
+		return b
+	}
+	start := len(b)
+	b = strconv.AppendFloat(b, f, 'g', -1, 64)
+	if e.om && !bytes.ContainsAny(b[start:], "e.") {
+		b = append(b, '.', '0')
+	}
+	return b
 }
 
 // needsEscape reports whether v holds a character quotedEscaper

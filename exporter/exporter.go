@@ -275,7 +275,7 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 	pl := plan{
 		now: c.cfg.now(), sample: sampleSize(groups),
 		heads: map[string]ref{}, stats: map[string]ref{},
-		totals: &totals,
+		totals: &totals, names: map[string]string{},
 	}
 	// Batches in turn, up to pipelineDepth on the wire, their replies read
 	// one batch after the other into one arena, as large from the start
@@ -452,6 +452,22 @@ type plan struct {
 	// totals is readStats's scratch for a queue's totals, reused queue
 	// after queue: 5 maps less per queue. nil makes new ones.
 	totals *counts
+	// names holds the stats hashes' field names read so far: every queue
+	// has the same ones, made into strings once a scrape. nil makes each.
+	names map[string]string
+}
+
+// intern returns b as a string, the same one for the same bytes.
+func (pl plan) intern(b []byte) string {
+	if pl.names == nil {
+		return string(b)
+	}
+	if s, ok := pl.names[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	pl.names[s] = s
+	return s
 }
 
 var readers = []reader{readDelayed, readDLQ, readStreams, readOldestJob, readStats}

@@ -102,7 +102,7 @@ func readStats(p *pipe, q Queue, pl plan) func(*sink) {
 			if !ok || v < 0 {
 				return
 			}
-			k, _ := kr.str()
+			k := pl.intern(kr.bytes())
 			kind, label, found := strings.Cut(k, ":")
 			switch {
 			case !found:
