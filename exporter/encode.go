@@ -103,14 +103,19 @@ type encoder struct {
 // family writes the samples of one metric, sorted by their label values
 // as the registry sorts them.
 func (e *encoder) family(group []*sample) {
-	slices.SortFunc(group, func(a, b *sample) int {
+	byLabels := func(a, b *sample) int {
 		for i := range a.desc.names {
 			if c := cmp.Compare(a.label(i), b.label(i)); c != 0 {
 				return c
 			}
 		}
 		return 0
-	})
+	}
+	// The readers add most families in order already (queues by name):
+	// checking is a fraction of sorting.
+	if !slices.IsSortedFunc(group, byLabels) {
+		slices.SortFunc(group, byLabels)
+	}
 	d := group[0].desc
 	name, typ := d.name, "gauge"
 	switch {

@@ -483,6 +483,7 @@ type sink struct {
 	// later are reads a reply asked for, run in a second pipeline: the
 	// consumer groups XINFO GROUPS named that the configuration does not.
 	later []func(*pipe) func(*sink)
+	keys  []string // bounded's scratch
 }
 
 // gauge and counter add a sample of d, whose name says its type

@@ -348,11 +348,12 @@ func (c *counts) emit(s *sink, queue, jobType string) {
 // m has, then the others, sorted. When it leaves some out it says so in s.
 func bounded[V any](s *sink, m map[string]V, always []string) []string {
 	if len(m) <= maxStatsLabels {
-		keys := make([]string, 0, len(m)) // one allocation, not slices.Sorted's growth
+		keys := s.keys[:0] // the sink's scratch: the caller is done with it before the next call
 		for k := range m {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
+		s.keys = keys
 		return keys
 	}
 	s.reached(limitStatsLabels)
