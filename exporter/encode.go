@@ -194,35 +194,36 @@ func (e *encoder) boundLabels(bounds []float64) []string {
 
 // line writes one sample line of the sample whose labels e.lbl holds: the
 // name and suffix, the labels and, unless "", the le label, then the
-// value: count when isCount, else v.
+// value: count when isCount, else v. The line is built in e.num and
+// written at once: appends are cheaper than the writer's calls.
 func (e *encoder) line(name, suffix, le string, v float64, count uint64, isCount bool) {
-	w := e.w
-	w.WriteString(name)
-	w.WriteString(suffix)
+	b := append(e.num[:0], name...)
+	b = append(b, suffix...)
 	if len(e.lbl) > 0 || le != "" {
-		w.WriteByte('{')
-		w.Write(e.lbl)
+		b = append(b, '{')
+		b = append(b, e.lbl...)
 		if le != "" {
 			if len(e.lbl) > 0 {
-				w.WriteByte(',')
+				b = append(b, ',')
 			}
-			w.WriteString(`le="`)
-			w.WriteString(le)
-			w.WriteByte('"')
+			b = append(b, `le="`...)
+			b = append(b, le...)
+			b = append(b, '"')
 		}
-		w.WriteByte('}')
+		b = append(b, '}')
 	}
-	w.WriteByte(' ')
+	b = append(b, ' ')
 	switch {
 	case isCount && e.om:
-		e.num = strconv.AppendUint(e.num[:0], count, 10)
+		b = strconv.AppendUint(b, count, 10)
 	case isCount:
-		e.num = e.appendFloat(e.num[:0], float64(count))
+		b = e.appendFloat(b, float64(count))
 	default:
-		e.num = e.appendFloat(e.num[:0], v)
+		b = e.appendFloat(b, v)
 	}
-	e.num = append(e.num, '\n')
-	w.Write(e.num)
+	b = append(b, '\n')
+	e.w.Write(b)
+	e.num = b
 }
 
 // appendFloat appends f as expfmt's writeFloat, or
