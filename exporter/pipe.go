@@ -742,6 +742,9 @@ func (r *replies) bulk(rd *bufio.Reader, body []byte, nd *rnode) error {
 	if _, err := io.ReadFull(rd, r.buf[off:]); err != nil {
 		return err
 	}
+	if end := r.buf[off+int(n):]; end[0] != '\r' || end[1] != '\n' {
+		return fmt.Errorf("%w: bulk string of %d bytes not followed by CRLF", errBadReply, n)
+	}
 	r.buf = r.buf[:off+int(n)]
 	nd.off, nd.end = int32(off), int32(off+int(n))
 	return nil

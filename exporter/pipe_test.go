@@ -91,7 +91,7 @@ func TestReadRESP(t *testing.T) {
 	if n, ok := r.reply(12).field("a").int(); !ok || n != 1 {
 		t.Errorf("field a: %d %v", n, ok)
 	}
-	for _, bad := range []string{"?\r\n", "$3\r\nab", ":x\r\n", "*2\r\n:1\r\n", "$-5\r\n", strings.Repeat("*1\r\n", 40) + ":1\r\n", "+no end"} {
+	for _, bad := range []string{"?\r\n", "$3\r\nab", ":x\r\n", "*2\r\n:1\r\n", "$-5\r\n", "$3\r\nabcd\r\n", strings.Repeat("*1\r\n", 40) + ":1\r\n", "+no end"} {
 		var r replies
 		err := r.read(bufio.NewReader(strings.NewReader(bad)), 0)
 		if !errors.Is(err, errBadReply) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {

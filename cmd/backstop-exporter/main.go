@@ -138,6 +138,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer closeClient()
+	defer c.Close() // its own connections to Redis, before the client's
 	var extra []prometheus.Collector
 	if f.alerter.url != "" {
 		a, err := alerter.New(c, f.alerter.url,
