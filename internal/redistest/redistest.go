@@ -84,6 +84,7 @@ func (s *Server) start() {
 	for c.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {
 			out, _ := os.ReadFile(s.dir + "/redis.log")
+			s.Stop() // Start registers Stop only once the server answers
 			s.t.Fatalf("redis-server on %s did not answer: %s", s.Addr, out)
 		}
 		time.Sleep(20 * time.Millisecond)
