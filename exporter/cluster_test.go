@@ -129,7 +129,7 @@ func TestClusterSlotMoving(t *testing.T) {
 		t.Fatalf("keys in slot %d: %v", slot, keys)
 	}
 	host, port, _ := net.SplitHostPort(target.Options().Addr)
-	migrate := append([]any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}, anySlice(keys)...)
+	migrate := append([]any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}, anyArgs(keys)...)
 	must(t, source.Do(ctx, migrate...).Err())
 	if err := source.Do(ctx, "XLEN", q.Keys().Jobs).Err(); err == nil || !strings.HasPrefix(err.Error(), "ASK ") {
 		t.Fatalf("the source master answers %v, want ASK", err)
@@ -147,12 +147,4 @@ func TestClusterSlotMoving(t *testing.T) {
 	if logs.String() != "" {
 		t.Errorf("unexpected logs:\n%s", logs)
 	}
-}
-
-func anySlice(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
 }

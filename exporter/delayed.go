@@ -64,9 +64,9 @@ func delayedHead(p *pipe, key string, pl plan) ref {
 func zHead(v reply) (member []byte, score float64, ok bool) {
 	m, sc := v.first(), reply{}
 	if m.len() == 2 { // RESP3: [[member score]]
-		m, sc = m.first(), reply{m.r, m.r.nodes[m.first().i].next}
+		m, sc = m.first(), m.first().next()
 	} else if v.len() == 2 {
-		sc = reply{v.r, m.node().next}
+		sc = m.next()
 	} else {
 		return nil, 0, false
 	}

@@ -36,13 +36,19 @@ type dlqRead struct {
 // noRef is a command not queued.
 const noRef ref = -1
 
-// queueDLQRead queues q's DLQ read on p; nil when q has no DLQ.
-func queueDLQRead(p *pipe, q Queue) *dlqRead {
+// queueDLQRead queues q's DLQ read on p; nil when q has no DLQ. In a
+// scrape (pl not nil) the scripts' count comes from the stats hash the
+// scrape reads anyway (statsHash), else from an HGET of its own.
+func queueDLQRead(p *pipe, q Queue, pl *plan) *dlqRead {
 	if q.Keys.DLQ == "" {
 		return nil
 	}
 	r := &dlqRead{p: p, info: p.do("XINFO", "STREAM", q.Keys.DLQ), scripts: noRef, stats: noRef}
-	if q.Keys.Stats != "" {
+	switch {
+	case q.Keys.Stats == "":
+	case pl != nil:
+		r.stats = statsHash(p, q.Keys.Stats, *pl)
+	default:
 		r.scripts = p.do("HGET", q.Keys.Stats, scriptDeadLetters)
 	}
 	return r
@@ -119,12 +125,9 @@ func (r *dlqRead) result() (dlqFigures, error) {
 // readDLQ reads the dead letter stream (dlqRead). dlq_ingested_total is
 // left out when it is not known: never a 0 that only means "not reported".
 func readDLQ(p *pipe, q Queue, pl plan) func(*sink) {
-	if q.Keys.DLQ == "" {
+	r := queueDLQRead(p, q, &pl)
+	if r == nil {
 		return nil
-	}
-	r := &dlqRead{p: p, info: p.do("XINFO", "STREAM", q.Keys.DLQ), scripts: noRef, stats: noRef}
-	if q.Keys.Stats != "" {
-		r.stats = statsHash(p, q.Keys.Stats, pl)
 	}
 	return func(s *sink) {
 		f, err := r.result()

@@ -45,7 +45,7 @@ func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
 	var cmds []pending
 	p := &pipe{t: c.ingest}
 	for _, q := range qs {
-		if r := queueDLQRead(p, q); r != nil {
+		if r := queueDLQRead(p, q, nil); r != nil {
 			cmds = append(cmds, pending{q.Name, r})
 		}
 	}

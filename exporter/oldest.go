@@ -70,7 +70,7 @@ func entryEnqueuedMs(entry reply) (int64, bool) {
 	id := entry.first()
 	fields := reply{entry.r, absent}
 	if entry.len() == 2 {
-		fields = reply{entry.r, id.node().next}
+		fields = id.next()
 	}
 	if f, ok := fields.field("first_enqueued_ms").str(); ok {
 		if ms, err := strconv.ParseInt(f, 10, 64); err == nil {

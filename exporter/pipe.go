@@ -59,20 +59,13 @@ func (p *pipe) exec(ctx context.Context) (abandoned bool) {
 		return p
 	}, func(*pipe) bool { return true }) != nil
 	if r := p.arena(); !abandoned && len(r.roots) < p.len() {
-		// Not sent: the budget ran out first.
-		r.failFrom(len(r.roots), p.len(), cmpErr(ctx.Err(), errNoReply))
+		err := ctx.Err() // not sent: the budget ran out first
+		if err == nil {
+			err = errNoReply
+		}
+		r.failFrom(len(r.roots), p.len(), err)
 	}
 	return abandoned
-}
-
-// cmpErr returns the first error that is not nil.
-func cmpErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // clear forgets the commands, keeping the memory.
@@ -156,11 +149,7 @@ func (t *clientTransport) exec(ctx context.Context, p *pipe) {
 	for i, off := 0, 0; i < p.len(); i++ {
 		var args []string
 		args, off = p.command(i, off)
-		a := make([]any, len(args))
-		for j, s := range args {
-			a[j] = s
-		}
-		cmds = append(cmds, rp.Do(ctx, a...))
+		cmds = append(cmds, rp.Do(ctx, anyArgs(args)...))
 	}
 	done, err := rp.Exec(ctx)
 	stampUnanswered(done, err)
@@ -182,6 +171,15 @@ func (t *clientTransport) exec(ctx context.Context, p *pipe) {
 }
 
 func (t *clientTransport) close() error { return nil }
+
+// anyArgs is a command's arguments as go-redis's Do takes them.
+func anyArgs(args []string) []any {
+	a := make([]any, len(args))
+	for i, s := range args {
+		a[i] = s
+	}
+	return a
+}
 
 // connTransport reads over one connection of its own, dialled and logged
 // in as the client's options say (TLS, user and password or credentials
@@ -638,11 +636,7 @@ func (r *replies) read(rd *bufio.Reader, depth int) error {
 	i := len(r.nodes)
 	r.nodes = append(r.nodes, rnode{})
 	nd := rnode{}
-	text := func(b []byte) {
-		nd.off = int32(len(r.buf))
-		r.buf = append(r.buf, b...)
-		nd.end = int32(len(r.buf))
-	}
+	text := func(b []byte) { setText(r, &nd, b) }
 	switch typ {
 	case '+':
 		nd.kind = kindStr

@@ -84,9 +84,7 @@ func (r *replies) copyReply(v reply) {
 	for _, n := range v.r.nodes[v.i:end] {
 		switch n.kind {
 		case kindErr, kindStr, kindDouble:
-			off := int32(len(r.buf))
-			r.buf = append(r.buf, v.r.buf[n.off:n.end]...)
-			n.off, n.end = off, int32(len(r.buf))
+			setText(r, &n, v.r.buf[n.off:n.end])
 		case kindUnanswered:
 			r.errs = append(r.errs, v.r.errs[n.num()])
 			n.setNum(int64(len(r.errs) - 1))
@@ -217,6 +215,15 @@ func (v reply) elems(f func(reply) bool) {
 	}
 }
 
+// next is the element after v in its array (whatever v's own elements);
+// past the last one it reads the next reply: check the array's len.
+func (v reply) next() reply {
+	if v.i < 0 {
+		return reply{v.r, absent}
+	}
+	return reply{v.r, v.r.nodes[v.i].next}
+}
+
 // first is an array's first element; a nil reply when it has none.
 func (v reply) first() reply {
 	if v.len() <= 0 {
@@ -295,16 +302,19 @@ var errBadReply = errors.New("malformed RESP reply")
 // maxDepth bounds the nesting of a reply (XINFO STREAM's is 4).
 const maxDepth = 16
 
+// setText appends t to r's buffer as nd's text.
+func setText[T string | []byte](r *replies, nd *rnode, t T) {
+	nd.off = int32(len(r.buf))
+	r.buf = append(r.buf, t...)
+	nd.end = int32(len(r.buf))
+}
+
 // add appends a value go-redis decoded (the client transport) as nodes.
 func (r *replies) add(v any, depth int) {
 	i := int32(len(r.nodes))
 	r.nodes = append(r.nodes, rnode{})
 	nd := rnode{}
-	text := func(s string) {
-		nd.off = int32(len(r.buf))
-		r.buf = append(r.buf, s...)
-		nd.end = int32(len(r.buf))
-	}
+	text := func(s string) { setText(r, &nd, s) }
 	switch x := v.(type) {
 	case nil:
 	case string:
