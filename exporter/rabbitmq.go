@@ -25,7 +25,7 @@ import (
 var (
 	rabbitConsumersDesc = newDesc("rabbitmq_consumers", "Consumers of the work queue (RabbitMQ management API, consumers).", "queue")
 	rabbitHeadAgeDesc   = newDesc("rabbitmq_head_message_age_seconds", "Age of the work queue's first message, from its timestamp property (management API head_message_timestamp). Only where the broker reports it: classic queues whose head message carries a timestamp; never for quorum queues on RabbitMQ 3.10, backstop's topology.", "queue")
-	rabbitDelayDesc     = newDesc("rabbitmq_delay_messages", "Messages in the shared delay level queue backstop.delay.L<level> (TTL 2^level s), every work queue's together: the exact total of the delayed messages of the virtual host.", "level")
+	rabbitDelayDesc     = newDesc("rabbitmq_delay_messages", "Messages in the shared delay level <level> (2^level s): its hold queue backstop.hold.L<level>, waiting or held by the workers' movers, and the first topology's TTL queue backstop.delay.L<level>, every work queue's together: the exact total of the delayed messages of the virtual host.", "level")
 )
 
 // rabbitConfig is the RabbitMQ side of a Collector's configuration.
@@ -238,7 +238,8 @@ type mgmtExchange struct {
 const (
 	queueColumns    = "name,messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,arguments,message_stats.publish,message_stats.ack,message_stats.get_no_ack,message_stats.deliver_no_ack"
 	exchangeColumns = "name,message_stats.publish_in"
-	delayLevelQueue = "backstop.delay.L"
+	delayLevelQueue = "backstop.delay.L" // the first topology's TTL levels, 0..17
+	holdLevelQueue  = "backstop.hold.L"  // the levels the workers' movers empty, 0..10
 )
 
 // errRabbitAuth is a 401 from the management API.
@@ -406,11 +407,17 @@ func (c *Collector) scrapeRabbit() *samples {
 		}
 	}
 	for level := 0; level < 64; level++ {
-		lq := st.queues[delayLevelQueue+strconv.Itoa(level)]
-		if lq == nil {
+		lq, hq := st.queues[delayLevelQueue+strconv.Itoa(level)], st.queues[holdLevelQueue+strconv.Itoa(level)]
+		if lq == nil && hq == nil {
 			break // the levels are declared together, 0 up
 		}
-		s.gauge(rabbitDelayDesc, float64(lq.Messages), strconv.Itoa(level))
+		var n int64
+		for _, q := range []*mgmtQueue{lq, hq} {
+			if q != nil {
+				n += q.Messages
+			}
+		}
+		s.gauge(rabbitDelayDesc, float64(n), strconv.Itoa(level))
 	}
 	return c.health(s, len(st.work), time.Since(start))
 }

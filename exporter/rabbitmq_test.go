@@ -133,6 +133,11 @@ func TestRabbitMQ(t *testing.T) {
 	pub.publish("", "orders.dlq", "dead-2", amqp.Table{"backstop-reason": "max_attempts_reached"})
 	pub.publish("orders.delay", delayKey(1), "soon", job)
 	pub.publish("orders.delay", delayKey(3600), "later", job)
+	// And one in a hold level, where the workers' movers take them (the
+	// level's gauge counts both kinds of queue).
+	_, err = ch.QueueDeclare("backstop.hold.L10", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	must(t, err)
+	pub.publish("", "backstop.hold.L10", "held", job)
 
 	c, logs := newTestRabbitCollector(t, b.ManagementURL(), WithQueues(Queue{Name: "orders"}), WithRabbitMQPattern("emails|other|nothing.*"))
 	wantNow := map[string]float64{
@@ -146,6 +151,7 @@ func TestRabbitMQ(t *testing.T) {
 		`backstop_delayed_queue_size{queue="orders"}`:           1,
 		`backstop_rabbitmq_delay_messages{level="11"}`:          1,
 		`backstop_rabbitmq_delay_messages{level="0"}`:           0,
+		`backstop_rabbitmq_delay_messages{level="10"}`:          1,
 		`backstop_stream_lag_jobs{group="",queue="emails"}`:     0,
 		`backstop_delayed_queue_size{queue="emails"}`:           0,
 		`backstop_dlq_size{queue="emails"}`:                     0,

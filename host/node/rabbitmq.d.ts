@@ -191,7 +191,7 @@ export interface QueueStats {
 	readonly consumers: number;
 	/** Ready messages of the DLQ. */
 	readonly dlq: number;
-	/** Messages waiting in the shared delay levels, for every queue of the virtual host (RabbitMQ 3.10 keeps no statistics of dead-lettered messages, so one queue's cannot be counted apart). */
+	/** Ready messages in the shared delay levels (`backstop.hold.L0..L10` and the first topology's `backstop.delay.L0..L17`; not those a worker's mover holds), for every queue of the virtual host: one queue's cannot be counted apart. */
 	readonly delayLevels: number;
 }
 
@@ -209,6 +209,8 @@ export interface Queue {
 
 	/**
 	Consumes until `signal` aborts, applying the policy to each outcome: publish (confirmed), then ack. Reconnects with backoff (100 ms doubling to 5 s) after a lost connection or a broker restart.
+
+	While any `work()` of a Broker runs, its connection also runs the delay mover: it moves the delayed messages of every queue of the virtual host down the levels (`backstop.hold.L<n>`), and returns those it holds to their level when the last `work()` stops.
 
 	@throws When the queue exists with other arguments (PRECONDITION_FAILED): no retry mends that.
 	*/
@@ -228,8 +230,11 @@ export interface Queue {
 	stats(): Promise<QueueStats>;
 }
 
-/** The routing key of a delay through the levels: its seconds, rounded up, as 18 one-bit words. */
+/** The routing key of a delay through the levels: its seconds, rounded up (at most 2^11 - 1: a longer delay arrives early and is delayed again for the rest), as 18 one-bit words. */
 export function delayRoutingKey(delayMs: number): string;
 
-/** The name of delay level `n` (0..17): `backstop.delay.L<n>`. */
+/** The name of delay level `n` (0..17): `backstop.delay.L<n>`, a topic exchange and the first topology's TTL queue. */
 export function levelName(n: number): string;
+
+/** The queue of delay level `n` (0..10) the workers' movers hold messages from: `backstop.hold.L<n>`. */
+export function holdName(n: number): string;

@@ -47,6 +47,7 @@ type Broker struct {
 	distPort int
 	config   []string
 	server   string // the start script: Server unless WithServer
+	ports    []int  // amqp, management, distribution; free ones unless set (a cluster's)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -110,9 +111,12 @@ func newBroker(dir string, ownsDir bool, opts []Option) (*Broker, error) {
 	if _, err := os.Stat(b.server); err != nil {
 		return nil, fmt.Errorf("rabbittest: %s not found (%v): run `make deps`, which installs the Debian package rabbitmq-server", b.server, err)
 	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
+	ports := b.ports
+	if ports == nil {
+		var err error
+		if ports, err = freePorts(3); err != nil {
+			return nil, err
+		}
 	}
 	b.amqpPort, b.mgmtPort, b.distPort = ports[0], ports[1], ports[2]
 	b.name = "backstop" + strconv.Itoa(b.amqpPort) + "@localhost"

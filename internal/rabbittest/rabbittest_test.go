@@ -5,8 +5,11 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/backstop-dev/backstop/internal/eventually"
 )
 
 // One broker: start, a durable queue with a persistent message survives a
@@ -72,5 +75,32 @@ func TestStartProcessFailsLoudly(t *testing.T) {
 	_, err := StartProcess(WithConfig("listeners.tcp.default = not-a-port"))
 	if err == nil || !strings.Contains(err.Error(), "log tail") {
 		t.Fatalf("StartProcess with a broken config = %v, want an error with the log tail", err)
+	}
+}
+
+// Three nodes form one cluster; a quorum queue declared through the first
+// keeps its message while that node is dead, and the node rejoins when it
+// starts again.
+func TestClusterKeepsAQuorum(t *testing.T) {
+	c := StartCluster(t, 3)
+	if len(c.URLs()) != 3 || c.URLs()[0] == c.URLs()[1] {
+		t.Fatalf("URLs() = %v, want 3 distinct", c.URLs())
+	}
+	publish(t, c.Nodes[0], "replicated")
+	out, err := c.Nodes[1].Ctl("list_queues", "name", "type", "members", "--quiet")
+	if err != nil || !strings.Contains(out, c.Nodes[2].Node()) {
+		t.Fatalf("the quorum queue has no member on node 3: %v\n%s", err, out)
+	}
+	c.Nodes[0].Kill()
+	// Node 1 led the queue: the others elect a new leader first.
+	if err := eventually.Wait(60*time.Second, func() bool { return depth(t, c.Nodes[1], "replicated") == 1 }); err != nil {
+		t.Fatalf("with node 1 dead, node 2 sees %d messages, want 1", depth(t, c.Nodes[1], "replicated"))
+	}
+	c.Nodes[0].KillAndRestart(t) // already dead: only started again
+	if n := c.Nodes[2].runningNodes(); n != 3 {
+		t.Fatalf("after node 1's restart node 3 sees %d running nodes, want 3", n)
+	}
+	if n := depth(t, c.Nodes[0], "replicated"); n != 1 {
+		t.Fatalf("node 1 sees %d messages after its restart, want 1", n)
 	}
 }

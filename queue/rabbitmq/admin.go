@@ -70,10 +70,11 @@ type Stats struct {
 	Consumers int64 `json:"consumers"` // workers consuming Q
 	DLQ       int64 `json:"dlq"`       // messages in Q.dlq
 	// DelayLevels is how many messages wait in the shared delay levels
-	// (backstop.delay.L0..L17), for every queue of the virtual host:
-	// RabbitMQ 3.10 counts no exchange or queue statistics for
-	// dead-lettered messages, so the delayed messages of one queue cannot
-	// be counted apart (README, "Counters and metrics").
+	// (backstop.hold.L0..L10 and the first topology's backstop.delay.L0..L17),
+	// for every queue of the virtual host: the levels are shared, so the
+	// delayed messages of one queue cannot be counted apart (README,
+	// "Counters and metrics"). The messages a worker's mover holds are
+	// unacked: counted with WithManagementAPI only.
 	DelayLevels int64 `json:"delay_levels"`
 	// Unacked (delivered to a worker, not yet acked) comes only from the
 	// management API (WithManagementAPI); nil without it.
@@ -457,11 +458,18 @@ func queueStats(ctx context.Context, conn *amqp.Connection, name string, opts ..
 			s.DLQ = int64(st.Messages)
 		}
 	}
-	// Every message in a level queue is ready (no one consumes them): the
-	// passive declare's count is the whole level. A level not declared yet
-	// holds nothing.
+	// The passive declare counts a level's ready messages: all of a TTL
+	// level's (nobody consumes them), those of a hold level no mover holds
+	// (the management API adds the held ones below). A level not declared
+	// yet holds nothing.
 	for n := 0; n < delayBits; n++ {
 		if st, err := passive(delayExchange + itoa(int64(n))); err == nil {
+			s.DelayLevels += int64(st.Messages)
+		}
+		if n >= holdLevels {
+			continue
+		}
+		if st, err := passive(holdQueue + itoa(int64(n))); err == nil {
 			s.DelayLevels += int64(st.Messages)
 		}
 	}
@@ -483,6 +491,14 @@ func queueStats(ctx context.Context, conn *amqp.Connection, name string, opts ..
 		return s, fail(err)
 	}
 	s.Unacked = q.Unacked
+	for n := range holdLevels {
+		var l struct {
+			Unacked int64 `json:"messages_unacknowledged"`
+		}
+		if err := m.get(ctx, "/api/queues/"+url.PathEscape(vhost)+"/"+url.PathEscape(holdQueue+itoa(int64(n))), &l); err == nil {
+			s.DelayLevels += l.Unacked // held by movers
+		}
+	}
 	return s, nil
 }
 

@@ -33,8 +33,9 @@ var ErrClosed = errors.New("rabbitmq: broker closed")
 // exponential backoff until Close. Its queues' Enqueue and Work wait for
 // the new connection and go on.
 type Broker struct {
-	url string
-	cfg brokerConfig
+	urls []string // the URL given to Open, then WithFailover's
+	cfg  brokerConfig
+	at   int // index in urls of the node dialled last (dial's only)
 
 	mu    sync.Mutex
 	conn  *amqp.Connection
@@ -51,6 +52,7 @@ type Broker struct {
 }
 
 type brokerConfig struct {
+	failover    []string
 	log         *slog.Logger
 	backoffBase time.Duration
 	backoffCap  time.Duration
@@ -71,13 +73,23 @@ func WithReconnectBackoff(base, max time.Duration) Option {
 	return func(c *brokerConfig) { c.backoffBase, c.backoffCap = base, max }
 }
 
+// WithFailover names the other nodes of the same RabbitMQ cluster
+// (amqp:// or amqps:// URLs): when the node the Broker is connected to
+// cannot be reached, each dial tries the next, round robin, starting from
+// the one that answered last. Quorum queues have members on every node, so
+// a worker goes on with another node while one is down.
+func WithFailover(urls ...string) Option {
+	return func(c *brokerConfig) { c.failover = append(c.failover, urls...) }
+}
+
 // Open connects to the broker at url (amqp:// or amqps://) and keeps the
 // connection up until Close.
 //
 // # Errors
 //
-// The first dial's error (a wrong URL, a refused login, no broker): Open
-// does not wait for a broker that is not there yet.
+// The first dial's error (a wrong URL, a refused login, no broker; with
+// WithFailover, every node's): Open does not wait for a broker that is not
+// there yet.
 func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	cfg := brokerConfig{log: slog.Default(), backoffBase: 100 * time.Millisecond, backoffCap: 5 * time.Second,
 		amqp: amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Properties: amqp.Table{"connection_name": "backstop"}}}
@@ -87,23 +99,45 @@ func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	if cfg.backoffBase <= 0 || cfg.backoffCap < cfg.backoffBase {
 		return nil, fmt.Errorf("rabbitmq: WithReconnectBackoff: need 0 < base <= max, got %v, %v", cfg.backoffBase, cfg.backoffCap)
 	}
-	b := &Broker{url: url, cfg: cfg, closed: make(chan struct{}), ready: make(chan struct{})}
+	b := &Broker{urls: append([]string{url}, cfg.failover...), cfg: cfg, closed: make(chan struct{}), ready: make(chan struct{})}
 	conn, err := b.dial(ctx)
-	if err != nil {
+	if err != nil && len(b.urls) == 1 {
 		return nil, fmt.Errorf("rabbitmq: open %s: %w", redact(url), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: open: %w", err) // each node's, named
 	}
 	b.setConn(conn)
 	return b, nil
 }
 
+// dial connects to the node that answered last, else to the next ones in
+// turn; its error names each node's.
 func (b *Broker) dial(ctx context.Context) (*amqp.Connection, error) {
+	var errs []error
+	for i := range b.urls {
+		at := (b.at + i) % len(b.urls)
+		conn, err := b.dialURL(ctx, b.urls[at])
+		if err == nil {
+			b.at = at
+			return conn, nil
+		}
+		if ctx.Err() != nil || len(b.urls) == 1 {
+			return nil, err
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", redact(b.urls[at]), err))
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (b *Broker) dialURL(ctx context.Context, url string) (*amqp.Connection, error) {
 	type result struct {
 		c   *amqp.Connection
 		err error
 	}
 	res := make(chan result, 1)
 	go func() {
-		c, err := amqp.DialConfig(b.url, b.cfg.amqp)
+		c, err := amqp.DialConfig(url, b.cfg.amqp)
 		res <- result{c, err}
 	}()
 	select {

@@ -202,9 +202,15 @@ type caseHarness struct {
 	late time.Duration
 }
 
-const delayLevels = 18
+// delayLevels is the hold levels (hold.L0..L10), keyWords the words of a
+// delay's routing key (18 bits), maxRouted the longest delay routed (s).
+const (
+	delayLevels = 11
+	keyWords    = 18
+	maxRouted   = 1<<delayLevels - 1
+)
 
-func levelQueue(n int) string { return "backstop.delay.L" + strconv.Itoa(n) }
+func levelQueue(n int) string { return "backstop.hold.L" + strconv.Itoa(n) }
 
 // run sets up c, drives its event and returns the normalised expectation.
 func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
@@ -327,7 +333,7 @@ func (h *caseHarness) handle(c *rabbitCase, q *rabbitmq.Queue, reg *prometheus.R
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- q.Work(ctx, s, handler, rabbitmq.WithPrefetch(1), rabbitmq.WithMetrics(reg, "cases"))
+		done <- q.Work(ctx, s, handler, rabbitmq.WithPrefetch(1), rabbitmq.WithMetrics(reg, "cases"), rabbitmq.WithoutMover())
 	}()
 	watch := append([]string{q.Name() + ".dlq"}, func() []string {
 		var ls []string
@@ -359,12 +365,12 @@ func (h *caseHarness) handle(c *rabbitCase, q *rabbitmq.Queue, reg *prometheus.R
 // dueKeyFits reports whether key and level are those of a message delayed
 // again for the rest of due by a worker that reached it between base and
 // end: a delay of s seconds with ceil((due-end)/1000) <= s <=
-// ceil((due-base)/1000), level its highest set bit. How late the worker
+// ceil((due-base)/1000) (at most maxRouted), level its highest set bit. How late the worker
 // was changes the key, so the cases write it "{due}" (see the README).
 func dueKeyFits(key, level, due string, base, end int64) bool {
 	d, err := strconv.ParseInt(due, 10, 64)
 	words := strings.Split(key, ".")
-	if err != nil || len(words) != delayLevels {
+	if err != nil || len(words) != keyWords {
 		return false
 	}
 	var s int64
@@ -374,7 +380,7 @@ func dueKeyFits(key, level, due string, base, end int64) bool {
 		}
 		s = s<<1 | int64(w[0]-'0')
 	}
-	restSecs := func(at int64) int64 { return int64(math.Ceil(float64(d-at) / 1000)) }
+	restSecs := func(at int64) int64 { return min(int64(math.Ceil(float64(d-at)/1000)), maxRouted) }
 	return s > 0 && restSecs(end) <= s && s <= restSecs(base) && level == levelQueue(bits.Len64(uint64(s))-1)
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,16 +16,16 @@ import (
 )
 
 // The delay precision, proved without waiting a day: the topology the
-// broker holds after Declare (its bindings and the level queues' TTLs and
-// dead-letter exchanges, read back from the management API) is walked for
-// every delay from 1 ms to 24 h at whole seconds and just past them. Each
-// delay takes exactly one path, ends in the work queue, and the TTLs on
-// that path sum to the delay rounded up to whole seconds: never early, at
-// most max(1 s, 5 %) late (the hops themselves are timed for real by the
-// reliability tests for 1, 3 and 10 s). Then the broker routes a few keys
-// for real, and a message hops through the top levels for real with their
-// TTLs shortened by a broker policy (the lower of a queue's and a policy's
-// message-ttl applies).
+// broker holds after Declare (its bindings, read back from the management
+// API) is walked for every delay from 1 ms to 24 h at whole seconds and
+// just past them. Each delay takes exactly one path, ends in the work
+// queue, and the holds on that path (2^n s in hold.L<n>, the mover's)
+// sum to the delay rounded up to whole seconds: never early, at most
+// max(1 s, 5 %) late; a delay past maxDelaySecs holds maxDelaySecs and is
+// delayed again on arrival (TestEarlyDeliveryWaits). The hops themselves
+// are timed for real by the reliability tests for 1, 3 and 10 s. Then the
+// broker routes a few keys for real, and a message hops two levels for
+// real, moved by a worker's mover, never dead-lettered by the broker.
 func TestDelayRoutingAcrossTheRange(t *testing.T) {
 	broker := shared.Broker(t)
 	ctx := context.Background()
@@ -58,6 +57,13 @@ func TestDelayRoutingAcrossTheRange(t *testing.T) {
 				walked[key] = w
 			}
 			path, ttl := w.path, w.ttl
+			if d > maxDelaySecs*time.Second {
+				if ttl != maxDelaySecs*1000 {
+					t.Fatalf("a delay of %v: the levels %v hold it %d ms, want %d s (the rest on arrival)", d, path, ttl, maxDelaySecs)
+				}
+				checked++
+				continue
+			}
 			late := time.Duration(ttl)*time.Millisecond - d
 			if late < 0 || late > max(time.Second, d/20) {
 				t.Fatalf("a delay of %v takes %v through %v: %v late (at most max(1s, 5%%)), or early", d, time.Duration(ttl)*time.Millisecond, path, late)
@@ -72,8 +78,8 @@ func TestDelayRoutingAcrossTheRange(t *testing.T) {
 	if path, ttl := topo.walk(t, "precise.delay", delayRoutingKey(delaySeconds(0)), "precise"); ttl != 0 || len(path) != 0 {
 		t.Errorf("a zero delay goes through %v (%d ms)", path, ttl)
 	}
-	if path, ttl := topo.walk(t, "precise.delay", delayRoutingKey(delaySeconds(1000*time.Hour)), "precise"); ttl != maxDelaySecs*1000 || len(path) != delayBits {
-		t.Errorf("a delay past the levels goes through %v (%d ms), want all %d levels, %d s", path, ttl, delayBits, maxDelaySecs)
+	if path, ttl := topo.walk(t, "precise.delay", delayRoutingKey(delaySeconds(1000*time.Hour)), "precise"); ttl != maxDelaySecs*1000 || len(path) != holdLevels {
+		t.Errorf("a delay past the levels goes through %v (%d ms), want all %d hold levels, %d s", path, ttl, holdLevels, maxDelaySecs)
 	}
 	t.Logf("%d delays walked through the declared topology in %v", checked, time.Since(walkStart))
 
@@ -94,12 +100,12 @@ func TestDelayRoutingAcrossTheRange(t *testing.T) {
 	for _, c := range []struct {
 		secs  int64
 		level int
-	}{{1, 0}, {3, 1}, {10, 3}, {3600, 11}, {86400, 16}, {maxDelaySecs, 17}} {
+	}{{1, 0}, {3, 1}, {10, 3}, {1500, 10}, {maxDelaySecs, 10}} {
 		id := "route-" + strconv.FormatInt(c.secs, 10)
 		publish(id, c.secs)
 		var got amqp.Delivery
 		eventually.True(t, 10*time.Second, id+" in level "+strconv.Itoa(c.level), func() bool {
-			d, ok, err := ch.Get(delayExchange+strconv.Itoa(c.level), true)
+			d, ok, err := ch.Get(holdQueue+strconv.Itoa(c.level), true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,34 +117,17 @@ func TestDelayRoutingAcrossTheRange(t *testing.T) {
 		}
 	}
 
-	// A real hop through the top levels: bits 17, 16 and 12 (shortened to
-	// 50 ms each by a policy) and bit 0 (a real second).
-	if _, err := broker.Ctl("set_policy", "--apply-to", "queues", "short-top-levels",
-		`^backstop\.delay\.L1[2-7]$`, `{"message-ttl": 50}`); err != nil {
-		t.Fatal(err)
-	}
-	// The levels are shared by the package's other tests: put them back.
-	t.Cleanup(func() {
-		if _, err := broker.Ctl("clear_policy", "short-top-levels"); err != nil {
-			t.Error(err)
-		}
-	})
-	// A policy reaches the queues asynchronously: wait until the broker
-	// reports it on each.
-	for n := 12; n < delayBits; n++ {
-		name := delayExchange + strconv.Itoa(n)
-		eventually.True(t, 20*time.Second, "the policy on "+name, func() bool {
-			var info struct {
-				Policy string `json:"policy"`
-			}
-			mgmtGet(t, broker.ManagementURL(), "/api/queues/%2F/"+name, &info)
-			return info.Policy == "short-top-levels"
-		})
-	}
-	hopSecs := int64(1<<17 | 1<<16 | 1<<12 | 1)
-	publish("hop", hopSecs)
+	// A real hop through hold.L1 and hold.L0 (3 s), moved by a mover (a
+	// worker's, without the worker): it arrives no earlier than 3 s after,
+	// with its key, and with no x-death: the broker dead-lettered nothing.
+	mctx, stop := context.WithCancel(ctx)
+	moved := make(chan struct{})
+	go func() { defer close(moved); q.move(mctx) }()
+	defer func() { stop(); <-moved }()
+	sent := time.Now()
+	publish("hop", 3)
 	var got amqp.Delivery
-	eventually.True(t, 30*time.Second, "the hop through L17, L16, L12 and L0 to arrive", func() bool {
+	eventually.True(t, 30*time.Second, "the hop through hold.L1 and hold.L0 to arrive", func() bool {
 		d, ok, err := ch.Get("precise", true)
 		if err != nil {
 			t.Fatal(err)
@@ -146,18 +135,10 @@ func TestDelayRoutingAcrossTheRange(t *testing.T) {
 		got = d
 		return ok
 	})
-	var trail []string
-	deaths, _ := got.Headers["x-death"].([]any)
-	for _, x := range deaths {
-		if tb, ok := x.(amqp.Table); ok {
-			trail = append(trail, fmt.Sprint(tb["queue"]))
-		}
-	}
-	// x-death has one entry per queue (its order is the broker's own).
-	sort.Strings(trail)
-	want := []string{"backstop.delay.L0", "backstop.delay.L12", "backstop.delay.L16", "backstop.delay.L17"}
-	if got.MessageId != "hop" || strings.Join(trail, ",") != strings.Join(want, ",") || got.RoutingKey != delayRoutingKey(hopSecs) {
-		t.Fatalf("arrived %q with key %s through %v, want hop through %v", got.MessageId, got.RoutingKey, trail, want)
+	took := time.Since(sent)
+	if got.MessageId != "hop" || got.RoutingKey != delayRoutingKey(3) || got.Headers["x-death"] != nil || took < 3*time.Second {
+		t.Fatalf("arrived %q with key %s, x-death %v, %v after, want hop with key %s, no x-death, 3 s or more after",
+			got.MessageId, got.RoutingKey, got.Headers["x-death"], took, delayRoutingKey(3))
 	}
 }
 
@@ -263,7 +244,8 @@ func topicMatch(ps, ks []string) bool {
 }
 
 // walk follows a message published to exchange x with key (destination
-// dest) through exchanges and level queues (each dead-letters to its
+// dest) through exchanges and hold queues (a mover publishes on to the
+// next level's exchange) or TTL level queues (each dead-letters to its
 // x-dead-letter-exchange on expiry) until it reaches a queue without a
 // TTL, which must be dest. It fails t unless every step routes to exactly
 // one place; it returns the level queues passed and their summed TTL (ms).
@@ -281,6 +263,17 @@ func (topo *topology) walk(t *testing.T, x, key, dest string) (levels []string, 
 		r := rs[0]
 		if r.DestinationType == "exchange" {
 			x = r.Destination
+			continue
+		}
+		if n, ok := strings.CutPrefix(r.Destination, holdQueue); ok {
+			// A mover holds it 2^n s, then publishes it to exchange L<n-1>.
+			level, _ := strconv.Atoi(n)
+			levels = append(levels, r.Destination)
+			ttl += int64(1000) << level
+			x = deliverXchg
+			if level > 0 {
+				x = delayExchange + strconv.Itoa(level-1)
+			}
 			continue
 		}
 		q := topo.queues[r.Destination]

@@ -35,11 +35,16 @@ const MalformedError = "malformed message: needs message_id, backstop-attempt >=
 // maxAttempt bounds backstop-attempt: 14 digits, as the Redis scripts.
 const maxAttempt = 99_999_999_999_999
 
-// Delay levels: a delay is whole seconds in delayBits bits.
+// Delay levels: a delay is whole seconds in delayBits bits, of which the
+// lowest holdLevels are routed: a delay hops the levels for at most
+// maxDelaySecs (34 min), so that no mover holds a message for longer than
+// 2^(holdLevels-1) s, under the broker's consumer timeout (30 min).
 const (
 	delayBits     = 18
-	maxDelaySecs  = 1<<delayBits - 1
-	delayExchange = "backstop.delay.L"       // + level
+	holdLevels    = 11
+	maxDelaySecs  = 1<<holdLevels - 1
+	delayExchange = "backstop.delay.L"       // + level: the exchanges, and the first topology's TTL queues
+	holdQueue     = "backstop.hold.L"        // + level: the queues the movers hold messages from
 	deliverXchg   = "backstop.delay.deliver" // headers exchange, by destination
 	enterXchg     = "backstop.delay.enter"   // topic exchange, to the highest set bit's level
 )

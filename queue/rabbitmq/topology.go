@@ -157,10 +157,14 @@ func (q *Queue) declareQueue(ch *amqp.Channel) error {
 }
 
 // declareLevels declares the delay levels every queue of the virtual host
-// shares: exchange L<n> routes a message whose bit n is 1 to queue L<n>
-// (TTL 2^n s), else on to exchange L<n-1>; queue L<n> dead-letters to
-// exchange L<n-1>, keeping the routing key; L0's next is the deliver
-// exchange, which routes by backstop-destination. A message enters at the
+// shares: exchange L<n> routes a message whose bit n is 1 to queue hold.L<n>,
+// where a mover holds it for 2^n s and then publishes it to exchange L<n-1>
+// (mover.go), else on to exchange L<n-1> at once; L0's next is the deliver
+// exchange, which routes by backstop-destination. The first topology's TTL
+// queues L<n> (dead-lettering to exchange L<n-1>) are still declared, so
+// that messages delayed before an upgrade drain, but no longer bound for
+// n < holdLevels: RabbitMQ 3.10 can lose the process that dead-letters them
+// (README, "The moves between levels are the workers'"). A message enters at the
 // level of its delay's highest set bit (the enter exchange), not at L17:
 // every exchange-to-exchange hop costs the publishing channel a topic
 // match, and 18 of them made a delayed publish 5 to 9 times slower
@@ -187,8 +191,23 @@ func declareLevels(ch *amqp.Channel) error {
 		}); err != nil {
 			return err
 		}
-		if err := ch.QueueBind(name, levelPattern(n, '1'), name, false, nil); err != nil {
-			return err
+		if n < holdLevels {
+			// Bit n set: to the hold queue, which the movers empty. The
+			// hold queue is bound before the TTL queue is unbound, so a
+			// message routed meanwhile goes to both (a duplicate), never
+			// to neither.
+			hold := holdQueue + strconv.Itoa(n)
+			if _, err := ch.QueueDeclare(hold, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+				return err
+			}
+			if err := ch.QueueBind(hold, levelPattern(n, '1'), name, false, nil); err != nil {
+				return err
+			}
+			if err := ch.QueueUnbind(name, levelPattern(n, '1'), name, nil); err != nil {
+				return err
+			}
+		} else if err := ch.QueueBind(name, levelPattern(n, '1'), name, false, nil); err != nil {
+			return err // no delay routes here since the cap; kept for older producers
 		}
 		if err := ch.ExchangeBind(lower, levelPattern(n, '0'), name, false, nil); err != nil {
 			return err

@@ -30,6 +30,7 @@ type workConfig struct {
 	policies       map[string]queue.Decider
 	applyTimeout   time.Duration // per attempt at publishing and acking an outcome
 	known          int           // outcomes kept across a lost channel
+	noMover        bool          // tests that look at the levels: nothing moves them
 }
 
 // WithPrefetch sets how many unacked deliveries the broker sends this
@@ -77,6 +78,10 @@ func WithPolicies(m map[string]queue.Decider) WorkOption {
 // delivered max-deliveries times already (x-delivery-count) as a crash
 // loop without running, one that arrives before its backstop-due-ms is
 // delayed again for the remainder.
+//
+// While it runs, it also moves delayed messages down the delay levels
+// (README, "The moves between levels are the workers'"), for every queue of
+// the virtual host.
 //
 // On shutdown (ctx done) it cancels its consumer, lets the running jobs
 // finish and applies their outcomes, and returns nil; deliveries not
@@ -142,6 +147,20 @@ func (q *Queue) Work(ctx context.Context, p queue.Decider, h queue.Handler, opts
 		return err
 	}
 	w.runner = r
+	// The delay levels' moves (mover.go): for the jobs this worker and every
+	// other worker of the virtual host delay.
+	mctx, stopMover := context.WithCancel(ctx)
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		if !c.noMover {
+			q.move(mctx)
+		}
+	}()
+	defer func() {
+		stopMover()
+		<-moved
+	}()
 	pause := 50 * time.Millisecond
 	for n := 0; ; n++ {
 		err := w.session(ctx, n)

@@ -11,8 +11,20 @@ import { metricsOrigin } from './metrics.js';
 import { checkPolicy, countPlan, jitter, pause, planOutcome, refusedFor, refusedPlan } from './outcome.js';
 import { isFailedResponse } from './retry.js';
 
-const LEVELS = 18; // backstop.delay.L0..L17: delays up to 2^18 - 1 s (~3 days) in one trip
-const MAX_DELAY_S = 2 ** LEVELS - 1;
+const LEVELS = 18; // the routing key's bits; exchanges (and the first topology's TTL queues) backstop.delay.L0..L17
+// backstop.hold.L0..L10: the levels a delay hops, moved by the workers'
+// movers, which hold a message 2^10 s at most (under the broker's 30 min
+// consumer timeout). A longer delay than 2^11 - 1 s (34 min) arrives early
+// and is delayed again for the rest.
+const HOLDS = 11;
+const MAX_DELAY_S = 2 ** HOLDS - 1;
+// A mover's deliveries in hand per level, and its pause before a move the
+// broker refused (or returned) is tried again.
+const MOVE_PREFETCH = 1000;
+const MOVE_RETRY_MS = 10_000;
+// work()'s option (test only, as Go's WithoutMover) for the shared cases,
+// which look at what the levels hold: no mover.
+const NO_MOVER = Symbol.for('backstop-policy/rabbitmq without mover');
 const DELIVER = 'backstop.delay.deliver';
 // A delayed message enters at its highest set bit's level, not L17: each
 // exchange-to-exchange hop costs the publishing channel a topic match.
@@ -43,14 +55,19 @@ const CONFIRM_BATCH = 100;
 const REASON = /^[!-~]{1,128}$/;
 const BACKOFF_MAX_MS = 5000;
 
-/** The name of delay level n (0..17): a topic exchange and a quorum queue. */
+/** The name of delay level n (0..17): a topic exchange and the first topology's TTL queue. */
 export function levelName(n) {
   return `backstop.delay.L${n}`;
 }
 
+/** The queue of delay level n (0..10) the movers hold messages from. */
+export function holdName(n) {
+  return `backstop.hold.L${n}`;
+}
+
 /**
  * The routing key of a delay: its whole seconds (rounded up, at most
- * 2^18 - 1) as 18 words of one bit each, most significant first.
+ * 2^11 - 1) as 18 words of one bit each, most significant first.
  */
 export function delayRoutingKey(delayMs) {
   if (!Number.isFinite(delayMs) || delayMs < 0) {
@@ -118,6 +135,8 @@ class Core {
     this.closing = new AbortController(); // ends the workers' reconnection loops
     this.pub = null; // the confirm channel of enqueue, a promise
     this.shared = null; // the shared delay levels, declared once per Broker (a promise)
+    this.movers = 0; // work() calls running: the delay mover runs while there is one
+    this.mover = null; // {stop, done} of the running mover
   }
 
   report(err) {
@@ -179,20 +198,55 @@ class Core {
     return this.pub;
   }
 
+  // The shared delay levels, declared once per Broker (again after a failure).
+  levels() {
+    if (this.shared === null) {
+      const p = (async () => {
+        const ch = await this.channel(false);
+        try {
+          await declareShared(ch);
+        } finally {
+          await ch.close().catch(() => {});
+        }
+      })();
+      p.catch(() => {
+        if (this.shared === p) this.shared = null;
+      });
+      this.shared = p;
+    }
+    return this.shared;
+  }
+
   async declare(name, maxDeliveries) {
+    await this.levels();
     const ch = await this.channel(false);
     try {
-      if (this.shared === null) {
-        this.shared = declareShared(ch);
-        this.shared.catch(() => {
-          this.shared = null;
-        });
-      }
-      await this.shared;
       await declareQueue(ch, name, maxDeliveries);
     } finally {
       await ch.close().catch(() => {});
     }
+  }
+
+  // Runs the delay mover (move()) for this connection while a work() runs:
+  // returns what that work() calls when it stops, which stops the mover
+  // when no other needs it and resolves once its channel is closed (what
+  // it held back in the levels).
+  useMover() {
+    if (this.movers++ === 0) {
+      const stop = new AbortController();
+      const { signal, dispose } = anySignal(stop.signal, this.closing.signal);
+      this.mover = { stop, done: move(this, signal).catch((err) => this.report(err)).finally(dispose) };
+    }
+    let released = false;
+    return async () => {
+      if (released) return;
+      released = true;
+      if (--this.movers > 0) return;
+      const { stop, done } = this.mover;
+      this.mover = null;
+      stop.abort();
+      await done;
+    };
   }
 
   async close() {
@@ -205,7 +259,14 @@ class Core {
   }
 }
 
-// The delay levels every work queue of a virtual host shares.
+// The delay levels every work queue of a virtual host shares: exchange
+// L<n> routes a message whose bit n is 1 to queue hold.L<n> (a mover holds
+// it 2^n s, then publishes it to exchange L<n-1>), else on to exchange
+// L<n-1> at once; L0's next is the deliver exchange, by destination. The
+// first topology's TTL queues L<n> are still declared, so that messages
+// delayed before an upgrade drain, but no longer bound for n < 11:
+// RabbitMQ 3.10 can lose the process that dead-letters them (README, "The
+// moves between levels are the workers'").
 async function declareShared(ch) {
   await ch.assertExchange(DELIVER, 'headers', { durable: true });
   for (let n = 0; n < LEVELS; n++) {
@@ -221,8 +282,17 @@ async function declareShared(ch) {
       },
     });
   }
+  for (let n = 0; n < HOLDS; n++) await ch.assertQueue(holdName(n), { durable: true, arguments: { 'x-queue-type': 'quorum' } });
   for (let n = 0; n < LEVELS; n++) {
-    await ch.bindQueue(levelName(n), levelName(n), levelPattern(n, '1'));
+    if (n < HOLDS) {
+      // Bit n set: to the hold queue, which the movers empty; the TTL queue
+      // is unbound only after, so a message routed meanwhile goes to both
+      // (a duplicate), never to neither.
+      await ch.bindQueue(holdName(n), levelName(n), levelPattern(n, '1'));
+      await ch.unbindQueue(levelName(n), levelName(n), levelPattern(n, '1'));
+    } else {
+      await ch.bindQueue(levelName(n), levelName(n), levelPattern(n, '1')); // no delay routes here since the cap
+    }
     await ch.bindExchange(n === 0 ? DELIVER : levelName(n - 1), levelName(n), levelPattern(n, '0'));
   }
   await ch.assertExchange(ENTER, 'topic', { durable: true });
@@ -281,10 +351,150 @@ function publish(ch, exchange, routingKey, body, props) {
   });
 }
 
+// -- the delay mover ----------------------------------------------------------------
+
+// The moves between delay levels (README, "The moves between levels are the
+// workers', not the broker's"): on a confirm channel of its own, the mover
+// consumes hold.L0..L10, holds each delivery until its time (releaseAt),
+// publishes it unchanged to the next exchange (mandatory), and acks it once
+// confirmed. A move the broker refuses or returns (no route) is tried again
+// after 10 s; a lost channel returns what it held to the levels, and the
+// mover consumes again (with backoff, as work()) until stop aborts.
+async function move(core, stop) {
+  for (let backoff = BACKOFF_MIN_MS; !stop.aborted; backoff = Math.min(2 * backoff, BACKOFF_MAX_MS)) {
+    let ch;
+    try {
+      await core.levels();
+      ch = await core.channel(true);
+    } catch {
+      // work() reports the connection's failures; both make it again.
+      await core.connection().catch(() => {});
+      await pause(jitter(backoff), stop);
+      continue;
+    }
+    if (await moveSession(core, ch, stop)) backoff = BACKOFF_MIN_MS;
+    if (!stop.aborted) await pause(jitter(backoff), stop);
+  }
+}
+
+// One channel's moves until it is lost or stop aborts; true when it consumed.
+async function moveSession(core, ch, stop) {
+  let gone = false; // the channel closed: what it held is back in the levels
+  let ending = false;
+  const lost = new Promise((resolve) => ch.once('close', () => {
+    gone = true;
+    resolve();
+  }));
+  const timers = new Set();
+  const moving = new Set(); // moves awaiting their confirm
+  // Mandatory moves the broker could not route, matched to the move by
+  // exchange, routing key and job id (a return comes before its confirm).
+  const unconfirmed = new Map();
+  const idOf = (exchange, key, p) => `${exchange}\u0000${key}\u0000${p.messageId ?? ''}`;
+  ch.on('return', (msg) => {
+    const m = unconfirmed.get(idOf(msg.fields.exchange, msg.fields.routingKey, msg.properties))?.find((x) => !x.returned);
+    if (m) m.returned = true;
+  });
+  const hold = (n, msg, at) => {
+    if (gone || ending) return; // still unacked: back to its level with the channel
+    const t = setTimeout(() => {
+      timers.delete(t);
+      const p = moveOne(n, msg).finally(() => moving.delete(p));
+      moving.add(p);
+    }, Math.max(0, at - Date.now()));
+    t.unref?.();
+    timers.add(t);
+  };
+  const moveOne = async (n, msg) => {
+    const exchange = n === 0 ? DELIVER : levelName(n - 1);
+    const key = msg.fields.routingKey;
+    const p = msg.properties ?? {};
+    const headers = { ...(p.headers ?? {}) };
+    // The hold queue's own count of redeliveries: the work queue's worker
+    // reads x-delivery-count as its own (crash loops).
+    delete headers['x-delivery-count'];
+    const id = idOf(exchange, key, p);
+    const m = { returned: false };
+    const list = unconfirmed.get(id) ?? [];
+    list.push(m);
+    unconfirmed.set(id, list);
+    try {
+      const extra = { priority: p.priority, replyTo: p.replyTo };
+      for (const k of Object.keys(extra)) if (extra[k] === undefined) delete extra[k];
+      await publish(ch, exchange, key, msg.content, { ...props(msg), ...extra, headers, mandatory: true });
+      if (m.returned) throw new Error(`no route from ${exchange} (its work queue ${JSON.stringify(text(headers[H.destination]))} was deleted?)`);
+      ch.ack(msg);
+    } catch (err) {
+      if (gone) return;
+      core.report(new Error(`rabbitmq delay mover: the move of job ${JSON.stringify(text(p.messageId))} from ${holdName(n)} failed; trying again in 10 s: ${err?.message ?? err}`, { cause: err }));
+      hold(n, msg, Date.now() + MOVE_RETRY_MS);
+    } finally {
+      list.splice(list.indexOf(m), 1);
+      if (list.length === 0) unconfirmed.delete(id);
+    }
+  };
+  let consumed = false;
+  try {
+    await ch.prefetch(MOVE_PREFETCH, false); // per consumer: per level
+    for (let n = 0; n < HOLDS && !stop.aborted; n++) {
+      await ch.consume(holdName(n), (msg) => {
+        if (msg === null) {
+          // Cancelled by the broker (the queue was deleted): declare the
+          // levels again and consume on a new channel.
+          core.shared = null;
+          ch.close().catch(() => {});
+          return;
+        }
+        hold(n, msg, releaseAt(n, msg, Date.now()));
+      }, { noAck: false });
+    }
+    consumed = true;
+    await lostOrAborted(lost, stop);
+  } catch (err) {
+    if (!gone) core.report(new Error(`rabbitmq delay mover: consume: ${err?.message ?? err}`, { cause: err }));
+    if (amqpCode(err, 404)) core.shared = null; // a hold queue deleted: declared again
+  }
+  ending = true;
+  for (const t of timers) clearTimeout(t);
+  // The moves under way finish (confirmed and acked, or not) before the
+  // channel closes, for 10 s at most: fewer duplicates.
+  let timer;
+  await Promise.race([Promise.all([...moving]), new Promise((resolve) => {
+    timer = setTimeout(resolve, MOVE_RETRY_MS);
+  })]);
+  clearTimeout(timer);
+  if (!gone) await ch.close().catch(() => {});
+  return consumed;
+}
+
+// When a delivery of hold.L<n> received at now (unix ms) leaves its level:
+// 2^n s later, or earlier when its due time says it entered the level
+// before (it waited there for a mover): due less the delay still to go
+// below n, the routing key's lower bits. A routing key that is not the 18
+// words of bits, or no valid backstop-due-ms: by the receipt alone.
+function releaseAt(n, msg, now) {
+  const at = now + 2 ** n * 1000;
+  const due = digits(msg.properties?.headers?.[H.due]);
+  const words = text(msg.fields?.routingKey).split('.');
+  if (due === null || due <= 0 || words.length !== LEVELS) return at;
+  let low = 0;
+  for (let bit = 0; bit < n; bit++) {
+    const w = words[LEVELS - 1 - bit];
+    if (w === '1') low += 2 ** bit;
+    else if (w !== '0') return at;
+  }
+  return Math.min(at, due - low * 1000);
+}
+
 // A declaration the broker refused because the queue exists with other
 // arguments (AMQP 406), as amqplib reports it (possibly wrapped by #error).
 function preconditionFailed(err) {
-  for (let e = err; e; e = e.cause) if (e.code === 406) return true;
+  return amqpCode(err, 406);
+}
+
+// Whether err (or one it wraps) is the broker's AMQP reply code.
+function amqpCode(err, code) {
+  for (let e = err; e; e = e.cause) if (e.code === code) return true;
   return false;
 }
 
@@ -407,9 +617,9 @@ class Queue {
   /**
    * The sizes of the queue, read live (passive declares: it declares
    * nothing): {ready, consumers, dlq, delayLevels}. delayLevels counts the
-   * messages in the shared delay levels, for every queue of the virtual
-   * host: RabbitMQ 3.10 keeps no statistics of dead-lettered messages, so
-   * one queue's delayed messages cannot be counted apart.
+   * ready messages in the shared delay levels (hold.L0..L10 and the first
+   * topology's L0..L17; not those a mover holds), for every queue of the
+   * virtual host: one queue's delayed messages cannot be counted apart.
    */
   async stats() {
     let ch;
@@ -418,6 +628,7 @@ class Queue {
       const q = await ch.checkQueue(this.name);
       const d = await ch.checkQueue(this.dlq);
       let delayLevels = 0;
+      for (let n = 0; n < HOLDS; n++) delayLevels += (await ch.checkQueue(holdName(n))).messageCount;
       for (let n = 0; n < LEVELS; n++) delayLevels += (await ch.checkQueue(levelName(n))).messageCount;
       return { ready: q.messageCount, consumers: q.consumerCount, dlq: d.messageCount, delayLevels };
     } catch (err) {
@@ -724,6 +935,9 @@ class Queue {
       }
     };
 
+    // The delay levels' moves, for the jobs of every worker of the virtual
+    // host: one mover per connection, while a work() runs.
+    const stopMover = options[NO_MOVER] ? async () => {} : this.#core.useMover();
     let backoff = BACKOFF_MIN_MS;
     while (!stop.aborted) {
       let ch;
@@ -734,6 +948,7 @@ class Queue {
         if (preconditionFailed(err)) {
           // Q exists with other arguments: no retry mends that (as Go's Work).
           dispose();
+          await stopMover();
           throw err;
         }
         report(this.#error('connect', err));
@@ -762,14 +977,7 @@ class Queue {
           inflight.add(t);
         }, { noAck: false, consumerTag });
         backoff = BACKOFF_MIN_MS;
-        let onAbort;
-        const aborted = new Promise((resolve) => {
-          onAbort = resolve;
-          if (stop.aborted) resolve();
-          stop.addEventListener('abort', resolve, { once: true });
-        });
-        await Promise.race([lost, aborted]);
-        stop.removeEventListener('abort', onAbort);
+        await lostOrAborted(lost, stop);
         if (!lostYet) await ch.cancel(tag).catch(() => {});
       } catch (err) {
         if (!lostYet) report(this.#error('consume', err));
@@ -783,6 +991,7 @@ class Queue {
       }
     }
     dispose();
+    await stopMover(); // what it held goes back to the levels
   }
 }
 
@@ -1005,3 +1214,15 @@ function checkName(what, v) {
   if (v.startsWith('amq.')) throw new TypeError(`Expected \`${what}\` not to start with "amq." (reserved by RabbitMQ)`);
 }
 
+// Resolves when the channel is lost or stop is aborted, whichever is first,
+// leaving no listener on stop.
+async function lostOrAborted(lost, stop) {
+  let onAbort;
+  const aborted = new Promise((resolve) => {
+    onAbort = resolve;
+    if (stop.aborted) resolve();
+    stop.addEventListener('abort', resolve, { once: true });
+  });
+  await Promise.race([lost, aborted]);
+  stop.removeEventListener('abort', onAbort);
+}

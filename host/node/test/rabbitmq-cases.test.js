@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import amqp from 'amqplib';
 import promClient from 'prom-client';
 import { createMetrics, loadPolicy } from '../index.js';
-import { connect, levelName } from '../lib/rabbitmq.js';
+import { connect, holdName } from '../lib/rabbitmq.js';
 import { canonical, caseError, classify, FIELDS, timesAsOffsets } from '../test-support/cases.js';
 import { until } from '../test-support/eventually.js';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
@@ -21,7 +21,13 @@ const FILE = JSON.parse(
   readFileSync(process.env.BACKSTOP_RABBITMQ_CASES ?? new URL('../../../testdata/rabbitmq/cases.json', import.meta.url), 'utf8'),
 );
 const NOW = /\{now([+-][0-9]+)?\}/g;
-const LEVELS = Array.from({ length: 18 }, (_, n) => levelName(n));
+// The hold levels (hold.L0..L10), the words of a delay's routing key (18
+// bits) and the longest delay routed (s).
+const LEVELS = Array.from({ length: 11 }, (_, n) => holdName(n));
+const KEY_WORDS = 18;
+const MAX_ROUTED = 2 ** 11 - 1;
+// work() without the delay mover (as Go's WithoutMover): the cases look at what the levels hold.
+const NO_MOVER = Symbol.for('backstop-policy/rabbitmq without mover');
 
 let server;
 let broker;
@@ -180,15 +186,15 @@ async function anyReady(queues) {
 
 // Whether key and level are those of a message delayed again for the rest of
 // due by a worker that reached it between base and end: a delay of s seconds
-// with ceil((due - end) / 1000) <= s <= ceil((due - base) / 1000), level its
-// highest set bit. How late the worker was changes the key, so the cases
+// with ceil((due - end) / 1000) <= s <= ceil((due - base) / 1000) (at most
+// MAX_ROUTED), level its highest set bit. How late the worker was changes the key, so the cases
 // write it "{due}" (see the README).
 function dueKeyFits(key, level, due, base, end) {
   const words = key.split('.');
-  if (!/^[0-9]{13}$/.test(due) || words.length !== LEVELS.length || words.some((w) => w !== '0' && w !== '1')) return false;
+  if (!/^[0-9]{13}$/.test(due) || words.length !== KEY_WORDS || words.some((w) => w !== '0' && w !== '1')) return false;
   const s = parseInt(words.join(''), 2);
-  const rest = (at) => Math.ceil((Number(due) - at) / 1000);
-  return s > 0 && rest(end) <= s && s <= rest(base) && level === levelName(31 - Math.clz32(s));
+  const rest = (at) => Math.min(Math.ceil((Number(due) - at) / 1000), MAX_ROUTED);
+  return s > 0 && rest(end) <= s && s <= rest(base) && level === holdName(31 - Math.clz32(s));
 }
 
 // lateMs backdates the case's clock, as if the worker reached the delivery
@@ -233,7 +239,7 @@ async function run(c, { lateMs = 0 } = {}) {
       ran = true;
       if (ev.error) throw caseError(ev.error);
     }, {
-      signal: ac.signal, prefetch: 1, classify, onError: () => {},
+      signal: ac.signal, prefetch: 1, classify, onError: () => {}, [NO_MOVER]: true,
       metrics: createMetrics(promClient, { policy: 'cases', target: name, registry }),
     });
     await until(`case ${c.name}: the worker to deal with the delivery`, async () => ran || anyReady([`${name}.dlq`, ...LEVELS]), 20_000);

@@ -2,8 +2,9 @@
 replayed through the asyncio worker (backstop.rabbitmq) against a real
 rabbitmq-server: each case's delivery is published, the worker runs it with
 the case's policy (behind a spy) and handler, then the work queue, the DLQ
-and the delay levels are drained and compared with what the Go worker left;
-and Replay against the case's dead letters."""
+and the delay levels (the hold queues, and the first topology's TTL queues,
+which must stay empty) are drained and compared with what the Go worker
+left; and Replay against the case's dead letters."""
 import asyncio
 import base64
 import datetime
@@ -34,6 +35,7 @@ CASES = Path(os.environ.get("BACKSTOP_RABBITMQ_CASES",
 FILE = json.loads(CASES.read_text()) if CASES.is_file() else {"cases": []}
 NOW = re.compile(r"\{now([+-][0-9]+)?\}")
 LEVELS = [_core.level(n) for n in range(_core.LEVELS)]
+HOLDS = [_core.hold(n) for n in range(_core.HOLD_LEVELS)]
 FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "prev_delay_ms")
 PROPS = ("message_id", "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
          "expiration", "type", "user_id", "app_id")
@@ -152,7 +154,7 @@ async def setup(conn: Any, q: str, case: Dict[str, Any], res: Any) -> None:
         await ch.queue_delete(name)
     for name in (q + ".delay", q + ".due"):
         await ch.exchange_delete(name)
-    for name in LEVELS:
+    for name in HOLDS + LEVELS:
         try:
             await (await ch.get_queue(name, ensure=False)).purge()
         except aio_pika.exceptions.ChannelClosed:
@@ -180,15 +182,16 @@ async def counts(ch: Any, names: List[str]) -> int:
 def due_key_fits(key: str, level: str, due: str, base: int, end: int) -> bool:
     """Whether key and level are those of a message delayed again for the rest
     of due by a worker that reached it between base and end: a delay of s
-    seconds with ceil((due - end) / 1000) <= s <= ceil((due - base) / 1000),
-    level its highest set bit. How late the worker was changes the key, so
+    seconds with ceil((due - end) / 1000) <= s <= ceil((due - base) / 1000)
+    (each at most 2^11 - 1, the longest delay routed), level its highest set
+    bit. How late the worker was changes the key, so
     the cases write it "{due}" (see the README)."""
     words = key.split(".")
     if not re.fullmatch(r"[0-9]{13}", due) or len(words) != len(LEVELS) or any(w not in ("0", "1") for w in words):
         return False
     s = int("".join(words), 2)
-    rest = lambda at: -((at - int(due)) // 1000)  # ceil((due - at) / 1000)
-    return s > 0 and rest(end) <= s <= rest(base) and level == LEVELS[s.bit_length() - 1]
+    rest = lambda at: min(-((at - int(due)) // 1000), _core.MAX_HOP_S)  # ceil((due - at) / 1000), routed
+    return 0 < s <= _core.MAX_HOP_S and rest(end) <= s <= rest(base) and level == HOLDS[s.bit_length() - 1]
 
 
 async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0) -> Any:
@@ -214,6 +217,10 @@ async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0
         q = b.queue(qname, max_deliveries=FILE["max_deliveries"])
         await q.declare()
         ch = await conn.channel(publisher_confirms=True)
+        # A copy of every message the worker delays: the worker's mover holds
+        # them (unacked, uncounted) until it stops, and returns them then.
+        tap = await ch.declare_queue(exclusive=True)
+        await tap.bind(_core.ENTER, "#")
         for spec in case.get("dlq", []):
             await ch.default_exchange.publish(message_from(spec, res), qname + ".dlq")
         ev = case["event"]
@@ -257,7 +264,7 @@ async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0
                                          args=(spy, handler), kwargs=dict(stop=stop, **opts), daemon=True)
                     t.start()
                 async def moved():
-                    return ran or await counts(ch, [qname + ".dlq"] + LEVELS) != len(case.get("dlq", []))
+                    return ran or await counts(ch, [qname + ".dlq", tap.name]) != len(case.get("dlq", []))
                 await until_async("the worker to do something with the delivery", moved)
                 # Graceful: the delivery in hand is finished first.
                 if sb is None:
@@ -289,13 +296,23 @@ async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0
         state: Dict[str, Any] = {"work": [], "dlq": [], "delayed": []}
         state["work"] = [message_json(m) for m in await drain(ch, qname)]
         state["dlq"] = [message_json(m) for m in await drain(ch, qname + ".dlq")]
-        for name in LEVELS:
-            for m in await drain(ch, name):
-                entry = {"queue": name, "routing_key": m.routing_key, "message": message_json(m)}
-                due = (m.headers or {}).get("backstop-due-ms")
-                if isinstance(due, str) and due == own_due and due_key_fits(m.routing_key, name, due, base, end):
-                    entry["queue"] = entry["routing_key"] = "{due}"
-                state["delayed"].append(entry)
+        delayed = await counts(ch, [tap.name])
+        got: List[Any] = []
+
+        async def returned() -> bool:
+            # The mover's held deliveries come back to their levels shortly
+            # after its channel closed.
+            for name in HOLDS + LEVELS:
+                got.extend((name, m) for m in await drain(ch, name))
+            return len(got) >= delayed
+
+        await until_async("the delayed messages back in the levels", returned)
+        for name, m in got:
+            entry = {"queue": name, "routing_key": m.routing_key, "message": message_json(m)}
+            due = (m.headers or {}).get("backstop-due-ms")
+            if isinstance(due, str) and due == own_due and due_key_fits(m.routing_key, name, due, base, end):
+                entry["queue"] = entry["routing_key"] = "{due}"
+            state["delayed"].append(entry)
         for k in state:
             state[k].sort(key=sort_key)
         state["counters"] = counters

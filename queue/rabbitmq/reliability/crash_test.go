@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,12 +28,57 @@ import (
 // counted and reported. The kills follow the progress (one per 1/40 of
 // the executions expected), not the clock, so a slow machine gets as many.
 func TestCrashLosesNothing(t *testing.T) {
-	const jobs = 10_000
-	const queueName = "crash"
 	// Fresh management figures (unacked deliveries) for the end condition.
 	broker := rabbittest.Start(t, rabbittest.WithConfig("collect_statistics_interval = 100"))
+	runCrash(t, crashSetup{
+		jobs:     10_000,
+		urls:     []string{broker.URL()},
+		observer: broker,
+		disrupt:  func(t *testing.T, _ func() int, _ func() bool) string { broker.Restart(t); return "broker restart" },
+	})
+}
+
+// TestClusterCrashLosesNothing: the crash test on a 3-node cluster whose
+// queues' leader node (the first: the test declares the queues through it)
+// is killed and started again twice, while the worker processes, spread
+// over the nodes and failing over to the others, are SIGKILLed as in
+// TestCrashLosesNothing. Quorum queues keep every job.
+func TestClusterCrashLosesNothing(t *testing.T) {
+	c := rabbittest.StartCluster(t, 3, rabbittest.WithConfig("collect_statistics_interval = 100"))
+	runCrash(t, crashSetup{
+		jobs:     6_000,
+		urls:     c.URLs(),
+		observer: c.Nodes[1],
+		disrupt: func(t *testing.T, executions func() int, finished func() bool) string {
+			c.Nodes[0].Kill()
+			// The jobs go on without the node (unless none is left): the
+			// workers that were on it fail over, and the queues elect
+			// leaders on the others.
+			from := executions()
+			if err := eventually.Wait(90*time.Second, func() bool { return executions() >= from+200 || finished() }); err != nil {
+				t.Fatalf("no progress with node 1 down: %d executions, then %d in 90 s\n%s", from, executions()-from, queueDump(c.Nodes[1]))
+			}
+			c.Nodes[0].KillAndRestart(t)
+			return "leader node killed and restarted"
+		},
+	})
+}
+
+// crashSetup is a crash test's broker: the nodes' URLs (worker i connects
+// to urls[i % len] first, failing over to the others), a node that stays
+// up for the test's own looks, and the disruption made twice.
+type crashSetup struct {
+	jobs     int
+	urls     []string
+	observer *rabbittest.Broker
+	disrupt  func(t *testing.T, executions func() int, finished func() bool) string // what it did
+}
+
+func runCrash(t *testing.T, setup crashSetup) {
+	const queueName = "crash"
+	broker := setup.observer
 	ctx := context.Background()
-	b, err := rabbitmq.Open(ctx, broker.URL(), rabbitmq.WithLogger(quietLog))
+	b, err := rabbitmq.Open(ctx, setup.urls[0], rabbitmq.WithLogger(quietLog), rabbitmq.WithFailover(setup.urls[1:]...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,22 +89,20 @@ func TestCrashLosesNothing(t *testing.T) {
 	if err := q.Declare(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var wantExec, wantSucceeded, wantDead int
-	ids := make([]string, jobs)
+	var wantExec, wantDead int
+	ids := make([]string, setup.jobs)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("j%05d", i)
 		final, dead := expected(ids[i])
 		wantExec += int(final)
 		if dead != "" {
 			wantDead++
-		} else {
-			wantSucceeded++
 		}
 	}
 	enqueueAll(t, b, q, ids)
 
 	ledger := filepath.Join(t.TempDir(), "ledger")
-	f := newFleet(t, "crash", 4, "BACKSTOP_RELIABILITY_URL="+broker.URL(), "BACKSTOP_RELIABILITY_QUEUE="+queueName,
+	f := newFleet(t, "crash", 4, "BACKSTOP_RELIABILITY_URL="+strings.Join(setup.urls, " "), "BACKSTOP_RELIABILITY_QUEUE="+queueName,
 		"BACKSTOP_RELIABILITY_LEDGER="+ledger, "BACKSTOP_RELIABILITY_MAX_DELIVERIES=50",
 		"BACKSTOP_RELIABILITY_PREFETCH=32", "BACKSTOP_RELIABILITY_CONCURRENCY=8")
 
@@ -85,37 +129,43 @@ func TestCrashLosesNothing(t *testing.T) {
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(12, 12))
 	kills, restarts := 0, 0
+	var disruption string
 	step := wantExec / 40
 	for next := step; next < wantExec*9/10; next += step {
 		if err := eventually.Wait(90*time.Second, func() bool { f.revive(); return executions() >= next }); err != nil {
-			t.Fatalf("stalled at %d of %d executions after %d kills, %d broker restarts", executions(), wantExec, kills, restarts)
+			t.Fatalf("stalled at %d of %d executions after %d kills, %d disruptions (%s)\n%s", executions(), wantExec, kills, restarts,
+				disruption, whereAre(t, broker, ledger, ids))
 		}
 		f.kill(rng.IntN(len(f.procs)))
 		kills++
 		if restarts < 2 && next >= wantExec*(restarts+1)/3 {
-			broker.Restart(t)
+			disruption = setup.disrupt(t, executions, func() bool { return readLedger(t, ledger).final == setup.jobs })
 			restarts++
-			conn.Close()
-			conn = broker.Dial(t)
+			if !broker.Running() || conn.IsClosed() {
+				conn = broker.Dial(t)
+			}
 		}
 	}
 	// Drained: every job executed at its final attempt, as many dead
 	// letters as fates say, nothing ready or unacked in the queue, nothing
 	// in the delay.
 	var got ledgerSummary
-	eventually.True(t, 90*time.Second, "every job to reach its end", func() bool {
+	if err := eventually.Wait(90*time.Second, func() bool {
 		f.revive()
 		got = readLedger(t, ledger)
-		if got.final < jobs || depth(queueName+".dlq") < wantDead || depth(queueName) != 0 {
+		if got.final < setup.jobs || depth(queueName+".dlq") < wantDead || depth(queueName) != 0 {
 			return false
 		}
-		for n := range 18 {
-			if depth("backstop.delay.L"+strconv.Itoa(n)) != 0 {
+		for _, l := range levels() {
+			if depth(l) != 0 || unacked(t, broker, l) != 0 {
 				return false
 			}
 		}
 		return unacked(t, broker, queueName) == 0
-	})
+	}); err != nil {
+		t.Fatalf("not every job reached its end after %d kills, %d disruptions (%s)\n%s", kills, restarts, disruption,
+			whereAre(t, broker, ledger, ids))
+	}
 	f.stop()
 	elapsed := time.Since(start)
 
@@ -165,9 +215,9 @@ func TestCrashLosesNothing(t *testing.T) {
 			t.Errorf("%s holds %d messages after the run", name, n)
 		}
 	}
-	for n := range 18 {
-		if d := depth("backstop.delay.L" + strconv.Itoa(n)); d != 0 {
-			t.Errorf("delay level %d holds %d messages after the run", n, d)
+	for _, l := range levels() {
+		if d := depth(l); d != 0 {
+			t.Errorf("delay level %s holds %d messages after the run", l, d)
 		}
 	}
 	// The counters equal the outcomes: what the DLQ holds by reason is what
@@ -184,12 +234,25 @@ func TestCrashLosesNothing(t *testing.T) {
 		}
 	}
 	if kills < 20 || restarts < 2 {
-		t.Errorf("%d kills and %d broker restarts, want at least 20 and 2", kills, restarts)
+		t.Errorf("%d kills and %d disruptions, want at least 20 and 2", kills, restarts)
 	}
-	t.Logf("%d jobs in %v: %d succeeded, %d dead-lettered %v; %d worker kills (%d worker starts), %d broker restarts; "+
+	t.Logf("%d jobs in %v: %d succeeded, %d dead-lettered %v; %d worker kills (%d worker starts), %d × %s; "+
 		"%d executions for %d needed: %d duplicate executions (%.2f%%), %d duplicate dead letters",
-		jobs, elapsed.Round(time.Millisecond), len(got.succeeded), len(dead), byReason, kills, f.starts, restarts,
+		setup.jobs, elapsed.Round(time.Millisecond), len(got.succeeded), len(dead), byReason, kills, f.starts, restarts, disruption,
 		got.executions, wantExec, got.executions-got.distinct, 100*float64(got.executions-got.distinct)/float64(got.executions), deadDups)
+}
+
+// levels are the delay level queues: the hold levels and the first
+// topology's TTL levels (which nothing routes to any more).
+func levels() []string {
+	var ls []string
+	for n := range 18 {
+		if n <= 10 {
+			ls = append(ls, "backstop.hold.L"+strconv.Itoa(n))
+		}
+		ls = append(ls, "backstop.delay.L"+strconv.Itoa(n))
+	}
+	return ls
 }
 
 type ledgerSummary struct {
@@ -250,8 +313,19 @@ func enqueueAll(t *testing.T, b *rabbitmq.Broker, q *rabbitmq.Queue, ids []strin
 	}
 }
 
-// unacked is the queue's count of unacked deliveries (management API).
+// unacked is the queue's count of unacked deliveries (management API;
+// -1 when it does not say).
 func unacked(t *testing.T, broker *rabbittest.Broker, name string) int {
+	return queueFigure(broker, name, "messages_unacknowledged")
+}
+
+// messages is the queue's count of messages, ready and unacked
+// (management API; -1 when it does not say).
+func messages(t *testing.T, broker *rabbittest.Broker, name string) int {
+	return queueFigure(broker, name, "messages")
+}
+
+func queueFigure(broker *rabbittest.Broker, name, field string) int {
 	req, _ := http.NewRequest(http.MethodGet, broker.ManagementURL()+"/api/queues/%2F/"+name, nil)
 	req.SetBasicAuth("guest", "guest")
 	resp, err := http.DefaultClient.Do(req)
@@ -259,11 +333,75 @@ func unacked(t *testing.T, broker *rabbittest.Broker, name string) int {
 		return -1
 	}
 	defer resp.Body.Close()
-	var info struct {
-		Unacked *int `json:"messages_unacknowledged"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&info) != nil || info.Unacked == nil {
+	var info map[string]any
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&info) != nil {
 		return -1
 	}
-	return *info.Unacked
+	n, ok := info[field].(float64)
+	if !ok {
+		return -1
+	}
+	return int(n)
+}
+
+// whereAre says where the messages are and which jobs have not reached
+// their end, for a stall's failure message: every queue's figures from the
+// management API (ready, unacked, and for a quorum queue the messages
+// held for at-least-once dead lettering), and the unfinished jobs' last
+// executions.
+func whereAre(t *testing.T, broker *rabbittest.Broker, ledger string, ids []string) string {
+	var b strings.Builder
+	b.WriteString(queueDump(broker))
+	// The quorum queues' dead-letter workers: what each holds unsettled.
+	out, err := broker.Ctl("eval", `[sys:get_status(P) || {_, P, _, _} <- supervisor:which_children(rabbit_fifo_dlx_sup)].`)
+	fmt.Fprintf(&b, "dead-letter workers (%v): %.6000s\n", err, out)
+	n := 0
+	for _, l := range strings.Split(broker.LogTail(2000), "\n") {
+		if n < 40 && (strings.Contains(l, "[warning]") || strings.Contains(l, "[error]")) && !strings.Contains(l, "connection") {
+			fmt.Fprintf(&b, "broker log: %s\n", l)
+			n++
+		}
+	}
+	data, _ := os.ReadFile(ledger)
+	last := map[string]string{}
+	for line := range bytes.Lines(data) {
+		last[string(bytes.TrimSpace(line[:6]))] = string(bytes.TrimSpace(line))
+	}
+	s := readLedger(t, ledger)
+	var missing []string
+	for _, id := range ids {
+		final, _ := expected(id)
+		if l := last[id]; l == "" || int64(l[7]-'0') != final {
+			missing = append(missing, fmt.Sprintf("%s (final attempt %d, last run %q)", id, final, l))
+		}
+	}
+	fmt.Fprintf(&b, "%d jobs short of their final attempt (%d executions, %d at their final attempt)", len(missing), s.executions, s.final)
+	for i, m := range missing {
+		if i == 20 {
+			fmt.Fprintf(&b, "\n  …")
+			break
+		}
+		fmt.Fprintf(&b, "\n  %s", m)
+	}
+	return b.String()
+}
+
+// queueDump is every queue's figures from the management API: ready,
+// unacked, held for at-least-once dead lettering, consumers, leader node.
+func queueDump(broker *rabbittest.Broker) string {
+	var b strings.Builder
+	req, _ := http.NewRequest(http.MethodGet, broker.ManagementURL()+"/api/queues/%2F", nil)
+	req.SetBasicAuth("guest", "guest")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		fmt.Fprintf(&b, "management API: %v\n", err)
+	} else {
+		var qs []map[string]any
+		json.NewDecoder(resp.Body).Decode(&qs)
+		resp.Body.Close()
+		for _, q := range qs {
+			fmt.Fprintf(&b, "queue %v: messages %v ready %v unacked %v dlx %v consumers %v leader %v members %v online %v\n", q["name"], q["messages"],
+				q["messages_ready"], q["messages_unacknowledged"], q["messages_dlx"], q["consumers"], q["leader"], q["members"], q["online"])
+		}
+	}
+	return b.String()
 }

@@ -56,19 +56,13 @@ func TestDelaysOnTimeBehindALongerOne(t *testing.T) {
 	go func() {
 		done <- q.Work(ctx, queue.Native(p), handler, rabbitmq.WithPrefetch(4), rabbitmq.WithConcurrency(4))
 	}()
-	ch := broker.Channel(t)
-	levelDepth := func(n int) int {
-		st, err := ch.QueueDeclarePassive("backstop.delay.L"+strconv.Itoa(n), true, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Messages
-	}
-	// The hour first, in its level (3600 s: its highest bit is 11).
+	// The hour hops the levels for their 2047 s (every bit up to 10) and
+	// is delayed again on arrival: first it is held in hold.L10.
+	held := func() int { return messages(t, broker, "backstop.hold.L10") }
 	if err := q.Enqueue(ctx, "hour", nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, 20*time.Second, "the hour-long retry in level 11", func() bool { return levelDepth(11) == 1 })
+	eventually.True(t, 30*time.Second, "the hour-long retry in hold.L10", func() bool { return held() == 1 })
 	for _, id := range []string{"s10", "s3", "s1"} {
 		if err := q.Enqueue(ctx, id, nil); err != nil {
 			t.Fatal(err)
@@ -91,8 +85,8 @@ func TestDelaysOnTimeBehindALongerOne(t *testing.T) {
 		}
 		t.Logf("%s: back %v after its failure (%v late at most)", id, took.Round(time.Millisecond), (took - d).Round(time.Millisecond))
 	}
-	if _, back := arrived["hour"]; back || levelDepth(11) != 1 {
-		t.Errorf("the hour-long retry: back %v, level 11 holds %d, want it waiting there", back, levelDepth(11))
+	if _, back := arrived["hour"]; back || held() != 1 {
+		t.Errorf("the hour-long retry: back %v, hold.L10 holds %d, want it waiting there", back, held())
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -103,7 +104,12 @@ func workerRole(role string) error {
 	if err != nil {
 		return err
 	}
-	b, err := rabbitmq.Open(ctx, env("URL"), rabbitmq.WithLogger(quietLog))
+	// URL lists the nodes; worker i starts at node i, failing over to the
+	// others in turn.
+	urls := strings.Fields(env("URL"))
+	first := atoi("INDEX") % len(urls)
+	urls = append(urls[first:], urls[:first]...)
+	b, err := rabbitmq.Open(ctx, urls[0], rabbitmq.WithLogger(quietLog), rabbitmq.WithFailover(urls[1:]...))
 	if err != nil {
 		return err
 	}
@@ -156,7 +162,7 @@ func newFleet(t *testing.T, role string, n int, env ...string) *fleet {
 
 func (f *fleet) start(i int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), "BACKSTOP_RELIABILITY_ROLE="+f.role), f.env...)
+	cmd.Env = append(append(os.Environ(), "BACKSTOP_RELIABILITY_ROLE="+f.role, "BACKSTOP_RELIABILITY_INDEX="+strconv.Itoa(i)), f.env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)

@@ -71,6 +71,8 @@ class Broker:
         self._lock = asyncio.Lock()
         self._shared_declared = False
         self._closed = False
+        self._mover: Optional[_Mover] = None
+        self._movers = 0  # workers running: the mover runs while there is one
 
     def __repr__(self) -> str:
         return "Broker(%r)" % (_redact(self.url),)
@@ -127,6 +129,26 @@ class Broker:
         for dest, source, key, args in topo.exchange_bindings:
             x = exchanges.get(dest) or await ch.get_exchange(dest, ensure=False)
             await x.bind(source, key, arguments=args or None)
+        for queue, exchange, key in topo.queue_unbindings:
+            await (await ch.get_queue(queue, ensure=False)).unbind(exchange, key)
+
+    async def _declare_shared(self, ch: AbstractChannel) -> None:
+        """The delay levels, once per connection."""
+        if not self._shared_declared:
+            await self._declare(ch, _core.SHARED)
+            self._shared_declared = True
+
+    def _start_mover(self) -> None:
+        self._movers += 1
+        if self._mover is None:
+            self._mover = _Mover(self)
+
+    async def _stop_mover(self) -> None:
+        self._movers -= 1
+        m = self._mover
+        if self._movers == 0 and m is not None:
+            self._mover = None
+            await m.stop()
 
 
 class Queue:
@@ -168,9 +190,7 @@ class Queue:
     async def _declare_on(self, ch: AbstractChannel) -> None:
         b = self.broker
         conn = await b._connection()
-        if not b._shared_declared:
-            await b._declare(ch, _core.SHARED)
-            b._shared_declared = True
+        await b._declare_shared(ch)
         await b._declare(ch, _core.topology(self.name, self.max_deliveries))
         self._declared_on = conn
 
@@ -215,20 +235,29 @@ class Queue:
         ``backstop_client_*`` (policy label ``metrics_policy``) and the
         queue families of the README. ``policies`` maps a job type to its
         own policy (as ``backstop.queue.Queue.work``'s): a job of that type
-        is gated, decided and counted (policy label = the type) by it."""
+        is gated, decided and counted (policy label = the type) by it.
+
+        While it runs, the broker also runs a mover (one per connection, on
+        a channel of its own): it moves the delayed messages of every queue
+        of the virtual host down the delay levels (README, "The moves
+        between levels are the workers'")."""
         cls, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
                                                              metrics_policy, policies)
-        while True:
-            try:
-                await self._consume(policy, handler, prefetch, cls, client, qm, kept, backoff, typed)
-            except (asyncio.CancelledError, *_REFUSED):
-                raise  # a topology the broker refuses (other arguments, no permission) stays refused
-            except Exception as e:
-                if self.broker._closed:
-                    return
-                pause = backoff.next()
-                log.warning("queue %s: connection lost, connecting again in %.1fs: %s", self.name, pause, e)
-                await asyncio.sleep(pause)
+        self.broker._start_mover()
+        try:
+            while True:
+                try:
+                    await self._consume(policy, handler, prefetch, cls, client, qm, kept, backoff, typed)
+                except (asyncio.CancelledError, *_REFUSED):
+                    raise  # a topology the broker refuses (other arguments, no permission) stays refused
+                except Exception as e:
+                    if self.broker._closed:
+                        return
+                    pause = backoff.next()
+                    log.warning("queue %s: connection lost, connecting again in %.1fs: %s", self.name, pause, e)
+                    await asyncio.sleep(pause)
+        finally:
+            await asyncio.shield(self.broker._stop_mover())
 
     async def _consume(self, policy: Policy, handler: Handler, prefetch: int,
                        cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
@@ -379,22 +408,106 @@ class Queue:
         return list(await self._op(run))
 
     async def stats(self) -> Stats:
-        """Ready jobs and consumers of the work queue, and the DLQ's depth
-        (passive declarations: a missing queue raises)."""
+        """Ready jobs and consumers of the work queue, the DLQ's depth, and
+        the messages ready in the delay levels (``hold.L0..L10`` and the
+        first topology's ``L0..L17``; those a running mover holds are
+        unacked, not counted). Passive declarations: a missing queue
+        raises."""
 
         async def run(ch: AbstractChannel) -> Stats:
             q = await ch.declare_queue(self.name, passive=True)
             d = await ch.declare_queue(self.name + ".dlq", passive=True)
             r, dr = q.declaration_result, d.declaration_result
             levels = 0
-            for n in range(_core.LEVELS):
+            for name in [_core.hold(n) for n in range(_core.HOLD_LEVELS)] + [_core.level(n) for n in range(_core.LEVELS)]:
                 try:
-                    levels += (await ch.declare_queue(_core.level(n), passive=True)).declaration_result.message_count or 0
+                    levels += (await ch.declare_queue(name, passive=True)).declaration_result.message_count or 0
                 except aio_pika.exceptions.ChannelClosed:
                     await ch.reopen()  # a missing level closed it
             return Stats(r.message_count or 0, r.consumer_count or 0, dr.message_count or 0, levels)
 
         return await self._op(run)  # type: ignore[no-any-return]
+
+
+class _Mover:
+    """The broker's mover (README, "The moves between levels are the
+    workers'"): on a channel of its own in confirm mode it consumes
+    ``hold.L0..L10`` and holds each delivery until ``_core.release_ms``,
+    then publishes it unchanged to its next exchange, waits for the
+    confirm and acks it; a move the broker returns or refuses is tried
+    again after 10 s. A lost channel returns the held deliveries to the
+    broker by itself; the mover consumes again with backoff."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.channel: Optional[AbstractChannel] = None
+        self.held: Dict["asyncio.Task[Any]", AbstractIncomingMessage] = {}  # a task per delivery held
+        self.task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        """Stops it: its channel closes, and what it held goes back to the levels."""
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        backoff = _core.Backoff()
+        while True:
+            try:
+                await self._session(backoff)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self.broker._closed:
+                    return
+                pause = backoff.next()
+                log.warning("delay mover: channel lost, consuming again in %.1fs: %s", pause, e)
+                await asyncio.sleep(pause)
+
+    async def _session(self, backoff: _core.Backoff) -> None:
+        b = self.broker
+        ch = await b._channel(_core.MOVE_PREFETCH)
+        self.channel = ch
+        lost = asyncio.Event()
+        ch.close_callbacks.add(lambda *_: lost.set())
+
+        def on_message(n: int) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
+            async def take(msg: AbstractIncomingMessage) -> None:
+                t = asyncio.ensure_future(self._hold(ch, n, msg, _core.now_ms()))
+                self.held[t] = msg
+                t.add_done_callback(lambda t: self.held.pop(t, None))
+            return take
+
+        try:
+            await b._declare_shared(ch)  # the hold queues
+            for n in range(_core.HOLD_LEVELS):
+                await (await ch.get_queue(_core.hold(n), ensure=False)).consume(on_message(n))
+            backoff.reset()
+            await lost.wait()
+            raise ConnectionError("channel closed")
+        finally:
+            for t in list(self.held):
+                t.cancel()
+            if not ch.is_closed:
+                try:
+                    await asyncio.shield(ch.close())  # the held deliveries go back
+                except Exception:
+                    pass
+
+    async def _hold(self, ch: AbstractChannel, n: int, msg: AbstractIncomingMessage, received: int) -> None:
+        key = msg.routing_key or ""
+        await asyncio.sleep(max(0, _core.release_ms(n, key, msg.headers, received) - _core.now_ms()) / 1000)
+        pub = _core.moved(n, key, msg.headers)
+        while True:
+            try:
+                await _publish(ch, pub, msg)
+                await msg.ack()
+                return
+            except Exception as e:
+                if ch.is_closed:
+                    return  # the delivery went back with the channel
+                log.warning("delay mover: move of %s from %s refused, trying again in %gs: %s", msg.message_id,
+                            _core.hold(n), _core.MOVE_RETRY_S, e)
+                await asyncio.sleep(_core.MOVE_RETRY_S)
 
 
 async def _publish(ch: AbstractChannel, pub: _core.Publish, src: Any, body: Optional[bytes] = None) -> None:

@@ -15,9 +15,12 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 from .. import _decide
 from .._policy import Policy
 
-LEVELS = 18  # backstop.delay.L0 .. L17: delays up to 2^18 - 1 s in one pass
-MAX_HOP_S = (1 << LEVELS) - 1
+LEVELS = 18  # backstop.delay.L0 .. L17: the routing key's bits (and the first topology's TTL queues)
+HOLD_LEVELS = 11  # backstop.hold.L0 .. L10: the queues the movers hold delayed messages in
+MAX_HOP_S = (1 << HOLD_LEVELS) - 1  # 34 min in one pass: no hold outlasts the consumer timeout
 DELIVER = "backstop.delay.deliver"
+MOVE_PREFETCH = 1000  # deliveries a mover holds per hold queue
+MOVE_RETRY_S = 10.0  # the pause before a move the broker refused is tried again
 # A delayed message enters at its highest set bit's level, not L17: each
 # exchange-to-exchange hop costs the publishing channel a topic match.
 ENTER = "backstop.delay.enter"
@@ -42,7 +45,13 @@ Payload = Union[bytes, bytearray, memoryview, str]
 
 
 def level(n: int) -> str:
+    """Exchange ``L<n>``, and the first topology's TTL queue of the same name."""
     return "backstop.delay.L%d" % n
+
+
+def hold(n: int) -> str:
+    """The queue a mover holds the messages of level n in (2^n s)."""
+    return "backstop.hold.L%d" % n
 
 
 def _pattern(bit: int, word: str) -> str:
@@ -57,7 +66,7 @@ def _enter_pattern(bit: int) -> str:
 
 def routing_key(delay_ms: int) -> str:
     """The routing key of a delayed message: its delay in whole seconds,
-    rounded up (never early) and capped at 2^18 - 1 (the rest is delayed
+    rounded up (never early) and capped at 2^11 - 1 (the rest is delayed
     again on arrival), as 18 words of 0 or 1."""
     s = min(MAX_HOP_S, max(0, -(-delay_ms // 1000)))
     return ".".join("1" if s >> (LEVELS - 1 - i) & 1 else "0" for i in range(LEVELS))
@@ -68,21 +77,35 @@ class Topology(NamedTuple):
     queues: List[Tuple[str, Dict[str, Any]]]  # (name, arguments)
     queue_bindings: List[Tuple[str, str, str, Dict[str, Any]]]  # (queue, exchange, routing key, arguments)
     exchange_bindings: List[Tuple[str, str, str, Dict[str, Any]]]  # (destination, source, routing key, arguments)
+    queue_unbindings: Tuple[Tuple[str, str, str], ...] = ()  # (queue, exchange, routing key), after the bindings
+
+
+def next_exchange(n: int) -> str:
+    """Where a message leaves level n for: exchange ``L<n-1>``, the deliver
+    exchange for L0."""
+    return level(n - 1) if n > 0 else DELIVER
 
 
 def _shared() -> Topology:
     exchanges = [(level(n), "topic") for n in range(LEVELS)] + [(DELIVER, "headers"), (ENTER, "topic")]
     queues, qb, eb = [], [], []
     for n in range(LEVELS):
-        below = level(n - 1) if n > 0 else DELIVER
+        # The first topology's TTL queues stay, so that messages delayed
+        # before an upgrade drain; below HOLD_LEVELS they are unbound.
         queues.append((level(n), {"x-queue-type": "quorum", "x-message-ttl": (1 << n) * 1000,
-                                  "x-dead-letter-exchange": below, "x-dead-letter-strategy": "at-least-once",
+                                  "x-dead-letter-exchange": next_exchange(n), "x-dead-letter-strategy": "at-least-once",
                                   "x-overflow": "reject-publish"}))
-        qb.append((level(n), level(n), _pattern(n, "1"), {}))
-        eb.append((below, level(n), _pattern(n, "0"), {}))
+        if n >= HOLD_LEVELS:
+            qb.append((level(n), level(n), _pattern(n, "1"), {}))  # no delay routes here since the cap
+        eb.append((next_exchange(n), level(n), _pattern(n, "0"), {}))
+    for n in range(HOLD_LEVELS):
+        queues.append((hold(n), {"x-queue-type": "quorum"}))
+        # Bound before the TTL queue is unbound: a message routed meanwhile
+        # goes to both (a duplicate), never to neither.
+        qb.append((hold(n), level(n), _pattern(n, "1"), {}))
     eb += [(level(n), ENTER, _enter_pattern(n), {}) for n in range(LEVELS)]
     eb.append((DELIVER, ENTER, routing_key(0), {}))  # no bit set: straight to the queue
-    return Topology(exchanges, queues, qb, eb)
+    return Topology(exchanges, queues, qb, eb, tuple((level(n), level(n), _pattern(n, "1")) for n in range(HOLD_LEVELS)))
 
 
 SHARED = _shared()
@@ -214,9 +237,10 @@ def dead_letter_from(message_id: Optional[str], headers: Optional[Mapping[str, A
 class Stats(NamedTuple):
     """A queue's depths, read live: ``ready`` jobs and ``consumers`` of the
     work queue, ``dlq`` dead letters, and ``delay_levels``: the messages
-    waiting in the shared delay levels, for every queue of the virtual host
-    (RabbitMQ 3.10 keeps no statistics of dead-lettered messages, so one
-    queue's delayed jobs cannot be counted apart)."""
+    ready in the shared delay levels (``hold.L0..L10`` and the first
+    topology's ``L0..L17``; not those a running mover holds, unacked), for
+    every queue of the virtual host (one queue's delayed jobs cannot be
+    counted apart)."""
 
     ready: int
     consumers: int
@@ -307,6 +331,43 @@ def replayed(q: str, d: DeadLetter, keep_attempts: bool, now: int) -> Publish:
     dest = d.destination or q
     h[H_DEST] = dest
     return Publish("", dest, h)
+
+
+# -- the mover: the hops between delay levels ----------------------------------
+
+
+def low_seconds(n: int, key: str) -> Optional[int]:
+    """The delay still to go below level n: the value in seconds of the
+    routing key's bits below n (its 18 words are bits 17..0, most
+    significant first); None for a key that is not 18 words of 0 or 1."""
+    words = key.split(".")
+    if len(words) != LEVELS or any(w not in ("0", "1") for w in words):
+        return None
+    return int("".join(words[LEVELS - n:]) or "0", 2)
+
+
+def release_ms(n: int, key: str, headers: Optional[Mapping[str, Any]], received_ms: int) -> int:
+    """When a delivery of ``hold.L<n>`` received at ``received_ms`` (unix ms)
+    leaves its level: 2^n s after it was received, or earlier when its due
+    time says that it entered the level before (it waited there for a
+    mover): ``backstop-due-ms`` less the delay still to go below n. Without
+    a valid due time or routing key, by the receipt alone."""
+    at = received_ms + (1 << n) * 1000
+    due = (headers or {}).get(H_DUE)
+    if isinstance(due, (bytes, bytearray)):
+        due = bytes(due).decode("ascii", "replace")
+    due = _num(due)
+    low = low_seconds(n, key)
+    if not due or low is None:
+        return at
+    return min(at, due - low * 1000)
+
+
+def moved(n: int, key: str, headers: Optional[Mapping[str, Any]]) -> Publish:
+    """A delivery of ``hold.L<n>`` on to its next exchange, unchanged but for
+    the hold queue's own ``x-delivery-count`` (the work queue's worker reads
+    it as its own: crash loops)."""
+    return Publish(next_exchange(n), key, {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"})
 
 
 # -- the worker's decisions, broker aside -------------------------------------

@@ -114,6 +114,8 @@ def _declare(ch: BlockingChannel, topo: _core.Topology) -> None:
         ch.queue_bind(queue, exchange, key, arguments=args or None)
     for dest, source, key, args in topo.exchange_bindings:
         ch.exchange_bind(dest, source, key, arguments=args or None)
+    for queue, exchange, key in topo.queue_unbindings:
+        ch.queue_unbind(queue, exchange, key)
 
 
 def _declare_queue(ch: BlockingChannel, declared: Set[str], name: str, max_deliveries: int) -> None:
@@ -194,20 +196,27 @@ class Queue:
         broker counts it in ``x-delivery-count``). Reconnects with backoff;
         keeps outcomes across a lost connection. Keep handlers shorter than
         the connection's heartbeat timeout (60 s by default): pika answers
-        heartbeats between jobs."""
+        heartbeats between jobs. While it runs, a mover on a connection of
+        its own (a daemon thread) moves the delayed messages of every queue
+        of the virtual host down the delay levels (as the asyncio
+        worker's)."""
         cls, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
                                                              metrics_policy, policies)
         stop = stop or threading.Event()
-        while not stop.is_set() and not self.broker._closed:
-            try:
-                self._consume(policy, handler, stop, prefetch, cls, client, qm, kept, backoff, typed)
-                return
-            except _LOST as e:
-                if isinstance(e, pika.exceptions.ChannelClosedByBroker) and e.reply_code in (403, 404, 406):
-                    raise  # a topology the broker refuses (other arguments, no permission) stays refused
-                pause = backoff.next()
-                log.warning("queue %s: connection lost, connecting again in %.1fs: %s", self.name, pause, e)
-                stop.wait(pause)
+        mover = _Mover(self.broker)
+        try:
+            while not stop.is_set() and not self.broker._closed:
+                try:
+                    self._consume(policy, handler, stop, prefetch, cls, client, qm, kept, backoff, typed)
+                    return
+                except _LOST as e:
+                    if isinstance(e, pika.exceptions.ChannelClosedByBroker) and e.reply_code in (403, 404, 406):
+                        raise  # a topology the broker refuses (other arguments, no permission) stays refused
+                    pause = backoff.next()
+                    log.warning("queue %s: connection lost, connecting again in %.1fs: %s", self.name, pause, e)
+                    stop.wait(pause)
+        finally:
+            mover.stop()
 
     def _consume(self, policy: Policy, handler: Handler, stop: threading.Event, prefetch: int,
                  cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
@@ -340,12 +349,99 @@ class Queue:
                 q = ch.queue_declare(self.name, passive=True).method
                 d = ch.queue_declare(self.name + ".dlq", passive=True).method
                 levels = 0
-                for n in range(_core.LEVELS):
+                for name in [_core.hold(n) for n in range(_core.HOLD_LEVELS)] + [_core.level(n) for n in range(_core.LEVELS)]:
                     try:
-                        levels += ch.queue_declare(_core.level(n), passive=True).method.message_count
+                        levels += ch.queue_declare(name, passive=True).method.message_count
                     except pika.exceptions.ChannelClosedByBroker:
                         ch = b._connection().channel()  # a missing level closed it
                 return Stats(q.message_count, q.consumer_count, d.message_count, levels)
             finally:
                 if ch.is_open:
                     ch.close()
+
+
+class _Mover:
+    """``backstop.rabbitmq._Mover`` for a worker thread: on a connection of
+    its own (pika's are not thread-safe) in a daemon thread, it consumes
+    ``hold.L0..L10`` (confirm mode, manual acks), holds each delivery until
+    ``_core.release_ms`` (a timer of the connection), publishes it
+    unchanged to its next exchange, waits for the confirm and acks it; a
+    move the broker returns or refuses is tried again after 10 s. A lost
+    connection returns the held deliveries by itself; the mover connects
+    again with backoff until ``stop``."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._stop = threading.Event()
+        self.conn: Optional[pika.BlockingConnection] = None
+        self.channel: Optional[BlockingChannel] = None
+        self.held = 0
+        self.thread = threading.Thread(target=self._run, name="backstop-delay-mover", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stops it and waits: its connection closes, and what it held goes
+        back to the levels."""
+        self._stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        backoff = _core.Backoff()
+        while not self._stop.is_set() and not self.broker._closed:
+            try:
+                self._session(backoff)
+            except _LOST as e:
+                pause = backoff.next()
+                log.warning("delay mover: connection lost, connecting again in %.1fs: %s", pause, e)
+                self._stop.wait(pause)
+            except Exception:  # pragma: no cover - a bug: logged, and the mover goes on
+                log.exception("delay mover: session failed")
+                self._stop.wait(backoff.next())
+
+    def _session(self, backoff: _core.Backoff) -> None:
+        conn = pika.BlockingConnection(self.broker._params)
+        self.conn, self.held = conn, 0
+        try:
+            ch = conn.channel()
+            self.channel = ch
+            ch.confirm_delivery()
+            ch.basic_qos(prefetch_count=_core.MOVE_PREFETCH)
+            _declare(ch, _core.SHARED)  # the hold queues
+            for n in range(_core.HOLD_LEVELS):
+                ch.basic_consume(_core.hold(n), self._on_message(conn, ch, n))
+            backoff.reset()
+            while not self._stop.is_set() and not self.broker._closed:
+                conn.process_data_events(time_limit=_POLL)
+                if not ch.is_open:
+                    raise pika.exceptions.ChannelClosed(0, "the mover's channel closed")
+        finally:
+            if conn.is_open:
+                try:
+                    conn.close()  # the held deliveries go back
+                except Exception:
+                    pass
+
+    def _on_message(self, conn: pika.BlockingConnection, ch: BlockingChannel,
+                    n: int) -> Callable[[BlockingChannel, Any, Any, bytes], None]:
+        def take(_: BlockingChannel, method: Any, props: Any, body: bytes) -> None:
+            key = method.routing_key or ""
+            pub = _core.moved(n, key, props.headers)
+            at = _core.release_ms(n, key, props.headers, _core.now_ms())
+
+            def move() -> None:
+                if not ch.is_open:
+                    return  # the delivery went back with the channel
+                try:
+                    _publish(ch, pub, body, props)
+                except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
+                    log.warning("delay mover: move of %s from %s refused, trying again in %gs: %s",
+                                props.message_id, _core.hold(n), _core.MOVE_RETRY_S, e)
+                    conn.call_later(_core.MOVE_RETRY_S, move)
+                    return
+                ch.basic_ack(method.delivery_tag)
+                self.held -= 1
+
+            self.held += 1
+            conn.call_later(max(0, at - _core.now_ms()) / 1000, move)
+
+        return take
