@@ -48,7 +48,7 @@ type held struct {
 }
 
 func (q *Queue) moveSession(ctx context.Context) error {
-	if err := q.Declare(ctx); err != nil { // the hold queues
+	if err := q.ensure(ctx); err != nil { // the hold queues, once per connection
 		return err
 	}
 	ch, _, err := q.b.channel(ctx)
