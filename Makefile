@@ -32,7 +32,7 @@ PY_CALL_TESTS := $(addprefix host/python/tests/,test_vectors.py test_inputs.py t
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases bench fuzz demo clean
+.PHONY: all build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -127,6 +127,12 @@ idempotency-cases:
 ## real rabbitmq-server give where every message goes
 rabbitmq-cases:
 	$(GO) test -count=1 -run '^TestRabbitCases$$' ./queue/rabbitmq -update
+
+## layers-cases: regenerate testdata/layers/cases.json: the cases' inputs
+## (retry/layers_build_test.go) run through the Go loop and middleware with
+## real HTTP servers on loopback give what each layer did
+layers-cases:
+	$(GO) test -count=1 -run '^TestLayerCases$$' ./retry -update
 
 ## bench: the side-by-side benchmarks (results go into BENCHMARKS.md)
 bench: deps wasm

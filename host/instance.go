@@ -243,6 +243,12 @@ func hint(f *policy.Failure) (string, uint32) {
 	if f.IdempotencyKey != "" {
 		flags = abi.FlagIdempotencyKey
 	}
+	if f.RetriedDownstream {
+		flags |= abi.FlagRetriedDown
+	}
+	if f.ServerDeclined {
+		flags |= abi.FlagServerDeclined
+	}
 	if f.RetryAfter == "" && f.RetryPushback != "" {
 		return f.RetryPushback, flags | abi.FlagPushback
 	}

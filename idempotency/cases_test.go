@@ -187,13 +187,9 @@ func TestIdempotencyCases(t *testing.T) {
 		casetest.Read(t, casesFile, &file)
 	}
 	run := func(t *testing.T, rdb redis.UniversalClient) {
-		seen := map[string]bool{}
+		casetest.UniqueNames(t, file.Cases, func(c idemCase) string { return c.Name })
 		for i := range file.Cases {
 			c := &file.Cases[i]
-			if seen[c.Name] {
-				t.Fatalf("case %q: name given twice", c.Name)
-			}
-			seen[c.Name] = true
 			replies, final := replayCase(t, ctx, rdb, &file, c)
 			if *updateCases {
 				c.Want, c.Final = replies, final

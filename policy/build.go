@@ -147,6 +147,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 	}
 	p.stateful = p.budget != nil || p.circuit != nil
 	p.onOpen = r.onOpen
+	p.retryDownstream = r.retriedDownstream == DownstreamRetry
 	p.fastPath = strat == strategyExponential && p.multMilli == 2000 && jit == jitterFull && !p.stopAll
 	return p, nil
 }

@@ -171,6 +171,8 @@ type rawPolicy struct {
 	budget  *rawBudget
 	circuit *rawCircuit
 	onOpen  string
+
+	retriedDownstream string
 }
 
 type rule struct{ key, class string }
@@ -194,7 +196,8 @@ type rawCircuit struct {
 func defaultRaw() rawPolicy {
 	return rawPolicy{
 		maxAttempts: 5, uncertainMaxAttempts: 2, stopWhen: "any", onOpen: OnOpenDefer,
-		strategy: "exponential", baseMs: 1000, capMs: 300_000, multMilli: 2000, maxDoublings: 16,
+		retriedDownstream: DownstreamGiveUp,
+		strategy:          "exponential", baseMs: 1000, capMs: 300_000, multMilli: 2000, maxDoublings: 16,
 		jitter:    "full",
 		hintHonor: true, hintMode: "max", hintCapMs: 3_600_000, hintOnExceed: "give_up",
 		defaultClass:      "uncertain",
@@ -399,6 +402,9 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 		"max_elapsed":  func(v *node, p string) { d.duration(v, p, &r.maxElapsedMs) },
 		"stop_when":    func(v *node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
 		"on_open":      func(v *node, p string) { d.enum(v, p, onOpenNames, &r.onOpen) },
+		"retried_downstream": func(v *node, p string) {
+			d.enum(v, p, downstreamNames, &r.retriedDownstream)
+		},
 		"uncertain": func(v *node, p string) {
 			d.fields(v, p, map[string]func(*node, string){
 				"max_attempts": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },

@@ -48,6 +48,9 @@ func (p *Policy) String() string {
 	if p.circuit != nil {
 		b.WriteString("; circuit breaker opens after " + itoa(p.circuit.threshold) + " failures for " + ms(p.circuit.openMs))
 	}
+	if p.retryDownstream { // the default, give_up, is said by docs/layers.md, not on every line
+		b.WriteString("; a failure a layer below already retried is retried here")
+	}
 	return b.String()
 }
 

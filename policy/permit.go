@@ -24,6 +24,28 @@ const (
 
 var onOpenNames = []string{OnOpenDefer, OnOpenDeadLetter}
 
+// What a policy does with a failure a layer below already retried
+// (Failure.RetriedDownstream; Policy.RetriedDownstream).
+const (
+	// DownstreamGiveUp gives it up: retried_downstream. Retry at one layer.
+	DownstreamGiveUp = "give_up"
+	// DownstreamRetry decides it as any other failure, for a layer whose
+	// retries are on another time scale (a queue's cold retries after an
+	// in-process loop's hot ones).
+	DownstreamRetry = "retry"
+)
+
+var downstreamNames = []string{DownstreamGiveUp, DownstreamRetry}
+
+// RetriedDownstream returns what the policy does with a failure a layer
+// below already retried: DownstreamGiveUp (the default) or DownstreamRetry.
+func (p *Policy) RetriedDownstream() string {
+	if p.retryDownstream {
+		return DownstreamRetry
+	}
+	return DownstreamGiveUp
+}
+
 // OnOpen returns what a queue does with a job refused by an open breaker or
 // an empty budget: OnOpenDefer (the default) or OnOpenDeadLetter.
 func (p *Policy) OnOpen() string { return p.onOpen }

@@ -44,7 +44,8 @@ type Policy struct {
 	budget   *budget
 	circuit  *circuit
 
-	onOpen string // OnOpenDefer or OnOpenDeadLetter
+	onOpen          string // OnOpenDefer or OnOpenDeadLetter
+	retryDownstream bool   // retried_downstream: retry
 }
 
 // Name returns the policy's name ("" when the file gave none).
@@ -101,6 +102,11 @@ func (p *Policy) Decide(f Failure) (Decision, error) {
 		return d, nil
 	}
 	switch {
+	case f.RetriedDownstream && !p.retryDownstream:
+		// Retry at one layer: a layer below retried and gave up.
+		d.Reason = RetriedDownstream
+	case f.ServerDeclined || (f.RetryPushback != "" && p.hintHonor && f.RetryAfter == "" && declines(f.RetryPushback)):
+		d.Reason = ServerDeclined
 	case f.Method != "" && !p.mayRetryRequest(&f):
 		d.Reason = NotIdempotent
 	case p.maxAttempts > 0 && f.Attempt >= p.maxAttempts && (!p.stopAll || p.elapsedPassed(&f)):

@@ -38,14 +38,22 @@ func parseRetryAfter(v string, nowMs int64) (ms int64, ok bool) {
 }
 
 // parsePushback parses a gRPC grpc-retry-pushback-ms value: a
-// non-negative integer of milliseconds. ok is false for anything else,
-// including negative values (the computed delay is then used).
+// non-negative integer of milliseconds. ok is false for anything else
+// (which declines reports: gRFC A6 reads it as "do not retry").
 func parsePushback(v string) (ms int64, ok bool) {
 	v = trimOWS(v)
 	if !isDigits(v) {
 		return 0, false
 	}
 	return parseUint(v, maxHintMs)
+}
+
+// declines reports whether a grpc-retry-pushback-ms value asks the client
+// not to retry: gRFC A6 reads a negative or unparseable value so. A
+// well-formed value too large to believe (over a year) is not a refusal:
+// it falls back to the computed delay as an absurd Retry-After does.
+func declines(v string) bool {
+	return !isDigits(trimOWS(v))
 }
 
 func trimOWS(s string) string {

@@ -40,6 +40,15 @@ type Failure struct {
 	Random float64
 	// PrevDelayMs is the previous delay, used by the decorrelated strategy.
 	PrevDelayMs int64
+	// RetriedDownstream is set when a layer below already retried this
+	// failure and gave up (an inner retry loop's error, a Backstop-No-Retry
+	// response header): retry at one layer, so it is given up
+	// (retried_downstream) unless the policy's retried_downstream is retry.
+	RetriedDownstream bool
+	// ServerDeclined is set when the server asked not to be retried
+	// (X-Envoy-Overloaded): given up (server_declined), as is a negative or
+	// unparseable grpc-retry-pushback-ms (gRFC A6).
+	ServerDeclined bool
 }
 
 // Action is what to do with the failed work.
@@ -81,6 +90,8 @@ const (
 	BudgetExhausted
 	CircuitOpen
 	RetryAfterTooLong
+	RetriedDownstream
+	ServerDeclined
 	numReasons
 )
 
@@ -99,6 +110,8 @@ var (
 		BudgetExhausted:       "budget_exhausted",
 		CircuitOpen:           "circuit_open",
 		RetryAfterTooLong:     "retry_after_too_long",
+		RetriedDownstream:     "retried_downstream",
+		ServerDeclined:        "server_declined",
 	}
 )
 

@@ -85,6 +85,21 @@ func buildCases() []queueCase {
 			add(fmt.Sprintf("native/%s/attempt-%d", kind, a), one(a), handle(&caseError{Message: "native " + kind, Native: kind}))
 		}
 	}
+	// The handler's own retry loop gave up (retry at one layer,
+	// docs/layers.md): dead-lettered as retried_downstream, not retried
+	// again; a permanent failure stays permanent; a breaker's refusal (no
+	// call made) is decided by what it says.
+	inner := func(reason string, e caseError) *caseError { e.InnerRetry = reason; return &e }
+	for _, a := range []int{1, 3} {
+		add(fmt.Sprintf("inner-retry/max_attempts_reached/http-503/attempt-%d", a), one(a), handle(inner("max_attempts_reached", *httpErr(503, ""))))
+	}
+	add("inner-retry/max_attempts_reached/native-connection_refused", one(1),
+		handle(inner("max_attempts_reached", caseError{Message: "refused after 3 attempts", Native: "connection_refused"})))
+	add("inner-retry/max_elapsed_exceeded/timeout", one(1), handle(inner("max_elapsed_exceeded", caseError{Message: "deadline", ErrorKind: "timeout"})))
+	add("inner-retry/retry_after_too_long/http-429", one(1), handle(inner("retry_after_too_long", *httpErr(429, "120"))))
+	add("inner-retry/permanent_error/http-400", one(1), handle(inner("permanent_error", *httpErr(400, ""))))
+	add("inner-retry/circuit_open", one(1), handle(inner("circuit_open", caseError{Message: "inner breaker open"})))
+	add("inner-retry/circuit_open/http-503", one(1), handle(inner("circuit_open", *httpErr(503, ""))))
 	// A status, a code and a kind at once.
 	add("mixed/status-and-kind", one(1), handle(&caseError{Message: "both", HTTPStatus: 400, ErrorKind: "timeout"}))
 	// Time budget: first enqueued long ago, or a retry that would land past it.

@@ -111,8 +111,8 @@ type spyDecider struct {
 func (s *spyDecider) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
 	s.asked = map[string]any{}
 	for k, v := range map[string]any{"http_status": f.HTTPStatus, "grpc_code": f.GRPCCode, "error_kind": f.ErrorKind,
-		"retry_after": f.RetryAfter, "method": f.Method} {
-		if v != 0 && v != "" {
+		"retry_after": f.RetryAfter, "method": f.Method, "retried_downstream": f.RetriedDownstream, "server_declined": f.ServerDeclined} {
+		if v != 0 && v != "" && v != false {
 			s.asked[k] = v
 		}
 	}
@@ -151,13 +151,9 @@ func TestQueueCases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
+	casetest.UniqueNames(t, file.Cases, func(c queueCase) string { return c.Name })
 	for i := range file.Cases {
 		c := &file.Cases[i]
-		if seen[c.Name] {
-			t.Fatalf("case %q: name given twice", c.Name)
-		}
-		seen[c.Name] = true
 		q := New(rdb, file.Queue, WithGroup(file.Group))
 		reply, state := replayCase(t, ctx, rdb, q, Native(p), file.Consumer, c)
 		if *updateCases {
@@ -284,10 +280,9 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 			return nil
 		}
 		e := c.Event.Error
-		if e.Native != "" {
-			return casetest.Native(t, e.Message, e.Native)
-		}
-		return &Failure{Err: fmt.Errorf("%s", e.Message), HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind, RetryAfter: e.RetryAfter}
+		return e.Handle(t, func() error {
+			return &Failure{Err: fmt.Errorf("%s", e.Message), HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind, RetryAfter: e.RetryAfter}
+		})
 	}
 	apply := func(j Job) map[string]any {
 		spy := &spyDecider{Decider: p}

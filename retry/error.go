@@ -44,6 +44,15 @@ func (e *Error) Error() string {
 	return s
 }
 
+// RetriedDownstream reports whether the loop decided its failure: a layer
+// above gives it up too (retried_downstream) rather than retrying it
+// again, retry at one layer (docs/layers.md). A circuit_open refusal, the
+// breaker keeping a call from leaving, is not: it is classified by what it
+// says, in every language.
+func (e *Error) RetriedDownstream() bool {
+	return e.Reason != policy.CircuitOpen
+}
+
 // Unwrap returns the last error and the context's error, those that are set.
 func (e *Error) Unwrap() []error {
 	var errs []error

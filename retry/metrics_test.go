@@ -20,7 +20,9 @@ import (
 	"github.com/backstop-dev/backstop/retry"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/metrics/expected.prom from the Go run")
+// update regenerates the shared files of the tests it runs from the Go
+// run: testdata/metrics/expected.prom, testdata/layers/cases.json.
+var update = flag.Bool("update", false, "regenerate the shared testdata files of the tests run from the Go run")
 
 // sequence is testdata/metrics/sequence.json: the outcomes every
 // language's retry loop replays.

@@ -17,6 +17,8 @@ type config struct {
 	random         func() float64
 	method         string
 	idempotencyKey string
+	req            *http.Request // WithRequest's: gets the attempt headers
+	noHeaders      bool
 	metrics        *metricsKey
 }
 
@@ -27,14 +29,26 @@ var defaults = config{clock: realClock{}, random: rand.Float64}
 // header, for failures that carry no response (a refused connection, a
 // timeout). A failed *http.Response names its own request.
 //
+// Before each attempt, Do sets the attempt headers on req
+// (Backstop-Attempt and X-Envoy-Attempt-Count: docs/layers.md), except
+// those req already had, and removes them when it returns;
+// WithoutAttemptHeaders turns that off.
+//
 // By default the policy sees no method, and treats the call as idempotent.
 func WithRequest(req *http.Request) Option {
 	return func(c *config) {
 		if req != nil {
 			c.method = req.Method
 			c.idempotencyKey = req.Header.Get("Idempotency-Key")
+			c.req = req
 		}
 	}
+}
+
+// WithoutAttemptHeaders keeps Do from setting the attempt headers on
+// WithRequest's request (for a peer that must not see them).
+func WithoutAttemptHeaders() Option {
+	return func(c *config) { c.noHeaders = true }
 }
 
 // WithMetrics counts attempts, retries, refusals, retry delays and breaker

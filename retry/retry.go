@@ -117,6 +117,14 @@ func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (
 	start := c.clock.Now()
 	var prevDelayMs int64
 	var lastErr error
+	var kept [2]bool // attempt headers the caller set itself
+	headers := c.req != nil && !c.noHeaders
+	if headers {
+		kept = [2]bool{c.req.Header.Get(HeaderAttempt) != "", c.req.Header.Get(HeaderEnvoyAttempt) != ""}
+		// Removed once Do returns, so that a request sent again by another
+		// Do is not taken for one whose caller set them (as in Node, Python).
+		defer clearAttemptHeaders(c.req.Header, kept)
+	}
 	for attempt := int64(1); ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return zero, &Error{Reason: policy.MaxElapsedExceeded, Attempts: attempt - 1, Context: err, Err: lastErr}
@@ -130,10 +138,14 @@ func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (
 			m.State(permit.State)
 			if !permit.Allowed {
 				m.Refused(policy.CircuitOpen.String())
+				recordGaveUp(ctx, policy.CircuitOpen)
 				return zero, &Error{Reason: policy.CircuitOpen, Attempts: attempt - 1, RetryIn: time.Duration(permit.RetryInMs) * time.Millisecond}
 			}
 		}
-		v, opErr := op(ctx)
+		if headers {
+			setAttemptHeaders(c.req.Header, attempt, kept)
+		}
+		v, opErr := op(context.WithValue(ctx, attemptKey{}, attempt))
 		resp, failedResp := failedResponse(v)
 		if opErr == nil && !failedResp {
 			m.Attempt(clientmetrics.OutcomeSuccess)
@@ -159,9 +171,11 @@ func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (
 			PrevDelayMs: prevDelayMs,
 			Random:      c.random(),
 		}
-		if failedResp {
+		if opErr == nil {
 			opErr = describeResponse(resp, &f)
 		} else {
+			// An error says more than the response beside it: a nested Do
+			// returns its last response and the *Error of its give-up.
 			errkind.Classify(opErr, &f)
 		}
 		c.request(&f)
@@ -182,6 +196,7 @@ func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (
 		}
 		if d.Action != policy.Retry {
 			m.Attempt(clientmetrics.OutcomeDeadLetter)
+			recordGaveUp(ctx, d.Reason)
 			return v, &Error{Reason: d.Reason, Attempts: attempt, Err: opErr, StatusCode: f.HTTPStatus}
 		}
 		lastErr = opErr
@@ -208,18 +223,34 @@ func failedResponse(v any) (*http.Response, bool) {
 // describeResponse fills f from a failed response and returns the error
 // that stands for it.
 func describeResponse(r *http.Response, f *policy.Failure) error {
-	f.HTTPStatus = r.StatusCode
-	f.RetryAfter = r.Header.Get("Retry-After")
+	e := &StatusError{StatusCode: r.StatusCode, RetryAfter: r.Header.Get("Retry-After"),
+		RetriedDownstream: r.Header.Get(HeaderNoRetry) != "", ServerDeclined: r.Header.Get(HeaderOverloaded) != ""}
+	e.DescribeFailure(f)
 	if req := r.Request; req != nil {
 		f.Method = req.Method
 		f.IdempotencyKey = req.Header.Get("Idempotency-Key")
 	}
-	return &StatusError{StatusCode: r.StatusCode}
+	return e
 }
 
 // StatusError stands for a failed *http.Response in an *Error.
-type StatusError struct{ StatusCode int }
+type StatusError struct {
+	StatusCode int
+	// RetryAfter is the response's Retry-After header.
+	RetryAfter string
+	// RetriedDownstream: the response had Backstop-No-Retry (a layer below
+	// gave up); ServerDeclined: it had X-Envoy-Overloaded.
+	RetriedDownstream, ServerDeclined bool
+}
 
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("http status %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}
+
+// DescribeFailure fills the fields of f the response gave, so that a queue
+// worker classifies an *Error of Do the way Do classified its last attempt.
+func (e *StatusError) DescribeFailure(f *policy.Failure) {
+	f.HTTPStatus, f.RetryAfter = e.StatusCode, e.RetryAfter
+	f.RetriedDownstream = f.RetriedDownstream || e.RetriedDownstream
+	f.ServerDeclined = e.ServerDeclined
 }

@@ -391,6 +391,8 @@ func setStrings(f *policy.Failure, off, ml, kl, hl int64, flags uint32) {
 	if flags&flagIdempotencyKey != 0 {
 		f.IdempotencyKey = "1" // the policy only asks whether there is a key
 	}
+	f.RetriedDownstream = flags&abi.FlagRetriedDown != 0
+	f.ServerDeclined = flags&abi.FlagServerDeclined != 0
 }
 
 func handleError(h int32) int32 {
@@ -400,7 +402,7 @@ func handleError(h int32) int32 {
 func stringsError(flags uint32, off, ml, kl, hl int64) int32 {
 	switch {
 	case flags&^abi.Flags != 0:
-		return fail(errInput, "invalid failure: flags: only bits 0 and 1 may be set (got "+strconv.FormatUint(uint64(flags), 10)+")")
+		return fail(errInput, "invalid failure: flags: only bits 0 to 3 may be set (got "+strconv.FormatUint(uint64(flags), 10)+")")
 	case ml < 0 || kl < 0 || hl < 0:
 		return fail(errInput, "invalid failure: string lengths must be >= 0")
 	}

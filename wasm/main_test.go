@@ -75,7 +75,7 @@ func TestDecideErrors(t *testing.T) {
 		{"attempt 0", func() int64 { return decide(h, 0, 503, 0, 0, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: attempt: must be >= 1"},
 		{"grpc 99", func() int64 { return decide(h, 1, 0, 99, 0, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: grpc_code"},
 		{"elapsed", func() int64 { return decide(h, 1, 503, 0, -1, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: elapsed_ms"},
-		{"flags", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 4, 0, 0, 0) }, errInput, "flags"},
+		{"flags", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 16, 0, 0, 0) }, errInput, "flags: only bits 0 to 3"},
 		{"negative length", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 0, -1, 0, 0) }, errInput, "lengths"},
 		{"past buffer", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 0, minBuffer, 1, 0) }, errInput, "outside the buffer"},
 		{"wrapping lengths", func() int64 {
@@ -174,6 +174,12 @@ func putRecord(off, strOff int, f policy.Failure) {
 	}
 	if f.IdempotencyKey != "" {
 		flags |= flagIdempotencyKey
+	}
+	if f.RetriedDownstream {
+		flags |= abi.FlagRetriedDown
+	}
+	if f.ServerDeclined {
+		flags |= abi.FlagServerDeclined
 	}
 	le.PutUint32(rec[48:], flags)
 	le.PutUint32(rec[52:], uint32(strOff))

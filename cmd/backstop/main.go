@@ -42,6 +42,8 @@ commands:
   simulate [--policy FILE|PRESET] [--clients N] [--capacity N] [--recovery D]
                               the herd N clients send a recovering dependency
   simulate contention         the jitter comparison (docs/simulation.md)
+  simulate layers [--layers N] the calls N layers of retries make, with and
+                              without retry at one layer (docs/layers.md)
   decide --policy FILE|PRESET read failures as JSON lines on stdin, write
                               decisions as JSON lines, through backstop.wasm
   demo                        the whole system moving: queues, workers deciding

@@ -23,6 +23,9 @@ func simulateCmd(args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "contention" {
 		return simulateContention(args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "layers" {
+		return simulateLayers(args[1:], stdout)
+	}
 	fs := newFlagSet("simulate")
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
 	clients := fs.Int("clients", 1000, fmt.Sprintf("clients that fail at the same moment (1..%d)", simulate.MaxClients))
@@ -307,4 +310,49 @@ func writeContentionTable(w io.Writer, title string, series [][]simulate.Content
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// simulateLayers prints, for 1 to --layers layers, the calls one request
+// makes to a service that is down when every layer retries, and when a
+// layer gives up what a layer below already retried.
+func simulateLayers(args []string, stdout io.Writer) error {
+	fs := newFlagSet("simulate layers")
+	pol := fs.String("policy", "default", "the policy every layer retries with: a file (JSON or YAML) or a preset name")
+	layers := fs.Int("layers", 3, fmt.Sprintf("the most layers of retry loops to compare (1..%d)", simulate.MaxLayers))
+	recovery := fs.Duration("recovery", time.Hour, "how long the bottom service stays down (it answers 503, then 200)")
+	seed := fs.Uint64("seed", 1, "PRNG seed for the jitter: the same seed gives the same run")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return errUsage
+	}
+	switch {
+	case *layers < 1 || *layers > simulate.MaxLayers:
+		return fmt.Errorf("--layers: must be in 1..%d (got %d)", simulate.MaxLayers, *layers)
+	case *recovery < 0:
+		return fmt.Errorf("--recovery: must be >= 0 (got %s)", *recovery)
+	}
+	_, _, src, err := loadPolicy(*pol)
+	if err != nil {
+		return err
+	}
+	rows, err := simulate.Layers(src, *layers, simulate.WithRecovery(*recovery), simulate.WithSeed(*seed))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "one request through 1 to %d layers that each retry with %s; the bottom service is down for %s; seed %d\n\n",
+		*layers, *pol, dur(recovery.Milliseconds()), *seed)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "layers\tevery layer retries\tretry at one layer")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", r.Layers, layerOutcome(r.Without), layerOutcome(r.With))
+	}
+	return tw.Flush()
+}
+
+// layerOutcome says what one run cost the bottom and how the top ended.
+func layerOutcome(r simulate.LayerRun) string {
+	end := "succeeded"
+	if !r.Succeeded {
+		end = r.Reason.String()
+	}
+	return fmt.Sprintf("%d calls, %s at %s", r.BottomCalls, end, dur(r.EndMs))
 }

@@ -151,3 +151,21 @@ func TestSimulateContentionBoundsItsFlags(t *testing.T) {
 		t.Errorf("at the bounds: %v", err)
 	}
 }
+
+// simulate layers bounds its flags before anything runs.
+func TestSimulateLayersFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--layers", "0"}, "--layers: must be in 1..10 (got 0)"},
+		{[]string{"--layers", "11"}, "--layers: must be in 1..10 (got 11)"},
+		{[]string{"--recovery", "-1s"}, "--recovery: must be >= 0 (got -1s)"},
+		{[]string{"--policy", "no-such-preset"}, ""},
+	} {
+		_, err := runCLI(t, "", append([]string{"simulate", "layers"}, c.args...)...)
+		if err == nil || c.want != "" && err.Error() != c.want {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}

@@ -12,7 +12,9 @@ export type Reason =
 	| 'not_idempotent'
 	| 'budget_exhausted'
 	| 'circuit_open'
-	| 'retry_after_too_long';
+	| 'retry_after_too_long'
+	| 'retried_downstream'
+	| 'server_declined';
 
 /**
 The retry class of a failure: `retryable` (transient), `permanent` (never retried) or `uncertain` (may have been applied, such as HTTP 500: retried up to the policy's smaller uncertain limit).
@@ -46,7 +48,7 @@ An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEG
 export type Int64 = number | bigint;
 
 /**
-One failed execution. Every field is optional except `attempt`; absent (`undefined` or `null`) means none (or 0). Each field is also accepted in the snake_case of the shared vectors (`http_status`, `grpc_code`, `error_kind`, `retry_after`, `grpc_retry_pushback_ms`, `idempotency_key`, `elapsed_ms`, `now_ms`, `prev_delay_ms`). Any other name is an `InputError` (`http_stauts: unknown field`), as in every backstop host. A string field also takes bytes (a `Uint8Array`, such as a `Buffer`), passed as they are; a string is written as UTF-8, a lone surrogate as U+FFFD.
+One failed execution. Every field is optional except `attempt`; absent (`undefined` or `null`) means none (or 0). Each field is also accepted in the snake_case of the shared vectors (`http_status`, `grpc_code`, `error_kind`, `retry_after`, `grpc_retry_pushback_ms`, `idempotency_key`, `elapsed_ms`, `now_ms`, `prev_delay_ms`, `retried_downstream`, `server_declined`). Any other name is an `InputError` (`http_stauts: unknown field`), as in every backstop host. A string field also takes bytes (a `Uint8Array`, such as a `Buffer`), passed as they are; a string is written as UTF-8, a lone surrogate as U+FFFD.
 */
 export interface Failure {
 	/**
@@ -143,6 +145,20 @@ export interface Failure {
 	@example 2000
 	*/
 	readonly prevDelayMs?: Int64;
+
+	/**
+	A layer below already retried this failure and gave up (an inner retry loop's error, a response with `Backstop-No-Retry`): the policy gives up too (`retried_downstream`), unless it says `retried_downstream: retry` (docs/layers.md). Only a boolean: `1` or `'true'` is an `InputError`.
+
+	@default false
+	*/
+	readonly retriedDownstream?: boolean | null;
+
+	/**
+	The server asked not to be retried (a response with `X-Envoy-Overloaded`): the policy gives up (`server_declined`). Only a boolean.
+
+	@default false
+	*/
+	readonly serverDeclined?: boolean | null;
 }
 
 /**
@@ -341,7 +357,7 @@ export interface RetryOptions {
 	readonly idempotencyKey?: string;
 
 	/**
-	Maps a thrown error or a failed Response to failure fields, for errors retry() does not know (a gRPC client's, say). Return `undefined` to use the built-in mapping: `status`/`statusCode`/`response.status` and `Retry-After`, `TimeoutError`, and the `code` (or `cause.code`) ECONNRESET, ECONNREFUSED, ETIMEDOUT, EAI_AGAIN, ENOTFOUND.
+	Maps a thrown error or a failed Response to failure fields, for errors retry() does not know (a gRPC client's, say). Return `undefined` to use the built-in mapping: `status`/`statusCode`/`response.status` and `Retry-After`, `TimeoutError`, and the `code` (or `cause.code`) ECONNRESET, ECONNREFUSED, ETIMEDOUT, EAI_AGAIN, ENOTFOUND. A `RetryError` of a `retry()` inside `fn` is classified by its last failure (its `response`, else its `cause`: that is what `classify` gets), then marked `retriedDownstream` unless it is `circuit_open`.
 
 	@default undefined
 	@example (error) => (error?.code >= 1 && error?.code <= 16 ? {grpcCode: error.code} : undefined)
@@ -355,6 +371,18 @@ export interface RetryOptions {
 	@example createMetrics(promClient, {policy: 'payments', target: 'charge-api'})
 	*/
 	readonly metrics?: Metrics;
+
+	/**
+	The headers of the request `fn` sends (a plain object or a `Headers`, the one passed to `fetch`): before each attempt retry() sets `backstop-attempt` and `x-envoy-attempt-count` to the attempt number on it, except a header the caller set before the first attempt (docs/layers.md).
+
+	@default undefined (no attempt headers)
+	@example
+	```
+	const headers = new Headers();
+	await retry(() => fetch(url, {headers}), {headers});
+	```
+	*/
+	readonly headers?: Headers | Record<string, string | string[] | undefined>;
 }
 
 /** The process metrics of one policy and target: pass to `retry({metrics})` or a queue worker. */
@@ -386,6 +414,8 @@ export function createMetrics(promClient: unknown, options: MetricsOptions): Met
 
 /**
 Runs `fn` until it succeeds or the policy says stop. A failure is a thrown error or a returned fetch `Response` whose status is 400 or more. Between attempts it waits the decided delay (Retry-After included).
+
+Retry at one layer (docs/layers.md): a `RetryError` thrown by a `retry()` inside `fn` (one that made a call: not `circuit_open`), or a response with `Backstop-No-Retry`, is a failure a layer below already retried: the default policy stops at once with `retried_downstream`; a response with `X-Envoy-Overloaded` stops it with `server_declined`. Inside a request served by `oneLayer` or `backstopFastify`, the reason a loop gave up is sent back in `Backstop-No-Retry` on a failed response.
 
 @param fn - Receives the attempt number, from 1.
 @returns What `fn` returned on success.
@@ -450,3 +480,39 @@ export class RetryError extends Error {
 	/** The last failed Response `fn` returned, unread. */
 	readonly response?: Response;
 }
+
+/** The HTTP headers of attempt `n` (1 for the first call): `{'backstop-attempt': 'n', 'x-envoy-attempt-count': 'n'}`. */
+export function attemptHeaders(n: number): {'backstop-attempt': string; 'x-envoy-attempt-count': string};
+
+/** The gRPC metadata of attempt `n`: `backstop-attempt`, and `grpc-previous-rpc-attempts` (`n - 1`) on a retry (`n > 1`), as gRPC's own retries send it. */
+export function grpcAttemptMetadata(n: number): {'backstop-attempt': string; 'grpc-previous-rpc-attempts'?: string};
+
+export interface OneLayerOptions {
+	/**
+	The policies the service calls its dependencies with: while the breaker of any of them is open, a request is answered at once with 503, `Backstop-No-Retry: circuit_open` and `X-Envoy-Overloaded: true`, without running the handler. A policy without a breaker is never open.
+
+	@default []
+	*/
+	readonly policies?: readonly Policy[];
+}
+
+/**
+Wraps a `node:http` request listener for retry at one layer (docs/layers.md): sheds requests while a breaker of `policies` is open, and, when a `retry()` loop inside the request gave up (any reason), adds `Backstop-No-Retry: <reason>` to a failed response (status 400 or more) unless the handler set it. The loops find the request through an `AsyncLocalStorage`: the handler changes nothing.
+
+@example
+```
+import {createServer} from 'node:http';
+import {oneLayer, retry} from 'backstop-policy';
+
+createServer(oneLayer(async (req, res) => {
+	const r = await retry(() => fetch(url)).catch(() => null);
+	res.writeHead(r ? 200 : 503).end();
+}, {policies: [policy]}));
+```
+*/
+export function oneLayer<Req = unknown, Res = unknown>(handler: (req: Req, res: Res) => unknown, options?: OneLayerOptions): (req: Req, res: Res) => unknown;
+
+/**
+A Fastify plugin (Fastify 4 or 5), `oneLayer` for the routes of the instance it is registered on: `fastify.register(backstopFastify, {policies})`.
+*/
+export function backstopFastify(fastify: unknown, options: OneLayerOptions, done: (err?: Error) => void): void;

@@ -5,6 +5,7 @@ import { readBundledWasm } from './lib/wasm-file.js';
 export { PolicyError, InputError, RetryError } from './lib/errors.js';
 export { ABI_VERSION, StateLostError } from './lib/instance.js';
 export { retry } from './lib/retry.js';
+export { attemptHeaders, backstopFastify, grpcAttemptMetadata, oneLayer } from './lib/layers.js';
 export { createMetrics } from './lib/metrics.js';
 
 /**

@@ -419,7 +419,7 @@ export interface Queue {
 	/**
 	Applies the outcome of running `job`. `error` is what it threw, or a failed fetch Response; null or undefined is a success (acked, and reported to the policy's budget and breaker).
 
-	A failure is classified as retry() classifies it (a RetryError by its last failure) and decided with the job's attempt, its id as the idempotency key, the time since its first enqueue and its previous delay; a retry goes to the delayed set after the decided delay; `circuit_open` and `budget_exhausted` defer the job (`defer()`: until the breaker may half-open, or after its backoff) unless the policy's `onOpen` is `dead_letter`; anything else goes to the DLQ with the decision's reason. A malformed job, and a failure the policy refuses, go to the DLQ as `malformed`.
+	A failure is classified as retry() classifies it (a RetryError, a retry() in the handler that gave up, by its last failure, marked `retriedDownstream` unless it is `circuit_open`: the default policy dead-letters it with `retried_downstream`) and decided with the job's attempt, its id as the idempotency key, the time since its first enqueue and its previous delay; a retry goes to the delayed set after the decided delay; `circuit_open` and `budget_exhausted` defer the job (`defer()`: until the breaker may half-open, or after its backoff) unless the policy's `onOpen` is `dead_letter`; anything else goes to the DLQ with the decision's reason. A malformed job, and a failure the policy refuses, go to the DLQ as `malformed`.
 
 	@example
 	```

@@ -37,7 +37,9 @@ const (
 const (
 	FlagIdempotencyKey = 1 << 0 // the request carries an idempotency key
 	FlagPushback       = 1 << 1 // the hint is grpc-retry-pushback-ms, not Retry-After
-	Flags              = FlagIdempotencyKey | FlagPushback
+	FlagRetriedDown    = 1 << 2 // a layer below already retried and gave up
+	FlagServerDeclined = 1 << 3 // the server asked not to be retried
+	Flags              = FlagIdempotencyKey | FlagPushback | FlagRetriedDown | FlagServerDeclined
 )
 
 // RecordSize and ResultSize are the sizes of a decide_batch input record

@@ -34,3 +34,17 @@ func Write(t testing.TB, path string, v any) {
 		t.Fatal(err)
 	}
 }
+
+// UniqueNames fails t when two cases share a name: the name is how every
+// language's replay reports a case.
+func UniqueNames[C any](t testing.TB, cases []C, name func(C) string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, c := range cases {
+		n := name(c)
+		if seen[n] {
+			t.Fatalf("case %q: name given twice", n)
+		}
+		seen[n] = true
+	}
+}

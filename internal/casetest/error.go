@@ -6,6 +6,9 @@ import (
 	"os"
 	"syscall"
 	"testing"
+
+	"github.com/backstop-dev/backstop/policy"
+	"github.com/backstop-dev/backstop/retry"
 )
 
 // Error is a case's handle error (testdata/queue/README.md); each replay
@@ -24,6 +27,35 @@ type Error struct {
 	// has none (docs/policy.md): every worker leaves it out of the failure
 	// (Go's queue.Failure has no method).
 	Method string `json:"method,omitempty"`
+	// InnerRetry is a reason: the handler returns the language's error of
+	// an inner retry loop that stopped for it (docs/layers.md), over the
+	// error the other fields make, with Message as text.
+	InnerRetry string `json:"inner_retry,omitempty"`
+}
+
+// Handle returns the handler error of e: base (the broker's failure, or
+// Native's error), wrapped as an inner retry.Do's give-up when InnerRetry
+// is set; an unknown reason fails t.
+func (e *Error) Handle(t testing.TB, base func() error) error {
+	t.Helper()
+	var err error
+	if e.Native != "" {
+		err = Native(t, e.Message, e.Native)
+	} else {
+		err = base()
+	}
+	if e.InnerRetry == "" {
+		return err
+	}
+	var r policy.Reason
+	if uerr := r.UnmarshalText([]byte(e.InnerRetry)); uerr != nil {
+		t.Fatalf("inner_retry: %v", uerr)
+	}
+	attempts := int64(1)
+	if r == policy.CircuitOpen { // the breaker refused: no call made
+		attempts = 0
+	}
+	return &nativeErr{msg: e.Message, err: &retry.Error{Reason: r, Attempts: attempts, Err: err}}
 }
 
 // Native returns Go's own error of kind, as the standard library makes it,

@@ -28,6 +28,12 @@ type Failure struct {
 	GRPCCode   int
 	ErrorKind  string
 	RetryAfter string // raw Retry-After header value
+	// RetriedDownstream says a layer below already retried this failure
+	// and gave up (its response had Backstop-No-Retry): docs/layers.md.
+	RetriedDownstream bool
+	// ServerDeclined says the server asked not to be retried
+	// (X-Envoy-Overloaded).
+	ServerDeclined bool
 }
 
 func (f *Failure) Error() string {
@@ -38,6 +44,14 @@ func (f *Failure) Error() string {
 }
 
 func (f *Failure) Unwrap() error { return f.Err }
+
+// gaveUp is what *retry.Error has (package retry imports this one, so
+// not the other way round): true when an inner loop retried and stopped.
+type gaveUp interface{ RetriedDownstream() bool }
+
+// describer is an error that knows its failure's fields: retry's
+// *StatusError, a failed response's status and headers.
+type describer interface{ DescribeFailure(f *policy.Failure) }
 
 // errorKinds is the one table from language errors to error kinds that
 // every language follows (errorkinds.json; Node and Python test theirs
@@ -74,15 +88,28 @@ var errnoNames = map[string]syscall.Errno{
 // (connect_timeout: the request never left), a deadline, an errno (refused,
 // reset, timed out), a DNS failure, a network timeout. Other errors leave the
 // fields empty, and the policy's default class applies.
+//
+// An error whose chain holds an inner retry loop's give-up (a
+// *retry.Error that made a call) is marked RetriedDownstream: retry at one
+// layer (docs/layers.md).
 func Classify(err error, f *policy.Failure) {
+	var gu gaveUp
+	if errors.As(err, &gu) && gu.RetriedDownstream() {
+		f.RetriedDownstream = true
+	}
 	var bf *Failure
+	var desc describer
 	var dns *net.DNSError
 	var op *net.OpError
 	var errno syscall.Errno
 	var ne net.Error
 	switch {
+	case errors.As(err, &desc):
+		desc.DescribeFailure(f)
 	case errors.As(err, &bf):
 		f.HTTPStatus, f.GRPCCode, f.ErrorKind, f.RetryAfter = bf.HTTPStatus, bf.GRPCCode, bf.ErrorKind, bf.RetryAfter
+		f.RetriedDownstream = f.RetriedDownstream || bf.RetriedDownstream
+		f.ServerDeclined = bf.ServerDeclined
 	case errors.As(err, &op) && op.Op == "dial" && op.Timeout() && !errors.As(err, &dns):
 		f.ErrorKind = "connect_timeout"
 	case errors.Is(err, context.DeadlineExceeded):

@@ -19,6 +19,7 @@ import (
 var Fields = []string{
 	"attempt", "http_status", "grpc_code", "error_kind", "retry_after", "grpc_retry_pushback_ms",
 	"method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms",
+	"retried_downstream", "server_declined",
 }
 
 // FromValue converts a failure given as a JSON value to an Input, with the
@@ -60,6 +61,8 @@ func FromValue(v any) (Input, error) {
 	in.NowMs = c.int64("now_ms", true)
 	in.Random = Float(c.random())
 	in.PrevDelayMs = c.int64("prev_delay_ms", true)
+	in.RetriedDownstream = c.boolean("retried_downstream")
+	in.ServerDeclined = c.boolean("server_declined")
 	if c.err != nil {
 		err = c.err
 		in = Input{}
@@ -263,6 +266,20 @@ func (c *converter) key() string {
 		c.fail("idempotency_key", "must be a string or a boolean", x)
 	}
 	return ""
+}
+
+// boolean converts retried_downstream and server_declined: true, false or
+// absent. Nothing else is read as a flag (not 1, not "true"): a caller
+// that sends one has a bug worth hearing about.
+func (c *converter) boolean(field string) bool {
+	switch x := c.get(field).(type) {
+	case nil:
+	case bool:
+		return x
+	default:
+		c.fail(field, "must be a boolean", x)
+	}
+	return false
 }
 
 func (c *converter) random() float64 {

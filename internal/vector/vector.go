@@ -79,6 +79,9 @@ type Input struct {
 	NowMs          int64    `json:"now_ms,omitempty"`
 	Random         Float    `json:"random,omitempty"`
 	PrevDelayMs    int64    `json:"prev_delay_ms,omitempty"`
+
+	RetriedDownstream bool `json:"retried_downstream,omitempty"`
+	ServerDeclined    bool `json:"server_declined,omitempty"`
 }
 
 // Failure converts the input to the policy's Failure.
@@ -88,6 +91,7 @@ func (in Input) Failure() policy.Failure {
 		ErrorKind: in.ErrorKind, RetryAfter: in.RetryAfter, RetryPushback: in.RetryPushback,
 		Method: in.Method, IdempotencyKey: in.IdempotencyKey,
 		ElapsedMs: in.ElapsedMs, NowMs: in.NowMs, Random: float64(in.Random), PrevDelayMs: in.PrevDelayMs,
+		RetriedDownstream: in.RetriedDownstream, ServerDeclined: in.ServerDeclined,
 	}
 }
 
@@ -98,6 +102,7 @@ func FromFailure(f policy.Failure) Input {
 		ErrorKind: f.ErrorKind, RetryAfter: f.RetryAfter, RetryPushback: f.RetryPushback,
 		Method: f.Method, IdempotencyKey: f.IdempotencyKey,
 		ElapsedMs: f.ElapsedMs, NowMs: f.NowMs, Random: Float(f.Random), PrevDelayMs: f.PrevDelayMs,
+		RetriedDownstream: f.RetriedDownstream, ServerDeclined: f.ServerDeclined,
 	}
 }
 

@@ -81,6 +81,13 @@ func buildRabbitCases() []rabbitCase {
 	add(handleCase("error-kind/none", hdrs("1"), &caseError{Message: "something broke"}))
 	add(handleCase("native/connection_refused", hdrs("1"), &caseError{Message: "connect refused", Native: "connection_refused"}))
 	add(handleCase("native/timeout", hdrs("1"), &caseError{Message: "deadline", Native: "timeout"}))
+	// The handler's own retry loop gave up (retry at one layer): dead-
+	// lettered as retried_downstream; a breaker's refusal is decided by
+	// what it says.
+	add(handleCase("inner-retry/max_attempts_reached", hdrs("1"), &caseError{Message: "http 503", HTTPStatus: 503, InnerRetry: "max_attempts_reached"}))
+	add(handleCase("inner-retry/permanent_error", hdrs("1"), &caseError{Message: "http 400", HTTPStatus: 400, InnerRetry: "permanent_error"}))
+	add(handleCase("inner-retry/native-timeout", hdrs("2"), &caseError{Message: "deadline", Native: "timeout", InnerRetry: "max_elapsed_exceeded"}))
+	add(handleCase("inner-retry/circuit_open", hdrs("1"), &caseError{Message: "inner breaker open", InnerRetry: "circuit_open"}))
 	// The time budget (1 h): a retry due past it is not scheduled.
 	add(handleCase("elapsed/retry-past-budget", hdrs("1", "backstop-first-enqueued-ms", "{now-3595000}"), httpErr(503)))
 	add(handleCase("elapsed/within-budget", hdrs("1", "backstop-first-enqueued-ms", "{now-3000000}"), httpErr(503)))

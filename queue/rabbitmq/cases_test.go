@@ -83,11 +83,10 @@ type caseError = casetest.Error
 
 // caseErr is the error the handler returns for e.
 func caseErr(t *testing.T, e *caseError) error {
-	if e.Native != "" {
-		return casetest.Native(t, e.Message, e.Native)
-	}
-	return &queue.Failure{HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind,
-		RetryAfter: e.RetryAfter, Err: errors.New(e.Message)}
+	return e.Handle(t, func() error {
+		return &queue.Failure{HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind,
+			RetryAfter: e.RetryAfter, Err: errors.New(e.Message)}
+	})
 }
 
 // spy reports the failure the policy was asked about and its answer; with
@@ -106,8 +105,8 @@ func (s *spy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, er
 	defer s.mu.Unlock()
 	s.asked = map[string]any{"attempt": f.Attempt}
 	for k, v := range map[string]any{"http_status": f.HTTPStatus, "grpc_code": f.GRPCCode, "error_kind": f.ErrorKind,
-		"retry_after": f.RetryAfter, "prev_delay_ms": f.PrevDelayMs} {
-		if v != 0 && v != "" && v != int64(0) {
+		"retry_after": f.RetryAfter, "prev_delay_ms": f.PrevDelayMs, "retried_downstream": f.RetriedDownstream, "server_declined": f.ServerDeclined} {
+		if v != 0 && v != "" && v != int64(0) && v != false {
 			s.asked[k] = v
 		}
 	}
@@ -147,13 +146,9 @@ func TestRabbitCases(t *testing.T) {
 	}
 	defer b.Close()
 	h := &caseHarness{t: t, b: b, conn: broker.Dial(t), file: &file, decider: queue.Native(p)}
-	seen := map[string]bool{}
+	casetest.UniqueNames(t, file.Cases, func(c rabbitCase) string { return c.Name })
 	for i := range file.Cases {
 		c := &file.Cases[i]
-		if seen[c.Name] {
-			t.Fatalf("case %q: name given twice", c.Name)
-		}
-		seen[c.Name] = true
 		got := h.run(c)
 		if *updateRabbitCases {
 			c.Expect = got

@@ -18,6 +18,7 @@ const PRESETS = ['default', 'critical', 'batch', 'fast-transient'];
 const FIELDS = new Set([
   'attempt', 'http_status', 'grpc_code', 'error_kind', 'retry_after', 'grpc_retry_pushback_ms',
   'method', 'idempotency_key', 'elapsed_ms', 'now_ms', 'random', 'prev_delay_ms',
+  'retried_downstream', 'server_declined',
 ]);
 // The limits of a line (internal/vector/line.go).
 const MAX_LINE_BYTES = 4 << 20;

@@ -3,7 +3,7 @@
 // as retry() does, decide with the job's own facts, defer what the breaker
 // or the budget refused. Pure apart from the policy's state: the brokers
 // only move what this decides.
-import { InputError, RetryError } from './errors.js';
+import { InputError } from './errors.js';
 import { failureOf, isFailedResponse } from './retry.js';
 
 // Decisions that defer a job instead of dead-lettering it (on_open: defer).
@@ -31,9 +31,11 @@ export function planOutcome(job, error, policy, { classify, nowMs, random, malfo
     policy.recordSuccess(nowMs);
     return { action: 'ack', reason: 'success', decision: null };
   }
-  // A RetryError is an inner retry() giving up: its last failure says what failed.
-  const cause = error instanceof RetryError ? (error.response ?? error.cause) : error;
-  const failure = failureOf(cause, classify);
+  // A RetryError is a retry() inside the handler giving up (failureOf): its
+  // last failure says what failed, and it is marked retriedDownstream
+  // (unless circuit_open: no call made), so the job is dead-lettered with
+  // retried_downstream rather than retried again (docs/layers.md).
+  const failure = failureOf(error, classify);
   // The job's own facts win over whatever the classification said. A
   // queue job has no method: it is not gated (docs/policy.md), in every
   // language (testdata/queue: method/*).

@@ -9,7 +9,7 @@ const CLASSES = ['retryable', 'permanent', 'uncertain', 'class(3)'];
 const REASONS = [
   'transient', 'retry_after', 'uncertain', 'permanent_error', 'max_attempts_reached',
   'max_elapsed_exceeded', 'uncertain_limit_reached', 'not_idempotent', 'budget_exhausted',
-  'circuit_open', 'retry_after_too_long', 'reason(11)', 'reason(12)', 'reason(13)', 'reason(14)', 'reason(15)',
+  'circuit_open', 'retry_after_too_long', 'retried_downstream', 'server_declined', 'reason(13)', 'reason(14)', 'reason(15)',
 ];
 const CIRCUIT = ['closed', 'open', 'half_open'];
 
@@ -278,7 +278,7 @@ function writeFailure(inst, f, rec, str, index) {
   // spellings of every field when failures come in many shapes, which makes
   // property loads megamorphic. null means absent, as undefined; a name
   // with an undefined value is not there at all.
-  let attempt, elapsed, now, random, prev, http, grpc, method, kind, hint, pushback, key, unknown;
+  let attempt, elapsed, now, random, prev, http, grpc, method, kind, hint, pushback, key, down, declined, unknown;
   for (const name in f) {
     const v = f[name];
     if (v === undefined) continue;
@@ -295,6 +295,8 @@ function writeFailure(inst, f, rec, str, index) {
       case 'now_ms': case 'nowMs': now = v; break;
       case 'random': random = v; break;
       case 'prev_delay_ms': case 'prevDelayMs': prev = v; break;
+      case 'retried_downstream': case 'retriedDownstream': down = v; break;
+      case 'server_declined': case 'serverDeclined': declined = v; break;
       default: {
         const u = name.toWellFormed();
         if (unknown === undefined || codePointLess(u, unknown)) unknown = u;
@@ -328,6 +330,8 @@ function writeFailure(inst, f, rec, str, index) {
   int64(now, 'now_ms', true, 4, index);
   random = toRandom(random, index);
   int64(prev, 'prev_delay_ms', true, 6, index);
+  if (down !== undefined && down !== null && down !== false) flags |= flag(down, 'retried_downstream', 4, index);
+  if (declined !== undefined && declined !== null && declined !== false) flags |= flag(declined, 'server_declined', 8, index);
   if (hl === 0 && pl > 0) {
     hint = pushback;
     hl = pl;
@@ -492,6 +496,13 @@ function toHint(v, field, index) {
     throw new InputError(field, `must be a string or a number (got ${describe(v)})`, index);
   }
   return toStr(v, field, index);
+}
+
+// retried_downstream and server_declined: true (the flag bit), false or
+// absent; nothing else, not 1 nor "true", as in every host.
+function flag(v, field, bit, index) {
+  if (v === true) return bit;
+  throw new InputError(field, `must be a boolean (got ${describe(v)})`, index);
 }
 
 function hasKey(key, index) {

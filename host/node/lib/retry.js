@@ -1,6 +1,7 @@
 // retry(): run a function until it succeeds or the policy says stop.
 import { readFileSync } from 'node:fs';
 import { RetryError } from './errors.js';
+import { attemptHeaderSetter, isHeaderTarget, NO_RETRY_HEADER, OVERLOADED_HEADER, recordGaveUp } from './layers.js';
 import { loadPolicy } from './policy.js';
 import { readBundledWasm } from './wasm-file.js';
 
@@ -20,7 +21,7 @@ const MAX_TIMER = 0x7fffffff; // setTimeout's limit (about 24.8 days)
 export async function retry(fn, options = {}) {
   if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function');
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
-  const { signal, onRetry, method, idempotencyKey, classify, metrics } = options;
+  const { signal, onRetry, method, idempotencyKey, classify, metrics, headers } = options;
   if (signal !== undefined && !(signal && typeof signal.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
     throw new TypeError('Expected `signal` to be an AbortSignal');
   }
@@ -33,66 +34,78 @@ export async function retry(fn, options = {}) {
   if (idempotencyKey !== undefined && typeof idempotencyKey !== 'string') {
     throw new TypeError('Expected `idempotencyKey` to be a string');
   }
+  if (headers !== undefined && !isHeaderTarget(headers)) {
+    throw new TypeError('Expected `headers` to be a Headers or a plain object');
+  }
+  // Before the first attempt: a header the caller set is left alone.
+  const setAttempt = headers === undefined ? undefined : attemptHeaderSetter(headers);
   const policy = await resolvePolicy(options.policy ?? 'default');
 
   const start = performance.now();
   // The breaker is asked before each call (a policy without one allows all).
   const guarded = policy.stateful === true && typeof policy.acquire === 'function';
   let prevDelayMs = 0;
-  for (let attempt = 1; ; attempt++) {
-    signal?.throwIfAborted();
-    if (guarded) {
-      const permit = policy.acquire();
-      metrics?.state(permit.state);
-      if (!permit.allowed) {
-        metrics?.refused('circuit_open');
-        const cause = new Error(`the circuit breaker refused the call; it may admit one in ${permit.retryInMs} ms`);
-        const err = new RetryError({ reason: 'circuit_open', attempts: attempt - 1, cause });
-        err.retryInMs = permit.retryInMs;
-        throw err;
-      }
-    }
-    let error;
-    let response;
-    try {
-      const result = await fn(attempt);
-      if (!isFailedResponse(result)) {
-        policy.recordSuccess();
-        if (metrics) {
-          metrics.attempt('success');
-          if (guarded) observe(metrics, policy);
+  try {
+    for (let attempt = 1; ; attempt++) {
+      signal?.throwIfAborted();
+      if (guarded) {
+        const permit = policy.acquire();
+        metrics?.state(permit.state);
+        if (!permit.allowed) {
+          metrics?.refused('circuit_open');
+          const cause = new Error(`the circuit breaker refused the call; it may admit one in ${permit.retryInMs} ms`);
+          const err = new RetryError({ reason: 'circuit_open', attempts: attempt - 1, cause });
+          err.retryInMs = permit.retryInMs;
+          recordGaveUp(err.reason);
+          throw err;
         }
-        return result;
       }
-      response = result;
-    } catch (err) {
-      // An abort is the caller's decision, never a failure to retry.
-      if (signal?.aborted || err?.name === 'AbortError') throw err;
-      error = err;
+      setAttempt?.(attempt);
+      let error;
+      let response;
+      try {
+        const result = await fn(attempt);
+        if (!isFailedResponse(result)) {
+          policy.recordSuccess();
+          if (metrics) {
+            metrics.attempt('success');
+            if (guarded) observe(metrics, policy);
+          }
+          return result;
+        }
+        response = result;
+      } catch (err) {
+        // An abort is the caller's decision, never a failure to retry.
+        if (signal?.aborted || err?.name === 'AbortError') throw err;
+        error = err;
+      }
+      const failure = failureOf(response ?? error, classify);
+      // Set fields one by one: an object spread here costs more than the decision.
+      failure.attempt = attempt;
+      failure.elapsedMs = performance.now() - start;
+      failure.prevDelayMs = prevDelayMs;
+      if (method !== undefined && failure.method === undefined) failure.method = method;
+      if (idempotencyKey !== undefined && failure.idempotencyKey === undefined && failure.idempotency_key === undefined) {
+        failure.idempotencyKey = idempotencyKey;
+      }
+      const decision = policy.decide(failure);
+      if (metrics) {
+        metrics.attempt(decision.action === 'retry' ? 'retry' : 'dead_letter');
+        if (guarded) observe(metrics, policy);
+        if (decision.action === 'retry') metrics.retry(decision.reason, decision.delayMs);
+      }
+      if (decision.action !== 'retry') {
+        recordGaveUp(decision.reason);
+        throw new RetryError({ reason: decision.reason, attempts: attempt, cause: error, response, decision });
+      }
+      // Free the connection of a response that nobody will read.
+      await response?.body?.cancel?.().catch(() => {});
+      await onRetry?.({ attempt, error, response, decision, delayMs: decision.delayMs });
+      if (decision.delayMs > 0) await sleep(decision.delayMs, signal);
+      prevDelayMs = decision.delayMs;
     }
-    const failure = failureOf(response ?? error, classify);
-    // Set fields one by one: an object spread here costs more than the decision.
-    failure.attempt = attempt;
-    failure.elapsedMs = performance.now() - start;
-    failure.prevDelayMs = prevDelayMs;
-    if (method !== undefined && failure.method === undefined) failure.method = method;
-    if (idempotencyKey !== undefined && failure.idempotencyKey === undefined && failure.idempotency_key === undefined) {
-      failure.idempotencyKey = idempotencyKey;
-    }
-    const decision = policy.decide(failure);
-    if (metrics) {
-      metrics.attempt(decision.action === 'retry' ? 'retry' : 'dead_letter');
-      if (guarded) observe(metrics, policy);
-      if (decision.action === 'retry') metrics.retry(decision.reason, decision.delayMs);
-    }
-    if (decision.action !== 'retry') {
-      throw new RetryError({ reason: decision.reason, attempts: attempt, cause: error, response, decision });
-    }
-    // Free the connection of a response that nobody will read.
-    await response?.body?.cancel?.().catch(() => {});
-    await onRetry?.({ attempt, error, response, decision, delayMs: decision.delayMs });
-    if (decision.delayMs > 0) await sleep(decision.delayMs, signal);
-    prevDelayMs = decision.delayMs;
+  } finally {
+    setAttempt?.clear();
   }
 }
 
@@ -111,8 +124,29 @@ async function resolvePolicy(p) {
 }
 
 // A fresh object with the failure fields of x, from classify or describe.
-// The queue (lib/queue.js) classifies a job's error the same way.
+// The queue workers (lib/outcome.js) classify a job's error the same way.
+//
+// A RetryError is a retry() below (a nested loop, or the one inside a
+// queue job's handler) giving up: its last failure (its response, else its
+// cause) is classified, and marked retriedDownstream so that this layer
+// gives up too (retry at one layer, docs/layers.md). A circuit_open one,
+// refused by its breaker before it made a call, retried nothing: it is
+// classified by what it says, unmarked.
 export function failureOf(x, classify) {
+  if (!isRetryError(x)) return fieldsOf(x, classify);
+  const fields = failureOf(x.response ?? x.cause, classify);
+  if (x.reason !== 'circuit_open') {
+    delete fields.retried_downstream;
+    fields.retriedDownstream = true;
+  }
+  return fields;
+}
+
+function isRetryError(x) {
+  return x instanceof RetryError || (x instanceof Error && x.name === 'RetryError' && typeof x.reason === 'string');
+}
+
+function fieldsOf(x, classify) {
   const fields = classify?.(x);
   if (fields === undefined || fields === null) return describe(x);
   if (typeof fields !== 'object') throw new TypeError('Expected `classify` to return an object or undefined');
@@ -128,16 +162,18 @@ export function isFailedResponse(r) {
 
 /**
  * The failure fields of a failed fetch Response or a thrown error: HTTP
- * status and Retry-After (fetch, axios, got, …), timeouts and Node.js
- * network error codes.
+ * status and Retry-After (fetch, axios, got, …), the signals of a layer
+ * below (Backstop-No-Retry: it retried and gave up; X-Envoy-Overloaded: do
+ * not retry), timeouts and Node.js network error codes.
  */
 function describe(x) {
   if (x === null || typeof x !== 'object') return {};
-  if (isFailedResponse(x)) return { httpStatus: x.status, retryAfter: x.headers.get('retry-after') ?? undefined };
+  if (isFailedResponse(x)) return signals({ httpStatus: x.status, retryAfter: x.headers.get('retry-after') ?? undefined }, x.headers);
   const res = x.response;
   const status = x.status ?? x.statusCode ?? res?.status ?? res?.statusCode;
   if (Number.isInteger(status) && status >= 400 && status <= 599) {
-    return { httpStatus: status, retryAfter: header(res?.headers ?? x.headers, 'retry-after') };
+    const headers = res?.headers ?? x.headers;
+    return signals({ httpStatus: status, retryAfter: header(headers, 'retry-after') }, headers);
   }
   if (x.name === 'TimeoutError') return { errorKind: 'timeout' };
   const kind = ERROR_KINDS[x.code] ?? ERROR_KINDS[x.cause?.code];
@@ -145,9 +181,26 @@ function describe(x) {
 }
 
 function header(headers, name) {
-  if (!headers || typeof headers !== 'object') return undefined;
-  const v = typeof headers.get === 'function' ? headers.get(name) : headers[name];
+  const v = rawHeader(headers, name);
   return typeof v === 'string' || typeof v === 'number' ? v : undefined;
+}
+
+function rawHeader(headers, name) {
+  if (!headers || typeof headers !== 'object') return undefined;
+  return typeof headers.get === 'function' ? headers.get(name) : headers[name];
+}
+
+// A header with a value: an empty one is absent, as Go's Header.Get reads it.
+function present(headers, name) {
+  const v = rawHeader(headers, name);
+  return v !== undefined && v !== null && v !== '' && !(Array.isArray(v) && v.length === 0);
+}
+
+// fields with the response signals of headers, those that are set.
+function signals(fields, headers) {
+  if (present(headers, NO_RETRY_HEADER)) fields.retriedDownstream = true;
+  if (present(headers, OVERLOADED_HEADER)) fields.serverDeclined = true;
+  return fields;
 }
 
 // Waits ms, or rejects with the signal's reason as soon as it aborts.

@@ -3,8 +3,14 @@
 // throws, the fields a spy reports, canonical JSON and times as offsets.
 // (Outside test/ so that `node --test` does not take it for a test file.)
 
-/** The case's failure fields and their names in a Node failure. */
-export const FIELDS = [['http_status', 'httpStatus'], ['grpc_code', 'grpcCode'], ['error_kind', 'errorKind'], ['retry_after', 'retryAfter'], ['method', 'method']];
+import { RetryError } from '../index.js';
+
+/**
+ * The case's failure fields and their names in a Node failure; a spy
+ * reports them, and the two flags the worker adds (retry at one layer).
+ */
+export const FIELDS = [['http_status', 'httpStatus'], ['grpc_code', 'grpcCode'], ['error_kind', 'errorKind'], ['retry_after', 'retryAfter'], ['method', 'method'],
+  ['retried_downstream', 'retriedDownstream'], ['server_declined', 'serverDeclined']];
 
 // Node's own error of a kind (errorkinds.json: its code), with the case's text.
 const NATIVE_CODES = {
@@ -14,9 +20,20 @@ const NATIVE_CODES = {
 
 /**
  * The failure a case's handler throws: classified by its fields (through
- * classify), or a native error left to the built-in classification.
+ * classify), or a native error left to the built-in classification. With
+ * inner_retry (a reason), Node's own RetryError of an inner retry() that
+ * gave up with that reason, whose cause is that failure; its text
+ * (errorText) is the case's message, as the other errors' is.
  */
 export function caseError(spec) {
+  if (spec.inner_retry !== undefined) {
+    const { inner_retry: reason, ...rest } = spec;
+    const cause = caseError(rest);
+    const e = new RetryError({ reason, attempts: reason === 'circuit_open' ? 0 : 1, cause });
+    e.name = 'Error';
+    e.message = spec.message;
+    return e;
+  }
   if (spec.native) return Object.assign(new Error(spec.message), { code: NATIVE_CODES[spec.native] });
   const e = new Error(spec.message);
   e.caseFields = {};

@@ -197,16 +197,40 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         assert.match(dl.fields.error, /^odd \(policy refused the failure: http_status: must be a 32-bit integer/);
       });
 
-      test('a RetryError is decided by its last failure; a failed Response by its status', async () => {
+      test('a RetryError is a layer below giving up: dead-lettered as retried_downstream, or retried with retried_downstream: retry', async () => {
         const q = await fresh();
         const once = await loadPolicy({ max_attempts: 1 });
         const inner = await retry(() => Promise.reject(httpError(503, 'inner 503')), { policy: once }).catch((e) => e);
         once.close();
         assert.equal(inner.name, 'RetryError');
-        const outcome = await q.apply(await enqueueRead(q, 'job-1'), inner, policies.steady);
-        assert.deepEqual([outcome.action, outcome.reason, outcome.decision.class], ['retry', 'transient', 'retryable']);
+        const s = spy(policies.steady);
+        const outcome = await q.apply(await enqueueRead(q, 'job-1'), inner, s);
+        assert.deepEqual([outcome.action, outcome.reason, outcome.decision.class], ['dead_letter', 'retried_downstream', 'retryable']);
+        // classified by its last failure, and marked
+        assert.equal(s.calls.decide[0].httpStatus, 503);
+        assert.equal(s.calls.decide[0].retriedDownstream, true);
+        const [dl1] = await entries(raw, q.keys.dlq);
+        assert.equal(dl1.fields.error, 'RetryError: gave up after 1 attempt (max_attempts_reached): inner 503');
+
+        const cold = await loadPolicy({ max_attempts: 3, retried_downstream: 'retry', backoff: { strategy: 'constant', base: '5s', cap: '5s' }, jitter: { mode: 'none' } });
+        const retried = await q.apply(await enqueueRead(q, 'job-2'), inner, cold);
+        cold.close();
+        assert.deepEqual([retried.action, retried.reason, retried.decision.class], ['retry', 'transient', 'retryable']);
         const [member] = await raw('ZRANGE', q.keys.delayed, 0, -1);
         assert.equal(JSON.parse(member).last_error, 'RetryError: gave up after 1 attempt (max_attempts_reached): inner 503');
+      });
+
+      test('a circuit_open RetryError (no call made) is decided by what it says, unmarked; a failed Response by its status', async () => {
+        const q = await fresh();
+        const breaker = await loadPolicy({ max_attempts: 1, circuit_breaker: { failure_threshold: 1, open_for: '1h' } });
+        breaker.decide({ attempt: 1, httpStatus: 503 });
+        const refused = await retry(() => assert.fail('the breaker is open'), { policy: breaker }).catch((e) => e);
+        breaker.close();
+        assert.equal(refused.reason, 'circuit_open');
+        const s = spy(policies.steady);
+        const outcome = await q.apply(await enqueueRead(q, 'job-1'), refused, s);
+        assert.equal(s.calls.decide[0].retriedDownstream, undefined);
+        assert.deepEqual([outcome.action, outcome.reason], ['retry', 'uncertain']);
 
         const res = new Response('no', { status: 404, statusText: 'Not Found' });
         const dead = await q.apply(await enqueueRead(q, 'job-2'), res, policies.steady);

@@ -445,10 +445,20 @@ def test_apply_describes_like_the_decorator(r, q, policy):
     jobs = q.read("w1", count=10)
     # classify, the most specific type first
     assert q.apply(jobs[0], KeyError("k"), policy, classify={LookupError: "retryable", KeyError: "permanent"}).reason == "permanent_error"
-    # an inner @policy.retry that gave up is decided by its last exception
+    # An inner @policy.retry that gave up is a layer below that already
+    # retried: classified by its last exception (a 503, retryable) and
+    # dead-lettered as retried_downstream, not retried again by the queue.
+    # This asserted ("retry", "transient") before issue 25: retry at one
+    # layer (docs/layers.md), or 3 layers x 3 attempts make 27 calls.
     with pytest.raises(RetryError) as e:
         policy.retry(classify=lambda exc: "permanent")(lambda: (_ for _ in ()).throw(HTTPError(503)))()
     out = q.apply(jobs[1], e.value, policy)
+    assert (out.action, out.reason, out.decision.klass) == ("dead_letter", "retried_downstream", "retryable")
+    # A policy with retried_downstream: retry (cold retries over hot ones) retries it.
+    q.enqueue("job-cold")
+    [cold_job] = q.read("w1")
+    with backstop.load_policy({**FIXED, "retried_downstream": "retry"}) as cold:
+        out = q.apply(cold_job, e.value, cold)
     assert (out.action, out.reason) == ("retry", "transient")
     # a queue job carries no method: a POST is not gated, the job id is its key
     assert q.apply(jobs[2], HTTPError(503, method="POST"), policy).reason == "transient"

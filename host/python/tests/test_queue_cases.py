@@ -14,6 +14,8 @@ import pytest
 import redis
 
 import backstop
+from backstop import RetryError
+from backstop._policy import Decision
 from backstop._retry import classifier
 from backstop.queue import Job, Queue, _error_text
 
@@ -21,6 +23,9 @@ CASES = Path(os.environ.get("BACKSTOP_QUEUE_CASES",
                             Path(__file__).resolve().parents[3] / "testdata" / "queue" / "cases.json"))
 FILE = json.loads(CASES.read_text())
 NOW = re.compile(r"\{now([+-][0-9]+)?\}")
+# The failure fields a spy reports, and the two flags the worker adds (retry
+# at one layer: an inner retry that gave up, docs/layers.md).
+FIELDS = ("http_status", "grpc_code", "error_kind", "retry_after", "method", "retried_downstream", "server_declined")
 NEW_ID = re.compile(r"\b[0-9]{13}-[0-9]+\b")
 MS = re.compile(r"\b[0-9]{13}\b")
 
@@ -49,6 +54,23 @@ def native(kind: str, message: str) -> BaseException:
     }[kind]()
 
 
+def case_error(spec: Dict[str, Any]) -> BaseException:
+    """The exception a case's handler raises: a CaseError classified by its
+    fields, or a native error left to the built-in classification. With
+    inner_retry (a reason), Python's own RetryError of an inner
+    @policy.retry that gave up with that reason, whose last exception is
+    that failure; its text is the case's message, as the others' is."""
+    if spec.get("inner_retry") is not None:
+        reason = spec["inner_retry"]
+        last = case_error({k: v for k, v in spec.items() if k != "inner_retry"})
+        # circuit_open: refused before any call, as @policy.retry raises it.
+        e = RetryError(reason, 0 if reason == "circuit_open" else 1, last, Decision("dead_letter", 0, reason, "retryable"))
+        e.args = (spec["message"],)
+        e.__cause__ = last
+        return e
+    return native(spec["native"], spec["message"]) if spec.get("native") else CaseError(spec)
+
+
 def classify(exc: BaseException) -> Any:
     # None: the built-in classification (describe), for native errors.
     return dict(exc.fields) if isinstance(exc, CaseError) else None
@@ -61,8 +83,7 @@ class Spy:
         self.policy, self.asked = policy, None
 
     def decide(self, fields: Dict[str, Any]) -> Any:
-        self.asked = {k: fields[k] for k in ("http_status", "grpc_code", "error_kind", "retry_after", "method")
-                      if fields.get(k)}
+        self.asked = {k: fields[k] for k in FIELDS if fields.get(k)}
         return self.policy.decide(fields)
 
     def record_success(self, *args: Any) -> None:
@@ -194,7 +215,7 @@ def run(r: redis.Redis, q: Queue, policy: Any, case: Dict[str, Any]) -> Any:
     spec = ev.get("error")
     exc: Any = None
     if spec:
-        exc = native(spec["native"], spec["message"]) if spec.get("native") else CaseError(spec)
+        exc = case_error(spec)
     texts = {_error_text(exc): spec["message"]} if exc is not None else {}
 
     def apply(job: Job) -> Dict[str, Any]:

@@ -27,7 +27,7 @@ from backstop._decide import error_text
 from backstop.rabbitmq import _core, sync
 
 import test_queue_cases as queue_cases
-from test_queue_cases import CaseError, classify, native
+from test_queue_cases import case_error, classify
 from conftest import until_async
 
 CASES = Path(os.environ.get("BACKSTOP_RABBITMQ_CASES",
@@ -36,7 +36,8 @@ FILE = json.loads(CASES.read_text()) if CASES.is_file() else {"cases": []}
 NOW = re.compile(r"\{now([+-][0-9]+)?\}")
 LEVELS = [_core.level(n) for n in range(_core.LEVELS)]
 HOLDS = [_core.hold(n) for n in range(_core.HOLD_LEVELS)]
-FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "prev_delay_ms")
+FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "prev_delay_ms", "retried_downstream",
+          "server_declined")
 PROPS = ("message_id", "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
          "expiration", "type", "user_id", "app_id")
 
@@ -245,7 +246,7 @@ async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0
             def handler(job: Any) -> None:
                 ran.append(job)
                 if spec:
-                    exc = native(spec["native"], spec["message"]) if spec.get("native") else CaseError(spec)
+                    exc = case_error(spec)
                     texts[error_text(exc)] = spec["message"]
                     raise exc
 

@@ -126,13 +126,13 @@ func inputCases() []inputCase {
 		`{"constructor":1,"attempt":2}`, `{"a\nb":1}`, "{\"a\u2028b\u007f\":1}", `{"\ud800":1}`, `{"Attempt":2}`)
 	cs = append(cs, inputCase{note: "camelCase names are unknown to the commands (the Node.js library takes them)", line: `{"attempt":2,"httpStatus":503}`, cli: true})
 	add("duplicate names: the last wins", `{"attempt":2,"attempt":"x"}`, `{"attempt":"x","attempt":2}`)
-	add("null is absent", `{"attempt":2,"http_status":null,"grpc_code":null,"error_kind":null,"retry_after":null,"grpc_retry_pushback_ms":null,"method":null,"idempotency_key":null,"elapsed_ms":null,"now_ms":null,"random":null,"prev_delay_ms":null}`,
+	add("null is absent", `{"attempt":2,"http_status":null,"grpc_code":null,"error_kind":null,"retry_after":null,"grpc_retry_pushback_ms":null,"method":null,"idempotency_key":null,"elapsed_ms":null,"now_ms":null,"random":null,"prev_delay_ms":null,"retried_downstream":null,"server_declined":null}`,
 		`{"attempt":null}`)
 	add("fields are checked in order; the module's range checks come last",
 		`{"attempt":0,"method":5}`, `{"attempt":"x","http_status":"y"}`, `{"prev_delay_ms":"x","attempt":0}`,
 		`{"attempt":2,"http_status":1e10,"error_kind":5}`, `{"attempt":2,"error_kind":"`+long("x", 70000)+`","grpc_code":"NOPE"}`,
 		`{"attempt":2,"method":"`+long("x", 70000)+`","idempotency_key":0}`, `{"attempt":2,"retry_after":true,"grpc_retry_pushback_ms":true}`,
-		`{"attempt":0,"http_status":99}`)
+		`{"attempt":0,"http_status":99}`, `{"attempt":2,"server_declined":1,"retried_downstream":1}`, `{"prev_delay_ms":-1,"retried_downstream":"x"}`)
 
 	// Field values.
 	for _, v := range []string{"1.0", "1e0", "0.1e1", "100e-2", "2.5", "1e400", "-1e400", "9223372036854775807", "9223372036854775808",
@@ -159,6 +159,11 @@ func inputCases() []inputCase {
 		add("grpc_retry_pushback_ms", `{"attempt":1,"grpc_code":14,"random":0.5,"grpc_retry_pushback_ms":`+v+`}`)
 	}
 	add("grpc_retry_pushback_ms: a retry_after wins", `{"attempt":1,"grpc_code":14,"random":0.5,"retry_after":"","grpc_retry_pushback_ms":2500}`)
+	for _, name := range []string{"retried_downstream", "server_declined"} {
+		for _, v := range []string{"true", "false", "null", "1", "0", `"true"`, `""`, "[]", "{}"} {
+			add(name+": a boolean", `{"attempt":2,"http_status":503,"random":0.5,"`+name+`":`+v+`}`)
+		}
+	}
 	for _, v := range []string{`"POST"`, "5", `"` + long("x", 65536) + `"`, `"\ud800"`, `"GET\u0000"`, "[]"} {
 		add("method", field("method", v))
 	}
@@ -181,7 +186,7 @@ func inputCases() []inputCase {
 		`{"attempt":1,"http_status":429,"random":0.5,"retry_after":`+big+`}`, `{"attempt":2,"http_status":`+big+`}`,
 		`{"attempt":2,"http_status":503,"random":0.5,"method":`+big+`}`)
 	nan := `{"$float":"NaN"}`
-	for _, name := range []string{"attempt", "http_status", "grpc_code", "error_kind", "retry_after", "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms"} {
+	for _, name := range []string{"attempt", "http_status", "grpc_code", "error_kind", "retry_after", "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms", "retried_downstream"} {
 		value("NaN", field(name, nan))
 	}
 	value("Infinity", field("now_ms", `{"$float":"Infinity"}`), field("retry_after", `{"$float":"-Infinity"}`))

@@ -279,6 +279,10 @@ func groups(rng *rand.Rand) []vector.Group {
 			Policy: raw(`{"idempotency": {"idempotent_methods": ["GET", "POST"], "never_sent_kinds": ["connection_reset"]}}`), Cases: decide(in...)})
 	}
 
+	// Retry at one layer: a failure a layer below already retried, and the
+	// server's "do not retry" (gRFC A6's negative pushback included).
+	gs = append(gs, layerGroups()...)
+
 	// Retry budget and circuit breaker: sequences on one instance.
 	gs = append(gs, budgetGroups()...)
 	gs = append(gs, circuitGroups()...)
@@ -296,6 +300,7 @@ func groups(rng *rand.Rand) []vector.Group {
 		vector.Input{Attempt: 1, ElapsedMs: -1},
 		vector.Input{Attempt: 1, NowMs: -1},
 		vector.Input{Attempt: 1, PrevDelayMs: -1},
+		vector.Input{Attempt: 0, HTTPStatus: 503, RetriedDownstream: true},
 	)})
 
 	// Presets, with random failures.
@@ -307,6 +312,55 @@ func groups(rng *rand.Rand) []vector.Group {
 		gs = append(gs, vector.Group{Name: "preset/" + name, Preset: name, Cases: decide(in...)})
 	}
 	return gs
+}
+
+// layerGroups: retried_downstream and server_declined with every signal
+// and limit they meet, in the default policy and with retried_downstream:
+// retry; then a breaker that such failures still open (each one is
+// evidence about the dependency).
+func layerGroups() []vector.Group {
+	var in []vector.Input
+	for _, sig := range []vector.Input{{HTTPStatus: 503}, {HTTPStatus: 500}, {HTTPStatus: 400}, {GRPCCode: 14}, {ErrorKind: "timeout"}, {}} {
+		for _, a := range []int64{1, 2, 5} {
+			for _, flags := range [][2]bool{{true, false}, {false, true}, {true, true}} {
+				f := sig
+				f.Attempt, f.Random, f.NowMs = a, 0.5, now
+				f.RetriedDownstream, f.ServerDeclined = flags[0], flags[1]
+				in = append(in, f)
+			}
+		}
+	}
+	in = append(in,
+		// the gate still comes first for an unsafe method: either way no retry
+		vector.Input{Attempt: 1, HTTPStatus: 503, Method: "POST", RetriedDownstream: true, Random: 0.5},
+		vector.Input{Attempt: 1, HTTPStatus: 503, Method: "POST", IdempotencyKey: "k", RetriedDownstream: true, Random: 0.5},
+		// a hint does not bring back what the layer below gave up
+		vector.Input{Attempt: 1, HTTPStatus: 429, RetryAfter: "3", RetriedDownstream: true, NowMs: now, Random: 0.5},
+		// gRFC A6: a negative or unparseable pushback declines, a valid one delays,
+		// and Retry-After, when present, wins
+		vector.Input{Attempt: 1, GRPCCode: 14, RetryPushback: "-1", NowMs: now, Random: 0.5},
+		vector.Input{Attempt: 1, GRPCCode: 14, RetryPushback: "-0", NowMs: now, Random: 0.5},
+		vector.Input{Attempt: 1, GRPCCode: 14, RetryPushback: "soon", NowMs: now, Random: 0.5},
+		vector.Input{Attempt: 1, GRPCCode: 14, RetryPushback: " 250 ", NowMs: now, Random: 0.5},
+		vector.Input{Attempt: 1, GRPCCode: 14, RetryPushback: "99999999999999999999", NowMs: now, Random: 0.5},
+		vector.Input{Attempt: 1, HTTPStatus: 503, RetryAfter: "2", RetryPushback: "-1", NowMs: now, Random: 0.5},
+		// a permanent error is permanent whoever gave up on it
+		vector.Input{Attempt: 1, GRPCCode: 3, RetryPushback: "-1", RetriedDownstream: true, Random: 0.5},
+	)
+	t := int64(now)
+	var breaker []vector.Case
+	for i := 0; i < 3; i++ {
+		breaker = append(breaker, decide(vector.Input{Attempt: 1, HTTPStatus: 503, RetriedDownstream: true, NowMs: t, Random: 0.5})...)
+		t += 10
+	}
+	breaker = append(breaker, decide(vector.Input{Attempt: 1, HTTPStatus: 503, NowMs: t, Random: 0.5})...)
+	breaker = append(breaker, acquire(t+1))
+	return []vector.Group{
+		{Name: "layers/default", Preset: "default", Cases: decide(in...)},
+		{Name: "layers/retry-downstream", Policy: raw(`{"retried_downstream": "retry", "max_attempts": 4}`), Cases: decide(in...)},
+		{Name: "layers/pushback-not-honored", Policy: raw(`{"retry_after": {"honor": false}}`), Cases: decide(in[len(in)-7:]...)},
+		{Name: "layers/breaker", Policy: raw(`{"circuit_breaker": {"failure_threshold": 2, "open_for": "1s"}}`), Cases: breaker},
+	}
 }
 
 func budgetGroups() []vector.Group {

@@ -34,7 +34,7 @@ func TestCrashLosesNothing(t *testing.T) {
 		jobs:     10_000,
 		urls:     []string{broker.URL()},
 		observer: broker,
-		disrupt:  func(t *testing.T, _ func() int, _ func() bool) string { broker.Restart(t); return "broker restart" },
+		disrupt:  func(t *testing.T, _ crashRun) string { broker.Restart(t); return "broker restart" },
 	})
 }
 
@@ -49,14 +49,15 @@ func TestClusterCrashLosesNothing(t *testing.T) {
 		jobs:     6_000,
 		urls:     c.URLs(),
 		observer: c.Nodes[1],
-		disrupt: func(t *testing.T, executions func() int, finished func() bool) string {
+		disrupt: func(t *testing.T, r crashRun) string {
 			c.Nodes[0].Kill()
 			// The jobs go on without the node (unless none is left): the
 			// workers that were on it fail over, and the queues elect
-			// leaders on the others.
-			from := executions()
-			if err := eventually.Wait(90*time.Second, func() bool { return executions() >= from+200 || finished() }); err != nil {
-				t.Fatalf("no progress with node 1 down: %d executions, then %d in 90 s\n%s", from, executions()-from, queueDump(c.Nodes[1]))
+			// leaders on the others. A worker that exits meanwhile is
+			// started again, as its supervisor would.
+			from := r.executions()
+			if err := eventually.Wait(90*time.Second, func() bool { r.revive(); return r.executions() >= from+200 || r.finished() }); err != nil {
+				t.Fatalf("no progress with node 1 down: %d executions, then %d in 90 s\n%s", from, r.executions()-from, r.where())
 			}
 			c.Nodes[0].KillAndRestart(t)
 			return "leader node killed and restarted"
@@ -71,7 +72,15 @@ type crashSetup struct {
 	jobs     int
 	urls     []string
 	observer *rabbittest.Broker
-	disrupt  func(t *testing.T, executions func() int, finished func() bool) string // what it did
+	disrupt  func(t *testing.T, r crashRun) string // what it did
+}
+
+// crashRun is what a disruption may look at while the jobs go on.
+type crashRun struct {
+	executions func() int    // so far, duplicates included
+	finished   func() bool   // every job at its final attempt
+	revive     func()        // start the workers that exited again
+	where      func() string // where the jobs are, for a failure
 }
 
 func runCrash(t *testing.T, setup crashSetup) {
@@ -139,7 +148,12 @@ func runCrash(t *testing.T, setup crashSetup) {
 		f.kill(rng.IntN(len(f.procs)))
 		kills++
 		if restarts < 2 && next >= wantExec*(restarts+1)/3 {
-			disruption = setup.disrupt(t, executions, func() bool { return readLedger(t, ledger).final == setup.jobs })
+			disruption = setup.disrupt(t, crashRun{
+				executions: executions,
+				finished:   func() bool { return readLedger(t, ledger).final == setup.jobs },
+				revive:     func() { f.revive() },
+				where:      func() string { return whereAre(t, setup.observer, ledger, ids) },
+			})
 			restarts++
 			if !broker.Running() || conn.IsClosed() {
 				conn = broker.Dial(t)

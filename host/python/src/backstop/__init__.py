@@ -15,6 +15,8 @@ Python service decides exactly as its Go and Node.js neighbours do::
 """
 
 from ._errors import BackstopError, InputError, PolicyError, RetryError
+from ._layers import (OneLayerASGI, OneLayerWSGI, attempt_headers, current_attempt, grpc_attempt_metadata,
+                      httpx_attempt_hook)
 from ._policy import Decision, Failure, Permit, Policy, load_policy
 from ._retry import RetryState, describe
 from ._runtime import ABI_VERSION, StateLostError
@@ -25,12 +27,18 @@ __all__ = [
     "Decision",
     "Failure",
     "InputError",
+    "OneLayerASGI",
+    "OneLayerWSGI",
     "Permit",
     "Policy",
     "PolicyError",
     "RetryError",
     "RetryState",
     "StateLostError",
+    "attempt_headers",
+    "current_attempt",
     "describe",
+    "grpc_attempt_metadata",
+    "httpx_attempt_hook",
     "load_policy",
 ]

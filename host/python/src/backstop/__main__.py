@@ -23,7 +23,8 @@ from ._errors import BackstopError, PolicyError
 from ._policy import Policy, _well_formed, load_policy
 
 _FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "grpc_retry_pushback_ms",
-           "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms")
+           "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms", "retried_downstream",
+           "server_declined")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

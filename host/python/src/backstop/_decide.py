@@ -10,7 +10,7 @@ import random
 import re
 from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Tuple
 
-from ._errors import InputError, RetryError
+from ._errors import InputError
 from ._policy import Decision, Policy
 from .metrics import Metrics
 
@@ -68,10 +68,11 @@ def plan(job: JobLike, exc: Optional[BaseException], policy: Policy,
     if exc is None:
         policy.record_success()
         return "ack", "success", None, "", 0
-    # A RetryError is an inner @policy.retry giving up: its last exception
-    # says what failed.
-    cause = exc.last_exception if isinstance(exc, RetryError) else exc
-    fields = classify(cause)
+    # A RetryError is a @policy.retry inside the handler giving up: classify
+    # (classifier) reads its last exception and marks it retried_downstream
+    # (unless circuit_open: no call made), so the job is dead-lettered with
+    # retried_downstream rather than retried again (docs/layers.md).
+    fields = classify(exc)
     # A queue job has no method: it is not gated (docs/policy.md); the job
     # id is its idempotency key.
     fields.pop("method", None)

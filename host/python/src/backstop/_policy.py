@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from random import random as _draw
 from time import time as _time
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, TypedDict, TypeVar, Union, overload
+from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple,
+                    TypedDict, TypeVar, Union, overload)
 
 from ._errors import BackstopError, InputError
 from ._runtime import Instance, shared
@@ -27,7 +28,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Packed decision (ABI.md, "The packed decision").
 _REASONS = ("transient", "retry_after", "uncertain", "permanent_error", "max_attempts_reached",
             "max_elapsed_exceeded", "uncertain_limit_reached", "not_idempotent", "budget_exhausted",
-            "circuit_open", "retry_after_too_long")
+            "circuit_open", "retry_after_too_long", "retried_downstream", "server_declined")
 _CLASSES = ("retryable", "permanent", "uncertain")
 _ACTIONS = ("retry", "dead_letter")
 _CIRCUIT = ("closed", "open", "half_open")
@@ -39,7 +40,9 @@ GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEED
               "UNAUTHENTICATED")
 _GRPC_BY_NAME = {n: i for i, n in enumerate(GRPC_CODES)}
 
-_FLAG_KEY, _FLAG_PUSHBACK = 1, 2
+# The flag bits (internal/abi/abi.go): an idempotency key, a pushback hint,
+# and the two "a layer below said stop" inputs of retry at one layer.
+_FLAG_KEY, _FLAG_PUSHBACK, _FLAG_DOWN, _FLAG_DECLINED = 1, 2, 4, 8
 _MAX_STRING = 0xFFFF  # a method, error kind or hint, in UTF-8 bytes: a batch record's u16
 _I64 = (-(1 << 63), (1 << 63) - 1)
 _I32 = (-(1 << 31), (1 << 31) - 1)
@@ -59,7 +62,7 @@ _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are
 _DEFAULTS: Dict[str, Any] = {
     "attempt": 0, "http_status": 0, "grpc_code": 0, "elapsed_ms": 0, "now_ms": None,
     "random": None, "prev_delay_ms": 0, "method": "", "error_kind": "", "retry_after": "",
-    "grpc_retry_pushback_ms": "", "idempotency_key": "",
+    "grpc_retry_pushback_ms": "", "idempotency_key": "", "retried_downstream": False, "server_declined": False,
 }
 _NFIELDS = len(_DEFAULTS)
 _fields = operator.itemgetter(*_DEFAULTS)
@@ -88,6 +91,11 @@ class Failure(TypedDict, total=False):
     now_ms: Union[int, float, None]  # default: the host's clock
     random: Union[float, str, None]  # default: random.random(); also "NaN", "Infinity", "-Infinity"
     prev_delay_ms: Union[int, float, timedelta]
+    # A layer below already retried and gave up (an inner RetryError, a
+    # Backstop-No-Retry response): given up as retried_downstream unless the
+    # policy says retried_downstream: retry (docs/layers.md). Only a bool.
+    retried_downstream: Optional[bool]
+    server_declined: Optional[bool]  # the server asked not to be retried (X-Envoy-Overloaded)
 
 
 @dataclass(frozen=True)
@@ -252,7 +260,7 @@ class Policy:
 
     def _decide_locked(self, d: Dict[str, Any], now0: Optional[int]) -> int:
         """Decides the merged failure d; the caller holds the lock."""
-        attempt, http, grpc, elapsed, now, rnd, prev, method, kind, ra, push, key = _fields(d)
+        attempt, http, grpc, elapsed, now, rnd, prev, method, kind, ra, push, key, down, declined = _fields(d)
         if now is None:
             now = d["now_ms"] = int(_time() * 1000) if now0 is None else now0
         if rnd is None:
@@ -265,9 +273,11 @@ class Policy:
                     or now.__class__ is bool or rnd.__class__ is bool or prev.__class__ is bool
                     or (key.__class__ is not str and key is not True and key is not False)
                     or method.__class__ is not str or kind.__class__ is not str or ra.__class__ is not str
-                    or push.__class__ is not str):
+                    or push.__class__ is not str or down.__class__ is not bool or declined.__class__ is not bool):
                 raise _Unusual
             flags, ml, kl, hl = 1 if key else 0, 0, 0, 0  # bit 0: an idempotency key
+            if down or declined:
+                flags |= (_FLAG_DOWN if down else 0) | (_FLAG_DECLINED if declined else 0)
             if method or kind or ra or push:
                 strs, ml, kl, hl, flags = _strings(method, kind, ra, push, flags)
                 inst.ensure_buffer(len(strs))[:len(strs)] = strs
@@ -379,11 +389,12 @@ class Policy:
     @overload
     def retry(self, fn: None = None, /, *, before_sleep: Optional[BeforeSleep] = None, classify: Optional[Classify] = None,
               method: Optional[str] = None, idempotency_key: Optional[str] = None,
-              metrics: Any = None) -> Callable[[F], F]: ...
+              metrics: Any = None, headers: Optional[MutableMapping[str, str]] = None) -> Callable[[F], F]: ...
 
     def retry(self, fn: Optional[Callable[..., Any]] = None, /, *, before_sleep: Optional[BeforeSleep] = None,
               classify: Optional[Classify] = None, method: Optional[str] = None,
-              idempotency_key: Optional[str] = None, metrics: Any = None) -> Any:
+              idempotency_key: Optional[str] = None, metrics: Any = None,
+              headers: Optional[MutableMapping[str, str]] = None) -> Any:
         """A decorator that retries a function (sync or ``async def``) as
         this policy decides: ``@policy.retry`` or ``@policy.retry(...)``.
 
@@ -402,11 +413,25 @@ class Policy:
         raises ``RetryError`` with reason ``circuit_open`` before it is made.
         ``metrics`` (from ``backstop.metrics.create_metrics``) counts
         attempts, retries, refusals, delays and the breaker's state.
+
+        Retry at one layer (docs/layers.md): a ``RetryError`` of a
+        ``@policy.retry`` inside the function (one that made a call: not
+        ``circuit_open``), or an HTTP error whose response has
+        ``Backstop-No-Retry``, is a failure a layer below already retried:
+        the default policy stops at once with ``retried_downstream``
+        (``X-Envoy-Overloaded``: ``server_declined``). Each attempt runs with
+        its number in ``backstop.current_attempt()``; ``headers`` (a mutable
+        mapping, the one the function sends) gets ``backstop-attempt`` and
+        ``x-envoy-attempt-count`` before each attempt, except those it had
+        before the first, and loses them again when the loop ends. Inside a
+        request served by ``OneLayerWSGI`` or ``OneLayerASGI``, the reason a
+        loop gave up is sent back in ``Backstop-No-Retry`` on a failed
+        response.
         """
         from ._retry import retrying
 
         wrap = retrying(self, before_sleep=before_sleep, classify=classify, method=method,
-                        idempotency_key=idempotency_key, metrics=metrics)
+                        idempotency_key=idempotency_key, metrics=metrics, headers=headers)
         return wrap(fn) if fn is not None else wrap
 
     def close(self) -> None:
@@ -548,7 +573,7 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
             break
         if len(d) != nfields:
             break
-        attempt, http, grpc, elapsed, now, rnd, prev, method, kind, ra, push, key = fields(d)
+        attempt, http, grpc, elapsed, now, rnd, prev, method, kind, ra, push, key, down, declined = fields(d)
         if now is None:
             now = now0
         if rnd is None:
@@ -558,9 +583,11 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
                     or now.__class__ is bool or rnd.__class__ is bool or prev.__class__ is bool
                     or (key.__class__ is not str and key is not True and key is not False)
                     or method.__class__ is not str or kind.__class__ is not str or ra.__class__ is not str
-                    or push.__class__ is not str):
+                    or push.__class__ is not str or down.__class__ is not bool or declined.__class__ is not bool):
                 raise _Unusual
             flags, strs, ml, kl, hl = 1 if key else 0, b"", 0, 0, 0  # bit 0: an idempotency key
+            if down or declined:
+                flags |= (_FLAG_DOWN if down else 0) | (_FLAG_DECLINED if declined else 0)
             if method or kind or ra or push:
                 strs, ml, kl, hl, flags = strings(method, kind, ra, push, flags)
             pack(buf, off, attempt, elapsed, now, rnd, prev, http, grpc, flags, soff, ml, kl, hl, 0)
@@ -619,6 +646,8 @@ def _convert(d: Dict[str, Any]) -> Tuple[Any, ...]:
     now = _int64("now_ms", d["now_ms"], True)
     rnd = _random(d["random"])
     prev = _int64("prev_delay_ms", d["prev_delay_ms"], True)
+    flags |= _flag("retried_downstream", d["retried_downstream"], _FLAG_DOWN)
+    flags |= _flag("server_declined", d["server_declined"], _FLAG_DECLINED)
     if ra:
         hint = ra
     else:
@@ -738,6 +767,16 @@ def _key(v: Any) -> int:
     if isinstance(v, (str, bytes, bytearray, memoryview)):
         return _FLAG_KEY if len(v) else 0
     raise InputError("idempotency_key", "must be a string or a boolean (got %s)" % _describe(v))
+
+
+def _flag(name: str, v: Any, bit: int) -> int:
+    """retried_downstream, server_declined: True (the bit), False or absent;
+    nothing else, not 1 nor "true", as in every host."""
+    if v is None or v is False:
+        return 0
+    if v is True:
+        return bit
+    raise InputError(name, "must be a boolean (got %s)" % _describe(v))
 
 
 def _random(v: Any) -> float:

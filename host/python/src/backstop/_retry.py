@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, MutableMapping, Optional, TypeVar, Union
 
 from ._errors import RetryError
+from ._layers import AttemptHeaders, _attempt, record_gave_up
 from ._policy import Decision
 
 if TYPE_CHECKING:
@@ -64,7 +65,8 @@ Classify = Union[Mapping[type, Union[str, Mapping[str, Any]]],
 
 def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
              classify: Optional[Classify] = None, method: Optional[str] = None,
-             idempotency_key: Optional[str] = None, metrics: Any = None) -> Callable[[F], F]:
+             idempotency_key: Optional[str] = None, metrics: Any = None,
+             headers: Optional[MutableMapping[str, str]] = None) -> Callable[[F], F]:
     """The decorator of ``Policy.retry`` (documented there), its options
     checked at once."""
     if before_sleep is not None and not callable(before_sleep):
@@ -75,8 +77,10 @@ def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
             raise TypeError("retry: %s must be a string (got %r)" % (name, s))
     if metrics is not None and not callable(getattr(metrics, "attempt", None)):
         raise TypeError("retry: metrics must come from backstop.metrics.create_metrics (got %r)" % (metrics,))
+    if headers is not None and not isinstance(headers, MutableMapping):
+        raise TypeError("retry: headers must be a mutable mapping, such as a dict (got %r)" % (headers,))
 
-    return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key, metrics)
+    return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key, metrics, headers)
 
 
 def check_classify(who: str, classify: Optional[Classify]) -> None:
@@ -106,7 +110,8 @@ def classifier(classify: Optional[Classify]) -> Callable[[BaseException], Dict[s
 
 
 def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: Optional[Classify],
-          method: Optional[str], idempotency_key: Optional[str], metrics: Any = None) -> F:
+          method: Optional[str], idempotency_key: Optional[str], metrics: Any = None,
+          headers: Optional[MutableMapping[str, str]] = None) -> F:
     classified = classifier(classify)
     # The breaker is asked before each call (a policy without one allows all).
     guarded = policy.stateful
@@ -119,6 +124,7 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
             if metrics is not None:
                 metrics.refused("circuit_open")
             refused = CircuitOpenError("the circuit breaker refused the call; it may admit one in %d ms" % p.retry_in_ms)
+            record_gave_up("circuit_open")
             raise RetryError("circuit_open", attempt - 1, refused, Decision("dead_letter", 0, "circuit_open", "retryable"))
 
     def count(d: Optional[Decision]) -> None:
@@ -143,20 +149,40 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
     def state(exc: BaseException, attempt: int, start: float, d: Decision) -> RetryState:
         return RetryState(attempt, d, exc, timedelta(seconds=_monotonic() - start))
 
+    # Each attempt runs with its number in the context (current_attempt,
+    # attempt_headers, httpx_attempt_hook) and, with headers, on the
+    # caller's mapping; the context has the outer loop's number again for
+    # the decision, before_sleep and the wait.
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             start, prev, attempt = _monotonic(), 0, 1
-            while True:
-                if guarded:
-                    admit(attempt)
-                try:
-                    result = await fn(*args, **kwargs)
-                except Exception as exc:
+            sent = AttemptHeaders(headers) if headers is not None else None
+            try:
+                while True:
+                    if guarded:
+                        admit(attempt)
+                    if sent is not None:
+                        sent.set(attempt)
+                    token = _attempt.set(attempt)
+                    try:
+                        result = await fn(*args, **kwargs)
+                    except Exception as e:
+                        exc: Optional[BaseException] = e
+                    else:
+                        exc = None
+                    finally:
+                        _attempt.reset(token)
+                    if exc is None:
+                        policy.record_success()
+                        if metrics is not None:
+                            count(None)
+                        return result
                     d = decide(exc, attempt, start, prev)
                     if metrics is not None:
                         count(d)
                     if not d.retry:
+                        record_gave_up(d.reason)
                         raise RetryError(d.reason, attempt, exc, d) from exc
                     if before_sleep is not None:
                         r = before_sleep(state(exc, attempt, start, d))
@@ -164,42 +190,57 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
                             await r
                     await _async_sleep(d.delay_seconds)
                     prev, attempt = d.delay_ms, attempt + 1
-                else:
-                    policy.record_success()
-                    if metrics is not None:
-                        count(None)
-                    return result
+            finally:
+                if sent is not None:
+                    sent.restore()
         return async_wrapper  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start, prev, attempt = _monotonic(), 0, 1
-        while True:
-            if guarded:
-                admit(attempt)
-            try:
-                result = fn(*args, **kwargs)
-            except Exception as exc:
+        sent = AttemptHeaders(headers) if headers is not None else None
+        try:
+            while True:
+                if guarded:
+                    admit(attempt)
+                if sent is not None:
+                    sent.set(attempt)
+                token = _attempt.set(attempt)
+                try:
+                    result = fn(*args, **kwargs)
+                except Exception as e:
+                    exc: Optional[BaseException] = e
+                else:
+                    exc = None
+                finally:
+                    _attempt.reset(token)
+                if exc is None:
+                    policy.record_success()
+                    if metrics is not None:
+                        count(None)
+                    return result
                 d = decide(exc, attempt, start, prev)
                 if metrics is not None:
                     count(d)
                 if not d.retry:
+                    record_gave_up(d.reason)
                     raise RetryError(d.reason, attempt, exc, d) from exc
                 if before_sleep is not None:
                     before_sleep(state(exc, attempt, start, d))
                 _sleep(d.delay_seconds)
                 prev, attempt = d.delay_ms, attempt + 1
-            else:
-                policy.record_success()
-                if metrics is not None:
-                    count(None)
-                return result
+        finally:
+            if sent is not None:
+                sent.restore()
     return wrapper  # type: ignore[return-value]
 
 
 def _classified(by_type: Optional[Mapping[type, Any]], by_call: Optional[Callable[[BaseException], Any]],
                 exc: BaseException) -> Dict[str, Any]:
-    """The failure fields of exc."""
+    """The failure fields of exc (classify sees a RetryError's last
+    exception: see _below)."""
+    if isinstance(exc, RetryError):
+        return _below(exc, _classified(by_type, by_call, exc.last_exception))
     v: Union[None, str, Mapping[str, Any]] = None
     if by_type is not None:
         v = next((by_type[t] for t in type(exc).__mro__ if t in by_type), None)
@@ -212,13 +253,31 @@ def _classified(by_type: Optional[Mapping[type, Any]], by_call: Optional[Callabl
     return dict(v)
 
 
+def _below(exc: RetryError, fields: Dict[str, Any]) -> Dict[str, Any]:
+    """The fields of a RetryError: a @policy.retry below (a nested loop, or
+    the one inside a queue job's handler) that gave up. Its last exception
+    is classified (fields), and marked retried_downstream so that this layer
+    gives up too (retry at one layer, docs/layers.md), unless the policy says
+    retried_downstream: retry. A circuit_open one, refused by its breaker
+    before it made a call, retried nothing: it stays unmarked."""
+    if exc.reason != "circuit_open":
+        fields["retried_downstream"] = True
+    return fields
+
+
 def describe(exc: BaseException) -> Dict[str, Any]:
     """The failure fields the built-in classification reads from exc.
+
+    - A ``RetryError`` (an inner ``@policy.retry`` that gave up): the fields
+      of its last exception, with ``retried_downstream`` (unless its reason
+      is ``circuit_open``: no call was made).
 
     - HTTP status errors: ``exc.response.status_code`` or ``.status``
       (requests, httpx), ``exc.status_code``, ``exc.status`` (aiohttp),
       ``exc.code`` (urllib), with the ``Retry-After`` header; the method and
-      ``Idempotency-Key`` header of ``exc.request`` when present.
+      ``Idempotency-Key`` header of ``exc.request`` when present; a
+      ``Backstop-No-Retry`` header (a layer below retried and gave up) sets
+      ``retried_downstream``, ``X-Envoy-Overloaded`` ``server_declined``.
     - gRPC errors (``exc.code()`` and ``grpc-retry-pushback-ms`` trailing
       metadata).
     - Network errors, found on exc or its causes: ``ConnectionRefusedError``
@@ -234,14 +293,23 @@ def describe(exc: BaseException) -> Dict[str, Any]:
     - Anything else: no signal, so the policy's ``classify.default``
       (``uncertain`` unless the policy says otherwise) decides.
     """
+    if isinstance(exc, RetryError):
+        return _below(exc, describe(exc.last_exception))
     resp = _attr(exc, "response")
     status = next((s for s in (_attr(resp, "status_code"), _attr(resp, "status"), _attr(exc, "status_code"),
                                _attr(exc, "status"), _attr(exc, "code")) if _is_status(s)), None)
     if status is not None:
         fields: Dict[str, Any] = {"http_status": status}
-        ra = _header(_attr(resp, "headers") if resp is not None else _attr(exc, "headers"), "Retry-After")
+        headers = _attr(resp, "headers") if resp is not None else _attr(exc, "headers")
+        ra = _header(headers, "Retry-After")
         if ra:
             fields["retry_after"] = ra
+        # The signals of a layer below; an empty value is absent, as Go's
+        # Header.Get reads it.
+        if _header(headers, "Backstop-No-Retry"):
+            fields["retried_downstream"] = True
+        if _header(headers, "X-Envoy-Overloaded"):
+            fields["server_declined"] = True
         req = _attr(exc, "request") or _attr(resp, "request")
         m = _attr(req, "method")
         if isinstance(m, str):

@@ -510,7 +510,10 @@ class Queue(_Base):
         policy's budget and breaker).
 
         The exception is described as ``Policy.retry`` does (``classify``,
-        else ``backstop.describe``; a ``RetryError`` by its last exception)
+        else ``backstop.describe``; a ``RetryError``, a ``@policy.retry``
+        in the handler that gave up, by its last exception, marked
+        ``retried_downstream`` unless it is ``circuit_open``: the default
+        policy dead-letters it rather than retry it again, docs/layers.md)
         and decided with the job's ``attempt``, its id as the idempotency
         key and the time since ``first_enqueued_ms`` as ``elapsed_ms``; a
         retry goes to the delayed set after the decided delay, anything else
