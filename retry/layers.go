@@ -49,6 +49,12 @@ func AttemptMetadata(ctx context.Context) []string {
 	return md
 }
 
+// callerSet says which attempt headers h already has: Do and Transport
+// leave those as the caller set them.
+func callerSet(h http.Header) [2]bool {
+	return [2]bool{h.Get(HeaderAttempt) != "", h.Get(HeaderEnvoyAttempt) != ""}
+}
+
 // setAttemptHeaders sets the attempt headers of attempt n on h, except
 // those the caller set itself (kept lists the names to leave alone).
 func setAttemptHeaders(h http.Header, n int64, kept [2]bool) {
@@ -89,7 +95,7 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if n < 1 {
 		return t.base.RoundTrip(req)
 	}
-	kept := [2]bool{req.Header.Get(HeaderAttempt) != "", req.Header.Get(HeaderEnvoyAttempt) != ""}
+	kept := callerSet(req.Header)
 	if kept[0] && kept[1] {
 		return t.base.RoundTrip(req)
 	}

@@ -120,7 +120,7 @@ func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (
 	var kept [2]bool // attempt headers the caller set itself
 	headers := c.req != nil && !c.noHeaders
 	if headers {
-		kept = [2]bool{c.req.Header.Get(HeaderAttempt) != "", c.req.Header.Get(HeaderEnvoyAttempt) != ""}
+		kept = callerSet(c.req.Header)
 		// Removed once Do returns, so that a request sent again by another
 		// Do is not taken for one whose caller set them (as in Node, Python).
 		defer clearAttemptHeaders(c.req.Header, kept)

@@ -52,9 +52,6 @@ func Layers(src []byte, layers int, opts ...Option) ([]LayerRow, error) {
 	case c.recoveryMs < 0:
 		return nil, fmt.Errorf("simulate: recovery must be >= 0 (got %dms)", c.recoveryMs)
 	}
-	if _, err := policy.Load(src); err != nil {
-		return nil, fmt.Errorf("simulate: %w", err)
-	}
 	rows := make([]LayerRow, layers)
 	for n := 1; n <= layers; n++ {
 		rows[n-1].Layers = n

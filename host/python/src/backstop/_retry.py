@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import errno
 import functools
 import inspect
@@ -153,6 +154,31 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
     # attempt_headers, httpx_attempt_hook) and, with headers, on the
     # caller's mapping; the context has the outer loop's number again for
     # the decision, before_sleep and the wait.
+    def begin(attempt: int, sent: Optional[AttemptHeaders]) -> contextvars.Token[int]:
+        """Admits attempt (the breaker) and sets its number; the token puts
+        the outer number back."""
+        if guarded:
+            admit(attempt)
+        if sent is not None:
+            sent.set(attempt)
+        return _attempt.set(attempt)
+
+    def settle(exc: Optional[BaseException], attempt: int, start: float, prev_ms: int) -> Optional[Decision]:
+        """Reports the attempt's end: None for a success, else the decision
+        to retry; a give-up is raised as RetryError."""
+        if exc is None:
+            policy.record_success()
+            if metrics is not None:
+                count(None)
+            return None
+        d = decide(exc, attempt, start, prev_ms)
+        if metrics is not None:
+            count(d)
+        if not d.retry:
+            record_gave_up(d.reason)
+            raise RetryError(d.reason, attempt, exc, d) from exc
+        return d
+
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -160,30 +186,18 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
             sent = AttemptHeaders(headers) if headers is not None else None
             try:
                 while True:
-                    if guarded:
-                        admit(attempt)
-                    if sent is not None:
-                        sent.set(attempt)
-                    token = _attempt.set(attempt)
+                    token = begin(attempt, sent)
+                    exc: Optional[BaseException] = None
                     try:
                         result = await fn(*args, **kwargs)
                     except Exception as e:
-                        exc: Optional[BaseException] = e
-                    else:
-                        exc = None
+                        exc = e
                     finally:
                         _attempt.reset(token)
-                    if exc is None:
-                        policy.record_success()
-                        if metrics is not None:
-                            count(None)
+                    d = settle(exc, attempt, start, prev)
+                    if d is None:
                         return result
-                    d = decide(exc, attempt, start, prev)
-                    if metrics is not None:
-                        count(d)
-                    if not d.retry:
-                        record_gave_up(d.reason)
-                        raise RetryError(d.reason, attempt, exc, d) from exc
+                    assert exc is not None  # settle decides only a failure
                     if before_sleep is not None:
                         r = before_sleep(state(exc, attempt, start, d))
                         if inspect.isawaitable(r):
@@ -201,30 +215,18 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
         sent = AttemptHeaders(headers) if headers is not None else None
         try:
             while True:
-                if guarded:
-                    admit(attempt)
-                if sent is not None:
-                    sent.set(attempt)
-                token = _attempt.set(attempt)
+                token = begin(attempt, sent)
+                exc: Optional[BaseException] = None
                 try:
                     result = fn(*args, **kwargs)
                 except Exception as e:
-                    exc: Optional[BaseException] = e
-                else:
-                    exc = None
+                    exc = e
                 finally:
                     _attempt.reset(token)
-                if exc is None:
-                    policy.record_success()
-                    if metrics is not None:
-                        count(None)
+                d = settle(exc, attempt, start, prev)
+                if d is None:
                     return result
-                d = decide(exc, attempt, start, prev)
-                if metrics is not None:
-                    count(d)
-                if not d.retry:
-                    record_gave_up(d.reason)
-                    raise RetryError(d.reason, attempt, exc, d) from exc
+                assert exc is not None  # settle decides only a failure
                 if before_sleep is not None:
                     before_sleep(state(exc, attempt, start, d))
                 _sleep(d.delay_seconds)
