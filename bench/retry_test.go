@@ -43,6 +43,7 @@ func BenchmarkRetryLoop(b *testing.B) {
 	ctx := context.Background()
 	const zero = "max_attempts: 10\nbackoff: {strategy: none}\n"
 	const withBreaker = zero + "circuit_breaker: {failure_threshold: 1000000, open_for: 10s}\n"
+	const withTimeout = zero + "attempt_timeout: 10s\n" // a context.WithTimeout per attempt
 	native := func(text string) retry.Policy {
 		p, err := policy.Parse([]byte(text))
 		if err != nil {
@@ -65,6 +66,7 @@ func BenchmarkRetryLoop(b *testing.B) {
 	}
 	b.Run("backstop/native", loop(native(zero)))
 	b.Run("backstop/native+breaker", loop(native(withBreaker)))
+	b.Run("backstop/native+attempt_timeout", loop(native(withTimeout)))
 	b.Run("backstop/native+metrics", loop(native(zero), retry.WithMetrics(prometheus.NewRegistry(), "bench", "dep")))
 	rt, err := host.New(ctx)
 	if err != nil {
@@ -76,6 +78,11 @@ func BenchmarkRetryLoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("backstop/wasm", loop(hp))
+	hpt, err := rt.Load(ctx, []byte(withTimeout))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("backstop/wasm+attempt_timeout", loop(hpt))
 
 	b.Run("cenkalti-backoff-v5", func(b *testing.B) {
 		f := flaky()

@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,5 +119,26 @@ func TestBudgetTokens(t *testing.T) {
 	}
 	if m, ok, err := none.BudgetTokens(ctx, t0); err != nil || ok || m != 0 {
 		t.Fatalf("no budget: %d, %v, %v", m, ok, err)
+	}
+}
+
+// AttemptTimeout asks the module; a closed policy says so.
+func TestAttemptTimeout(t *testing.T) {
+	ctx := context.Background()
+	rt := runtime(t)
+	p, err := rt.Load(ctx, []byte(`{"attempt_timeout": "2s", "max_elapsed": "5s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := p.AttemptTimeout(ctx, 4000); err != nil || ms != 1000 {
+		t.Fatalf("AttemptTimeout(4000) = %d, %v; want 1000", ms, err)
+	}
+	var ie *host.InputError
+	if _, err := p.AttemptTimeout(ctx, -1); !errors.As(err, &ie) || !strings.Contains(err.Error(), "elapsed_ms: must be >= 0 (got -1)") {
+		t.Fatalf("elapsed -1: %v, want an InputError", err)
+	}
+	p.Close(ctx)
+	if _, err := p.AttemptTimeout(ctx, 0); !errors.Is(err, host.ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }

@@ -37,6 +37,7 @@ var exports = map[string][2][]api.ValueType{
 	"acquire":         {{i32, i64}, {i64}},
 	"policy_on_open":  {{i32}, {i32}},
 	"budget_tokens":   {{i32, i64}, {i64}},
+	"attempt_timeout": {{i32, i64}, {i64}},
 	"error_message":   {nil, {i64}},
 }
 
@@ -65,7 +66,7 @@ type instance struct {
 
 	abiVersion, buffer, policyLoad, policyPreset, policyFree, policyStateful,
 	decide, decideBatch, recordSuccess, circuitState, errorMessage,
-	acquire, policyOnOpen, budgetTokens api.Function
+	acquire, policyOnOpen, budgetTokens, attemptTimeout api.Function
 }
 
 // newInstance instantiates the compiled module and starts its Go runtime
@@ -102,6 +103,7 @@ func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModul
 		"decide_batch": &in.decideBatch, "record_success": &in.recordSuccess,
 		"circuit_state": &in.circuitState, "error_message": &in.errorMessage,
 		"acquire": &in.acquire, "policy_on_open": &in.policyOnOpen, "budget_tokens": &in.budgetTokens,
+		"attempt_timeout": &in.attemptTimeout,
 	} {
 		*fn = mod.ExportedFunction(name)
 	}

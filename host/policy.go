@@ -24,10 +24,12 @@ type Policy struct {
 	data     []byte // what instances load, lazily
 	preset   bool   // data is a preset name for policy_preset
 	stateful bool
-	onOpen   string                   // policy.OnOpenDefer or policy.OnOpenDeadLetter
-	pinned   atomic.Pointer[instance] // the one instance holding a stateful policy's state
-	closed   atomic.Bool
-	cleanup  runtime.Cleanup // frees the handles if the Policy is collected without Close
+	onOpen   string // policy.OnOpenDefer or policy.OnOpenDeadLetter
+	// boundsAttempts: the policy has attempt_timeout or max_elapsed (stop_when any).
+	boundsAttempts bool
+	pinned         atomic.Pointer[instance] // the one instance holding a stateful policy's state
+	closed         atomic.Bool
+	cleanup        runtime.Cleanup // frees the handles if the Policy is collected without Close
 }
 
 // Stateful reports whether the policy has a retry budget or a circuit
@@ -325,6 +327,33 @@ func (p *Policy) BudgetTokens(ctx context.Context, nowMs int64) (milli int64, ok
 	}
 	milli, ok = abi.UnpackBudget(int64(w))
 	return milli, ok, nil
+}
+
+// AttemptTimeout returns how long, in ms, the attempt starting elapsedMs
+// after the first may run: the policy's attempt_timeout, cut to what is
+// left of max_elapsed; see policy.Policy.AttemptTimeout. 0 means no
+// timeout.
+//
+// # Errors
+//
+// An *InputError for a negative elapsedMs; ErrClosed after Close.
+func (p *Policy) AttemptTimeout(ctx context.Context, elapsedMs int64) (int64, error) {
+	if !p.boundsAttempts && elapsedMs >= 0 {
+		return 0, p.checkOpen()
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer p.rt.release(in)
+	w, err := in.call(ctx, in.attemptTimeout, api.EncodeI32(h), api.EncodeI64(elapsedMs))
+	if err != nil {
+		return 0, err
+	}
+	if int64(w) < 0 {
+		return 0, in.codeErr(ctx, "attempt_timeout", int64(w))
+	}
+	return int64(w), nil
 }
 
 // OnOpen returns what a queue does with a job refused by an open breaker

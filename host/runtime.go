@@ -222,6 +222,14 @@ func (r *Runtime) load(ctx context.Context, data []byte, preset bool) (*Policy, 
 				}
 			}
 		}
+		if err == nil {
+			// A policy bounds attempts from the start (elapsed 0) or never:
+			// AttemptTimeout needs no call for one that never does.
+			var w uint64
+			if w, err = in.call(ctx, in.attemptTimeout, api.EncodeI32(h), 0); err == nil {
+				p.boundsAttempts = int64(w) != 0
+			}
+		}
 	}
 	r.release(in)
 	if err != nil {

@@ -87,6 +87,15 @@ func TestVectors(t *testing.T) {
 					}
 				}
 				continue
+			case "attempt_timeout":
+				for _, p := range []*host.Policy{scalar, batch} {
+					var got vector.Case
+					got.FromTimeout(p.AttemptTimeout(ctx, c.ElapsedMs))
+					if got.TimeoutAnswer() != c.TimeoutAnswer() {
+						t.Errorf("group %s case %d: attempt_timeout at %d: got %s, want %s", g.Name, i, c.ElapsedMs, got.TimeoutAnswer(), c.TimeoutAnswer())
+					}
+				}
+				continue
 			}
 			got := expect(scalar.Decide(ctx, c.Input.Failure()))
 			if got != *c.Expect {

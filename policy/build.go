@@ -89,6 +89,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		maxAttempts:          r.maxAttempts,
 		uncertainMaxAttempts: r.uncertainMaxAttempts,
 		maxElapsedMs:         r.maxElapsedMs,
+		attemptTimeoutMs:     r.attemptTimeoutMs,
 		stopAll:              r.stopWhen == "all",
 		strategy:             strat,
 		baseMs:               r.baseMs,

@@ -144,6 +144,7 @@ type rawPolicy struct {
 	name                 string
 	maxAttempts          int64
 	maxElapsedMs         int64
+	attemptTimeoutMs     int64
 	uncertainMaxAttempts int64
 	stopWhen             string
 
@@ -398,10 +399,11 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 			var s string
 			d.str(v, p, &s)
 		},
-		"max_attempts": func(v *node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
-		"max_elapsed":  func(v *node, p string) { d.duration(v, p, &r.maxElapsedMs) },
-		"stop_when":    func(v *node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
-		"on_open":      func(v *node, p string) { d.enum(v, p, onOpenNames, &r.onOpen) },
+		"max_attempts":    func(v *node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
+		"max_elapsed":     func(v *node, p string) { d.duration(v, p, &r.maxElapsedMs) },
+		"attempt_timeout": func(v *node, p string) { d.duration(v, p, &r.attemptTimeoutMs) },
+		"stop_when":       func(v *node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
+		"on_open":         func(v *node, p string) { d.enum(v, p, onOpenNames, &r.onOpen) },
 		"retried_downstream": func(v *node, p string) {
 			d.enum(v, p, downstreamNames, &r.retriedDownstream)
 		},

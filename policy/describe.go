@@ -20,6 +20,9 @@ func (p *Policy) String() string {
 	if p.stopAll && p.maxAttempts > 0 && p.maxElapsedMs > 0 {
 		b.WriteString(" (stop when both are reached)")
 	}
+	if p.attemptTimeoutMs > 0 {
+		b.WriteString(", each attempt at most " + ms(p.attemptTimeoutMs))
+	}
 	b.WriteString("; " + strategyNames[p.strategy] + " backoff")
 	switch p.strategy {
 	case strategyExponential:

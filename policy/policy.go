@@ -15,6 +15,7 @@ type Policy struct {
 	maxAttempts          int64 // 0: unlimited (max elapsed is then set)
 	uncertainMaxAttempts int64
 	maxElapsedMs         int64 // 0: none
+	attemptTimeoutMs     int64 // 0: none
 	stopAll              bool  // stop_when all: only once every limit set has passed
 
 	strategy     strategy

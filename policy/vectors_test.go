@@ -45,6 +45,13 @@ func TestVectors(t *testing.T) {
 					t.Errorf("group %s case %d: acquire at %d\n got %+v\nwant %+v", g.Name, i, c.NowMs, got, *c.Permit)
 				}
 				continue
+			case "attempt_timeout":
+				var got vector.Case
+				got.FromTimeout(p.AttemptTimeout(c.ElapsedMs))
+				if got.TimeoutAnswer() != c.TimeoutAnswer() {
+					t.Errorf("group %s case %d: attempt_timeout at %d: got %s, want %s", g.Name, i, c.ElapsedMs, got.TimeoutAnswer(), c.TimeoutAnswer())
+				}
+				continue
 			}
 			got := vector.FromDecision(p.Decide(c.Input.Failure()))
 			if got != *c.Expect {

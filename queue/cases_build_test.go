@@ -344,6 +344,32 @@ func buildCases() []queueCase {
 	add("replay/counter-not-int", caseState{DLQ: dlq, Stats: map[string]string{"replayed": "1e3"}}, caseEvent{Type: "replay", Limit: 10})
 	add("replay/jobs-at-max-id", caseState{DLQ: dlq, Raw: [][]string{{"XADD", "{q}:jobs", "18446744073709551615-18446744073709551615", "f", "v"}}},
 		caseEvent{Type: "replay", Limit: 10})
+	// The handler overran the worker's deadline: the worker's own deadline
+	// error, a timeout, decided as any failure.
+	deadline := caseEvent{Type: "handle", Entry: "1-1", Deadline: true}
+	for _, a := range []int{1, 2, 4} {
+		add(fmt.Sprintf("deadline/attempt-%d", a), one(a), deadline)
+	}
+	add("deadline/typed", one(1, "type", "send_email"), deadline)
+
+	// Hold: a worker keeps its entries from reclaim while it runs them.
+	holds := []caseEntry{pendingJob("1-1", job("j1", 1)...),
+		{ID: "1-2", Fields: job("j2", 1), Pend: &casePending{Consumer: "other", Deliveries: 3, IdleMs: 120000}},
+		{ID: "1-3", Fields: job("j3", 1)}}
+	hold := func(ids ...string) caseEvent { return caseEvent{Type: "hold", Consumer: "c1", Entries: ids} }
+	add("hold/own", caseState{Jobs: holds}, hold("1-1"))
+	add("hold/another-consumer", caseState{Jobs: holds}, hold("1-2"))
+	add("hold/not-pending", caseState{Jobs: holds}, hold("1-3"))
+	add("hold/missing", caseState{Jobs: holds}, hold("9-9"))
+	add("hold/mixed", caseState{Jobs: holds}, hold("1-1", "1-2", "1-3", "9-9"))
+	add("hold/data-deleted", caseState{Jobs: holds, Raw: [][]string{{"XDEL", "{q}:jobs", "1-1"}}}, hold("1-1"))
+	add("hold/bad-id", caseState{Jobs: holds}, hold("abc"))
+	many := make([]string, 1001)
+	for i := range many {
+		many[i] = fmt.Sprintf("1-%d", i+1)
+	}
+	add("hold/too-many", caseState{Jobs: holds}, hold(many...))
+	add("hold/jobs-a-string", caseState{Raw: [][]string{{"SET", "{q}:jobs", "x"}}}, hold("1-1"))
 	typedCases(add)
 	// Maps above list in random order: the file lists by name.
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strconv"
@@ -73,11 +74,17 @@ type caseMember struct {
 
 type caseEvent struct {
 	// Type: handle (the worker ran the entry's job), defer, promote, run,
-	// reclaim (then the reclaimed jobs run), replay, enqueue.
+	// reclaim (then the reclaimed jobs run), replay, enqueue, hold.
 	Type  string     `json:"type"`
 	Entry string     `json:"entry,omitempty"`
 	Error *caseError `json:"error,omitempty"` // handle, reclaim: nil is a success
-	Limit int        `json:"limit,omitempty"`
+	// Deadline (handle): the handler overran the worker's deadline; the
+	// failure is the worker's own deadline error.
+	Deadline bool `json:"deadline,omitempty"`
+	// hold: Entries held by Consumer.
+	Consumer string   `json:"consumer,omitempty"`
+	Entries  []string `json:"entries,omitempty"`
+	Limit    int      `json:"limit,omitempty"`
 	// Reason filters replay; for defer, why the policy refused the job
 	// (circuit_open, budget_exhausted).
 	Reason string `json:"reason,omitempty"`
@@ -274,8 +281,19 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		fail(rdb.Do(ctx, args...).Err())
 	}
 
-	w := &worker{consumer: consumer, rand: func() float64 { return 0.5 }}
+	w := &worker{consumer: consumer, rand: func() float64 { return 0.5 }, log: slog.New(slog.DiscardHandler)}
+	// A deadline case's handler overruns, ignoring its ctx, until the case
+	// is over: the worker's own deadline ends the attempt.
+	overrun := make(chan struct{})
+	defer close(overrun)
+	if c.Event.Deadline {
+		w.timeout = caseHandlerTimeout
+	}
 	h := func(context.Context, Job) error {
+		if c.Event.Deadline {
+			<-overrun
+			return nil
+		}
 		if c.Event.Error == nil {
 			return nil
 		}
@@ -360,6 +378,12 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		if err != nil {
 			reply = map[string]any{"refused": true}
 		}
+	case "hold":
+		held, err := q.Hold(ctx, ev.Consumer, ev.Entries...)
+		reply = map[string]any{"held": held}
+		if err != nil {
+			reply = map[string]any{"refused": true}
+		}
 	case "replay":
 		var opts []ReplayOption
 		if ev.JobType != "" {
@@ -375,8 +399,15 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	}
 	end := serverMs(t, ctx, rdb)
 	state := dumpState(t, ctx, rdb, q)
-	return normalise(t, reply, state, base, end, known)
+	var text string
+	if c.Event.Deadline {
+		text = (&deadlineError{caseHandlerTimeout}).Error()
+	}
+	return normalise(t, reply, state, base, end, known, text)
 }
+
+// caseHandlerTimeout is the deadline of the deadline cases' worker.
+const caseHandlerTimeout = 50 * time.Millisecond
 
 // dumpState reads every key of the server: streams with their entries and
 // consumer groups (last delivered id, pending entries with consumer and
@@ -442,12 +473,15 @@ var newID = regexp.MustCompile(`\b[0-9]{13}-[0-9]+\b`)
 // ids made by the server in the event (a 13-digit time part) become
 // "new:1", "new:2", … in order of first appearance, and each other 13-digit
 // number v becomes "{now+d}" for the first known offset d (0, the offsets
-// of the starting state, the decided delay) with base <= v-d <= end.
-func normalise(t *testing.T, reply any, state map[string]any, base, end int64, known map[int64]bool) (any, map[string]any) {
+// of the starting state, the decided delay) with base <= v-d <= end; the
+// deadline error's text (deadlineText, "" for none) becomes
+// "{deadline_error}".
+func normalise(t *testing.T, reply any, state map[string]any, base, end int64, known map[int64]bool, deadlineText string) (any, map[string]any) {
 	data, err := json.Marshal([]any{reply, state})
 	if err != nil {
 		t.Fatal(err)
 	}
+	data = []byte(casetest.Deadline(string(data), deadlineText))
 	ids := map[string]string{}
 	s := newID.ReplaceAllStringFunc(string(data), func(id string) string {
 		if _, ok := ids[id]; !ok {

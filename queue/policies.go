@@ -51,7 +51,7 @@ func (w *worker) bindPolicies(queueName string) error {
 		if w.policies[t] == nil {
 			return fmt.Errorf("queue: WithPolicies: policy of job type %q is nil", t)
 		}
-		tw := &worker{consumer: w.consumer, openPoll: w.openPoll, log: w.log, rand: w.rand, minIdle: w.minIdle}
+		tw := &worker{consumer: w.consumer, openPoll: w.openPoll, log: w.log, rand: w.rand, minIdle: w.minIdle, timeout: w.timeout, name: w.name}
 		if w.metrics != nil {
 			m, err := clientmetrics.Bind(w.metricsReg, t, queueName, "queue: WithPolicies")
 			if err != nil {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -38,27 +39,34 @@ type Runner struct {
 }
 
 // NewRunner returns a Runner for the jobs of queue name decided by p. It
-// honours WithMetrics, WithPolicies and WithLogger; other options are
-// ignored.
+// honours WithMetrics, WithPolicies, WithLogger and WithHandlerTimeout
+// (default: no deadline); other options are ignored.
 //
 // # Errors
 //
 // As Work: an invalid WithMetrics policy name or registry, an invalid
-// WithPolicies map.
+// WithPolicies map, WithHandlerTimeout <= 0.
 func NewRunner(name string, p Decider, opts ...WorkerOption) (*Runner, error) {
 	w := &worker{openPoll: time.Second, log: slog.Default(), rand: rand.Float64}
 	for _, o := range opts {
 		o(w)
 	}
-	if err := w.bind(name); err != nil {
+	if err := w.bind(name, 0); err != nil {
 		return nil, err
 	}
 	return &Runner{w: w, p: p}, nil
 }
 
-// bind prepares the worker's metrics (WithMetrics) and per-type policies
-// (WithPolicies) for queue name.
-func (w *worker) bind(name string) error {
+// bind checks the handler timeout (timeout when WithHandlerTimeout is not
+// given) and prepares the worker's metrics (WithMetrics) and per-type
+// policies (WithPolicies) for queue name.
+func (w *worker) bind(name string, timeout time.Duration) error {
+	if !w.timeoutSet {
+		w.timeout = timeout
+	} else if w.timeout <= 0 {
+		return fmt.Errorf("queue %s: WithHandlerTimeout: must be positive, got %v", name, w.timeout)
+	}
+	w.name = name
 	if w.metricsReg != nil || w.metricsPolicy != "" {
 		m, err := clientmetrics.Bind(w.metricsReg, w.metricsPolicy, name, "queue: WithMetrics")
 		if err != nil {

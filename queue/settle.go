@@ -54,6 +54,16 @@ func (q *Queue) Hold(ctx context.Context, consumer string, entryIDs ...string) (
 	return held, nil
 }
 
+// holdIDs are the entries a worker holds for job j: j's, then those of
+// the jobs read with it and not started yet (at most Hold's 1000).
+func holdIDs(j Job, waiting []Job) []string {
+	ids := []string{j.EntryID}
+	for _, wj := range waiting {
+		ids = append(ids, wj.EntryID)
+	}
+	return ids[:min(len(ids), 1000)]
+}
+
 // An outcome is what a worker decided about one delivery of a job, kept
 // until Redis takes it: the policy decides once, however many times
 // applying it is refused.
@@ -137,11 +147,7 @@ func (q *Queue) settle(ctx context.Context, w *worker, j Job, o outcome, waiting
 		ceiling = min(ceiling, max(w.minIdle/4, time.Millisecond))
 	}
 	delay := min(w.applyBase, ceiling)
-	ids := []string{j.EntryID}
-	for _, wj := range waiting {
-		ids = append(ids, wj.EntryID)
-	}
-	ids = ids[:min(len(ids), 1000)]
+	ids := holdIDs(j, waiting)
 	attrs := func(more ...any) []any {
 		return append([]any{"queue", q.name, "entry", j.EntryID, "job", j.ID, "outcome", o.action}, more...)
 	}

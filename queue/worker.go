@@ -102,6 +102,9 @@ type worker struct {
 	reclaimEvery  time.Duration
 	minIdle       time.Duration
 	maxDeliveries int
+	timeout       time.Duration // WithHandlerTimeout (0: none, NewRunner's default)
+	timeoutSet    bool
+	name          string        // the queue's, for the logs
 	outcomeWait   time.Duration // per attempt at applying an outcome
 	applyBase     time.Duration // first pause after Redis refused an outcome
 	applyCap      time.Duration // longest pause (also capped at minIdle/4)
@@ -140,6 +143,23 @@ func WithReclaim(every, minIdle time.Duration, maxDeliveries int) WorkerOption {
 	return func(w *worker) { w.reclaimEvery, w.minIdle, w.maxDeliveries = every, minIdle, maxDeliveries }
 }
 
+// WithHandlerTimeout bounds each run of the handler (default 5 times the
+// min idle time of WithReclaim: 5m). The handler's ctx carries the
+// deadline; at the deadline the attempt fails with a deadline error that
+// ClassifyError classifies as error kind timeout, and the policy decides it
+// as any failure (README, "Deadlines"). Work refuses d <= 0.
+//
+// # Notes
+//
+// A handler that ignores its ctx is left running, logged once: the worker
+// does not wait for it, and applies the outcome. While a handler runs, the
+// worker holds its job and the jobs read with it (see Hold) every third of
+// the min idle time, so reclaim does not hand them to another consumer
+// before the deadline.
+func WithHandlerTimeout(d time.Duration) WorkerOption {
+	return func(w *worker) { w.timeout, w.timeoutSet = d, true }
+}
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) WorkerOption { return func(w *worker) { w.log = l } }
 
@@ -159,10 +179,11 @@ func WithMetrics(reg prometheus.Registerer, policyName string) WorkerOption {
 }
 
 // Work consumes the queue until ctx is done: it reads jobs with the
-// consumer group, runs h, and applies the policy's decision through the
-// scripts; alongside, it runs the promote loop and the reclaim loop. On
-// shutdown it stops reading, lets the running handler finish, and applies
-// its outcome before returning, so no outcome is lost.
+// consumer group, runs h within its deadline (WithHandlerTimeout), and
+// applies the policy's decision through the scripts; alongside, it runs the
+// promote loop and the reclaim loop. On shutdown it stops reading, lets the
+// running handler finish (at most until its deadline), and applies its
+// outcome before returning, so no outcome is lost.
 //
 // # Notes
 //
@@ -199,7 +220,11 @@ func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOp
 	for _, o := range opts {
 		o(w)
 	}
-	if err := w.bind(q.name); err != nil {
+	timeout := 5 * time.Minute
+	if w.minIdle > 0 {
+		timeout = 5 * w.minIdle
+	}
+	if err := w.bind(q.name, timeout); err != nil {
 		return err
 	}
 	if err := q.EnsureGroup(ctx); err != nil {
@@ -278,7 +303,37 @@ func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j 
 	}
 	// A job type with its own policy (WithPolicies) runs with it.
 	rw, rp := w.policyFor(j.Type, p)
-	q.settle(ctx, w, j, rw.run(ctx, rp, h, j), waiting)
+	stop := q.heartbeat(ctx, w, holdIDs(j, waiting))
+	o := rw.run(ctx, rp, h, j)
+	stop()
+	q.settle(ctx, w, j, o, waiting)
+}
+
+// heartbeat holds the entries ids (a running job's first, then those
+// waiting behind it) every third of the min idle time (at least 10ms) until
+// stop, so that reclaim does not hand a job whose worker is alive to another
+// consumer. Holding is best effort: a failure, or the first entry no longer
+// held, is logged once.
+func (q *Queue) heartbeat(ctx context.Context, w *worker, ids []string) (stop func()) {
+	if w.minIdle <= 0 {
+		return func() {}
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		logged := false
+		for ctxtime.Sleep(hctx, max(w.minIdle/3, 10*time.Millisecond)) {
+			octx, cancel := context.WithTimeout(hctx, w.outcomeWait)
+			held, err := q.Hold(octx, w.consumer, ids...)
+			cancel()
+			if (err != nil || !held[0]) && hctx.Err() == nil && !logged {
+				logged = true
+				w.log.Warn("queue entry not held while its handler runs", "queue", q.name, "entry", ids[0], "err", err)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // run runs h on j (not a malformed entry) and decides the outcome: the
@@ -298,7 +353,7 @@ func (w *worker) run(ctx context.Context, p Decider, h Handler, j Job) outcome {
 		}
 		return outcome{action: "defer", reason: "circuit_open", delay: retryIn}
 	} else {
-		err = h(ctx, j)
+		err = w.call(ctx, h, j)
 	}
 	// Deciding must not see shutdown either: a cancelled context would fail
 	// a wasm policy's call.
@@ -308,6 +363,51 @@ func (w *worker) run(ctx context.Context, p Decider, h Handler, j Job) outcome {
 	}
 	return o
 }
+
+// call runs h on j within the handler timeout (none when 0). The handler's
+// ctx carries the deadline; a handler that fails once the deadline passed,
+// or has not returned by then, fails the attempt with a deadlineError. One
+// that ignores its ctx is left running, logged: the worker goes on.
+func (w *worker) call(ctx context.Context, h Handler, j Job) error {
+	if w.timeout <= 0 {
+		return h(ctx, j)
+	}
+	dl := &deadlineError{w.timeout}
+	hctx, cancel := context.WithTimeoutCause(ctx, w.timeout, dl)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h(hctx, j) }()
+	timer := time.NewTimer(w.timeout)
+	defer timer.Stop()
+	returned := func(err error) error {
+		if err != nil && errors.Is(context.Cause(hctx), dl) {
+			return dl
+		}
+		return err
+	}
+	select {
+	case err := <-done:
+		return returned(err)
+	case <-timer.C:
+	}
+	// The ctx ended with the timer: a handler that honours it is returning.
+	select {
+	case err := <-done:
+		return returned(err)
+	case <-time.After(min(w.timeout/10, 100*time.Millisecond)):
+		w.log.Warn("queue handler still running at its deadline; not waited for", "queue", w.name, "job", j.ID, "entry", j.EntryID, "timeout", w.timeout)
+		return dl
+	}
+}
+
+// deadlineError fails a job whose handler ran past the handler timeout:
+// a deadline (context.DeadlineExceeded), so error kind timeout.
+type deadlineError struct{ timeout time.Duration }
+
+func (e *deadlineError) Error() string {
+	return "handler deadline exceeded after " + e.timeout.String()
+}
+func (e *deadlineError) Unwrap() error { return context.DeadlineExceeded }
 
 // count records a job's outcome in the worker's metrics.
 func (w *worker) count(ctx context.Context, p Decider, o outcome) {

@@ -77,9 +77,15 @@ func (n native) BudgetTokens(_ context.Context, nowMs int64) (int64, bool, error
 	return milli, ok, nil
 }
 
+func (n native) AttemptTimeout(_ context.Context, elapsedMs int64) (int64, error) {
+	return n.p.AttemptTimeout(elapsedMs)
+}
+
 func (n native) Stateful() bool { return n.p.Stateful() }
 
-// Operation is one attempt. Its context is Do's.
+// Operation is one attempt. Its context is Do's, with the attempt's
+// deadline when the policy bounds attempts (attempt_timeout, max_elapsed):
+// an Operation must honour it, as http.Client and gRPC do.
 type Operation[T any] func(ctx context.Context) (T, error)
 
 // Do runs op until it succeeds or p says stop, and returns op's last result.
@@ -91,6 +97,12 @@ type Operation[T any] func(ctx context.Context) (T, error)
 // attempt first asks p.Acquire: a refused call is not made, and Do stops
 // with circuit_open and the time until the breaker may admit one
 // (Error.RetryIn). A success is reported with p.RecordSuccess.
+//
+// Each attempt runs under the policy's attempt timeout (attempt_timeout,
+// cut to what is left of max_elapsed): its context is cancelled when the
+// time runs out, and the attempt's error counts as a timeout (error kind
+// "timeout"), decided as any. The time covers reading a returned
+// response's body, as http.Client.Timeout's does; closing the body ends it.
 //
 // # Errors
 //
@@ -145,7 +157,15 @@ func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (
 		if headers {
 			setAttemptHeaders(c.req.Header, attempt, kept)
 		}
-		v, opErr := op(context.WithValue(ctx, attemptKey{}, attempt))
+		actx, release, timeout, err := attemptContext(ctx, p, now.Sub(start))
+		if err != nil {
+			return zero, fmt.Errorf("retry: attempt timeout: %w", err)
+		}
+		v, opErr := op(context.WithValue(actx, attemptKey{}, attempt))
+		if opErr != nil && timeout > 0 && actx.Err() != nil && ctx.Err() == nil {
+			opErr = timedOut(attempt, timeout, opErr)
+		}
+		releaseAttempt(v, release)
 		resp, failedResp := failedResponse(v)
 		if opErr == nil && !failedResp {
 			m.Attempt(clientmetrics.OutcomeSuccess)

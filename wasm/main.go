@@ -304,6 +304,24 @@ func budget_tokens(h int32, nowMs int64) (r int64) {
 	return abi.PackBudget(p.BudgetTokens(nowMs))
 }
 
+// attempt_timeout returns how long the attempt starting elapsed_ms after
+// the first may run, in ms (ABI.md, "attempt_timeout"): 0 for none, or an
+// error code.
+//
+//go:wasmexport attempt_timeout
+func attempt_timeout(h int32, elapsedMs int64) (r int64) {
+	defer guard64("attempt_timeout", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	t, err := p.AttemptTimeout(elapsedMs)
+	if err != nil {
+		return int64(fail(errInput, err.Error()))
+	}
+	return t
+}
+
 // policy_on_open returns what a queue does with a job an open breaker or
 // an empty budget refused: abi.OnOpenDefer or abi.OnOpenDeadLetter.
 //

@@ -396,3 +396,21 @@ func TestBudgetTokens(t *testing.T) {
 		}
 	}
 }
+
+// attempt_timeout answers in ms, reads no state, and refuses a bad handle
+// or a negative elapsed_ms.
+func TestAttemptTimeout(t *testing.T) {
+	p := load(t, `{"attempt_timeout": "2s", "max_elapsed": "5s"}`)
+	if w := attempt_timeout(p, 4000); w != 1000 {
+		t.Errorf("at 4s: %d, want 1000", w)
+	}
+	if w := attempt_timeout(load(t, "default"), 0); w < 0 {
+		t.Errorf("default: %d", w)
+	}
+	if w := attempt_timeout(0, 0); w != errHandle {
+		t.Errorf("handle 0: %d", w)
+	}
+	if w := attempt_timeout(p, -1); w != errInput || !strings.Contains(lastMsg, "elapsed_ms: must be >= 0") {
+		t.Errorf("elapsed_ms -1: %d %q", w, lastMsg)
+	}
+}

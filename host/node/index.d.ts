@@ -256,6 +256,20 @@ export interface Policy {
 	budgetTokens(nowMs?: Int64): number | null;
 
 	/**
+	How long the attempt that starts `elapsedMs` after the first attempt started may run, in milliseconds: the policy's `attempt_timeout`, cut to what is left of `max_elapsed` (with `stop_when: any`), at least 1; `0` when neither applies. `retry()` asks it before each attempt.
+
+	@param elapsedMs - Milliseconds since the first attempt started (a fraction is dropped).
+	@throws {InputError} For an `elapsedMs` that is negative or not a number (`elapsed_ms: must be >= 0 (got -5)`).
+
+	@example
+	```
+	const policy = await loadPolicy({attempt_timeout: '2s', max_elapsed: '5s'});
+	policy.attemptTimeout(4000); //=> 1000
+	```
+	*/
+	attemptTimeout(elapsedMs: Int64): number;
+
+	/**
 	What a queue does with a job refused by an open breaker or an empty budget: put it back in the delayed set without spending an attempt (`defer`), or dead-letter it.
 
 	@default 'defer'
@@ -417,7 +431,9 @@ Runs `fn` until it succeeds or the policy says stop. A failure is a thrown error
 
 Retry at one layer (docs/layers.md): a `RetryError` thrown by a `retry()` inside `fn` (one that made a call: not `circuit_open`), or a response with `Backstop-No-Retry`, is a failure a layer below already retried: the default policy stops at once with `retried_downstream`; a response with `X-Envoy-Overloaded` stops it with `server_declined`. Inside a request served by `oneLayer` or `backstopFastify`, the reason a loop gave up is sent back in `Backstop-No-Retry` on a failed response.
 
-@param fn - Receives the attempt number, from 1.
+Each attempt is bounded by the policy's `attempt_timeout` and what is left of `max_elapsed` (`policy.attemptTimeout()`): `fn` gets a `signal` that aborts at that deadline (and when the caller's `signal` aborts), and is not waited for past it even if it ignores the signal. The expired attempt fails with a `TimeoutError` (error kind `timeout`), decided as any failure: retried if the policy says so, else the `RetryError`'s `cause`.
+
+@param fn - Receives the attempt number, from 1, and `{signal}`: pass it to the call (`fetch(url, {signal})`).
 @returns What `fn` returned on success.
 @throws {RetryError} When the policy stops retrying; it keeps the reason, the attempts, the last error (`cause`) and the last failed `response`.
 @throws The abort reason when `signal` aborts, or an `AbortError` thrown by `fn`, at once.
@@ -430,7 +446,13 @@ const policy = await loadPolicy('critical');
 const response = await retry(() => fetch(url), {policy, signal: AbortSignal.timeout(10_000)});
 ```
 */
-export function retry<T>(fn: (attempt: number) => PromiseLike<T> | T, options?: RetryOptions): Promise<T>;
+export function retry<T>(fn: (attempt: number, context: AttemptContext) => PromiseLike<T> | T, options?: RetryOptions): Promise<T>;
+
+/** What `retry()` hands `fn` with the attempt number. */
+export interface AttemptContext {
+	/** Aborts at the attempt's deadline (reason: a `TimeoutError`) or when the caller's `signal` aborts; the caller's `signal` itself (or `undefined`) when no timeout applies. */
+	readonly signal?: AbortSignal;
+}
 
 /**
 A policy that backstop.wasm refused. The message names every invalid field: `invalid policy: backoff.cap: must be >= backoff.base (got 100ms < 1s)`.

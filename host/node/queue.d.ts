@@ -252,9 +252,9 @@ export interface ApplyOptions {
 }
 
 /**
-Runs one job. Resolving is a success; throwing (or resolving to a failed fetch `Response`) is a failure that the policy decides.
+Runs one job. Resolving is a success; throwing (or resolving to a failed fetch `Response`) is a failure that the policy decides. `signal` aborts when the worker stops and at the handler's deadline (`handlerTimeoutMs`): pass it to the calls the handler makes.
 */
-export type Handler = (job: Job, context: {readonly signal?: AbortSignal}) => unknown;
+export type Handler = (job: Job, context: {readonly signal: AbortSignal}) => unknown;
 
 export interface WorkOptions {
 	/**
@@ -317,6 +317,13 @@ export interface WorkOptions {
 
 	/** @default 5 */
 	readonly maxDeliveries?: number;
+
+	/**
+	The handler's deadline, in milliseconds (a whole number >= 1). At it the handler's `signal` aborts with a `TimeoutError` and the attempt fails with it (`handler deadline exceeded after <ms> ms`, error kind `timeout`), decided by the policy and applied as any failure; a handler that ignores its signal is not waited for (reported once through `onError`; it runs on). While a handler runs, the worker holds its entry and the batch's (`hold()`, every third of `minIdleMs`), so a worker alive and inside the deadline is never reclaimed.
+
+	@default 5 × minIdleMs (5 minutes with the default minIdleMs; 5 minutes when minIdleMs is 0)
+	*/
+	readonly handlerTimeoutMs?: number;
 
 	/** Called after each outcome is applied. When Redis refused it first (see `work()`), the outcome also says how many times, as `refusals`. */
 	readonly onOutcome?: (outcome: Outcome & {readonly refusals?: number}, job: Job) => unknown;

@@ -79,7 +79,7 @@ export interface Job {
 	readonly malformed: boolean;
 }
 
-/** Runs one job. Resolving is a success; throwing (or resolving to a failed fetch `Response`) is a failure that the policy decides. */
+/** Runs one job. Resolving is a success; throwing (or resolving to a failed fetch `Response`) is a failure that the policy decides. `signal` aborts when the worker stops and at the handler's deadline (`handlerTimeoutMs`): pass it to the calls the handler makes. */
 export type Handler = (job: Job, context: {readonly signal: AbortSignal}) => unknown;
 
 /** What a worker did with a delivery, once the broker confirmed it. */
@@ -134,6 +134,13 @@ export interface WorkOptions {
 
 	/** @default `${hostname}-${pid}-<random>` */
 	readonly consumerTag?: string;
+
+	/**
+	The handler's deadline, in milliseconds (a whole number >= 1). At it the handler's `signal` aborts with a `TimeoutError` and the attempt fails with it (`handler deadline exceeded after <ms> ms`, error kind `timeout`), decided by the policy and applied as any failure (retried through the delay levels, or dead-lettered); a handler that ignores its signal is not waited for (reported once through `onError`; it runs on). Keep it below the broker's `consumer_timeout` (30 minutes by default on RabbitMQ 3.10), past which the broker closes the channel of a delivery not acked.
+
+	@default 300_000 (5 minutes)
+	*/
+	readonly handlerTimeoutMs?: number;
 }
 
 export interface EnqueueOptions {

@@ -1,7 +1,7 @@
 // Package casetest is what the Go replays of the shared cases have in
 // common (testdata/queue, testdata/rabbitmq and testdata/idempotency, each
-// with its README): reading and regenerating a cases file, "{now±N}" times, and the handle
-// error with its native kinds.
+// with its README): reading and regenerating a cases file, "{now±N}" times, the handle
+// error with its native kinds, and a policy spy for the error kind decided.
 package casetest
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -90,3 +91,28 @@ type nativeErr struct {
 
 func (e *nativeErr) Error() string { return e.msg }
 func (e *nativeErr) Unwrap() error { return e.err }
+
+// KindSpy is a policy that records the error kind of each failure it is
+// asked about, then lets D decide: how a test sees how a worker classified
+// a failure (a queue.Decider, and a rabbitmq worker's).
+type KindSpy struct {
+	D interface {
+		Decide(ctx context.Context, f policy.Failure) (policy.Decision, error)
+	}
+	mu    sync.Mutex
+	kinds []string
+}
+
+func (s *KindSpy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
+	s.mu.Lock()
+	s.kinds = append(s.kinds, f.ErrorKind)
+	s.mu.Unlock()
+	return s.D.Decide(ctx, f)
+}
+
+// Kinds are the error kinds decided so far, in order.
+func (s *KindSpy) Kinds() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.kinds...)
+}

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 var nowToken = regexp.MustCompile(`\{now([+-][0-9]+)?\}`)
@@ -49,4 +50,17 @@ func Normalise(s string, base, end int64, known map[int64]bool) string {
 		}
 		return num
 	})
+}
+
+// DeadlineToken stands in the cases for the text of a worker's deadline
+// error, which is each language's own ("deadline": true events).
+const DeadlineToken = "{deadline_error}"
+
+// Deadline writes each occurrence of text (the deadline error's, as the
+// worker wrote it) in s as DeadlineToken; an empty text changes nothing.
+func Deadline(s, text string) string {
+	if text == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, text, DeadlineToken)
 }

@@ -93,35 +93,76 @@ var errnoNames = map[string]syscall.Errno{
 // *retry.Error that made a call) is marked RetriedDownstream: retry at one
 // layer (docs/layers.md).
 func Classify(err error, f *policy.Failure) {
-	var gu gaveUp
-	if errors.As(err, &gu) && gu.RetriedDownstream() {
+	if gu, ok := first[gaveUp](err); ok && gu.RetriedDownstream() {
 		f.RetriedDownstream = true
 	}
-	var bf *Failure
-	var desc describer
+	if desc, ok := first[describer](err); ok {
+		// Through a copy: f passed to an interface method would escape, and
+		// every caller's Failure with it (an allocation per attempt).
+		g := new(policy.Failure)
+		*g = *f
+		desc.DescribeFailure(g)
+		*f = *g
+		return
+	}
+	if bf, ok := first[*Failure](err); ok {
+		f.HTTPStatus, f.GRPCCode, f.ErrorKind, f.RetryAfter = bf.HTTPStatus, bf.GRPCCode, bf.ErrorKind, bf.RetryAfter
+		f.RetriedDownstream = f.RetriedDownstream || bf.RetriedDownstream
+		f.ServerDeclined = bf.ServerDeclined
+		return
+	}
+	if k := kindOf(err); k != "" {
+		f.ErrorKind = k
+	}
+}
+
+// kindOf is the table's kind of a language error ("": none).
+func kindOf(err error) string {
 	var dns *net.DNSError
 	var op *net.OpError
 	var errno syscall.Errno
 	var ne net.Error
 	switch {
-	case errors.As(err, &desc):
-		desc.DescribeFailure(f)
-	case errors.As(err, &bf):
-		f.HTTPStatus, f.GRPCCode, f.ErrorKind, f.RetryAfter = bf.HTTPStatus, bf.GRPCCode, bf.ErrorKind, bf.RetryAfter
-		f.RetriedDownstream = f.RetriedDownstream || bf.RetriedDownstream
-		f.ServerDeclined = bf.ServerDeclined
 	case errors.As(err, &op) && op.Op == "dial" && op.Timeout() && !errors.As(err, &dns):
-		f.ErrorKind = "connect_timeout"
+		return "connect_timeout"
 	case errors.Is(err, context.DeadlineExceeded):
-		f.ErrorKind = "timeout"
+		return "timeout"
 	case errors.As(err, &errno) && errnoKinds[errno] != "":
-		f.ErrorKind = errnoKinds[errno]
+		return errnoKinds[errno]
 	case errors.As(err, &dns):
-		f.ErrorKind = "dns_not_found"
 		if dns.IsTemporary || dns.IsTimeout {
-			f.ErrorKind = "dns_temporary"
+			return "dns_temporary"
 		}
+		return "dns_not_found"
 	case errors.As(err, &ne) && ne.Timeout():
-		f.ErrorKind = "timeout"
+		return "timeout"
 	}
+	return ""
+}
+
+// first returns the first error of type T in err's tree, depth first as
+// errors.As walks it, without errors.As's allocation of a target per call
+// (Classify runs once per attempt). It ignores As methods: no other error
+// stands in for backstop's own types.
+func first[T any](err error) (T, bool) {
+	var zero T
+	for err != nil {
+		if t, ok := err.(T); ok {
+			return t, true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if t, ok := first[T](e); ok {
+					return t, true
+				}
+			}
+			return zero, false
+		default:
+			return zero, false
+		}
+	}
+	return zero, false
 }

@@ -44,13 +44,35 @@ func (g *Group) PolicyBytes() []byte {
 // Case is one step: a decision (Input and Expect); or, when Op is
 // "success", a success reported at NowMs to the budget and the breaker; or,
 // when Op is "acquire", permission for a call asked at NowMs, answered by
-// Permit.
+// Permit; or, when Op is "attempt_timeout", the timeout of an attempt
+// starting ElapsedMs after the first: TimeoutMs (0: none), or Error.
 type Case struct {
-	Op     string  `json:"op,omitempty"`
-	NowMs  int64   `json:"now_ms,omitempty"`
-	Input  *Input  `json:"input,omitempty"`
-	Expect *Expect `json:"expect,omitempty"`
-	Permit *Permit `json:"permit,omitempty"`
+	Op        string  `json:"op,omitempty"`
+	NowMs     int64   `json:"now_ms,omitempty"`
+	ElapsedMs int64   `json:"elapsed_ms,omitempty"`
+	Input     *Input  `json:"input,omitempty"`
+	Expect    *Expect `json:"expect,omitempty"`
+	Permit    *Permit `json:"permit,omitempty"`
+	TimeoutMs *int64  `json:"timeout_ms,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// FromTimeout fills an attempt_timeout case's answer from the policy's.
+func (c *Case) FromTimeout(ms int64, err error) {
+	if err != nil {
+		c.Error = FromDecision(policy.Decision{}, err).Error
+		return
+	}
+	c.TimeoutMs = &ms
+}
+
+// TimeoutAnswer is an attempt_timeout case's answer as text, to compare
+// and print: "timeout_ms 2000", or the error.
+func (c *Case) TimeoutAnswer() string {
+	if c.TimeoutMs == nil {
+		return "error " + c.Error
+	}
+	return "timeout_ms " + strconv.FormatInt(*c.TimeoutMs, 10)
 }
 
 // Permit is the answer of acquire in the vector shape.

@@ -88,6 +88,12 @@ func buildRabbitCases() []rabbitCase {
 	add(handleCase("inner-retry/permanent_error", hdrs("1"), &caseError{Message: "http 400", HTTPStatus: 400, InnerRetry: "permanent_error"}))
 	add(handleCase("inner-retry/native-timeout", hdrs("2"), &caseError{Message: "deadline", Native: "timeout", InnerRetry: "max_elapsed_exceeded"}))
 	add(handleCase("inner-retry/circuit_open", hdrs("1"), &caseError{Message: "inner breaker open", InnerRetry: "circuit_open"}))
+	// The handler overran the worker's deadline: the worker's own deadline
+	// error, a timeout, decided as any failure.
+	for _, a := range []string{"1", "4"} {
+		add(rabbitCase{Name: "deadline/attempt-" + a, Delivery: &caseDelivery{Message: msg("j1", hdrs(a))},
+			Event: rabbitEvent{Type: "handle", Deadline: true}})
+	}
 	// The time budget (1 h): a retry due past it is not scheduled.
 	add(handleCase("elapsed/retry-past-budget", hdrs("1", "backstop-first-enqueued-ms", "{now-3595000}"), httpErr(503)))
 	add(handleCase("elapsed/within-budget", hdrs("1", "backstop-first-enqueued-ms", "{now-3000000}"), httpErr(503)))

@@ -73,10 +73,22 @@ type rabbitEvent struct {
 		Reason    string `json:"reason"`
 		RetryInMs int64  `json:"retry_in_ms"`
 	} `json:"refuse,omitempty"`
+	// Deadline: the handler overran the worker's deadline (it blocks,
+	// ignoring its ctx, while the worker's caseHandlerTimeout ends the
+	// attempt).
+	Deadline     bool   `json:"deadline,omitempty"`
 	Limit        int    `json:"limit,omitempty"`
 	Reason       string `json:"reason,omitempty"`
 	KeepAttempts bool   `json:"keep_attempts,omitempty"`
 }
+
+// caseHandlerTimeout is the deadline cases' handler timeout, and
+// caseDeadlineText the text of the worker's deadline error at it, written
+// casetest.DeadlineToken in the file.
+const (
+	caseHandlerTimeout = 50 * time.Millisecond
+	caseDeadlineText   = "handler deadline exceeded after 50ms"
+)
 
 // caseError is testdata/queue's handle error.
 type caseError = casetest.Error
@@ -306,7 +318,11 @@ func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
 	expect["counters"] = counters(t, reg)
 	out, err := json.Marshal(expect)
 	fail("marshal", err)
-	return json.RawMessage(casetest.Normalise(string(out), base, end, known))
+	text := ""
+	if c.Event.Deadline {
+		text = caseDeadlineText
+	}
+	return json.RawMessage(casetest.Normalise(casetest.Deadline(string(out), text), base, end, known))
 }
 
 // handle runs Work on the case's delivery until it is dealt with.
@@ -318,8 +334,13 @@ func (h *caseHarness) handle(c *rabbitCase, q *rabbitmq.Queue, reg *prometheus.R
 		known[r.RetryInMs] = true
 	}
 	var ran atomic.Bool
+	overrun := make(chan struct{})
 	handler := func(ctx context.Context, j queue.Job) error {
 		ran.Store(true)
+		if c.Event.Deadline {
+			<-overrun
+			return nil
+		}
 		if c.Event.Error == nil {
 			return nil
 		}
@@ -328,8 +349,13 @@ func (h *caseHarness) handle(c *rabbitCase, q *rabbitmq.Queue, reg *prometheus.R
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- q.Work(ctx, s, handler, rabbitmq.WithPrefetch(1), rabbitmq.WithMetrics(reg, "cases"), rabbitmq.WithoutMover())
+		opts := []rabbitmq.WorkOption{rabbitmq.WithPrefetch(1), rabbitmq.WithMetrics(reg, "cases"), rabbitmq.WithoutMover()}
+		if c.Event.Deadline {
+			opts = append(opts, rabbitmq.WithHandlerTimeout(caseHandlerTimeout))
+		}
+		done <- q.Work(ctx, s, handler, opts...)
 	}()
+	defer close(overrun)
 	watch := append([]string{q.Name() + ".dlq"}, func() []string {
 		var ls []string
 		for n := 0; n < delayLevels; n++ {

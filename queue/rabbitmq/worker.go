@@ -28,6 +28,7 @@ type workConfig struct {
 	metricsReg     prometheus.Registerer
 	metricsPolicy  string
 	policies       map[string]queue.Decider
+	handlerTimeout time.Duration
 	applyTimeout   time.Duration // per attempt at publishing and acking an outcome
 	known          int           // outcomes kept across a lost channel
 	noMover        bool          // tests that look at the levels: nothing moves them
@@ -45,6 +46,21 @@ func WithPrefetch(n int) WorkOption { return func(c *workConfig) { c.prefetch = 
 // still applied while the next job runs.
 func WithConcurrency(n int) WorkOption {
 	return func(c *workConfig) { c.concurrency, c.concurrencySet = n, true }
+}
+
+// WithHandlerTimeout bounds each run of the handler (default 5m), as
+// queue.WithHandlerTimeout does for Redis: the handler's ctx carries the
+// deadline, and at the deadline the attempt fails with a deadline error,
+// error kind timeout, decided by the policy (retried through the delay
+// levels, or dead-lettered). A handler that ignores its ctx is left
+// running, logged once; the worker applies the outcome. Work refuses
+// d <= 0.
+//
+// Keep it below the broker's consumer_timeout (30m by default on
+// RabbitMQ 3.10 and later): past that, the broker closes the channel of a
+// delivery not acked, and delivers the job again (README, "Deadlines").
+func WithHandlerTimeout(d time.Duration) WorkOption {
+	return func(c *workConfig) { c.handlerTimeout = d }
 }
 
 // WithConsumerTag names this worker's consumer (default
@@ -94,22 +110,26 @@ func WithPolicies(m map[string]queue.Decider) WorkOption {
 // # Notes
 //
 // queue.Job's EntryID is empty: a delivery tag means nothing outside its
-// channel. The handler's ctx is Work's: a handler that honours it stops at
-// shutdown, and its failure is decided as any other. When the breaker
-// refuses a job it is deferred (circuit_open) and the worker starts no job
-// until the breaker may half-open. A delivery the worker did not start
+// channel. The handler's ctx is Work's with the handler's deadline
+// (WithHandlerTimeout): a handler that honours it stops at shutdown, and
+// its failure is decided as any other. The connection's heartbeats run on
+// their own while a handler runs, however long: a job is not delivered
+// again for that. When the breaker refuses a job it is deferred
+// (circuit_open) and the worker starts no job until the breaker may
+// half-open. A delivery the worker did not start
 // before shutdown or a crash goes back to the queue, and RabbitMQ 3.10
 // counts that in its x-delivery-count too.
 //
 // # Errors
 //
-// Invalid options, before the broker (a prefetch or concurrency below 1,
-// WithMetrics' errors as queue.WithMetrics'); ErrClosed when the Broker is
-// closed; a topology the broker refuses (Declare's errors).
+// Invalid options, before the broker (a prefetch or concurrency below 1, a
+// handler timeout not positive, WithMetrics' errors as queue.WithMetrics');
+// ErrClosed when the Broker is closed; a topology the broker refuses
+// (Declare's errors).
 func (q *Queue) Work(ctx context.Context, p queue.Decider, h queue.Handler, opts ...WorkOption) error {
 	host, _ := os.Hostname()
 	c := workConfig{prefetch: 16, tag: host + "-" + strconv.Itoa(os.Getpid()) + "-" + q.name,
-		applyTimeout: 10 * time.Second, known: 10_000}
+		handlerTimeout: 5 * time.Minute, applyTimeout: 10 * time.Second, known: 10_000}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -124,12 +144,14 @@ func (q *Queue) Work(ctx context.Context, p queue.Decider, h queue.Handler, opts
 		return fmt.Errorf("rabbitmq: work %s: WithPrefetch: must be at least 1, got %d", q.name, c.prefetch)
 	case c.concurrency < 1:
 		return fmt.Errorf("rabbitmq: work %s: WithConcurrency: must be at least 1, got %d", q.name, c.concurrency)
+	case c.handlerTimeout <= 0:
+		return fmt.Errorf("rabbitmq: work %s: WithHandlerTimeout: must be positive, got %v", q.name, c.handlerTimeout)
 	case p == nil:
 		return fmt.Errorf("rabbitmq: work %s: decider: must not be nil", q.name)
 	case h == nil:
 		return fmt.Errorf("rabbitmq: work %s: handler: must not be nil", q.name)
 	}
-	ropts := []queue.WorkerOption{queue.WithLogger(q.b.cfg.log)}
+	ropts := []queue.WorkerOption{queue.WithLogger(q.b.cfg.log), queue.WithHandlerTimeout(c.handlerTimeout)}
 	if c.policies != nil {
 		ropts = append(ropts, queue.WithPolicies(c.policies))
 	}

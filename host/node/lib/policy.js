@@ -201,6 +201,16 @@ class Policy {
     };
   }
 
+  /**
+   * How long the attempt starting elapsedMs after the first one started
+   * may run, in ms: the policy's attempt_timeout, cut to what is left of
+   * max_elapsed; 0 when no timeout applies.
+   */
+  attemptTimeout(elapsedMs) {
+    if (this.h === 0) throw closed();
+    return Number(this.wide('attempt_timeout', toBigInt(elapsedMs, 'elapsed_ms')));
+  }
+
   close() {
     if (this.h === 0) return;
     finalizer?.unregister(this);
@@ -221,7 +231,7 @@ class Policy {
   }
 
   // wide is scalar for the exports answering an i64 (acquire,
-  // budget_tokens), whose bad time is an InputError.
+  // budget_tokens, attempt_timeout), whose bad input is an InputError.
   wide(name, nowMs) {
     if (this.h === 0) throw closed();
     const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');

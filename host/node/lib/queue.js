@@ -8,9 +8,8 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { checkString, checkWhole, show } from './args.js';
 import { checkJobType, typedPolicies } from './jobtypes.js';
-import { checkPolicy, countPlan, errorText, jitter, pause, planOutcome, refusedFor, refusedPlan } from './outcome.js';
+import { checkPolicy, countPlan, errorText, jitter, pause, planOutcome, refusedFor, refusedPlan, runHandler } from './outcome.js';
 import { writeRefused } from './refused.js';
-import { isFailedResponse } from './retry.js';
 
 const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run'];
 let scripts; // name → {source, sha}: lib.lua, a newline, the script; read on first use
@@ -412,6 +411,7 @@ class Queue {
       signal, consumer = `${hostname()}-${process.pid}`, classify, batch = 16, blockMs = 1000,
       promoteEveryMs = 1000, promoteLimit = 500, reclaimEveryMs = 30_000, minIdleMs = 60_000, maxDeliveries = 5,
       onOutcome, onError = (err) => console.error(`backstop queue ${this.name}:`, err), metrics, policies,
+      handlerTimeoutMs = 5 * (minIdleMs > 0 ? minIdleMs : 60_000),
     } = options;
     if (signal !== undefined && !(typeof signal?.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
       throw new TypeError('Expected `signal` to be an AbortSignal');
@@ -425,6 +425,7 @@ class Queue {
     checkWhole('reclaimEveryMs', reclaimEveryMs, 0);
     checkWhole('minIdleMs', minIdleMs, 0);
     checkWhole('maxDeliveries', maxDeliveries, 1);
+    checkWhole('handlerTimeoutMs', handlerTimeoutMs, 1);
     if (onOutcome !== undefined && typeof onOutcome !== 'function') {
       throw new TypeError('Expected `onOutcome` to be a function');
     }
@@ -494,7 +495,18 @@ class Queue {
         return;
       }
     };
+    // Runs job and applies its outcome. Until then, it and the jobs read
+    // with it are held (hold()) every third of minIdleMs, so that reclaim
+    // does not run them elsewhere while this worker lives.
     const run = async (job, waiting = [], readAt = performance.now()) => {
+      const beat = minIdleMs > 0 ? heartbeat(() => this.hold(consumer, [job, ...waiting].slice(0, 1000)), minIdleMs / 3) : null;
+      try {
+        await attempt(job, waiting, readAt);
+      } finally {
+        beat?.stop();
+      }
+    };
+    const attempt = async (job, waiting, readAt) => {
       // A job type with its own policy (options.policies) runs with it, and
       // its metrics (policy=<type>); its breaker defers its jobs without
       // pausing the reads.
@@ -524,16 +536,7 @@ class Queue {
           await settle(job, plan, waiting);
           return;
         }
-        try {
-          const result = await handler(job, { signal });
-          if (isFailedResponse(result)) {
-            error = result;
-            // Free the connection of a body nobody will read.
-            await result.body?.cancel?.().catch(() => {});
-          }
-        } catch (err) {
-          error = err ?? new Error(`handler threw ${err}`);
-        }
+        error = await runHandler(handler, job, signal, handlerTimeoutMs, (err) => report(this.#error(`job ${job.id}`, err), job));
       }
       let plan;
       try {
@@ -612,6 +615,21 @@ class Queue {
 
 const APPLY_BASE_MS = 20;
 const APPLY_CAP_MS = 2000;
+const BEAT_MIN_MS = 10;
+
+// Calls beat every everyMs (at least BEAT_MIN_MS), one call at a time, its
+// failures ignored (the next one tells), until stop().
+function heartbeat(beat, everyMs) {
+  const ended = new AbortController();
+  (async () => {
+    for (;;) {
+      await pause(Math.max(BEAT_MIN_MS, everyMs), ended.signal);
+      if (ended.signal.aborted) return;
+      await Promise.resolve().then(beat).catch(() => {});
+    }
+  })();
+  return { stop: () => ended.abort() };
+}
 // -- jobs and replies (RESP2 or RESP3, strings or Buffers) ----------------------
 
 function jobsOf(reply) {

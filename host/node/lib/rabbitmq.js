@@ -8,8 +8,7 @@ import { hostname } from 'node:os';
 import { checkString, checkWhole, show } from './args.js';
 import { checkJobType, JOB_TYPE, typedPolicies } from './jobtypes.js';
 import { metricsOrigin } from './metrics.js';
-import { checkPolicy, countPlan, jitter, pause, planOutcome, refusedFor, refusedPlan } from './outcome.js';
-import { isFailedResponse } from './retry.js';
+import { checkPolicy, countPlan, jitter, pause, planOutcome, refusedFor, refusedPlan, runHandler } from './outcome.js';
 
 const LEVELS = 18; // the routing key's bits; exchanges (and the first topology's TTL queues) backstop.delay.L0..L17
 // backstop.hold.L0..L10: the levels a delay hops, moved by the workers'
@@ -54,6 +53,9 @@ const CONFIRM_BATCH = 100;
 // A reason as the scripts accept it: 1..128 printable ASCII characters without spaces.
 const REASON = /^[!-~]{1,128}$/;
 const BACKOFF_MAX_MS = 5000;
+// A handler's deadline by default: well under the broker's consumer_timeout
+// (30 min by default), past which it closes the channel of an unacked delivery.
+const HANDLER_TIMEOUT_MS = 5 * 60_000;
 
 /** The name of delay level n (0..17): a topic exchange and the first topology's TTL queue. */
 export function levelName(n) {
@@ -783,9 +785,11 @@ class Queue {
       signal, prefetch = 16, classify, metrics, policies, onOutcome,
       onError = (err) => console.error(`backstop rabbitmq queue ${this.name}:`, err),
       consumerTag = `${hostname()}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`,
+      handlerTimeoutMs = HANDLER_TIMEOUT_MS,
     } = options;
     checkSignal(signal);
     checkWhole('prefetch', prefetch, 1, 65535);
+    checkWhole('handlerTimeoutMs', handlerTimeoutMs, 1);
     if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
     if (onOutcome !== undefined && typeof onOutcome !== 'function') throw new TypeError('Expected `onOutcome` to be a function');
     if (typeof onError !== 'function') throw new TypeError('Expected `onError` to be a function');
@@ -896,16 +900,7 @@ class Queue {
           if (!own) pausedUntil = Math.max(pausedUntil, Date.now() + retryInMs);
           plan = refusedPlan(jobPolicy, retryInMs);
         } else {
-          let error = null;
-          try {
-            const result = await handler(job, { signal: stop });
-            if (isFailedResponse(result)) {
-              error = result;
-              await result.body?.cancel?.().catch(() => {}); // free the connection
-            }
-          } catch (err) {
-            error = err ?? new Error(`handler threw ${err}`);
-          }
+          const error = await runHandler(handler, job, stop, handlerTimeoutMs, (err) => report(this.#error(`job ${job.id}`, err), job));
           try {
             plan = planOutcome(job, error, jobPolicy, { classify, malformed: MALFORMED });
           } catch (err) {

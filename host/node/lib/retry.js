@@ -1,5 +1,6 @@
 // retry(): run a function until it succeeds or the policy says stop.
 import { readFileSync } from 'node:fs';
+import { after, startDeadline } from './deadline.js';
 import { RetryError } from './errors.js';
 import { attemptHeaderSetter, isHeaderTarget, NO_RETRY_HEADER, OVERLOADED_HEADER, recordGaveUp } from './layers.js';
 import { loadPolicy } from './policy.js';
@@ -15,8 +16,6 @@ const presets = new Map();
 const ERROR_KINDS = Object.freeze(
   JSON.parse(readFileSync(new URL('../errorkinds.json', import.meta.url), 'utf8')).codes,
 );
-
-const MAX_TIMER = 0x7fffffff; // setTimeout's limit (about 24.8 days)
 
 export async function retry(fn, options = {}) {
   if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function');
@@ -44,6 +43,8 @@ export async function retry(fn, options = {}) {
   const start = performance.now();
   // The breaker is asked before each call (a policy without one allows all).
   const guarded = policy.stateful === true && typeof policy.acquire === 'function';
+  // The policy's attempt_timeout (and what max_elapsed leaves) bounds each attempt.
+  const timed = typeof policy.attemptTimeout === 'function';
   let prevDelayMs = 0;
   try {
     for (let attempt = 1; ; attempt++) {
@@ -63,8 +64,14 @@ export async function retry(fn, options = {}) {
       setAttempt?.(attempt);
       let error;
       let response;
+      const timeoutMs = timed ? policy.attemptTimeout(performance.now() - start) : 0;
+      const deadline = timeoutMs > 0 ? startDeadline(timeoutMs, `attempt ${attempt} timed out after ${timeoutMs} ms`, signal) : null;
       try {
-        const result = await fn(attempt);
+        // fn gets a signal that aborts at the attempt's deadline, and is
+        // not waited for past it (it may ignore the signal).
+        const result = deadline
+          ? await Promise.race([fn(attempt, deadline.context), deadline.expired])
+          : await fn(attempt, { signal });
         if (!isFailedResponse(result)) {
           policy.recordSuccess();
           if (metrics) {
@@ -78,6 +85,8 @@ export async function retry(fn, options = {}) {
         // An abort is the caller's decision, never a failure to retry.
         if (signal?.aborted || err?.name === 'AbortError') throw err;
         error = err;
+      } finally {
+        deadline?.clear();
       }
       const failure = failureOf(response ?? error, classify);
       // Set fields one by one: an object spread here costs more than the decision.
@@ -207,20 +216,15 @@ function signals(fields, headers) {
 function sleep(ms, signal) {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
-    let timer;
     const onAbort = () => {
-      clearTimeout(timer);
+      cancel();
       reject(signal.reason);
     };
-    const arm = (left) => {
-      timer = setTimeout(() => {
-        if (left > MAX_TIMER) return arm(left - MAX_TIMER);
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      }, Math.min(left, MAX_TIMER));
-    };
+    const cancel = after(ms, () => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    });
     signal?.addEventListener('abort', onAbort, { once: true });
-    arm(ms);
   });
 }
 

@@ -4,6 +4,7 @@
 // (Outside test/ so that `node --test` does not take it for a test file.)
 
 import { RetryError } from '../index.js';
+import { runHandler } from '../lib/outcome.js';
 
 /**
  * The case's failure fields and their names in a Node failure; a spy
@@ -39,6 +40,14 @@ export function caseError(spec) {
   e.caseFields = {};
   for (const [k, f] of FIELDS) if (spec[k]) e.caseFields[f] = spec[k];
   return e;
+}
+
+/**
+ * The error a worker makes at a handler's deadline of ms (runHandler, as
+ * work() runs it), for the `deadline` cases: a handler that never returns.
+ */
+export function deadlineError(ms) {
+  return runHandler(() => new Promise(() => {}), {}, undefined, ms, () => {});
 }
 
 /** The classify hook of caseError's errors. */

@@ -193,6 +193,20 @@ test('budgetTokens reads the budget without changing it; null without one', asyn
   assert.equal((await loadPolicy('default')).budgetTokens(), null);
 });
 
+test('attemptTimeout: attempt_timeout cut to what max_elapsed leaves; 0 none; bad input an InputError', async () => {
+  const policy = await loadPolicy({ attempt_timeout: '2s', max_elapsed: '5s' });
+  assert.equal(policy.attemptTimeout(0), 2000);
+  assert.equal(policy.attemptTimeout(4000.7), 1000); // a fraction (performance.now) is dropped
+  assert.equal(policy.attemptTimeout(9000n), 1);
+  assert.equal((await loadPolicy({ max_attempts: 3 })).attemptTimeout(10), 0);
+  assert.throws(() => policy.attemptTimeout(-5), (e) => e instanceof InputError && e.message === 'elapsed_ms: must be >= 0 (got -5)');
+  for (const bad of [undefined, 'soon', NaN, 2n ** 63n]) {
+    assert.throws(() => policy.attemptTimeout(bad), (e) => e instanceof InputError && e.field === 'elapsed_ms');
+  }
+  policy.close();
+  assert.throws(() => policy.attemptTimeout(0), /closed/);
+});
+
 test('a closed policy refuses to decide', async () => {
   const p = await loadPolicy('default');
   p.close();

@@ -276,7 +276,7 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         const done = q.work(
           policies.worker,
           async (job, { signal }) => {
-            assert.equal(signal, ac.signal);
+            assert.ok(signal instanceof AbortSignal && !signal.aborted); // ac.signal's, and the deadline's
             seen.push([job.id, job.attempt, job.prevDelayMs]);
             if (job.id === 'job-bad') throw httpError(400, '400 Bad Request');
             if (job.id === 'job-response') return job.attempt === 1 ? new Response('', { status: 503 }) : 'ok';

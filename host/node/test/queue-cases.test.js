@@ -7,8 +7,9 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { loadPolicy } from '../index.js';
+import { errorText } from '../lib/outcome.js';
 import { createQueue } from '../lib/queue.js';
-import { canonical, caseError, classify, FIELDS, timesAsOffsets } from '../test-support/cases.js';
+import { canonical, caseError, classify, deadlineError as workerDeadline, FIELDS, timesAsOffsets } from '../test-support/cases.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { serverNow } from '../test-support/queue-suite.js';
 import { startRedis } from '../test-support/redis-server.js';
@@ -104,12 +105,17 @@ async function dump(keys) {
   return out;
 }
 
+// The error the worker makes at a handler's deadline, for the cases whose
+// handler overran it (`deadline`): 50 ms, as Go's replay.
+const deadlineError = await workerDeadline(50);
+
 // As the Go applier does (testdata/queue/README.md): new stream ids in order
-// of first appearance in the canonical JSON, then times as offsets.
+// of first appearance in the canonical JSON, then times as offsets; the
+// deadline error's text as {deadline_error}.
 function normalise(reply, state, base, end, known) {
   const ids = new Map();
   const s = timesAsOffsets(
-    canonical([reply, state]).replace(NEW_ID, (id) => {
+    canonical([reply, state]).replaceAll(errorText(deadlineError), '{deadline_error}').replace(NEW_ID, (id) => {
       if (!ids.has(id)) ids.set(id, `new:${ids.size + 1}`);
       return ids.get(id);
     }),
@@ -139,7 +145,8 @@ async function run(q, c) {
     let out;
     const p = spy();
     try {
-      out = await q.apply(job, job.malformed || !ev.error ? null : caseError(ev.error), p, { classify });
+      const error = ev.deadline ? deadlineError : ev.error ? caseError(ev.error) : null;
+      out = await q.apply(job, job.malformed ? null : error, p, { classify });
     } catch (err) {
       if (err instanceof TypeError) throw err;
       return { refused: true };
@@ -182,6 +189,8 @@ async function run(q, c) {
       const opts = { limit: ev.limit ?? 0, reason: ev.reason ?? '' };
       if (ev.job_type) opts.type = ev.job_type;
       reply = { replayed: await q.replay(opts) };
+    } else if (ev.type === 'hold') {
+      reply = { held: await q.hold(ev.consumer, ev.entries) };
     } else if (ev.type === 'enqueue') {
       reply = { entry: await q.enqueue(ev.job_id ?? '', ev.payload ?? '', { type: ev.job_type ?? '' }) };
     } else {

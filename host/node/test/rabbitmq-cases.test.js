@@ -9,8 +9,9 @@ import { after, before, test } from 'node:test';
 import amqp from 'amqplib';
 import promClient from 'prom-client';
 import { createMetrics, loadPolicy } from '../index.js';
+import { errorText } from '../lib/outcome.js';
 import { connect, holdName } from '../lib/rabbitmq.js';
-import { canonical, caseError, classify, FIELDS, timesAsOffsets } from '../test-support/cases.js';
+import { canonical, caseError, classify, deadlineError, FIELDS, timesAsOffsets } from '../test-support/cases.js';
 import { until } from '../test-support/eventually.js';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
 
@@ -26,6 +27,11 @@ const NOW = /\{now([+-][0-9]+)?\}/g;
 const LEVELS = Array.from({ length: 11 }, (_, n) => holdName(n));
 const KEY_WORDS = 18;
 const MAX_ROUTED = 2 ** 11 - 1;
+// A `deadline` case's handler overruns the worker's deadline (50 ms, as
+// Go's replay); the text the worker writes for it is {deadline_error} in
+// the cases.
+const DEADLINE_MS = 50;
+const DEADLINE_TEXT = errorText(await deadlineError(DEADLINE_MS));
 // work() without the delay mover (as Go's WithoutMover): the cases look at what the levels hold.
 const NO_MOVER = Symbol.for('backstop-policy/rabbitmq without mover');
 
@@ -237,9 +243,10 @@ async function run(c, { lateMs = 0 } = {}) {
     const ac = new AbortController();
     const done = q.work(s, () => {
       ran = true;
+      if (ev.deadline) return new Promise(() => {}); // past the deadline: the worker's timer ends the attempt
       if (ev.error) throw caseError(ev.error);
     }, {
-      signal: ac.signal, prefetch: 1, classify, onError: () => {}, [NO_MOVER]: true,
+      signal: ac.signal, prefetch: 1, classify, onError: () => {}, [NO_MOVER]: true, handlerTimeoutMs: ev.deadline ? DEADLINE_MS : undefined,
       metrics: createMetrics(promClient, { policy: 'cases', target: name, registry }),
     });
     await until(`case ${c.name}: the worker to deal with the delivery`, async () => ran || anyReady([`${name}.dlq`, ...LEVELS]), 20_000);
@@ -280,7 +287,7 @@ async function run(c, { lateMs = 0 } = {}) {
   }
   state.delayed = sortBy(delayed, (v) => v.message);
   state.counters = await counters(registry);
-  return JSON.parse(timesAsOffsets(canonical(state), base, end, known));
+  return JSON.parse(timesAsOffsets(canonical(state).replaceAll(DEADLINE_TEXT, '{deadline_error}'), base, end, known));
 }
 
 test('the shared RabbitMQ cases', LIMIT, async (t) => {

@@ -184,3 +184,78 @@ test('options are validated at once', async () => {
   await assert.rejects(retry(fn, { policy: 'defualt' }), { name: 'PolicyError' });
   assert.equal(await retry(fn), 1); // the default preset
 });
+
+// The policy's attempt_timeout (spec: issue 26) bounds each attempt.
+const timed = (extra) =>
+  loadPolicy({ backoff: { strategy: 'constant', base: '10ms', cap: '10ms' }, jitter: { mode: 'none' }, ...extra });
+const never = () => new Promise(() => {});
+
+test('attempt_timeout: an attempt that never ends times out, is retried as a timeout, and is the last error', async (t) => {
+  const p = await timed({ max_attempts: 3, attempt_timeout: '50ms' });
+  t.after(() => p.close());
+  const decide = t.mock.method(p, 'decide');
+  let calls = 0;
+  await assert.rejects(retry(() => (calls++, never()), { policy: p }), (err) => {
+    assert.ok(err instanceof RetryError);
+    assert.equal(err.reason, 'max_attempts_reached');
+    assert.equal(err.attempts, 3);
+    assert.equal(err.cause.name, 'TimeoutError');
+    assert.match(err.message, /gave up after 3 attempts \(max_attempts_reached\): attempt 3 timed out after 50 ms/);
+    return true;
+  });
+  assert.equal(calls, 3);
+  assert.deepEqual(decide.mock.calls.map((c) => c.arguments[0].errorKind), ['timeout', 'timeout', 'timeout']);
+});
+
+test('attempt_timeout: fn gets a signal that aborts at the deadline, and the caller\'s abort through it', async (t) => {
+  const p = await timed({ max_attempts: 2, attempt_timeout: '50ms' });
+  t.after(() => p.close());
+  const signals = [];
+  const honours = (attempt, { signal }) => {
+    signals.push(signal);
+    return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+  };
+  await assert.rejects(retry(honours, { policy: p }), { reason: 'max_attempts_reached', attempts: 2 });
+  assert.equal(signals.length, 2);
+  for (const s of signals) {
+    assert.equal(s.aborted, true);
+    assert.equal(s.reason.name, 'TimeoutError');
+  }
+  // The caller's abort reaches fn through the attempt's signal, and is not retried.
+  const ac = new AbortController();
+  const stopped = retry((attempt, { signal }) => {
+    setImmediate(() => ac.abort());
+    return honours(attempt, { signal });
+  }, { policy: p, signal: ac.signal });
+  await assert.rejects(stopped, { name: 'AbortError' });
+  assert.equal(signals.length, 3);
+  // No timeout in the policy: fn gets the caller's signal.
+  const seen = [];
+  const caller = new AbortController().signal;
+  await retry((attempt, { signal }) => seen.push(signal), { policy, signal: caller });
+  assert.deepEqual(seen, [caller]);
+});
+
+test('attempt_timeout: what is left of max_elapsed bounds the last attempt', async (t) => {
+  // No attempt_timeout worth speaking of: max_elapsed's remainder is the bound.
+  const p = await timed({ max_attempts: 10, max_elapsed: '200ms', attempt_timeout: '1h' });
+  t.after(() => p.close());
+  const asked = [];
+  const spy = {
+    decide: (f) => p.decide(f),
+    recordSuccess: (now) => p.recordSuccess(now),
+    attemptTimeout: (elapsed) => {
+      asked.push(p.attemptTimeout(elapsed));
+      return asked.at(-1);
+    },
+  };
+  const fn = (attempt) => (attempt === 1 ? Promise.reject(Object.assign(new Error('busy'), { status: 503 })) : never());
+  await assert.rejects(retry(fn, { policy: spy }), (err) => {
+    assert.equal(err.reason, 'max_elapsed_exceeded');
+    assert.equal(err.attempts, 2);
+    assert.equal(err.cause.name, 'TimeoutError');
+    return true;
+  });
+  assert.equal(asked.length, 2);
+  assert.ok(asked.every((ms) => ms >= 1 && ms <= 200), `${asked}`);
+});

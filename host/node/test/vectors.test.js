@@ -43,6 +43,12 @@ for (const [gi, group] of vectors.groups.entries()) {
           assert.deepEqual(policy.acquire(c.now_ms), { allowed, retryInMs, state }, `case ${i}: acquire at ${c.now_ms}`);
           continue;
         }
+        if (c.op === 'attempt_timeout') {
+          // elapsed_ms is left out when 0, as the failures' fields are.
+          const got = actual(() => ({ timeoutMs: policy.attemptTimeout(c.elapsed_ms ?? 0) }));
+          assert.deepEqual(got, c.error !== undefined ? { error: c.error } : { timeoutMs: c.timeout_ms }, `case ${i}: attempt_timeout at ${c.elapsed_ms}`);
+          continue;
+        }
         const got = actual(() => policy.decide(failure(c.input)));
         assert.deepEqual(got, expected(c.expect), `case ${i}: ${JSON.stringify(c.input, (_, v) => (typeof v === 'bigint' ? `${v}` : v))}`);
       }

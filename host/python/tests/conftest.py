@@ -259,3 +259,14 @@ def rabbit(tmp_path_factory):
     s = RabbitServer(tmp_path_factory.mktemp("rabbit"))
     yield s
     s.stop()
+
+
+@pytest.fixture
+def r(redis_server):
+    """A client of the session's redis-server, flushed for each test."""
+    import redis
+
+    c = redis.Redis(port=redis_server.port)
+    c.flushall()
+    yield c
+    c.close()

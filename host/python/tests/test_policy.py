@@ -112,6 +112,37 @@ def test_budget_tokens():
     assert backstop.load_policy("default").budget_tokens() is None
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_attempt_timeout(fast):
+    """attempt_timeout: the policy's, bounded by what is left of
+    max_elapsed, at least 1 ms; 0 for none; bad input is an InputError."""
+    from backstop._policy import load_into
+
+    inst = Instance(fast=fast)
+    with load_into(inst, b'{"attempt_timeout": "2s", "max_elapsed": "5s"}') as p:
+        assert p.attempt_timeout(0) == p.attempt_timeout() == 2000
+        assert p.attempt_timeout(4000) == p.attempt_timeout(timedelta(seconds=4)) == p.attempt_timeout(4000.9) == 1000
+        assert p.attempt_timeout(5000) == p.attempt_timeout(9000) == 1
+        with pytest.raises(InputError, match=r"^elapsed_ms: must be >= 0 \(got -5\)$") as e:
+            p.attempt_timeout(-5)
+        assert e.value.field == "elapsed_ms"
+        for bad in ("1", [], True, float("nan")):
+            with pytest.raises(InputError, match=r"^elapsed_ms: must be an integer"):
+                p.attempt_timeout(bad)
+    with load_into(inst, b'{"max_elapsed": "5s"}') as p:
+        assert p.attempt_timeout(1500) == 3500
+    with load_into(inst, b'{"max_elapsed": "5s", "stop_when": "all"}') as p:
+        assert p.attempt_timeout(1500) == 0
+    with load_into(inst, b'{}') as p:
+        assert p.attempt_timeout(10**9) == 0
+    p = load_into(inst, b'{"attempt_timeout": "1s"}')
+    p.close()
+    with pytest.raises(BackstopError, match="closed"):
+        p.attempt_timeout(0)
+    with pytest.raises(PolicyError, match="attempt_timeout"):
+        backstop.load_policy({"attempt_timeout": "-1s"})
+
+
 def test_acquire_now_ms():
     """now_ms defaults to the host's clock; 0 on a stateful policy, or a
     negative one, is an InputError naming now_ms, and changes nothing."""
@@ -289,6 +320,7 @@ TRAPPING = """(module
   (func (export "acquire") (param i32 i64) (result i64) i64.const 0)
   (func (export "policy_on_open") (param i32) (result i32) i32.const 0)
   (func (export "budget_tokens") (param i32 i64) (result i64) i64.const 0)
+  (func (export "attempt_timeout") (param i32 i64) (result i64) i64.const 0)
   (func (export "error_message") (result i64) i64.const 0))"""
 
 

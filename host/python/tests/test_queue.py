@@ -36,14 +36,6 @@ class HTTPError(Exception):
 
 
 @pytest.fixture
-def r(redis_server):
-    c = redis.Redis(port=redis_server.port)
-    c.flushall()
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def q(r):
     q = Queue(r, "orders")
     assert q.ensure_group() is True

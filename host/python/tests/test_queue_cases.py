@@ -14,7 +14,7 @@ import pytest
 import redis
 
 import backstop
-from backstop import RetryError
+from backstop import DeadlineExceeded, RetryError
 from backstop._policy import Decision
 from backstop._retry import classifier
 from backstop.queue import Job, Queue, _error_text
@@ -217,6 +217,10 @@ def run(r: redis.Redis, q: Queue, policy: Any, case: Dict[str, Any]) -> Any:
     if spec:
         exc = case_error(spec)
     texts = {_error_text(exc): spec["message"]} if exc is not None else {}
+    if ev.get("deadline"):
+        # The handler overran the worker's deadline: the error Queue.work makes then.
+        exc = DeadlineExceeded("handler", 0.05, True)
+        texts = {_error_text(exc): "{deadline_error}"}
 
     def apply(job: Job) -> Dict[str, Any]:
         # The worker's path (Queue.work): a malformed job is not run.
@@ -261,6 +265,8 @@ def run(r: redis.Redis, q: Queue, policy: Any, case: Dict[str, Any]) -> Any:
             reply = {"moved": ran.moved, "left": ran.left}
         elif ev["type"] == "replay":
             reply = {"replayed": q.replay(ev.get("limit", 0), ev.get("reason") or None, job_type=ev.get("job_type") or None)}
+        elif ev["type"] == "hold":
+            reply = {"held": q.hold(ev["consumer"], ev["entries"])}
         elif ev["type"] == "enqueue":
             reply = {"entry": q.enqueue(ev.get("job_id", ""), ev.get("payload", ""), job_type=ev.get("job_type") or None)}
         else:

@@ -35,14 +35,6 @@ def command_calls(r, cmd):
     return int(r.info("commandstats").get("cmdstat_" + cmd, {}).get("calls", 0))
 
 
-@pytest.fixture
-def r(redis_server):
-    c = redis.Redis(port=redis_server.port)
-    c.flushall()
-    yield c
-    c.close()
-
-
 class Worker:
     """Runs Queue.work (on a client of its own) or AsyncQueue.work (in a
     loop of its own) in a thread until stop(), which checks it returns even

@@ -5,7 +5,6 @@ a success, a failure that opens the breaker (deferred: a retry with reason
 circuit_open), and a job the open breaker refuses before it runs."""
 
 import pytest
-import redis
 
 import backstop
 from backstop.metrics import create_metrics
@@ -17,14 +16,6 @@ prometheus_client = pytest.importorskip("prometheus_client")
 
 POLICY = """{"max_attempts": 3, "backoff": {"base": "10ms", "cap": "20ms"}, "jitter": {"mode": "none"},
  "circuit_breaker": {"failure_threshold": 1, "open_for": "1h"}}"""
-
-
-@pytest.fixture
-def r(redis_server):
-    c = redis.Redis(port=redis_server.port)
-    c.flushall()
-    yield c
-    c.close()
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])

@@ -11,14 +11,6 @@ import redis.asyncio
 from backstop.queue import AsyncQueue, Queue, Ran, script_source
 
 
-@pytest.fixture
-def r(redis_server):
-    c = redis.Redis(port=redis_server.port)
-    c.flushall()
-    yield c
-    c.close()
-
-
 def delay(q, *ids):
     """Enqueues ids and retries each an hour after the one before."""
     for i, job_id in enumerate(ids):

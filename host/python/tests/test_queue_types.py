@@ -33,14 +33,6 @@ def counters(r, q):
     return {k.decode(): int(v) for k, v in r.hgetall(q.keys.stats).items()}
 
 
-@pytest.fixture
-def r(redis_server):
-    c = redis.Redis(port=redis_server.port)
-    c.flushall()
-    yield c
-    c.close()
-
-
 def test_enqueue_takes_a_job_type_and_refuses_a_bad_one(r):
     q = Queue(r, "typed")
     q.enqueue("a", b"x", job_type="send_email")

@@ -22,7 +22,7 @@ import prometheus_client
 import pytest
 
 import backstop
-from backstop import rabbitmq
+from backstop import DeadlineExceeded, rabbitmq
 from backstop._decide import error_text
 from backstop.rabbitmq import _core, sync
 
@@ -38,6 +38,7 @@ LEVELS = [_core.level(n) for n in range(_core.LEVELS)]
 HOLDS = [_core.hold(n) for n in range(_core.HOLD_LEVELS)]
 FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "prev_delay_ms", "retried_downstream",
           "server_declined")
+DEADLINE = 0.05  # the handler_timeout of a "deadline" case, in seconds
 PROPS = ("message_id", "content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
          "expiration", "type", "user_id", "app_id")
 
@@ -242,9 +243,14 @@ async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0
                 await m.nack(requeue=True)
             spec = ev.get("error")
             ran: List[Any] = []
+            release = threading.Event()
 
-            def handler(job: Any) -> None:
+            def handler(job: Any) -> Any:
                 ran.append(job)
+                if ev.get("deadline"):
+                    # It overruns the worker's deadline: the worker's own error ends the attempt.
+                    texts[error_text(DeadlineExceeded("handler", DEADLINE, True))] = "{deadline_error}"
+                    return asyncio.Event().wait() if sb is None else release.wait()
                 if spec:
                     exc = case_error(spec)
                     texts[error_text(exc)] = spec["message"]
@@ -256,7 +262,8 @@ async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0
             reg = prometheus_client.CollectorRegistry()
             with backstop.load_policy(json.dumps(FILE["policy"])) as policy:
                 spy = Spy(policy, refuse)
-                opts = dict(prefetch=1, registry=reg, metrics_policy="cases", classify=classify)
+                opts = dict(prefetch=1, registry=reg, metrics_policy="cases", classify=classify,
+                            handler_timeout=DEADLINE if ev.get("deadline") else None)
                 if sb is None:
                     w = asyncio.ensure_future(q.work(spy, handler, **opts))
                 else:
@@ -275,6 +282,7 @@ async def run_case(url: str, case: Dict[str, Any], worker: str, late_ms: int = 0
                 else:
                     stop.set()
                     await asyncio.to_thread(t.join, 30)
+                    release.set()  # the abandoned handler's thread ends
                     assert not t.is_alive()
             reply = {"ran": bool(ran)}
             if spy.asked is not None:

@@ -365,3 +365,126 @@ def test_describe_follows_causes():
             raise RuntimeError("wrapped") from e
     except RuntimeError as e:
         assert describe(e) == {"error_kind": "connection_refused"}
+
+
+# -- deadlines: the policy's attempt_timeout, and what is left of max_elapsed --------
+
+TIMED = {"max_attempts": 3, "attempt_timeout": "50ms", "backoff": {"strategy": "constant", "base": "1ms", "cap": "1s"},
+         "jitter": {"mode": "none"}}
+
+
+@pytest.fixture
+def release():
+    """Set at the end of the test: the calls that hang until it end, and
+    their abandoned threads with them."""
+    e = threading.Event()
+    yield e
+    e.set()
+
+
+def test_a_hanging_call_times_out_at_each_attempt(sleeps, release):
+    calls = []
+
+    @backstop.load_policy(TIMED).retry
+    def hang():
+        calls.append(threading.current_thread())
+        release.wait()
+
+    with pytest.raises(RetryError) as e:
+        hang()
+    assert (e.value.reason, e.value.attempts, len(calls)) == ("max_attempts_reached", 3, 3)
+    last = e.value.last_exception
+    assert isinstance(last, backstop.DeadlineExceeded) and isinstance(last, TimeoutError)
+    assert (str(last), last.timeout, last.abandoned) == ("attempt deadline exceeded after 50ms", 0.05, True)
+    assert describe(last) == {"error_kind": "timeout"} and sleeps == [0.001, 0.001]
+    assert threading.current_thread() not in calls  # each attempt ran in a thread of its own
+
+
+def test_a_hanging_coroutine_is_cancelled_at_each_attempt(sleeps):
+    cancelled = []
+
+    @backstop.load_policy(TIMED).retry
+    async def hang():
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(backstop.current_attempt())
+            raise
+
+    with pytest.raises(RetryError) as e:
+        asyncio.run(hang())
+    assert (e.value.reason, e.value.attempts, cancelled) == ("max_attempts_reached", 3, [1, 2, 3])
+    assert isinstance(e.value.last_exception, backstop.DeadlineExceeded)
+    assert not e.value.last_exception.abandoned  # it ended when cancelled
+
+
+def test_a_coroutine_ignoring_its_cancellation_is_left_behind(sleeps, release):
+    async def main():
+        @backstop.load_policy(dict(TIMED, max_attempts=1)).retry
+        async def stubborn():
+            while not release.is_set():
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    pass  # ignored
+
+        with pytest.raises(RetryError) as e:
+            await stubborn()
+        assert e.value.last_exception.abandoned
+        release.set()  # its next cancellation (asyncio.run's, at the end) ends it
+
+    asyncio.run(main())
+
+
+def test_the_max_elapsed_remainder_bounds_the_last_attempt(sleeps, release):
+    p = backstop.load_policy(dict(TIMED, max_attempts=10, attempt_timeout="200ms", max_elapsed="300ms"))
+    asked = []
+    ask = p.attempt_timeout
+    p.attempt_timeout = lambda elapsed_ms: asked.append(ask(elapsed_ms)) or asked[-1]
+
+    with pytest.raises(RetryError) as e:
+        p.retry(release.wait)()
+    assert e.value.reason == "max_elapsed_exceeded"
+    # The first attempt ran its whole 200 ms, so what was left of 300 ms bounds the next.
+    assert asked[0] == 200 and all(0 < t <= 100 for t in asked[1:]) and len(asked) >= 2
+    assert e.value.last_exception.timeout == asked[-1] / 1000
+
+
+def test_a_call_that_ends_in_time_wins(sleeps, server):
+    p = backstop.load_policy(dict(TIMED, attempt_timeout="10s"))
+    url = server.on("/t", 503, 200)
+    assert p.retry(get)(url) == b"ok" and sleeps == [0.001]
+    with pytest.raises(RetryError) as e:
+        p.retry(get)(server.on("/bad", 400))
+    assert e.value.reason == "permanent_error" and e.value.last_exception.code == 400
+
+
+def test_a_deadline_is_a_timeout_whatever_classify_says(sleeps, release):
+    p = backstop.load_policy(TIMED)
+    with pytest.raises(RetryError) as e:
+        p.retry(classify={TimeoutError: "permanent"})(release.wait)()
+    assert e.value.attempts == 3
+
+
+def test_attempt_time_left(sleeps):
+    assert backstop.attempt_time_left() is None
+    seen = []
+
+    def look():
+        seen.append(backstop.attempt_time_left())
+
+    backstop.load_policy(dict(TIMED, attempt_timeout="5s")).retry(look)()
+    backstop.load_policy(FIXED).retry(look)()
+    assert 0 < seen[0] <= 5 and seen[1] is None
+
+    # A loop without a timeout inside one with: the outer deadline still holds.
+    inner = backstop.load_policy(FIXED).retry(look)
+    backstop.load_policy(dict(TIMED, attempt_timeout="5s")).retry(inner)()
+    assert 0 < seen[2] <= 5
+
+    async def alook():
+        look()
+
+    asyncio.run(backstop.load_policy(dict(TIMED, attempt_timeout="5s")).retry(alook)())
+    assert 0 < seen[3] <= 5
+    assert backstop.attempt_time_left() is None

@@ -26,11 +26,8 @@ def test_decide(g):
 
 def run_cases(p: Policy, cases):
     for i, c in enumerate(cases):
-        if c.get("op") == "success":
-            p.record_success(c.get("now_ms", 0))
-            continue
-        if c.get("op") == "acquire":
-            assert p.acquire(c["now_ms"]).to_dict() == c["permit"], "case %d: acquire at %d" % (i, c["now_ms"])
+        if "op" in c:
+            run_op(p, i, c)
             continue
         want = c["expect"]
         if "error" in want:
@@ -51,7 +48,7 @@ def test_decide_many(g):
 
 def run_batches(p: Policy, cases):
     """The cases with each run of decisions between the other ops (success,
-    acquire) through one decide_many."""
+    acquire, attempt_timeout) through one decide_many."""
     run = []
     for c in cases + [{"op": "success", "now_ms": -1}]:
         if "op" not in c:
@@ -60,10 +57,25 @@ def run_batches(p: Policy, cases):
         if run:
             check_batch(p, run)
             run = []
-        if c["op"] == "acquire":
-            assert p.acquire(c["now_ms"]).to_dict() == c["permit"]
-        elif c["now_ms"] >= 0:
-            p.record_success(c.get("now_ms", 0))
+        if c.get("now_ms", 0) >= 0:
+            run_op(p, -1, c)
+
+
+def run_op(p: Policy, i: int, c):
+    """A case that is not a decision: success, acquire or attempt_timeout."""
+    if c["op"] == "success":
+        p.record_success(c.get("now_ms", 0))
+    elif c["op"] == "acquire":
+        assert p.acquire(c["now_ms"]).to_dict() == c["permit"], "case %d: acquire at %d" % (i, c["now_ms"])
+    elif c["op"] == "attempt_timeout":
+        if "error" in c:
+            with pytest.raises(backstop.InputError) as e:
+                p.attempt_timeout(c.get("elapsed_ms", 0))
+            assert str(e.value) == c["error"], "case %d" % i
+        else:
+            assert p.attempt_timeout(c.get("elapsed_ms", 0)) == c["timeout_ms"], "case %d: %s" % (i, c)
+    else:
+        raise AssertionError("case %d: unknown op %r" % (i, c["op"]))
 
 
 def check_batch(p: Policy, cases):

@@ -79,6 +79,9 @@ func run(g vector.Group) vector.Group {
 			pm := vector.FromPermit(p.Acquire(c.NowMs))
 			c.Permit = &pm
 			continue
+		case "attempt_timeout":
+			c.FromTimeout(p.AttemptTimeout(c.ElapsedMs))
+			continue
 		}
 		e := vector.FromDecision(p.Decide(c.Input.Failure()))
 		c.Expect = &e
@@ -282,6 +285,10 @@ func groups(rng *rand.Rand) []vector.Group {
 	// Retry at one layer: a failure a layer below already retried, and the
 	// server's "do not retry" (gRFC A6's negative pushback included).
 	gs = append(gs, layerGroups()...)
+
+	// Per-attempt timeouts: attempt_timeout cut to what is left of
+	// max_elapsed.
+	gs = append(gs, timeoutGroups()...)
 
 	// Retry budget and circuit breaker: sequences on one instance.
 	gs = append(gs, budgetGroups()...)
@@ -520,6 +527,31 @@ func prevFor(attempt int64) int64 {
 		return 0
 	}
 	return min(attempt*37, 1<<62)
+}
+
+// timeoutGroups ask each policy for the timeout of attempts starting at
+// elapsed times around its limits.
+func timeoutGroups() []vector.Group {
+	elapsed := []int64{0, 1, 999, 1000, 1999, 2000, 2001, 2999, 3000, 3001, 4999, 5000, 5001, 60_000, 1e12, math.MaxInt64, -1, math.MinInt64}
+	var gs []vector.Group
+	for _, g := range []struct{ name, policy string }{
+		{"none", `{"max_attempts": 5}`},
+		{"attempt", `{"max_attempts": 5, "attempt_timeout": "2s"}`},
+		{"attempt_and_elapsed", `{"max_attempts": 5, "attempt_timeout": "2s", "max_elapsed": "5s"}`},
+		{"elapsed", `{"max_attempts": 0, "max_elapsed": "3s"}`},
+		{"elapsed_shorter", `{"max_attempts": 5, "attempt_timeout": "10s", "max_elapsed": "3s"}`},
+		{"stop_when_all", `{"max_attempts": 3, "attempt_timeout": "2s", "max_elapsed": "5s", "stop_when": "all"}`},
+		{"stop_when_all_elapsed", `{"max_attempts": 3, "max_elapsed": "5s", "stop_when": "all"}`},
+		{"tiny", `{"max_attempts": 5, "attempt_timeout": "1ms"}`},
+		{"huge", `{"max_attempts": 5, "attempt_timeout": "2562047h47m16.854s", "max_elapsed": "2562047h47m16.854s"}`},
+	} {
+		cs := make([]vector.Case, len(elapsed))
+		for i, e := range elapsed {
+			cs[i] = vector.Case{Op: "attempt_timeout", ElapsedMs: e}
+		}
+		gs = append(gs, vector.Group{Name: "attempt_timeout/" + g.name, Policy: raw(g.policy), Cases: cs})
+	}
+	return gs
 }
 
 func raw(s string) json.RawMessage {

@@ -14,6 +14,7 @@ Python service decides exactly as its Go and Node.js neighbours do::
     def fetch(url): ...
 """
 
+from ._deadline import DeadlineExceeded, attempt_time_left
 from ._errors import BackstopError, InputError, PolicyError, RetryError
 from ._layers import (OneLayerASGI, OneLayerWSGI, attempt_headers, current_attempt, grpc_attempt_metadata,
                       httpx_attempt_hook)
@@ -24,6 +25,7 @@ from ._runtime import ABI_VERSION, StateLostError
 __all__ = [
     "ABI_VERSION",
     "BackstopError",
+    "DeadlineExceeded",
     "Decision",
     "Failure",
     "InputError",
@@ -36,6 +38,7 @@ __all__ = [
     "RetryState",
     "StateLostError",
     "attempt_headers",
+    "attempt_time_left",
     "current_attempt",
     "describe",
     "grpc_attempt_metadata",

@@ -6,10 +6,14 @@ client."""
 
 from __future__ import annotations
 
+import logging
+import math
 import random
 import re
+from datetime import timedelta
 from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Tuple
 
+from ._deadline import DeadlineExceeded
 from ._errors import InputError
 from ._policy import Decision, Policy
 from .metrics import Metrics
@@ -20,6 +24,9 @@ Plan = Tuple[str, str, Optional[Decision], str, int]
 # Decisions that defer a job instead of dead-lettering it (on_open: defer).
 DEFERRED = frozenset(("circuit_open", "budget_exhausted"))
 OPEN_POLL_MS = 1000  # a refused job's wait when the policy cannot say how long
+# A handler's deadline by default: RabbitMQ's (below the broker's
+# consumer_timeout, 30 min), and Redis's without a min idle time.
+HANDLER_TIMEOUT_S = 300.0
 
 
 class JobLike(Protocol):
@@ -183,3 +190,21 @@ def typed_policies(policies: Optional[Mapping[str, Policy]], metrics: Any) -> Di
             m = Metrics(t, metrics.target, metrics._fam)
         out[t] = (p, m)
     return out
+
+
+def handler_timeout(v: Any, default: float) -> float:
+    """work's ``handler_timeout`` in seconds (a number or a timedelta), or
+    ``default`` for None."""
+    if v is None:
+        return default
+    t = v.total_seconds() if isinstance(v, timedelta) else v
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise ValueError("work: handler_timeout must be a number of seconds > 0 or a timedelta (got %r)" % (v,))
+    return float(t)
+
+
+def deadline_passed(log: logging.Logger, queue: str, job: JobLike, e: DeadlineExceeded) -> None:
+    """Logs a handler that did not end by its deadline (the job fails as a
+    timeout): once, and whether it still runs."""
+    log.warning("queue %s: job %s (attempt %d): %s, failed as a timeout%s", queue, job.id, job.attempt, e,
+                "; the handler still runs, abandoned" if e.abandoned else "")

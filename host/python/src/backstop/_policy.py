@@ -371,15 +371,31 @@ class Policy:
             return "closed"
         return _CIRCUIT[self._at("circuit_state", now_ms)]
 
+    def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int:
+        """How long the attempt starting ``elapsed_ms`` after the first one
+        started may run, in ms; 0 for no limit. It is the policy's
+        ``attempt_timeout``, bounded by what is left of ``max_elapsed``
+        (when ``stop_when`` is ``"any"``), and at least 1 ms.
+        ``Policy.retry`` asks it before each attempt.
+
+        Raises InputError for an elapsed_ms that is not an integer (a
+        timedelta or a float: fractions are dropped) or is negative
+        (``elapsed_ms: must be >= 0 (got -5)``)."""
+        return self._call("attempt_timeout", _int64("elapsed_ms", elapsed_ms, True))
+
     def _at(self, export: str, now_ms: Optional[int]) -> int:
         """Calls the module's export (acquire, record_success,
         budget_tokens, circuit_state) on this policy at now_ms (default:
-        the host's clock) and returns its result; a negative one raises
-        its error (read under the lock, as every call into the module)."""
-        now = _now(now_ms)
+        the host's clock) and returns its result (see _call)."""
+        return self._call(export, _now(now_ms))
+
+    def _call(self, export: str, arg: int) -> int:
+        """Calls the module's export with this policy's handle and one i64
+        and returns its result; a negative one raises its error (read
+        under the lock, as every call into the module)."""
         inst = self._inst
         with inst.lock:
-            r = getattr(inst, export)(self._h, now)
+            r = getattr(inst, export)(self._h, arg)
             if r < 0:
                 raise inst.error(export, r)
         return r
@@ -413,6 +429,15 @@ class Policy:
         raises ``RetryError`` with reason ``circuit_open`` before it is made.
         ``metrics`` (from ``backstop.metrics.create_metrics``) counts
         attempts, retries, refusals, delays and the breaker's state.
+
+        Before each attempt the loop asks ``attempt_timeout`` (the
+        policy's ``attempt_timeout``, bounded by what is left of
+        ``max_elapsed``); with one, the attempt runs within it: a
+        coroutine as a task, cancelled at the deadline; a plain function
+        in a thread of its own, abandoned at the deadline (it runs on, its
+        result dropped: pass ``backstop.attempt_time_left()`` as the
+        ``timeout=`` of its client calls so that it ends in time). The
+        expiry is ``backstop.DeadlineExceeded``, error kind ``timeout``.
 
         Retry at one layer (docs/layers.md): a ``RetryError`` of a
         ``@policy.retry`` inside the function (one that made a call: not

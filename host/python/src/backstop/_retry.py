@@ -14,8 +14,10 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, MutableMapping, Optional, TypeVar, Union
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple,
+                    TypeVar, Union)
 
+from ._deadline import DeadlineExceeded, await_within, run_within
 from ._errors import RetryError
 from ._layers import AttemptHeaders, _attempt, record_gave_up
 from ._policy import Decision
@@ -154,14 +156,19 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
     # attempt_headers, httpx_attempt_hook) and, with headers, on the
     # caller's mapping; the context has the outer loop's number again for
     # the decision, before_sleep and the wait.
-    def begin(attempt: int, sent: Optional[AttemptHeaders]) -> contextvars.Token[int]:
-        """Admits attempt (the breaker) and sets its number; the token puts
-        the outer number back."""
+    # An attempt the policy bounds (attempt_timeout, what is left of
+    # max_elapsed) runs within its timeout (_deadline): a coroutine as a
+    # task, cancelled at the deadline; a function in a thread, abandoned.
+    def begin(attempt: int, sent: Optional[AttemptHeaders], start: float) -> Tuple[contextvars.Token[int], float]:
+        """Admits attempt (the breaker) and sets its number; returns the
+        token that puts the outer number back and the attempt's timeout in
+        seconds (0: none)."""
         if guarded:
             admit(attempt)
+        timeout = policy.attempt_timeout(int((_monotonic() - start) * 1000)) / 1000
         if sent is not None:
             sent.set(attempt)
-        return _attempt.set(attempt)
+        return _attempt.set(attempt), timeout
 
     def settle(exc: Optional[BaseException], attempt: int, start: float, prev_ms: int) -> Optional[Decision]:
         """Reports the attempt's end: None for a success, else the decision
@@ -186,10 +193,13 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
             sent = AttemptHeaders(headers) if headers is not None else None
             try:
                 while True:
-                    token = begin(attempt, sent)
+                    token, timeout = begin(attempt, sent, start)
                     exc: Optional[BaseException] = None
                     try:
-                        result = await fn(*args, **kwargs)
+                        if timeout:
+                            result = await await_within(fn(*args, **kwargs), timeout, "attempt")
+                        else:
+                            result = await fn(*args, **kwargs)
                     except Exception as e:
                         exc = e
                     finally:
@@ -215,10 +225,13 @@ def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: 
         sent = AttemptHeaders(headers) if headers is not None else None
         try:
             while True:
-                token = begin(attempt, sent)
+                token, timeout = begin(attempt, sent, start)
                 exc: Optional[BaseException] = None
                 try:
-                    result = fn(*args, **kwargs)
+                    if timeout:
+                        result = run_within(functools.partial(fn, *args, **kwargs), timeout, "attempt")
+                    else:
+                        result = fn(*args, **kwargs)
                 except Exception as e:
                     exc = e
                 finally:
@@ -243,6 +256,8 @@ def _classified(by_type: Optional[Mapping[type, Any]], by_call: Optional[Callabl
     exception: see _below)."""
     if isinstance(exc, RetryError):
         return _below(exc, _classified(by_type, by_call, exc.last_exception))
+    if isinstance(exc, DeadlineExceeded):
+        return {"error_kind": "timeout"}  # backstop's own deadline: a timeout, whatever classify says
     v: Union[None, str, Mapping[str, Any]] = None
     if by_type is not None:
         v = next((by_type[t] for t in type(exc).__mro__ if t in by_type), None)

@@ -37,7 +37,8 @@ _EINVAL = 28
 # The hot path: no clock step before these calls (ABI.md allows it), and
 # the exports whose first parameter is a policy handle.
 _HOT = frozenset(("decide", "decide_batch"))
-_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state", "acquire", "policy_on_open", "budget_tokens")
+_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state", "acquire", "policy_on_open", "budget_tokens",
+              "attempt_timeout")
 
 # Handles the module gives out are 1..65536; after a restart the host's own
 # handles start above them.
@@ -59,6 +60,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "acquire": ("iq", "q"),
     "policy_on_open": ("i", "i"),
     "budget_tokens": ("iq", "q"),
+    "attempt_timeout": ("iq", "q"),
     "error_message": ("", "q"),
 }
 _WASM_TYPES = {"i": "i32", "q": "i64", "d": "f64"}
@@ -377,6 +379,7 @@ class Instance:
     acquire: Callable[[int, int], int]
     policy_on_open: Callable[[int], int]
     budget_tokens: Callable[[int, int], int]
+    attempt_timeout: Callable[[int, int], int]
     error_message: Callable[[], int]
 
 

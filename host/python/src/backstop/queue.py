@@ -48,6 +48,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.queue needs redis-py: pip install 'backstop-policy[redis]'") from e
 
 from . import _decide
+from ._deadline import DeadlineExceeded, await_within, run_within
 from .metrics import Metrics
 from ._policy import Decision, Policy
 from ._retry import Classify, check_classify, classifier
@@ -546,7 +547,8 @@ class Queue(_Base):
              stop: Optional[threading.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
              block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
              reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
-             metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None) -> None:
+             metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None,
+             handler_timeout: Union[None, float, timedelta] = None) -> None:
         """Consumes the queue until ``stop`` is set: reads jobs (``batch`` at
         a time, blocking up to ``block_ms``), calls ``handler(job)`` and
         applies its outcome with ``apply``; every ``promote_every`` seconds
@@ -591,6 +593,17 @@ class Queue(_Base):
         outcomes in the ``backstop_client_*`` families ``@policy.retry``
         exports: a job the breaker refused before it ran as ``refused``, a
         deferred failure as a retry with its reason.
+
+        Each handler runs within ``handler_timeout`` seconds (default 5 x
+        ``min_idle_ms``; 5 minutes when ``min_idle_ms`` is 0), in a thread
+        of its own, while the worker holds the job and the rest of its
+        batch (``hold``, every ``min_idle_ms``/3, at least 10 ms) so that
+        no reclaim takes a job whose worker is alive. At the deadline the
+        thread is abandoned (Python cannot stop it: it runs on, its result
+        dropped; the log says so) and the job fails with
+        ``backstop.DeadlineExceeded``, error kind ``timeout``, decided and
+        applied like any failure. ``backstop.attempt_time_left()`` in the
+        handler gives what is left of it.
         """
         check_classify("work", classify)
         cls = classifier(classify)
@@ -599,6 +612,7 @@ class Queue(_Base):
         _work_args(self, consumer, batch, block_ms, promote_limit)
         _check_metrics(self.name, metrics)
         typed = _typed_policies(policies, metrics)
+        timeout, beat = _deadline_args(handler_timeout, min_idle_ms)
         self.ensure_group()
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
@@ -624,8 +638,21 @@ class Queue(_Base):
             gated = plan is not None
             if plan is None:
                 if not job.malformed:
+                    ids = _batch_ids(job, waiting)
+
+                    def hold(done: threading.Event, left: float) -> None:
+                        # The heartbeat: reclaim leaves a job alone while its worker holds it.
+                        if not done.wait(min(left, beat)):
+                            try:
+                                self.hold(consumer, ids)
+                            except (redis.RedisError, ValueError):
+                                pass
+
                     try:
-                        handler(job)
+                        run_within(lambda: handler(job), timeout, "handler", hold)
+                    except DeadlineExceeded as e:
+                        _decide.deadline_passed(log, self.name, job, e)
+                        exc = e
                     except Exception as e:
                         exc = e
                 try:
@@ -818,7 +845,8 @@ class AsyncQueue(_Base):
                    stop: Optional[asyncio.Event] = None, classify: Optional[Classify] = None, batch: int = 16,
                    block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
                    reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
-                   metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None) -> None:
+                   metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None,
+                   handler_timeout: Union[None, float, timedelta] = None) -> None:
         """``Queue.work`` for asyncio: ``handler`` is a coroutine function
         (or returns an awaitable), run one job at a time; ``stop`` an
         ``asyncio.Event``. Cancelling the task ends it at once: a job whose
@@ -826,7 +854,11 @@ class AsyncQueue(_Base):
         ``reclaim``; set ``stop`` to finish the batch first. Outcomes Redis
         refuses are kept and sent again, crash loops reclaim could not
         dead-letter are logged, and a job the breaker refuses is deferred
-        while the worker stops reading, as ``Queue.work`` does."""
+        while the worker stops reading, as ``Queue.work`` does. The
+        awaitable a handler returns runs as a task within
+        ``handler_timeout`` (as ``Queue.work``'s, with the same holds), and
+        is cancelled at the deadline; the worker gives it half a second to
+        end, then moves on (logged)."""
         check_classify("work", classify)
         cls = classifier(classify)
         consumer = consumer or _default_consumer()
@@ -834,6 +866,7 @@ class AsyncQueue(_Base):
         _work_args(self, consumer, batch, block_ms, promote_limit)
         _check_metrics(self.name, metrics)
         typed = _typed_policies(policies, metrics)
+        timeout, beat = _deadline_args(handler_timeout, min_idle_ms)
         await self.ensure_group()
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
@@ -857,10 +890,23 @@ class AsyncQueue(_Base):
             gated = plan is not None
             if plan is None:
                 if not job.malformed:
+                    ids = _batch_ids(job, waiting)
+
+                    async def hold(task: "asyncio.Future[Any]", left: float) -> None:
+                        await asyncio.wait({task}, timeout=min(left, beat))
+                        if not task.done():
+                            try:
+                                await self.hold(consumer, ids)
+                            except (redis.RedisError, ValueError):
+                                pass
+
                     try:
                         r = handler(job)
                         if inspect.isawaitable(r):
-                            await r
+                            await await_within(r, timeout, "handler", hold)
+                    except DeadlineExceeded as e:
+                        _decide.deadline_passed(log, self.name, job, e)
+                        exc = e
                     except Exception as e:
                         exc = e
                 try:
@@ -984,7 +1030,7 @@ class _Settle:
     def __init__(self, q: _Base, job: Job, plan: Tuple[str, str, Optional[Decision], str, int],
                  waiting: Sequence[Job], min_idle_ms: int) -> None:
         self.q, self.job, self.plan, self.action = q, job, plan, plan[0]
-        self.ids = [job.entry_id] + [j.entry_id for j in waiting][:999]
+        self.ids = _batch_ids(job, waiting)
         self.ceiling = min(_APPLY_CAP, max(0.001, min_idle_ms / 4000)) if min_idle_ms > 0 else _APPLY_CAP
         self.delay = min(_APPLY_BASE, self.ceiling)
         self.refusals = 0
@@ -1112,6 +1158,20 @@ def _work_args(q: _Base, consumer: str, batch: int, block_ms: int, promote_limit
     q._xreadgroup(consumer, batch, None)
     _whole_in("work", "block_ms", block_ms, 1, None)  # 0 would block forever, deaf to stop
     _whole_in("work", "promote_limit", promote_limit, 1, 10000)
+
+
+def _batch_ids(job: Job, waiting: Sequence[Job]) -> List[str]:
+    """The entries a worker holds for job: it, and the jobs of its batch
+    still waiting (at most 1000 in all)."""
+    return [job.entry_id] + [j.entry_id for j in waiting][:999]
+
+
+def _deadline_args(handler_timeout: Any, min_idle_ms: int) -> Tuple[float, float]:
+    """work's handler deadline (seconds: default 5 x min_idle_ms, or 5 min
+    without one) and the pause between two holds of a running job
+    (min_idle_ms / 3, at least 10 ms)."""
+    default = 5 * min_idle_ms / 1000 if _is_int(min_idle_ms) and min_idle_ms > 0 else _decide.HANDLER_TIMEOUT_S
+    return _decide.handler_timeout(handler_timeout, default), max(min_idle_ms / 3000, 0.01)
 
 
 def _default_consumer() -> str:

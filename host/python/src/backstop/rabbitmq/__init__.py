@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect as _inspect
 import logging
+from datetime import timedelta
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 try:
@@ -33,6 +34,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq needs aio-pika: pip install 'backstop-policy[rabbitmq]'") from e
 
 from .. import _decide
+from .._deadline import DeadlineExceeded, await_within
 from .._policy import Policy
 from .._retry import Classify
 from . import _core, _work
@@ -218,7 +220,8 @@ class Queue:
 
     async def work(self, policy: Policy, handler: Handler, *, prefetch: int = 16, registry: Any = None,
                    metrics_policy: str = "default", classify: Optional[Classify] = None,
-                   policies: Optional[Mapping[str, Policy]] = None) -> None:
+                   policies: Optional[Mapping[str, Policy]] = None,
+                   handler_timeout: Union[None, float, timedelta] = None) -> None:
         """Consumes the queue until the task is cancelled: runs
         ``handler(job)`` (a coroutine function, or a plain one), up to
         ``prefetch`` at a time, and applies its outcome as ``policy``
@@ -240,14 +243,23 @@ class Queue:
         While it runs, the broker also runs a mover (one per connection, on
         a channel of its own): it moves the delayed messages of every queue
         of the virtual host down the delay levels (README, "The moves
-        between levels are the workers'")."""
-        cls, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
-                                                             metrics_policy, policies)
+        between levels are the workers'").
+
+        The awaitable a handler returns runs as a task within
+        ``handler_timeout`` seconds (default 5 minutes: keep it below the
+        broker's ``consumer_timeout``, 30 minutes by default, past which
+        the broker closes the channel and delivers the job again). At the
+        deadline the task is cancelled, given half a second to end, and
+        the job fails with ``backstop.DeadlineExceeded`` (error kind
+        ``timeout``), decided and applied like any failure; cancelling
+        the worker meanwhile still waits for that outcome."""
+        cls, timeout, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
+                                                                      metrics_policy, policies, handler_timeout)
         self.broker._start_mover()
         try:
             while True:
                 try:
-                    await self._consume(policy, handler, prefetch, cls, client, qm, kept, backoff, typed)
+                    await self._consume(policy, handler, prefetch, cls, timeout, client, qm, kept, backoff, typed)
                 except (asyncio.CancelledError, *_REFUSED):
                     raise  # a topology the broker refuses (other arguments, no permission) stays refused
                 except Exception as e:
@@ -260,7 +272,8 @@ class Queue:
             await asyncio.shield(self.broker._stop_mover())
 
     async def _consume(self, policy: Policy, handler: Handler, prefetch: int,
-                       cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
+                       cls: Callable[[BaseException], Dict[str, Any]], timeout: float, client: Any,
+                       qm: Optional[QueueMetrics],
                        kept: _core.Kept, backoff: _core.Backoff,
                        typed: Mapping[str, Tuple[Policy, Any]]) -> None:
         ch = await self.broker._channel(prefetch)
@@ -309,7 +322,10 @@ class Queue:
                     try:
                         r = handler(job)
                         if _inspect.isawaitable(r):
-                            await r
+                            await await_within(r, timeout, "handler")
+                    except DeadlineExceeded as e:
+                        _decide.deadline_passed(log, name, job, e)
+                        exc = e
                     except Exception as e:
                         exc = e
                     plan = _decide.plan(job, exc, policy, cls, _core.MALFORMED, _core.now_ms())

@@ -15,6 +15,7 @@ from ._metrics import QueueMetrics, worker_metrics
 
 class Setup(NamedTuple):
     cls: Callable[[BaseException], Dict[str, Any]]
+    timeout: float  # the handler's deadline, in seconds
     client: Any
     qm: Optional[QueueMetrics]
     typed: Mapping[str, Tuple[Policy, Any]]
@@ -23,13 +24,14 @@ class Setup(NamedTuple):
 
 
 def setup(name: str, handler: Any, prefetch: int, classify: Optional[Classify], registry: Any, metrics_policy: str,
-          policies: Optional[Mapping[str, Policy]]) -> Setup:
+          policies: Optional[Mapping[str, Policy]], handler_timeout: Any) -> Setup:
     """Checks ``work``'s arguments (raising at once, naming the argument)
     and builds what the worker of queue ``name`` needs."""
     check_classify("work", classify)
     cls = classifier(classify)
+    timeout = _decide.handler_timeout(handler_timeout, _decide.HANDLER_TIMEOUT_S)
     _core.check_int("work", "prefetch", prefetch, 1, 65535)
     if not callable(handler):
         raise TypeError("work: handler must be callable (got %r)" % (handler,))
     client, qm = worker_metrics(registry, metrics_policy, name)
-    return Setup(cls, client, qm, _decide.typed_policies(policies, client), _core.Kept(), _core.Backoff())
+    return Setup(cls, timeout, client, qm, _decide.typed_policies(policies, client), _core.Kept(), _core.Backoff())

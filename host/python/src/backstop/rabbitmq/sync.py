@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from datetime import timedelta
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 try:
     import pika
@@ -25,6 +26,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq.sync needs pika: pip install 'backstop-policy[rabbitmq]'") from e
 
 from .. import _decide
+from .._deadline import DeadlineExceeded, run_within
 from .._policy import Policy
 from .._retry import Classify
 from . import _core, _work
@@ -83,7 +85,10 @@ class Broker:
         with self._lock:
             self._closed = True
             if self._conn is not None and self._conn.is_open:
-                self._conn.close()
+                try:
+                    self._conn.close()
+                except _LOST:
+                    pass  # lost meanwhile (a missed heartbeat while idle): closed all the same
 
     def __enter__(self) -> "Broker":
         return self
@@ -185,7 +190,8 @@ class Queue:
 
     def work(self, policy: Policy, handler: Handler, *, stop: Optional[threading.Event] = None, prefetch: int = 16,
              registry: Any = None, metrics_policy: str = "default", classify: Optional[Classify] = None,
-             policies: Optional[Mapping[str, Policy]] = None) -> None:
+             policies: Optional[Mapping[str, Policy]] = None,
+             handler_timeout: Union[None, float, timedelta] = None) -> None:
         """``backstop.rabbitmq.Queue.work`` for a thread (``policies``: a
         job type's own policy, as there): runs
         ``handler(job)`` one job at a time until ``stop`` is set, then
@@ -194,20 +200,25 @@ class Queue:
         ``backstop-attempt``, malformed for the asyncio worker, runs here. A job
         delivered in the moment of stopping is returned to the queue (the
         broker counts it in ``x-delivery-count``). Reconnects with backoff;
-        keeps outcomes across a lost connection. Keep handlers shorter than
-        the connection's heartbeat timeout (60 s by default): pika answers
-        heartbeats between jobs. While it runs, a mover on a connection of
+        keeps outcomes across a lost connection. Each handler runs in a
+        thread of its own while the worker keeps its connection going
+        (heartbeats answered: a long job is not delivered again), within
+        ``handler_timeout`` seconds (default 5 minutes, below the broker's
+        ``consumer_timeout``, 30 minutes by default); at the deadline the
+        thread is abandoned (it runs on, its result dropped; logged) and
+        the job fails with ``backstop.DeadlineExceeded`` (error kind
+        ``timeout``). While it runs, a mover on a connection of
         its own (a daemon thread) moves the delayed messages of every queue
         of the virtual host down the delay levels (as the asyncio
         worker's)."""
-        cls, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
-                                                             metrics_policy, policies)
+        cls, timeout, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
+                                                                      metrics_policy, policies, handler_timeout)
         stop = stop or threading.Event()
         mover = _Mover(self.broker)
         try:
             while not stop.is_set() and not self.broker._closed:
                 try:
-                    self._consume(policy, handler, stop, prefetch, cls, client, qm, kept, backoff, typed)
+                    self._consume(policy, handler, stop, prefetch, cls, timeout, client, qm, kept, backoff, typed)
                     return
                 except _LOST as e:
                     if isinstance(e, pika.exceptions.ChannelClosedByBroker) and e.reply_code in (403, 404, 406):
@@ -219,7 +230,8 @@ class Queue:
             mover.stop()
 
     def _consume(self, policy: Policy, handler: Handler, stop: threading.Event, prefetch: int,
-                 cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
+                 cls: Callable[[BaseException], Dict[str, Any]], timeout: float, client: Any,
+                 qm: Optional[QueueMetrics],
                  kept: _core.Kept, backoff: _core.Backoff, typed: Mapping[str, Tuple[Policy, Any]]) -> None:
         conn = pika.BlockingConnection(self.broker._params)
         try:
@@ -242,7 +254,7 @@ class Queue:
                 if left is not None:
                     left -= 1
                 try:
-                    self._deliver(ch, method, props, body, policy, handler, cls, client, qm, kept, typed)
+                    self._deliver(conn, ch, method, props, body, policy, handler, cls, timeout, client, qm, kept, typed)
                 except _LOST:
                     raise
                 except Exception:
@@ -257,8 +269,9 @@ class Queue:
                 except Exception:
                     pass
 
-    def _deliver(self, ch: BlockingChannel, method: Any, props: Any, body: bytes, policy: Policy, handler: Handler,
-                 cls: Callable[[BaseException], Dict[str, Any]], client: Any, qm: Optional[QueueMetrics],
+    def _deliver(self, conn: pika.BlockingConnection, ch: BlockingChannel, method: Any, props: Any, body: bytes,
+                 policy: Policy, handler: Handler, cls: Callable[[BaseException], Dict[str, Any]], timeout: float,
+                 client: Any, qm: Optional[QueueMetrics],
                  kept: _core.Kept, typed: Mapping[str, Tuple[Policy, Any]]) -> None:
         name = self.name
         job = _core.job_from(name, props.message_id, props.headers, body, props.content_type)
@@ -271,7 +284,10 @@ class Queue:
             if plan is None:
                 exc: Optional[Exception] = None
                 try:
-                    handler(job)
+                    _run(conn, lambda: handler(job), timeout)
+                except DeadlineExceeded as e:
+                    _decide.deadline_passed(log, name, job, e)
+                    exc = e
                 except Exception as e:
                     exc = e
                 plan = _decide.plan(job, exc, policy, cls, _core.MALFORMED, _core.now_ms())
@@ -358,6 +374,29 @@ class Queue:
             finally:
                 if ch.is_open:
                     ch.close()
+
+
+def _run(conn: pika.BlockingConnection, fn: Callable[[], Any], timeout: float) -> Any:
+    """fn() in a thread within timeout (run_within) while conn goes on
+    processing its events (heartbeats; deliveries wait in the consumer's
+    buffer). A connection lost meanwhile is left for the outcome's publish
+    to find (the outcome is kept for the redelivery)."""
+    lost: List[BaseException] = []
+
+    def wait(done: threading.Event, left: float) -> None:
+        if not lost:
+            try:
+                conn.process_data_events(time_limit=left)  # woken when fn ends
+                return
+            except _LOST as e:
+                lost.append(e)
+        done.wait(left)
+
+    return run_within(fn, timeout, "handler", wait, lambda: conn.add_callback_threadsafe(_nothing))
+
+
+def _nothing() -> None:
+    pass
 
 
 class _Mover:
