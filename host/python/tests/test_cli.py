@@ -31,10 +31,13 @@ def test_every_stateless_vector(tmp_path):
             policy = str(tmp_path / ("%d.json" % i))
             with open(policy, "w") as f:
                 json.dump(g["policy"], f)
-        lines = [json.dumps(c["input"]) for c in g["cases"]]
+        cases = [c for c in g["cases"] if "input" in c]  # decisions: the CLI has no attempt_timeout op
+        if not cases:
+            continue
+        lines = [json.dumps(c["input"]) for c in cases]
         code, out, err = run(policy, "\n".join(lines))  # no final newline: the last line still counts
         assert code == 0, err
-        assert out.splitlines() == [expected_line(c["expect"]) for c in g["cases"]], g["name"]
+        assert out.splitlines() == [expected_line(c["expect"]) for c in cases], g["name"]
 
 
 def test_bad_lines_do_not_stop_the_stream():
