@@ -451,7 +451,7 @@ class Queue {
     // Applies plan, the outcome of job, holding on while Redis refuses it
     // (see the README's "When Redis refuses a write").
     const settle = async (job, plan, waiting) => {
-      const ids = [job, ...waiting].slice(0, 1000).map((j) => j.entryId);
+      const ids = heldIds(job, waiting);
       let delay = Math.min(APPLY_BASE_MS, ceiling);
       let holdFailed = false;
       for (let refusals = 0; ; refusals++) {
@@ -499,7 +499,8 @@ class Queue {
     // with it are held (hold()) every third of minIdleMs, so that reclaim
     // does not run them elsewhere while this worker lives.
     const run = async (job, waiting = [], readAt = performance.now()) => {
-      const beat = minIdleMs > 0 ? heartbeat(() => this.hold(consumer, [job, ...waiting].slice(0, 1000)), minIdleMs / 3) : null;
+      const ids = heldIds(job, waiting);
+      const beat = minIdleMs > 0 ? heartbeat(() => this.hold(consumer, ids), minIdleMs / 3) : null;
       try {
         await attempt(job, waiting, readAt);
       } finally {
@@ -616,6 +617,12 @@ class Queue {
 const APPLY_BASE_MS = 20;
 const APPLY_CAP_MS = 2000;
 const BEAT_MIN_MS = 10;
+
+// The entries a worker holds for job: its own, then those of the jobs read
+// with it and not started yet (at most hold()'s 1000).
+function heldIds(job, waiting) {
+  return [job, ...waiting].slice(0, 1000).map((j) => j.entryId);
+}
 
 // Calls beat every everyMs (at least BEAT_MIN_MS), one call at a time, its
 // failures ignored (the next one tells), until stop().
