@@ -60,7 +60,7 @@ type Case struct {
 // FromTimeout fills an attempt_timeout case's answer from the policy's.
 func (c *Case) FromTimeout(ms int64, err error) {
 	if err != nil {
-		c.Error = FromDecision(policy.Decision{}, err).Error
+		c.Error = errorText(err)
 		return
 	}
 	c.TimeoutMs = &ms
@@ -142,14 +142,19 @@ type Expect struct {
 // (got 0)"), the message every host reports.
 func FromDecision(d policy.Decision, err error) Expect {
 	if err != nil {
-		msg := err.Error()
-		var ie *policy.InputError
-		if errors.As(err, &ie) {
-			msg = ie.Field + ": " + ie.Reason
-		}
-		return Expect{Error: msg}
+		return Expect{Error: errorText(err)}
 	}
 	return Expect{Action: d.Action.String(), DelayMs: d.DelayMs, Reason: d.Reason.String(), Class: d.Class.String()}
+}
+
+// errorText is an error in the vector shape: an *policy.InputError's field
+// and reason, without its "invalid failure: " prefix.
+func errorText(err error) string {
+	var ie *policy.InputError
+	if errors.As(err, &ie) {
+		return ie.Field + ": " + ie.Reason
+	}
+	return err.Error()
 }
 
 // Float is a float64 that round-trips NaN and ±Inf through JSON as the
