@@ -31,7 +31,7 @@ var golden = []string{
 	"backstop_attempts_total", "backstop_retries_total", "backstop_dead_letters_total", "backstop_deferrals_total",
 	"backstop_max_attempts_reached_total", "backstop_job_attempts",
 	"backstop_enqueued_total", "backstop_promoted_total", "backstop_reclaimed_total", "backstop_reclaim_skipped_total",
-	"backstop_replayed_total", "backstop_force_run_total", "backstop_oldest_job_age_seconds",
+	"backstop_replayed_total", "backstop_dlq_discarded_total", "backstop_force_run_total", "backstop_oldest_job_age_seconds",
 }
 
 // TestGolden scrapes a prepared set of queues with known contents and

@@ -110,6 +110,9 @@ type rabbitSource struct {
 //     dead-letter a crash loop) is in backstop_dlq_size but not in this
 //     counter. The management statistics start again from 0 when the
 //     broker restarts: Prometheus reads that as a counter reset;
+//   - backstop_dlq_discarded_total{queue=Q}: Q.audit's
+//     message_stats.publish, the dead letters `backstop dlq delete|purge`
+//     discarded (recorded there first), once Q.audit exists;
 //   - backstop_delayed_queue_size{queue=Q}: an estimate, clamped at 0,
 //     from what entered and left the delay for Q (see delayedEstimate);
 //   - backstop_rabbitmq_head_message_age_seconds{queue=Q}, where the
@@ -401,6 +404,9 @@ func (c *Collector) scrapeRabbit() *samples {
 		if dlq := st.queues[name+".dlq"]; dlq != nil {
 			s.gauge(dlqSizeDesc, float64(dlq.Messages), name)
 			s.counter(dlqIngestedDesc, float64(dlq.Stats.Publish), name)
+		}
+		if audit := st.queues[name+".audit"]; audit != nil {
+			s.counter(discardedDesc, float64(audit.Stats.Publish), name)
 		}
 		if n, ok := st.delayedEstimate(name); ok {
 			s.gauge(delayedSizeDesc, float64(n), name)

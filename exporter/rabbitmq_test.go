@@ -138,6 +138,10 @@ func TestRabbitMQ(t *testing.T) {
 	_, err = ch.QueueDeclare("backstop.hold.L10", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 	must(t, err)
 	pub.publish("", "backstop.hold.L10", "held", job)
+	// One dead letter an operator discarded: recorded in orders.audit.
+	_, err = ch.QueueDeclare("orders.audit", true, false, false, false, nil)
+	must(t, err)
+	pub.publish("", "orders.audit", "discarded-1", amqp.Table{"backstop-audit-action": "purge"})
 
 	c, logs := newTestRabbitCollector(t, b.ManagementURL(), WithQueues(Queue{Name: "orders"}), WithRabbitMQPattern("emails|other|nothing.*"))
 	wantNow := map[string]float64{
@@ -148,6 +152,7 @@ func TestRabbitMQ(t *testing.T) {
 		`backstop_rabbitmq_consumers{queue="orders"}`:           1,
 		`backstop_dlq_size{queue="orders"}`:                     3, // the poison too
 		`backstop_dlq_ingested_total{queue="orders"}`:           2, // the broker's own dead letter is not counted by 3.10
+		`backstop_dlq_discarded_total{queue="orders"}`:          1,
 		`backstop_delayed_queue_size{queue="orders"}`:           1,
 		`backstop_rabbitmq_delay_messages{level="11"}`:          1,
 		`backstop_rabbitmq_delay_messages{level="0"}`:           0,
@@ -177,6 +182,7 @@ func TestRabbitMQ(t *testing.T) {
 		`backstop_stream_lag_jobs{group="",queue="other"}`,           // not a work queue
 		`backstop_stream_lag_jobs{group="",queue="orders.dlq"}`,      // a DLQ
 		`backstop_rabbitmq_head_message_age_seconds{queue="orders"}`, // quorum queues on 3.10 do not report it
+		`backstop_dlq_discarded_total{queue="emails"}`,               // no emails.audit: nothing was ever discarded
 	)
 	must(t, held.Ack(false))
 

@@ -24,6 +24,7 @@ var (
 	promotedDesc    = newDesc("promoted_total", "Delayed jobs moved back to the jobs stream when due.", "queue")
 	reclaimedDesc   = newDesc("reclaimed_total", "Entries reclaimed from crashed consumers.", "queue")
 	replayedDesc    = newDesc("replayed_total", "Dead letters replayed to the jobs stream.", "queue")
+	discardedDesc   = newDesc("dlq_discarded_total", "Dead letters an operator discarded for good (backstop dlq delete, dlq purge), each recorded first in the audit stream {Q}:audit (RabbitMQ: the queue Q.audit).", "queue")
 	forceRunDesc    = newDesc("force_run_total", "Delayed jobs an operator moved to the jobs stream before they were due (backstop queue run).", "queue")
 	skippedDesc     = newDesc("reclaim_skipped_total", "Crash loops reclaim could not dead-letter (the DLQ refused them: a key of the wrong type, an entry too large, Redis out of memory); each stays pending and is tried again.", "queue")
 )
@@ -35,7 +36,7 @@ var plainCounters = []struct {
 	desc  *desc
 }{
 	{"enqueued", enqueuedDesc}, {"promoted", promotedDesc}, {"reclaimed", reclaimedDesc},
-	{"reclaim_skipped", skippedDesc}, {"replayed", replayedDesc}, {"force_run", forceRunDesc},
+	{"reclaim_skipped", skippedDesc}, {"replayed", replayedDesc}, {"discarded", discardedDesc}, {"force_run", forceRunDesc},
 }
 
 // outcomes are always reported once a queue has a stats hash, so rate()

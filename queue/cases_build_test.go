@@ -31,6 +31,7 @@ func buildCases() []queueCase {
 	add := func(name string, st caseState, ev caseEvent) {
 		cs = append(cs, queueCase{Name: name, State: st, Event: ev})
 	}
+	plainCases(add)
 	one := func(attempt int, extra ...string) caseState {
 		return caseState{Jobs: []caseEntry{pendingJob("1-1", job("j1", attempt, extra...)...)}}
 	}
@@ -185,7 +186,9 @@ func buildCases() []queueCase {
 		"no-first-enqueued": strs("id", "j1", "attempt", "1"),
 		"first-enqueued-x":  strs("id", "j1", "attempt", "1", "first_enqueued_ms", "yesterday"),
 		"extra-fields":      strs("attempt", "x", "colour", "blue", "id", "j1", "attempt", "y"),
-		"only-payload":      strs("payload", "lonely"),
+		"only-delayed-flag": strs("malformed_delayed_member", "not json", "payload", "p"),
+		"only-attempt":      strs("attempt", "1", "payload", "p"),
+		"only-first":        strs("first_enqueued_ms", "{now-1000}", "payload", "p"),
 	}
 	for name, fields := range malformed {
 		for _, ev := range []struct {
@@ -305,7 +308,7 @@ func buildCases() []queueCase {
 	add("reclaim/nothing-idle", caseState{Jobs: crashed[3:]}, reclaim(nil, 10, 5))
 	add("reclaim/data-deleted", caseState{Jobs: crashed, Raw: [][]string{{"XDEL", "{q}:jobs", "1-1", "1-3"}}}, reclaim(nil, 10, 5))
 	add("reclaim/malformed-crash-loop", caseState{Jobs: []caseEntry{idle("1-1", 5, 120000, "payload", "x", "attempt", "zz")}}, reclaim(nil, 10, 5))
-	add("reclaim/malformed-claimed", caseState{Jobs: []caseEntry{idle("1-1", 1, 120000, "payload", "x")}}, reclaim(nil, 10, 5))
+	add("reclaim/malformed-claimed", caseState{Jobs: []caseEntry{idle("1-1", 1, 120000, "payload", "x", "id", "")}}, reclaim(nil, 10, 5))
 	add("reclaim/dlq-a-string", caseState{Jobs: crashed, Raw: [][]string{{"SET", "{q}:dlq", "x"}}}, reclaim(nil, 10, 5))
 	add("reclaim/dlq-at-max-id", caseState{Jobs: crashed, Raw: [][]string{{"XADD", "{q}:dlq", "18446744073709551615-18446744073709551615", "f", "v"}}}, reclaim(nil, 10, 5))
 	add("reclaim/counter-not-int", caseState{Jobs: crashed, Stats: map[string]string{"reclaimed": "x"}}, reclaim(nil, 10, 5))
@@ -491,4 +494,60 @@ func typedCases(add func(string, caseState, caseEvent)) {
 	}
 	add("enqueue/empty-id", caseState{}, caseEvent{Type: "enqueue", JobID: "", Payload: "p1", JobType: "send_email"})
 	add("enqueue/stats-a-string", caseState{Raw: [][]string{{"SET", "{q}:stats", "x"}}}, caseEvent{Type: "enqueue", JobID: "j1", Payload: "p1", JobType: "send_email"})
+}
+
+// plainCases: entries written by a producer that knows nothing of backstop
+// (a plain XADD, queue/README.md "Plain producers") run as attempt 1, their
+// id the entry's, first enqueued at the entry's time.
+func plainCases(add func(string, caseState, caseEvent)) {
+	const id = "{now-1000}-0"
+	plain := func(fields ...string) caseState {
+		return caseState{Jobs: []caseEntry{pendingJob(id, fields...)}}
+	}
+	on := func(ev caseEvent) caseEvent { ev.Entry = id; return ev }
+	bodies := map[string][]string{
+		"fields":        strs("to", "a@example.com", "subject", "hi"),
+		"payload-field": strs("payload", `{"to":"a"}`, "trace", "t1"),
+		"typed":         strs("type", "send_email", "to", "a"),
+		"typed-payload": strs("type", "send_email", "payload", "p", "type", "charge_card"),
+		"duplicates":    strs("k", "1", "k", "2", "a", "x"),
+		"escapes":       strs("q\"uote", "back\\slash", "ctl", "a\x01b\nc\x1f\x7f", "tab", "\t"),
+		"unicode-order": strs("\u00e9", "e-acute", "z", "zed", "Z", "Zed", "\U0001f600", "smile", "\uff5e", "wide"),
+		"empty-values":  strs("a", "", "b", ""),
+		"source-field":  strs("source", "x", "last_error", "boom", "prev_delay_ms", "5000"),
+	}
+	for name, f := range bodies {
+		add("plain/"+name+"/read", plain(f...), on(caseEvent{Type: "read"}))
+		add("plain/"+name+"/success", plain(f...), on(handle(nil)))
+		add("plain/"+name+"/503", plain(f...), on(handle(httpErr(503, ""))))
+		add("plain/"+name+"/400", plain(f...), on(handle(httpErr(400, ""))))
+	}
+	f := bodies["fields"]
+	add("plain/defer", plain(f...), on(caseEvent{Type: "defer", Reason: "circuit_open", DelayMs: 30000}))
+	add("plain/retry-after", plain(f...), on(handle(httpErr(429, "7"))))
+	// An entry older than the policy's max_elapsed (1 h): its first
+	// failure dead-letters it.
+	old := caseState{Jobs: []caseEntry{pendingJob("1-1", f...)}}
+	add("plain/old-entry/read", old, caseEvent{Type: "read", Entry: "1-1"})
+	add("plain/old-entry/503", old, handle(httpErr(503, "")))
+	// An entry id past 2^53-1 ms is no time a host reads exactly: malformed.
+	huge := caseState{Jobs: []caseEntry{pendingJob("9007199254740992-0", f...)}}
+	add("plain/id-past-2^53/read", huge, caseEvent{Type: "read", Entry: "9007199254740992-0"})
+	add("plain/id-past-2^53/success", huge, caseEvent{Type: "handle", Entry: "9007199254740992-0"})
+	top := caseState{Jobs: []caseEntry{pendingJob("9007199254740991-0", f...)}}
+	add("plain/id-at-2^53-1/read", top, caseEvent{Type: "read", Entry: "9007199254740991-0"})
+	// A crash loop of plain entries, and one reclaimed to run.
+	idle := func(deliveries int) caseEntry {
+		return caseEntry{ID: id, Fields: f, Pend: &casePending{Consumer: "c1", Deliveries: deliveries, IdleMs: 120000}}
+	}
+	add("plain/reclaim/crash-loop", caseState{Jobs: []caseEntry{idle(5)}}, caseEvent{Type: "reclaim", MinIdleMs: 60000, Count: 10, MaxDeliveries: 5})
+	add("plain/reclaim/claimed-503", caseState{Jobs: []caseEntry{idle(1)}},
+		caseEvent{Type: "reclaim", MinIdleMs: 60000, Count: 10, MaxDeliveries: 5, Error: httpErr(503, "")})
+	// A plain job's dead letter replays as a backstop job.
+	dl := caseEntry{ID: "1-1", Fields: strs("reason", "permanent_error", "error", "http 400", "attempt", "1", "id", "1700000000000-0",
+		"source_id", "1700000000000-0", "first_enqueued_ms", "1700000000000", "payload", `{"to":"a"}`, "dead_lettered_ms", "{now-1000}")}
+	add("plain/replay", caseState{DLQ: []caseEntry{dl}}, caseEvent{Type: "replay", Limit: 10})
+	// The delayed member a plain job went back as runs as that job.
+	add("plain/promote", caseState{Delayed: []caseMember{{`{"attempt":2,"first_enqueued_ms":1700000000000,"id":"1700000000000-0","last_error":"http 503","last_reason":"transient","payload":"{\"to\":\"a\"}","prev_delay_ms":1000,"source":"1700000000000-0"}`, "{now-1000}"}}},
+		caseEvent{Type: "promote", Limit: 10})
 }

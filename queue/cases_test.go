@@ -6,9 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -247,6 +250,7 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	base := serverMs(t, ctx, rdb)
 	known := map[int64]bool{0: true}
 	k := q.keys
+	c = resolveIDs(c, base, known)
 	addEntries := func(key string, es []caseEntry) {
 		for _, e := range es {
 			vals := make([]any, len(e.Fields))
@@ -322,6 +326,13 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	}
 	var reply any
 	switch ev := c.Event; ev.Type {
+	case "read":
+		msgs, err := rdb.XRangeN(ctx, k.Jobs, ev.Entry, ev.Entry, 1).Result()
+		fail(err)
+		if len(msgs) != 1 {
+			t.Fatalf("case %s: no entry %s to read", c.Name, ev.Entry)
+		}
+		reply = map[string]any{"job": readReply(jobFromMessage(msgs[0]))}
 	case "handle":
 		msgs, err := rdb.XRangeN(ctx, k.Jobs, ev.Entry, ev.Entry, 1).Result()
 		fail(err)
@@ -499,3 +510,82 @@ func normalise(t *testing.T, reply any, state map[string]any, base, end int64, k
 
 // strs builds an entry's fields.
 func strs(kv ...string) []string { return kv }
+
+// resolveIDs returns a copy of c with the "{now±N}" times in its entry ids
+// (the jobs' and dead letters', the event's entries) resolved: a plain
+// entry's id is its time.
+func resolveIDs(c *queueCase, base int64, known map[int64]bool) *queueCase {
+	r := *c
+	entries := func(es []caseEntry) []caseEntry {
+		out := slices.Clone(es)
+		for i := range out {
+			out[i].ID = casetest.Resolve(out[i].ID, base, known)
+		}
+		return out
+	}
+	r.State.Jobs, r.State.DLQ = entries(c.State.Jobs), entries(c.State.DLQ)
+	r.Event.Entry = casetest.Resolve(c.Event.Entry, base, known)
+	r.Event.Entries = slices.Clone(c.Event.Entries)
+	for i, e := range r.Event.Entries {
+		r.Event.Entries[i] = casetest.Resolve(e, base, known)
+	}
+	return &r
+}
+
+// readReply is the reply of a read event: the job a worker runs, or only
+// that it is malformed (what else a reader makes of one differs by
+// language).
+func readReply(j Job) map[string]any {
+	if j.Malformed {
+		return map[string]any{"malformed": true}
+	}
+	// Numbers as decimal text: normalise rewrites a time in the JSON text.
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	return map[string]any{"id": j.ID, "attempt": n(j.Attempt), "first_enqueued_ms": n(j.FirstEnqueuedMs),
+		"payload": string(j.Payload), "type": j.Type, "last_error": j.LastError, "last_reason": j.LastReason,
+		"prev_delay_ms": n(j.PrevDelayMs), "malformed": false}
+}
+
+// TestPlainCasesAgree checks that the Go reader and lib.lua's plain_job
+// make the same payload of a plain entry: the read case's payload (Go's)
+// is the one its 400 case dead-letters (the script's).
+func TestPlainCasesAgree(t *testing.T) {
+	data, err := os.ReadFile(casesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Cases []struct {
+			Name   string `json:"name"`
+			Expect struct {
+				Reply map[string]any `json:"reply"`
+				State map[string]any `json:"state"`
+			} `json:"expect"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]map[string]any{}
+	for _, c := range f.Cases {
+		byName[c.Name] = map[string]any{"reply": c.Expect.Reply, "state": c.Expect.State}
+	}
+	n := 0
+	for name, c := range byName {
+		base, ok := strings.CutSuffix(name, "/read")
+		if !strings.HasPrefix(name, "plain/") || !ok || byName[base+"/400"] == nil {
+			continue
+		}
+		job := c["reply"].(map[string]any)["job"].(map[string]any)
+		dl := byName[base+"/400"]["state"].(map[string]any)["dlq"].(map[string]any)["entries"].([]any)[0].([]any)[1].([]any)
+		for i := 0; i+1 < len(dl); i += 2 {
+			if dl[i] == "payload" && dl[i+1] != job["payload"] {
+				t.Errorf("%s: Go reads payload %q, the script dead-letters %q", base, job["payload"], dl[i+1])
+			}
+		}
+		n++
+	}
+	if n < 5 {
+		t.Fatalf("compared %d plain cases, want the plain/*/read cases with a 400 beside them", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -345,8 +346,9 @@ type Job struct {
 	// written by someone else may not be valid (see ValidJobType); the job
 	// runs all the same, counted under the type "other".
 	Type string
-	// Malformed reports an entry without a job id or a valid attempt; the
-	// worker dead-letters it with reason "malformed".
+	// Malformed reports an entry without a job id or a valid attempt (a
+	// plain entry, none of backstop's fields, is attempt 1 of a job: see
+	// queue/README.md); the worker dead-letters it with reason "malformed".
 	Malformed bool
 }
 
@@ -356,6 +358,9 @@ func (j Job) FirstEnqueued() time.Time { return time.UnixMilli(j.FirstEnqueuedMs
 func jobFromMessage(m redis.XMessage) Job {
 	j := Job{EntryID: m.ID}
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
+	if plain(m.Values) {
+		return plainJob(m, str)
+	}
 	j.ID = str("id")
 	j.Payload = []byte(str("payload"))
 	j.LastError, j.LastReason = str("last_error"), str("last_reason")
@@ -368,6 +373,78 @@ func jobFromMessage(m redis.XMessage) Job {
 	j.Malformed = j.ID == "" || !digits(a) || a[0] == '0' || len(a) > 14 || !digits(f)
 	return j
 }
+
+// plain reports an entry written by a producer that knows nothing of
+// backstop: none of the fields a backstop job or a malformed delayed member
+// has (queue/README.md, "Plain producers").
+func plain(v map[string]any) bool {
+	for _, k := range []string{"id", "attempt", "first_enqueued_ms", "malformed_delayed_member"} {
+		if _, ok := v[k]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// plainJob is the job of a plain entry, as lib.lua's plain_job makes it:
+// attempt 1, the entry's id and time, the payload field or else the fields
+// JSON.
+func plainJob(m redis.XMessage, str func(string) string) Job {
+	j := Job{EntryID: m.ID, ID: m.ID, Attempt: 1, Type: str("type")}
+	ms, _, _ := strings.Cut(m.ID, "-")
+	t, err := strconv.ParseInt(ms, 10, 64)
+	j.FirstEnqueuedMs = t
+	j.Malformed = err != nil || t > maxSafeMs
+	if _, ok := m.Values["payload"]; ok {
+		j.Payload = []byte(str("payload"))
+	} else {
+		j.Payload = fieldsJSON(m.Values)
+	}
+	return j
+}
+
+// maxSafeMs is the largest time a plain entry's id may carry: 2^53-1, the
+// largest whole number every host reads exactly.
+const maxSafeMs = 1<<53 - 1
+
+// fieldsJSON is the payload a plain entry without a payload field runs with:
+// a JSON object of its fields (each name's last value), names in byte order,
+// no spaces, only \, " and bytes below 0x20 escaped (\u00xx); every other
+// byte as it is, so the same entry gives the same bytes in every language.
+func fieldsJSON(v map[string]any) []byte {
+	names := make([]string, 0, len(v))
+	for k := range v {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	b := []byte{'{'}
+	for i, k := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		s, _ := v[k].(string)
+		b = append(appendQuoted(b, k), ':')
+		b = appendQuoted(b, s)
+	}
+	return append(b, '}')
+}
+
+func appendQuoted(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' || c == '"':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+const hexDigits = "0123456789abcdef"
 
 func digits(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -183,7 +183,7 @@ func testDeadLetter(t *testing.T, ctx context.Context, rdb redis.UniversalClient
 }
 
 func testMalformed(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
-	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"garbage", "x"}})
+	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"attempt", "x", "garbage", "x"}})
 	m := read(t, ctx, rdb, q, "c1", 1)[0]
 	if _, _, err := q.Retry(ctx, m.ID, time.Second, "transient", "e"); err == nil || !strings.Contains(err.Error(), "malformed") {
 		t.Fatalf("retry of a malformed entry: %v", err)

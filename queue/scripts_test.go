@@ -464,10 +464,12 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 	for i := range 4000 {
 		wide = append(wide, fmt.Sprintf("f%d", i), fmt.Sprintf("v%d\x00\xff", i))
 	}
+	// A malformed attempt: a plain entry's fields are its payload.
+	malformedWide := append([]string{"attempt", "zz"}, wide...)
 
 	t.Run("reclaim", func(t *testing.T) {
 		q := queue.New(rdb, "wide-reclaim")
-		big := pendingRaw(t, ctx, rdb, q, wide...)
+		big := pendingRaw(t, ctx, rdb, q, malformedWide...)
 		crashed := pendingEntry(t, ctx, rdb, q, "crashed") // another consumer's entry, behind it
 		r, err := q.Reclaim(ctx, "c2", 0, 10, 1)
 		if err != nil || r.DeadLettered != 2 || len(r.Skipped) != 0 {
@@ -497,7 +499,7 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 
 	t.Run("dead_letter", func(t *testing.T) {
 		q := queue.New(rdb, "wide-dl")
-		big := pendingRaw(t, ctx, rdb, q, wide...)
+		big := pendingRaw(t, ctx, rdb, q, malformedWide...)
 		if id, err := q.DeadLetter(ctx, big, "malformed", "no id"); id == "" || err != nil {
 			t.Fatalf("dead letter: %q %v", id, err)
 		}
@@ -507,6 +509,24 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 		got, err := rdb.Eval(ctx, src, []string{q.Keys().DLQ}).StringSlice()
 		if err != nil || strings.Join(got, "|") != strings.Join(wide, "|") {
 			t.Fatalf("entry_fields decoded to %d values (%v), want the %d of the entry", len(got), err, len(wide))
+		}
+	})
+
+	// A plain entry that wide runs, its fields its payload (the fields
+	// JSON): nothing is left over for entry_fields.
+	t.Run("plain", func(t *testing.T) {
+		q := queue.New(rdb, "wide-plain")
+		big := pendingRaw(t, ctx, rdb, q, wide...)
+		if id, err := q.DeadLetter(ctx, big, "permanent_error", "e"); id == "" || err != nil {
+			t.Fatalf("dead letter: %q %v", id, err)
+		}
+		f := fieldsOf(xrange(t, ctx, rdb, q.Keys().DLQ)[0])
+		if f["id"] != big || f["attempt"] != "1" || f["entry_fields"] != "" || !strings.HasPrefix(f["payload"], `{"f0":"v0\u0000`) {
+			t.Fatalf("dead letter: id %q attempt %q payload %.40q", f["id"], f["attempt"], f["payload"])
+		}
+		var payload map[string]string
+		if err := json.Unmarshal([]byte(f["payload"]), &payload); err != nil || len(payload) != 4000 {
+			t.Fatalf("payload: %d fields, %v", len(payload), err)
 		}
 	})
 
@@ -692,8 +712,8 @@ func TestScriptHelpersLiveInLib(t *testing.T) {
 			t.Errorf("%s: lib.lua and the script do not compile: %v", name, err)
 		}
 	}
-	if scripts != 11 {
-		t.Errorf("found %d scripts beside lib.lua, want 11", scripts)
+	if scripts != 12 {
+		t.Errorf("found %d scripts beside lib.lua, want 12", scripts)
 	}
 	if _, err := queue.ScriptSource("lib"); err == nil {
 		t.Error(`ScriptSource("lib") gave a body: lib.lua is no script`)

@@ -112,9 +112,10 @@ func (c Config) alert(name, severity, expr, forDur, summary, description string)
 	}
 }
 
-// Alerts returns the alerting rules. Every alert fires on the growth of a
-// counter or on a condition that is live now, never on a level that keeps
-// paging while a stale DLQ sits still.
+// Alerts returns the alerting rules. Every alert that pages fires on the
+// growth of a counter or on a condition that is live now, never on a level
+// that keeps paging while a stale DLQ sits still; a DLQ that is not drained
+// is a warning (BackstopDLQDepth, a ticket), held for dlq_depth_for first.
 func Alerts(c Config) File {
 	all := []Rule{
 		c.alert(AlertDLQIngestion, "critical",
@@ -127,6 +128,14 @@ func Alerts(c Config) File {
 			"",
 			"New dead letters on queue {{ $labels.queue }}.",
 			"Queue {{ $labels.queue }} dead-lettered {{ $value | humanize }} jobs in the last 10 minutes."),
+		// BackstopDeadLetter resolves 10 minutes after the last new dead
+		// letter, whether or not anybody replayed or deleted it: this one
+		// stays while the DLQ holds them.
+		c.alert("BackstopDLQDepth", "warning",
+			fmt.Sprintf("max by (queue) (%s) > %v", c.sel("backstop_dlq_size"), c.DLQDepthThreshold),
+			c.DLQDepthFor,
+			"The DLQ of queue {{ $labels.queue }} is not being drained.",
+			"The DLQ of queue {{ $labels.queue }} has held more than "+fmt.Sprint(c.DLQDepthThreshold)+" dead letters for "+c.DLQDepthFor+" ({{ $value | humanize }} now): jobs that will not run unless somebody replays them, and BackstopDeadLetter resolved 10 minutes after the last new one. See them with `backstop dlq inspect --queue {{ $labels.queue }}`; replay what can now succeed and delete the rest."),
 		c.alert("BackstopMaxAttemptsReached", "warning",
 			fmt.Sprintf("sum by (queue) (increase(%s[10m])) > 0", c.sel("backstop_max_attempts_reached_total")),
 			"",
@@ -160,6 +169,12 @@ func Alerts(c Config) File {
 			c.OverdueFor,
 			"Delayed jobs on queue {{ $labels.queue }} are not being promoted.",
 			"The oldest due retry on queue {{ $labels.queue }} has been waiting {{ $value | humanizeDuration }} past its due time: the promote loop (the scheduler) is down or stuck."),
+		c.alert("BackstopDelayedQueueGrowing", "warning",
+			fmt.Sprintf("max by (queue) (%s) > %v\nand\nmax by (queue) (deriv(%s[%s])) > 0",
+				c.sel("backstop_delayed_queue_size"), c.DelayedGrowthJobs, c.sel("backstop_delayed_queue_size"), c.DelayedGrowthWindow),
+			c.DelayedGrowthFor,
+			"Delayed retries pile up on queue {{ $labels.queue }}.",
+			"{{ $value | humanize }} jobs of queue {{ $labels.queue }} wait in the delayed set for a retry (more than "+fmt.Sprint(c.DelayedGrowthJobs)+"), and the set has grown over "+c.DelayedGrowthWindow+" for "+c.DelayedGrowthFor+": jobs fail and are rescheduled faster than their retries come due, so a dependency has been failing for hours. They will reach the DLQ when their policy gives up."),
 		c.alert("BackstopCrashLoop", "warning",
 			fmt.Sprintf("sum by (queue, group) (%s)\n-\nsum by (queue, group) (%s)\n> 0",
 				// le="3" in the text format, le="3.0" in OpenMetrics as

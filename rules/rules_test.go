@@ -156,8 +156,8 @@ func TestAlertmanagerRoutes(t *testing.T) {
 			}
 		}
 	}
-	if inhibited != 11 {
-		t.Errorf("a Redis outage inhibits %d queue alerts, want the 11 per-queue ones", inhibited)
+	if inhibited != 13 {
+		t.Errorf("a Redis outage inhibits %d queue alerts, want the 13 per-queue ones", inhibited)
 	}
 }
 

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"strconv"
 
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/vector"
@@ -19,11 +22,29 @@ import (
 // overlong line and for a last line without "\n": a bad line gets
 // {"error": "..."} (vector.DecodeLine says which) and the stream goes on.
 // An answer is flushed before the command waits for more input.
+//
+// A line without `random` (or with `"random": null`) gets a uniform draw in
+// [0, 1) of its own: full and equal jitter scale the delay by it, and the
+// 0 the vectors use for an absent random would make every delay of full
+// jitter 0, a herd retrying at once. A line with `random` is answered from
+// it alone, so an answer is reproducible when the caller passes it;
+// --random X gives every line without one the value X instead of a draw
+// (the cross-host check runs the three commands with --random 0 to compare
+// their bytes on lines that leave random out).
 func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := newFlagSet("decide")
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
+	randomFlag := fs.String("random", "draw", "the random of a line that sets none: draw (a uniform draw in [0, 1) per line) or a number in [0, 1)")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return errUsage
+	}
+	absentRandom := rand.Float64
+	if *randomFlag != "draw" {
+		r, err := strconv.ParseFloat(*randomFlag, 64)
+		if err != nil || !(r >= 0 && r < 1) {
+			return fmt.Errorf("%w: --random must be draw or a number in [0, 1), got %q", errUsage, *randomFlag)
+		}
+		absentRandom = func() float64 { return r }
 	}
 	src, name, err := readPolicy(*pol)
 	if err != nil {
@@ -58,7 +79,11 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 			err = vector.ErrLineTooLong
 		}
 		if err == nil {
-			d, err = p.Decide(ctx, input.Failure())
+			f := input.Failure()
+			if f.Random == 0 && !hasRandom(line) {
+				f.Random = absentRandom()
+			}
+			d, err = p.Decide(ctx, f)
 		}
 		if _, err := out.Write(vector.Answer(d, err)); err != nil {
 			return err
@@ -75,6 +100,18 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 			return nil
 		}
 	}
+}
+
+// hasRandom reports whether a line vector.DecodeLine accepted sets
+// `random` (null is not setting it). DecodeLine reads an absent random as
+// 0, so only a line whose random came back 0 needs this second look.
+func hasRandom(line []byte) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(line, &fields) != nil {
+		return false
+	}
+	v, ok := fields["random"]
+	return ok && string(v) != "null"
 }
 
 // readLine reads the next line into buf and returns it without its "\n".

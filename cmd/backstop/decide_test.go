@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,10 +81,10 @@ func TestDecideAnswersEveryLine(t *testing.T) {
 		in   string
 		want []string
 	}{
-		{"{\"attempt\":1,\"http_status\":503}\n\n", []string{retry, blank}}, // the issue's example
+		{"{\"attempt\":1,\"http_status\":503,\"random\":0}\n\n", []string{retry, blank}}, // the issue's example (with random: its answer is fixed)
 		{"\n", []string{blank}},
 		{"\n\n\n", []string{blank, blank, blank}},
-		{"{\"attempt\":1,\"http_status\":503}\r\n\r\n{\"attempt\":2}\r\n", []string{retry, blank, last}},
+		{"{\"attempt\":1,\"http_status\":503,\"random\":0}\r\n\r\n{\"attempt\":2}\r\n", []string{retry, blank, last}},
 	}
 	// The cases above end with "\n": one stream holds them all. The ones
 	// below end without it, each in a stream of its own.
@@ -95,7 +98,7 @@ func TestDecideAnswersEveryLine(t *testing.T) {
 		want []string
 	}{
 		all,
-		{"{\"attempt\":1,\"http_status\":503}\n{\"attempt\":2}", []string{retry, last}},
+		{"{\"attempt\":1,\"http_status\":503,\"random\":0}\n{\"attempt\":2}", []string{retry, last}},
 		{"\n  ", []string{blank, blank}},
 		{"\r", []string{blank}},
 	} {
@@ -115,7 +118,7 @@ func TestDecideAnswersEveryLine(t *testing.T) {
 // A line longer than the limit gets one error line, is not buffered, and
 // the stream goes on; a line at the limit is decided.
 func TestDecideLongLines(t *testing.T) {
-	const failure = `{"attempt":1,"http_status":503}`
+	const failure = `{"attempt":1,"http_status":503,"random":0}`
 	atLimit := failure + strings.Repeat(" ", vector.MaxLineBytes-len(failure))
 	over := atLimit + " "
 	tooLong := `{"error":"invalid input line: longer than 4194304 bytes"}`
@@ -164,4 +167,120 @@ func TestDecideAnswersBeforeWaiting(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A line without random gets a draw of its own: under full jitter (the
+// default preset: up to 1s on attempt 1) the delays differ from line to
+// line and are not all 0, as they were when an absent random read as 0.
+// "random": null is absent too.
+func TestDecideDrawsAnAbsentRandom(t *testing.T) {
+	var in strings.Builder
+	for i := 0; i < 20; i++ {
+		in.WriteString(`{"attempt":1,"http_status":503}` + "\n")
+		in.WriteString(`{"attempt":1,"http_status":503,"random":null}` + "\n")
+	}
+	out, err := runCLI(t, in.String(), "decide", "--policy", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	delays := map[int64]int{}
+	for i, l := range lines(out) {
+		var e vector.Expect
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e.Action != "retry" || e.Reason != "transient" {
+			t.Fatalf("line %d: %s (%v)", i, l, err)
+		}
+		if e.DelayMs < 0 || e.DelayMs >= 1000 {
+			t.Errorf("line %d: delay %dms outside full jitter's [0, 1000)", i, e.DelayMs)
+		}
+		delays[e.DelayMs]++
+	}
+	if len(lines(out)) != 40 {
+		t.Fatalf("%d answers for 40 lines", len(lines(out)))
+	}
+	if len(delays) < 2 {
+		t.Errorf("40 lines without random got the delays %v: no draw", delays)
+	}
+}
+
+// A line with random is answered from it alone: the decision cases of
+// testdata/vectors/vectors.json (the first 6 groups that keep no state
+// between cases and draw random: one command each, each loading the
+// module), written as lines with their random (an explicit 0 when the
+// vector leaves it out), get the vector's answers, each line run twice.
+func TestDecideWithRandomGivesTheVectors(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/vectors/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f vector.File
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	checked, groups := 0, 0
+	for gi, g := range f.Groups {
+		if g.Stateful || groups == 6 || !bytes.Contains(must(json.Marshal(g.Cases)), []byte(`"random":`)) {
+			continue
+		}
+		groups++
+		var in strings.Builder
+		var want []vector.Expect
+		for _, c := range g.Cases {
+			if c.Op != "" || c.Input == nil || c.Expect == nil {
+				continue
+			}
+			raw, err := json.Marshal(c.Input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var fields map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &fields); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := fields["random"]; !ok {
+				fields["random"] = json.RawMessage("0")
+			}
+			line, _ := json.Marshal(fields)
+			for range 2 {
+				in.Write(line)
+				in.WriteByte('\n')
+				want = append(want, *c.Expect)
+			}
+		}
+		if len(want) == 0 {
+			continue
+		}
+		pol := g.Preset
+		if pol == "" {
+			pol = filepath.Join(dir, fmt.Sprintf("g%d.json", gi))
+			if err := os.WriteFile(pol, g.Policy, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := runCLI(t, in.String(), "decide", "--policy", pol)
+		if err != nil {
+			t.Fatalf("%s: %v", g.Name, err)
+		}
+		got := lines(out)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d answers for %d lines", g.Name, len(got), len(want))
+		}
+		for i, l := range got {
+			var e vector.Expect
+			if err := json.Unmarshal([]byte(l), &e); err != nil || e != want[i] {
+				t.Errorf("%s: line %d: got %s, want %+v", g.Name, i, l, want[i])
+			}
+			checked++
+		}
+	}
+	if checked < 100 {
+		t.Errorf("%d vector decisions checked: the vectors moved?", checked)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

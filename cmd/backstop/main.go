@@ -14,6 +14,8 @@
 //	                                    run delayed jobs now
 //	backstop dlq inspect --queue Q     dead letters by reason, the newest ones
 //	backstop dlq replay --queue Q --limit N [--reason R] [--type T]
+//	backstop dlq delete --queue Q --id ID --reason TEXT
+//	backstop dlq purge --queue Q --reason TEXT [--dead-letter-reason R]
 //	backstop version
 package main
 
@@ -58,6 +60,11 @@ commands:
   dlq inspect --queue Q       dead letters by reason, and the newest ones
   dlq replay --queue Q --limit N [--reason R] [--type T]
                               move dead letters back to the jobs stream
+                              (--id ID, --keep-attempts, --rate N/s)
+  dlq delete --queue Q --id ID --reason TEXT
+                              discard a job's dead letters, kept in the audit
+  dlq purge --queue Q --reason TEXT [--dead-letter-reason R] [--type T]
+                              discard dead letters, kept in the audit
   rules generate [--config FILE] [--out DIR]
                               write the Prometheus rule files
   dashboards generate [--out DIR]
@@ -65,7 +72,7 @@ commands:
   version                     print the version
 
 Queue commands take --redis-url (env BACKSTOP_REDIS_URL) or --redis-cluster,
---group and --json; stats, dlq inspect and dlq replay take --amqp-url (env
+--group and --json; stats and the dlq commands take --amqp-url (env
 BACKSTOP_AMQP_URL) for RabbitMQ instead; "backstop COMMAND -h" lists the flags.
 `
 
@@ -155,6 +162,12 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		if len(args) >= 2 && args[1] == "replay" {
 			return dlqReplay(ctx, args[2:], stdout, stderr)
+		}
+		if len(args) >= 2 && args[1] == "delete" {
+			return dlqDelete(ctx, args[2:], stdout, stderr)
+		}
+		if len(args) >= 2 && args[1] == "purge" {
+			return dlqPurge(ctx, args[2:], stdout, stderr)
 		}
 	case "version":
 		fmt.Fprintln(stdout, "backstop", version)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/rabbitmq"
 )
 
 // queueFlags are the flags every queue command takes.
@@ -216,39 +218,177 @@ func oneLine(s string, n int) string {
 
 func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("dlq replay")
-	limit := f.fs.Int("limit", 0, "replay at most N dead letters (required), moved 1000 at a time")
+	limit := f.fs.Int("limit", 0, "replay at most N dead letters (required, unless --id), moved 1000 at a time")
 	reason := f.fs.String("reason", "", "replay only dead letters with this reason")
-	keep := f.fs.Bool("keep-attempts", false, "with --amqp-url: keep the attempt count and first-enqueued time (default: reset, as after a fix)")
+	keep := f.fs.Bool("keep-attempts", false, "keep each dead letter's attempt count and first-enqueued time (default: reset, as after a fix)")
 	jobType := f.fs.String("type", "", "replay only dead letters of this job type")
+	id := f.fs.String("id", "", "replay only the dead letters of this job id (every one, unless --limit)")
+	rateFlag := f.fs.String("rate", "", "pace the replay: at most N dead letters a second (N/s; also N/m, N/h), in batches")
 	if rabbit, err := f.useRabbit(args); err != nil {
 		return err
 	} else if rabbit {
-		return rabbitDLQReplay(ctx, f, *limit, *reason, *jobType, *keep, stdout)
+		rate, err := parseRateFlag(*rateFlag)
+		if err != nil {
+			return err
+		}
+		return rabbitDLQReplay(ctx, f, rabbitmq.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
+			KeepAttempts: *keep, Rate: rate}, stdout)
 	}
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	if *limit < 1 {
-		return fmt.Errorf("%w: --limit must be >= 1", errUsage)
+	if *limit < 1 && !(*id != "" && *limit == 0) {
+		return fmt.Errorf("%w: --limit must be >= 1 (or left out with --id)", errUsage)
 	}
-	if *keep {
-		return fmt.Errorf("%w: --keep-attempts goes with --amqp-url: a Redis replay resets the attempt count", errUsage)
+	rate, err := parseRateFlag(*rateFlag)
+	if err != nil {
+		return err
+	}
+	if *jobType != "" {
+		if err := queue.ValidJobType(*jobType); err != nil {
+			return fmt.Errorf("%w: --type: %v", errUsage, err)
+		}
 	}
 	f.warnMissing(ctx, q, stderr)
 	if *reason != "" {
 		warnReason(ctx, q, *reason, stderr)
 	}
-	var opts []queue.ReplayOption
-	if *jobType != "" {
-		if err := queue.ValidJobType(*jobType); err != nil {
+	n, err := q.ReplayDeadLetters(ctx, queue.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
+		KeepAttempts: *keep, Rate: rate})
+	attempts := "attempt count reset"
+	if *keep {
+		attempts = "attempt count kept"
+	}
+	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s (%s)\n", n, q.Name(), q.Keys().Jobs, attempts)
+	if err == nil && *id != "" && n == 0 {
+		// An exit status a script can test: the job was not moved.
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s that can be replayed, nothing moved", q.Name(), *id, q.Keys().DLQ)
+	}
+	return err
+}
+
+func parseRateFlag(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	r, err := queue.ParseRate(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: --rate: %v", errUsage, err)
+	}
+	return r, nil
+}
+
+// actor is who runs the command, for the audit records: user@host.
+func actor() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	if name == "" {
+		name = "unknown"
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	a := name + "@" + host
+	if len(a) > queue.MaxActorLen {
+		a = a[:queue.MaxActorLen]
+	}
+	return a
+}
+
+// discardFlags are the flags of dlq delete and dlq purge.
+type discardFlags struct {
+	*queueFlags
+	action                    queue.DiscardAction
+	id, note, reason, jobType *string
+	limit                     *int
+}
+
+func newDiscardFlags(action queue.DiscardAction) *discardFlags {
+	f := &discardFlags{queueFlags: newQueueFlags("dlq " + string(action)), action: action}
+	f.note = f.fs.String("reason", "", fmt.Sprintf("why, recorded with each discarded dead letter in the audit (required, 1..%d bytes)", queue.MaxNoteLen))
+	if action == queue.DiscardDelete {
+		f.id = f.fs.String("id", "", "the job id whose dead letters are discarded (required)")
+		empty, zero := "", 0
+		f.reason, f.jobType, f.limit = &empty, &empty, &zero
+	} else {
+		empty := ""
+		f.id = &empty
+		f.reason = f.fs.String("dead-letter-reason", "", "discard only dead letters with this reason (crash_loop, malformed, ...)")
+		f.jobType = f.fs.String("type", "", "discard only dead letters of this job type")
+		f.limit = f.fs.Int("limit", 0, "discard at most N dead letters (default: every one that matches)")
+	}
+	return f
+}
+
+func (f *discardFlags) check() error {
+	switch {
+	case f.action == queue.DiscardDelete && *f.id == "":
+		return fmt.Errorf("%w: --id is required", errUsage)
+	case *f.note == "":
+		return fmt.Errorf("%w: --reason is required: why the dead letters are discarded, kept in the audit", errUsage)
+	case len(*f.note) > queue.MaxNoteLen:
+		return fmt.Errorf("%w: --reason must be at most %d bytes, got %d", errUsage, queue.MaxNoteLen, len(*f.note))
+	case *f.limit < 0:
+		return fmt.Errorf("%w: --limit must be >= 1 (or left out: every one)", errUsage)
+	}
+	if *f.jobType != "" {
+		if err := queue.ValidJobType(*f.jobType); err != nil {
 			return fmt.Errorf("%w: --type: %v", errUsage, err)
 		}
-		opts = append(opts, queue.ReplayJobType(*jobType))
 	}
-	n, err := q.Replay(ctx, *limit, *reason, opts...)
-	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s\n", n, q.Name(), q.Keys().Jobs)
+	return nil
+}
+
+func dlqDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return dlqDiscard(ctx, newDiscardFlags(queue.DiscardDelete), args, stdout, stderr)
+}
+
+func dlqPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return dlqDiscard(ctx, newDiscardFlags(queue.DiscardPurge), args, stdout, stderr)
+}
+
+// dlqDiscard is dlq delete and dlq purge: dead letters removed for good,
+// each recorded first in the audit stream (or queue) and counted.
+func dlqDiscard(ctx context.Context, f *discardFlags, args []string, stdout, stderr io.Writer) error {
+	rabbit, err := f.useRabbit(args)
+	if err != nil {
+		return err
+	}
+	if rabbit {
+		if err := f.check(); err != nil {
+			return err
+		}
+		return rabbitDLQDiscard(ctx, f, stdout)
+	}
+	q, done, err := f.open(args)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := f.check(); err != nil {
+		return err
+	}
+	f.warnMissing(ctx, q, stderr)
+	if *f.reason != "" {
+		warnReason(ctx, q, *f.reason, stderr)
+	}
+	n, err := q.Discard(ctx, queue.DiscardOptions{Action: f.action, ID: *f.id, Reason: *f.reason, JobType: *f.jobType,
+		Limit: *f.limit, Note: *f.note, Actor: actor()})
+	if *f.jsonOut {
+		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"queue": q.Name(), "discarded": n, "audit": q.AuditKey()}); jerr != nil && err == nil {
+			err = jerr
+		}
+	} else {
+		fmt.Fprintf(stdout, "discarded %d dead letters of queue %s (recorded in %s)\n", n, q.Name(), q.AuditKey())
+	}
+	if err == nil && f.action == queue.DiscardDelete && n == 0 {
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s, nothing discarded", q.Name(), *f.id, q.Keys().DLQ)
+	}
 	return err
 }
 

@@ -196,12 +196,15 @@ func rabbitDLQInspect(ctx context.Context, f *queueFlags, newest int, scan int64
 	return nil
 }
 
-func rabbitDLQReplay(ctx context.Context, f *queueFlags, limit int, reason, jobType string, keep bool, stdout io.Writer) error {
-	if limit < 1 {
-		return fmt.Errorf("%w: --limit must be >= 1", errUsage)
+func rabbitDLQReplay(ctx context.Context, f *queueFlags, o rabbitmq.ReplayOptions, stdout io.Writer) error {
+	if o.ID != "" && o.Limit == 0 {
+		o.Limit, o.Scan = maxRabbitPeek, maxRabbitPeek // every dead letter of the job
 	}
-	if jobType != "" {
-		if err := queue.ValidJobType(jobType); err != nil {
+	if o.Limit < 1 {
+		return fmt.Errorf("%w: --limit must be >= 1 (or left out with --id)", errUsage)
+	}
+	if o.JobType != "" {
+		if err := queue.ValidJobType(o.JobType); err != nil {
 			return fmt.Errorf("%w: --type: %v", errUsage, err)
 		}
 	}
@@ -214,11 +217,40 @@ func rabbitDLQReplay(ctx context.Context, f *queueFlags, limit int, reason, jobT
 	if _, err := q.Stats(ctx); err != nil {
 		return err
 	}
-	n, err := q.Replay(ctx, rabbitmq.ReplayOptions{Limit: limit, Reason: reason, JobType: jobType, KeepAttempts: keep})
+	n, err := q.Replay(ctx, o)
 	attempts := "attempt count reset"
-	if keep {
+	if o.KeepAttempts {
 		attempts = "attempt count kept"
 	}
 	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s (%s)\n", n, q.Name(), q.Name(), attempts)
+	if err == nil && o.ID != "" && n == 0 {
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s.dlq that can be replayed, nothing moved", q.Name(), o.ID, q.Name())
+	}
+	return err
+}
+
+// rabbitDLQDiscard is dlq delete and dlq purge with --amqp-url: the
+// discarded dead letters go to the audit queue Q.audit.
+func rabbitDLQDiscard(ctx context.Context, f *discardFlags, stdout io.Writer) error {
+	q, done, err := f.openRabbit(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if _, err := q.Stats(ctx); err != nil {
+		return err
+	}
+	n, err := q.Discard(ctx, rabbitmq.DiscardOptions{Action: string(f.action), ID: *f.id, Reason: *f.reason,
+		JobType: *f.jobType, Limit: *f.limit, Note: *f.note, Actor: actor()})
+	if *f.jsonOut {
+		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"queue": q.Name(), "discarded": n, "audit": q.Name() + ".audit"}); jerr != nil && err == nil {
+			err = jerr
+		}
+	} else {
+		fmt.Fprintf(stdout, "discarded %d dead letters of queue %s (recorded in %s.audit)\n", n, q.Name(), q.Name())
+	}
+	if err == nil && f.action == queue.DiscardDelete && n == 0 {
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s.dlq, nothing discarded", q.Name(), *f.id, q.Name())
+	}
 	return err
 }

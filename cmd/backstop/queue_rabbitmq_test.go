@@ -120,7 +120,9 @@ oldest:
 	for _, args := range [][]string{
 		{"queue", "stats", "--queue", "orders", url, "--redis-url", "redis://127.0.0.1:1/0"},
 		{"dlq", "replay", "--queue", "orders", url},
-		{"dlq", "replay", "--queue", "orders", "--limit", "1", "--keep-attempts", "--redis-url", "redis://127.0.0.1:1/0"},
+		{"dlq", "replay", "--queue", "orders", "--limit", "1", "--rate", "fast", url},
+		{"dlq", "purge", "--queue", "orders", url},
+		{"dlq", "delete", "--queue", "orders", "--reason", "x", url},
 		{"dlq", "inspect", "--queue", "orders", "--group", "g", url},
 	} {
 		if _, err := runCLI(t, "", args...); !errors.Is(err, errUsage) {

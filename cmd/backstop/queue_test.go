@@ -66,3 +66,54 @@ func TestDLQInspectBoundsItsFlags(t *testing.T) {
 		}
 	}
 }
+
+// Issue 27: dlq delete, dlq purge (recorded in {Q}:audit, counted) and
+// dlq replay --id --keep-attempts --rate on Redis.
+func TestDLQDiscardAndReplayByID(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	ctx := context.Background()
+	q := queue.New(rdb, "orders")
+	q.EnsureGroup(ctx)
+	for i, reason := range []string{"permanent_error", "malformed", "permanent_error", "transient"} {
+		q.Enqueue(ctx, "job-"+string(rune('a'+i)), []byte("{}"))
+		msgs, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
+		q.DeadLetter(ctx, msgs[0].Messages[0].ID, reason, "boom")
+	}
+	url := "--redis-url=redis://" + srv.Addr + "/0"
+	out, err := runCLI(t, "", "dlq", "delete", "--queue", "orders", "--id", "job-b", "--reason", "bad input", url)
+	if err != nil || !strings.Contains(out, "discarded 1 dead letters of queue orders (recorded in {orders}:audit)") {
+		t.Fatalf("delete: %v\n%s", err, out)
+	}
+	if _, err := runCLI(t, "", "dlq", "delete", "--queue", "orders", "--id", "job-b", "--reason", "again", url); err == nil {
+		t.Error("delete of a job with no dead letter: no error")
+	}
+	out, err = runCLI(t, "", "dlq", "purge", "--queue", "orders", "--reason", "incident-7", "--dead-letter-reason", "permanent_error", "--limit", "1", url)
+	if err != nil || !strings.Contains(out, "discarded 1 dead letters") {
+		t.Fatalf("purge: %v\n%s", err, out)
+	}
+	audit, _ := rdb.XRange(ctx, "{orders}:audit", "-", "+").Result()
+	if len(audit) != 2 || audit[0].Values["action"] != "delete" || audit[0].Values["note"] != "bad input" ||
+		audit[1].Values["action"] != "purge" || audit[1].Values["id"] != "job-a" || !strings.Contains(audit[1].Values["actor"].(string), "@") {
+		t.Errorf("audit: %v", audit)
+	}
+	if v := rdb.HGet(ctx, q.Keys().Stats, "discarded").Val(); v != "2" {
+		t.Errorf("discarded = %q", v)
+	}
+	out, err = runCLI(t, "", "dlq", "replay", "--queue", "orders", "--id", "job-d", "--keep-attempts", "--rate", "10/s", url)
+	if err != nil || !strings.Contains(out, "replayed 1 dead letters of queue orders to {orders}:jobs (attempt count kept)") {
+		t.Fatalf("replay --id: %v\n%s", err, out)
+	}
+	if _, err := runCLI(t, "", "dlq", "replay", "--queue", "orders", "--id", "job-d", url); err == nil {
+		t.Error("replay --id of a job with no dead letter: no error")
+	}
+	for _, args := range [][]string{
+		{"dlq", "purge", "--queue", "orders", url},
+		{"dlq", "delete", "--queue", "orders", "--reason", "x", url},
+		{"dlq", "replay", "--queue", "orders", "--limit", "1", "--rate", "fast", url},
+	} {
+		if _, err := runCLI(t, "", args...); !errors.Is(err, errUsage) {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+}

@@ -44,13 +44,13 @@ A job as a worker sees it: one delivery of a stream entry.
 export interface Job {
 	/** The stream entry id: what ack(), retry() and deadLetter() take. */
 	readonly entryId: string;
-	/** The job's stable id, its idempotency key: the same on every attempt. */
+	/** The job's stable id, its idempotency key: the same on every attempt (a plain entry's: its entry id). */
 	readonly id: string;
 	/** The 1-based number of this execution. It lives in Redis, so it survives crashes. */
 	readonly attempt: number;
 	/** When the job was first enqueued (unix ms, the server's clock). */
 	readonly firstEnqueuedMs: number;
-	/** The payload, decoded as UTF-8. */
+	/** The payload, decoded as UTF-8 (a plain entry without a payload field: its fields JSON, see the README's "Plain producers"). */
 	readonly payload: string;
 	/** The error of the previous attempt, after a retry. */
 	readonly lastError: string;
@@ -60,7 +60,7 @@ export interface Job {
 	readonly prevDelayMs: number;
 	/** The job type (`''`: untyped), as the entry holds it: one written by someone else may not be a valid type; it runs all the same, counted as `other`. */
 	readonly type: string;
-	/** An entry without an id, a valid attempt (digits, 1 or more) or first_enqueued_ms: apply() dead-letters it with reason `malformed`. */
+	/** An entry with some of the fields id, attempt, first_enqueued_ms but without an id, a valid attempt (digits, 1 or more) or first_enqueued_ms (or a plain entry whose id's time is past 2^53 - 1 ms): apply() dead-letters it with reason `malformed`. */
 	readonly malformed: boolean;
 	/** Every field of the entry. */
 	readonly fields: Readonly<Record<string, string>>;

@@ -49,11 +49,11 @@ export interface QueueOptions {
 
 /** A job as the handler sees it: one delivery. */
 export interface Job {
-	/** The job's stable id (`message_id`), its idempotency key: the same on every attempt. */
+	/** The job's stable id (`message_id`), its idempotency key: the same on every attempt. A plain delivery (neither `backstop-attempt` nor `backstop-first-enqueued-ms`) without `message_id`: `sha256:` and its body's hex SHA-256. */
 	readonly id: string;
 	/** The 1-based number of this execution (`backstop-attempt`): it travels with the message, so it survives crashes. */
 	readonly attempt: number;
-	/** When the job was first enqueued (unix ms). */
+	/** When the job was first enqueued (unix ms; a plain delivery: its `timestamp` property, else when it was received). */
 	readonly firstEnqueuedMs: number;
 	/** The body, byte for byte. */
 	readonly payload: Buffer;
@@ -75,7 +75,7 @@ export interface Job {
 	readonly queue: string;
 	/** Every header of the delivery. */
 	readonly headers: Readonly<Record<string, unknown>>;
-	/** No `message_id`, or no valid `backstop-attempt` / `backstop-first-enqueued-ms`: dead-lettered with reason `malformed`, never run. */
+	/** No `message_id`, or no valid `backstop-attempt` / `backstop-first-enqueued-ms` (a plain delivery, with neither header, is not malformed): dead-lettered with reason `malformed`, never run. */
 	readonly malformed: boolean;
 }
 

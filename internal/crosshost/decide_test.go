@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -23,8 +24,15 @@ import (
 )
 
 // commands returns the three `decide` commands: the Go one (built here),
-// Node's bin/backstop-decide.js and `python -m backstop decide`.
+// Node's bin/backstop-decide.js and `python -m backstop decide`, with the
+// default policy and --random 0 (a line without random gets 0, as in the
+// vectors: the answers depend on the input only).
 func commands(t *testing.T) map[string][]string {
+	return commandsWith(t, "--policy", "default", "--random", "0")
+}
+
+// commandsWith is commands with other flags.
+func commandsWith(t *testing.T, flags ...string) map[string][]string {
 	t.Helper()
 	node := requireTool(t, "node", "Node.js runs host/node")
 	python := filepath.Join(root, ".venv", "bin", "python")
@@ -36,9 +44,9 @@ func commands(t *testing.T) map[string][]string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return map[string][]string{
-		"go":     {bin, "decide", "--policy", "default"},
-		"node":   {node, filepath.Join(root, "host/node/bin/backstop-decide.js"), "--policy", "default"},
-		"python": {python, "-m", "backstop", "decide", "--policy", "default"},
+		"go":     append([]string{bin, "decide"}, flags...),
+		"node":   append([]string{node, filepath.Join(root, "host/node/bin/backstop-decide.js")}, flags...),
+		"python": append([]string{python, "-m", "backstop", "decide"}, flags...),
 	}
 }
 
@@ -149,6 +157,88 @@ func TestDecideCommandsAgree(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Without --random, each command draws the random of a line that sets
+// none (or sets null), one draw a line: under the default policy's full
+// jitter (up to 1 s on attempt 1) the delays vary within [0, 1000). With
+// --random X every such line gets X: the answers are the Go host's for
+// random X. A --random outside [0, 1) is a usage error (exit status 2).
+func TestDecideCommandsDrawAbsentRandom(t *testing.T) {
+	var in bytes.Buffer
+	for i := 0; i < 20; i++ {
+		in.WriteString(`{"attempt":1,"http_status":503}` + "\n")
+		in.WriteString(`{"attempt":1,"http_status":503,"random":null}` + "\n")
+	}
+	run := func(t *testing.T, argv []string) ([]vector.Expect, error) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdin = bytes.NewReader(in.Bytes())
+		out, err := cmd.Output()
+		var got []vector.Expect
+		for _, l := range bytes.Split(bytes.TrimSuffix(out, []byte("\n")), []byte("\n")) {
+			var e vector.Expect
+			if json.Unmarshal(l, &e) == nil {
+				got = append(got, e)
+			}
+		}
+		return got, err
+	}
+	ctx := context.Background()
+	rt, err := host.New(ctx, host.WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	p, err := rt.Load(ctx, []byte("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	atHalf, err := p.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503, Random: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, argv := range commandsWith(t, "--policy", "default") {
+		t.Run(name, func(t *testing.T) {
+			got, err := run(t, argv)
+			if err != nil || len(got) != 40 {
+				t.Fatalf("%d answers for 40 lines, %v", len(got), err)
+			}
+			delays := map[int64]bool{}
+			for i, e := range got {
+				if e.Action != "retry" || e.DelayMs < 0 || e.DelayMs >= 1000 {
+					t.Errorf("line %d: %+v, want a retry after [0, 1000) ms", i, e)
+				}
+				delays[e.DelayMs] = true
+			}
+			if len(delays) < 2 {
+				t.Errorf("40 lines without random got the delays %v: no draw", delays)
+			}
+		})
+	}
+	for name, argv := range commandsWith(t, "--policy", "default", "--random", "0.5") {
+		t.Run(name+"/--random 0.5", func(t *testing.T) {
+			got, err := run(t, argv)
+			if err != nil || len(got) != 40 {
+				t.Fatalf("%d answers for 40 lines, %v", len(got), err)
+			}
+			for i, e := range got {
+				if e.Action != atHalf.Action.String() || e.DelayMs != atHalf.DelayMs {
+					t.Errorf("line %d: %+v, want %s after %d ms (random 0.5)", i, e, atHalf.Action, atHalf.DelayMs)
+				}
+			}
+		})
+	}
+	for _, bad := range []string{"1", "-0.1", "x", "NaN"} {
+		for name, argv := range commandsWith(t, "--random", bad) {
+			t.Run(name+"/--random "+bad, func(t *testing.T) {
+				_, err := run(t, argv)
+				var exit *exec.ExitError
+				if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+					t.Errorf("--random %s: %v, want exit status 2", bad, err)
+				}
+			})
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/backstop-dev/backstop/queue"
 )
 
 // maxScan bounds what Replay and Inspect look at in one call: each message
@@ -46,6 +49,11 @@ type ReplayOptions struct {
 	// stays bounded: default 10 × Limit, at most 100,000 (or Limit, when
 	// larger).
 	Scan int
+	// ID moves only the dead letters of this job id (message_id; "" = any).
+	ID string
+	// Rate paces the replay: at most Rate dead letters a second on average,
+	// in batches of at most 16 (queue.Pacer); 0 = unpaced.
+	Rate float64
 }
 
 // DeadLetter is one message of the dead letter queue, as Inspect shows it.
@@ -161,23 +169,83 @@ func replayDeadLetters(ctx context.Context, conn *amqp.Connection, name string, 
 	if o.Reason != "" && !reasonOK(o.Reason) {
 		return 0, fail(fmt.Errorf("reason must be \"\" (any) or 1..128 printable ASCII characters without spaces, got %q", o.Reason))
 	}
-	most := max(o.Limit, maxScan)
-	scan := o.Scan
-	if scan == 0 {
-		scan = max(o.Limit, min(maxScan, 10*min(o.Limit, maxScan)))
-	}
-	if scan < o.Limit || scan > most {
-		return 0, fail(fmt.Errorf("scan must be in %d..%d (limit..max(limit, %d)), got %d", o.Limit, most, maxScan, scan))
-	}
-	ch, err := conn.Channel()
+	scan, err := scanOf(o.Limit, o.Scan)
 	if err != nil {
 		return 0, fail(err)
+	}
+	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
+		return 0, fail(fmt.Errorf("rate must be a positive number of dead letters a second, got %v", o.Rate))
+	}
+	exists := map[string]bool{}
+	m := mover{
+		limit: o.Limit, scan: scan, rate: o.Rate,
+		// A dead letter without a job id stays for a person: a replay
+		// would give it a new identity.
+		match: func(d amqp.Delivery) bool {
+			return d.MessageId != "" && (o.Reason == "" || deadLetterReason(d.Headers) == o.Reason) &&
+				(o.JobType == "" || headerString(d.Headers, HeaderJobType) == o.JobType) &&
+				(o.ID == "" || d.MessageId == o.ID)
+		},
+		publishing: func(d amqp.Delivery) (string, amqp.Publishing, error) {
+			dest := name
+			if s := headerString(d.Headers, HeaderDestination); s != "" {
+				dest = s
+			}
+			// The default exchange drops a message for a queue that does
+			// not exist, and the confirm says nothing of it: check once.
+			if _, ok := exists[dest]; !ok {
+				exists[dest] = queueExists(conn, dest)
+			}
+			if !exists[dest] {
+				return "", amqp.Publishing{}, fmt.Errorf("job %q: its queue %q (backstop-destination) does not exist", d.MessageId, dest)
+			}
+			return dest, replayed(d, deadLetterReason(d.Headers), dest, o.KeepAttempts, time.Now().UnixMilli()), nil
+		},
+		what: "replay",
+	}
+	n, err := m.run(ctx, conn, name+".dlq")
+	if err != nil {
+		return n, fail(err)
+	}
+	return n, nil
+}
+
+// scanOf is how many dead letters a call looks at: scan, or by default
+// 10 × limit, within limit..max(limit, maxScan).
+func scanOf(limit, scan int) (int, error) {
+	most := max(limit, maxScan)
+	if scan == 0 {
+		scan = max(limit, min(maxScan, 10*min(limit, maxScan)))
+	}
+	if scan < limit || scan > most {
+		return 0, fmt.Errorf("scan must be in %d..%d (limit..max(limit, %d)), got %d", limit, most, maxScan, scan)
+	}
+	return scan, nil
+}
+
+// mover takes dead letters from a DLQ with basic.get (at most scan), and
+// publishes each one match takes (at most limit) where publishing says,
+// with a confirm, then acks it; the others are held unacked and returned
+// (nack, requeue) at the end, so they stay. A rate paces the publishes
+// (queue.Pacer, in batches of at most replayBatch).
+type mover struct {
+	limit, scan int
+	rate        float64
+	match       func(amqp.Delivery) bool
+	publishing  func(amqp.Delivery) (string, amqp.Publishing, error)
+	what        string // for the nack error: "replay", "discard"
+}
+
+func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
 	}
 	// Closing the channel returns whatever is still unacked to the DLQ: a
 	// failure midway loses nothing.
 	defer ch.Close()
 	if err := ch.Confirm(false); err != nil {
-		return 0, fail(err)
+		return 0, err
 	}
 	type published struct {
 		d  amqp.Delivery
@@ -187,87 +255,207 @@ func replayDeadLetters(ctx context.Context, conn *amqp.Connection, name string, 
 		held    []uint64 // looked at, not moved: returned at the end
 		batch   []published
 		moved   int
+		paced   int // published since the pacer's last wait
 		refused error
-		exists  = map[string]bool{}
 	)
+	p := queue.NewPacer(m.rate, replayBatch)
+	defer p.Stop()
+	if err := p.Wait(ctx); err != nil {
+		return 0, err
+	}
 	// flush waits for the batch's confirms and only then acks the dead
 	// letters: a crash in between leaves a duplicate, never a loss.
 	flush := func() error {
 		defer func() { batch = batch[:0] }()
-		for _, p := range batch {
-			acked, err := p.dc.WaitContext(ctx)
+		for _, pb := range batch {
+			acked, err := pb.dc.WaitContext(ctx)
 			if err != nil {
 				return err
 			}
 			if !acked {
-				held = append(held, p.d.DeliveryTag)
-				refused = fmt.Errorf("the broker refused (nack) the replay of job %q", p.d.MessageId)
+				held = append(held, pb.d.DeliveryTag)
+				refused = fmt.Errorf("the broker refused (nack) the %s of job %q", m.what, pb.d.MessageId)
 				continue
 			}
-			if err := p.d.Ack(false); err != nil {
+			if err := pb.d.Ack(false); err != nil {
 				return err
 			}
 			moved++
 		}
 		return nil
 	}
-	for seen := 0; moved+len(batch) < o.Limit && seen < scan && refused == nil; seen++ {
+	for seen := 0; moved+len(batch) < m.limit && seen < m.scan && refused == nil; seen++ {
 		if err := ctx.Err(); err != nil {
-			return moved, fail(err)
+			return moved, err
 		}
-		d, ok, err := ch.Get(name+".dlq", false)
+		d, ok, err := ch.Get(from, false)
 		if err != nil {
-			return moved, fail(err)
+			return moved, err
 		}
 		if !ok {
 			break
 		}
-		reason := deadLetterReason(d.Headers)
-		// A dead letter without a job id stays for a person: a replay
-		// would give it a new identity.
-		if d.MessageId == "" || o.Reason != "" && reason != o.Reason ||
-			o.JobType != "" && headerString(d.Headers, HeaderJobType) != o.JobType {
+		if !m.match(d) {
 			held = append(held, d.DeliveryTag)
 			continue
 		}
-		dest := name
-		if s := headerString(d.Headers, HeaderDestination); s != "" {
-			dest = s
+		if paced == p.Batch() && m.rate > 0 {
+			// The batch's worth is out: confirmed and acked, then the
+			// pacer's next tick.
+			if err := flush(); err != nil {
+				return moved, err
+			}
+			if err := p.Wait(ctx); err != nil {
+				held = append(held, d.DeliveryTag)
+				return moved, err
+			}
+			paced = 0
+			if refused != nil {
+				held = append(held, d.DeliveryTag)
+				break
+			}
 		}
-		// The default exchange drops a message for a queue that does not
-		// exist, and the confirm says nothing of it: check once.
-		if _, ok := exists[dest]; !ok {
-			exists[dest] = queueExists(conn, dest)
-		}
-		if !exists[dest] {
+		dest, pub, err := m.publishing(d)
+		if err != nil {
 			held = append(held, d.DeliveryTag)
-			refused = fmt.Errorf("job %q: its queue %q (backstop-destination) does not exist", d.MessageId, dest)
+			refused = err
 			break
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, false, false,
-			replayed(d, reason, dest, o.KeepAttempts, time.Now().UnixMilli()))
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, false, false, pub)
 		if err != nil {
-			return moved, fail(err)
+			return moved, err
 		}
+		paced++
 		batch = append(batch, published{d, dc})
 		if len(batch) == replayBatch {
 			if err := flush(); err != nil {
-				return moved, fail(err)
+				return moved, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return moved, fail(err)
+		return moved, err
 	}
 	for _, tag := range held {
 		if err := ch.Nack(tag, false, true); err != nil {
-			return moved, fail(err)
+			return moved, err
 		}
 	}
-	if refused != nil {
-		return moved, fail(refused)
+	return moved, refused
+}
+
+// The audit queue's headers, before the dead letter's own: what was done
+// (delete, purge), why (the operator's note), by whom, when (unix ms).
+const (
+	HeaderAuditAction = "backstop-audit-action"
+	HeaderAuditNote   = "backstop-audit-note"
+	HeaderAuditActor  = "backstop-audit-actor"
+	HeaderAuditAtMs   = "backstop-audit-at-ms"
+)
+
+// AuditMaxLength is how many discarded dead letters Q.audit keeps: it is
+// declared with x-max-length 10000 and x-overflow drop-head, the oldest
+// records go first.
+const AuditMaxLength = 10000
+
+// DiscardOptions selects the dead letters Discard removes and says why.
+type DiscardOptions struct {
+	// Action is "delete" (ID required) or "purge".
+	Action string
+	// ID, Reason and JobType discard only the dead letters of this job id
+	// (message_id), with this reason, of this job type ("" = any).
+	ID, Reason, JobType string
+	// Limit is the most discarded: 0 = every one that matches among Scan.
+	Limit int
+	// Scan is the most dead letters looked at: default (and at most)
+	// 100,000, or Limit when larger.
+	Scan int
+	// Note is why (1..1024 bytes) and Actor who (1..256 bytes): both
+	// required, recorded with each one.
+	Note, Actor string
+}
+
+// Discard removes dead letters from Q.dlq for good (README, "The DLQ
+// workflow"): each matching one is published, with a confirm, to the audit
+// queue Q.audit (declared here, x-max-length 10000, overflow drop-head) with
+// its body, properties and headers and the audit headers (action, note,
+// actor, at-ms) set, then acked; the others stay. It returns how many went.
+// RabbitMQ keeps no counters: as for a replay, the count is the return
+// value, and the audit queue's publishes (management API) are the record.
+func (q *Queue) Discard(ctx context.Context, o DiscardOptions) (int, error) {
+	conn, err := q.adminConn(ctx, "discard")
+	if err != nil {
+		return 0, err
 	}
-	return moved, nil
+	return discardDeadLetters(ctx, conn, q.name, o)
+}
+
+// discardDeadLetters is Queue.Discard over a connection.
+func discardDeadLetters(ctx context.Context, conn *amqp.Connection, name string, o DiscardOptions) (int, error) {
+	fail := func(err error) error { return fmt.Errorf("queue %s: discard: %w", name, err) }
+	switch {
+	case o.Action != "delete" && o.Action != "purge":
+		return 0, fail(fmt.Errorf("action must be \"delete\" or \"purge\", got %q", o.Action))
+	case o.Action == "delete" && o.ID == "":
+		return 0, fail(errors.New("delete needs a job id"))
+	case len(o.Note) < 1 || len(o.Note) > queue.MaxNoteLen:
+		return 0, fail(fmt.Errorf("the note (why) must be 1..%d bytes, got %d", queue.MaxNoteLen, len(o.Note)))
+	case len(o.Actor) < 1 || len(o.Actor) > queue.MaxActorLen:
+		return 0, fail(fmt.Errorf("the actor (who) must be 1..%d bytes, got %d", queue.MaxActorLen, len(o.Actor)))
+	case o.Limit < 0:
+		return 0, fail(fmt.Errorf("limit must be >= 0 (0: every one), got %d", o.Limit))
+	case o.Reason != "" && !reasonOK(o.Reason):
+		return 0, fail(fmt.Errorf("reason must be \"\" (any) or 1..128 printable ASCII characters without spaces, got %q", o.Reason))
+	}
+	scan := o.Scan
+	if scan == 0 {
+		scan = max(o.Limit, maxScan)
+	}
+	if scan < max(1, o.Limit) || scan > max(o.Limit, maxScan) {
+		return 0, fail(fmt.Errorf("scan must be in %d..%d (limit..max(limit, %d)), got %d", max(1, o.Limit), max(o.Limit, maxScan), maxScan, scan))
+	}
+	limit := o.Limit
+	if limit == 0 {
+		limit = scan
+	}
+	if err := declareAudit(conn, name); err != nil {
+		return 0, fail(err)
+	}
+	at := itoa(time.Now().UnixMilli())
+	m := mover{
+		limit: limit, scan: scan, what: "discard",
+		match: func(d amqp.Delivery) bool {
+			return (o.Reason == "" || deadLetterReason(d.Headers) == o.Reason) &&
+				(o.JobType == "" || headerString(d.Headers, HeaderJobType) == o.JobType) &&
+				(o.ID == "" || d.MessageId == o.ID)
+		},
+		publishing: func(d amqp.Delivery) (string, amqp.Publishing, error) {
+			return name + ".audit", next(d, map[string]any{HeaderAuditAction: o.Action, HeaderAuditNote: o.Note,
+				HeaderAuditActor: o.Actor, HeaderAuditAtMs: at}, false), nil
+		},
+	}
+	n, err := m.run(ctx, conn, name+".dlq")
+	if err != nil {
+		return n, fail(err)
+	}
+	return n, nil
+}
+
+// declareAudit declares Q.audit, idempotently, on a channel of its own (a
+// declare that does not match closes its channel).
+func declareAudit(conn *amqp.Connection, name string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclare(name+".audit", true, false, false, false, amqp.Table{
+		"x-queue-type": "quorum", "x-max-length": int64(AuditMaxLength), "x-overflow": "drop-head",
+	})
+	if err != nil {
+		return fmt.Errorf("declare the audit queue %s.audit: %w", name, err)
+	}
+	return nil
 }
 
 // replayed is the message a replay publishes for dead letter d: the job

@@ -126,13 +126,13 @@ func buildRabbitCases() []rabbitCase {
 		{"first-enqueued-not-digits", hdrs("1", "backstop-first-enqueued-ms", "12a")},
 		{"first-enqueued-negative", hdrs("1", "backstop-first-enqueued-ms", "-5")},
 		{"first-enqueued-binary", hdrs("1", "backstop-first-enqueued-ms", map[string]any{"bytes": "AP8="})},
-		{"headers-missing", nil},
 	}
 	for _, m := range malformed {
 		add(handleCase("malformed/"+m.name, m.h, httpErr(503)))
 	}
 	add(rabbitCase{Name: "malformed/no-message-id", Delivery: &caseDelivery{Message: msg("", hdrs("1"))},
 		Event: rabbitEvent{Type: "handle"}})
+	plainCases(add)
 	add(rabbitCase{Name: "malformed/binary-body-kept", Delivery: &caseDelivery{Message: json.RawMessage(
 		`{"message_id":"j1","delivery_mode":2,"headers":{"backstop-attempt":"x"},"body_base64":"AP8AgA=="}`)},
 		Event: rabbitEvent{Type: "handle"}})
@@ -190,4 +190,45 @@ func buildRabbitCases() []rabbitCase {
 	replay("reason-unknown-refused", 1, "no_such_reason", false)
 	add(rabbitCase{Name: "replay/empty-dlq", Event: rabbitEvent{Type: "replay", Limit: 5}})
 	return cs
+}
+
+// plainCases: messages a publisher that knows nothing of backstop sent (no
+// backstop-attempt nor backstop-first-enqueued-ms) run as attempt 1, their
+// id the message_id or the body's SHA-256, first enqueued at their
+// timestamp or on receipt.
+func plainCases(add func(rabbitCase)) {
+	plain := func(id string, ts int64, h map[string]any) json.RawMessage {
+		m := map[string]any{"content_type": "application/json", "delivery_mode": 2, "body": `{"to":"a"}`}
+		if id != "" {
+			m["message_id"] = id
+		}
+		if ts != 0 {
+			m["timestamp"] = ts
+		}
+		if h != nil {
+			m["headers"] = h
+		}
+		out, _ := json.Marshal(m)
+		return out
+	}
+	for _, v := range []struct {
+		name string
+		id   string
+		ts   int64
+		h    map[string]any
+	}{
+		{"no-headers", "m1", 0, nil},
+		{"no-message-id", "", 0, nil},
+		{"other-headers", "m1", 0, map[string]any{"__TypeId__": "com.example.Mail", "spring_listener": "x"}},
+		{"typed", "m1", 0, map[string]any{"backstop-job-type": "send_email"}},
+		{"old-timestamp", "m1", 1700000000, nil},
+	} {
+		for _, e := range []struct {
+			name string
+			err  *caseError
+		}{{"success", nil}, {"503", httpErr(503)}, {"400", httpErr(400)}} {
+			add(rabbitCase{Name: "plain/" + v.name + "/" + e.name, Delivery: &caseDelivery{Message: plain(v.id, v.ts, v.h)},
+				Event: rabbitEvent{Type: "handle", Error: e.err}})
+		}
+	}
 }

@@ -501,17 +501,20 @@ func sampleLabels(m *dto.Metric) string {
 // A message in the cases' JSON (see the README): properties by their
 // snake_case names, typed header values, a UTF-8 body or body_base64.
 type caseMessage struct {
-	MessageID       string         `json:"message_id,omitempty"`
-	ContentType     string         `json:"content_type,omitempty"`
-	ContentEncoding string         `json:"content_encoding,omitempty"`
-	DeliveryMode    uint8          `json:"delivery_mode,omitempty"`
-	Priority        uint8          `json:"priority,omitempty"`
-	CorrelationID   string         `json:"correlation_id,omitempty"`
-	Type            string         `json:"type,omitempty"`
-	AppID           string         `json:"app_id,omitempty"`
-	Headers         map[string]any `json:"headers,omitempty"`
-	Body            *string        `json:"body,omitempty"`
-	BodyBase64      string         `json:"body_base64,omitempty"`
+	MessageID       string `json:"message_id,omitempty"`
+	ContentType     string `json:"content_type,omitempty"`
+	ContentEncoding string `json:"content_encoding,omitempty"`
+	DeliveryMode    uint8  `json:"delivery_mode,omitempty"`
+	Priority        uint8  `json:"priority,omitempty"`
+	CorrelationID   string `json:"correlation_id,omitempty"`
+	Type            string `json:"type,omitempty"`
+	AppID           string `json:"app_id,omitempty"`
+	// Timestamp (unix seconds) is read, never written: a publish's own
+	// would not normalise.
+	Timestamp  int64          `json:"timestamp,omitempty"`
+	Headers    map[string]any `json:"headers,omitempty"`
+	Body       *string        `json:"body,omitempty"`
+	BodyBase64 string         `json:"body_base64,omitempty"`
 }
 
 func decodeMessage(raw []byte) (amqp.Publishing, error) {
@@ -524,6 +527,9 @@ func decodeMessage(raw []byte) (amqp.Publishing, error) {
 	}
 	p := amqp.Publishing{MessageId: m.MessageID, ContentType: m.ContentType, ContentEncoding: m.ContentEncoding,
 		DeliveryMode: m.DeliveryMode, Priority: m.Priority, CorrelationId: m.CorrelationID, Type: m.Type, AppId: m.AppID}
+	if m.Timestamp != 0 {
+		p.Timestamp = time.Unix(m.Timestamp, 0)
+	}
 	if m.Headers != nil {
 		t, err := decodeValue(map[string]any{"table": m.Headers})
 		if err != nil {

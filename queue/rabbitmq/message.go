@@ -1,6 +1,8 @@
 package rabbitmq
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strconv"
 	"strings"
@@ -102,23 +104,47 @@ func headerString(h amqp.Table, k string) string {
 }
 
 // Decode reads the job a delivery carries. EntryID is empty: a delivery
-// tag means nothing outside its channel. A delivery without message_id,
-// with a backstop-attempt outside 1..10^14-1, or a backstop-first-enqueued-ms
+// tag means nothing outside its channel. A delivery (not plain, below)
+// without message_id, with a backstop-attempt outside 1..10^14-1, or a backstop-first-enqueued-ms
 // that is missing or not digits is Malformed (dead-lettered with reason
 // malformed and MalformedError); its other fields are read as far as they
 // can be.
+//
+// A plain message (neither backstop-attempt nor backstop-first-enqueued-ms:
+// one a publisher that knows nothing of backstop sent) is attempt 1 of a
+// job: its id the message_id, or "sha256:" and the body's SHA-256 in hex
+// without one; first enqueued at its timestamp property, or now without one.
 func Decode(d amqp.Delivery) queue.Job {
 	j := queue.Job{ID: d.MessageId, Payload: d.Body}
 	h := d.Headers
+	j.Type = headerString(h, HeaderJobType)
+	if plain(h) {
+		if j.ID == "" {
+			sum := sha256.Sum256(d.Body)
+			j.ID = "sha256:" + hex.EncodeToString(sum[:])
+		}
+		j.Attempt, j.FirstEnqueuedMs = 1, time.Now().UnixMilli()
+		if d.Timestamp.Unix() > 0 {
+			j.FirstEnqueuedMs = d.Timestamp.UnixMilli()
+		}
+		j.LastReason, j.LastError = headerString(h, HeaderLastReason), headerString(h, HeaderLastError)
+		return j
+	}
 	attempt, as, aok := headerDigits(h[HeaderAttempt])
 	first, _, fok := headerDigits(h[HeaderFirstEnqueuedMs])
 	j.Attempt, j.FirstEnqueuedMs = attempt, first
 	j.LastReason, j.LastError = headerString(h, HeaderLastReason), headerString(h, HeaderLastError)
 	j.PrevDelayMs, _, _ = headerDigits(h[HeaderPrevDelayMs])
-	j.Type = headerString(h, HeaderJobType)
 	leadingZero := len(as) > 1 && as[0] == '0'
 	j.Malformed = j.ID == "" || !aok || attempt < 1 || attempt > maxAttempt || leadingZero || !fok
 	return j
+}
+
+// plain reports a message without backstop's job headers (Decode).
+func plain(h amqp.Table) bool {
+	_, a := h[HeaderAttempt]
+	_, f := h[HeaderFirstEnqueuedMs]
+	return !a && !f
 }
 
 // dueMs returns backstop-due-ms, or 0 when absent or not a number.

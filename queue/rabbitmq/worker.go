@@ -457,6 +457,15 @@ func (w *worker) publishNext(ctx context.Context, ch *amqp.Channel, p *pending) 
 		exchange, key = "", q.name+".dlq"
 		msg = next(d, set, !j.Malformed)
 	}
+	if plain(d.Headers) {
+		// The next delivery is a backstop job: the id and first-enqueued
+		// time Decode gave this one (a plain message has no other).
+		msg.MessageId = j.ID
+		msg.Headers[HeaderFirstEnqueuedMs] = itoa(j.FirstEnqueuedMs)
+		if _, ok := msg.Headers[HeaderAttempt]; !ok {
+			msg.Headers[HeaderAttempt] = itoa(j.Attempt)
+		}
+	}
 	p.dest = fmt.Sprintf("exchange %q, key %q", exchange, key)
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false, msg)
 	p.dc = dc

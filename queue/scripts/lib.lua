@@ -184,6 +184,59 @@ local function xadd_refused(refuse, key, e)
   if string.find(e, '^ERR ') then return refuse('cannot add to ' .. key .. ': ' .. string.sub(e, 5)) end
   return redis.error_reply(e)
 end
+-- Whether a < b by their bytes: Lua's < compares by the server's locale.
+local function bytes_less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+-- The "fields JSON" of a plain entry (queue/README.md, "Plain producers"):
+-- each name once with its last value, names in byte order, no spaces; only
+-- \, " and bytes below 0x20 escaped, every other byte as it is.
+local function fields_json(last, f)
+  local names = {}
+  for k in pairs(last) do names[#names + 1] = k end
+  table.sort(names, bytes_less)
+  local function quote(s)
+    return '"' .. string.gsub(s, '[%z\1-\31\\"]', function(ch)
+      if ch == '\\' or ch == '"' then return '\\' .. ch end
+      return string.format('\\u%04x', string.byte(ch))
+    end) .. '"'
+  end
+  local parts = {}
+  for i, k in ipairs(names) do parts[i] = quote(k) .. ':' .. quote(f[last[k] + 1]) end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+-- The job of a plain entry e, one written by a producer that knows nothing
+-- of backstop (no id, attempt, first_enqueued_ms nor
+-- malformed_delayed_member): attempt 1, its id the entry's, first enqueued
+-- at the entry's time, its payload the payload field or else the fields
+-- JSON. Returns the job and the consumed table (the index of each field the
+-- job holds), or nil when e is not plain. A time past 2^53-1 ms gives a job
+-- without first_enqueued_ms: malformed.
+local function plain_job(e)
+  local f, last = e[2], {}
+  for i = 1, #f, 2 do last[f[i]] = i end
+  if last.id or last.attempt or last.first_enqueued_ms or last.malformed_delayed_member then return nil end
+  local ms = string.match(e[1], '^(%d+)%-')
+  local job = {id = e[1], attempt = '1', last_error = '', last_reason = '', prev_delay_ms = '0'}
+  if #ms < 16 or (#ms == 16 and ms <= '9007199254740991') then job.first_enqueued_ms = ms end
+  local consumed = {}
+  if last.type then
+    job.type = f[last.type + 1]
+    consumed[last.type] = true
+  end
+  if last.payload then
+    job.payload = f[last.payload + 1]
+    consumed[last.payload] = true
+  else
+    job.payload = fields_json(last, f)
+    for _, i in pairs(last) do consumed[i] = true end
+  end
+  return job, consumed
+end
 -- The dead letter of entry e ({id, {name, value, ...}}): the contract's
 -- fields, then every other field of the entry (a malformed entry's whole
 -- body; a duplicate name too) under "entry.". An entry with more than 1000
@@ -194,17 +247,25 @@ local function dead_letter_fields(e, reason, err, now)
   local f, last = e[2], {}
   for i = 1, #f, 2 do last[f[i]] = i end
   local function get(k) return last[k] and f[last[k] + 1] or '' end
-  local out = {'reason', reason, 'error', err, 'attempt', get('attempt'), 'id', get('id'),
-    'source_id', e[1], 'first_enqueued_ms', get('first_enqueued_ms'), 'payload', get('payload'),
+  local job, consumed = plain_job(e)
+  if not job then
+    job, consumed = {id = get('id'), attempt = get('attempt'), first_enqueued_ms = get('first_enqueued_ms'),
+      payload = get('payload'), type = last.type and get('type')}, {}
+    for _, k in ipairs({'id', 'attempt', 'first_enqueued_ms', 'payload', 'type'}) do
+      if last[k] then consumed[last[k]] = true end
+    end
+  end
+  local out = {'reason', reason, 'error', err, 'attempt', job.attempt, 'id', job.id,
+    'source_id', e[1], 'first_enqueued_ms', job.first_enqueued_ms or '', 'payload', job.payload,
     'dead_lettered_ms', now}
   -- The job's type travels as its own field (absent: untyped).
-  if last.type then
+  if job.type then
     out[#out + 1] = 'type'
-    out[#out + 1] = get('type')
+    out[#out + 1] = job.type
   end
-  local known, other = {id = 1, attempt = 1, first_enqueued_ms = 1, payload = 1, type = 1}, {}
+  local other = {}
   for i = 1, #f, 2 do
-    if not (known[f[i]] and last[f[i]] == i) then
+    if not consumed[i] then
       other[#other + 1] = f[i]
       other[#other + 1] = f[i + 1]
     end
@@ -229,9 +290,12 @@ local function pending_entry(jobs, group, id)
 end
 -- The fields of entry e by name (a name given twice: its last value, as
 -- the workers read it) and its attempt, a whole number in 1..1e14-1, when e
--- is a well-formed job (an id, digits for first_enqueued_ms); else nil.
+-- is a well-formed job (an id, digits for first_enqueued_ms); else nil. A
+-- plain entry is its plain_job, on attempt 1.
 local function job_of(e)
-  local job = {}
+  local job = plain_job(e)
+  if job then return job, job.first_enqueued_ms and 1 or nil end
+  job = {}
   for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
   local attempt = tonumber(string.match(job.attempt or '', '^[1-9]%d*$') or '')
   if not job.id or job.id == '' or not attempt or attempt >= 1e14

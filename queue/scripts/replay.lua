@@ -1,6 +1,6 @@
 -- replay: move at most N dead letters back to the work stream with the
--- attempt count reset, optionally only those with a given reason, in one
--- atomic step, and count the replays. Scans at most scan entries from the
+-- attempt count reset (or kept), optionally only those with a given reason,
+-- type or job id, in one atomic step, and count the replays. Scans at most scan entries from the
 -- cursor so a filtered replay stays bounded; call again with the cursor it
 -- returns until it returns "0".
 -- KEYS[1] dlq stream   KEYS[2] jobs stream   KEYS[3] stats hash
@@ -9,6 +9,11 @@
 -- ARGV[4] scan (limit..100000)
 -- ARGV[5] job type (optional; '' or absent for any): only dead letters of
 -- this type
+-- ARGV[6] keep attempts (optional; '1' keeps the dead letter's attempt and
+-- first_enqueued_ms, '' / '0' / absent resets them): a dead letter whose
+-- attempt or first_enqueued_ms is not well-formed then stays in the DLQ
+-- ARGV[7] job id (optional; '' or absent for any): only dead letters of
+-- this job
 -- Reply: {replayed, next cursor or "0" when the stream is exhausted}.
 -- All or nothing (README.md), dead letter by dead letter: the checks only
 -- read; each one's XADD is its first write, and a failed one ends the batch
@@ -40,6 +45,12 @@ if cursor == '0' or cursor == '' then cursor = '-' end
 if cursor ~= '-' and not entry_id(string.match(cursor, '^%(?(.*)$')) then
   return refuse('cursor must be "-", "0" or a cursor replay returned, got ' .. show(ARGV[3]))
 end
+local keep = ARGV[6] or ''
+if keep ~= '' and keep ~= '0' and keep ~= '1' then
+  return refuse('keep attempts must be "1", "0" or "", got ' .. show(ARGV[6]))
+end
+keep = keep == '1'
+local jid = ARGV[7] or ''
 local err = wrong_type(KEYS[1], 'stream') or wrong_type(KEYS[2], 'stream')
 if err then return refuse(err) end
 local entries = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', scan)
@@ -53,8 +64,12 @@ for _, e in ipairs(entries) do
   for i = 1, #e[2], 2 do job[e[2][i]] = e[2][i + 1] end
   -- A dead letter without a job id (a malformed entry, its body under
   -- entry.*) stays in the DLQ for a person: replaying it would lose it.
+  -- Kept attempts must be what a worker reads as a job: 1..1e14-1 and
+  -- digits (as job_of), or the replay would only make a malformed entry.
+  local kept = not keep or (string.find(job.attempt or '', '^[1-9]%d*$') and #job.attempt <= 14
+      and string.find(job.first_enqueued_ms or '', '^%d+$'))
   if (reason == '' or job.reason == reason) and (jtype == '' or job.type == jtype)
-      and job.id and job.id ~= '' then
+      and (jid == '' or job.id == jid) and job.id and job.id ~= '' and kept then
     plan[#plan + 1] = {e[1], job}
   end
 end
@@ -65,8 +80,10 @@ if err then return refuse(err) end
 local moved = 0
 for _, p in ipairs(plan) do
   local job = p[2]
-  local fields = {'id', job.id, 'attempt', '1',
-    'first_enqueued_ms', string.format('%d', now_ms()),
+  local attempt, first = '1', string.format('%d', now_ms())
+  if keep then attempt, first = job.attempt, job.first_enqueued_ms end
+  local fields = {'id', job.id, 'attempt', attempt,
+    'first_enqueued_ms', first,
     'payload', job.payload or '', 'replayed_from', p[1], 'last_reason', job.reason or ''}
   if job.type then
     fields[#fields + 1] = 'type'

@@ -5,8 +5,10 @@
 // (testdata/vectors/README.md, "Input lines"). Every input line gets exactly
 // one output line: a blank, invalid or overlong line (and a last line
 // without "\n") included; a bad line gets {"error": "..."} and the stream
-// goes on. An absent random or now_ms is 0 here, as in the vectors: the
-// output depends on the input only.
+// goes on. A line without random (or with null) gets a uniform draw in
+// [0, 1) (jitter scales the delay by it; 0 would make every delay of full
+// jitter 0); --random X gives such a line X instead, so the output depends
+// on the input only. An absent now_ms is 0, as in the vectors.
 import { existsSync, readFileSync } from 'node:fs';
 import { PolicyError, loadPolicy } from '../index.js';
 import { parseJSON } from '../lib/json.js';
@@ -24,7 +26,7 @@ const FIELDS = new Set([
 const MAX_LINE_BYTES = 4 << 20;
 const MAX_DEPTH = 32;
 const MAX_NUMBER_CHARS = 32;
-const USAGE = 'usage: backstop-decide [--policy FILE|PRESET] < failures.jsonl > decisions.jsonl';
+const USAGE = 'usage: backstop-decide [--policy FILE|PRESET] [--random draw|X] < failures.jsonl > decisions.jsonl';
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
@@ -33,24 +35,36 @@ function fail(msg, code = 1) {
   process.exit(code);
 }
 
+// --policy and --random, as the Go flag package reads them (-name,
+// --name, either with =value or the next argument).
 function parseArgs(argv) {
-  let policy = 'default';
+  const flags = { policy: 'default', random: 'draw' };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
+    const name = /^--?(policy|random)(=|$)/.exec(a)?.[1];
     if (a === '-h' || a === '--help') {
       process.stdout.write(`${USAGE}\n`);
       process.exit(0);
-    } else if (a === '--policy' || a === '-policy') {
-      if (i + 1 >= argv.length) fail(`--policy needs a value\n${USAGE}`, 2);
-      policy = argv[++i];
-    } else if (a.startsWith('--policy=') || a.startsWith('-policy=')) {
-      policy = a.slice(a.indexOf('=') + 1);
+    } else if (name && a.includes('=')) {
+      flags[name] = a.slice(a.indexOf('=') + 1);
+    } else if (name) {
+      if (i + 1 >= argv.length) fail(`--${name} needs a value\n${USAGE}`, 2);
+      flags[name] = argv[++i];
     } else {
       fail(`unexpected argument ${JSON.stringify(a)}\n${USAGE}`, 2);
     }
   }
-  return policy;
+  return flags;
 }
+
+// The random of a line that sets none: a draw per line, or --random's X.
+function absentRandomOf(flag) {
+  if (flag === 'draw') return Math.random;
+  const r = /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(flag) ? Number(flag) : NaN;
+  if (!(r >= 0 && r < 1)) fail(`--random must be draw or a number in [0, 1), got ${JSON.stringify(flag)}\n${USAGE}`, 2);
+  return () => r;
+}
+let absentRandom = Math.random;
 
 // A preset name, unless a file of that name exists; otherwise a file.
 function readPolicy(arg) {
@@ -93,7 +107,7 @@ function answerOf(policy, line, tooLong) {
     if (!FIELDS.has(name) && (unknown === undefined || codePointLess(u, unknown))) unknown = u;
   }
   if (unknown !== undefined) return { error: `${unknown}: unknown field` };
-  if (input.random === null || input.random === undefined) input.random = 0;
+  if (input.random === null || input.random === undefined) input.random = absentRandom();
   if (input.now_ms === null || input.now_ms === undefined) input.now_ms = 0;
   try {
     const d = policy.decide(input);
@@ -135,7 +149,9 @@ function scan(s) {
 }
 
 async function main() {
-  const arg = parseArgs(process.argv.slice(2));
+  const flags = parseArgs(process.argv.slice(2));
+  const arg = flags.policy;
+  absentRandom = absentRandomOf(flags.random);
   let policy;
   try {
     policy = await loadPolicy(readPolicy(arg));

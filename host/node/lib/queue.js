@@ -9,9 +9,10 @@ import { hostname } from 'node:os';
 import { checkString, checkWhole, show } from './args.js';
 import { checkJobType, typedPolicies } from './jobtypes.js';
 import { checkPolicy, countPlan, errorText, jitter, pause, planOutcome, refusedFor, refusedPlan, runHandler } from './outcome.js';
+import { fieldsJSON, raw8 } from './plain.js';
 import { writeRefused } from './refused.js';
 
-const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run'];
+const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run', 'discard'];
 let scripts; // name → {source, sha}: lib.lua, a newline, the script; read on first use
 
 function script(name) {
@@ -652,17 +653,41 @@ function jobsOf(reply) {
 
 function jobOf(entryId, raw) {
   const fields = {};
+  // Each name's last value, by the name's bytes: the fields JSON of a plain entry.
+  const last = new Map();
   for (const [k, v] of pairs(raw)) {
     const key = text(k);
     // A field called __proto__ is data, not a prototype.
     Object.defineProperty(fields, key, { value: text(v), enumerable: true, writable: true, configurable: true });
+    const name = raw8(k);
+    last.set(name.toString('latin1'), [name, raw8(v)]);
+  }
+  const eid = text(entryId);
+  if (isPlain(fields)) {
+    // A producer that knows nothing of backstop (queue/README.md, "Plain
+    // producers"): attempt 1 of the job called by its entry id, enqueued at
+    // the entry's time; past 2^53 - 1 ms, malformed.
+    const first = whole(/^(\d+)-/.exec(eid)?.[1]);
+    return {
+      entryId: eid,
+      id: eid,
+      attempt: 1,
+      firstEnqueuedMs: first ?? 0,
+      payload: Object.hasOwn(fields, 'payload') ? fields.payload : text(fieldsJSON(last.values())),
+      lastError: '',
+      lastReason: '',
+      type: fields.type ?? '',
+      prevDelayMs: 0,
+      malformed: first === null,
+      fields,
+    };
   }
   const id = fields.id ?? '';
   // The attempt as retry.lua accepts it: digits, 1..1e14 - 1.
   const attempt = /^[1-9]\d{0,13}$/.test(fields.attempt) ? Number(fields.attempt) : null;
   const first = whole(fields.first_enqueued_ms);
   return {
-    entryId: text(entryId),
+    entryId: eid,
     id,
     attempt: attempt ?? 0,
     firstEnqueuedMs: first ?? 0,
@@ -675,6 +700,12 @@ function jobOf(entryId, raw) {
     malformed: id === '' || attempt === null || first === null,
     fields,
   };
+}
+
+// An entry is plain when it has none of the fields a backstop job has.
+const JOB_FIELDS = ['id', 'attempt', 'first_enqueued_ms', 'malformed_delayed_member'];
+function isPlain(fields) {
+  return !JOB_FIELDS.some((f) => Object.hasOwn(fields, f));
 }
 
 // The [key, value] pairs of a flat RESP2 array, a Map or an object.

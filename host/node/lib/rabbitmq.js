@@ -4,6 +4,7 @@
 // the moves are the ones the Go and Python workers use, so they can share a
 // queue; the policy decides locally (backstop.wasm, through outcome.js, as
 // the Redis worker does), only the moves talk to the broker.
+import { createHash } from 'node:crypto';
 import { hostname } from 'node:os';
 import { checkString, checkWhole, show } from './args.js';
 import { checkJobType, JOB_TYPE, typedPolicies } from './jobtypes.js';
@@ -823,6 +824,12 @@ class Queue {
       const headers = plan.action === 'dead_letter' && plan.reason === 'malformed'
         ? { ...(msg.properties.headers ?? {}) } // every original header kept
         : moveHeaders(msg.properties.headers);
+      if (!job.malformed && plain(msg.properties.headers ?? {})) {
+        // A plain delivery's job moves with the headers every job carries:
+        // the next delivery is not plain (the same id, enqueued time).
+        headers[H.attempt] = String(job.attempt);
+        headers[H.first] = String(job.firstEnqueuedMs);
+      }
       if (plan.action === 'dead_letter') {
         if (!(H.destination in headers) && !job.malformed) headers[H.destination] = name;
         headers[H.reason] = plan.reason;
@@ -851,7 +858,9 @@ class Queue {
       try {
         if (plan.action !== 'ack' && !published) {
           const { exchange, routingKey, headers } = next(job, msg, plan, Date.now());
-          await publish(ch, exchange, routingKey, msg.content, { ...props(msg), headers });
+          // The message_id is the job's id (a plain delivery's may have had none).
+          const id = job.malformed ? {} : { messageId: job.id };
+          await publish(ch, exchange, routingKey, msg.content, { ...props(msg), ...id, headers });
           published = true;
         }
         ch.ack(msg);
@@ -996,12 +1005,24 @@ class Queue {
 function jobOf(msg, queue) {
   const p = msg.properties ?? {};
   const h = p.headers ?? {};
-  const id = typeof p.messageId === 'string' ? p.messageId : text(p.messageId);
-  const attemptRaw = digits(h[H.attempt]);
-  // '01' is not an attempt: the Redis scripts and Go read digits without a leading zero.
-  const leadingZero = typeof h[H.attempt] === 'string' && /^0./.test(h[H.attempt]);
-  const attempt = attemptRaw !== null && attemptRaw >= 1 && attemptRaw <= MAX_ATTEMPT && !leadingZero ? attemptRaw : null;
-  const first = digits(h[H.first]);
+  let id = typeof p.messageId === 'string' ? p.messageId : text(p.messageId);
+  let attempt;
+  let first;
+  const isPlain = plain(h);
+  if (isPlain) {
+    // A producer that knows nothing of backstop (README, "Plain producers"):
+    // attempt 1 of the job called by its message_id, else by its body's
+    // SHA-256, enqueued at its timestamp, else now.
+    if (id === '') id = `sha256:${createHash('sha256').update(msg.content ?? Buffer.alloc(0)).digest('hex')}`;
+    attempt = 1;
+    first = timestampMs(p.timestamp) ?? Date.now();
+  } else {
+    const attemptRaw = digits(h[H.attempt]);
+    // '01' is not an attempt: the Redis scripts and Go read digits without a leading zero.
+    const leadingZero = typeof h[H.attempt] === 'string' && /^0./.test(h[H.attempt]);
+    attempt = attemptRaw !== null && attemptRaw >= 1 && attemptRaw <= MAX_ATTEMPT && !leadingZero ? attemptRaw : null;
+    first = digits(h[H.first]);
+  }
   const malformed = id === '' || attempt === null || first === null;
   return {
     id,
@@ -1012,7 +1033,7 @@ function jobOf(msg, queue) {
     jobType: text(h[H.jobType]),
     lastReason: text(h[H.lastReason]),
     lastError: text(h[H.lastError]),
-    prevDelayMs: digits(h[H.prevDelay]) ?? 0,
+    prevDelayMs: isPlain ? 0 : digits(h[H.prevDelay]) ?? 0,
     dueMs: digits(h[H.due]),
     deliveryCount: digits(h['x-delivery-count']) ?? 0,
     queue,
@@ -1020,6 +1041,18 @@ function jobOf(msg, queue) {
     malformed,
     key: malformed ? null : `${id}\u0000${attempt}`,
   };
+}
+
+// A delivery is plain when it has neither of the headers every job carries.
+function plain(h) {
+  return !Object.hasOwn(h, H.attempt) && !Object.hasOwn(h, H.first);
+}
+
+// The timestamp property (unix seconds) in ms; null when unset or 0.
+function timestampMs(ts) {
+  const s = typeof ts === 'bigint' ? Number(ts) : ts;
+  if (typeof s !== 'number' || !Number.isSafeInteger(s) || s <= 0 || !Number.isSafeInteger(s * 1000)) return null;
+  return s * 1000;
 }
 
 // A dead letter as inspect() and replay() see it.

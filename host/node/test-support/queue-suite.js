@@ -223,7 +223,8 @@ export function scriptSuite(name, kind, target, env) {
 
     test('malformed: retry refuses it and leaves it pending; dead letter takes it', async () => {
       const q = await fresh();
-      await raw('XADD', q.keys.jobs, '*', 'garbage', 'x');
+      // An attempt but no id (an entry with none of the job's fields is a plain job).
+      await raw('XADD', q.keys.jobs, '*', 'garbage', 'x', 'attempt', '1');
       const [job] = await q.read('c1');
       assert.equal(job.malformed, true);
       assert.equal(job.id, '');

@@ -269,7 +269,8 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         await q.enqueue('job-1', 'x');
         await q.enqueue('job-bad', 'x');
         await q.enqueue('job-response', 'x');
-        await raw('XADD', q.keys.jobs, '*', 'garbage', 'x');
+        // Malformed: a bad attempt and no id (an entry with none of the job's fields is a plain job).
+        await raw('XADD', q.keys.jobs, '*', 'garbage', 'x', 'attempt', 'x');
         const seen = [];
         const outcomes = [];
         const ac = new AbortController();

@@ -62,13 +62,13 @@ async function setup(keys, state) {
       return String(base + Number(off ?? 0));
     });
   const add = async (key, entries = []) => {
-    for (const e of entries) await raw('XADD', key, e.id, ...e.fields.map(res));
+    for (const e of entries) await raw('XADD', key, res(e.id), ...e.fields.map(res));
   };
   await add(keys.jobs, state.jobs);
   await raw('XGROUP', 'CREATE', keys.jobs, FILE.group, '0', 'MKSTREAM');
   for (const e of state.jobs ?? []) {
     const p = e.pending;
-    if (p) await raw('XCLAIM', keys.jobs, FILE.group, p.consumer, 0, e.id, 'IDLE', p.idle_ms, 'RETRYCOUNT', p.deliveries, 'FORCE', 'JUSTID');
+    if (p) await raw('XCLAIM', keys.jobs, FILE.group, p.consumer, 0, res(e.id), 'IDLE', p.idle_ms, 'RETRYCOUNT', p.deliveries, 'FORCE', 'JUSTID');
   }
   await add(keys.dlq, state.dlq);
   for (const m of state.delayed ?? []) await raw('ZADD', keys.delayed, res(m.score), res(m.member));
@@ -139,7 +139,10 @@ async function readAs(entryId, fields) {
 
 async function run(q, c) {
   const { base, known, resolve } = await setup(q.keys, c.state);
-  const ev = c.event;
+  // Entry ids may be times too ("{now-1000}-0").
+  const ev = { ...c.event };
+  if (ev.entry !== undefined) ev.entry = resolve(ev.entry);
+  if (Array.isArray(ev.entries)) ev.entries = ev.entries.map(resolve);
   const apply = async (job) => {
     // The worker's path (work()): a malformed job is not run.
     let out;
@@ -164,6 +167,21 @@ async function run(q, c) {
     if (ev.type === 'handle') {
       const [[id, fields]] = await raw('XRANGE', q.keys.jobs, ev.entry, ev.entry);
       reply = await apply(await readAs(id, fields));
+    } else if (ev.type === 'read') {
+      // The reader alone: the job read() gives for the entry.
+      const [[id, fields]] = await raw('XRANGE', q.keys.jobs, ev.entry, ev.entry);
+      const job = await readAs(id, fields);
+      // Numbers as decimal text, as the cases have them: normalising rewrites
+      // a time in the JSON text, which a bare number would leave invalid.
+      reply = {
+        job: job.malformed
+          ? { malformed: true }
+          : {
+              id: job.id, attempt: String(job.attempt), first_enqueued_ms: String(job.firstEnqueuedMs), payload: job.payload,
+              type: job.type, last_error: job.lastError, last_reason: job.lastReason, prev_delay_ms: String(job.prevDelayMs),
+              malformed: false,
+            },
+      };
     } else if (ev.type === 'defer') {
       // The policy refused the job (an open breaker, an empty budget).
       const due = await q.defer(ev.entry, ev.delay_ms ?? 0, ev.reason ?? '', ev.last_error ?? '');

@@ -21,7 +21,7 @@ for (const [name, kind] of Object.entries(standalone)) {
 
 test('the shipped scripts are the contract’s', async () => {
   const { readdirSync, readFileSync } = await import('node:fs');
-  const names = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run'];
+  const names = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run', 'discard'];
   const contract = (name) => readFileSync(new URL(`../../../queue/scripts/${name}.lua`, import.meta.url), 'utf8');
   const shipped = (name) => readFileSync(new URL(`../scripts/${name}.lua`, import.meta.url), 'utf8');
   // idempotency.lua ships beside them (lib/idempotency.js loads it).

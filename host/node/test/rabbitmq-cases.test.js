@@ -94,6 +94,8 @@ const PROPS = [['message_id', 'messageId'], ['content_type', 'contentType'], ['c
 function publishArgs(m) {
   const props = {};
   for (const [k, p] of PROPS) if (m[k] !== undefined) props[p] = m[k];
+  // timestamp (unix seconds) is read, never written (as Go's): a publish's own would not normalise.
+  if (m.timestamp !== undefined) props.timestamp = m.timestamp;
   if (m.headers) props.headers = Object.fromEntries(Object.entries(m.headers).map(([k, v]) => [k, toAmqp(v)]));
   const body = m.body_base64 !== undefined ? Buffer.from(m.body_base64, 'base64') : Buffer.from(m.body ?? '', 'utf8');
   return { body, props };

@@ -10,8 +10,8 @@ from conftest import load_vectors
 CMD = [sys.executable, "-m", "backstop", "decide", "--policy"]
 
 
-def run(policy, stdin):
-    r = subprocess.run(CMD + [policy], input=stdin.encode(), capture_output=True, timeout=60)
+def run(policy, stdin, *flags):
+    r = subprocess.run(CMD + [policy, *flags], input=stdin.encode(), capture_output=True, timeout=60)
     return r.returncode, r.stdout.decode(), r.stderr.decode()
 
 
@@ -35,13 +35,15 @@ def test_every_stateless_vector(tmp_path):
         if not cases:
             continue
         lines = [json.dumps(c["input"]) for c in cases]
-        code, out, err = run(policy, "\n".join(lines))  # no final newline: the last line still counts
+        # No final newline: the last line still counts. --random 0: the
+        # vectors read an absent random as 0; the command draws one.
+        code, out, err = run(policy, "\n".join(lines), "--random", "0")
         assert code == 0, err
         assert out.splitlines() == [expected_line(c["expect"]) for c in cases], g["name"]
 
 
 def test_bad_lines_do_not_stop_the_stream():
-    code, out, _ = run("default", '{"attempt":1,"http_status":503}\nnot json\n[1]\n{"attempt":1,"colour":1}\n\n{"attempt":0}\n')
+    code, out, _ = run("default", '{"attempt":1,"http_status":503,"random":0}\nnot json\n[1]\n{"attempt":1,"colour":1}\n\n{"attempt":0}\n')
     lines = out.splitlines()
     assert lines[0] == '{"action":"retry","delay_ms":0,"reason":"transient","class":"retryable"}'
     assert lines[1].startswith('{"error":"invalid input line: ')

@@ -22,7 +22,7 @@ from backstop.queue import AsyncQueue, Job, Keys, Outcome, Queue, script_source
 # Deterministic delays: 250 ms, no jitter, three attempts.
 FIXED = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "250ms", "cap": "1s"}, "jitter": {"mode": "none"}}
 CONTRACT = Path(__file__).resolve().parents[3] / "queue" / "scripts"
-SCRIPTS = ("ack", "dead_letter", "defer", "enqueue", "hold", "promote", "reclaim", "replay", "retry", "run")
+SCRIPTS = ("ack", "dead_letter", "defer", "discard", "enqueue", "hold", "promote", "reclaim", "replay", "retry", "run")
 
 
 class HTTPError(Exception):

@@ -3,6 +3,7 @@ replayed through the Python worker's path against a real redis-server: the
 job as ``Job.from_entry`` reads it, the failure classified, decided by
 backstop.wasm and applied through the scripts (``Queue.apply``'s plan and
 move), then every key compared with what the Go worker left."""
+import codecs
 import json
 import os
 import re
@@ -135,14 +136,14 @@ def setup(r: redis.Redis, keys: Dict[str, str], state: Dict[str, Any]) -> Tuple[
 
     def add(key: str, entries: List[Dict[str, Any]]) -> None:
         for e in entries:
-            r.execute_command("XADD", key, e["id"], *[res(f) for f in e["fields"]])
+            r.execute_command("XADD", key, res(e["id"]), *[res(f) for f in e["fields"]])
 
     add(keys["jobs"], state.get("jobs", []))
     r.execute_command("XGROUP", "CREATE", keys["jobs"], FILE["group"], "0", "MKSTREAM")
     for e in state.get("jobs", []):
         p = e.get("pending")
         if p:
-            r.execute_command("XCLAIM", keys["jobs"], FILE["group"], p["consumer"], 0, e["id"], "IDLE", p["idle_ms"],
+            r.execute_command("XCLAIM", keys["jobs"], FILE["group"], p["consumer"], 0, res(e["id"]), "IDLE", p["idle_ms"],
                               "RETRYCOUNT", p["deliveries"], "FORCE", "JUSTID")
     add(keys["dlq"], state.get("dlq", []))
     for m in state.get("delayed", []):
@@ -208,10 +209,36 @@ def normalise(reply: Any, state: Dict[str, Any], base: int, end: int, known: set
     return json.loads(MS.sub(ms, s))
 
 
+def go_text(b: bytes) -> str:
+    """Bytes as Go's encoding/json writes a string of them: each byte not
+    part of valid UTF-8 becomes U+FFFD."""
+    return b.decode("utf-8", "backstop-each-byte")
+
+
+codecs.register_error("backstop-each-byte", lambda e: ("\ufffd" * (e.end - e.start), e.end))
+
+
+def read_reply(job: Job) -> Dict[str, Any]:
+    """The job of a "read" event, as the cases write it; a malformed one
+    only as such (the rest differs by language). The numbers as decimal
+    text, as Go's cases write them: normalise rewrites a time in the JSON
+    text, and a bare number made "{now-1000}" would not be JSON."""
+    if job.malformed:
+        return {"malformed": True}
+    return {"id": job.id, "attempt": str(job.attempt), "first_enqueued_ms": str(job.first_enqueued_ms),
+            "payload": go_text(job.payload), "type": job.job_type, "last_error": job.last_error,
+            "last_reason": job.last_reason, "prev_delay_ms": str(job.prev_delay_ms), "malformed": False}
+
+
 def run(r: redis.Redis, q: Queue, policy: Any, case: Dict[str, Any]) -> Any:
     keys = {"jobs": q.keys.jobs, "delayed": q.keys.delayed, "dlq": q.keys.dlq, "stats": q.keys.stats}
     base, known = setup(r, keys, case["state"])
-    ev = case["event"]
+    ev = dict(case["event"])
+    # Entry ids may be times too ("{now-1000}-0"), as in the state.
+    if "entry" in ev:
+        ev["entry"] = res_now(ev["entry"], base, known)
+    if "entries" in ev:
+        ev["entries"] = [res_now(e, base, known) for e in ev["entries"]]
     spec = ev.get("error")
     exc: Any = None
     if spec:
@@ -243,6 +270,9 @@ def run(r: redis.Redis, q: Queue, policy: Any, case: Dict[str, Any]) -> Any:
         if ev["type"] == "handle":
             (entry,) = r.execute_command("XRANGE", keys["jobs"], ev["entry"], ev["entry"])
             reply = apply(Job.from_entry(entry[0], dict(pairs(entry[1]))))
+        elif ev["type"] == "read":
+            (entry,) = r.execute_command("XRANGE", keys["jobs"], ev["entry"], ev["entry"])
+            reply = {"job": read_reply(Job.from_entry(entry[0], dict(pairs(entry[1]))))}
         elif ev["type"] == "defer":
             # The policy refused the job (an open breaker, an empty budget).
             delay = ev.get("delay_ms", 0)

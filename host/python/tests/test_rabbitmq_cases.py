@@ -134,7 +134,10 @@ def message_json(m: Any) -> Dict[str, Any]:
 
 def message_from(spec: Dict[str, Any], res: Any) -> aio_pika.Message:
     body = base64.b64decode(spec["body_base64"]) if "body_base64" in spec else spec.get("body", "").encode()
-    props = {p: spec[p] for p in PROPS if p in spec}
+    props: Dict[str, Any] = {p: spec[p] for p in PROPS if p in spec}
+    if spec.get("timestamp"):
+        # Read, never written (the README): a publish's own would not normalise.
+        props["timestamp"] = datetime.datetime.fromtimestamp(spec["timestamp"], datetime.timezone.utc)
     headers = {k: to_amqp(v, res) for k, v in spec["headers"].items()} if "headers" in spec else None
     m = aio_pika.Message(body, headers=headers, **props)
     if "message_id" not in spec:

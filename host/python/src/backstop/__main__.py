@@ -4,20 +4,25 @@ Failures in (JSON lines, the vector `input` shape), decisions out (one JSON
 line each, in order: {"action","delay_ms","reason","class"} or {"error"}),
 like the Go `backstop decide` command: for the same input, every host's
 command writes the same bytes (testdata/vectors/README.md, "Input lines").
-Every input line gets exactly one output line. An absent random or now_ms
-is 0 here, as in the vectors: the output depends on the input only.
+Every input line gets exactly one output line. A line without random (or
+with null) gets a uniform draw in [0, 1) (jitter scales the delay by it; 0
+would make every delay of full jitter 0); --random X gives such a line X
+instead, so the output depends on the input only. An absent now_ms is 0, as
+in the vectors.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import re
 import sys
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, BinaryIO, Dict, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from ._errors import BackstopError, PolicyError
 from ._policy import Policy, _well_formed, load_policy
@@ -32,7 +37,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     dec = sub.add_parser("decide", help="read failures as JSON lines on stdin, write decisions as JSON lines")
     dec.add_argument("--policy", default="default", help="policy file (JSON or YAML) or preset name")
+    dec.add_argument("--random", default="draw", type=_absent_random, metavar="draw|X",
+                     help="the random of a line that sets none: draw (a uniform draw in [0, 1) per line) or a number in [0, 1)")
     args = parser.parse_args(argv)
+    global _absent_random_value
+    _absent_random_value = args.random
 
     # A file wins over a preset of the same name, as in the Go command.
     src = Path(args.policy)
@@ -48,6 +57,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.close()
     return 0
 
+
+def _absent_random(flag: str) -> Callable[[], float]:
+    if flag == "draw":
+        return random.random
+    try:
+        r = float(flag) if re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", flag) else math.nan
+    except ValueError:
+        r = math.nan
+    if not 0 <= r < 1:
+        raise argparse.ArgumentTypeError("must be draw or a number in [0, 1), got %s" % json.dumps(flag))
+    return lambda: r
+
+
+# What a line without random gets (--random).
+_absent_random_value: Callable[[], float] = random.random
 
 # The limits of a line (internal/vector/line.go).
 _MAX_LINE_BYTES = 4 << 20
@@ -126,7 +150,7 @@ def _answer_of(policy: Policy, line: bytes, too_long: bool) -> Dict[str, Any]:
     if unknown:
         return {"error": "%s: unknown field" % min(unknown)}
     if obj.get("random") is None:
-        obj["random"] = 0
+        obj["random"] = _absent_random_value()
     if obj.get("now_ms") is None:
         obj["now_ms"] = 0
     try:

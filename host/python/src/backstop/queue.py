@@ -62,14 +62,15 @@ _ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
 _DIGITS = re.compile(r"[0-9]+\Z")
 # A full stream id, as the scripts want it: Redis reads "5000" as a range in XPENDING.
 _ENTRY_ID = re.compile(r"(0|[1-9][0-9]{0,19})-(0|[1-9][0-9]{0,19})\Z")
-_SCRIPTS = ("enqueue", "ack", "retry", "defer", "dead_letter", "promote", "reclaim", "replay", "hold", "run")
+# discard: the Go CLI's dlq delete / purge (shipped, not called here).
+_SCRIPTS = ("enqueue", "ack", "retry", "defer", "dead_letter", "promote", "reclaim", "replay", "hold", "run", "discard")
 _source_cache: Dict[str, str] = {}
 
 
 def script_source(name: str) -> str:
     """The Lua source of one of the contract's scripts (``enqueue``, ``ack``,
     ``retry``, ``dead_letter``, ``promote``, ``reclaim``, ``replay``,
-    ``hold``, ``run``) as sent to Redis: the package's ``scripts/lib.lua`` (the
+    ``hold``, ``run``, ``discard``) as sent to Redis: the package's ``scripts/lib.lua`` (the
     helpers the scripts share), a newline, then ``scripts/<name>.lua``."""
     if name not in _SCRIPTS:
         raise ValueError("unknown script %r (want one of %s)" % (name, ", ".join(_SCRIPTS)))
@@ -109,7 +110,9 @@ class Job:
     idempotency key a downstream can deduplicate on. ``malformed`` marks an
     entry without an id, a whole ``attempt`` >= 1 or ``first_enqueued_ms``:
     ``apply`` dead-letters it with reason ``malformed``; ``fields`` holds
-    every field of the entry (text) to see why.
+    every field of the entry (text) to see why. An entry with none of
+    backstop's fields (a plain producer's XADD) is not malformed but the
+    job's first attempt (``from_entry``).
     """
 
     entry_id: str
@@ -132,17 +135,65 @@ class Job:
 
     @classmethod
     def from_entry(cls, entry_id: Any, fields: Mapping[Any, Any]) -> Job:
-        """A Job from a stream entry as redis-py returns it (bytes or str)."""
+        """A Job from a stream entry as redis-py returns it (bytes or str).
+
+        A plain entry (one without any of the fields ``id``, ``attempt``,
+        ``first_enqueued_ms``, ``malformed_delayed_member``: XADDed by a
+        producer that does not know backstop) is the job's first attempt:
+        its id is the entry id, ``first_enqueued_ms`` the entry id's time,
+        its payload the ``payload`` field, or without one every field as a
+        JSON object, each name (in bytewise order) to its last value."""
         f = {_text(k): v for k, v in fields.items()}
+        eid = _text(entry_id)
+        if not any(k in f for k in _NOT_PLAIN):
+            ms = _whole(eid.partition("-")[0])
+            if ms is not None and 0 <= ms <= _MAX_SAFE:
+                payload = _bytes(f["payload"]) if "payload" in f else _fields_json(fields)
+                return cls(eid, eid, 1, ms, payload, fields={k: _text(v) for k, v in f.items()},
+                           job_type=_text(f.get("type", "")))
         jid = _text(f.get("id", ""))
         attempt, first = _whole(f.get("attempt")), _whole(f.get("first_enqueued_ms"))
         # The scripts' rule (retry.lua): digits only, attempt in 1..1e14.
         malformed = (not jid or not _ATTEMPT.match(_text(f.get("attempt", "")))
                      or not _DIGITS.match(_text(f.get("first_enqueued_ms", ""))))
-        return cls(_text(entry_id), jid, attempt or 0, first or 0, _bytes(f.get("payload", b"")),
+        return cls(eid, jid, attempt or 0, first or 0, _bytes(f.get("payload", b"")),
                    _text(f.get("last_error", "")), _text(f.get("last_reason", "")), malformed,
                    max(0, _whole(f.get("prev_delay_ms")) or 0), {k: _text(v) for k, v in f.items()},
                    job_type=_text(f.get("type", "")))
+
+
+# A plain entry has none of these (the spec's plain producers); the last is
+# what a delayed member that was not JSON leaves in the entry promote wrote.
+_NOT_PLAIN = ("id", "attempt", "first_enqueued_ms", "malformed_delayed_member")
+_MAX_SAFE = (1 << 53) - 1  # an entry id's ms part above it: malformed (no exact double for every script)
+_JSON_ESCAPE = re.compile(rb'[\x00-\x1f"\\]')
+
+
+def _json_byte(m: "re.Match[bytes]") -> bytes:
+    b = m.group(0)[0]
+    return b"\\u%04x" % b if b < 0x20 else b"\\" + m.group(0)
+
+
+def _raw(v: Any) -> bytes:
+    """A field name or value as the bytes Redis holds."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    return ("" if v is None else str(v)).encode("utf-8", "surrogateescape")
+
+
+def _fields_json(fields: Union[Mapping[Any, Any], Sequence[Tuple[Any, Any]]]) -> bytes:
+    """The payload of a plain entry without a ``payload`` field: a JSON
+    object of every field name to its last value, the names in bytewise
+    (UTF-8) order, no spaces; only ``\\``, ``"`` and the bytes below 0x20
+    (``\\u00xx``) escaped, every other byte as it is (so not always UTF-8).
+    ``fields`` is a mapping or (name, value) pairs in entry order (bytes
+    or str)."""
+    items = fields.items() if isinstance(fields, Mapping) else fields
+    last: Dict[bytes, bytes] = {}
+    for k, v in items:
+        last[_raw(k)] = _raw(v)
+    q = lambda b: b'"' + _JSON_ESCAPE.sub(_json_byte, b) + b'"'  # noqa: E731
+    return b"{" + b",".join(q(k) + b":" + q(last[k]) for k in sorted(last)) + b"}"
 
 
 @dataclass(frozen=True)

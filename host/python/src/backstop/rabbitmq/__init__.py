@@ -310,7 +310,7 @@ class Queue:
 
         async def deliver(msg: AbstractIncomingMessage) -> None:
             try:
-                job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type)
+                job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type, msg.timestamp)
                 policy, client = typed.get(job.job_type, default)
                 step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
                 if step.early:
@@ -536,6 +536,8 @@ async def _publish(ch: AbstractChannel, pub: _core.Publish, src: Any, body: Opti
         body = src.body
         props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
                                                "type", "app_id", "timestamp")}
+    if pub.message_id:
+        props["message_id"] = pub.message_id  # the job id (a plain message may have none)
     msg = aio_pika.Message(body or b"", headers=_amqp_table(pub.headers), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                            **{k: v for k, v in props.items() if v})
     if not props.get("message_id"):

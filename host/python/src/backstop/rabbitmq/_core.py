@@ -5,6 +5,7 @@ dead letters read from them, and the message each outcome publishes."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import random
 import re
 import time
@@ -149,6 +150,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _seconds(v: Any) -> int:
+    """The timestamp property in whole seconds (aio-pika gives a datetime,
+    pika an int); 0 when not set."""
+    if isinstance(v, datetime):
+        v = int(v.timestamp())
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
 @dataclass(frozen=True)
 class Job:
     """One delivery of a job, read from backstop's headers.
@@ -159,7 +168,16 @@ class Job:
     or a first-enqueued time: the worker dead-letters it (reason
     ``malformed``) without running it; ``headers`` holds every header to
     see why. ``delivery_count`` is the broker's ``x-delivery-count``
-    (deliveries that ended without an ack)."""
+    (deliveries that ended without an ack).
+
+    A plain message, with neither ``backstop-attempt`` nor
+    ``backstop-first-enqueued-ms`` (a producer that knows nothing of
+    backstop), is the job's first attempt: its id the message id, or
+    without one ``"sha256:"`` and the hex SHA-256 of the body; first
+    enqueued at its timestamp property, or without one when it was
+    received. Every message the worker publishes for a job (retry, defer,
+    dead letter) carries the job id as message id and backstop's headers,
+    so it is plain once only."""
 
     id: str
     attempt: int
@@ -183,16 +201,28 @@ class Job:
 
 
 def job_from(queue: str, message_id: Optional[str], headers: Optional[Mapping[str, Any]], body: bytes,
-             content_type: Optional[str]) -> Job:
+             content_type: Optional[str], timestamp: Any = None, received_ms: Optional[int] = None) -> Job:
+    """The job of a delivery: its message id, headers, body, content type
+    and timestamp property; ``received_ms`` (default now) the time of
+    receipt, a plain message's first-enqueued time without a timestamp."""
     h = dict(headers or {})
-    attempt, first = _num(h.get(H_ATTEMPT)), _num(h.get(H_FIRST))
-    a = h.get(H_ATTEMPT)
-    malformed = (not message_id or attempt is None or not _ATTEMPT.match(str(attempt)) or first is None
-                 or (isinstance(a, str) and a != str(attempt)))  # "01": a leading zero
-    return Job(_text(message_id), attempt or 0, first or 0, bytes(body), queue, content_type or "",
+    jid = _text(message_id)
+    prev = _num(h.get(H_PREV_DELAY)) or 0
+    if H_ATTEMPT not in h and H_FIRST not in h:
+        # Plain: not malformed, its first attempt (no delay before it).
+        attempt, malformed, prev = 1, False, 0
+        jid = jid or "sha256:" + hashlib.sha256(bytes(body)).hexdigest()
+        ts = _seconds(timestamp)
+        first: Optional[int] = ts * 1000 if ts else (now_ms() if received_ms is None else received_ms)
+    else:
+        n, first = _num(h.get(H_ATTEMPT)), _num(h.get(H_FIRST))
+        a = h.get(H_ATTEMPT)
+        malformed = (not message_id or n is None or not _ATTEMPT.match(str(n)) or first is None
+                     or (isinstance(a, str) and a != str(n)))  # "01": a leading zero
+        attempt = n or 0
+    return Job(jid, attempt, first or 0, bytes(body), queue, content_type or "",
                _text(h.get(H_TYPE)), _text(h.get(H_LAST_REASON)), _text(h.get(H_LAST_ERROR)),
-               _num(h.get(H_PREV_DELAY)) or 0, _num(h.get(H_DUE)) or 0, _num(h.get("x-delivery-count")) or 0,
-               malformed, h)
+               prev, _num(h.get(H_DUE)) or 0, _num(h.get("x-delivery-count")) or 0, malformed, h)
 
 
 @dataclass(frozen=True)
@@ -251,12 +281,24 @@ class Stats(NamedTuple):
 # -- moves ---------------------------------------------------------------------
 
 
-class Publish(NamedTuple):
-    """A message to publish (with confirms) before the delivery is acked."""
-
+class _Publish(NamedTuple):
     exchange: str
     routing_key: str
     headers: Dict[str, Any]
+
+
+class Publish(_Publish):
+    """A message to publish (with confirms) before the delivery is acked:
+    ``(exchange, routing_key, headers)``, with the delivery's properties
+    but ``message_id`` when set (the job id: a plain message may have
+    none)."""
+
+    message_id: str
+
+    def __new__(cls, exchange: str, routing_key: str, headers: Dict[str, Any], message_id: str = "") -> "Publish":
+        self = super().__new__(cls, exchange, routing_key, headers)
+        self.message_id = message_id
+        return self
 
 
 # The broker's own headers: they describe the message's old place, and go
@@ -278,18 +320,28 @@ def enqueue_headers(q: str, job_type: Optional[str], now: int) -> Dict[str, Any]
     return h
 
 
-def delayed(q: str, h: Dict[str, Any], delay_ms: int, now: int) -> Publish:
+def _job_headers(job: Job) -> Dict[str, Any]:
+    """The headers a job's message takes to its next place: its own (not
+    the broker's), with backstop's attempt and first-enqueued time, which
+    a plain message had not."""
+    h = _own(job.headers)
+    h.setdefault(H_ATTEMPT, str(job.attempt))
+    h.setdefault(H_FIRST, str(job.first_enqueued_ms))
+    return h
+
+
+def delayed(q: str, h: Dict[str, Any], delay_ms: int, now: int, message_id: str = "") -> Publish:
     h[H_DEST] = q
     h[H_DUE] = str(now + delay_ms)
-    return Publish(q + ".delay", routing_key(delay_ms), h)
+    return Publish(q + ".delay", routing_key(delay_ms), h, message_id)
 
 
 def dead_letter(q: str, job: Job, reason: str, error: str, now: int) -> Publish:
-    h = dict(job.headers) if job.malformed else _own(job.headers)
+    h = dict(job.headers) if job.malformed else _job_headers(job)
     h.update({H_REASON: reason, H_ERROR: error, H_DL_MS: str(now)})
     if not job.malformed:
         h.setdefault(H_DEST, q)
-    return Publish("", q + ".dlq", h)
+    return Publish("", q + ".dlq", h, job.id)
 
 
 def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
@@ -299,18 +351,18 @@ def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
         return None
     if action == "dead_letter":
         return dead_letter(q, job, reason, text, now)
-    h = _own(job.headers)
+    h = _job_headers(job)
     h[H_LAST_REASON] = reason
     if text:  # a deferral the breaker made before the job ran keeps the last error
         h[H_LAST_ERROR] = text
     if action == "retry":
         h.update({H_ATTEMPT: str(job.attempt + 1), H_PREV_DELAY: str(delay)})
-    return delayed(q, h, delay, now)
+    return delayed(q, h, delay, now, job.id)
 
 
 def early(q: str, job: Job, now: int) -> Publish:
     """A job that arrived before it is due, delayed again for the rest."""
-    return Publish(q + ".delay", routing_key(job.due_ms - now), dict(_own(job.headers), **{H_DEST: q}))
+    return Publish(q + ".delay", routing_key(job.due_ms - now), dict(_job_headers(job), **{H_DEST: q}), job.id)
 
 
 def crash_loop(job: Job, max_deliveries: int) -> _decide.Plan:

@@ -141,6 +141,8 @@ def _publish(ch: BlockingChannel, pub: _core.Publish, body: bytes, src: Optional
     if src is not None:
         props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
                                                "type", "app_id", "timestamp")}
+    if pub.message_id:
+        props["message_id"] = pub.message_id  # the job id (a plain message may have none)
     p = pika.BasicProperties(headers=pub.headers, delivery_mode=2, **{k: v for k, v in props.items() if v})
     ch.basic_publish(pub.exchange, pub.routing_key, body, properties=p, mandatory=True)
 
@@ -274,7 +276,7 @@ class Queue:
                  client: Any, qm: Optional[QueueMetrics],
                  kept: _core.Kept, typed: Mapping[str, Tuple[Policy, Any]]) -> None:
         name = self.name
-        job = _core.job_from(name, props.message_id, props.headers, body, props.content_type)
+        job = _core.job_from(name, props.message_id, props.headers, body, props.content_type, props.timestamp)
         policy, client = typed.get(job.job_type, (policy, client))
         step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
         plan: Optional[_decide.Plan] = step.plan
