@@ -95,17 +95,13 @@ func (q *Queue) Discard(ctx context.Context, o DiscardOptions) (int, error) {
 		if o.Limit > 0 {
 			batch = min(o.Limit-moved, 1000)
 		}
-		v, err := scriptDiscard.Run(ctx, q.rdb, keys, string(o.Action), o.Note, o.Actor,
-			batch, cursor, batch*10, o.Reason, o.JobType, o.ID).Slice()
-		if err == nil && len(v) != 2 {
-			err = fmt.Errorf("unexpected reply of %d elements", len(v))
-		}
+		n, next, done, err := batchReply(scriptDiscard.Run(ctx, q.rdb, keys, string(o.Action), o.Note, o.Actor,
+			batch, cursor, batch*10, o.Reason, o.JobType, o.ID).Slice())
 		if err != nil {
 			return moved, fail(err)
 		}
-		n, _ := v[0].(int64)
-		moved += int(n)
-		if cursor, _ = v[1].(string); cursor == "0" || cursor == "" {
+		moved, cursor = moved+n, next
+		if done {
 			break
 		}
 	}
@@ -162,16 +158,13 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, o ReplayOptions) (int, er
 		if err := p.Wait(ctx); err != nil {
 			return moved, fail(err)
 		}
-		v, err := scriptReplay.Run(ctx, q.rdb, keys, batch, o.Reason, cursor, batch*10, o.JobType, keep, o.ID).Slice()
-		if err == nil && len(v) != 2 {
-			err = fmt.Errorf("unexpected reply of %d elements", len(v))
-		}
+		n, next, done, err := batchReply(scriptReplay.Run(ctx, q.rdb, keys, batch, o.Reason, cursor, batch*10,
+			o.JobType, keep, o.ID).Slice())
 		if err != nil {
 			return moved, fail(err)
 		}
-		n, _ := v[0].(int64)
-		moved += int(n)
-		if cursor, _ = v[1].(string); cursor == "0" || cursor == "" {
+		moved, cursor = moved+n, next
+		if done {
 			break
 		}
 		if n == 0 {

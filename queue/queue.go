@@ -308,21 +308,22 @@ func (q *Queue) Replay(ctx context.Context, limit int, reason string, opts ...Re
 			return 0, fmt.Errorf("queue %s: replay: %w", q.name, err)
 		}
 	}
-	moved, cursor := 0, "-"
-	for moved < limit {
-		batch := min(limit-moved, 1000)
-		v, err := scriptReplay.Run(ctx, q.rdb, []string{q.keys.DLQ, q.keys.Jobs, q.keys.Stats},
-			batch, reason, cursor, batch*10, a.jobType).Slice()
-		if err != nil || len(v) != 2 {
-			return moved, fmt.Errorf("queue %s: replay: %w", q.name, errOr(err, "unexpected reply"))
-		}
-		n, _ := v[0].(int64)
-		moved += int(n)
-		if cursor, _ = v[1].(string); cursor == "0" {
-			break
-		}
+	return q.ReplayDeadLetters(ctx, ReplayOptions{Limit: limit, Reason: reason, JobType: a.jobType})
+}
+
+// batchReply reads the reply of a script that works a stream or set in
+// bounded calls (replay, discard, run by id): {moved, next cursor}, the
+// cursor "0" (or "") when the scan is done.
+func batchReply(v []any, err error) (moved int, cursor string, done bool, _ error) {
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("unexpected reply of %d elements", len(v))
 	}
-	return moved, nil
+	if err != nil {
+		return 0, "", true, err
+	}
+	n, _ := v[0].(int64)
+	cursor, _ = v[1].(string)
+	return int(n), cursor, cursor == "0" || cursor == "", nil
 }
 
 func errOr(err error, msg string) error {

@@ -73,16 +73,12 @@ func (q *Queue) Run(ctx context.Context, opts ...RunOption) (Ran, error) {
 		// between them.
 		var r Ran
 		for cursor := "0"; ; {
-			v, err := scriptRun.Run(ctx, q.rdb, keys, "id", a.id, cursor).Slice()
-			if err == nil && len(v) != 2 {
-				err = fmt.Errorf("unexpected reply of %d elements", len(v))
-			}
+			n, next, done, err := batchReply(scriptRun.Run(ctx, q.rdb, keys, "id", a.id, cursor).Slice())
 			if err != nil {
 				return r, fmt.Errorf("queue %s: run %s: %w", q.name, a.id, err)
 			}
-			n, _ := v[0].(int64)
-			r.Moved += int(n)
-			if cursor, _ = v[1].(string); cursor == "0" || cursor == "" {
+			r.Moved, cursor = r.Moved+n, next
+			if done {
 				return r, nil
 			}
 		}
