@@ -1,9 +1,9 @@
 # backstop: `make test` and `make demo` are the two commands a newcomer needs.
 GO        ?= go
 PYTHON    ?= python3
-WASM      := host/backstop.wasm
+WASM      := contract/backstop.wasm
 # The Node.js and Python packages ship their own copies of the module and of
-# the queue scripts (queue/scripts is the source). The copies are not
+# the queue scripts (contract/scripts is the source). The copies are not
 # committed: this target refreshes them for the tests, and the packages' own
 # build hooks (host/node/copy-assets.js as npm's `prepare`,
 # host/python/setup.py) make them for installs, npm pack and wheels.
@@ -48,11 +48,11 @@ demo:
 	@$(GO) build -ldflags '$(LDFLAGS)' -o bin/backstop ./cmd/backstop
 	bin/backstop demo
 
-## wasm: build the policy core into host/backstop.wasm (embedded by the Go host)
+## wasm: build the policy core into contract/backstop.wasm (embedded by the Go host)
 wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(GOFLAGS_WASM) -o $(WASM) ./wasm
 	for f in $(WASM_COPIES); do cp $(WASM) $$f; done
-	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp queue/scripts/*.lua $$d/ && cp internal/errkind/errorkinds.json $$d/../; done
+	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp contract/scripts/*.lua $$d/ && cp contract/errorkinds.json $$d/../; done
 
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/prometheus/common/version.Version=$(VERSION) -X main.version=$(VERSION)

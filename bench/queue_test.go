@@ -11,7 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/contract"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -109,7 +110,7 @@ var (
 
 func retrySHA(ctx context.Context, rdb redis.UniversalClient) string {
 	shaOnce.Do(func() {
-		src, _ := queue.ScriptSource("retry")
+		src, _ := contract.ScriptSource("retry")
 		sha = rdb.ScriptLoad(ctx, src).Val()
 	})
 	return sha

@@ -11,8 +11,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 )
 
 // BenchmarkRabbitMQExporterScrape runs the real backstop-exporter binary

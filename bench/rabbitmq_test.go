@@ -11,7 +11,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -205,7 +206,7 @@ func backstopRabbitCycle(b *testing.B, url string, conn *amqp.Connection, n, con
 	all := make(chan struct{})
 	handler := func(_ context.Context, j queue.Job) error {
 		if j.Attempt == 1 {
-			return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+			return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 		}
 		if done.Add(1) == int64(n) {
 			close(all)
@@ -216,7 +217,7 @@ func backstopRabbitCycle(b *testing.B, url string, conn *amqp.Connection, n, con
 	start := time.Now()
 	worked := make(chan error, 1)
 	go func() {
-		worked <- q.Work(ctx, queue.Native(p), handler, rabbitmq.WithPrefetch(rabbitPrefetch), rabbitmq.WithConcurrency(concurrency))
+		worked <- q.Work(ctx, backstop.Native(p), handler, rabbitmq.WithPrefetch(rabbitPrefetch), rabbitmq.WithConcurrency(concurrency))
 	}()
 	select {
 	case <-all:

@@ -10,9 +10,9 @@ import (
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/policy"
-	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/retry"
 )
 
@@ -21,7 +21,7 @@ import (
 // attempt (classify, decide, account), not sleeping.
 const attemptsPerCall = 4
 
-var errTimeout = &queue.Failure{ErrorKind: "timeout", Err: errors.New("i/o timeout")}
+var errTimeout = &backstop.Failure{ErrorKind: "timeout", Err: errors.New("i/o timeout")}
 
 func flaky() func() (int, error) {
 	n := 0
@@ -44,14 +44,14 @@ func BenchmarkRetryLoop(b *testing.B) {
 	const zero = "max_attempts: 10\nbackoff: {strategy: none}\n"
 	const withBreaker = zero + "circuit_breaker: {failure_threshold: 1000000, open_for: 10s}\n"
 	const withTimeout = zero + "attempt_timeout: 10s\n" // a context.WithTimeout per attempt
-	native := func(text string) retry.Policy {
+	native := func(text string) backstop.Decider {
 		p, err := policy.Parse([]byte(text))
 		if err != nil {
 			b.Fatal(err)
 		}
-		return retry.Native(p)
+		return backstop.Native(p)
 	}
-	loop := func(p retry.Policy, opts ...retry.Option) func(b *testing.B) {
+	loop := func(p backstop.Decider, opts ...retry.Option) func(b *testing.B) {
 		return func(b *testing.B) {
 			f := flaky()
 			op := func(context.Context) (int, error) { return f() }

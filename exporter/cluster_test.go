@@ -10,7 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/resp"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -43,8 +44,8 @@ func TestCluster(t *testing.T) {
 	}))
 
 	c, logs := newTestCollector(t, rdb, WithPattern("{*}:jobs", time.Hour, 1000))
-	if _, ok := c.tr.(*clusterTransport); !ok {
-		t.Fatalf("transport %T, want a connection of the collector's own per master", c.tr)
+	if _, ok := transportOf(c).(*resp.ClusterTransport); !ok {
+		t.Fatalf("transport %T, want a connection of the collector's own per master", transportOf(c))
 	}
 	got := gather(t, c)
 	want(t, got, map[string]float64{"backstop_up": 1, "backstop_scrape_partial": 0, "backstop_queues": n})
@@ -147,4 +148,13 @@ func TestClusterSlotMoving(t *testing.T) {
 	if logs.String() != "" {
 		t.Errorf("unexpected logs:\n%s", logs)
 	}
+}
+
+// anyArgs is a command's arguments as go-redis's Do takes them.
+func anyArgs(args []string) []any {
+	a := make([]any, len(args))
+	for i, s := range args {
+		a[i] = s
+	}
+	return a
 }

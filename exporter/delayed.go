@@ -2,6 +2,8 @@ package exporter
 
 import (
 	"strconv"
+
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 var (
@@ -12,30 +14,30 @@ var (
 
 // readDelayed reads the delayed set with three O(log n) commands. "Now" is
 // the exporter's clock, the scores the Redis server's: keep them in sync.
-func readDelayed(p *pipe, q Queue, pl plan) func(*sink) {
+func readDelayed(p *resp.Pipe, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Delayed
 	if key == "" {
 		return nil
 	}
 	nowMs := pl.now.UnixMilli()
-	size := p.do("ZCARD", key)
-	overdue := p.do("ZCOUNT", key, "-inf", strconv.FormatInt(nowMs, 10))
+	size := p.Do("ZCARD", key)
+	overdue := p.Do("ZCOUNT", key, "-inf", strconv.FormatInt(nowMs, 10))
 	oldest := delayedHead(p, key, pl)
 	return func(s *sink) {
-		for _, c := range []ref{size, overdue, oldest} {
-			if err := p.reply(c).err(); err != nil {
+		for _, c := range []resp.Ref{size, overdue, oldest} {
+			if err := p.Reply(c).Err(); err != nil {
 				s.fail(q, key, err)
 				return
 			}
 		}
-		n, ok := p.reply(size).int()
-		due, ok2 := p.reply(overdue).int()
+		n, ok := p.Reply(size).Int()
+		due, ok2 := p.Reply(overdue).Int()
 		if !ok || !ok2 {
-			s.fail(q, key, badReply("ZCARD or ZCOUNT reply is not an integer: "+p.reply(size).String()+" "+p.reply(overdue).String()))
+			s.fail(q, key, badReply("ZCARD or ZCOUNT reply is not an integer: "+p.Reply(size).String()+" "+p.Reply(overdue).String()))
 			return
 		}
 		age := 0.0
-		if _, score, ok := zHead(p.reply(oldest)); ok && score <= float64(nowMs) {
+		if _, score, ok := zHead(p.Reply(oldest)); ok && score <= float64(nowMs) {
 			age = (float64(nowMs) - score) / 1000
 		}
 		s.gauge(delayedSizeDesc, float64(n), q.Name)
@@ -48,11 +50,11 @@ func readDelayed(p *pipe, q Queue, pl plan) func(*sink) {
 // readDelayed (the score: how long it has been overdue) and readOldestJob
 // (the member: its job's first enqueue time) read the delayed set's first
 // member: one command per queue less for Redis.
-func delayedHead(p *pipe, key string, pl plan) ref {
+func delayedHead(p *resp.Pipe, key string, pl plan) resp.Ref {
 	if c, ok := pl.heads[key]; ok {
 		return c
 	}
-	c := p.do("ZRANGE", key, "0", "0", "WITHSCORES")
+	c := p.Do("ZRANGE", key, "0", "0", "WITHSCORES")
 	if pl.heads != nil {
 		pl.heads[key] = c
 	}
@@ -61,15 +63,15 @@ func delayedHead(p *pipe, key string, pl plan) ref {
 
 // zHead reads the reply of ZRANGE key 0 0 WITHSCORES: the member and its
 // score, flat in RESP2, a pair in RESP3.
-func zHead(v reply) (member []byte, score float64, ok bool) {
-	m, sc := v.first(), reply{}
-	if m.len() == 2 { // RESP3: [[member score]]
-		m, sc = m.first(), m.first().next()
-	} else if v.len() == 2 {
-		sc = m.next()
+func zHead(v resp.Reply) (member []byte, score float64, ok bool) {
+	m, sc := v.First(), resp.Reply{}
+	if m.Len() == 2 { // RESP3: [[member score]]
+		m, sc = m.First(), m.First().Next()
+	} else if v.Len() == 2 {
+		sc = m.Next()
 	} else {
 		return nil, 0, false
 	}
-	score, ok = sc.float()
-	return m.bytes(), score, ok
+	score, ok = sc.Float()
+	return m.Bytes(), score, ok
 }

@@ -1,16 +1,15 @@
 package exporter
 
 import (
-	"errors"
 	"strconv"
+
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 var (
 	dlqSizeDesc     = newDesc("dlq_size", "Entries in the dead letter stream (XLEN).", "queue")
 	dlqIngestedDesc = newDesc("dlq_ingested_total", "Entries ever added to the dead letter stream (XINFO STREAM entries-added): counts past trimming, for the DLQ ingestion rate. On a server that does not report entries-added (Redis 6, the embedded server of backstop demo) it is the dead letters the queue scripts wrote (stats hash attempts:dead_letter), and absent when those cannot account for the stream's entries.", "queue")
 )
-
-var errNoReply = errors.New("no reply")
 
 // scriptDeadLetters is the stats field the queue scripts increment in the
 // same step as each XADD to the DLQ (dead_letter.lua, and reclaim.lua for
@@ -25,31 +24,31 @@ const scriptDeadLetters = "attempts:dead_letter"
 // The collector and the alerter read the DLQ through it, so both give the
 // same figure.
 type dlqRead struct {
-	p       *pipe
-	info    ref
-	scripts ref // HGET of the count; noRef when the queue has no stats hash, or stats is read
+	p       *resp.Pipe
+	info    resp.Ref
+	scripts resp.Ref // HGET of the count; noRef when the queue has no stats hash, or stats is read
 	// stats is the whole stats hash when the scrape reads it anyway
 	// (statsHash): the count is taken from it, one command less.
-	stats ref
+	stats resp.Ref
 }
 
 // noRef is a command not queued.
-const noRef ref = -1
+const noRef = resp.NoRef
 
 // queueDLQRead queues q's DLQ read on p; nil when q has no DLQ. In a
 // scrape (pl not nil) the scripts' count comes from the stats hash the
 // scrape reads anyway (statsHash), else from an HGET of its own.
-func queueDLQRead(p *pipe, q Queue, pl *plan) *dlqRead {
+func queueDLQRead(p *resp.Pipe, q Queue, pl *plan) *dlqRead {
 	if q.Keys.DLQ == "" {
 		return nil
 	}
-	r := &dlqRead{p: p, info: p.do("XINFO", "STREAM", q.Keys.DLQ), scripts: noRef, stats: noRef}
+	r := &dlqRead{p: p, info: p.Do("XINFO", "STREAM", q.Keys.DLQ), scripts: noRef, stats: noRef}
 	switch {
 	case q.Keys.Stats == "":
 	case pl != nil:
 		r.stats = statsHash(p, q.Keys.Stats, *pl)
 	default:
-		r.scripts = p.do("HGET", q.Keys.Stats, scriptDeadLetters)
+		r.scripts = p.Do("HGET", q.Keys.Stats, scriptDeadLetters)
 	}
 	return r
 }
@@ -72,10 +71,10 @@ type dlqFigures struct {
 // covers it and ingested is unknown. So is it when the stats hash cannot
 // be read (readStats reports that error).
 func (r *dlqRead) result() (dlqFigures, error) {
-	v := r.p.reply(r.info)
-	err := v.err()
-	if err == nil && v.isNil() {
-		err = errNoReply
+	v := r.p.Reply(r.info)
+	err := v.Err()
+	if err == nil && v.IsNil() {
+		err = resp.ErrNoReply
 	}
 	switch {
 	case err == nil:
@@ -84,34 +83,34 @@ func (r *dlqRead) result() (dlqFigures, error) {
 	default:
 		return dlqFigures{}, err
 	}
-	size, ok := v.field("length").int()
+	size, ok := v.Field("length").Int()
 	if !ok {
 		return dlqFigures{}, badReply("XINFO STREAM reply without a length: " + v.String())
 	}
 	f := dlqFigures{size: size}
-	if added, ok := v.field("entries-added").int(); ok {
+	if added, ok := v.Field("entries-added").Int(); ok {
 		f.ingested, f.known = added, true
 		return f, nil
 	}
-	var count reply // the scripts' count; nil when the hash has none
+	var count resp.Reply // the scripts' count; nil when the hash has none
 	switch {
 	case r.stats != noRef:
-		hash := r.p.reply(r.stats)
-		if hash.err() != nil {
+		hash := r.p.Reply(r.stats)
+		if hash.Err() != nil {
 			return f, nil
 		}
-		count = hash.field(scriptDeadLetters)
+		count = hash.Field(scriptDeadLetters)
 	case r.scripts != noRef:
-		count = r.p.reply(r.scripts)
-		if count.err() != nil {
+		count = r.p.Reply(r.scripts)
+		if count.Err() != nil {
 			return f, nil
 		}
 	default:
 		return f, nil
 	}
 	n := int64(0)
-	if !count.isNil() {
-		raw, _ := count.str()
+	if !count.IsNil() {
+		raw, _ := count.Str()
 		if n, err = strconv.ParseInt(raw, 10, 64); err != nil {
 			return f, nil
 		}
@@ -124,7 +123,7 @@ func (r *dlqRead) result() (dlqFigures, error) {
 
 // readDLQ reads the dead letter stream (dlqRead). dlq_ingested_total is
 // left out when it is not known: never a 0 that only means "not reported".
-func readDLQ(p *pipe, q Queue, pl plan) func(*sink) {
+func readDLQ(p *resp.Pipe, q Queue, pl plan) func(*sink) {
 	r := queueDLQRead(p, q, &pl)
 	if r == nil {
 		return nil
@@ -145,11 +144,11 @@ func readDLQ(p *pipe, q Queue, pl plan) func(*sink) {
 // statsHash queues HGETALL key once per pipeline: readStats reports the
 // whole stats hash, and readDLQ takes the scripts' dead letters from it
 // (for a server without entries-added) instead of an HGET of its own.
-func statsHash(p *pipe, key string, pl plan) ref {
+func statsHash(p *resp.Pipe, key string, pl plan) resp.Ref {
 	if c, ok := pl.stats[key]; ok {
 		return c
 	}
-	c := p.do("HGETALL", key)
+	c := p.Do("HGETALL", key)
 	if pl.stats != nil {
 		pl.stats[key] = c
 	}

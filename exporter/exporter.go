@@ -29,6 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 type config struct {
@@ -109,18 +111,10 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // prometheus.Collector and is safe for concurrent use; it never closes the
 // client.
 type Collector struct {
-	rdb    redis.UniversalClient
-	tr     transport     // how the queues are read (pipe.go)
-	ingest transport     // the same for DLQIngestion, so that it never waits for a scrape
-	rmq    *rabbitSource // set instead of rdb by NewRabbitMQCollector
+	src    source // where the queues are read: Redis or RabbitMQ (source.go)
 	cfg    config
-	disc   *discovery // nil without a pattern
 	build  prometheus.Collector
 	flight flight
-	// sizes is how much the largest batch of the last scrape read (one
-	// scrape runs at a time): the next scrape's arena starts that large
-	// instead of growing to it by doubling.
-	sizes struct{ nodes, buf int }
 
 	mu   sync.Mutex
 	errs map[string]float64 // backstop_scrape_errors_total by kind
@@ -165,24 +159,34 @@ func NewCollector(rdb redis.UniversalClient, opts ...Option) (*Collector, error)
 	}
 	sortQueues(qs)
 	cfg.queues = qs
-	c := &Collector{rdb: rdb, tr: newTransport(rdb, cfg.viaClient), ingest: newTransport(rdb, cfg.viaClient), cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
+	c := &Collector{cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
+	src := &redisSource{rdb: rdb, tr: newTransport(rdb, cfg.viaClient), ingest: newTransport(rdb, cfg.viaClient), cfg: &c.cfg}
 	if cfg.pattern != "" {
 		if err := checkPattern(cfg.pattern, cfg.refresh, cfg.maxKeys); err != nil {
 			return nil, fmt.Errorf("exporter: %w", err)
 		}
-		c.disc = &discovery{rdb: rdb, pattern: cfg.pattern, every: cfg.refresh, max: cfg.maxKeys, log: cfg.log}
+		src.disc = &discovery{rdb: rdb, pattern: cfg.pattern, every: cfg.refresh, max: cfg.maxKeys, log: cfg.log}
 	}
+	c.src = src
 	return c, nil
+}
+
+// newTransport picks how the collector reads the queues (internal/resp):
+// connections of its own, dialled and logged in as the client's options
+// say, for a plain or Sentinel-managed client and for a cluster, one per
+// master; or the client's own pipelines for a client that runs code on
+// connect or takes streaming credentials, any other client, or when asked
+// (WithClientPipelines).
+func newTransport(rdb redis.UniversalClient, viaClient bool) resp.Transport {
+	if viaClient {
+		return resp.NewClientTransport(rdb)
+	}
+	return resp.NewTransport(rdb)
 }
 
 // Close closes the collector's own connections to Redis, if it has any;
 // a scrape after Close dials anew. It never closes the client.
-func (c *Collector) Close() error {
-	if c.tr == nil {
-		return nil
-	}
-	return errors.Join(c.tr.close(), c.ingest.close())
-}
+func (c *Collector) Close() error { return c.src.close() }
 
 // Describe sends the descriptors of every metric the collector reports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -200,37 +204,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.build.Collect(ch)
 }
 
-// scrape reads every queue once, and the nodes' memory and refusals,
-// within the budget.
+// scrape reads every queue of the source once within the budget, and
+// adds the exporter's own metrics.
 func (c *Collector) scrape() *samples {
-	if c.rmq != nil {
-		return c.scrapeRabbit()
-	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
 	defer cancel()
 	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
-	nodes := c.readNodes(ctx) // beside the queues: a down Redis costs one dial timeout, not two
-	qs := c.queues(ctx, s)
-	c.read(ctx, qs, s)
-	nodes(s)
-	return c.health(s, len(qs), time.Since(start))
+	queues := c.src.scrape(ctx, s)
+	return c.health(s, queues, time.Since(start))
 }
 
 // queues returns the configured and the discovered queues, by name.
-func (c *Collector) queues(ctx context.Context, s *sink) []Queue {
-	if c.disc == nil {
-		return c.cfg.queues // sorted by NewCollector
+func (src *redisSource) queues(ctx context.Context, s *sink) []Queue {
+	if src.disc == nil {
+		return src.cfg.queues // sorted by NewCollector
 	}
-	found, err := c.disc.names(ctx)
+	found, err := src.disc.names(ctx)
 	if err != nil {
-		s.fail(Queue{}, c.cfg.pattern, fmt.Errorf("discovery: %w", err))
+		s.fail(Queue{}, src.cfg.pattern, fmt.Errorf("discovery: %w", err))
 	}
 	var names []string
 	if found != nil { // nil until the first SCAN ends
 		s.found, names = found, found.names
 	}
-	qs := append([]Queue(nil), c.cfg.queues...)
+	qs := append([]Queue(nil), src.cfg.queues...)
 	known := make(map[string]bool, len(qs))
 	for _, q := range qs {
 		known[q.Name] = true
@@ -264,36 +262,36 @@ const batchQueues = 50
 // cluster client splits each per node) and turns the replies into
 // metrics, one batch on the wire while the last one is read where the
 // transport allows. The budget holds even over a client that ignores
-// context deadlines (clientTransport); replies that miss it are dropped,
-// and the queues of the batches not sent are not reported.
-func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
+// context deadlines (resp.ClientTransport); replies that miss it are
+// dropped, and the queues of the batches not sent are not reported.
+func (src *redisSource) read(ctx context.Context, qs []Queue, s *sink) {
 	groups := 0
 	for _, q := range qs {
 		groups += len(q.Groups)
 	}
 	totals := makeCounts()
 	pl := plan{
-		now: c.cfg.now(), sample: sampleSize(groups),
-		heads: map[string]ref{}, stats: map[string]ref{},
+		now: src.cfg.now(), sample: sampleSize(groups),
+		heads: map[string]resp.Ref{}, stats: map[string]resp.Ref{},
 		totals: &totals, names: map[string]string{},
 	}
-	// Batches in turn, up to pipelineDepth on the wire, their replies read
-	// one batch after the other into one arena, as large from the start
-	// as the last scrape's grew.
-	var batches [pipelineDepth]batch
-	arena := &replies{nodes: make([]rnode, 0, c.sizes.nodes), buf: make([]byte, 0, c.sizes.buf)}
+	// Batches in turn, up to resp.PipelineDepth on the wire, their replies
+	// read one batch after the other into one arena, as large from the
+	// start as the last scrape's grew.
+	var batches [resp.PipelineDepth]batch
+	arena := resp.NewReplies(src.sizes.nodes, src.sizes.buf)
 	for i := range batches {
-		batches[i].p.t, batches[i].p.rep = c.tr, arena
+		batches[i].p.Bind(src.tr, arena)
 	}
 	var used struct{ nodes, buf int } // the most a batch's replies took
 	abandoned := false                // a goroutine the budget left behind still writes to the arena
 	defer func() {
 		if !abandoned {
-			c.sizes = used
+			src.sizes = used
 		}
 	}()
 	queued, finished, exhausted := 0, 0, false // batches sent, batches read, all sent
-	next := func() *pipe {
+	next := func() *resp.Pipe {
 		start := queued * batchQueues
 		if start > 0 && start >= len(qs) {
 			exhausted = true
@@ -303,7 +301,7 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		queued++
 		b.reset(start, qs[start:min(start+batchQueues, len(qs))])
 		if start == 0 {
-			b.ping = b.p.do("PING") // says whether Redis is up even with no queue to read
+			b.ping = b.p.Do("PING") // says whether Redis is up even with no queue to read
 		}
 		clear(pl.heads)
 		clear(pl.stats)
@@ -316,7 +314,7 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		}
 		return &b.p
 	}
-	batchOf := func(p *pipe) *batch {
+	batchOf := func(p *resp.Pipe) *batch {
 		for i := range batches {
 			if p == &batches[i].p {
 				return &batches[i]
@@ -324,12 +322,13 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		}
 		panic("exporter: a pipe of no batch")
 	}
-	done := func(p *pipe) bool {
+	done := func(p *resp.Pipe) bool {
 		b := batchOf(p)
 		finished++
-		used.nodes, used.buf = max(used.nodes, len(arena.nodes)), max(used.buf, len(arena.buf))
+		nodes, buf := arena.Size()
+		used.nodes, used.buf = max(used.nodes, nodes), max(used.buf, buf)
 		if b.ping != noRef {
-			if err := p.reply(b.ping).err(); err != nil {
+			if err := p.Reply(b.ping).Err(); err != nil {
 				s.fail(Queue{}, "", fmt.Errorf("ping: %w", err))
 			} else {
 				s.pinged = true
@@ -340,9 +339,9 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		for _, f := range b.reads {
 			f(s)
 		}
-		return s.pinged || c.cluster() // else Redis is down: the next batches would wait for it in vain
+		return s.pinged || src.cluster() // else Redis is down: the next batches would wait for it in vain
 	}
-	if p := c.tr.stream(ctx, next, done); p != nil {
+	if p := src.tr.Stream(ctx, next, done); p != nil {
 		abandoned = true
 		b := batchOf(p)
 		s.fail(Queue{}, "", fmt.Errorf("pipeline of queues %d to %d of %d: %w", b.start+1, b.start+len(b.queues), len(qs), ctx.Err()))
@@ -353,44 +352,44 @@ func (c *Collector) read(ctx context.Context, qs []Queue, s *sink) {
 		s.fail(Queue{}, "", fmt.Errorf("queues %d to %d of %d not read: %w", read+1, len(qs), len(qs), ctx.Err()))
 		return
 	}
-	c.readLater(ctx, s)
+	src.readLater(ctx, s)
 }
 
 // batch is the pipeline of batchQueues queues and what reads its replies.
 type batch struct {
-	p      pipe
+	p      resp.Pipe
 	start  int // the index of its first queue
 	queues []Queue
-	ping   ref
+	ping   resp.Ref
 	reads  []func(*sink)
 }
 
 func (b *batch) reset(start int, qs []Queue) {
-	b.p.clear()
+	b.p.Clear()
 	clear(b.reads)
 	b.start, b.queues, b.ping, b.reads = start, qs, noRef, b.reads[:0]
 }
 
-func (c *Collector) cluster() bool {
-	_, ok := c.rdb.(*redis.ClusterClient)
+func (src *redisSource) cluster() bool {
+	_, ok := src.rdb.(*redis.ClusterClient)
 	return ok
 }
 
 // readLater runs the reads the replies of the batches asked for (the
 // groups of a stream not named in its configuration) in one more pipeline
 // after them, under the same budget.
-func (c *Collector) readLater(ctx context.Context, s *sink) {
+func (src *redisSource) readLater(ctx context.Context, s *sink) {
 	if len(s.later) == 0 {
 		return
 	}
 	later := s.later
 	s.later = nil
-	p := &pipe{t: c.tr}
+	p := resp.NewPipe(src.tr, nil)
 	reads := make([]func(*sink), 0, len(later))
 	for _, r := range later {
 		reads = append(reads, r(p))
 	}
-	if p.exec(ctx) {
+	if p.Exec(ctx) {
 		s.fail(Queue{}, "", fmt.Errorf("pipeline of %d unconfigured consumer groups: %w", len(later), ctx.Err()))
 		return
 	}
@@ -401,7 +400,7 @@ func (c *Collector) readLater(ctx context.Context, s *sink) {
 
 // within runs f in its own goroutine and waits for it until ctx ends, so
 // the scrape's budget holds even over a client that ignores context
-// deadlines. It reports whether f returned; when it did not, f goes on
+// deadlines (the RabbitMQ source's requests; internal/resp has its own). It reports whether f returned; when it did not, f goes on
 // alone and the caller must not read what f writes.
 func within(ctx context.Context, f func()) bool {
 	done := make(chan struct{})
@@ -417,28 +416,10 @@ func within(ctx context.Context, f func()) bool {
 	}
 }
 
-// stampUnanswered gives every command the pipeline's error when none
-// carries one: go-redis returns an error reply met while opening the
-// connection (WRONGPASS, NOAUTH) without setting it on the commands, which
-// would then look answered with empty values.
-func stampUnanswered(cmds []redis.Cmder, err error) {
-	if err == nil {
-		return
-	}
-	for _, c := range cmds {
-		if c.Err() != nil {
-			return
-		}
-	}
-	for _, c := range cmds {
-		c.SetErr(err)
-	}
-}
-
 // A reader queues the commands that read one part of a queue on the
 // pipeline and returns the function that turns their replies into metrics
 // once the pipeline has run, or nil when the queue has no such part.
-type reader func(p *pipe, q Queue, pl plan) func(*sink)
+type reader func(p *resp.Pipe, q Queue, pl plan) func(*sink)
 
 // plan is what the readers of one scrape share.
 type plan struct {
@@ -447,8 +428,8 @@ type plan struct {
 	// heads and stats are the delayed sets' first members and the stats
 	// hashes queued on the current pipeline, by key (delayedHead,
 	// statsHash); nil reads each on its own.
-	heads map[string]ref
-	stats map[string]ref
+	heads map[string]resp.Ref
+	stats map[string]resp.Ref
 	// totals is readStats's scratch for a queue's totals, reused queue
 	// after queue: 5 maps less per queue. nil makes new ones.
 	totals *counts
@@ -482,7 +463,7 @@ type sink struct {
 	found   *found           // the discovery the scrape used; nil without a pattern
 	// later are reads a reply asked for, run in a second pipeline: the
 	// consumer groups XINFO GROUPS named that the configuration does not.
-	later []func(*pipe) func(*sink)
+	later []func(*resp.Pipe) func(*sink)
 	keys  []string // bounded's scratch
 }
 

@@ -17,8 +17,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/resp"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -199,8 +200,8 @@ func TestBudgetOwnConnection(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes")
 	rdb := srv.Client()
 	c, logs := newTestCollector(t, rdb, WithQueues(QueueFor("orders")), WithTimeout(300*time.Millisecond))
-	if _, ok := c.tr.(*connTransport); !ok {
-		t.Fatalf("transport %T, want the collector's own connection", c.tr)
+	if _, ok := transportOf(c).(*resp.ConnTransport); !ok {
+		t.Fatalf("transport %T, want the collector's own connection", transportOf(c))
 	}
 	want(t, gather(t, c), map[string]float64{"backstop_up": 1, `backstop_dlq_size{queue="orders"}`: 0})
 

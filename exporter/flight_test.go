@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 // TestConcurrentScrapesShareOne holds the first scrape's pipeline in Redis

@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 // countingCollector counts its Collect calls: how many times a registry

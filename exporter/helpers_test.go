@@ -14,7 +14,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/logbuf"
+	"github.com/backstop-dev/backstop/internal/resp"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
 )
 
 // clock is the fixed "now" of the tests whose data carries fixed times:
@@ -34,6 +35,9 @@ func newTestCollector(t testing.TB, rdb redis.UniversalClient, opts ...Option) (
 	c.cfg.now = func() time.Time { return clock }
 	return c, logs
 }
+
+// transportOf is how a Redis collector reads its queues.
+func transportOf(c *Collector) resp.Transport { return c.src.(*redisSource).tr }
 
 // gather collects c once and returns every sample by its series:
 // `name{label="value",...}`, histograms as their _bucket, _sum and _count

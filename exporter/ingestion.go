@@ -3,6 +3,8 @@ package exporter
 import (
 	"context"
 	"fmt"
+
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 // DLQIngestion is one queue's dead letter ingestion, read as the collector
@@ -32,18 +34,21 @@ type DLQIngestion struct {
 // The error is a failed discovery's; the queues read are returned even
 // then. A failed read of one queue is in its Err.
 func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
-	if c.rmq != nil {
-		return c.rabbitDLQIngestion(ctx)
-	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
 	defer cancel()
-	qs, discoveryErr := c.Queues(ctx)
+	return c.src.dlqIngestion(ctx)
+}
+
+// dlqIngestion reads the DLQs in one pipeline over the transport of its
+// own.
+func (src *redisSource) dlqIngestion(ctx context.Context) ([]DLQIngestion, error) {
+	qs, discoveryErr := src.listQueues(ctx)
 	type pending struct {
 		name string
 		read *dlqRead
 	}
 	var cmds []pending
-	p := &pipe{t: c.ingest}
+	p := resp.NewPipe(src.ingest, nil)
 	for _, q := range qs {
 		if r := queueDLQRead(p, q, nil); r != nil {
 			cmds = append(cmds, pending{q.Name, r})
@@ -52,7 +57,7 @@ func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
 	if len(cmds) == 0 {
 		return nil, discoveryErr
 	}
-	if p.exec(ctx) { // else errors are read per command below
+	if p.Exec(ctx) { // else errors are read per command below
 		return nil, fmt.Errorf("reading the DLQs: %w", ctx.Err())
 	}
 	out := make([]DLQIngestion, len(cmds))
@@ -72,13 +77,5 @@ func (c *Collector) DLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
 // sorted by name. The error is a failed discovery's; the configured queues
 // are returned even then.
 func (c *Collector) Queues(ctx context.Context) ([]Queue, error) {
-	if c.rmq != nil {
-		return c.rabbitQueues(ctx)
-	}
-	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
-	qs := c.queues(ctx, s)
-	for _, err := range s.kinds {
-		return qs, err
-	}
-	return qs, nil
+	return c.src.listQueues(ctx)
 }

@@ -8,7 +8,7 @@ import (
 
 // The collector sits upstream of the rules and of Alertmanager (service →
 // exporter → Prometheus → rules → Alertmanager): it imports neither. The
-// alerter, which needs both, lives downstream in internal/alerter.
+// alerter, which needs both, lives downstream in exporter/alerter.
 func TestExporterImportsNothingDownstream(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {

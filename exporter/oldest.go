@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 var oldestJobDesc = newDesc("oldest_job_age_seconds", "Age, from its first_enqueued_ms, of the oldest job not finished yet among the first entry of the jobs stream and the first member of the delayed set (two O(log n) reads): a lower bound of the oldest job's age, exact for a queue worked in order; 0 when both are empty. It grows while a queue is stuck even when nothing fails.", "queue")
@@ -20,13 +22,13 @@ var oldestJobDesc = newDesc("oldest_job_age_seconds", "Age, from its first_enque
 // whole set. The head of both is what a stuck queue keeps, and what a
 // stalled scheduler leaves overdue: the age of those grows until it pages.
 // Errors on these keys are the stream and delayed readers' to report.
-func readOldestJob(p *pipe, q Queue, pl plan) func(*sink) {
+func readOldestJob(p *resp.Pipe, q Queue, pl plan) func(*sink) {
 	if q.Keys.Jobs == "" && q.Keys.Delayed == "" {
 		return nil
 	}
 	first, next := noRef, noRef
 	if q.Keys.Jobs != "" {
-		first = p.do("XRANGE", q.Keys.Jobs, "-", "+", "COUNT", "1")
+		first = p.Do("XRANGE", q.Keys.Jobs, "-", "+", "COUNT", "1")
 	}
 	if q.Keys.Delayed != "" {
 		next = delayedHead(p, q.Keys.Delayed, pl)
@@ -40,16 +42,16 @@ func readOldestJob(p *pipe, q Queue, pl plan) func(*sink) {
 			}
 		}
 		if first != noRef {
-			v := p.reply(first)
-			if err := v.err(); err != nil && !isMissing(err) {
+			v := p.Reply(first)
+			if err := v.Err(); err != nil && !isMissing(err) {
 				return // reported by the stream's reader
-			} else if err == nil && v.len() == 1 {
-				seen(entryEnqueuedMs(v.first()))
+			} else if err == nil && v.Len() == 1 {
+				seen(entryEnqueuedMs(v.First()))
 			}
 		}
 		if next != noRef {
-			v := p.reply(next)
-			if v.err() != nil {
+			v := p.Reply(next)
+			if v.Err() != nil {
 				return // reported by readDelayed
 			}
 			if member, _, ok := zHead(v); ok {
@@ -66,18 +68,18 @@ func readOldestJob(p *pipe, q Queue, pl plan) func(*sink) {
 
 // entryEnqueuedMs is a stream entry's first_enqueued_ms, or the time of its
 // id for an entry without one (a layout the scripts did not write).
-func entryEnqueuedMs(entry reply) (int64, bool) {
-	id := entry.first()
-	fields := reply{entry.r, absent}
-	if entry.len() == 2 {
-		fields = id.next()
+func entryEnqueuedMs(entry resp.Reply) (int64, bool) {
+	id := entry.First()
+	var fields resp.Reply // nil: an entry without fields
+	if entry.Len() == 2 {
+		fields = id.Next()
 	}
-	if f, ok := fields.field("first_enqueued_ms").str(); ok {
+	if f, ok := fields.Field("first_enqueued_ms").Str(); ok {
 		if ms, err := strconv.ParseInt(f, 10, 64); err == nil {
 			return ms, true
 		}
 	}
-	return idMs(id.bytes())
+	return idMs(id.Bytes())
 }
 
 // idMs is the time of a stream entry id ("<ms>-<seq>").

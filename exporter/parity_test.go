@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/logbuf"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 

@@ -71,7 +71,7 @@ func (c *config) rabbit() *rabbitConfig {
 	return c.rmq
 }
 
-// rabbitSource is where a RabbitMQ collector reads.
+// rabbitSource is where a RabbitMQ collector reads: the management API.
 type rabbitSource struct {
 	base   *url.URL // the management API, without userinfo
 	user   string
@@ -81,6 +81,7 @@ type rabbitSource struct {
 	names  []string // the configured work queues, sorted
 	match  *regexp.Regexp
 	client *http.Client
+	cfg    *config // the collector's
 }
 
 // NewRabbitMQCollector returns a collector of backstop's queues on
@@ -196,7 +197,10 @@ func NewRabbitMQCollector(mgmtURL string, opts ...Option) (*Collector, error) {
 	for _, n := range src.names {
 		cfg.queues = append(cfg.queues, Queue{Name: n})
 	}
-	return &Collector{cfg: cfg, rmq: src, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}, nil
+	c := &Collector{cfg: cfg, build: version.NewCollector("backstop_exporter"), errs: map[string]float64{}}
+	src.cfg = &c.cfg
+	c.src = src
+	return c, nil
 }
 
 // mgmtQueue is the part of /api/queues the exporter reads.
@@ -369,15 +373,12 @@ func (st *rabbitState) delayedEstimate(q string) (int64, bool) {
 	return max(delay.PublishIn-arrived, 0), true
 }
 
-// scrapeRabbit is scrape for RabbitMQ.
-func (c *Collector) scrapeRabbit() *samples {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.timeout)
-	defer cancel()
-	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
+// scrape reads the management API once (two requests) and reports every
+// work queue and delay level.
+func (r *rabbitSource) scrape(ctx context.Context, s *sink) int {
 	var st *rabbitState
 	var err error
-	if !within(ctx, func() { st, err = c.rmq.read(ctx) }) {
+	if !within(ctx, func() { st, err = r.read(ctx) }) {
 		err = ctx.Err()
 	}
 	if err != nil {
@@ -386,10 +387,10 @@ func (c *Collector) scrapeRabbit() *samples {
 		if kind == kindReply {
 			s.log.Warn("reading the management api failed", "kind", kind, "err", err)
 		}
-		return c.health(s, 0, time.Since(start))
+		return 0
 	}
 	s.pinged = true
-	now := c.cfg.now()
+	now := r.cfg.now()
 	for _, name := range st.work {
 		q := st.queues[name]
 		if q == nil {
@@ -425,7 +426,7 @@ func (c *Collector) scrapeRabbit() *samples {
 		}
 		s.gauge(rabbitDelayDesc, float64(n), strconv.Itoa(level))
 	}
-	return c.health(s, len(st.work), time.Since(start))
+	return len(st.work)
 }
 
 // rabbitKindOf is the backstop_scrape_errors_total kind of a failed read.
@@ -445,12 +446,10 @@ func rabbitKindOf(err error) string {
 	return kindConnection
 }
 
-// rabbitDLQIngestion is DLQIngestion for RabbitMQ: the figures of the
-// scrape, from one reading of the management API.
-func (c *Collector) rabbitDLQIngestion(ctx context.Context) ([]DLQIngestion, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
-	defer cancel()
-	st, err := c.rmq.read(ctx)
+// dlqIngestion is DLQIngestion for RabbitMQ: the figures of the scrape,
+// from one reading of the management API.
+func (r *rabbitSource) dlqIngestion(ctx context.Context) ([]DLQIngestion, error) {
+	st, err := r.read(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -463,17 +462,17 @@ func (c *Collector) rabbitDLQIngestion(ctx context.Context) ([]DLQIngestion, err
 	return out, nil
 }
 
-// rabbitQueues is Queues for RabbitMQ: the configured queues and those
+// listQueues is Queues for RabbitMQ: the configured queues and those
 // the pattern finds now (one request); the configured ones alone when the
 // broker cannot be read, with the error.
-func (c *Collector) rabbitQueues(ctx context.Context) ([]Queue, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+func (r *rabbitSource) listQueues(ctx context.Context) ([]Queue, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.timeout)
 	defer cancel()
-	names := c.rmq.names
+	names := r.names
 	var err error
-	if c.rmq.match != nil {
+	if r.match != nil {
 		var st *rabbitState
-		if st, err = c.rmq.read(ctx); err == nil {
+		if st, err = r.read(ctx); err == nil {
 			names = st.work
 		}
 	}
@@ -483,3 +482,6 @@ func (c *Collector) rabbitQueues(ctx context.Context) ([]Queue, error) {
 	}
 	return qs, err
 }
+
+// close does nothing: the requests' connections are the HTTP client's.
+func (r *rabbitSource) close() error { return nil }

@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/logbuf"
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 )
 
 // declareTopology declares queue q's part of the topology of

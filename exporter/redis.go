@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 var (
@@ -44,7 +46,7 @@ var infoSections = []string{"memory", "stats", "errorstats"}
 // The node label is the node's address as it sees it (CLIENT INFO laddr:
 // a Sentinel-managed client does not know the master's), else as the
 // client knows it. Replicas are not read: writes go to masters.
-func (c *Collector) readNodes(ctx context.Context) func(*sink) {
+func (src *redisSource) readNodes(ctx context.Context) func(*sink) {
 	var nodes []*node
 	var mu sync.Mutex
 	read := func(ctx context.Context, rdb redis.Cmdable, addr string) {
@@ -56,7 +58,7 @@ func (c *Collector) readNodes(ctx context.Context) func(*sink) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		switch rdb := c.rdb.(type) {
+		switch rdb := src.rdb.(type) {
 		case *redis.ClusterClient:
 			err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 				read(ctx, m, m.Options().Addr)
@@ -95,7 +97,7 @@ func readNode(ctx context.Context, rdb redis.Cmdable, addr string) *node {
 	info := p.Info(ctx, infoSections...)
 	me := p.ClientInfo(ctx)
 	cmds, err := p.Exec(ctx)
-	stampUnanswered(cmds, err)
+	resp.StampUnanswered(cmds, err)
 	n := &node{name: addr, fallback: addr, err: info.Err()}
 	if unsupported(n.err) {
 		// A server whose INFO takes one section (Redis 6, the embedded

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 // perQueue is the Redis work of one scrape for one queue of the default

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/backstop-dev/backstop/internal/queuemetrics"
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 var (
@@ -78,19 +79,19 @@ const otherType = "other"
 // type T again. Each per-type series comes from its fields, and the
 // job_type="" series from the totals minus every type's: sum by (queue)
 // is the totals, whatever the types.
-func readStats(p *pipe, q Queue, pl plan) func(*sink) {
+func readStats(p *resp.Pipe, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Stats
 	if key == "" {
 		return nil
 	}
 	hash := statsHash(p, key, pl) // shared with readDLQ
 	return func(s *sink) {
-		fields := p.reply(hash)
-		if err := fields.err(); err != nil {
+		fields := p.Reply(hash)
+		if err := fields.Err(); err != nil {
 			s.fail(q, key, err)
 			return
 		}
-		if fields.len() <= 0 {
+		if fields.Len() <= 0 {
 			return
 		}
 		plain := make([]float64, len(plainCounters))
@@ -98,12 +99,12 @@ func readStats(p *pipe, q Queue, pl plan) func(*sink) {
 		var typed map[string]*counts // nil for a queue without typed jobs
 		var types, overflow float64
 		registry := false
-		fields.pairs(func(kr, vr reply) {
-			v, ok := vr.float()
+		fields.Pairs(func(kr, vr resp.Reply) {
+			v, ok := vr.Float()
 			if !ok || v < 0 {
 				return
 			}
-			k := pl.intern(kr.bytes())
+			k := pl.intern(kr.Bytes())
 			kind, label, found := strings.Cut(k, ":")
 			switch {
 			case !found:

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/backstop-dev/backstop/internal/resp"
 )
 
 var (
@@ -40,19 +42,19 @@ var deliveryBuckets = []float64{1, 2, 3, 5, 10}
 // has named it, so a stream whose workers use another group is not left
 // without pending and lag series. A stream or group that does not exist
 // yet gives no metrics and no error.
-func readStreams(p *pipe, q Queue, pl plan) func(*sink) {
+func readStreams(p *resp.Pipe, q Queue, pl plan) func(*sink) {
 	key := q.Keys.Jobs
 	if key == "" {
 		return nil
 	}
-	groups := p.do("XINFO", "GROUPS", key)
-	samples := make([]ref, len(q.Groups))
+	groups := p.Do("XINFO", "GROUPS", key)
+	samples := make([]resp.Ref, len(q.Groups))
 	for i, g := range q.Groups {
 		samples[i] = xpendingSample(p, key, g, pl)
 	}
 	return func(s *sink) {
-		v := p.reply(groups)
-		if err := v.err(); err != nil {
+		v := p.Reply(groups)
+		if err := v.Err(); err != nil {
 			if !isMissing(err) {
 				s.fail(q, key, err)
 			}
@@ -65,7 +67,7 @@ func readStreams(p *pipe, q Queue, pl plan) func(*sink) {
 		}
 		for i, name := range q.Groups {
 			if g, ok := info[name]; ok { // else not created yet
-				reportGroup(s, q, name, g, p.reply(samples[i]), pl)
+				reportGroup(s, q, name, g, p.Reply(samples[i]), pl)
 			}
 		}
 		var others []string // nil for the usual stream, whose groups are all configured
@@ -77,28 +79,28 @@ func readStreams(p *pipe, q Queue, pl plan) func(*sink) {
 		slices.Sort(others)
 		for _, name := range others {
 			g := info[name]
-			s.later = append(s.later, func(p *pipe) func(*sink) {
+			s.later = append(s.later, func(p *resp.Pipe) func(*sink) {
 				sample := xpendingSample(p, key, name, pl)
-				return func(s *sink) { reportGroup(s, q, name, g, p.reply(sample), pl) }
+				return func(s *sink) { reportGroup(s, q, name, g, p.Reply(sample), pl) }
 			})
 		}
 	}
 }
 
-func xpendingSample(p *pipe, key, group string, pl plan) ref {
-	return p.do("XPENDING", key, group, "-", "+", strconv.FormatInt(pl.sample, 10))
+func xpendingSample(p *resp.Pipe, key, group string, pl plan) resp.Ref {
+	return p.Do("XPENDING", key, group, "-", "+", strconv.FormatInt(pl.sample, 10))
 }
 
 // reportGroup adds the metrics of group name, g as XINFO GROUPS gave it and
 // sample its XPENDING sample.
-func reportGroup(s *sink, q Queue, name string, g group, sample reply, pl plan) {
-	if err := sample.err(); err != nil {
+func reportGroup(s *sink, q Queue, name string, g group, sample resp.Reply, pl plan) {
+	if err := sample.Err(); err != nil {
 		if !isMissing(err) {
 			s.fail(q, q.Keys.Jobs, err)
 		}
 		return
 	}
-	n := max(sample.len(), 0)
+	n := max(sample.Len(), 0)
 	s.gauge(pendingDesc, float64(g.pending), q.Name, name)
 	if g.lagKnown {
 		s.gauge(lagDesc, float64(g.lag), q.Name, name)
@@ -109,13 +111,13 @@ func reportGroup(s *sink, q Queue, name string, g group, sample reply, pl plan) 
 	s.gauge(oldestPendingDesc, oldestAge(sample, pl.now), q.Name, name)
 	var sum float64
 	cum := make([]uint64, len(deliveryBuckets)+1) // the last one is +Inf
-	sample.elems(func(e reply) bool {
+	sample.Elems(func(e resp.Reply) bool {
 		// [id consumer idle-ms deliveries]
 		var deliveries int64
 		i := 0
-		e.elems(func(f reply) bool {
+		e.Elems(func(f resp.Reply) bool {
 			if i == 3 {
-				deliveries, _ = f.int()
+				deliveries, _ = f.Int()
 			}
 			i++
 			return i < 4
@@ -150,23 +152,23 @@ type group struct {
 // Redis 7 estimates for a group that has delivered entries while its
 // entries-read is NULL (deletions ahead of it) is left out too: nothing in
 // the reply tells it apart from the embedded server's.
-func groupInfo(v reply) (map[string]group, error) {
-	if v.len() < 0 {
+func groupInfo(v resp.Reply) (map[string]group, error) {
+	if v.Len() < 0 {
 		return nil, badReply("XINFO GROUPS reply is not an array: " + v.String())
 	}
-	out := make(map[string]group, v.len())
+	out := make(map[string]group, v.Len())
 	var err error
-	v.elems(func(raw reply) bool {
-		name, ok := raw.field("name").str()
-		pending, ok2 := raw.field("pending").int()
+	v.Elems(func(raw resp.Reply) bool {
+		name, ok := raw.Field("name").Str()
+		pending, ok2 := raw.Field("pending").Int()
 		if !ok || !ok2 {
 			err = badReply("XINFO GROUPS entry without a name or pending count: " + raw.String())
 			return false
 		}
 		g := group{pending: pending}
-		if lag, ok := raw.field("lag").int(); ok {
-			_, read := raw.field("entries-read").int()
-			last, _ := raw.field("last-delivered-id").str()
+		if lag, ok := raw.Field("lag").Int(); ok {
+			_, read := raw.Field("entries-read").Int()
+			last, _ := raw.Field("last-delivered-id").Str()
 			g.lag, g.lagKnown = lag, read || last == "0-0" || last == "0" // the embedded server says 0
 		}
 		out[name] = g
@@ -180,8 +182,8 @@ func groupInfo(v reply) (map[string]group, error) {
 
 // oldestAge is the age of the first (lowest id, so oldest) sampled entry,
 // from the milliseconds of its id.
-func oldestAge(sample reply, now time.Time) float64 {
-	ms, ok := idMs(sample.first().first().bytes())
+func oldestAge(sample resp.Reply, now time.Time) float64 {
+	ms, ok := idMs(sample.First().First().Bytes())
 	if !ok {
 		return 0
 	}

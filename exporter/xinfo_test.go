@@ -6,7 +6,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/resp"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 // TestUnknownIsNotZero reads replies as servers without Redis 7's stream
@@ -14,15 +15,12 @@ import (
 func TestUnknownIsNotZero(t *testing.T) {
 	dlq := func(info any, scripts any) dlqFigures {
 		t.Helper()
-		p := pipeOf(info)
-		r := &dlqRead{p: p, info: 0, scripts: noRef, stats: noRef}
+		r := &dlqRead{p: pipeOf(info), info: 0, scripts: noRef, stats: noRef}
 		if scripts != nil {
 			if scripts == redis.Nil {
 				scripts = nil
 			}
-			p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
-			p.rep.add(scripts, 0)
-			r.scripts = 1
+			r.p, r.scripts = pipeOf(info, scripts), 1
 		}
 		f, err := r.result()
 		must(t, err)
@@ -53,7 +51,7 @@ func TestUnknownIsNotZero(t *testing.T) {
 		map[any]any{"name": "embedded", "pending": int64(2), "last-delivered-id": "5-0", "entries-read": nil, "lag": int64(7)},
 		map[any]any{"name": "unread", "pending": int64(0), "last-delivered-id": "0-0", "entries-read": nil, "lag": int64(7)},
 		map[any]any{"name": "counted", "pending": int64(2), "last-delivered-id": "5-0", "entries-read": int64(4), "lag": int64(1)},
-	}).reply(0))
+	}).Reply(0))
 	must(t, err)
 	for name, want := range map[string]group{
 		"redis6": {pending: 2}, "unknown": {pending: 2}, "embedded": {pending: 2},
@@ -63,20 +61,19 @@ func TestUnknownIsNotZero(t *testing.T) {
 			t.Errorf("group %s: %+v, want %+v", name, got, want)
 		}
 	}
-	if _, err := groupInfo(pipeOf([]any{map[any]any{"pending": int64(1)}}).reply(0)); kindOf(err) != kindReply {
+	if _, err := groupInfo(pipeOf([]any{map[any]any{"pending": int64(1)}}).Reply(0)); kindOf(err) != kindReply {
 		t.Errorf("a group without a name: %v (kind %s), want a reply error", err, kindOf(err))
 	}
 }
 
 // pipeOf is a pipe whose commands' replies are the values given, as
 // go-redis decodes them (strings, int64, []any, map[any]any, errors).
-func pipeOf(values ...any) *pipe {
-	p := &pipe{rep: &replies{}}
+func pipeOf(values ...any) *resp.Pipe {
+	r := &resp.Replies{}
 	for _, v := range values {
-		p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
-		p.rep.add(v, 0)
+		r.Append(v)
 	}
-	return p
+	return resp.NewPipe(nil, r)
 }
 
 // TestTransportsAgree scrapes over the collector's own connection and
@@ -89,8 +86,8 @@ func TestTransportsAgree(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: protocol})
 		t.Cleanup(func() { rdb.Close() })
 		c, _ := newTestCollector(t, rdb, append(opts, WithQueues(QueueFor("orders")))...)
-		if _, own := c.tr.(*connTransport); own == (len(opts) > 0) {
-			t.Fatalf("transport %T with options %d", c.tr, len(opts))
+		if _, own := transportOf(c).(*resp.ConnTransport); own == (len(opts) > 0) {
+			t.Fatalf("transport %T with options %d", transportOf(c), len(opts))
 		}
 		got := gather(t, c)
 		for k := range got {

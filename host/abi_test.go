@@ -53,7 +53,7 @@ func TestImports(t *testing.T) {
 		"random_get",  // runtime: hash seeds
 		"sched_yield", // runtime: spinning
 	}
-	wasm, err := os.ReadFile("backstop.wasm")
+	wasm, err := os.ReadFile("../contract/backstop.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}

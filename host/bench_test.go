@@ -131,7 +131,7 @@ func BenchmarkStartup(b *testing.B) {
 // after loading every preset and deciding.
 func BenchmarkInstance(b *testing.B) {
 	ctx := context.Background()
-	wasm, err := os.ReadFile("backstop.wasm")
+	wasm, err := os.ReadFile("../contract/backstop.wasm")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,9 +1,8 @@
 package host
 
-import _ "embed"
+import "github.com/backstop-dev/backstop/contract"
 
-// backstopWasm is the module built from ../wasm by `make wasm`. Embedding it
-// means a `go get` of this package brings everything a service needs.
-//
-//go:embed backstop.wasm
-var backstopWasm []byte
+// backstopWasm is the module built from ../wasm by `make wasm`, embedded by
+// the contract package: a `go get` of this package brings everything a
+// service needs.
+var backstopWasm = contract.Module

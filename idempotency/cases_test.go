@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/casetest"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/casetest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 // testdata/idempotency/cases.json: the shared cases every adapter replays

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/backstop-dev/backstop/idempotency"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 // A job redelivered (the worker crashed after the side effect, before its

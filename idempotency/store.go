@@ -2,7 +2,7 @@
 // that answers a retried request with the first one's response instead of
 // running it twice, and net/http middleware over it.
 //
-// Every call is one run of the contract's script queue/scripts/idempotency.lua
+// Every call is one run of the contract's script contract/scripts/idempotency.lua
 // (queue/README.md, "Idempotency keys"), the one the Node.js and Python
 // adapters run too; testdata/idempotency pins what it answers.
 //
@@ -21,7 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/contract"
 )
 
 // MaxKeyLength is the longest idempotency key accepted, in bytes (Stripe's
@@ -34,7 +34,7 @@ const MaxKeyLength = 255
 var ErrLeaseLost = errors.New("idempotency: lease lost")
 
 var script = func() *redis.Script {
-	src, err := queue.ScriptSource("idempotency")
+	src, err := contract.ScriptSource("idempotency")
 	if err != nil {
 		panic(err)
 	}

@@ -27,8 +27,11 @@ import (
 //
 // # Notes
 //
-// YAML anchors, aliases and merge keys ("<<") are resolved; explicit tags
-// are taken at their word ("!!str 3" is a string).
+// YAML is read the same way natively and in backstop.wasm: JSON and the
+// subset of YAML that docs/policy.md describes ("Policy files"). Anchors,
+// aliases, tags, block scalars and the rest of YAML are an error naming the
+// line and the feature. Merge keys ("<<") of objects written out are
+// merged as YAML defines them.
 func Parse(data []byte) (*Policy, error) {
 	if len(data) > MaxFileBytes {
 		return nil, docError("must be at most " + itoa(MaxFileBytes) + " bytes (64 KiB)")
@@ -57,10 +60,9 @@ func docError(reason string) *Error {
 }
 
 // document returns the root node of the one YAML document in data (JSON is
-// YAML), or the problem: a syntax error, no document, or a second
-// document, which a YAML parser would ignore without a word. readYAML is
-// go.yaml.in/yaml/v3 natively and backstop's own YAML-subset reader in
-// backstop.wasm (yaml_subset.go says why).
+// YAML), or the problem: a syntax error, YAML outside the subset, no
+// document, or a second document, which a YAML parser would ignore without
+// a word. readYAML (yaml_subset.go) is the one reader, native and wasm.
 func document(data []byte) (*node, *FieldError) {
 	root, problem := readYAML(data)
 	if problem != nil {
@@ -240,14 +242,14 @@ func (d *decoder) fail(path, reason string) {
 	d.problems = append(d.problems, &FieldError{Field: path, Line: line, Reason: reason})
 }
 
-// entry is one key/value pair of a mapping, aliases resolved.
+// entry is one key/value pair of a mapping.
 type entry struct {
 	key  string
 	k, v *node
 }
 
-// entries returns the pairs of mapping n in file order, aliases resolved
-// and merge keys ("<<: *defaults", "<<: [*a, *b]") expanded as YAML
+// entries returns the pairs of mapping n in file order, merge keys
+// ("<<: {base: 1s}", "<<: [{...}, {...}]") expanded as YAML
 // defines them: keys written in n win over merged ones, and an earlier
 // merged mapping over a later one. Keys n repeats are all returned (the
 // caller reports duplicates). norm, when not nil, says which keys are the

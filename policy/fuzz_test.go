@@ -23,7 +23,7 @@ func FuzzParse(f *testing.F) {
 		`{"classify": {"http": {"5xx": "permanent", "503": "retryable"}, "grpc": {"14": "permanent"}}}`,
 		"max_attempts: 3\nbackoff: {strategy: decorrelated}\njitter: {mode: decorrelated}\n",
 		`{"extends": "batch", "max_elapsed": "1h"}`, "&a [*a]", "{", "null", "- - -",
-		// YAML features: documents, aliases, merge keys, tags, odd keys.
+		// YAML features: documents, merge keys, odd keys; aliases and tags (refused).
 		"max_attempts: 3\n---\nmax_attempts: 4\n", "max_attempts: 3\n...\n# end\n", "--- {max_attempts: 3}\n",
 		"max_attempts: &n 3\nuncertain: {max_attempts: *n}\n",
 		"backoff: &b {base: 1s, cap: 2s}\ncircuit_breaker: {<<: *b}\njitter: {<<: [{mode: none}, {mode: full}]}\n",

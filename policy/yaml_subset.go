@@ -6,24 +6,25 @@ import (
 	"unicode/utf8"
 )
 
-// readSubset parses the YAML that policy files are written in, and nothing
-// more: JSON; block mappings and block sequences of scalars (a sequence may
-// sit at its key's indentation); flow mappings and sequences over any
-// number of lines; plain, 'single' and "double" quoted scalars on one line;
-// comments, a leading "---" and a byte order mark. backstop.wasm parses
-// policy files with it instead of go.yaml.in/yaml/v3, which links
-// reflect, fmt, regexp and time's layout parser into the module (most of
-// the 1.7 MB it lost: BENCHMARKS.md); every host reads policy files through
-// the module, so all of them read the same subset.
+// readYAML is the one YAML reader of policy files, natively and in
+// backstop.wasm alike, so a file that loads in one loads in every host. It
+// parses the YAML that policy files are written in, and nothing more:
+// JSON; block mappings and block sequences of scalars (a sequence may sit
+// at its key's indentation); flow mappings and sequences over any number
+// of lines; plain, 'single' and "double" quoted scalars on one line;
+// comments, a leading "---" and a byte order mark. It returns a nil root
+// when data holds no document. It stands in for go.yaml.in/yaml/v3, which
+// links reflect, fmt, regexp and time's layout parser into backstop.wasm
+// (most of the 1.7 MB the module lost: BENCHMARKS.md).
 //
 // Whatever it accepts, it reads as go.yaml.in/yaml/v3 does (the same nodes,
-// tags, values and lines: TestSubsetMatchesLibrary and FuzzSubset prove
-// it). Anything else (anchors, aliases, tags, block scalars, multi-line
-// scalars, complex keys, directives, tabs at the start of a line, plain
-// scalars that would resolve to a timestamp) is an error naming the line,
-// the key it was under and the feature; the native Go package still reads
-// all of YAML.
-func readSubset(data []byte) (*node, *FieldError) {
+// tags, values and lines: TestSubsetMatchesLibrary and FuzzSubset, which
+// hold it to the library, prove it). Anything else (anchors, aliases,
+// tags, block scalars, multi-line scalars, complex keys, directives, tabs
+// at the start of a line, plain scalars that would resolve to a timestamp)
+// is an error naming the line, the key it was under, the feature and how
+// to write the policy without it.
+func readYAML(data []byte) (*node, *FieldError) {
 	return (&subsetReader{}).document(data)
 }
 
@@ -51,9 +52,10 @@ func (r *subsetReader) fail(reason string) {
 		Reason: "line " + itoa(line) + ": " + reason}})
 }
 
-func (r *subsetReader) unsupported(what string) {
-	r.fail(what + " is outside the YAML subset backstop.wasm reads (JSON, or block and flow mappings and lists of one-line scalars): " +
-		"write the policy without it")
+// unsupported stops at a YAML feature outside the subset: what says which
+// one ("... are not supported"), fix how to write the policy without it.
+func (r *subsetReader) unsupported(what, fix string) {
+	r.fail(what + ": " + fix)
 }
 
 func (r *subsetReader) document(data []byte) (root *node, fe *FieldError) {
@@ -80,7 +82,7 @@ func (r *subsetReader) document(data []byte) (root *node, fe *FieldError) {
 		r.lines = append(r.lines, []byte(l))
 		if strings.IndexByte(l, '\r') >= 0 {
 			r.row = len(r.lines) - 1
-			r.unsupported("a carriage return inside a line")
+			r.unsupported("a carriage return inside a line is not supported", "end each line with \\n or \\r\\n")
 		}
 	}
 	r.row = -1
@@ -91,8 +93,9 @@ func (r *subsetReader) document(data []byte) (root *node, fe *FieldError) {
 		if t := trimSpace(l[3:]); len(t) > 0 && t[0] != '#' {
 			// "--- {max_attempts: 3}": a flow or scalar value on the marker's line
 			r.col = 3 + (len(l[3:]) - len(trimLeft(l[3:])))
+			r.checkPlainStart() // "--- &a {b: 1}": the anchor, not the block style
 			if r.isKeyLine() {
-				r.unsupported("an object written in block style on the --- line")
+				r.unsupported("an object in block style on the --- line is not supported", "start it on the line below the ---, or write it as {key: value}")
 			}
 			root = r.inlineValue(false)
 			r.nextLine()
@@ -100,14 +103,14 @@ func (r *subsetReader) document(data []byte) (root *node, fe *FieldError) {
 		}
 		if !r.nextLine() || isMarker(r.lines[r.row], "---") || isMarker(r.lines[r.row], "...") {
 			r.row = 0
-			r.unsupported("an empty document after ---")
+			r.unsupported("an empty document after --- is not supported", "write the policy below the ---")
 		}
 	}
 	if isMarker(r.lines[r.row], "...") {
-		r.unsupported("a document that starts with ...")
+		r.unsupported("a document that starts with ... is not supported", "remove the ... line")
 	}
 	if l := r.lines[r.row]; l[0] == '%' {
-		r.unsupported("a directive (%)")
+		r.unsupported("directives (%YAML, %TAG) are not supported", "remove the line")
 	}
 	return r.end(r.blockNode(-1)), nil
 }
@@ -159,7 +162,7 @@ func (r *subsetReader) nextLine() bool {
 		}
 		if i < len(l) && l[i] == '\t' {
 			r.col = i
-			r.unsupported("a tab at the start of a line")
+			r.unsupported("tabs at the start of a line are not supported", "indent with spaces")
 		}
 		if i < len(l) && l[i] != '#' {
 			r.col = i
@@ -252,15 +255,20 @@ func quotedEnd(l []byte) int {
 func (r *subsetReader) blockMapping() *node {
 	indent := r.col
 	m := &node{kind: mappingNode, tag: "!!map", line: r.row + 1}
+	last := ""
 	for r.row < len(r.lines) && r.col == indent && r.isKeyLine() {
 		k := r.key()
-		r.path = append(r.path, keyName(k))
+		last = keyName(k)
+		r.path = append(r.path, last)
 		m.content = append(m.content, k, r.blockValue(indent))
 		r.path = r.path[:len(r.path)-1]
 	}
 	if r.row < len(r.lines) && r.col > indent {
+		if last != "" {
+			r.path = append(r.path, last) // "name: a\n  b": the value of name goes on
+		}
 		r.fail("unexpected content at indentation " + itoa(r.col) + " (a key at indentation " + itoa(indent) +
-			" ended above; a value that goes on over several lines is outside the YAML subset backstop.wasm reads)")
+			" ended above: check the indentation; a value over several lines is not supported: write it on one line)")
 	}
 	return m
 }
@@ -324,8 +332,11 @@ func (r *subsetReader) blockValue(indent int) *node {
 	l = r.lines[r.row]
 	isSeq := l[r.col] == '-' && (r.col+1 == len(l) || l[r.col+1] == ' ')
 	if r.col > indent || (r.col == indent && isSeq) {
+		if !isSeq {
+			r.checkPlainStart() // an anchor, alias or tag on a line of its own
+		}
 		if !isSeq && !r.isKeyLine() {
-			r.unsupported("a value on the line below its key")
+			r.unsupported("a value on the line below its key is not supported", "write it on the key's line (key: value)")
 		}
 		return r.blockNode(indent)
 	}
@@ -344,16 +355,17 @@ func (r *subsetReader) blockSequence() *node {
 		r.col++
 		rest := trimSpace(l[r.col:])
 		if len(rest) == 0 || rest[0] == '#' {
-			r.unsupported("a list item on the line below its '-'")
+			r.unsupported("a list item on the line below its '-' is not supported", "write it on the '-' line")
 		}
 		for l[r.col] == ' ' {
 			r.col++
 		}
 		if l[r.col] == '-' && (r.col+1 == len(l) || l[r.col+1] == ' ') {
-			r.unsupported("a list in a list item")
+			r.unsupported("a list inside a block list item is not supported", "write the items one per '-' line, or the list as [a, b]")
 		}
+		r.checkPlainStart() // an anchor, alias or tag first: "- &a {b: 1}" is an anchor, not an object
 		if r.isKeyLine() {
-			r.unsupported("an object in a block list item")
+			r.unsupported("an object inside a block list item is not supported", "write it as - {key: value}")
 		}
 		s.content = append(s.content, r.inlineValue(false))
 		r.path = r.path[:len(r.path)-1]
@@ -361,7 +373,7 @@ func (r *subsetReader) blockSequence() *node {
 	}
 	if r.row < len(r.lines) && r.col > indent {
 		r.fail("unexpected content at indentation " + itoa(r.col) + " (a list at indentation " + itoa(indent) +
-			" ended above; a value that goes on over several lines is outside the YAML subset backstop.wasm reads)")
+			" ended above: check the indentation; a value over several lines is not supported: write it on one line)")
 	}
 	// The path keeps the last item's index for errors past the list's end.
 	return s
@@ -406,20 +418,33 @@ func (r *subsetReader) inlineValue(flow bool) *node {
 	return n
 }
 
+// indicatorWord returns the anchor, alias or tag l starts with ("&base",
+// "!!str"), up to a space or a flow indicator, at most 40 bytes.
+func indicatorWord(l []byte) string {
+	end := 1
+	for end < len(l) && end < 40 && !strings.ContainsRune(" \t,[]{}", rune(l[end])) {
+		end++
+	}
+	return strconv.Quote(string(l[:end]))
+}
+
 // checkPlainStart rejects the YAML features that start with an indicator.
 func (r *subsetReader) checkPlainStart() {
 	l := r.lines[r.row][r.col:]
 	switch l[0] {
 	case '&':
-		r.unsupported("an anchor (&)")
+		r.unsupported("anchors and aliases are not supported (found the anchor "+indicatorWord(l)+")",
+			"write the value out in each place it is used")
 	case '*':
-		r.unsupported("an alias (*)")
+		r.unsupported("anchors and aliases are not supported (found the alias "+indicatorWord(l)+")",
+			"write out the value it stands for")
 	case '!':
-		r.unsupported("a tag (!)")
+		r.unsupported("tags are not supported (found the tag "+indicatorWord(l)+")",
+			"remove the tag; quote the value to make it a string")
 	case '|', '>':
-		r.unsupported("a block scalar (| or >)")
+		r.unsupported("block scalars (| and >) are not supported", "write the value on the key's line, quoted if need be")
 	case '?':
-		r.unsupported("a complex key (?)")
+		r.unsupported("complex keys (?) are not supported", "write the key as key: value")
 	case '%', '@', '`', ',', ']', '}', ':', '#':
 		r.fail("a value must not start with " + strconv.Quote(string(l[:1])) + " (quote it)")
 	case '-':
@@ -434,7 +459,7 @@ func (r *subsetReader) checkPlainStart() {
 func (r *subsetReader) plain(s string) *node {
 	tag := plainTag(s)
 	if tag == "" {
-		r.unsupported("a value that reads as a date or timestamp (" + strconv.Quote(s) + "; quote it to make it a string)")
+		r.unsupported("a value that reads as a date or timestamp ("+strconv.Quote(s)+") is not supported", "quote it to make it a string")
 	}
 	return &node{kind: scalarNode, tag: tag, value: s, line: r.row + 1}
 }
@@ -541,7 +566,7 @@ func (r *subsetReader) quoted() *node {
 	l := r.lines[r.row]
 	end := quotedEnd(l[r.col:])
 	if end < 0 {
-		r.unsupported("a quoted value that goes on over several lines (or is never closed)")
+		r.unsupported("a quoted value over several lines is not supported", "close the quote on the line it opens on")
 	}
 	body := string(l[r.col+1 : r.col+end-1])
 	n := &node{kind: scalarNode, tag: "!!str", line: r.row + 1}
@@ -616,7 +641,7 @@ func (r *subsetReader) flowCollection(depth int) *node {
 			keyRow := r.row
 			c := r.flowSpace()
 			if c == ':' && r.row != keyRow {
-				r.unsupported("a key and its ':' on different lines")
+				r.unsupported("a key and its ':' on different lines are not supported", "write the ':' right after the key")
 			}
 			if c != ':' && c != ',' && c != '}' {
 				r.fail("expected ':' after the key " + strconv.Quote(k.value))
@@ -638,7 +663,7 @@ func (r *subsetReader) flowCollection(depth int) *node {
 			r.path = append(r.path, "["+itoa(i)+"]")
 			v := r.flowItem(depth, false)
 			if r.flowSpace() == ':' {
-				r.unsupported("a key: value pair in a [...] list")
+				r.unsupported("a key: value pair in a [...] list is not supported", "write it as {key: value}")
 			}
 			r.path = r.path[:len(r.path)-1]
 			n.content = append(n.content, v)
@@ -647,7 +672,7 @@ func (r *subsetReader) flowCollection(depth int) *node {
 		case ',':
 			r.col++
 			if r.flowSpace() == closer {
-				r.unsupported("a trailing comma")
+				r.unsupported("a trailing comma is not supported", "remove the last ','")
 			}
 		case closer:
 			r.col++
@@ -683,7 +708,7 @@ func (r *subsetReader) flowItem(depth int, key bool) *node {
 	switch l[r.col] {
 	case '{', '[':
 		if key {
-			r.unsupported("an object or a list as a key")
+			r.unsupported("an object or a list as a key is not supported", "keys must be strings")
 		}
 		return r.flowCollection(depth + 1)
 	case '"', '\'':

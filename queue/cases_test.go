@@ -18,8 +18,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/casetest"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/casetest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -114,7 +115,7 @@ type caseError = casetest.Error
 // asked about (what differs between languages is caught there): the fields
 // that are set, by their policy-file names.
 type spyDecider struct {
-	Decider
+	backstop.Decider
 	asked map[string]any
 }
 
@@ -127,13 +128,6 @@ func (s *spyDecider) Decide(ctx context.Context, f policy.Failure) (policy.Decis
 		}
 	}
 	return s.Decider.Decide(ctx, f)
-}
-
-func (s *spyDecider) RecordSuccess(ctx context.Context, nowMs int64) error {
-	if r, ok := s.Decider.(successRecorder); ok {
-		return r.RecordSuccess(ctx, nowMs)
-	}
-	return nil
 }
 
 type caseExpect struct {
@@ -165,7 +159,7 @@ func TestQueueCases(t *testing.T) {
 	for i := range file.Cases {
 		c := &file.Cases[i]
 		q := New(rdb, file.Queue, WithGroup(file.Group))
-		reply, state := replayCase(t, ctx, rdb, q, Native(p), file.Consumer, c)
+		reply, state := replayCase(t, ctx, rdb, q, backstop.Native(p), file.Consumer, c)
 		if *updateCases {
 			c.Expect = caseExpect{Reply: reply, State: state}
 			continue
@@ -193,7 +187,7 @@ func TestQueueCases(t *testing.T) {
 		for i := range file.Cases {
 			c := &file.Cases[i]
 			q := New(cc, file.Queue, WithGroup(file.Group))
-			reply, state := replayCase(t, ctx, cc, q, Native(p), file.Consumer, c)
+			reply, state := replayCase(t, ctx, cc, q, backstop.Native(p), file.Consumer, c)
 			got, _ := json.Marshal(caseExpect{Reply: reply, State: state})
 			want, _ := json.Marshal(c.Expect)
 			if string(got) != string(want) {
@@ -239,7 +233,7 @@ func serverMs(t *testing.T, ctx context.Context, rdb redis.UniversalClient) int6
 
 // replayCase sets up c's state, drives its event through the Go applier and
 // returns the reply and the normalised state after.
-func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *Queue, p Decider, consumer string, c *queueCase) (any, map[string]any) {
+func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *Queue, p backstop.Decider, consumer string, c *queueCase) (any, map[string]any) {
 	t.Helper()
 	fail := func(err error) {
 		if err != nil {
@@ -303,7 +297,7 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		}
 		e := c.Event.Error
 		return e.Handle(t, func() error {
-			return &Failure{Err: fmt.Errorf("%s", e.Message), HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind, RetryAfter: e.RetryAfter}
+			return &backstop.Failure{Err: fmt.Errorf("%s", e.Message), HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind, RetryAfter: e.RetryAfter}
 		})
 	}
 	apply := func(j Job) map[string]any {

@@ -18,9 +18,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/idempotency"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -48,11 +49,11 @@ func outcome(id string, attempt int64) error {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d", id, attempt))
 	switch v := binary.BigEndian.Uint32(sum[:4]) % 100; {
 	case v < 5:
-		return &queue.Failure{HTTPStatus: 400, Err: errors.New("400 bad request")}
+		return &backstop.Failure{HTTPStatus: 400, Err: errors.New("400 bad request")}
 	case v < 35:
-		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503 unavailable")}
+		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503 unavailable")}
 	case v < 40:
-		return &queue.Failure{HTTPStatus: 429, RetryAfter: "1", Err: errors.New("429 too many requests")}
+		return &backstop.Failure{HTTPStatus: 429, RetryAfter: "1", Err: errors.New("429 too many requests")}
 	}
 	return nil
 }
@@ -130,7 +131,7 @@ func crashRole(role string) error {
 			var busy *idempotency.InProgressError
 			if errors.As(err, &busy) {
 				rdb.Incr(ctx, "crash:in_progress")
-				return &queue.Failure{HTTPStatus: 429, RetryAfter: "1", Err: err}
+				return &backstop.Failure{HTTPStatus: 429, RetryAfter: "1", Err: err}
 			}
 			if err == nil { // recorded in the store: a redelivery replays it
 				finished(ctx, j, first)

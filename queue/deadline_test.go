@@ -9,21 +9,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backstop-dev/backstop/internal/casetest"
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
-	"github.com/backstop-dev/backstop/internal/logbuf"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/casetest"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
 
-func nativePolicy(t *testing.T, src string) queue.Decider {
+func nativePolicy(t *testing.T, src string) backstop.Decider {
 	t.Helper()
 	p, err := policy.Parse([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return queue.Native(p)
+	return backstop.Native(p)
 }
 
 // A handler that runs three times the min idle time, while a second worker
@@ -90,7 +91,7 @@ func TestHandlerPastItsDeadlineIsRetried(t *testing.T) {
 			if _, err := q.Enqueue(ctx, "job-1", nil); err != nil {
 				t.Fatal(err)
 			}
-			spy := &casetest.KindSpy{D: nativePolicy(t, `{"max_attempts": 3, "backoff": {"base": "1h", "cap": "1h"}, "jitter": {"mode": "none"}}`)}
+			spy := &casetest.KindSpy{Decider: nativePolicy(t, `{"max_attempts": 3, "backoff": {"base": "1h", "cap": "1h"}, "jitter": {"mode": "none"}}`)}
 			release := make(chan struct{})
 			t.Cleanup(func() { close(release) })
 			var calls atomic.Int64

@@ -11,8 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -20,7 +21,7 @@ import (
 // breakerDecider is a queue decider that also tells the test the breaker's
 // state: a native policy, or the same policy in backstop.wasm.
 type breakerDecider interface {
-	queue.Decider
+	backstop.Decider
 	CircuitState(ctx context.Context, nowMs int64) (policy.CircuitState, error)
 }
 
@@ -32,7 +33,7 @@ func deciders(t *testing.T, src string) map[string]func(t *testing.T) breakerDec
 			if err != nil {
 				t.Fatal(err)
 			}
-			return queue.Native(p).(breakerDecider)
+			return backstop.Native(p).(breakerDecider)
 		},
 		"wasm": func(t *testing.T) breakerDecider {
 			ctx := context.Background()
@@ -52,7 +53,7 @@ func deciders(t *testing.T, src string) map[string]func(t *testing.T) breakerDec
 
 // work runs q's worker until the test ends, and checks that it returns
 // once stopped, even while it waits for the breaker.
-func work(t *testing.T, q *queue.Queue, p queue.Decider, h queue.Handler, opts ...queue.WorkerOption) {
+func work(t *testing.T, q *queue.Queue, p backstop.Decider, h queue.Handler, opts ...queue.WorkerOption) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- q.Work(ctx, p, h, opts...) }()
@@ -109,7 +110,7 @@ func TestOpenBreakerStopsTheWorker(t *testing.T) {
 				if s, _ := p.CircuitState(ctx, time.Now().UnixMilli()); s == policy.BreakerOpen {
 					whileOpen.Add(1)
 				}
-				return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+				return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 			}, queue.WithBatch(1, 20*time.Millisecond), queue.WithPromote(10*time.Millisecond, 100),
 				queue.WithReclaim(0, time.Minute, 5), queue.WithConsumer("w1"))
 
@@ -169,7 +170,7 @@ func TestOutageWithBreakerLosesNoJob(t *testing.T) {
 					}
 					if down.Load() {
 						downCalls.Add(1)
-						return &queue.Failure{ErrorKind: "connection_refused", Err: errors.New("connection refused")}
+						return &backstop.Failure{ErrorKind: "connection_refused", Err: errors.New("connection refused")}
 					}
 					return nil
 				}, queue.WithBatch(4, 20*time.Millisecond), queue.WithPromote(10*time.Millisecond, 100),
@@ -222,7 +223,7 @@ func TestBudgetRefusalDefersByBackoff(t *testing.T) {
 				t.Fatal(err)
 			}
 			work(t, q, load(t), func(ctx context.Context, j queue.Job) error {
-				return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+				return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 			}, queue.WithBatch(1, 20*time.Millisecond), queue.WithReclaim(0, time.Minute, 5), queue.WithConsumer("w1"))
 			waitFor(t, "the job deferred", func() bool { return counters(t, ctx, q)["deferred:budget_exhausted"] == 1 })
 			zs, err := rdb.ZRangeWithScores(ctx, q.Keys().Delayed, 0, -1).Result()

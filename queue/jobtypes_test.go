@@ -10,8 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -19,8 +20,9 @@ import (
 // typeSpy is a policy that notes which jobs it was asked about (by job id)
 // and how often it was asked before a job and told of a success.
 type typeSpy struct {
-	p  *policy.Policy
-	mu sync.Mutex
+	backstop.Decider // what the spy does not count
+	p                *policy.Policy
+	mu               sync.Mutex
 	// decided, acquired, succeeded count the calls.
 	decided           map[string]int
 	acquired, success int
@@ -32,7 +34,7 @@ func newSpy(t *testing.T, js string) *typeSpy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &typeSpy{p: p, decided: map[string]int{}}
+	return &typeSpy{Decider: backstop.Native(p), p: p, decided: map[string]int{}}
 }
 
 func (s *typeSpy) Decide(_ context.Context, f policy.Failure) (policy.Decision, error) {
@@ -105,11 +107,11 @@ func TestJobTypesWork(t *testing.T) {
 		mu.Unlock()
 		switch {
 		case j.Type == "charge_card":
-			return &queue.Failure{HTTPStatus: 503, Err: errors.New("card processor down")}
+			return &backstop.Failure{HTTPStatus: 503, Err: errors.New("card processor down")}
 		case j.Type == "send_email" && n == 1:
-			return &queue.Failure{HTTPStatus: 503, Err: errors.New("smtp busy")}
+			return &backstop.Failure{HTTPStatus: 503, Err: errors.New("smtp busy")}
 		case j.ID == "render_report-c":
-			return &queue.Failure{HTTPStatus: 400, Err: errors.New("bad template")}
+			return &backstop.Failure{HTTPStatus: 400, Err: errors.New("bad template")}
 		}
 		return nil
 	}
@@ -118,7 +120,7 @@ func TestJobTypesWork(t *testing.T) {
 	go func() {
 		done <- q.Work(wctx, base, h, queue.WithConsumer("w1"), queue.WithBatch(4, 20*time.Millisecond),
 			queue.WithPromote(10*time.Millisecond, 100),
-			queue.WithPolicies(map[string]queue.Decider{"charge_card": critical, "render_report": batch}))
+			queue.WithPolicies(map[string]backstop.Decider{"charge_card": critical, "render_report": batch}))
 	}()
 	var s queue.Stats
 	eventually.True(t, 20*time.Second, "every job to finish", func() bool {

@@ -10,7 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -35,11 +36,11 @@ func TestWorkerMetrics(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	work(t, q, queue.Native(p), func(ctx context.Context, j queue.Job) error {
+	work(t, q, backstop.Native(p), func(ctx context.Context, j queue.Job) error {
 		if j.ID == "job-ok" {
 			return nil
 		}
-		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 	}, // One read takes all three: the worker stops reading once the breaker opens.
 		queue.WithBatch(3, 20*time.Millisecond), queue.WithPromote(0, 100), queue.WithReclaim(0, time.Minute, 5),
 		queue.WithConsumer("w1"), queue.WithMetrics(reg, "payments"))
@@ -100,8 +101,8 @@ func TestWorkerMetricsBudget(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	work(t, q, queue.Native(p), func(ctx context.Context, j queue.Job) error {
-		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+	work(t, q, backstop.Native(p), func(ctx context.Context, j queue.Job) error {
+		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 	}, queue.WithBatch(2, 20*time.Millisecond), queue.WithPromote(0, 100), queue.WithReclaim(0, time.Minute, 5),
 		queue.WithConsumer("w1"), queue.WithMetrics(reg, "payments"))
 	waitFor(t, "both jobs retried", func() bool { return counters(t, ctx, q)["attempts:retry"] == 2 })
@@ -119,7 +120,7 @@ backstop_client_budget_tokens{policy="payments",target="orders"} 8
 func TestWorkerMetricsBadInput(t *testing.T) {
 	q := queue.New(redistest.Start(t).Client(), "orders")
 	p, _ := policy.Preset("default")
-	err := q.Work(context.Background(), queue.Native(p), func(context.Context, queue.Job) error { return nil },
+	err := q.Work(context.Background(), backstop.Native(p), func(context.Context, queue.Job) error { return nil },
 		queue.WithMetrics(prometheus.NewRegistry(), "pay\xffments"))
 	if err == nil || !strings.Contains(err.Error(), `queue: WithMetrics: policy "pay\xffments": not valid UTF-8`) {
 		t.Fatalf("Work = %v, want the invalid label named before any work", err)

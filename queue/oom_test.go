@@ -14,9 +14,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/logbuf"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -126,9 +127,9 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 		<-gate
 		switch {
 		case j.ID == "bad":
-			return &queue.Failure{HTTPStatus: 400, Err: errors.New("400 bad request")}
+			return &backstop.Failure{HTTPStatus: 400, Err: errors.New("400 bad request")}
 		case j.ID == "flaky" && j.Attempt == 1:
-			return &queue.Failure{HTTPStatus: 503, Err: errors.New("503 unavailable")}
+			return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503 unavailable")}
 		}
 		return nil
 	}
@@ -141,7 +142,7 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q.Work(wctx, queue.Native(p), handler, queue.WithConsumer(name), queue.WithBatch(4, 20*time.Millisecond),
+			q.Work(wctx, backstop.Native(p), handler, queue.WithConsumer(name), queue.WithBatch(4, 20*time.Millisecond),
 				queue.WithPromote(20*time.Millisecond, 100), queue.WithReclaim(20*time.Millisecond, minIdle, 2),
 				queue.WithLogger(logger))
 		}()
@@ -225,7 +226,7 @@ func TestStopWhileRefusedLeavesTheEntryPending(t *testing.T) {
 	entered, gate := make(chan struct{}, 10), make(chan struct{})
 	go func() {
 		defer close(done)
-		q.Work(wctx, queue.Native(p), func(context.Context, queue.Job) error {
+		q.Work(wctx, backstop.Native(p), func(context.Context, queue.Job) error {
 			ran.Add(1)
 			entered <- struct{}{}
 			<-gate
@@ -265,7 +266,7 @@ func TestWorkStartsWhileOutOfMemory(t *testing.T) {
 	done := make(chan error, 1)
 	var ran atomic.Int64
 	go func() {
-		done <- q.Work(wctx, queue.Native(p), func(context.Context, queue.Job) error { ran.Add(1); return nil },
+		done <- q.Work(wctx, backstop.Native(p), func(context.Context, queue.Job) error { ran.Add(1); return nil },
 			queue.WithConsumer("w1"), queue.WithBatch(1, 20*time.Millisecond), queue.WithPromote(0, 1),
 			queue.WithLogger(slog.New(slog.DiscardHandler)))
 	}()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/clientmetrics"
 )
 
@@ -20,9 +21,9 @@ import (
 // does not pause the reading of the stream. With WithMetrics, a type's
 // policy is recorded under policy=<type>. Work refuses a key that is not a
 // valid job type (ValidJobType) or a nil policy.
-func WithPolicies(m map[string]Decider) WorkerOption {
+func WithPolicies(m map[string]backstop.Decider) WorkerOption {
 	return func(w *worker) {
-		w.policies = make(map[string]Decider, len(m))
+		w.policies = make(map[string]backstop.Decider, len(m))
 		for t, p := range m {
 			w.policies[t] = p
 		}
@@ -33,7 +34,7 @@ func WithPolicies(m map[string]Decider) WorkerOption {
 // metrics and breaker pause (never read by the read loop).
 type typedPolicy struct {
 	w *worker
-	p Decider
+	p backstop.Decider
 }
 
 // bindPolicies checks WithPolicies' map and prepares each type's state.
@@ -66,7 +67,7 @@ func (w *worker) bindPolicies(queueName string) error {
 
 // policyFor returns the worker state and policy that decide a job of type
 // t: its type's (WithPolicies), else w and p.
-func (w *worker) policyFor(t string, p Decider) (*worker, Decider) {
+func (w *worker) policyFor(t string, p backstop.Decider) (*worker, backstop.Decider) {
 	if tp, ok := w.typed[t]; ok && t != "" {
 		return tp.w, tp.p
 	}

@@ -11,7 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -317,12 +318,12 @@ func testWorker(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	defer cancel()
 	q.Enqueue(ctx, "job-1", []byte("x"))
 	q.Enqueue(ctx, "job-bad", []byte("x"))
-	go q.Work(ctx, queue.Native(p), func(ctx context.Context, j queue.Job) error {
+	go q.Work(ctx, backstop.Native(p), func(ctx context.Context, j queue.Job) error {
 		if j.ID == "job-bad" {
-			return &queue.Failure{HTTPStatus: 400, Err: errors.New("400 Bad Request")}
+			return &backstop.Failure{HTTPStatus: 400, Err: errors.New("400 Bad Request")}
 		}
 		if calls.Add(1) <= 2 {
-			return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+			return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 		}
 		done <- j
 		return nil

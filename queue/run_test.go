@@ -9,7 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/contract"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -123,7 +124,7 @@ func TestRunDueBefore(t *testing.T) {
 		}
 	}
 	// The script bounds the limit too, for the hosts that send it.
-	src, err := queue.ScriptSource("run")
+	src, err := contract.ScriptSource("run")
 	runMust(t, err)
 	for _, limit := range []string{"0", "10001", "1e3", " 5"} {
 		err := redis.NewScript(src).Run(ctx, rdb, []string{q.Keys().Delayed, q.Keys().Jobs, q.Keys().Stats}, "before", "1", limit).Err()
@@ -193,7 +194,7 @@ func TestRunByIDInBoundedCalls(t *testing.T) {
 	}
 	_, err := p.Exec(ctx)
 	runMust(t, err)
-	src, err := queue.ScriptSource("run")
+	src, err := contract.ScriptSource("run")
 	runMust(t, err)
 	v, err := redis.NewScript(src).Run(ctx, rdb, []string{q.Keys().Delayed, q.Keys().Jobs, q.Keys().Stats}, "id", "nope", "0").Slice()
 	runMust(t, err)

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/clientmetrics"
 )
 
@@ -30,12 +31,12 @@ type Outcome struct {
 // Runner runs jobs with a policy and decides their outcomes exactly as
 // Work does: before the job it asks the breaker (Acquire, or
 // CircuitState), then runs the handler, feeds a success to the policy's
-// budget and breaker, decides a failure (classified by ClassifyError), and
+// budget and breaker, decides a failure (classified by backstop.ClassifyError), and
 // records the client metrics (WithMetrics). It is the part of Work a
 // worker on another broker reuses; it does not touch Redis.
 type Runner struct {
 	w *worker
-	p Decider
+	p backstop.Decider
 }
 
 // NewRunner returns a Runner for the jobs of queue name decided by p. It
@@ -46,7 +47,7 @@ type Runner struct {
 //
 // As Work: an invalid WithMetrics policy name or registry, an invalid
 // WithPolicies map, WithHandlerTimeout <= 0.
-func NewRunner(name string, p Decider, opts ...WorkerOption) (*Runner, error) {
+func NewRunner(name string, p backstop.Decider, opts ...WorkerOption) (*Runner, error) {
 	w := &worker{openPoll: time.Second, log: slog.Default(), rand: rand.Float64}
 	for _, o := range opts {
 		o(w)

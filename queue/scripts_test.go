@@ -11,7 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/contract"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -21,7 +22,7 @@ import (
 // script returns one of the contract's scripts, as every host loads it.
 func script(t testing.TB, name string) *redis.Script {
 	t.Helper()
-	src, err := queue.ScriptSource(name)
+	src, err := contract.ScriptSource(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +648,7 @@ func TestPromoteNeverRewritesAMemberLossily(t *testing.T) {
 // lib.lua and the script, compiles in Redis (SCRIPT LOAD parses without
 // running).
 func TestScriptHelpersLiveInLib(t *testing.T) {
-	lib, err := queue.Scripts.ReadFile("scripts/lib.lua")
+	lib, err := contract.Scripts.ReadFile("scripts/lib.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -668,7 +669,7 @@ func TestScriptHelpersLiveInLib(t *testing.T) {
 	if len(helpers) < 15 {
 		t.Fatalf("lib.lua defines only %d helpers: %v", len(helpers), helpers)
 	}
-	files, err := queue.Scripts.ReadDir("scripts")
+	files, err := contract.Scripts.ReadDir("scripts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +682,7 @@ func TestScriptHelpersLiveInLib(t *testing.T) {
 			continue
 		}
 		scripts++
-		src, err := queue.Scripts.ReadFile("scripts/" + f.Name())
+		src, err := contract.Scripts.ReadFile("scripts/" + f.Name())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -701,7 +702,7 @@ func TestScriptHelpersLiveInLib(t *testing.T) {
 				}
 			}
 		}
-		body, err := queue.ScriptSource(name)
+		body, err := contract.ScriptSource(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -715,7 +716,7 @@ func TestScriptHelpersLiveInLib(t *testing.T) {
 	if scripts != 12 {
 		t.Errorf("found %d scripts beside lib.lua, want 12", scripts)
 	}
-	if _, err := queue.ScriptSource("lib"); err == nil {
+	if _, err := contract.ScriptSource("lib"); err == nil {
 		t.Error(`ScriptSource("lib") gave a body: lib.lua is no script`)
 	}
 }

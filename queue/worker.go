@@ -15,79 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/clientmetrics"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/policy"
 )
 
-// Decider is a retry policy: a *host.Policy (backstop.wasm) or, through
-// Native, a *policy.Policy.
-type Decider interface {
-	Decide(ctx context.Context, f policy.Failure) (policy.Decision, error)
-}
-
-// successRecorder is implemented by deciders with a retry budget or a
-// circuit breaker to feed (*host.Policy, Native).
-type successRecorder interface {
-	RecordSuccess(ctx context.Context, nowMs int64) error
-}
-
-// Native adapts a native *policy.Policy to Decider.
-func Native(p *policy.Policy) Decider { return nativeDecider{p} }
-
-type nativeDecider struct{ p *policy.Policy }
-
-func (n nativeDecider) Decide(_ context.Context, f policy.Failure) (policy.Decision, error) {
-	return n.p.Decide(f)
-}
-
-func (n nativeDecider) RecordSuccess(_ context.Context, nowMs int64) error {
-	n.p.RecordSuccess(nowMs)
-	return nil
-}
-
-func (n nativeDecider) Acquire(_ context.Context, nowMs int64) (policy.Permit, error) {
-	return n.p.Acquire(nowMs), nil
-}
-
-func (n nativeDecider) OnOpen() string { return n.p.OnOpen() }
-
-func (n nativeDecider) CircuitState(_ context.Context, nowMs int64) (policy.CircuitState, error) {
-	return n.p.CircuitState(nowMs), nil
-}
-
-func (n nativeDecider) BudgetTokens(_ context.Context, nowMs int64) (int64, bool, error) {
-	milli, ok := n.p.BudgetTokens(nowMs)
-	return milli, ok, nil
-}
-
-// acquirer is implemented by deciders with a circuit breaker that gives
-// permission before a call (*host.Policy, Native): the worker asks it
-// before running a job. A half-open trial reports back through
-// RecordSuccess or Decide, as any job does.
-type acquirer interface {
-	Acquire(ctx context.Context, nowMs int64) (policy.Permit, error)
-}
-
-// circuitStater reports a breaker's state: the worker's question before a
-// job for deciders without Acquire.
-type circuitStater interface {
-	CircuitState(ctx context.Context, nowMs int64) (policy.CircuitState, error)
-}
-
-// onOpener is implemented by deciders whose policy says what a queue does
-// with a job the breaker or the budget refused (on_open: defer or
-// dead_letter); without it a worker defers.
-type onOpener interface{ OnOpen() string }
-
-// budgeter reports what is left of a policy's retry budget (*host.Policy,
-// Native): the worker's metrics export it.
-type budgeter interface {
-	BudgetTokens(ctx context.Context, nowMs int64) (milli int64, ok bool, err error)
-}
-
 // Handler processes one job. A nil error acks it; an error is classified
-// (see Failure and ClassifyError) and decided by the policy.
+// (see backstop.Failure and backstop.ClassifyError) and decided by the policy.
 type Handler func(ctx context.Context, job Job) error
 
 // WorkerOption configures Work.
@@ -113,11 +48,11 @@ type worker struct {
 	openPoll      time.Duration // a refused job's wait when the policy cannot say how long
 	log           *slog.Logger
 	rand          func() float64
-	metricsReg    prometheus.Registerer   // WithMetrics
-	metricsPolicy string                  //
-	metrics       *clientmetrics.Recorder // nil: no metrics
-	policies      map[string]Decider      // WithPolicies: by job type
-	typed         map[string]typedPolicy  // bindPolicies
+	metricsReg    prometheus.Registerer       // WithMetrics
+	metricsPolicy string                      //
+	metrics       *clientmetrics.Recorder     // nil: no metrics
+	policies      map[string]backstop.Decider // WithPolicies: by job type
+	typed         map[string]typedPolicy      // bindPolicies
 }
 
 // WithConsumer names this worker in the consumer group (default:
@@ -146,7 +81,7 @@ func WithReclaim(every, minIdle time.Duration, maxDeliveries int) WorkerOption {
 // WithHandlerTimeout bounds each run of the handler (default 5 times the
 // min idle time of WithReclaim: 5m). The handler's ctx carries the
 // deadline; at the deadline the attempt fails with a deadline error that
-// ClassifyError classifies as error kind timeout, and the policy decides it
+// backstop.ClassifyError classifies as error kind timeout, and the policy decides it
 // as any failure (README, "Deadlines"). Work refuses d <= 0.
 //
 // # Notes
@@ -201,14 +136,14 @@ func WithMetrics(reg prometheus.Registerer, policyName string) WorkerOption {
 // after how many refusals it was applied.
 //
 // Before each job the worker asks the policy's breaker (Acquire, when the
-// Decider has it; else its CircuitState): refused, the handler is not
+// backstop.Decider has it; else its CircuitState): refused, the handler is not
 // called, the job is deferred (Defer) until the breaker may half-open, and
 // the worker reads nothing until then; the wait ends at once when ctx is
 // done. In half-open only the admitted trials run. A failure the policy
 // answers with circuit_open or budget_exhausted is deferred too, without
 // spending an attempt. A policy with on_open: dead_letter dead-letters such
 // jobs instead (the behaviour before deferral).
-func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOption) error {
+func (q *Queue) Work(ctx context.Context, p backstop.Decider, h Handler, opts ...WorkerOption) error {
 	host, _ := os.Hostname()
 	w := &worker{
 		consumer: fmt.Sprintf("%s-%d", host, os.Getpid()), batch: 16, block: time.Second,
@@ -244,7 +179,7 @@ func (q *Queue) Work(ctx context.Context, p Decider, h Handler, opts ...WorkerOp
 	return err
 }
 
-func (q *Queue) readLoop(ctx context.Context, w *worker, p Decider, h Handler) error {
+func (q *Queue) readLoop(ctx context.Context, w *worker, p backstop.Decider, h Handler) error {
 	for ctx.Err() == nil {
 		// The breaker refused a job: read nothing until it may half-open,
 		// rather than take jobs only to defer them.
@@ -291,7 +226,7 @@ func (q *Queue) readLoop(ctx context.Context, w *worker, p Decider, h Handler) e
 // started yet: settle holds them too. A job that waited in the batch for
 // half the min idle time is first held again (Hold): when another consumer
 // reclaimed it meanwhile, it is skipped, not run a second time.
-func (q *Queue) process(ctx context.Context, w *worker, p Decider, h Handler, j Job, readAt time.Time, waiting []Job) {
+func (q *Queue) process(ctx context.Context, w *worker, p backstop.Decider, h Handler, j Job, readAt time.Time, waiting []Job) {
 	if w.minIdle > 0 && time.Since(readAt) > w.minIdle/2 {
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.outcomeWait)
 		held, err := q.Hold(hctx, w.consumer, j.EntryID)
@@ -339,7 +274,7 @@ func (q *Queue) heartbeat(ctx context.Context, w *worker, ids []string) (stop fu
 // run runs h on j (not a malformed entry) and decides the outcome: the
 // worker's path from a delivery to an outcome, which the shared queue cases
 // (testdata/queue) drive in every language.
-func (w *worker) run(ctx context.Context, p Decider, h Handler, j Job) outcome {
+func (w *worker) run(ctx context.Context, p backstop.Decider, h Handler, j Job) outcome {
 	var err error
 	if j.Malformed {
 		err = errors.New("malformed entry: needs id, attempt >= 1 and first_enqueued_ms")
@@ -410,7 +345,7 @@ func (e *deadlineError) Error() string {
 func (e *deadlineError) Unwrap() error { return context.DeadlineExceeded }
 
 // count records a job's outcome in the worker's metrics.
-func (w *worker) count(ctx context.Context, p Decider, o outcome) {
+func (w *worker) count(ctx context.Context, p backstop.Decider, o outcome) {
 	switch o.action {
 	case "ack":
 		w.metrics.Attempt(clientmetrics.OutcomeSuccess)
@@ -420,26 +355,20 @@ func (w *worker) count(ctx context.Context, p Decider, o outcome) {
 	default:
 		w.metrics.Attempt(clientmetrics.OutcomeDeadLetter)
 	}
-	if g, ok := p.(circuitStater); ok {
-		if s, err := g.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
-			w.metrics.State(s)
-		}
+	if s, err := p.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
+		w.metrics.State(s)
 	}
-	if b, ok := p.(budgeter); ok {
-		if milli, ok, err := b.BudgetTokens(ctx, time.Now().UnixMilli()); err == nil && ok {
-			w.metrics.Budget(milli)
-		}
+	if milli, ok, err := p.BudgetTokens(ctx, time.Now().UnixMilli()); err == nil && ok {
+		w.metrics.Budget(milli)
 	}
 }
 
 // decide turns the handler's result into an outcome, once: a success feeds
 // the policy's budget and breaker, a failure is decided by the policy.
-func (w *worker) decide(ctx context.Context, p Decider, j Job, herr error) outcome {
+func (w *worker) decide(ctx context.Context, p backstop.Decider, j Job, herr error) outcome {
 	if herr == nil {
-		if s, ok := p.(successRecorder); ok {
-			// Feed the policy's budget and breaker: a queue is traffic too.
-			s.RecordSuccess(ctx, time.Now().UnixMilli())
-		}
+		// Feed the policy's budget and breaker: a queue is traffic too.
+		p.RecordSuccess(ctx, time.Now().UnixMilli())
 		return outcome{action: "ack", reason: "success"} // the reason Node and Python report
 	}
 	if j.Malformed {
@@ -450,7 +379,7 @@ func (w *worker) decide(ctx context.Context, p Decider, j Job, herr error) outco
 		Attempt: j.Attempt, IdempotencyKey: j.ID, NowMs: now, PrevDelayMs: max(0, j.PrevDelayMs),
 		ElapsedMs: max(0, now-j.FirstEnqueuedMs), Random: w.rand(),
 	}
-	ClassifyError(herr, &f)
+	backstop.ClassifyError(herr, &f)
 	d, err := p.Decide(ctx, f)
 	if err != nil {
 		return outcome{action: "dead_letter", reason: "malformed", lastErr: fmt.Sprintf("%v (policy refused the failure: %v)", herr, err)}
@@ -470,33 +399,24 @@ func (w *worker) decide(ctx context.Context, p Decider, j Job, herr error) outco
 // how long until that may change (w.openPoll when the policy cannot say).
 // A policy that cannot answer allows: its decision after the call still
 // applies.
-func (w *worker) permit(ctx context.Context, p Decider) (bool, time.Duration) {
+func (w *worker) permit(ctx context.Context, p backstop.Decider) (bool, time.Duration) {
 	ctx = context.WithoutCancel(ctx)
-	if g, ok := p.(acquirer); ok {
-		pm, err := g.Acquire(ctx, time.Now().UnixMilli())
-		if err == nil {
-			w.metrics.State(pm.State)
-		}
-		if err != nil || pm.Allowed {
-			return true, 0
-		}
-		if pm.RetryInMs <= 0 {
-			return false, w.openPoll
-		}
-		return false, time.Duration(pm.RetryInMs) * time.Millisecond
+	pm, err := p.Acquire(ctx, time.Now().UnixMilli())
+	if err == nil {
+		w.metrics.State(pm.State)
 	}
-	if g, ok := p.(circuitStater); ok {
-		s, err := g.CircuitState(ctx, time.Now().UnixMilli())
-		if err == nil && s == policy.BreakerOpen {
-			return false, w.openPoll
-		}
+	if err != nil || pm.Allowed {
+		return true, 0
 	}
-	return true, 0
+	if pm.RetryInMs <= 0 {
+		return false, w.openPoll
+	}
+	return false, time.Duration(pm.RetryInMs) * time.Millisecond
 }
 
 // deferDelay is how long a job refused by the breaker (until it may
 // half-open) or the budget (the policy's backoff for the attempt) waits.
-func (w *worker) deferDelay(ctx context.Context, p Decider, d policy.Decision) time.Duration {
+func (w *worker) deferDelay(ctx context.Context, p backstop.Decider, d policy.Decision) time.Duration {
 	if d.Reason == policy.CircuitOpen {
 		// The failure found (or made) the breaker open: Acquire refuses
 		// and says until when, without taking a trial slot.
@@ -527,8 +447,8 @@ func (w *worker) pause(d time.Duration) {
 }
 
 // onOpen is the policy's on_open: "defer" (the default) or "dead_letter".
-func onOpen(p Decider) string {
-	if o, ok := p.(onOpener); ok && o.OnOpen() == "dead_letter" {
+func onOpen(p backstop.Decider) string {
+	if p.OnOpen() == "dead_letter" {
 		return "dead_letter"
 	}
 	return "defer"
@@ -548,7 +468,7 @@ func (q *Queue) promoteLoop(ctx context.Context, w *worker) {
 	}
 }
 
-func (q *Queue) reclaimLoop(ctx context.Context, w *worker, p Decider, h Handler) {
+func (q *Queue) reclaimLoop(ctx context.Context, w *worker, p backstop.Decider, h Handler) {
 	for ctxtime.Sleep(ctx, jitter(w.reclaimEvery)) {
 		rec, err := q.Reclaim(ctx, w.consumer, w.minIdle, 100, w.maxDeliveries)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
 )
@@ -35,7 +36,7 @@ func ExampleDo() {
 		panic(err)
 	}
 	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
-	resp, err := retry.Do(context.Background(), retry.Native(p), func(ctx context.Context) (*http.Response, error) {
+	resp, err := retry.Do(context.Background(), backstop.Native(p), func(ctx context.Context) (*http.Response, error) {
 		return http.DefaultClient.Do(req.WithContext(ctx))
 	}, retry.WithRequest(req))
 	if err != nil {
@@ -50,7 +51,7 @@ func ExampleDo() {
 func ExampleError() {
 	p, _ := policy.Parse([]byte(instant))
 	errDown := errors.New("connection reset by peer")
-	_, err := retry.Do(context.Background(), retry.Native(p), func(context.Context) (struct{}, error) {
+	_, err := retry.Do(context.Background(), backstop.Native(p), func(context.Context) (struct{}, error) {
 		return struct{}{}, fmt.Errorf("charge: %w", context.DeadlineExceeded)
 	})
 	var re *retry.Error
@@ -65,7 +66,7 @@ func ExampleWithMetrics() {
 	reg := prometheus.NewRegistry()
 	p, _ := policy.Parse([]byte(instant))
 	tries := 0
-	_, _ = retry.Do(context.Background(), retry.Native(p), func(context.Context) (int, error) {
+	_, _ = retry.Do(context.Background(), backstop.Native(p), func(context.Context) (int, error) {
 		if tries++; tries == 1 {
 			return 0, context.DeadlineExceeded
 		}

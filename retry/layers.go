@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -117,7 +118,7 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 //
 // An empty retry budget sheds nothing: a budget limits retries, never first
 // calls.
-func Middleware(next http.Handler, policies ...Policy) http.Handler {
+func Middleware(next http.Handler, policies ...backstop.Decider) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now().UnixMilli()
 		for _, p := range policies {

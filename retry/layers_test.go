@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backstop-dev/backstop/internal/casetest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/casetest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
 )
@@ -100,7 +101,7 @@ func parseJSON(t *testing.T, raw json.RawMessage) *policy.Policy {
 }
 
 // get calls url through retry.Do with p, the attempt headers on.
-func get(ctx context.Context, p retry.Policy, url string) (*http.Response, error) {
+func get(ctx context.Context, p backstop.Decider, url string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -138,7 +139,7 @@ func startMiddle(t *testing.T, file *layerFile, c *layerCase, bottomURL string) 
 	if c.Middle.BreakerOpen {
 		np.Decide(policy.Failure{Attempt: 1, HTTPStatus: 503, NowMs: time.Now().UnixMilli()})
 	}
-	p := retry.Native(np)
+	p := backstop.Native(np)
 	var mu sync.Mutex
 	calls := new(int)
 	handler := retry.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -178,8 +179,8 @@ func runLayerCase(t *testing.T, file *layerFile, c *layerCase) layerExpect {
 	if raw == nil {
 		raw = file.Policy
 	}
-	top := retry.Native(parseJSON(t, raw))
-	inner := retry.Native(parseJSON(t, file.Policy))
+	top := backstop.Native(parseJSON(t, raw))
+	inner := backstop.Native(parseJSON(t, file.Policy))
 
 	var got layerExpect
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

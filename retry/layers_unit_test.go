@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/errkind"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
@@ -86,7 +87,7 @@ func TestAttemptMetadata(t *testing.T) {
 	retry.Do(context.Background(), parse(t, threeFast), func(ctx context.Context) (int, error) {
 		got = append(got, retry.AttemptMetadata(ctx))
 		n++
-		return 0, &retry.Failure{ErrorKind: "timeout", Err: errors.New("slow")}
+		return 0, &backstop.Failure{ErrorKind: "timeout", Err: errors.New("slow")}
 	})
 	want := [][]string{{"backstop-attempt", "1"}, {"backstop-attempt", "2", "grpc-previous-rpc-attempts", "1"},
 		{"backstop-attempt", "3", "grpc-previous-rpc-attempts", "2"}}
@@ -97,7 +98,7 @@ func TestAttemptMetadata(t *testing.T) {
 
 // serve runs one request through Middleware(h, ps...) and returns the
 // response and whether h ran.
-func serve(h http.HandlerFunc, ps ...retry.Policy) (*httptest.ResponseRecorder, bool) {
+func serve(h http.HandlerFunc, ps ...backstop.Decider) (*httptest.ResponseRecorder, bool) {
 	ran := false
 	w := httptest.NewRecorder()
 	retry.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +113,7 @@ func TestMiddlewareShedsWhileTheBreakerIsOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := retry.Native(np)
+	p := backstop.Native(np)
 	ok := func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
 	if w, ran := serve(ok, p); !ran || w.Code != 200 || w.Header().Get(retry.HeaderNoRetry) != "" {
 		t.Fatalf("closed breaker: %d %v, ran %v; want the handler's 200, unmarked", w.Code, w.Header(), ran)
@@ -138,8 +139,8 @@ func TestMiddlewareMarksAFailureALoopGaveUp(t *testing.T) {
 			w.WriteHeader(code)
 		}
 	}
-	slow := &retry.Failure{ErrorKind: "timeout", Err: errors.New("slow")}
-	bad := &retry.Failure{ErrorKind: "invalid_input", Err: errors.New("bad")}
+	slow := &backstop.Failure{ErrorKind: "timeout", Err: errors.New("slow")}
+	bad := &backstop.Failure{ErrorKind: "invalid_input", Err: errors.New("bad")}
 	for _, tc := range []struct {
 		name string
 		h    http.HandlerFunc
@@ -183,7 +184,7 @@ func TestClassifyAnInnerLoopsError(t *testing.T) {
 		{"an overloaded server", &retry.Error{Reason: policy.ServerDeclined, Attempts: 1,
 			Err: &retry.StatusError{StatusCode: 503, ServerDeclined: true}}, policy.Failure{HTTPStatus: 503, RetriedDownstream: true, ServerDeclined: true}},
 		{"wrapped", fmt.Errorf("charge: %w", &retry.Error{Reason: policy.MaxAttemptsReached, Attempts: 3,
-			Err: &retry.Failure{ErrorKind: "timeout"}}), policy.Failure{ErrorKind: "timeout", RetriedDownstream: true}},
+			Err: &backstop.Failure{ErrorKind: "timeout"}}), policy.Failure{ErrorKind: "timeout", RetriedDownstream: true}},
 		{"a breaker's refusal", &retry.Error{Reason: policy.CircuitOpen}, policy.Failure{}},
 		{"a plain failed response", &retry.StatusError{StatusCode: 502}, policy.Failure{HTTPStatus: 502}},
 	} {

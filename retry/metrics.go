@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/clientmetrics"
 )
 
@@ -23,22 +24,14 @@ func (c *config) recorder() (*clientmetrics.Recorder, error) {
 }
 
 // stateAt records the breaker's state and the budget left at nowMs.
-func stateAt(ctx context.Context, m *clientmetrics.Recorder, p Policy, nowMs int64) {
+func stateAt(ctx context.Context, m *clientmetrics.Recorder, p backstop.Decider, nowMs int64) {
 	if m == nil {
 		return
 	}
 	if s, err := p.CircuitState(ctx, nowMs); err == nil {
 		m.State(s)
 	}
-	if b, ok := p.(budgeter); ok {
-		if milli, ok, err := b.BudgetTokens(ctx, nowMs); err == nil && ok {
-			m.Budget(milli)
-		}
+	if milli, ok, err := p.BudgetTokens(ctx, nowMs); err == nil && ok {
+		m.Budget(milli)
 	}
-}
-
-// budgeter is a Policy that reports its retry budget: the native policy
-// and *host.Policy. Optional, so Policy stays small.
-type budgeter interface {
-	BudgetTokens(ctx context.Context, nowMs int64) (milli int64, ok bool, err error)
 }

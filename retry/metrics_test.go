@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
 )
@@ -64,7 +65,7 @@ func replay(t *testing.T, reg prometheus.Registerer) {
 			case o == "ok":
 				return &http.Response{StatusCode: 200}, nil
 			case o == "timeout":
-				return nil, &retry.Failure{ErrorKind: "timeout"}
+				return nil, &backstop.Failure{ErrorKind: "timeout"}
 			case strings.HasPrefix(o, "http:"):
 				f := strings.Split(o, ":")
 				s, _ := strconv.Atoi(f[1])

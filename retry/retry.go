@@ -2,13 +2,13 @@
 // beside Node's retry() and Python's @policy.retry.
 //
 //	p, _ := policy.Preset("default")
-//	resp, err := retry.Do(ctx, retry.Native(p), func(ctx context.Context) (*http.Response, error) {
+//	resp, err := retry.Do(ctx, backstop.Native(p), func(ctx context.Context) (*http.Response, error) {
 //		return http.DefaultClient.Do(req.WithContext(ctx))
 //	}, retry.WithRequest(req))
 //
 // Do asks the policy's breaker before each attempt, classifies what the
 // function returned (Go errors by the table every language follows,
-// internal/errkind/errorkinds.json, or a *Failure that says; failed
+// contract/errorkinds.json, or a *backstop.Failure that says; failed
 // *http.Response values by status,
 // Retry-After, method and Idempotency-Key), sleeps the delay the policy
 // decides, and stops with an *Error that says why and keeps the last error.
@@ -22,66 +22,11 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/clientmetrics"
 	"github.com/backstop-dev/backstop/internal/errkind"
 	"github.com/backstop-dev/backstop/policy"
 )
-
-// Failure wraps an error with what the policy needs to classify it: return
-// one from an Operation to say "the dependency answered 503 with
-// Retry-After: 7", or that an error is of a kind (ErrorKind "timeout").
-//
-//	return nil, &retry.Failure{ErrorKind: "timeout", Err: err}
-//
-// Its fields are Err (the error), HTTPStatus, GRPCCode, ErrorKind and
-// RetryAfter (the raw Retry-After header value). It is the same type as
-// queue.Failure, so code shared by a worker and a retry loop returns one.
-type Failure = errkind.Failure
-
-// Policy is what Do needs of a policy. *host.Policy (a policy running in
-// backstop.wasm) has these methods; wrap a native *policy.Policy with
-// Native.
-type Policy interface {
-	Decide(ctx context.Context, f policy.Failure) (policy.Decision, error)
-	RecordSuccess(ctx context.Context, nowMs int64) error
-	CircuitState(ctx context.Context, nowMs int64) (policy.CircuitState, error)
-	// Acquire asks the breaker's permission for one call at nowMs.
-	Acquire(ctx context.Context, nowMs int64) (policy.Permit, error)
-	Stateful() bool
-}
-
-// Native adapts a native *policy.Policy to Policy.
-func Native(p *policy.Policy) Policy { return native{p} }
-
-type native struct{ p *policy.Policy }
-
-func (n native) Decide(_ context.Context, f policy.Failure) (policy.Decision, error) {
-	return n.p.Decide(f)
-}
-
-func (n native) RecordSuccess(_ context.Context, nowMs int64) error {
-	n.p.RecordSuccess(nowMs)
-	return nil
-}
-
-func (n native) CircuitState(_ context.Context, nowMs int64) (policy.CircuitState, error) {
-	return n.p.CircuitState(nowMs), nil
-}
-
-func (n native) Acquire(_ context.Context, nowMs int64) (policy.Permit, error) {
-	return n.p.Acquire(nowMs), nil
-}
-
-func (n native) BudgetTokens(_ context.Context, nowMs int64) (int64, bool, error) {
-	milli, ok := n.p.BudgetTokens(nowMs)
-	return milli, ok, nil
-}
-
-func (n native) AttemptTimeout(_ context.Context, elapsedMs int64) (int64, error) {
-	return n.p.AttemptTimeout(elapsedMs)
-}
-
-func (n native) Stateful() bool { return n.p.Stateful() }
 
 // Operation is one attempt. Its context is Do's, with the attempt's
 // deadline when the policy bounds attempts (attempt_timeout, max_elapsed):
@@ -112,7 +57,7 @@ type Operation[T any] func(ctx context.Context) (T, error)
 // invalid option (a metrics label that is not valid UTF-8, a registry that
 // holds other collectors under the same names) is returned before the first
 // attempt.
-func Do[T any](ctx context.Context, p Policy, op Operation[T], opts ...Option) (T, error) {
+func Do[T any](ctx context.Context, p backstop.Decider, op Operation[T], opts ...Option) (T, error) {
 	var zero T
 	c := defaults
 	for _, o := range opts {

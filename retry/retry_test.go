@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
@@ -19,13 +20,13 @@ import (
 
 var t0 = time.UnixMilli(1767225600000)
 
-func parse(t *testing.T, text string) retry.Policy {
+func parse(t *testing.T, text string) backstop.Decider {
 	t.Helper()
 	p, err := policy.Parse([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return retry.Native(p)
+	return backstop.Native(p)
 }
 
 const constant = "max_attempts: 4\nbackoff: {strategy: constant, base: 100ms}\njitter: {mode: none}\n"
@@ -57,7 +58,7 @@ func TestRetriesUntilSuccess(t *testing.T) {
 }
 
 func TestStopsWithReasonAndLastError(t *testing.T) {
-	last := &retry.Failure{ErrorKind: "timeout", Err: errors.New("fourth")}
+	last := &backstop.Failure{ErrorKind: "timeout", Err: errors.New("fourth")}
 	tests := []struct {
 		name     string
 		errs     []error
@@ -66,7 +67,7 @@ func TestStopsWithReasonAndLastError(t *testing.T) {
 		last     error
 	}{
 		{"max attempts", []error{context.DeadlineExceeded, context.DeadlineExceeded, context.DeadlineExceeded, last}, policy.MaxAttemptsReached, 4, last},
-		{"permanent kind", []error{&retry.Failure{ErrorKind: "invalid_input"}}, policy.PermanentError, 1, nil},
+		{"permanent kind", []error{&backstop.Failure{ErrorKind: "invalid_input"}}, policy.PermanentError, 1, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,7 +172,7 @@ func TestWithRequestGatesRetries(t *testing.T) {
 	}
 }
 
-var timeout = &retry.Failure{ErrorKind: "timeout", Err: io.ErrUnexpectedEOF}
+var timeout = &backstop.Failure{ErrorKind: "timeout", Err: io.ErrUnexpectedEOF}
 
 func TestContextDeadlineIsAnElapsedLimit(t *testing.T) {
 	now := time.Now()
@@ -203,8 +204,8 @@ func TestCancelDuringSleep(t *testing.T) {
 const breaker = "max_attempts: 2\nbackoff: {strategy: constant, base: 100ms}\njitter: {mode: none}\n" +
 	"circuit_breaker: {failure_threshold: 2, open_for: 10s, half_open_max_calls: 1}\n"
 
-// *host.Policy (the policy in backstop.wasm) is a retry.Policy as it is.
-var _ retry.Policy = (*host.Policy)(nil)
+// *host.Policy (the policy in backstop.wasm) is a backstop.Decider as it is.
+var _ backstop.Decider = (*host.Policy)(nil)
 
 func TestBreakerRefusesBeforeTheCall(t *testing.T) {
 	rt, err := host.New(context.Background())
@@ -216,12 +217,12 @@ func TestBreakerRefusesBeforeTheCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, p := range map[string]retry.Policy{"native": parse(t, breaker), "wasm": hp} {
+	for name, p := range map[string]backstop.Decider{"native": parse(t, breaker), "wasm": hp} {
 		t.Run(name, func(t *testing.T) { breakerRefuses(t, p) })
 	}
 }
 
-func breakerRefuses(t *testing.T, p retry.Policy) {
+func breakerRefuses(t *testing.T, p backstop.Decider) {
 	clk := &retry.FakeClock{T: t0}
 	n := 0
 	// Two timeouts in a row open the breaker.

@@ -6,22 +6,14 @@ import (
 	"io"
 	"net/http"
 	"time"
-)
 
-// attemptTimeouter is implemented by policies that bound each attempt
-// (attempt_timeout, max_elapsed): *host.Policy and Native.
-type attemptTimeouter interface {
-	AttemptTimeout(ctx context.Context, elapsedMs int64) (int64, error)
-}
+	"github.com/backstop-dev/backstop"
+)
 
 // attemptContext returns the context of the attempt starting elapsed after
 // the first: ctx with the policy's attempt timeout (0: none, ctx as it is).
-func attemptContext(ctx context.Context, p Policy, elapsed time.Duration) (context.Context, context.CancelFunc, time.Duration, error) {
-	at, ok := p.(attemptTimeouter)
-	if !ok {
-		return ctx, func() {}, 0, nil
-	}
-	ms, err := at.AttemptTimeout(ctx, max(elapsed.Milliseconds(), 0))
+func attemptContext(ctx context.Context, p backstop.Decider, elapsed time.Duration) (context.Context, context.CancelFunc, time.Duration, error) {
+	ms, err := p.AttemptTimeout(ctx, max(elapsed.Milliseconds(), 0))
 	if err != nil || ms == 0 {
 		return ctx, func() {}, 0, err
 	}
@@ -33,7 +25,7 @@ func attemptContext(ctx context.Context, p Policy, elapsed time.Duration) (conte
 // timedOut wraps the error of an attempt that ran out of its time as a
 // timeout, whatever the operation made of its cancelled context.
 func timedOut(attempt int64, timeout time.Duration, err error) error {
-	return &Failure{ErrorKind: "timeout", Err: fmt.Errorf("retry: attempt %d timed out after %v: %w", attempt, timeout, err)}
+	return &backstop.Failure{ErrorKind: "timeout", Err: fmt.Errorf("retry: attempt %d timed out after %v: %w", attempt, timeout, err)}
 }
 
 // releaseAttempt ends an attempt's context once its result is done with: a

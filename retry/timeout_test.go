@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
@@ -37,7 +38,7 @@ func TestAttemptTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, p := range map[string]retry.Policy{"native": parse(t, attemptTimeout), "wasm": hp} {
+	for name, p := range map[string]backstop.Decider{"native": parse(t, attemptTimeout), "wasm": hp} {
 		t.Run(name, func(t *testing.T) {
 			var deadlines []time.Time
 			_, err := retry.Do(context.Background(), p, hang(&deadlines), retry.WithClock(&retry.FakeClock{T: t0}))
@@ -53,7 +54,7 @@ func TestAttemptTimeout(t *testing.T) {
 					t.Errorf("attempt %d had no deadline", i+1)
 				}
 			}
-			var f *retry.Failure
+			var f *backstop.Failure
 			if !errors.As(err, &f) || f.ErrorKind != "timeout" || !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("last error %v: want a timeout failure wrapping context.DeadlineExceeded", err)
 			}

@@ -2,7 +2,7 @@
 // through the ABI of ABI.md. `make wasm` builds it as a WASI reactor,
 // reproducibly:
 //
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s -o host/backstop.wasm ./wasm
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s -o contract/backstop.wasm ./wasm
 //
 // The package also builds natively (//go:wasmexport is ignored there), so its
 // tests run with a plain `go test` and can count allocations.

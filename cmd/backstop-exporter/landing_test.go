@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 )
 

@@ -35,7 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
-	"github.com/backstop-dev/backstop/internal/alerter"
+	"github.com/backstop-dev/backstop/exporter/alerter"
 )
 
 const name = "backstop-exporter"

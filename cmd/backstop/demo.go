@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
@@ -68,19 +69,19 @@ func (dq demoQueue) policyName() string {
 // reproducible, except during an outage (down), when every call fails.
 func (dq demoQueue) downstream(id string, attempt int64, down bool) error {
 	if down {
-		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503 Service Unavailable (outage)")}
+		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503 Service Unavailable (outage)")}
 	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%s/%d", dq.name, id, attempt))
 	v := int(binary.BigEndian.Uint32(sum[:4]) % 100)
 	switch {
 	case v < dq.permanent:
-		return &queue.Failure{HTTPStatus: 400, Err: errors.New("400 Bad Request")}
+		return &backstop.Failure{HTTPStatus: 400, Err: errors.New("400 Bad Request")}
 	case v < dq.permanent+dq.unavailable:
-		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503 Service Unavailable")}
+		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503 Service Unavailable")}
 	case v < dq.permanent+dq.unavailable+dq.throttled:
-		return &queue.Failure{HTTPStatus: 429, RetryAfter: "1", Err: errors.New("429 Too Many Requests")}
+		return &backstop.Failure{HTTPStatus: 429, RetryAfter: "1", Err: errors.New("429 Too Many Requests")}
 	case v < dq.permanent+dq.unavailable+dq.throttled+dq.timeout:
-		return &queue.Failure{ErrorKind: "timeout", Err: context.DeadlineExceeded}
+		return &backstop.Failure{ErrorKind: "timeout", Err: context.DeadlineExceeded}
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/backstop-dev/backstop/host"
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop/internal/rabbitmqserver"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
 )
@@ -70,7 +70,7 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 			demoTrickle, len(demoQueues), demoBacklog, demoOutageFor, demoOutageEvery)
 	}
 	fmt.Fprintf(stdout, "starting %s (private data directory, loopback ports; a few seconds)\n", server)
-	b, err := rabbittest.StartProcess(rabbittest.WithServer(server))
+	b, err := rabbitmqserver.Start("", rabbitmqserver.WithServer(server))
 	if err != nil {
 		return fmt.Errorf("--broker rabbitmq: %w", err)
 	}

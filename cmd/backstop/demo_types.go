@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -43,8 +44,8 @@ func demoEnqueue(ctx context.Context, q *queue.Queue, k, i int, id string) (stri
 }
 
 // demoPolicies loads the typed queue's policies per job type (WithPolicies).
-func demoPolicies(ctx context.Context, rt *host.Runtime) (map[string]queue.Decider, error) {
-	m := map[string]queue.Decider{}
+func demoPolicies(ctx context.Context, rt *host.Runtime) (map[string]backstop.Decider, error) {
+	m := map[string]backstop.Decider{}
 	for _, t := range demoJobTypes {
 		if t.policy == "" {
 			continue

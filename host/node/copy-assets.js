@@ -1,7 +1,6 @@
-// The `prepare` script: copies backstop.wasm, the queue scripts and the
-// error-kinds table (../../internal/errkind/errorkinds.json) into this
-// package from their one committed home (../backstop.wasm, built by `make
-// wasm`, and ../../queue/scripts), so `npm install` of this directory, `npm
+// The `prepare` script: copies backstop.wasm (built by `make wasm`), the
+// queue scripts and the error-kinds table into this package from their one
+// committed home, ../../contract, so `npm install` of this directory, `npm
 // pack` and `npm publish` ship them without a second committed copy. Outside
 // a checkout (an unpacked tarball) the copies the package carries are kept.
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -9,8 +8,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = dirname(fileURLToPath(import.meta.url));
-const wasm = join(here, '..', 'backstop.wasm');
-const scripts = join(here, '..', '..', 'queue', 'scripts');
+const contract = join(here, '..', '..', 'contract');
+const wasm = join(contract, 'backstop.wasm');
+const scripts = join(contract, 'scripts');
 
 // put replaces dst only when its bytes differ, through a rename, so a test
 // loading the package meanwhile never reads a half-written file.
@@ -31,7 +31,7 @@ if (existsSync(wasm) && existsSync(scripts)) {
     if (f.endsWith('.lua') && !lua.includes(f)) rmSync(join(dir, f)); // a script renamed or removed
   }
   for (const f of lua) put(join(scripts, f), join(dir, f));
-  put(join(here, '..', '..', 'internal', 'errkind', 'errorkinds.json'), join(here, 'errorkinds.json'));
+  put(join(contract, 'errorkinds.json'), join(here, 'errorkinds.json'));
 } else if (!existsSync(join(here, 'backstop.wasm')) || !existsSync(join(here, 'scripts', 'lib.lua'))) {
   console.error(`backstop-policy: ${wasm} or ${scripts} is missing: run \`make wasm\` at the repository root`);
   process.exit(1);

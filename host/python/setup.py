@@ -1,8 +1,8 @@
 """Build hook: backstop.wasm and the queue scripts ship in every build of
-this package without a second committed copy.
+this package without a second committed copy (so does errorkinds.json).
 
-The repository keeps one copy of each: ``host/backstop.wasm`` (``make
-wasm``) and ``queue/scripts/*.lua``. Built from a checkout (``pip install
+The repository keeps one copy of each: ``contract/backstop.wasm`` (``make
+wasm``) and ``contract/scripts/*.lua``. Built from a checkout (``pip install
 ./host/python``, a git URL with ``#subdirectory=host/python``, an editable
 install, an sdist or a wheel), this copies them into ``src/backstop``, where
 pyproject.toml's package-data picks them up. An sdist carries the copies, so
@@ -33,7 +33,7 @@ def _put(src: Path, dst: Path) -> None:
 
 
 def copy_assets() -> None:
-    wasm, scripts = REPO / "host" / "backstop.wasm", REPO / "queue" / "scripts"
+    wasm, scripts = REPO / "contract" / "backstop.wasm", REPO / "contract" / "scripts"
     if (REPO / "go.mod").is_file() and wasm.is_file() and scripts.is_dir():
         _put(wasm, PACKAGE / "backstop.wasm")
         dest = PACKAGE / "scripts"
@@ -44,7 +44,7 @@ def copy_assets() -> None:
                 old.unlink()
         for name, src in lua.items():
             _put(src, dest / name)
-        _put(REPO / "internal" / "errkind" / "errorkinds.json", PACKAGE / "errorkinds.json")
+        _put(REPO / "contract" / "errorkinds.json", PACKAGE / "errorkinds.json")
     elif not (PACKAGE / "backstop.wasm").is_file() or not (PACKAGE / "scripts" / "lib.lua").is_file():
         raise SystemExit("backstop-policy: %s or %s is missing: run `make wasm` at the repository root" % (wasm, scripts))
 

@@ -19,9 +19,9 @@ import (
 // installed (host/node/copy-assets.js, host/python/setup.py); the
 // repository commits only the originals.
 const (
-	wasmFile       = "host/backstop.wasm"
-	scriptsDir     = "queue/scripts"
-	errorKindsFile = "internal/errkind/errorkinds.json"
+	wasmFile       = "contract/backstop.wasm"
+	scriptsDir     = "contract/scripts"
+	errorKindsFile = "contract/errorkinds.json"
 )
 
 // A policy that dead-letters a second attempt, and the failure that shows
@@ -200,7 +200,7 @@ func checkLoaded(t *testing.T, out []byte) {
 }
 
 // compare checks that a package holds every asset, byte for byte, and no
-// script that is not in queue/scripts.
+// script that is not in contract/scripts.
 func compare(t *testing.T, what string, files, want map[string][]byte) {
 	t.Helper()
 	for name, b := range want {

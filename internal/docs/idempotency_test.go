@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/backstop-dev/backstop/idempotency"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 func TestIdempotencyDocGo(t *testing.T) {

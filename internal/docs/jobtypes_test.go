@@ -5,7 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -36,9 +37,9 @@ func TestReadmeJobTypes(t *testing.T) {
 	var err error
 
 	q.Enqueue(ctx, "order-43", payload, queue.WithJobType("charge_card"))
-	err = q.Work(ctx, queue.Native(p), handle, queue.WithPolicies(map[string]queue.Decider{
-		"charge_card":   queue.Native(critical), // few attempts, a breaker
-		"render_report": queue.Native(batch),    // many, slow
+	err = q.Work(ctx, backstop.Native(p), handle, queue.WithPolicies(map[string]backstop.Decider{
+		"charge_card":   backstop.Native(critical), // few attempts, a breaker
+		"render_report": backstop.Native(batch),    // many, slow
 	}))
 
 	if err != nil && !errors.Is(err, context.Canceled) {

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
-	"github.com/backstop-dev/backstop/internal/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -75,7 +76,7 @@ func TestReadmeQueue(t *testing.T) {
 
 	q := queue.New(redisClient, "orders") // keys {orders}:jobs, :delayed, :dlq, :stats
 	q.Enqueue(ctx, orderID, payload)
-	err := q.Work(ctx, queue.Native(p), func(ctx context.Context, j queue.Job) error {
+	err := q.Work(ctx, backstop.Native(p), func(ctx context.Context, j queue.Job) error {
 		return charge(ctx, j) // nil acks; an error is classified and decided by the policy:
 	}) // retry later (delayed set) or dead letter, atomically
 

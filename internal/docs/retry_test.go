@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
 )
@@ -24,7 +25,7 @@ func TestReadmeRetry(t *testing.T) {
 	req.Header.Set("Idempotency-Key", "order-17")
 
 	p, err := policy.Preset("critical")
-	resp, err := retry.Do(ctx, retry.Native(p), func(ctx context.Context) (*http.Response, error) {
+	resp, err := retry.Do(ctx, backstop.Native(p), func(ctx context.Context) (*http.Response, error) {
 		return http.DefaultClient.Do(req.WithContext(ctx))
 	}, retry.WithRequest(req), retry.WithMetrics(prometheus.DefaultRegisterer, "critical", "charge-api"))
 
@@ -50,7 +51,7 @@ func TestReadmeLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := retry.Native(lp)
+	ledger := backstop.Native(lp)
 	charge := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, ledgerSrv.URL, nil)
 		resp, err := retry.Do(r.Context(), ledger, func(context.Context) (*http.Response, error) {
@@ -72,7 +73,7 @@ func TestReadmeLayers(t *testing.T) {
 	p, _ := policy.Preset("critical")
 	calls := 0
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/charge", nil)
-	_, err = retry.Do(context.Background(), retry.Native(p), func(context.Context) (*http.Response, error) {
+	_, err = retry.Do(context.Background(), backstop.Native(p), func(context.Context) (*http.Response, error) {
 		calls++
 		return http.DefaultClient.Do(req)
 	}, retry.WithRequest(req))

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/policy"
-	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/retry"
 )
 
@@ -36,10 +36,10 @@ func startService(t *testing.T) (addr string, refuse func()) {
 	}
 	reg := prometheus.NewRegistry()
 	ctx := context.Background()
-	timeout := &queue.Failure{ErrorKind: "timeout"}
+	timeout := &backstop.Failure{ErrorKind: "timeout"}
 	call := func(outcomes ...error) error {
 		n := 0
-		_, err := retry.Do(ctx, retry.Native(p), func(context.Context) (int, error) {
+		_, err := retry.Do(ctx, backstop.Native(p), func(context.Context) (int, error) {
 			n++
 			if n > len(outcomes) {
 				t.Fatalf("attempt %d made, %d scripted", n, len(outcomes))

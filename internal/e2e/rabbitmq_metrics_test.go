@@ -12,9 +12,9 @@ import (
 
 	"github.com/backstop-dev/backstop/dashboards"
 	"github.com/backstop-dev/backstop/exporter"
-	"github.com/backstop-dev/backstop/internal/eventually"
 	"github.com/backstop-dev/backstop/internal/queuemetrics"
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/rules"
 )
 

@@ -1,27 +1,26 @@
 // Package errkind classifies Go errors for the policy: the table from
 // language errors to error kinds that every language follows
-// (errorkinds.json beside this file; Node and Python copy it into their
+// (contract/errorkinds.json; Node and Python copy it into their
 // packages and test theirs against it). It lives apart from package queue
 // so that package retry classifies errors without importing the queue
-// (and go-redis); queue.ClassifyError and queue.Failure are this
-// package's Classify and Failure.
+// (and go-redis); backstop.ClassifyError and backstop.Failure (the module's
+// root package) are this package's Classify and Failure.
 package errkind
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"net"
 	"syscall"
 
+	"github.com/backstop-dev/backstop/contract"
 	"github.com/backstop-dev/backstop/policy"
 )
 
 // Failure wraps an error with what the policy needs to classify it: return
 // one to say "the downstream answered 503 with Retry-After: 7". Errors
-// without it are classified by Classify. Exported as queue.Failure and
-// retry.Failure.
+// without it are classified by Classify. Exported as backstop.Failure.
 type Failure struct {
 	Err        error
 	HTTPStatus int
@@ -54,11 +53,9 @@ type gaveUp interface{ RetriedDownstream() bool }
 type describer interface{ DescribeFailure(f *policy.Failure) }
 
 // errorKinds is the one table from language errors to error kinds that
-// every language follows (errorkinds.json; Node and Python test theirs
-// against it): Go reads its errno codes from it.
-//
-//go:embed errorkinds.json
-var errorKindsJSON []byte
+// every language follows (contract/errorkinds.json; Node and Python test
+// theirs against it): Go reads its errno codes from it.
+var errorKindsJSON = contract.ErrorKinds
 
 // errnoKinds maps the table's codes that are errnos in Go to their kinds.
 var errnoKinds = func() map[syscall.Errno]string {

@@ -8,7 +8,7 @@
 //	defer b.Close()
 //	q := b.Queue("emails")
 //	err = q.Enqueue(ctx, "job-1", payload, rabbitmq.JobType("send_email"))
-//	err = q.Work(ctx, queue.Native(pol), handler, rabbitmq.WithPrefetch(16))
+//	err = q.Work(ctx, backstop.Native(pol), handler, rabbitmq.WithPrefetch(16))
 package rabbitmq
 
 import (

@@ -22,9 +22,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/casetest"
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/casetest"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -96,7 +97,7 @@ type caseError = casetest.Error
 // caseErr is the error the handler returns for e.
 func caseErr(t *testing.T, e *caseError) error {
 	return e.Handle(t, func() error {
-		return &queue.Failure{HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind,
+		return &backstop.Failure{HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind,
 			RetryAfter: e.RetryAfter, Err: errors.New(e.Message)}
 	})
 }
@@ -104,7 +105,7 @@ func caseErr(t *testing.T, e *caseError) error {
 // spy reports the failure the policy was asked about and its answer; with
 // refuse set, its breaker refuses every job.
 type spy struct {
-	d        queue.Decider
+	backstop.Decider
 	refuse   *policy.Permit
 	mu       sync.Mutex
 	asked    map[string]any
@@ -112,7 +113,7 @@ type spy struct {
 }
 
 func (s *spy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
-	d, err := s.d.Decide(ctx, f)
+	d, err := s.Decider.Decide(ctx, f)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked = map[string]any{"attempt": f.Attempt}
@@ -157,7 +158,7 @@ func TestRabbitCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	h := &caseHarness{t: t, b: b, conn: broker.Dial(t), file: &file, decider: queue.Native(p)}
+	h := &caseHarness{t: t, b: b, conn: broker.Dial(t), file: &file, decider: backstop.Native(p)}
 	casetest.UniqueNames(t, file.Cases, func(c rabbitCase) string { return c.Name })
 	for i := range file.Cases {
 		c := &file.Cases[i]
@@ -203,7 +204,7 @@ type caseHarness struct {
 	b       *rabbitmq.Broker
 	conn    *amqp.Connection
 	file    *rabbitCaseFile
-	decider queue.Decider
+	decider backstop.Decider
 	// late backdates the case's clock, as if the worker reached the
 	// delivery that much after the case started.
 	late time.Duration
@@ -328,7 +329,7 @@ func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
 // handle runs Work on the case's delivery until it is dealt with.
 func (h *caseHarness) handle(c *rabbitCase, q *rabbitmq.Queue, reg *prometheus.Registry, known map[int64]bool) map[string]any {
 	t := h.t
-	s := &spy{d: h.decider}
+	s := &spy{Decider: h.decider}
 	if r := c.Event.Refuse; r != nil {
 		s.refuse = &policy.Permit{Allowed: false, RetryInMs: r.RetryInMs, State: policy.BreakerOpen}
 		known[r.RetryInMs] = true

@@ -10,10 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/backstop-dev/backstop/internal/casetest"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/logbuf"
+	"github.com/backstop-dev/backstop/internal/testing/casetest"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -75,7 +75,7 @@ func TestHandlerPastItsDeadlineIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	spy := &casetest.KindSpy{D: native(t, `{"max_attempts": 3, "backoff": {"base": "1s", "cap": "1s"}, "jitter": {"mode": "none"}}`)}
+	spy := &casetest.KindSpy{Decider: native(t, `{"max_attempts": 3, "backoff": {"base": "1s", "cap": "1s"}, "jitter": {"mode": "none"}}`)}
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	var calls atomic.Int64

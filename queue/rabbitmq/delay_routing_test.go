@@ -12,7 +12,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
 )
 
 // The delay precision, proved without waiting a day: the topology the

@@ -8,7 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
 )
 
 // Issue 27: the DLQ workflow on RabbitMQ: delete and purge to the bounded

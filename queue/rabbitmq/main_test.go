@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 )
 
 // shared is one broker for the package's tests that neither restart nor

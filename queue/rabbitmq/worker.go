@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/internal/queuemetrics"
 	"github.com/backstop-dev/backstop/queue"
@@ -27,7 +28,7 @@ type workConfig struct {
 	concurrencySet bool
 	metricsReg     prometheus.Registerer
 	metricsPolicy  string
-	policies       map[string]queue.Decider
+	policies       map[string]backstop.Decider
 	handlerTimeout time.Duration
 	applyTimeout   time.Duration // per attempt at publishing and acking an outcome
 	known          int           // outcomes kept across a lost channel
@@ -82,7 +83,7 @@ func WithMetrics(reg prometheus.Registerer, policyName string) WorkOption {
 
 // WithPolicies decides the jobs of some job types by their own policy, as
 // queue.WithPolicies does for Redis.
-func WithPolicies(m map[string]queue.Decider) WorkOption {
+func WithPolicies(m map[string]backstop.Decider) WorkOption {
 	return func(c *workConfig) { c.policies = m }
 }
 
@@ -126,7 +127,7 @@ func WithPolicies(m map[string]queue.Decider) WorkOption {
 // handler timeout not positive, WithMetrics' errors as queue.WithMetrics');
 // ErrClosed when the Broker is closed; a topology the broker refuses
 // (Declare's errors).
-func (q *Queue) Work(ctx context.Context, p queue.Decider, h queue.Handler, opts ...WorkOption) error {
+func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, opts ...WorkOption) error {
 	host, _ := os.Hostname()
 	c := workConfig{prefetch: 16, tag: host + "-" + strconv.Itoa(os.Getpid()) + "-" + q.name,
 		handlerTimeout: 5 * time.Minute, applyTimeout: 10 * time.Second, known: 10_000}

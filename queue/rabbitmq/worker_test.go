@@ -14,9 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/logbuf"
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -33,18 +34,18 @@ func openBroker(t *testing.T, url string, opts ...Option) *Broker {
 	return b
 }
 
-func native(t *testing.T, src string) queue.Decider {
+func native(t *testing.T, src string) backstop.Decider {
 	t.Helper()
 	p, err := policy.Parse([]byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return queue.Native(p)
+	return backstop.Native(p)
 }
 
 // work runs q.Work until the test ends (or stop is called) and checks that
 // it returns nil.
-func work(t *testing.T, q *Queue, p queue.Decider, h queue.Handler, opts ...WorkOption) (stop func()) {
+func work(t *testing.T, q *Queue, p backstop.Decider, h queue.Handler, opts ...WorkOption) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -374,7 +375,7 @@ func TestRetryThenDeadLetter(t *testing.T) {
 			mu.Lock()
 			seen, seenAt = append(seen, j), append(seenAt, time.Now())
 			mu.Unlock()
-			return &queue.Failure{HTTPStatus: 503, Err: fmt.Errorf("upstream 503 on attempt %d", j.Attempt)}
+			return &backstop.Failure{HTTPStatus: 503, Err: fmt.Errorf("upstream 503 on attempt %d", j.Attempt)}
 		}, WithMetrics(reg, "default"))
 	ch := rb.Channel(t)
 	eventually.True(t, wait, "the dead letter", func() bool { return depth(t, ch, "retry.dlq") == 1 })
@@ -545,7 +546,7 @@ func TestOpenBreakerDefers(t *testing.T) {
 	stop := work(t, q, native(t, `{"max_attempts": 3, "backoff": {"base": "10ms", "cap": "20ms"}, "jitter": {"mode": "none"},
 	 "circuit_breaker": {"failure_threshold": 1, "open_for": "1h"}}`), func(context.Context, queue.Job) error {
 		ran.Add(1)
-		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 	}, WithMetrics(reg, "default"), WithPrefetch(1))
 	deferred := func() float64 {
 		return metric(t, reg, "backstop_deferrals_total", map[string]string{"queue": "breaker", "job_type": "", "reason": "circuit_open"})
@@ -795,7 +796,7 @@ func TestRefusedOutcomeIsRetriedWithoutRunningAgain(t *testing.T) {
 	}
 	work(t, q, native(t, `{"max_attempts": 3}`), func(context.Context, queue.Job) error {
 		ran.Add(1)
-		return &queue.Failure{HTTPStatus: 400, Err: errors.New("http 400")}
+		return &backstop.Failure{HTTPStatus: 400, Err: errors.New("http 400")}
 	}, WithConcurrency(1))
 	eventually.True(t, wait, "the dead letter to be refused twice", func() bool {
 		if strings.Count(logs.String(), "rabbitmq outcome not applied") >= 2 {

@@ -2,14 +2,9 @@
 // idempotencyMiddleware (docs/idempotency.md) as Fastify hooks. It takes the
 // instance it is registered on and never imports fastify, an optional peer.
 import { Readable } from 'node:stream';
-import { REPLAYED_HEADER, checkKey, defaultRelease, fingerprint } from './idempotency.js';
+import { REPLAYED_HEADER, canonical, checkKey, defaultRelease, fingerprint } from './idempotency-common.js';
 
 const state = Symbol('backstop.idempotency');
-
-// Content-Type, as Go's http.CanonicalHeaderKey writes it, so every adapter stores the same names.
-function canonical(name) {
-  return name.toLowerCase().replace(/(^|-)([a-z])/g, (_, d, c) => d + c.toUpperCase());
-}
 
 async function collect(stream, limit) {
   const chunks = [];

@@ -5,12 +5,11 @@
 // adapters run too; testdata/idempotency pins what it answers.
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { REPLAYED_HEADER, canonical, checkKey, defaultRelease, fingerprint } from './idempotency-common.js';
 import { sender } from './queue.js';
 
+export { MAX_KEY_LENGTH, REPLAYED_HEADER, checkKey, defaultRelease, fingerprint } from './idempotency-common.js';
 export { fastifyIdempotency } from './idempotency-fastify.js';
-
-export const MAX_KEY_LENGTH = 255;
-export const REPLAYED_HEADER = 'Idempotent-Replayed';
 
 let source; // lib.lua, a newline, idempotency.lua: read on first use
 function script() {
@@ -74,20 +73,6 @@ export class Metrics {
 
 /** The counters of stores created without a `metrics` option. */
 export const defaultMetrics = new Metrics();
-
-/** Why key cannot be an idempotency key, thrown as a TypeError: 1..255 printable ASCII characters. */
-export function checkKey(key) {
-  if (typeof key !== 'string' || key === '') throw new TypeError('Expected the idempotency key to be a non-empty string');
-  if (key.length > MAX_KEY_LENGTH) {
-    throw new TypeError(`Expected the idempotency key to be at most ${MAX_KEY_LENGTH} bytes (got ${key.length})`);
-  }
-  if (!/^[\x20-\x7e]+$/.test(key)) throw new TypeError('Expected the idempotency key to be printable ASCII');
-}
-
-/** SHA-256 (hex) of method, "\n", path, "\n", body: the request hash every adapter stores. */
-export function fingerprint(method, path, body) {
-  return createHash('sha256').update(`${method}\n${path}\n`).update(body ?? '').digest('hex');
-}
 
 function positive(name, v) {
   if (!Number.isSafeInteger(v) || v < 1) throw new TypeError(`Expected \`${name}\` to be a positive whole number of milliseconds (got ${v})`);
@@ -191,11 +176,6 @@ class Store {
   async fail(scope, key, token) {
     await this.#run('fail', this.recordKey(scope, key), ['fail', token]);
   }
-}
-
-/** Whether a response status releases the key (the policy's retryable statuses) instead of being stored. */
-export function defaultRelease(status) {
-  return [408, 429, 502, 503, 504].includes(status);
 }
 
 function readBody(req) {
@@ -305,11 +285,6 @@ export function idempotencyMiddleware(store, options = {}) {
       throw err;
     }
   };
-}
-
-// Content-Type, as Go's http.CanonicalHeaderKey writes it, so every adapter stores the same names.
-function canonical(name) {
-  return name.toLowerCase().replace(/(^|-)([a-z])/g, (_, d, c) => d + c.toUpperCase());
 }
 
 /**

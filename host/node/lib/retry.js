@@ -11,7 +11,7 @@ import { readBundledWasm } from './wasm-file.js';
 const presets = new Map();
 
 // Node.js and undici error codes → backstop error kinds: the "codes" of
-// errorkinds.json (internal/errkind/errorkinds.json, copied into the package), the one
+// errorkinds.json (contract/errorkinds.json, copied into the package), the one
 // table every language reads; error-kinds.test.js checks each row.
 const ERROR_KINDS = Object.freeze(
   JSON.parse(readFileSync(new URL('../errorkinds.json', import.meta.url), 'utf8')).codes,

@@ -1,5 +1,5 @@
 // Every row of the one table from language errors to error kinds
-// (internal/errkind/errorkinds.json) that Node.js follows gives its kind through the
+// (contract/errorkinds.json) that Node.js follows gives its kind through the
 // built-in classification (what retry() and the queue's apply() use), on
 // errors made as Node.js, undici and fetch make them where that is quick.
 import assert from 'node:assert/strict';
@@ -8,7 +8,7 @@ import net from 'node:net';
 import { test } from 'node:test';
 import { failureOf } from '../lib/retry.js';
 
-const TABLE = JSON.parse(readFileSync(new URL('../../../internal/errkind/errorkinds.json', import.meta.url), 'utf8'));
+const TABLE = JSON.parse(readFileSync(new URL('../../../contract/errorkinds.json', import.meta.url), 'utf8'));
 const kind = (e) => failureOf(e).errorKind ?? '';
 
 async function closedPort() {

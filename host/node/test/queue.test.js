@@ -22,12 +22,12 @@ for (const [name, kind] of Object.entries(standalone)) {
 test('the shipped scripts are the contract’s', async () => {
   const { readdirSync, readFileSync } = await import('node:fs');
   const names = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run', 'discard'];
-  const contract = (name) => readFileSync(new URL(`../../../queue/scripts/${name}.lua`, import.meta.url), 'utf8');
+  const contract = (name) => readFileSync(new URL(`../../../contract/scripts/${name}.lua`, import.meta.url), 'utf8');
   const shipped = (name) => readFileSync(new URL(`../scripts/${name}.lua`, import.meta.url), 'utf8');
   // idempotency.lua ships beside them (lib/idempotency.js loads it).
   assert.deepEqual(readdirSync(new URL('../scripts/', import.meta.url)).sort(), [...names, 'lib', 'idempotency'].map((n) => `${n}.lua`).sort());
   for (const name of [...names, 'lib', 'idempotency']) {
-    assert.equal(shipped(name), contract(name), `scripts/${name}.lua differs from queue/scripts`);
+    assert.equal(shipped(name), contract(name), `scripts/${name}.lua differs from contract/scripts`);
   }
   // Each script is sent after lib.lua, the helpers they share.
   for (const name of names) {

@@ -1,5 +1,5 @@
 """Every row of the one table from language errors to error kinds
-(internal/errkind/errorkinds.json) that Python follows gives its kind through
+(contract/errorkinds.json) that Python follows gives its kind through
 ``backstop.describe`` (what ``retry`` and the queue's ``apply`` classify
 with). requests, httpx and aiohttp rows use the library's own class when it
 is installed, else a stand-in with the library's class names and bases."""
@@ -15,7 +15,7 @@ import pytest
 
 from backstop import describe
 
-TABLE = json.loads((Path(__file__).resolve().parents[3] / "internal" / "errkind" / "errorkinds.json").read_text())
+TABLE = json.loads((Path(__file__).resolve().parents[3] / "contract" / "errorkinds.json").read_text())
 
 
 def _standins() -> Dict[str, type]:

@@ -21,7 +21,7 @@ from backstop.queue import AsyncQueue, Job, Keys, Outcome, Queue, script_source
 
 # Deterministic delays: 250 ms, no jitter, three attempts.
 FIXED = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "250ms", "cap": "1s"}, "jitter": {"mode": "none"}}
-CONTRACT = Path(__file__).resolve().parents[3] / "queue" / "scripts"
+CONTRACT = Path(__file__).resolve().parents[3] / "contract" / "scripts"
 SCRIPTS = ("ack", "dead_letter", "defer", "discard", "enqueue", "hold", "promote", "reclaim", "replay", "retry", "run")
 
 
@@ -80,7 +80,7 @@ def test_scripts_ship_identical_to_the_contract():
     with pytest.raises(ValueError):
         script_source("lib")
     if not CONTRACT.is_dir():
-        pytest.skip("queue/scripts not found beside the package (an installed copy)")
+        pytest.skip("contract/scripts not found beside the package (an installed copy)")
     # idempotency.lua ships beside them (backstop.idempotency loads it).
     assert sorted(p.stem for p in CONTRACT.glob("*.lua")) == sorted(SCRIPTS + ("lib", "idempotency"))
     for name in SCRIPTS + ("lib", "idempotency"):

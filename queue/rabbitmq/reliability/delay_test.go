@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -47,14 +48,14 @@ func TestDelaysOnTimeBehindALongerOne(t *testing.T) {
 		defer mu.Unlock()
 		if j.Attempt == 1 {
 			failed[j.ID] = now
-			return &queue.Failure{HTTPStatus: 503, RetryAfter: strconv.Itoa(int(delays[j.ID] / time.Second)), Err: errors.New("503")}
+			return &backstop.Failure{HTTPStatus: 503, RetryAfter: strconv.Itoa(int(delays[j.ID] / time.Second)), Err: errors.New("503")}
 		}
 		arrived[j.ID] = now
 		return nil
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- q.Work(ctx, queue.Native(p), handler, rabbitmq.WithPrefetch(4), rabbitmq.WithConcurrency(4))
+		done <- q.Work(ctx, backstop.Native(p), handler, rabbitmq.WithPrefetch(4), rabbitmq.WithConcurrency(4))
 	}()
 	// The hour hops the levels for their 2047 s (every bit up to 10) and
 	// is delayed again on arrival: first it is held in hold.L10.

@@ -10,8 +10,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -70,12 +71,12 @@ func TestDelayLevelSurvivesALostDeadLetterWorker(t *testing.T) {
 	var runs []string
 	done := make(chan error, 1)
 	go func() {
-		done <- q.Work(ctx, queue.Native(p), func(_ context.Context, j queue.Job) error {
+		done <- q.Work(ctx, backstop.Native(p), func(_ context.Context, j queue.Job) error {
 			mu.Lock()
 			defer mu.Unlock()
 			runs = append(runs, j.ID)
 			if j.ID == "retried" && j.Attempt == 1 {
-				return &queue.Failure{HTTPStatus: 503, Err: errors.New("503")}
+				return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 			}
 			return nil
 		})

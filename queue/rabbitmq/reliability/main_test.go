@@ -15,7 +15,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/backstop-dev/backstop/internal/rabbittest"
+	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -63,9 +64,9 @@ func outcome(id string, n int64) error {
 	final, dead := expected(id)
 	switch {
 	case dead == "permanent_error":
-		return &queue.Failure{HTTPStatus: 400, Err: errors.New("400 bad request")}
+		return &backstop.Failure{HTTPStatus: 400, Err: errors.New("400 bad request")}
 	case n < final || dead != "":
-		return &queue.Failure{HTTPStatus: 503, Err: errors.New("503 unavailable")}
+		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503 unavailable")}
 	}
 	return nil
 }
@@ -132,7 +133,7 @@ func workerRole(role string) error {
 		}
 		return err
 	}
-	return q.Work(ctx, queue.Native(p), handler, rabbitmq.WithPrefetch(atoi("PREFETCH")),
+	return q.Work(ctx, backstop.Native(p), handler, rabbitmq.WithPrefetch(atoi("PREFETCH")),
 		rabbitmq.WithConcurrency(atoi("CONCURRENCY")))
 }
 

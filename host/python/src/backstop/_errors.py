@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-if TYPE_CHECKING:
-    from ._policy import Decision
+from ._decision import Decision
 
 
 class BackstopError(Exception):

@@ -10,18 +10,16 @@ import re
 import struct
 import weakref
 from collections import deque
-from dataclasses import dataclass
 from datetime import timedelta
 from random import random as _draw
 from time import time as _time
-from typing import (TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple,
+from typing import (Any, Callable, Deque, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple,
                     TypedDict, TypeVar, Union, overload)
 
+from ._decision import Decision, Permit
 from ._errors import BackstopError, InputError
+from ._retry import BeforeSleep, Classify, retrying
 from ._runtime import Instance, shared
-
-if TYPE_CHECKING:
-    from ._retry import BeforeSleep, Classify
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,64 +94,6 @@ class Failure(TypedDict, total=False):
     # policy says retried_downstream: retry (docs/layers.md). Only a bool.
     retried_downstream: Optional[bool]
     server_declined: Optional[bool]  # the server asked not to be retried (X-Envoy-Overloaded)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do about a failure.
-
-    ``action`` is ``"retry"`` (after ``delay_ms``) or ``"dead_letter"``;
-    ``reason`` says why (``transient``, ``retry_after``, ``uncertain`` for a
-    retry; ``permanent_error``, ``max_attempts_reached``, ... otherwise);
-    ``klass`` is the failure's class (``retryable``, ``permanent``,
-    ``uncertain``; ``"class"`` in JSON). ``delay`` is the delay as a
-    ``timedelta`` and ``delay_seconds`` as a float, ready for ``time.sleep``.
-    """
-
-    action: str
-    delay_ms: int
-    reason: str
-    klass: str
-
-    @property
-    def retry(self) -> bool:
-        return self.action == "retry"
-
-    @property
-    def delay(self) -> timedelta:
-        return timedelta(milliseconds=self.delay_ms)
-
-    @property
-    def delay_seconds(self) -> float:
-        return self.delay_ms / 1000
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The decision in the vector `expect` shape (and key order)."""
-        return {"action": self.action, "delay_ms": self.delay_ms, "reason": self.reason, "class": self.klass}
-
-
-@dataclass(frozen=True)
-class Permit:
-    """The answer of ``Policy.acquire``: whether a call may be made now.
-
-    ``allowed`` is False while the breaker is open, or half-open with every
-    trial call out; ``retry_in_ms`` then says when to ask again (the breaker
-    half-opens, or the trials time out), 0 when allowed. ``state`` is the
-    breaker's state when asked: ``"closed"`` (also without a breaker),
-    ``"open"`` or ``"half_open"``.
-    """
-
-    allowed: bool
-    retry_in_ms: int
-    state: str
-
-    @property
-    def retry_in(self) -> timedelta:
-        return timedelta(milliseconds=self.retry_in_ms)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The permit in the vector `permit` shape."""
-        return {"allowed": self.allowed, "retry_in_ms": self.retry_in_ms, "state": self.state}
 
 
 _new = object.__new__
@@ -453,8 +393,6 @@ class Policy:
         loop gave up is sent back in ``Backstop-No-Retry`` on a failed
         response.
         """
-        from ._retry import retrying
-
         wrap = retrying(self, before_sleep=before_sleep, classify=classify, method=method,
                         idempotency_key=idempotency_key, metrics=metrics, headers=headers)
         return wrap(fn) if fn is not None else wrap

@@ -14,18 +14,31 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple,
+from typing import (Any, Awaitable, Callable, Dict, List, Mapping, MutableMapping, Optional, Protocol, Tuple,
                     TypeVar, Union)
 
 from ._deadline import DeadlineExceeded, await_within, run_within
+from ._decision import Decision, Permit
 from ._errors import RetryError
 from ._layers import AttemptHeaders, _attempt, record_gave_up
-from ._policy import Decision
-
-if TYPE_CHECKING:
-    from ._policy import Policy
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class PolicyLike(Protocol):
+    """What the retry loop asks of its policy: the part of
+    ``backstop.Policy`` (_policy.py, which imports this module for
+    ``Policy.retry``) that it calls."""
+
+    @property
+    def stateful(self) -> bool: ...
+    def acquire(self, now_ms: Optional[int] = None) -> Permit: ...
+    def decide(self, failure: Mapping[str, Any], /) -> Decision: ...
+    def record_success(self, now_ms: Optional[int] = None) -> None: ...
+    def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]: ...
+    def circuit_state(self, now_ms: Optional[int] = None) -> str: ...
+    def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int: ...
+
 
 class CircuitOpenError(Exception):
     """The last exception of a RetryError("circuit_open"): the breaker
@@ -66,7 +79,7 @@ Classify = Union[Mapping[type, Union[str, Mapping[str, Any]]],
 # budget, breaker) and a policy can remap them.
 
 
-def retrying(policy: Policy, *, before_sleep: Optional[BeforeSleep] = None,
+def retrying(policy: PolicyLike, *, before_sleep: Optional[BeforeSleep] = None,
              classify: Optional[Classify] = None, method: Optional[str] = None,
              idempotency_key: Optional[str] = None, metrics: Any = None,
              headers: Optional[MutableMapping[str, str]] = None) -> Callable[[F], F]:
@@ -112,7 +125,7 @@ def classifier(classify: Optional[Classify]) -> Callable[[BaseException], Dict[s
     return lambda exc: _classified(by_type, by_call, exc)
 
 
-def _wrap(policy: Policy, fn: F, before_sleep: Optional[BeforeSleep], classify: Optional[Classify],
+def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classify: Optional[Classify],
           method: Optional[str], idempotency_key: Optional[str], metrics: Any = None,
           headers: Optional[MutableMapping[str, str]] = None) -> F:
     classified = classifier(classify)
@@ -306,7 +319,7 @@ def describe(exc: BaseException) -> Dict[str, Any]:
       ``ConnectTimeout`` (requests, httpx) and ``ConnectionTimeoutError``
       (aiohttp) → ``connect_timeout``, before anything else; ``...Timeout``
       → ``timeout``, ``ConnectError`` → ``connection_reset``. The table all
-      languages follow is ``internal/errkind/errorkinds.json``.
+      languages follow is ``contract/errorkinds.json``.
     - Anything else: no signal, so the policy's ``classify.default``
       (``uncertain`` unless the policy says otherwise) decides.
     """
@@ -388,7 +401,7 @@ def _grpc_fields(exc: BaseException) -> Optional[Dict[str, Any]]:
 
 _TIMEOUTS = (TimeoutError, socket.timeout, asyncio.TimeoutError, concurrent.futures.TimeoutError)
 # OS error numbers → kinds: the "codes" of errorkinds.json
-# (internal/errkind/errorkinds.json, copied into the package), the one table every
+# (contract/errorkinds.json, copied into the package), the one table every
 # language reads; test_error_kinds.py checks each row. Codes this platform's
 # errno module does not name (undici's, getaddrinfo's) are not OS errors here.
 _ERRNO_KINDS: Dict[int, str] = {
@@ -397,7 +410,7 @@ _ERRNO_KINDS: Dict[int, str] = {
     if isinstance(getattr(errno, name, None), int)
 }
 # requests and httpx ConnectTimeout, urllib3 ConnectTimeoutError, aiohttp
-# ConnectionTimeoutError (internal/errkind/errorkinds.json).
+# ConnectionTimeoutError (contract/errorkinds.json).
 _CONNECT_TIMEOUTS = ("ConnectTimeout", "ConnectTimeoutError", "ConnectionTimeoutError")
 
 

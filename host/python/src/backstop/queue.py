@@ -3,7 +3,7 @@
 Jobs live in a Redis stream with a consumer group, cold retries in a delayed
 sorted set, dead letters in a stream and counters in a hash; every move
 between them is one atomic Lua script (the ones in ``backstop/scripts``,
-copies of the contract's ``queue/scripts``) that also acknowledges the
+copies of the contract's ``contract/scripts``) that also acknowledges the
 source entry, so a crash at any point loses nothing and an outcome is
 applied at most once. ``Queue`` takes a redis-py client (``redis.Redis``,
 ``redis.RedisCluster``), ``AsyncQueue`` an asyncio one::

@@ -1,4 +1,4 @@
-package exporter
+package resp
 
 import (
 	"bufio"
@@ -15,93 +15,105 @@ import (
 	"github.com/redis/go-redis/v9/auth"
 )
 
-// A pipe queues the read commands of one pipeline and runs them through
-// the collector's transport; the replies are read in place (replies).
-type pipe struct {
-	t    transport
+// A Pipe queues the read commands of one pipeline and runs them through
+// its transport; the replies are read in place (Replies). The zero value
+// has no transport: give it one with Bind before Exec.
+type Pipe struct {
+	t    Transport
 	args []string // every command's arguments, one after the other
 	argc []int    // each command's number of arguments
 	// rep holds the replies once read; pipes read one after the other
 	// may share one (a scrape's batches do).
-	rep *replies
+	rep *Replies
 }
 
-// do queues a command and names its reply.
-func (p *pipe) do(args ...string) ref {
+// NewPipe returns a pipe that runs over t and reads its replies into r;
+// a nil r is made on first use.
+func NewPipe(t Transport, r *Replies) *Pipe { return &Pipe{t: t, rep: r} }
+
+// Bind sets the transport p runs over and the replies it reads into (nil:
+// its own, made on first use), for a pipe held by value.
+func (p *Pipe) Bind(t Transport, r *Replies) { p.t, p.rep = t, r }
+
+// Do queues a command and names its reply.
+func (p *Pipe) Do(args ...string) Ref {
 	p.args = append(p.args, args...)
 	p.argc = append(p.argc, len(args))
-	return ref(len(p.argc) - 1)
+	return Ref(len(p.argc) - 1)
 }
 
-func (p *pipe) len() int { return len(p.argc) }
+// Len is the number of commands queued.
+func (p *Pipe) Len() int { return len(p.argc) }
 
-// reply is a command's reply once the pipe has run.
-func (p *pipe) reply(c ref) reply { return p.arena().reply(c) }
+// Reply is a command's reply once the pipe has run: valid until the next
+// pipe is read into the same replies.
+func (p *Pipe) Reply(c Ref) Reply { return p.arena().reply(c) }
 
 // arena returns the replies, made on first use.
-func (p *pipe) arena() *replies {
+func (p *Pipe) arena() *Replies {
 	if p.rep == nil {
-		p.rep = &replies{}
+		p.rep = &Replies{}
 	}
 	return p.rep
 }
 
-// exec runs the queued commands, or gives up when ctx ends (abandoned).
-// Errors are the replies': an unanswered command's reply says why
-// (reply.err).
-func (p *pipe) exec(ctx context.Context) (abandoned bool) {
+// Exec runs the queued commands, or gives up when ctx ends (abandoned:
+// the transport's goroutine may still write the replies, which must not
+// be read then). Errors are the replies': an unanswered command's reply
+// says why (Reply.Err).
+func (p *Pipe) Exec(ctx context.Context) (abandoned bool) {
 	sent := false
-	abandoned = p.t.stream(ctx, func() *pipe {
+	abandoned = p.t.Stream(ctx, func() *Pipe {
 		if sent {
 			return nil
 		}
 		sent = true
 		return p
-	}, func(*pipe) bool { return true }) != nil
-	if r := p.arena(); !abandoned && len(r.roots) < p.len() {
+	}, func(*Pipe) bool { return true }) != nil
+	if r := p.arena(); !abandoned && len(r.roots) < p.Len() {
 		err := ctx.Err() // not sent: the budget ran out first
 		if err == nil {
-			err = errNoReply
+			err = ErrNoReply
 		}
-		r.failFrom(len(r.roots), p.len(), err)
+		r.failFrom(len(r.roots), p.Len(), err)
 	}
 	return abandoned
 }
 
-// clear forgets the commands, keeping the memory.
-func (p *pipe) clear() {
+// Clear forgets the commands, keeping the memory.
+func (p *Pipe) Clear() {
 	p.args, p.argc = p.args[:0], p.argc[:0]
 }
 
 // command returns the arguments of the ith command from offset off,
 // and the next command's offset.
-func (p *pipe) command(i, off int) ([]string, int) {
+func (p *Pipe) command(i, off int) ([]string, int) {
 	end := off + p.argc[i]
 	return p.args[off:end], end
 }
 
-// A transport runs the pipes next returns, in order, and calls done with
+// A Transport runs the pipes next returns, in order, and calls done with
 // each once its replies are in, until next returns nil or done false.
 // Where it can it sends the next pipe before reading the last one's
-// replies, so that Redis answers one batch while the exporter reads the
+// replies, so that Redis answers one batch while the caller reads the
 // one before. It returns the pipe it gave up on when ctx ended before its
-// replies came (over a client that ignores deadlines), else nil.
-type transport interface {
-	stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) (abandoned *pipe)
-	close() error
+// replies came (over a client that ignores deadlines), else nil. The
+// pipes it was not given a chance to send (ctx ended first) are left
+// without replies: the caller reports them.
+type Transport interface {
+	Stream(ctx context.Context, next func() *Pipe, done func(*Pipe) bool) (abandoned *Pipe)
+	// Close closes the transport's own connections, if it has any; a
+	// Stream after Close dials anew. It never closes the client.
+	Close() error
 }
 
-// newTransport picks how the collector reads the queues: connections of
-// its own, dialled and logged in as the client's options say, for a plain
-// or Sentinel-managed client (connTransport) and for a cluster, one per
-// master (clusterTransport); or the client's own pipelines
-// (clientTransport) for a client that runs code on connect or takes
-// streaming credentials, any other client, or when asked
-// (WithClientPipelines).
-func newTransport(rdb redis.UniversalClient, viaClient bool) transport {
-	if viaClient {
-		return &clientTransport{rdb: rdb}
-	}
+// NewTransport picks how to read through rdb: connections of its own,
+// dialled and logged in as the client's options say, for a plain or
+// Sentinel-managed client (ConnTransport) and for a cluster, one per
+// master (ClusterTransport); or the client's own pipelines
+// (ClientTransport) for a client that runs code on connect or takes
+// streaming credentials, and any other client.
+func NewTransport(rdb redis.UniversalClient) Transport {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		if opt := c.Options(); ownable(opt.OnConnect, opt.StreamingCredentialsProvider) && opt.Dialer != nil {
@@ -109,26 +121,33 @@ func newTransport(rdb redis.UniversalClient, viaClient bool) transport {
 		}
 	case *redis.ClusterClient:
 		if opt := c.Options(); ownable(opt.OnConnect, opt.StreamingCredentialsProvider) {
-			return &clusterTransport{rdb: c, nodes: map[string]*connTransport{}}
+			return &ClusterTransport{rdb: c, nodes: map[string]*ConnTransport{}}
 		}
 	}
-	return &clientTransport{rdb: rdb}
+	return NewClientTransport(rdb)
 }
 
-// ownable says whether the collector can log in on its own connection as
+// NewClientTransport reads through rdb's own pipelines, so that its hooks
+// (tracing, metrics) see every command.
+func NewClientTransport(rdb redis.UniversalClient) *ClientTransport {
+	return &ClientTransport{rdb: rdb}
+}
+
+// ownable says whether a transport can log in on its own connection as
 // the client would: not when the client runs code on connect or takes
 // streaming credentials.
 func ownable(onConnect func(context.Context, *redis.Conn) error, streaming auth.StreamingCredentialsProvider) bool {
 	return onConnect == nil && streaming == nil
 }
 
-// clientTransport sends the commands through go-redis's pipelines, one
+// ClientTransport sends the commands through go-redis's pipelines, one
 // pipe after the other.
-type clientTransport struct {
+type ClientTransport struct {
 	rdb redis.UniversalClient
 }
 
-func (t *clientTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
+// Stream runs each pipe through a go-redis pipeline of its own.
+func (t *ClientTransport) Stream(ctx context.Context, next func() *Pipe, done func(*Pipe) bool) *Pipe {
 	for p := next(); p != nil; p = next() {
 		p.arena().reset()
 		// In a goroutine of its own, so the budget holds even over a
@@ -143,16 +162,16 @@ func (t *clientTransport) stream(ctx context.Context, next func() *pipe, done fu
 	return nil
 }
 
-func (t *clientTransport) exec(ctx context.Context, p *pipe) {
+func (t *ClientTransport) exec(ctx context.Context, p *Pipe) {
 	rp := t.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, 0, p.len())
-	for i, off := 0, 0; i < p.len(); i++ {
+	cmds := make([]*redis.Cmd, 0, p.Len())
+	for i, off := 0, 0; i < p.Len(); i++ {
 		var args []string
 		args, off = p.command(i, off)
 		cmds = append(cmds, rp.Do(ctx, anyArgs(args)...))
 	}
 	done, err := rp.Exec(ctx)
-	stampUnanswered(done, err)
+	StampUnanswered(done, err)
 	for _, c := range cmds {
 		v, err := c.Result()
 		var rerr redis.Error
@@ -165,12 +184,12 @@ func (t *clientTransport) exec(ctx context.Context, p *pipe) {
 			p.rep.failFrom(len(p.rep.roots), len(cmds), err)
 			return
 		}
-		p.rep.roots = append(p.rep.roots, int32(len(p.rep.nodes)))
-		p.rep.add(v, 0)
+		p.rep.Append(v)
 	}
 }
 
-func (t *clientTransport) close() error { return nil }
+// Close does nothing: the connections are the client's.
+func (t *ClientTransport) Close() error { return nil }
 
 // anyArgs is a command's arguments as go-redis's Do takes them.
 func anyArgs(args []string) []any {
@@ -181,15 +200,51 @@ func anyArgs(args []string) []any {
 	return a
 }
 
-// connTransport reads over one connection of its own, dialled and logged
+// within runs f in its own goroutine and waits for it until ctx ends, so
+// a budget holds even over a client that ignores context deadlines. It
+// reports whether f returned; when it did not, f goes on alone and the
+// caller must not read what f writes.
+func within(ctx context.Context, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// StampUnanswered gives every command of a go-redis pipeline the
+// pipeline's error when none carries one: go-redis returns an error reply
+// met while opening the connection (WRONGPASS, NOAUTH) without setting it
+// on the commands, which would then look answered with empty values.
+func StampUnanswered(cmds []redis.Cmder, err error) {
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return
+		}
+	}
+	for _, c := range cmds {
+		c.SetErr(err)
+	}
+}
+
+// ConnTransport reads over one connection of its own, dialled and logged
 // in as the client's options say (TLS, user and password or credentials
 // provider, database; through the Sentinels for a failover client), and
-// kept between scrapes (a failover client's is dialled anew for each). It
+// kept between streams (a failover client's is dialled anew for each). It
 // speaks RESP2, which every server takes, and reads RESP3 too. Every pipe
-// it runs has a deadline (the scrape's budget): past it reads and writes
-// fail. A connection that fails is closed, and the pipes after the
-// failure fail with it: the next stream dials anew.
-type connTransport struct {
+// it runs has the deadline of its context (a scrape's budget): past it
+// reads and writes fail. A connection that fails is closed, and the pipes
+// after the failure fail with it: the next Stream dials anew.
+type ConnTransport struct {
 	opt *redis.Options
 	// turn is held by the one stream at a time (replies come in the
 	// order sent); a stream whose budget ends while it waits gives up.
@@ -201,12 +256,14 @@ type connTransport struct {
 	// the error that broke the connection, and whether the connection
 	// was kept from an earlier stream (and may have been closed by the
 	// server since).
-	pending []*pipe
+	pending []*Pipe
 	err     error
 	kept    bool
 }
 
-func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
+// Stream runs the pipes over the connection, up to PipelineDepth of them
+// on the wire.
+func (t *ConnTransport) Stream(ctx context.Context, next func() *Pipe, done func(*Pipe) bool) *Pipe {
 	if !t.lock(ctx) {
 		return nil // nothing sent: the caller reports the budget
 	}
@@ -214,7 +271,7 @@ func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func
 	if t.opt.Addr == failoverAddr {
 		// Through Sentinel: dial the master go-redis knows now (its
 		// subscription to the Sentinels keeps it current), not the one
-		// of the last scrape, which may have been failed over since.
+		// of the last stream, which may have been failed over since.
 		t.drop()
 	}
 	t.pending, t.err, t.kept = t.pending[:0], nil, t.nc != nil
@@ -225,7 +282,7 @@ func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func
 		clear(t.pending)
 	}()
 	fill := func() {
-		for len(t.pending) < pipelineDepth && t.err == nil && ctx.Err() == nil {
+		for len(t.pending) < PipelineDepth && t.err == nil && ctx.Err() == nil {
 			p := next()
 			if p == nil {
 				return
@@ -253,14 +310,14 @@ func (t *connTransport) stream(ctx context.Context, next func() *pipe, done func
 	return nil
 }
 
-// pipelineDepth is how many pipes a connection has on the wire at most:
-// Redis answers the next ones while the exporter reads the first, and a
+// PipelineDepth is how many pipes a connection has on the wire at most:
+// Redis answers the next ones while the caller reads the first, and a
 // scheduler that is slow to run either (a busy machine) stalls the scrape
 // less often.
-const pipelineDepth = 4
+const PipelineDepth = 4
 
 // start sends p after the pipes pending; finish reads its replies.
-func (t *connTransport) start(ctx context.Context, p *pipe) {
+func (t *ConnTransport) start(ctx context.Context, p *Pipe) {
 	t.pending = append(t.pending, p)
 	if t.err == nil {
 		t.err = t.write(ctx, p)
@@ -271,7 +328,7 @@ func (t *connTransport) start(ctx context.Context, p *pipe) {
 // connection that fails before its first reply is dialled anew and the
 // pipes pending sent again: the server may have closed it since the last
 // stream (a restart, an idle timeout), and reads are safe to send twice.
-func (t *connTransport) finish(ctx context.Context, p *pipe) {
+func (t *ConnTransport) finish(ctx context.Context, p *Pipe) {
 	t.pending = t.pending[1:]
 	p.arena().reset()
 	if t.err == nil {
@@ -281,7 +338,7 @@ func (t *connTransport) finish(ctx context.Context, p *pipe) {
 		t.drop()
 		t.err = nil
 		p.rep.reset()
-		for _, q := range append([]*pipe{p}, t.pending...) {
+		for _, q := range append([]*Pipe{p}, t.pending...) {
 			if t.err == nil {
 				t.err = t.write(ctx, q)
 			}
@@ -292,11 +349,11 @@ func (t *connTransport) finish(ctx context.Context, p *pipe) {
 	}
 	t.kept = false
 	if t.err != nil {
-		p.rep.failFrom(len(p.rep.roots), p.len(), t.err)
+		p.rep.failFrom(len(p.rep.roots), p.Len(), t.err)
 	}
 }
 
-func (t *connTransport) write(ctx context.Context, p *pipe) error {
+func (t *ConnTransport) write(ctx context.Context, p *Pipe) error {
 	if t.nc == nil {
 		if err := t.dial(ctx); err != nil {
 			return err
@@ -307,7 +364,7 @@ func (t *connTransport) write(ctx context.Context, p *pipe) error {
 		return err
 	}
 	t.out = t.out[:0]
-	for i, off := 0, 0; i < p.len(); i++ {
+	for i, off := 0, 0; i < p.Len(); i++ {
 		var args []string
 		args, off = p.command(i, off)
 		t.out = appendCommand(t.out, args)
@@ -316,9 +373,9 @@ func (t *connTransport) write(ctx context.Context, p *pipe) error {
 	return ctxErr(ctx, err)
 }
 
-func (t *connTransport) readReplies(ctx context.Context, p *pipe) error {
+func (t *ConnTransport) readReplies(ctx context.Context, p *Pipe) error {
 	r := p.arena()
-	for range p.len() {
+	for range p.Len() {
 		r.roots = append(r.roots, int32(len(r.nodes)))
 		if err := r.read(t.rd, 0); err != nil {
 			r.roots = r.roots[:len(r.roots)-1]
@@ -328,7 +385,7 @@ func (t *connTransport) readReplies(ctx context.Context, p *pipe) error {
 	return nil
 }
 
-// ctxErr says a read or write failed because the scrape's budget ran out.
+// ctxErr says a read or write failed because the budget (ctx) ran out.
 func ctxErr(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("%w (%v)", ctx.Err(), err)
@@ -336,7 +393,7 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-func (t *connTransport) dial(ctx context.Context) error {
+func (t *ConnTransport) dial(ctx context.Context) error {
 	opt := t.opt
 	nc, err := opt.Dialer(ctx, opt.Network, opt.Addr)
 	if err != nil {
@@ -353,21 +410,21 @@ func (t *connTransport) dial(ctx context.Context) error {
 	case opt.CredentialsProvider != nil:
 		user, pass = opt.CredentialsProvider()
 	}
-	var hello pipe
+	var hello Pipe
 	switch {
 	case user != "": // as go-redis's HELLO: a nopass user takes any password
-		hello.do("AUTH", user, pass)
+		hello.Do("AUTH", user, pass)
 	case pass != "":
-		hello.do("AUTH", pass)
+		hello.Do("AUTH", pass)
 	}
 	if opt.DB != 0 {
-		hello.do("SELECT", strconv.Itoa(opt.DB))
+		hello.Do("SELECT", strconv.Itoa(opt.DB))
 	}
-	needed := hello.len() // the name is cosmetic: an ACL may refuse it
+	needed := hello.Len() // the name is cosmetic: an ACL may refuse it
 	if opt.ClientName != "" {
-		hello.do("CLIENT", "SETNAME", opt.ClientName)
+		hello.Do("CLIENT", "SETNAME", opt.ClientName)
 	}
-	if hello.len() == 0 {
+	if hello.Len() == 0 {
 		return nil
 	}
 	err = t.write(ctx, &hello)
@@ -376,7 +433,7 @@ func (t *connTransport) dial(ctx context.Context) error {
 	}
 	for i := range needed {
 		if err == nil {
-			err = hello.reply(ref(i)).err()
+			err = hello.Reply(Ref(i)).Err()
 		}
 	}
 	if err != nil {
@@ -385,7 +442,7 @@ func (t *connTransport) dial(ctx context.Context) error {
 	return err
 }
 
-func (t *connTransport) drop() {
+func (t *ConnTransport) drop() {
 	if t.nc != nil {
 		t.nc.Close()
 		t.nc, t.rd = nil, nil
@@ -396,11 +453,11 @@ func (t *connTransport) drop() {
 // (NewFailoverClient), whose dialer asks the Sentinels for the master.
 const failoverAddr = "FailoverClient"
 
-func newConnTransport(opt *redis.Options) *connTransport {
-	return &connTransport{opt: opt, turn: make(chan struct{}, 1)}
+func newConnTransport(opt *redis.Options) *ConnTransport {
+	return &ConnTransport{opt: opt, turn: make(chan struct{}, 1)}
 }
 
-func (t *connTransport) lock(ctx context.Context) bool {
+func (t *ConnTransport) lock(ctx context.Context) bool {
 	select {
 	case t.turn <- struct{}{}:
 		return true
@@ -409,30 +466,32 @@ func (t *connTransport) lock(ctx context.Context) bool {
 	}
 }
 
-func (t *connTransport) unlock() { <-t.turn }
+func (t *ConnTransport) unlock() { <-t.turn }
 
-func (t *connTransport) close() error {
+// Close closes the connection, once the stream running is done.
+func (t *ConnTransport) Close() error {
 	t.turn <- struct{}{}
 	defer t.unlock()
 	t.drop()
 	return nil
 }
 
-// clusterTransport reads a cluster over connections of its own, one per
-// master (connTransport, with the master's options): each command goes to
+// ClusterTransport reads a cluster over connections of its own, one per
+// master (ConnTransport, with the master's options): each command goes to
 // the master of its key's slot as go-redis sees the cluster
 // (MasterForKey), the masters' pipelines run at once, and their replies
 // are put back in the order sent. A MOVED or ASK reply (a slot moving to
 // another master) is followed once, as go-redis does, and a MOVED makes
 // go-redis reload its view of the cluster before the next pipe.
-type clusterTransport struct {
+type ClusterTransport struct {
 	rdb   *redis.ClusterClient
 	mu    sync.Mutex
-	nodes map[string]*connTransport // by address; a master gone is closed at the next reload
+	nodes map[string]*ConnTransport // by address; a master gone is closed at the next reload
 	moved bool                      // a reply said slots moved: reload before the next pipe
 }
 
-func (t *clusterTransport) stream(ctx context.Context, next func() *pipe, done func(*pipe) bool) *pipe {
+// Stream runs the pipes one after the other, each split per master.
+func (t *ClusterTransport) Stream(ctx context.Context, next func() *Pipe, done func(*Pipe) bool) *Pipe {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for p := next(); p != nil && ctx.Err() == nil; p = next() {
@@ -444,7 +503,7 @@ func (t *clusterTransport) stream(ctx context.Context, next func() *pipe, done f
 	return nil // the caller reports the pipes the budget left unsent
 }
 
-func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
+func (t *ClusterTransport) exec(ctx context.Context, p *Pipe) {
 	p.arena().reset()
 	if t.moved {
 		t.moved = false
@@ -452,31 +511,31 @@ func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
 		t.prune(ctx)
 	}
 	type route struct {
-		sub *pipe
-		c   ref
+		sub *Pipe
+		c   Ref
 		err error // the command's master is not known
 	}
-	routes := make([]route, p.len())
-	subs := map[*connTransport]*pipe{}
-	send := func(i int, node *connTransport, asking bool, args []string) {
+	routes := make([]route, p.Len())
+	subs := map[*ConnTransport]*Pipe{}
+	send := func(i int, node *ConnTransport, asking bool, args []string) {
 		sub := subs[node]
 		if sub == nil {
-			sub = &pipe{t: node}
+			sub = &Pipe{t: node}
 			subs[node] = sub
 		}
 		if asking {
-			sub.do("ASKING") // its OK is not read
+			sub.Do("ASKING") // its OK is not read
 		}
-		routes[i] = route{sub: sub, c: sub.do(args...)}
+		routes[i] = route{sub: sub, c: sub.Do(args...)}
 	}
 	run := func() {
 		var wg sync.WaitGroup
 		for _, sub := range subs {
-			wg.Go(func() { sub.exec(ctx) })
+			wg.Go(func() { sub.Exec(ctx) })
 		}
 		wg.Wait()
 	}
-	for i, off := 0, 0; i < p.len(); i++ {
+	for i, off := 0, 0; i < p.Len(); i++ {
 		var args []string
 		args, off = p.command(i, off)
 		node, err := t.node(ctx, commandKey(args))
@@ -490,22 +549,22 @@ func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
 	// Slots on the move: follow a MOVED or ASK once, as go-redis does, and
 	// after a MOVED reload the slot map before the next pipe.
 	first := routes
-	routes, subs = make([]route, len(first)), map[*connTransport]*pipe{}
+	routes, subs = make([]route, len(first)), map[*ConnTransport]*Pipe{}
 	copy(routes, first)
 	again := false
-	for i, off := 0, 0; i < p.len(); i++ {
+	for i, off := 0, 0; i < p.Len(); i++ {
 		var args []string
 		args, off = p.command(i, off)
 		r := first[i]
 		if r.err != nil {
 			continue
 		}
-		addr, ask, ok := redirection(r.sub.reply(r.c).err())
+		addr, ask, ok := redirection(r.sub.Reply(r.c).Err())
 		if !ok {
 			continue
 		}
 		t.moved = t.moved || !ask
-		send(i, t.nodeAt(addr, r.sub.t.(*connTransport).opt), ask, args)
+		send(i, t.nodeAt(addr, r.sub.t.(*ConnTransport).opt), ask, args)
 		again = true
 	}
 	if again {
@@ -516,7 +575,7 @@ func (t *clusterTransport) exec(ctx context.Context, p *pipe) {
 			p.rep.failFrom(len(p.rep.roots), len(p.rep.roots)+1, r.err)
 			continue
 		}
-		p.rep.copyReply(r.sub.reply(r.c))
+		p.rep.copyReply(r.sub.Reply(r.c))
 	}
 }
 
@@ -538,7 +597,7 @@ func redirection(err error) (addr string, ask, ok bool) {
 // nodeAt is the connection to the master at addr, dialled with like's
 // options (the cluster's: the same dialer, TLS and credentials) when it
 // is new.
-func (t *clusterTransport) nodeAt(addr string, like *redis.Options) *connTransport {
+func (t *ClusterTransport) nodeAt(addr string, like *redis.Options) *ConnTransport {
 	if node := t.nodes[addr]; node != nil {
 		return node
 	}
@@ -560,7 +619,7 @@ func commandKey(args []string) string {
 	return ""
 }
 
-func (t *clusterTransport) node(ctx context.Context, key string) (*connTransport, error) {
+func (t *ClusterTransport) node(ctx context.Context, key string) (*ConnTransport, error) {
 	m, err := t.rdb.MasterForKey(ctx, key)
 	if err != nil {
 		return nil, err
@@ -575,7 +634,7 @@ func (t *clusterTransport) node(ctx context.Context, key string) (*connTransport
 }
 
 // prune closes the connections to nodes that are no longer masters.
-func (t *clusterTransport) prune(ctx context.Context) {
+func (t *ClusterTransport) prune(ctx context.Context) {
 	var mu sync.Mutex // ForEachMaster calls at once
 	masters := map[string]bool{}
 	t.rdb.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
@@ -586,17 +645,18 @@ func (t *clusterTransport) prune(ctx context.Context) {
 	})
 	for addr, node := range t.nodes {
 		if !masters[addr] {
-			node.close()
+			node.Close()
 			delete(t.nodes, addr)
 		}
 	}
 }
 
-func (t *clusterTransport) close() error {
+// Close closes the connections to every master.
+func (t *ClusterTransport) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for addr, node := range t.nodes {
-		node.close()
+		node.Close()
 		delete(t.nodes, addr)
 	}
 	return nil
@@ -618,7 +678,7 @@ func appendCommand(b []byte, args []string) []byte {
 }
 
 // read reads one reply (RESP2 or RESP3) into nodes.
-func (r *replies) read(rd *bufio.Reader, depth int) error {
+func (r *Replies) read(rd *bufio.Reader, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("%w: nested deeper than %d", errBadReply, maxDepth)
 	}
@@ -726,7 +786,7 @@ func (r *replies) read(rd *bufio.Reader, depth int) error {
 }
 
 // bulk reads a bulk string whose length is the line's body.
-func (r *replies) bulk(rd *bufio.Reader, body []byte, nd *rnode) error {
+func (r *Replies) bulk(rd *bufio.Reader, body []byte, nd *rnode) error {
 	n, err := parseInt(body)
 	if err != nil || n < 0 || n > 512<<20 {
 		return fmt.Errorf("%w: bulk length %q", errBadReply, body)

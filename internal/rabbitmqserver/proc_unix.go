@@ -1,6 +1,6 @@
 //go:build unix
 
-package rabbittest
+package rabbitmqserver
 
 import (
 	"os"

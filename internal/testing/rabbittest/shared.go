@@ -3,6 +3,8 @@ package rabbittest
 import (
 	"sync"
 	"testing"
+
+	"github.com/backstop-dev/backstop/internal/rabbitmqserver"
 )
 
 // Shared is one broker for the tests of a package that neither restart
@@ -24,7 +26,10 @@ type Shared struct {
 // t when the broker does not start (every later call fails the same way).
 func (s *Shared) Broker(t testing.TB) *Broker {
 	t.Helper()
-	s.once.Do(func() { s.b, s.err = StartProcess() })
+	s.once.Do(func() {
+		b, err := rabbitmqserver.Start("")
+		s.b, s.err = &Broker{b}, err
+	})
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
@@ -35,7 +40,7 @@ func (s *Shared) Broker(t testing.TB) *Broker {
 // returns m.Run's exit code, for os.Exit.
 func (s *Shared) Run(m *testing.M) int {
 	code := m.Run()
-	if s.b != nil {
+	if s.err == nil && s.b != nil {
 		s.b.Stop()
 	}
 	return code

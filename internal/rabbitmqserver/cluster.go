@@ -1,4 +1,4 @@
-package rabbittest
+package rabbitmqserver
 
 import (
 	"crypto/rand"
@@ -9,10 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
 	"time"
-
-	"github.com/backstop-dev/backstop/internal/eventually"
 )
 
 // Cluster is n rabbitmq-server processes joined into one RabbitMQ cluster
@@ -22,32 +19,23 @@ import (
 // cluster's size), so a node can be killed and restarted while the other
 // two keep a quorum.
 //
-//	c := rabbittest.StartCluster(t, 3) // stopped when the test ends
-//	c.Nodes[1].KillAndRestart(t)       // a crash of one node
+//	c, err := rabbitmqserver.StartCluster(dir, 3)
+//	c.Nodes[1].KillAndRestart() // a crash of one node
 type Cluster struct {
 	Nodes []*Broker
 }
 
-// StartCluster starts an n-node cluster in t.TempDir() and stops it when
-// the test ends. The first node starts alone; the others find it through
-// classic peer discovery and join it at their first boot. It returns once
-// every node sees n running nodes, and fails the test (with the log tail of
-// the node at fault) when that does not happen.
-func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
-	t.Helper()
-	c, err := startCluster(t.TempDir(), n, opts)
-	if c != nil {
-		t.Cleanup(c.Stop)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+// StartCluster starts an n-node cluster in dir. The first node starts
+// alone; the others find it through classic peer discovery and join it at
+// their first boot. It returns once every node sees n running nodes; on an
+// error the nodes already started come back too, for the caller to Stop.
+func StartCluster(dir string, n int, opts ...Option) (*Cluster, error) {
+	return startCluster(dir, n, opts)
 }
 
 func startCluster(dir string, n int, opts []Option) (*Cluster, error) {
 	if n < 1 {
-		return nil, fmt.Errorf("rabbittest: a cluster needs at least 1 node, got %d", n)
+		return nil, fmt.Errorf("rabbitmqserver: a cluster needs at least 1 node, got %d", n)
 	}
 	ports, err := freePorts(3 * n) // in one go, so no two nodes draw the same
 	if err != nil {
@@ -55,7 +43,7 @@ func startCluster(dir string, n int, opts []Option) (*Cluster, error) {
 	}
 	secret := make([]byte, 16)
 	if _, err := rand.Read(secret); err != nil {
-		return nil, fmt.Errorf("rabbittest: cookie: %w", err)
+		return nil, fmt.Errorf("rabbitmqserver: cookie: %w", err)
 	}
 	cookie := []byte(hex.EncodeToString(secret))
 	c := &Cluster{}
@@ -73,7 +61,7 @@ func startCluster(dir string, n int, opts []Option) (*Cluster, error) {
 		// The CLI tools and the nodes read the cookie from HOME; Erlang
 		// refuses one that others can read.
 		if err := os.WriteFile(filepath.Join(b.dir, "home", ".erlang.cookie"), cookie, 0o400); err != nil {
-			return c, fmt.Errorf("rabbittest: %w", err)
+			return c, fmt.Errorf("rabbitmqserver: %w", err)
 		}
 		c.Nodes = append(c.Nodes, b)
 	}
@@ -96,16 +84,16 @@ func startCluster(dir string, n int, opts []Option) (*Cluster, error) {
 		}
 	}
 	for _, b := range c.Nodes {
-		if err := eventually.Wait(startTimeout, func() bool { return b.runningNodes() == n }); err != nil {
-			return c, fmt.Errorf("rabbittest: %s sees %d running nodes of %d; log tail:\n%s", b.name, b.runningNodes(), n, b.LogTail(40))
+		if err := waitFor(startTimeout, func() bool { return b.RunningNodes() == n }); err != nil {
+			return c, fmt.Errorf("rabbitmqserver: %s sees %d running nodes of %d; log tail:\n%s", b.name, b.RunningNodes(), n, b.LogTail(40))
 		}
 	}
 	return c, nil
 }
 
-// runningNodes is how many cluster nodes the broker's management API
+// RunningNodes is how many cluster nodes the broker's management API
 // reports running (-1 when it does not answer).
-func (b *Broker) runningNodes() int {
+func (b *Broker) RunningNodes() int {
 	req, _ := http.NewRequest(http.MethodGet, b.ManagementURL()+"/api/nodes", nil)
 	req.SetBasicAuth("guest", "guest")
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)

@@ -9,7 +9,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/backstop-dev/backstop/internal/eventually"
+	"github.com/backstop-dev/backstop/internal/rabbitmqserver"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
 )
 
 // One broker: start, a durable queue with a persistent message survives a
@@ -71,10 +72,10 @@ func depth(t *testing.T, b *Broker, q string) int {
 }
 
 // A broker that cannot start fails with the reason and its log.
-func TestStartProcessFailsLoudly(t *testing.T) {
-	_, err := StartProcess(WithConfig("listeners.tcp.default = not-a-port"))
+func TestStartFailsLoudly(t *testing.T) {
+	_, err := rabbitmqserver.Start("", WithConfig("listeners.tcp.default = not-a-port"))
 	if err == nil || !strings.Contains(err.Error(), "log tail") {
-		t.Fatalf("StartProcess with a broken config = %v, want an error with the log tail", err)
+		t.Fatalf("Start with a broken config = %v, want an error with the log tail", err)
 	}
 }
 
@@ -97,7 +98,7 @@ func TestClusterKeepsAQuorum(t *testing.T) {
 		t.Fatalf("with node 1 dead, node 2 sees %d messages, want 1", depth(t, c.Nodes[1], "replicated"))
 	}
 	c.Nodes[0].KillAndRestart(t) // already dead: only started again
-	if n := c.Nodes[2].runningNodes(); n != 3 {
+	if n := c.Nodes[2].RunningNodes(); n != 3 {
 		t.Fatalf("after node 1's restart node 3 sees %d running nodes, want 3", n)
 	}
 	if n := depth(t, c.Nodes[0], "replicated"); n != 1 {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/retry"
 )
@@ -26,7 +27,7 @@ type Error struct {
 	Native string `json:"native,omitempty"`
 	// Method is what a classifier may say of an HTTP request; a queue job
 	// has none (docs/policy.md): every worker leaves it out of the failure
-	// (Go's queue.Failure has no method).
+	// (Go's backstop.Failure has no method).
 	Method string `json:"method,omitempty"`
 	// InnerRetry is a reason: the handler returns the language's error of
 	// an inner retry loop that stopped for it (docs/layers.md), over the
@@ -93,12 +94,10 @@ func (e *nativeErr) Error() string { return e.msg }
 func (e *nativeErr) Unwrap() error { return e.err }
 
 // KindSpy is a policy that records the error kind of each failure it is
-// asked about, then lets D decide: how a test sees how a worker classified
-// a failure (a queue.Decider, and a rabbitmq worker's).
+// asked about, then lets D decide (and answer every other question): how a
+// test sees how a worker classified a failure.
 type KindSpy struct {
-	D interface {
-		Decide(ctx context.Context, f policy.Failure) (policy.Decision, error)
-	}
+	backstop.Decider
 	mu    sync.Mutex
 	kinds []string
 }
@@ -107,7 +106,7 @@ func (s *KindSpy) Decide(ctx context.Context, f policy.Failure) (policy.Decision
 	s.mu.Lock()
 	s.kinds = append(s.kinds, f.ErrorKind)
 	s.mu.Unlock()
-	return s.D.Decide(ctx, f)
+	return s.Decider.Decide(ctx, f)
 }
 
 // Kinds are the error kinds decided so far, in order.

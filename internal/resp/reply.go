@@ -1,4 +1,4 @@
-package exporter
+package resp
 
 import (
 	"bytes"
@@ -9,13 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// replies holds the replies of one pipeline as a flat tree: every value
+// Replies holds the replies of one pipeline as a flat tree: every value
 // is a node, an array's elements follow it, and its strings are slices of
 // one buffer. Read back in place, a pipeline of a thousand commands costs
 // a few allocations instead of go-redis's objects per reply and per
 // element (BENCHMARKS.md, issue 14). It is reused pipeline after
-// pipeline: a reply is valid until the next one is read into it.
-type replies struct {
+// pipeline: a reply is valid until the next one is read into it. The
+// zero value is empty and ready to use.
+type Replies struct {
 	nodes []rnode
 	buf   []byte
 	roots []int32 // the first node of each command's reply
@@ -55,7 +56,25 @@ const (
 	kindUnanswered      // no reply came: errs[n] says why
 )
 
-func (r *replies) reset() {
+// NewReplies returns empty replies with room for nodes values and buf
+// bytes of text: a caller that knows how large the last pipeline's grew
+// (Size) starts there instead of growing to it by doubling.
+func NewReplies(nodes, buf int) *Replies {
+	return &Replies{nodes: make([]rnode, 0, nodes), buf: make([]byte, 0, buf)}
+}
+
+// Size is how many values and bytes of text the replies hold now.
+func (r *Replies) Size() (nodes, buf int) { return len(r.nodes), len(r.buf) }
+
+// Append appends v, a value as go-redis decodes it (nil, string, []byte,
+// int64, bool, float64, an error reply, []any, map[any]any,
+// map[string]string), as the reply of the next command.
+func (r *Replies) Append(v any) {
+	r.roots = append(r.roots, int32(len(r.nodes)))
+	r.add(v, 0)
+}
+
+func (r *Replies) reset() {
 	r.nodes, r.buf, r.roots = r.nodes[:0], r.buf[:0], r.roots[:0]
 	clear(r.errs)
 	r.errs = r.errs[:0]
@@ -63,7 +82,7 @@ func (r *replies) reset() {
 
 // failFrom gives the commands from the nth to the total-th no reply,
 // because of err.
-func (r *replies) failFrom(n, total int, err error) {
+func (r *Replies) failFrom(n, total int, err error) {
 	r.roots = r.roots[:n]
 	r.errs = append(r.errs, err)
 	for range total - n {
@@ -73,10 +92,10 @@ func (r *replies) failFrom(n, total int, err error) {
 }
 
 // copyReply appends v, a reply of other replies, as the next command's.
-func (r *replies) copyReply(v reply) {
+func (r *Replies) copyReply(v Reply) {
 	r.roots = append(r.roots, int32(len(r.nodes)))
 	if v.i < 0 {
-		r.failFrom(len(r.roots)-1, len(r.roots), v.err())
+		r.failFrom(len(r.roots)-1, len(r.roots), v.Err())
 		return
 	}
 	end := v.r.nodes[v.i].next
@@ -94,9 +113,10 @@ func (r *replies) copyReply(v reply) {
 	}
 }
 
-// reply is one command's reply, or one element of it.
-type reply struct {
-	r *replies
+// Reply is one command's reply, or one element of it, read in place: valid
+// until its Replies are reused. The zero value is a nil reply.
+type Reply struct {
+	r *Replies
 	i int32 // its node; unanswered or absent
 }
 
@@ -105,18 +125,26 @@ const (
 	absent     int32 = -2 // no such element or field: a nil reply
 )
 
-// ref names a command queued on a pipe; its reply comes once it has run.
-type ref int32
+// Ref names a command queued on a pipe (Pipe.Do); its reply comes once
+// the pipe has run. A negative Ref (NoRef) names no command: its reply is
+// unanswered (ErrNoReply).
+type Ref int32
 
-func (r *replies) reply(c ref) reply {
+// NoRef is a command not queued.
+const NoRef Ref = -1
+
+// ErrNoReply is why a command has no reply when nothing else says.
+var ErrNoReply = errors.New("no reply")
+
+func (r *Replies) reply(c Ref) Reply {
 	if c < 0 || int(c) >= len(r.roots) {
-		return reply{r, unanswered}
+		return Reply{r, unanswered}
 	}
-	return reply{r, r.roots[c]}
+	return Reply{r, r.roots[c]}
 }
 
-// respError is an error reply, as redis.Error: what kindOf and isMissing
-// read.
+// respError is an error reply, as redis.Error: callers tell it from a
+// failed read with errors.As(err, &redis.Error).
 type respError string
 
 func (e respError) Error() string { return string(e) }
@@ -125,13 +153,14 @@ func (respError) RedisError() {}
 
 var _ redis.Error = respError("")
 
-// err returns the reply's error: an error reply, or why it has none. A
-// nil reply is not an error.
-func (v reply) err() error {
+// Err returns the reply's error: an error reply (a redis.Error), or why
+// it has none (the connection's or the context's error, ErrNoReply). A nil
+// reply is not an error.
+func (v Reply) Err() error {
 	if v.i == unanswered {
-		return errNoReply
+		return ErrNoReply
 	}
-	if v.i < 0 {
+	if v.i < 0 || v.r == nil {
 		return nil
 	}
 	switch n := &v.r.nodes[v.i]; n.kind {
@@ -143,26 +172,28 @@ func (v reply) err() error {
 	return nil
 }
 
-func (v reply) node() *rnode {
-	if v.i < 0 {
+func (v Reply) node() *rnode {
+	if v.i < 0 || v.r == nil {
 		return &nilNode
 	}
 	return &v.r.nodes[v.i]
 }
 
-func (v reply) isNil() bool { return v.node().kind == kindNil }
+// IsNil reports a nil reply (RESP2's null bulk string or array, RESP3's
+// null), an absent element or field, and the zero Reply.
+func (v Reply) IsNil() bool { return v.node().kind == kindNil }
 
-// int returns an integer reply's value.
-func (v reply) int() (int64, bool) {
+// Int returns an integer reply's value.
+func (v Reply) Int() (int64, bool) {
 	if n := v.node(); n.kind == kindInt {
 		return n.num(), true
 	}
 	return 0, false
 }
 
-// bytes returns a string reply's bytes, valid until the replies are
+// Bytes returns a string reply's bytes, valid until the replies are
 // reused; nil for any other kind.
-func (v reply) bytes() []byte {
+func (v Reply) Bytes() []byte {
 	n := v.node()
 	if n.kind != kindStr {
 		return nil
@@ -170,8 +201,8 @@ func (v reply) bytes() []byte {
 	return v.r.buf[n.off:n.end:n.end]
 }
 
-// str returns a string reply as a string, ok false for another kind.
-func (v reply) str() (string, bool) {
+// Str returns a string reply as a string, ok false for another kind.
+func (v Reply) Str() (string, bool) {
 	n := v.node()
 	if n.kind != kindStr {
 		return "", false
@@ -179,9 +210,9 @@ func (v reply) str() (string, bool) {
 	return string(v.r.buf[n.off:n.end]), true
 }
 
-// float reads a number: a double, an integer, or a string holding one
+// Float reads a number: a double, an integer, or a string holding one
 // (RESP2 sends scores as strings).
-func (v reply) float() (float64, bool) {
+func (v Reply) Float() (float64, bool) {
 	n := v.node()
 	switch n.kind {
 	case kindInt:
@@ -193,86 +224,86 @@ func (v reply) float() (float64, bool) {
 	return 0, false
 }
 
-// len is an array's number of elements (a map's keys and values), -1 for
+// Len is an array's number of elements (a map's keys and values), -1 for
 // any other kind.
-func (v reply) len() int {
+func (v Reply) Len() int {
 	if n := v.node(); n.kind == kindArr {
 		return int(n.num())
 	}
 	return -1
 }
 
-// elems calls f with each element of an array, until f returns false.
-func (v reply) elems(f func(reply) bool) {
+// Elems calls f with each element of an array, until f returns false.
+func (v Reply) Elems(f func(Reply) bool) {
 	n := v.node()
 	if n.kind != kindArr {
 		return
 	}
 	for i, e := 0, v.i+1; i < int(n.num()); i, e = i+1, v.r.nodes[e].next {
-		if !f(reply{v.r, e}) {
+		if !f(Reply{v.r, e}) {
 			return
 		}
 	}
 }
 
-// next is the element after v in its array (whatever v's own elements);
-// past the last one it reads the next reply: check the array's len.
-func (v reply) next() reply {
-	if v.i < 0 {
-		return reply{v.r, absent}
+// Next is the element after v in its array (whatever v's own elements);
+// past the last one it reads the next reply: check the array's Len.
+func (v Reply) Next() Reply {
+	if v.i < 0 || v.r == nil {
+		return Reply{v.r, absent}
 	}
-	return reply{v.r, v.r.nodes[v.i].next}
+	return Reply{v.r, v.r.nodes[v.i].next}
 }
 
-// first is an array's first element; a nil reply when it has none.
-func (v reply) first() reply {
-	if v.len() <= 0 {
-		return reply{v.r, absent}
+// First is an array's first element; a nil reply when it has none.
+func (v Reply) First() Reply {
+	if v.Len() <= 0 {
+		return Reply{v.r, absent}
 	}
-	return reply{v.r, v.i + 1}
+	return Reply{v.r, v.i + 1}
 }
 
-// field returns the value after the string name in a map, or in an array
+// Field returns the value after the string name in a map, or in an array
 // of names and values (RESP2's maps); a nil reply when there is none.
-func (v reply) field(name string) reply {
-	n := v.len()
+func (v Reply) Field(name string) Reply {
+	n := v.Len()
 	if n%2 != 0 {
-		return reply{v.r, absent}
+		return Reply{v.r, absent}
 	}
 	nodes := v.r.nodes
 	for i, k := 0, v.i+1; i < n; i += 2 {
 		val := nodes[k].next
 		if kn := &nodes[k]; kn.kind == kindStr && string(v.r.buf[kn.off:kn.end]) == name {
-			return reply{v.r, val}
+			return Reply{v.r, val}
 		}
 		k = nodes[val].next
 	}
-	return reply{v.r, absent}
+	return Reply{v.r, absent}
 }
 
-// pairs calls f with each name and value of a map, or of an array of
+// Pairs calls f with each name and value of a map, or of an array of
 // names and values.
-func (v reply) pairs(f func(k, v reply)) {
-	n := v.len()
+func (v Reply) Pairs(f func(k, v Reply)) {
+	n := v.Len()
 	if n%2 != 0 {
 		return
 	}
 	nodes := v.r.nodes
 	for i, k := 0, v.i+1; i < n; i += 2 {
 		val := nodes[k].next
-		f(reply{v.r, k}, reply{v.r, val})
+		f(Reply{v.r, k}, Reply{v.r, val})
 		k = nodes[val].next
 	}
 }
 
 // String renders a reply for error messages.
-func (v reply) String() string {
+func (v Reply) String() string {
 	var b bytes.Buffer
 	v.render(&b)
 	return b.String()
 }
 
-func (v reply) render(b *bytes.Buffer) {
+func (v Reply) render(b *bytes.Buffer) {
 	n := v.node()
 	switch n.kind {
 	case kindNil:
@@ -282,7 +313,7 @@ func (v reply) render(b *bytes.Buffer) {
 	case kindArr:
 		b.WriteByte('[')
 		sep := ""
-		v.elems(func(e reply) bool {
+		v.Elems(func(e Reply) bool {
 			b.WriteString(sep)
 			e.render(b)
 			sep = " "
@@ -303,14 +334,14 @@ var errBadReply = errors.New("malformed RESP reply")
 const maxDepth = 16
 
 // setText appends t to r's buffer as nd's text.
-func setText[T string | []byte](r *replies, nd *rnode, t T) {
+func setText[T string | []byte](r *Replies, nd *rnode, t T) {
 	nd.off = int32(len(r.buf))
 	r.buf = append(r.buf, t...)
 	nd.end = int32(len(r.buf))
 }
 
 // add appends a value go-redis decoded (the client transport) as nodes.
-func (r *replies) add(v any, depth int) {
+func (r *Replies) add(v any, depth int) {
 	i := int32(len(r.nodes))
 	r.nodes = append(r.nodes, rnode{})
 	nd := rnode{}

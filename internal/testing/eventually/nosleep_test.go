@@ -30,7 +30,7 @@ var sleepAllowed = map[string]struct {
 // often than sleepAllowed says, so sleeps cannot creep back into tests; it
 // fails on a stale entry too, so the list stays exact.
 func TestNoSleepInTests(t *testing.T) {
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ var scriptSleep = regexp.MustCompile(`setTimeout\(\s*(resolve|r)\s*,|['"]node:ti
 // TestNoSleepInScriptTests is TestNoSleepInTests for the Node and Python
 // tests and their support code.
 func TestNoSleepInScriptTests(t *testing.T) {
-	root, err := filepath.Abs("../..")
+	root, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}

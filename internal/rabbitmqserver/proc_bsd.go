@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package rabbittest
+package rabbitmqserver
 
 import "syscall"
 

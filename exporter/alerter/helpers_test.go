@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
-	"github.com/backstop-dev/backstop/internal/logbuf"
+	"github.com/backstop-dev/backstop/internal/testing/logbuf"
 	"github.com/backstop-dev/backstop/queue"
 )
 

@@ -1,15 +1,13 @@
-// Package rabbittest starts real rabbitmq-server processes (the Debian
-// package, 3.10) for tests: each on free loopback ports, with its own node
-// name, HOME (the Erlang cookie), data and log directories, and the
-// management plugin. A missing or failing rabbitmq-server fails the test
-// loudly with the broker's log tail: `make deps` installs it.
+// Package rabbitmqserver starts real rabbitmq-server processes (the Debian
+// package, 3.10): each on free loopback ports, with its own node name, HOME
+// (the Erlang cookie), data and log directories, and the management plugin.
+// `backstop demo --broker rabbitmq` runs one; the tests run theirs through
+// internal/testing/rabbittest, which ties them to a testing.TB.
 //
-//	b := rabbittest.Start(t) // stopped when the test ends
-//	conn := b.Dial(t)        // closed when the test ends
+//	b, err := rabbitmqserver.Start() // the caller calls b.Stop
 //
-// A broker takes about 6 s to start; a test package can share one
-// (Shared), and a benchmark or a demo own one (StartProcess, Stop).
-package rabbittest
+// A broker takes about 6 s to start.
+package rabbitmqserver
 
 import (
 	"fmt"
@@ -22,10 +20,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
-
-	"github.com/backstop-dev/backstop/internal/eventually"
 )
 
 // Server is the broker's start script; run directly, not through the
@@ -41,7 +36,7 @@ const startTimeout = 90 * time.Second
 type Broker struct {
 	name     string // Erlang node name, name@localhost
 	dir      string
-	ownsDir  bool // StartProcess made dir; Stop removes it
+	ownsDir  bool // Start made dir; Stop removes it
 	amqpPort int
 	mgmtPort int
 	distPort int
@@ -69,28 +64,20 @@ func WithServer(path string) Option {
 	return func(b *Broker) { b.server = path }
 }
 
-// Start starts a broker in t.TempDir() and stops it when the test ends.
-// It fails the test (with the log tail) when the broker does not start.
-func Start(t testing.TB, opts ...Option) *Broker {
-	t.Helper()
-	b, err := newBroker(t.TempDir(), false, opts)
-	if err == nil {
-		err = b.start()
+// Start starts a broker in a new temporary directory (dir "" ) or in dir,
+// which the caller owns. The caller must call Stop, which also removes a
+// directory Start made.
+func Start(dir string, opts ...Option) (*Broker, error) {
+	if dir != "" {
+		b, err := newBroker(dir, false, opts)
+		if err == nil {
+			err = b.start()
+		}
+		return b, err
 	}
+	dir, err := os.MkdirTemp("", "rabbitmqserver-")
 	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Stop)
-	return b
-}
-
-// StartProcess starts a broker in a new temporary directory, for a
-// TestMain, a benchmark or a demo. The caller must call Stop, which also
-// removes the directory.
-func StartProcess(opts ...Option) (*Broker, error) {
-	dir, err := os.MkdirTemp("", "rabbittest-")
-	if err != nil {
-		return nil, fmt.Errorf("rabbittest: %w", err)
+		return nil, fmt.Errorf("rabbitmqserver: %w", err)
 	}
 	b, err := newBroker(dir, true, opts)
 	if err == nil {
@@ -109,7 +96,7 @@ func newBroker(dir string, ownsDir bool, opts []Option) (*Broker, error) {
 		o(b)
 	}
 	if _, err := os.Stat(b.server); err != nil {
-		return nil, fmt.Errorf("rabbittest: %s not found (%v): run `make deps`, which installs the Debian package rabbitmq-server", b.server, err)
+		return nil, fmt.Errorf("rabbitmqserver: %s not found (%v): run `make deps`, which installs the Debian package rabbitmq-server", b.server, err)
 	}
 	ports := b.ports
 	if ports == nil {
@@ -122,16 +109,16 @@ func newBroker(dir string, ownsDir bool, opts []Option) (*Broker, error) {
 	b.name = "backstop" + strconv.Itoa(b.amqpPort) + "@localhost"
 	for _, d := range []string{"home", "mnesia", "log"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("rabbittest: %w", err)
+			return nil, fmt.Errorf("rabbitmqserver: %w", err)
 		}
 	}
 	conf := fmt.Sprintf("listeners.tcp.default = 127.0.0.1:%d\nmanagement.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\nloopback_users = none\n%s\n",
 		b.amqpPort, b.mgmtPort, strings.Join(b.config, "\n"))
 	if err := os.WriteFile(filepath.Join(dir, "rabbit.conf"), []byte(conf), 0o644); err != nil {
-		return nil, fmt.Errorf("rabbittest: %w", err)
+		return nil, fmt.Errorf("rabbitmqserver: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[rabbitmq_management].\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("rabbittest: %w", err)
+		return nil, fmt.Errorf("rabbitmqserver: %w", err)
 	}
 	return b, nil
 }
@@ -149,7 +136,7 @@ func freePorts(n int) ([]int, error) {
 	for len(ports) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("rabbittest: free port: %w", err)
+			return nil, fmt.Errorf("rabbitmqserver: free port: %w", err)
 		}
 		ls = append(ls, l) // held open so the next Listen picks another
 		if p := l.Addr().(*net.TCPAddr).Port; p <= 55535 {
@@ -178,7 +165,7 @@ func (b *Broker) env() []string {
 func (b *Broker) start() error {
 	logf, err := os.OpenFile(b.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return fmt.Errorf("rabbittest: %w", err)
+		return fmt.Errorf("rabbitmqserver: %w", err)
 	}
 	cmd := exec.Command(b.server)
 	cmd.Dir = b.dir
@@ -187,7 +174,7 @@ func (b *Broker) start() error {
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("rabbittest: start %s: %w", b.server, err)
+		return fmt.Errorf("rabbitmqserver: start %s: %w", b.server, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -200,7 +187,7 @@ func (b *Broker) start() error {
 	b.mu.Unlock()
 
 	exited := false
-	err = eventually.Wait(startTimeout, func() bool {
+	err = waitFor(startTimeout, func() bool {
 		select {
 		case <-done:
 			exited = true
@@ -215,7 +202,7 @@ func (b *Broker) start() error {
 		if exited {
 			why = "exited: " + cmd.ProcessState.String()
 		}
-		return fmt.Errorf("rabbittest: rabbitmq-server %s (amqp %d, management %d) %s; log tail:\n%s",
+		return fmt.Errorf("rabbitmqserver: rabbitmq-server %s (amqp %d, management %d) %s; log tail:\n%s",
 			b.name, b.amqpPort, b.mgmtPort, why, b.LogTail(40))
 	}
 	return nil
@@ -284,7 +271,7 @@ func (b *Broker) Ctl(args ...string) (string, error) {
 }
 
 // Stop stops the broker gracefully (SIGTERM; SIGKILL after 60 s) and
-// waits for it. Idempotent. A broker from StartProcess also loses its
+// waits for it. Idempotent. A broker in a directory Start made also loses its
 // directory.
 func (b *Broker) Stop() {
 	b.stop(syscall.SIGTERM, 60*time.Second)
@@ -316,28 +303,17 @@ func (b *Broker) stop(sig syscall.Signal, grace time.Duration) {
 
 // Restart stops the broker (gracefully) and starts it again with the same
 // node name, data directory and ports: durable queues and persistent
-// messages survive. It fails t when the broker does not come back.
-func (b *Broker) Restart(t testing.TB) {
-	t.Helper()
-	if err := b.RestartProcess(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// RestartProcess is Restart for code without a testing.TB.
-func (b *Broker) RestartProcess() error {
+// messages survive.
+func (b *Broker) Restart() error {
 	b.stop(syscall.SIGTERM, 60*time.Second)
 	return b.startAgain()
 }
 
 // KillAndRestart kills the broker (a crash) and starts it again on the
 // same data and ports.
-func (b *Broker) KillAndRestart(t testing.TB) {
-	t.Helper()
+func (b *Broker) KillAndRestart() error {
 	b.Kill()
-	if err := b.startAgain(); err != nil {
-		t.Fatal(err)
-	}
+	return b.startAgain()
 }
 
 // startAgain starts the stopped broker; a port taken meanwhile by another
@@ -357,4 +333,17 @@ func (b *Broker) Running() bool {
 	default:
 		return true
 	}
+}
+
+// waitFor polls cond every 10 ms until it holds, or fails once deadline
+// has passed.
+func waitFor(deadline time.Duration, cond func() bool) error {
+	end := time.Now().Add(deadline)
+	for !cond() {
+		if !time.Now().Before(end) {
+			return fmt.Errorf("timed out after %v", deadline)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package rabbittest
+package rabbitmqserver
 
 import "syscall"
 
