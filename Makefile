@@ -5,14 +5,14 @@ WASM      := contract/backstop.wasm
 # The Node.js and Python packages ship their own copies of the module and of
 # the queue scripts (contract/scripts is the source). The copies are not
 # committed: this target refreshes them for the tests, and the packages' own
-# build hooks (host/node/copy-assets.js as npm's `prepare`,
-# host/python/setup.py) make them for installs, npm pack and wheels.
-WASM_COPIES := host/node/backstop.wasm host/python/src/backstop/backstop.wasm
-SCRIPT_COPIES := host/node/scripts host/python/src/backstop/scripts
+# build hooks (sdk/node/copy-assets.js as npm's `prepare`,
+# sdk/python/setup.py) make them for installs, npm pack and wheels.
+WASM_COPIES := sdk/node/backstop.wasm sdk/python/src/backstop/backstop.wasm
+SCRIPT_COPIES := sdk/node/scripts sdk/python/src/backstop/scripts
 VENV      := .venv
 VPY       := $(VENV)/bin/python
 # The Python host runs on the wasmtime releases its fast path is proven on
-# (host/python/pyproject.toml allows exactly those): make test runs its
+# (sdk/python/pyproject.toml allows exactly those): make test runs its
 # suite on the newest, in .venv (which the cross-host tests use too), and on
 # the oldest, in .venv-wasmtime-oldest.
 WASMTIME_NEWEST := 50.0.1
@@ -25,7 +25,7 @@ PY_OLDEST := $(VENV_OLDEST)/.wasmtime-$(WASMTIME_OLDEST)
 # The Python tests that call the module in every way, run once more on each
 # wasmtime with the fast path off (test_wasmtime compares the command's
 # answers on both paths; the queue tests add no call of their own).
-PY_CALL_TESTS := $(addprefix host/python/tests/,test_vectors.py test_inputs.py test_instance.py test_policy.py \
+PY_CALL_TESTS := $(addprefix sdk/python/tests/,test_vectors.py test_inputs.py test_instance.py test_policy.py \
 	test_retry.py test_wasmtime.py)
 # -buildvcs=false and -trimpath keep the module byte-for-byte reproducible,
 # so CI can check that the committed backstop.wasm matches its sources.
@@ -84,11 +84,11 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(PY_NEWEST) $(PY_OLDEST): host/python/pyproject.toml
+$(PY_NEWEST) $(PY_OLDEST): sdk/python/pyproject.toml
 	rm -f $(@D)/.wasmtime-*
 	$(PYTHON) -m venv $(@D)
 	$(@D)/bin/python -m pip install -q --upgrade pip
-	$(@D)/bin/python -m pip install -q -e 'host/python[test]' 'wasmtime==$(patsubst .wasmtime-%,%,$(@F))'
+	$(@D)/bin/python -m pip install -q -e 'sdk/python[test]' 'wasmtime==$(patsubst .wasmtime-%,%,$(@F))'
 	touch $@
 
 ## test: everything CI runs (installs what it needs first). The Python suite
@@ -100,9 +100,9 @@ test: deps wasm
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./wasm
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./host/...
-	cd host/node && npm ci --no-audit --no-fund --loglevel=error && node --test
-	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY_OLDEST) $(VPY) -m pytest -q host/python/tests
-	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) $(VPY_OLDEST) -m pytest -q host/python/tests
+	cd sdk/node && npm ci --no-audit --no-fund --loglevel=error && node --test
+	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY_OLDEST) $(VPY) -m pytest -q sdk/python/tests
+	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) $(VPY_OLDEST) -m pytest -q sdk/python/tests
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY_OLDEST) BACKSTOP_FAST_PATH=0 $(VPY) -m pytest -q $(PY_CALL_TESTS)
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) BACKSTOP_FAST_PATH=0 $(VPY_OLDEST) -m pytest -q $(PY_CALL_TESTS)
 

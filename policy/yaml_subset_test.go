@@ -90,7 +90,7 @@ func subsetCorpus(t testing.TB) map[string]string {
 	}
 	docs, _ := filepath.Glob("../docs/*.md")
 	more, _ := filepath.Glob("../*/README.md")
-	hosts, _ := filepath.Glob("../host/*/README.md")
+	hosts, _ := filepath.Glob("../sdk/*/README.md")
 	block := regexp.MustCompile("(?s)```(?:yaml|json)\n(.*?)```")
 	for _, f := range append(append(append(docs, more...), hosts...), "../README.md") {
 		text, err := os.ReadFile(f)

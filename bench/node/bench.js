@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import pRetry from 'p-retry';
-import { loadPolicy, retry } from '../../host/node/index.js';
+import { loadPolicy, retry } from '../../sdk/node/index.js';
 
 const require = createRequire(import.meta.url);
 // exponential-backoff computes a delay with DelayFactory(options, attempt)
@@ -107,7 +107,7 @@ const retryPerAttempt = (await measureAsync(() => retry(flaky(), { policy: noDel
 rows.push([`backstop-policy retry(): per attempt (same; a decide() per failure)`, retryPerAttempt]);
 
 // --- start-up: a fresh process until the first policy is loaded ------------
-const hostDir = new URL('../../host/node/', import.meta.url);
+const hostDir = new URL('../../sdk/node/', import.meta.url);
 const probe = `const t0 = performance.now();
 const { loadPolicy } = await import(${JSON.stringify(new URL('index.js', hostDir).href)});
 const p = await loadPolicy('default');

@@ -1,7 +1,7 @@
 """Side-by-side benchmarks of backstop's Python host against tenacity,
 backoff and stamina. Prints markdown tables.
 
-    .venv/bin/pip install -e 'host/python[test]' -r bench/python/requirements.txt
+    .venv/bin/pip install -e 'sdk/python[test]' -r bench/python/requirements.txt
     .venv/bin/python bench/python/bench.py [--quick]
 
 Every library runs the same policy: exponential backoff from 1 s, doubling,

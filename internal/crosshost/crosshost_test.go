@@ -86,7 +86,7 @@ func generate(n int, seed uint64) []vector.Input {
 }
 
 func TestAllHostsDecideIdentically(t *testing.T) {
-	node := requireTool(t, "node", "Node.js runs host/node")
+	node := requireTool(t, "node", "Node.js runs sdk/node")
 	python := filepath.Join(root, ".venv", "bin", "python")
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s missing: run `make test`, which creates the virtualenv with the Python host", python)
@@ -118,7 +118,7 @@ func TestAllHostsDecideIdentically(t *testing.T) {
 			}
 			want := goAnswers(t, rt, []byte(src), inputs)
 			answers := map[string][]string{
-				"node":   run(t, lines.Bytes(), node, filepath.Join(root, "host/node/bin/backstop-decide.js"), "--policy", arg),
+				"node":   run(t, lines.Bytes(), node, filepath.Join(root, "sdk/node/bin/backstop-decide.js"), "--policy", arg),
 				"python": run(t, lines.Bytes(), python, "-m", "backstop", "decide", "--policy", arg),
 			}
 			for hostName, got := range answers {

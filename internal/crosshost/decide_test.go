@@ -34,7 +34,7 @@ func commands(t *testing.T) map[string][]string {
 // commandsWith is commands with other flags.
 func commandsWith(t *testing.T, flags ...string) map[string][]string {
 	t.Helper()
-	node := requireTool(t, "node", "Node.js runs host/node")
+	node := requireTool(t, "node", "Node.js runs sdk/node")
 	python := filepath.Join(root, ".venv", "bin", "python")
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s missing: run `make test`, which creates the virtualenv with the Python host", python)
@@ -45,7 +45,7 @@ func commandsWith(t *testing.T, flags ...string) map[string][]string {
 	}
 	return map[string][]string{
 		"go":     append([]string{bin, "decide"}, flags...),
-		"node":   append([]string{node, filepath.Join(root, "host/node/bin/backstop-decide.js")}, flags...),
+		"node":   append([]string{node, filepath.Join(root, "sdk/node/bin/backstop-decide.js")}, flags...),
 		"python": append([]string{python, "-m", "backstop", "decide"}, flags...),
 	}
 }
@@ -281,7 +281,7 @@ func TestDecideCommandsAnswerBeforeWaiting(t *testing.T) {
 // Messages show numbers as JavaScript prints them: Go (vector.ESFormat)
 // and Python (_es_format) write every double as Node.js does.
 func TestNumbersPrintAlike(t *testing.T) {
-	node := requireTool(t, "node", "Node.js runs host/node")
+	node := requireTool(t, "node", "Node.js runs sdk/node")
 	python := filepath.Join(root, ".venv", "bin", "python")
 	rng := rand.New(rand.NewPCG(7, 8))
 	var in bytes.Buffer

@@ -16,7 +16,7 @@ import (
 )
 
 // The hosts' packages carry copies of these, made when they are built or
-// installed (host/node/copy-assets.js, host/python/setup.py); the
+// installed (sdk/node/copy-assets.js, sdk/python/setup.py); the
 // repository commits only the originals.
 const (
 	wasmFile       = "contract/backstop.wasm"
@@ -32,7 +32,7 @@ const (
 )
 
 // checkout lays out, in a temporary directory, what a fresh clone holds
-// of the hosts' packages: the originals, and host/node and host/python
+// of the hosts' packages: the originals, and sdk/node and sdk/python
 // without any copy of them (nor node_modules, tests or build output).
 func checkout(t *testing.T) string {
 	t.Helper()
@@ -41,13 +41,13 @@ func checkout(t *testing.T) string {
 	copyFile(t, filepath.Join(root, wasmFile), filepath.Join(dst, wasmFile))
 	copyFile(t, filepath.Join(root, errorKindsFile), filepath.Join(dst, errorKindsFile))
 	skip := map[string]bool{
-		"host/node/backstop.wasm": true, "host/node/scripts": true, "host/node/errorkinds.json": true, "host/node/node_modules": true,
-		"host/node/test": true, "host/node/test-support": true,
-		"host/python/src/backstop/backstop.wasm": true, "host/python/src/backstop/scripts": true,
-		"host/python/src/backstop/errorkinds.json": true,
-		"host/python/tests":                        true, "host/python/build": true,
+		"sdk/node/backstop.wasm": true, "sdk/node/scripts": true, "sdk/node/errorkinds.json": true, "sdk/node/node_modules": true,
+		"sdk/node/test": true, "sdk/node/test-support": true,
+		"sdk/python/src/backstop/backstop.wasm": true, "sdk/python/src/backstop/scripts": true,
+		"sdk/python/src/backstop/errorkinds.json": true,
+		"sdk/python/tests":                        true, "sdk/python/build": true,
 	}
-	for _, dir := range []string{scriptsDir, "host/node", "host/python"} {
+	for _, dir := range []string{scriptsDir, "sdk/node", "sdk/python"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -98,17 +98,17 @@ func wantScript(t *testing.T) string {
 		string(readFile(t, filepath.Join(root, scriptsDir, "retry.lua")))
 }
 
-// TestNpmPackage packs host/node as `npm publish` would, from a tree with
+// TestNpmPackage packs sdk/node as `npm publish` would, from a tree with
 // no copy of the module or the scripts, installs the tarball, and loads a
 // policy and a queue script from the installed package; then installs the
-// directory itself (`npm install ./host/node`) and does the same.
+// directory itself (`npm install ./sdk/node`) and does the same.
 func TestNpmPackage(t *testing.T) {
 	t.Parallel()
 	lookPath(t, "node")
 	npm := lookPath(t, "npm")
 	src := checkout(t)
 	out := t.TempDir()
-	run(t, filepath.Join(src, "host/node"), nil, npm, "pack", "--offline", "--pack-destination", out)
+	run(t, filepath.Join(src, "sdk/node"), nil, npm, "pack", "--offline", "--pack-destination", out)
 	tgz, _ := filepath.Glob(filepath.Join(out, "*.tgz"))
 	if len(tgz) != 1 {
 		t.Fatalf("npm pack wrote %q, want one tarball", tgz)
@@ -117,7 +117,7 @@ func TestNpmPackage(t *testing.T) {
 
 	for _, install := range []struct{ name, arg string }{
 		{"tarball", tgz[0]},
-		{"directory", filepath.Join(checkout(t), "host/node")},
+		{"directory", filepath.Join(checkout(t), "sdk/node")},
 	} {
 		t.Run(install.name, func(t *testing.T) {
 			app := t.TempDir()
@@ -135,8 +135,8 @@ console.log(JSON.stringify({ action: d.action, reason: d.reason, script: scriptS
 	}
 }
 
-// TestPythonPackage builds host/python's sdist and wheel from a tree with
-// no copy of the module or the scripts (as `pip install ./host/python` or
+// TestPythonPackage builds sdk/python's sdist and wheel from a tree with
+// no copy of the module or the scripts (as `pip install ./sdk/python` or
 // a git URL does), and a wheel from the sdist alone, checks that each
 // carries them, installs the wheel and loads a policy and a queue script
 // from the installed package.
@@ -149,7 +149,7 @@ func TestPythonPackage(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s missing: run `make test`, which creates the virtualenv with the Python host", python)
 	}
-	pkg := filepath.Join(checkout(t), "host/python")
+	pkg := filepath.Join(checkout(t), "sdk/python")
 	out := t.TempDir()
 	// The build backend's own hook, as `python -m build --sdist` calls it;
 	// no isolated build environment, so nothing is fetched.
@@ -174,7 +174,7 @@ func TestPythonPackage(t *testing.T) {
 
 	site := t.TempDir()
 	run(t, out, nil, python, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target", site, wheel)
-	// PYTHONPATH comes before the editable install of host/python in .venv.
+	// PYTHONPATH comes before the editable install of sdk/python in .venv.
 	got := run(t, out, []string{"PYTHONPATH=" + site}, python, "-c", `
 import json, sys, backstop
 from backstop.queue import script_source
@@ -338,8 +338,8 @@ func TestCopiesNotCommitted(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, ".git")); err != nil {
 		t.Skip("not a git checkout")
 	}
-	cmd := exec.Command("git", "ls-files", "--", "host/node/backstop.wasm", "host/node/scripts", "host/node/errorkinds.json",
-		"host/python/src/backstop/backstop.wasm", "host/python/src/backstop/scripts", "host/python/src/backstop/errorkinds.json")
+	cmd := exec.Command("git", "ls-files", "--", "sdk/node/backstop.wasm", "sdk/node/scripts", "sdk/node/errorkinds.json",
+		"sdk/python/src/backstop/backstop.wasm", "sdk/python/src/backstop/scripts", "sdk/python/src/backstop/errorkinds.json")
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {

@@ -6,8 +6,8 @@
 //   - ```go: the block is a compiled-and-run test of this package (its lines,
 //     spacing aside, appear in order in one of this package's _test.go
 //     files);
-//   - ```js: host/node/test/docs.test.js runs it with the package;
-//   - ```python: host/python/tests/test_docs.py execs it;
+//   - ```js: sdk/node/test/docs.test.js runs it with the package;
+//   - ```python: sdk/python/tests/test_docs.py execs it;
 //   - a block whose first line starts with "$ ": each command runs through
 //     sh with the built CLI on PATH and its output (stdout and stderr) must
 //     be the text shown; a "..." line stands for any lines;
@@ -47,7 +47,7 @@ const root = "../.."
 // suites read the same list).
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md", "host/node/README.md", "host/python/README.md", "queue/README.md", "queue/rabbitmq/README.md"}
+	files := []string{"README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/README.md", "queue/rabbitmq/README.md"}
 	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +114,7 @@ type env struct {
 }
 
 func TestDocsEveryBlockIsRun(t *testing.T) {
-	for _, suite := range []string{"host/node/test/docs.test.js", "host/python/tests/test_docs.py"} {
+	for _, suite := range []string{"sdk/node/test/docs.test.js", "sdk/python/tests/test_docs.py"} {
 		if _, err := os.Stat(filepath.Join(root, suite)); err != nil {
 			t.Errorf("the ```js and ```python blocks are run by %s: %v", suite, err)
 		}
@@ -145,7 +145,7 @@ func checkBlock(t *testing.T, b block, e env, work string, goSources map[string]
 		}
 		t.Errorf("%s is not run: add it, as written, to a test in internal/docs/*_test.go", b)
 	case b.marker == "" && (b.lang == "js" || b.lang == "python"):
-		// Run by host/node/test/docs.test.js or host/python/tests/test_docs.py.
+		// Run by sdk/node/test/docs.test.js or sdk/python/tests/test_docs.py.
 	case b.marker == "" && strings.HasPrefix(b.body, "$ "):
 		runTranscript(t, b, e, work)
 	case key == "run":

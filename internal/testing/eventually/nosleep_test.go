@@ -81,24 +81,24 @@ func TestNoSleepInTests(t *testing.T) {
 // one helper per language that polls (until in test-support/eventually.js,
 // wait_for and until_async in conftest.py).
 var scriptSleepAllowed = map[string]int{
-	"host/node/test-support/eventually.js": 1,
+	"sdk/node/test-support/eventually.js": 1,
 	// A handler's work that outlasts what is under test (issue 26): three
 	// times min_idle (held, not reclaimed) and three heartbeat timeouts
 	// (the connection lives, nothing is redelivered).
-	"host/node/test/queue-deadline.test.js":    1,
-	"host/node/test/rabbitmq-deadline.test.js": 1,
+	"sdk/node/test/queue-deadline.test.js":    1,
+	"sdk/node/test/rabbitmq-deadline.test.js": 1,
 	// Time passing is what two of its checks are about (a due job that no
 	// mover moves stays; a job re-delayed is not run), and a sampler of
 	// the old TTL levels polls them while a hop goes on.
-	"host/node/test/rabbitmq-mover.test.js": 3,
-	"host/python/tests/conftest.py":         2,
+	"sdk/node/test/rabbitmq-mover.test.js": 3,
+	"sdk/python/tests/conftest.py":         2,
 	// asyncio.sleep(0): a yield to the other task between two reads of the
 	// attempt, to show each task keeps its own; no time is waited.
-	"host/python/tests/test_layers.py": 1,
+	"sdk/python/tests/test_layers.py": 1,
 	// A handler's work (sync and async) that outlasts min idle or the
 	// heartbeat timeout: how long it runs is what the deadline tests are about.
-	"host/python/tests/test_queue_deadline.py":    2,
-	"host/python/tests/test_rabbitmq_deadline.py": 2,
+	"sdk/python/tests/test_queue_deadline.py":    2,
+	"sdk/python/tests/test_rabbitmq_deadline.py": 2,
 }
 
 // scriptSleep matches a sleep in the Node tests (a promise around
@@ -113,7 +113,7 @@ func TestNoSleepInScriptTests(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := map[string][]string{}
-	for _, dir := range []string{"host/node/test", "host/node/test-support", "host/python/tests"} {
+	for _, dir := range []string{"sdk/node/test", "sdk/node/test-support", "sdk/python/tests"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".js") || strings.HasSuffix(path, ".py")) {
 				return err

@@ -23,8 +23,8 @@ const pkg = fileURLToPath(new URL('../', import.meta.url));
 // The documents whose blocks must run (internal/docs reads the same list).
 const files = [
   'README.md',
-  'host/node/README.md',
-  'host/python/README.md',
+  'sdk/node/README.md',
+  'sdk/python/README.md',
   'queue/README.md',
   'queue/rabbitmq/README.md',
   ...readdirSync(join(root, 'docs'))

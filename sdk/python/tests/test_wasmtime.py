@@ -57,12 +57,12 @@ def test_the_allowed_range_is_the_proven_one():
     them, and the installed wasmtime is one of them."""
     first, last = _runtime.WASMTIME_PROVEN
     spec = "wasmtime>=%d,<%d" % (first, last + 1)
-    pyproject = (ROOT / "host/python/pyproject.toml").read_text()
+    pyproject = (ROOT / "sdk/python/pyproject.toml").read_text()
     assert re.search(r'^dependencies = \["%s"\]$' % re.escape(spec), pyproject, re.M), pyproject
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^WASMTIME_OLDEST\s*:= %d\.\d+\.\d+$" % first, makefile, re.M)
     assert re.search(r"^WASMTIME_NEWEST\s*:= %d\.\d+\.\d+$" % last, makefile, re.M)
-    assert "`%s`" % spec in (ROOT / "host/python/README.md").read_text()
+    assert "`%s`" % spec in (ROOT / "sdk/python/README.md").read_text()
     assert first <= _runtime._major(_runtime._WASMTIME_VERSION) <= last
 
 

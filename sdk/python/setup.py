@@ -3,7 +3,7 @@ this package without a second committed copy (so does errorkinds.json).
 
 The repository keeps one copy of each: ``contract/backstop.wasm`` (``make
 wasm``) and ``contract/scripts/*.lua``. Built from a checkout (``pip install
-./host/python``, a git URL with ``#subdirectory=host/python``, an editable
+./sdk/python``, a git URL with ``#subdirectory=sdk/python``, an editable
 install, an sdist or a wheel), this copies them into ``src/backstop``, where
 pyproject.toml's package-data picks them up. An sdist carries the copies, so
 a wheel built from it needs no checkout.
