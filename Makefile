@@ -111,10 +111,10 @@ vectors:
 	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json
 
 ## queue-cases: regenerate testdata/queue/cases.json: the cases' inputs
-## (queue/cases_build_test.go) run through the Go worker against a real
+## (queue/redisqueue/cases_build_test.go) run through the Go worker against a real
 ## redis-server give the expected states
 queue-cases:
-	$(GO) test -count=1 -run '^TestQueueCases$$' ./queue -update
+	$(GO) test -count=1 -run '^TestQueueCases$$' ./queue/redisqueue -update
 
 ## idempotency-cases: regenerate testdata/idempotency/cases.json: the cases'
 ## steps (idempotency/cases_build_test.go) run through the Go store against a
@@ -152,7 +152,7 @@ fuzz: wasm
 	for f in FuzzPolicyLoad FuzzDecide FuzzDecideBatch FuzzBuffer; do \
 		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./wasm || exit 1; done
 	for f in FuzzScriptEntries FuzzScriptMembers FuzzScriptArgs; do \
-		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./queue || exit 1; done
+		$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) ./queue/redisqueue || exit 1; done
 
 clean:
 	rm -rf bin $(VENV) $(VENV_OLDEST)

@@ -22,7 +22,7 @@ import (
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // BenchmarkExporterScrape runs the real backstop-exporter binary against
@@ -87,7 +87,7 @@ func BenchmarkExporterScrape(b *testing.B) {
 					}
 					for i := range n {
 						q := exporter.QueueFor("b" + strconv.Itoa(i))
-						q.Keys = queue.KeysFor(bigNames[i%len(bigNames)])
+						q.Keys = redisqueue.KeysFor(bigNames[i%len(bigNames)])
 						qs = append(qs, q)
 					}
 				}
@@ -292,7 +292,7 @@ func bigQueues(b *testing.B, rdb redis.UniversalClient, k, entries int) []string
 	var names []string
 	for i := range k {
 		name := "big" + strconv.Itoa(i)
-		keys := queue.KeysFor(name)
+		keys := redisqueue.KeysFor(name)
 		due := time.Now().UnixMilli() - int64(entries/2) // half overdue
 		for done := 0; done < entries; done += 100_000 {
 			n := min(100_000, entries-done)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/backstop-dev/backstop/contract"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // BenchmarkQueueRetryCycle applies retry decisions and promotes the jobs
@@ -45,7 +45,7 @@ func BenchmarkQueueRetryCycle(b *testing.B) {
 					wg.Add(1)
 					go func(w int) {
 						defer wg.Done()
-						q := queue.New(rdb, "bench-"+strconv.Itoa(w))
+						q := redisqueue.New(rdb, "bench-"+strconv.Itoa(w))
 						q.EnsureGroup(ctx)
 						for done := 0; done < per; done += 16 {
 							ids := prepare(b, ctx, rdb, q, 16, &next)
@@ -68,7 +68,7 @@ func BenchmarkQueueRetryCycle(b *testing.B) {
 
 // prepare enqueues n jobs and reads them, so they are pending (not timed
 // separately: both contenders pay it the same).
-func prepare(b *testing.B, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue, n int, next *atomic.Int64) []string {
+func prepare(b *testing.B, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue, n int, next *atomic.Int64) []string {
 	p := rdb.Pipeline()
 	for i := 0; i < n; i++ {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []any{"id", strconv.FormatInt(next.Add(1), 10), "attempt", "1", "first_enqueued_ms", "1", "payload", "x"}})
@@ -87,7 +87,7 @@ func prepare(b *testing.B, ctx context.Context, rdb redis.UniversalClient, q *qu
 	return ids
 }
 
-func backstopCycle(ctx context.Context, rdb redis.UniversalClient, q *queue.Queue, ids []string) int64 {
+func backstopCycle(ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue, ids []string) int64 {
 	p := rdb.Pipeline()
 	for _, id := range ids {
 		// queue.Retry, pipelined: the script is loaded by the first call.
@@ -116,7 +116,7 @@ func retrySHA(ctx context.Context, rdb redis.UniversalClient) string {
 	return sha
 }
 
-func naiveCycle(ctx context.Context, rdb redis.UniversalClient, q *queue.Queue, ids []string) int64 {
+func naiveCycle(ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue, ids []string) int64 {
 	k := q.Keys()
 	p := rdb.Pipeline()
 	for _, id := range ids {

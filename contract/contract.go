@@ -1,7 +1,7 @@
 // Package contract holds what every language of backstop shares, byte for
 // byte: the policy module (backstop.wasm, built from ../wasm by `make
 // wasm`), the Lua scripts of the Redis queue and idempotency contracts
-// (scripts/; ../queue/README.md gives their KEYS, ARGV and replies), and the
+// (scripts/; ../queue/redisqueue/README.md gives their KEYS, ARGV and replies), and the
 // table from language errors to error kinds (errorkinds.json). Go embeds
 // them from here; `make wasm` and the Node and Python packages' build hooks
 // copy them into those packages.

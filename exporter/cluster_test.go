@@ -12,7 +12,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/resp"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // TestCluster runs queues through the scripts on a 3-master Redis Cluster
@@ -25,7 +25,7 @@ func TestCluster(t *testing.T) {
 	ctx := context.Background()
 	const n = 20
 	for i := range n {
-		q := queue.New(rdb, "q"+strconv.Itoa(i))
+		q := redisqueue.New(rdb, "q"+strconv.Itoa(i))
 		must(t, q.EnsureGroup(ctx))
 		for j := range 3 {
 			_, err := q.Enqueue(ctx, "job-"+strconv.Itoa(j), nil)
@@ -90,7 +90,7 @@ func TestClusterSlotMoving(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	rdb := cluster.Client(t)
 	ctx := context.Background()
-	q := queue.New(rdb, "moving")
+	q := redisqueue.New(rdb, "moving")
 	must(t, q.EnsureGroup(ctx))
 	for j := range 3 {
 		_, err := q.Enqueue(ctx, "job-"+strconv.Itoa(j), nil)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // discovery finds queues by SCAN MATCH on every master and caches their
@@ -192,7 +192,7 @@ func queueOfKey(key string) (string, bool) {
 	if end < 0 || validName(name) != nil {
 		return "", false
 	}
-	switch k := queue.KeysFor(name); key {
+	switch k := redisqueue.KeysFor(name); key {
 	case k.Jobs, k.Delayed, k.DLQ, k.Stats:
 		return name, true
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // TestQueueOfKey maps a key to its queue only when the key is exactly a
@@ -41,7 +41,7 @@ func TestQueueOfKey(t *testing.T) {
 // addQueue creates the jobs stream and group of queue name.
 func addQueue(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
-	must(t, rdb.XGroupCreateMkStream(context.Background(), queue.KeysFor(name).Jobs, "workers", "0").Err())
+	must(t, rdb.XGroupCreateMkStream(context.Background(), redisqueue.KeysFor(name).Jobs, "workers", "0").Err())
 }
 
 // TestDiscovery finds queues by pattern, keeps a configured queue's own
@@ -52,7 +52,7 @@ func TestDiscovery(t *testing.T) {
 		addQueue(t, rdb, n)
 	}
 	must(t, rdb.Set(context.Background(), "{x}:other", "1", 0).Err()) // does not match
-	custom := Queue{Name: "a", Keys: queue.Keys{Jobs: queue.KeysFor("a").Jobs}, Groups: []string{"audit"}}
+	custom := Queue{Name: "a", Keys: redisqueue.Keys{Jobs: redisqueue.KeysFor("a").Jobs}, Groups: []string{"audit"}}
 
 	c, _ := newTestCollector(t, rdb, WithQueues(custom), WithPattern("{*}:jobs", time.Hour, 100))
 	got := gather(t, c)

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/exporter"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // Serve the metrics of two queues in the default layout, one existing
@@ -21,7 +21,7 @@ func ExampleNewCollector() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	legacy := exporter.Queue{
 		Name:   "legacy",
-		Keys:   queue.Keys{Jobs: "jobs:main", Delayed: "delayed:retries", DLQ: "jobs:dlq"},
+		Keys:   redisqueue.Keys{Jobs: "jobs:main", Delayed: "delayed:retries", DLQ: "jobs:dlq"},
 		Groups: []string{"workers", "audit"},
 	}
 	c, err := exporter.NewCollector(rdb,

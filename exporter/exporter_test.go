@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden.prom from the current output")
@@ -73,7 +73,7 @@ func TestGolden(t *testing.T) {
 // prepareOrders drives queue orders through the scripts.
 func prepareOrders(t *testing.T, rdb redis.UniversalClient) {
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	must(t, q.EnsureGroup(ctx))
 	for i := range 6 {
 		_, err := q.Enqueue(ctx, "job-"+strconv.Itoa(i), []byte("payload"))
@@ -132,7 +132,7 @@ func prepareLegacy(t *testing.T, rdb redis.UniversalClient) {
 // id: Redis 7 can no longer count the lag and reports it NULL.
 func prepareLagless(t *testing.T, rdb redis.UniversalClient) {
 	ctx := context.Background()
-	key := queue.KeysFor("lagless").Jobs
+	key := redisqueue.KeysFor("lagless").Jobs
 	for i := 1; i <= 4; i++ {
 		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: "1700000000000-" + strconv.Itoa(i), Values: []string{"id", "j"}}).Err())
 	}
@@ -156,21 +156,21 @@ func readGroup(t *testing.T, rdb redis.UniversalClient, key, group string, n int
 	return res[0].Messages
 }
 
-func ack(t *testing.T, q *queue.Queue, id string) {
+func ack(t *testing.T, q *redisqueue.Queue, id string) {
 	t.Helper()
 	if ok, err := q.Ack(context.Background(), id); err != nil || !ok {
 		t.Fatalf("ack %s: %v %v", id, ok, err)
 	}
 }
 
-func retry(t *testing.T, q *queue.Queue, id string, d time.Duration, reason string) {
+func retry(t *testing.T, q *redisqueue.Queue, id string, d time.Duration, reason string) {
 	t.Helper()
 	if _, ok, err := q.Retry(context.Background(), id, d, reason, "boom"); err != nil || !ok {
 		t.Fatalf("retry %s: %v %v", id, ok, err)
 	}
 }
 
-func deadLetter(t *testing.T, q *queue.Queue, id, reason string) {
+func deadLetter(t *testing.T, q *redisqueue.Queue, id, reason string) {
 	t.Helper()
 	if v, err := q.DeadLetter(context.Background(), id, reason, "boom"); err != nil || v == "" {
 		t.Fatalf("dead-letter %s: %q %v", id, v, err)

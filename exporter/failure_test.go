@@ -20,7 +20,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/resp"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // serve serves c the way cmd/backstop-exporter does, with the Go
@@ -102,7 +102,7 @@ func TestRedisRestart(t *testing.T) {
 func TestWrongType(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	k := queue.KeysFor("broken")
+	k := redisqueue.KeysFor("broken")
 	must(t, rdb.Set(ctx, k.Jobs, "not a stream", 0).Err())
 	must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: k.Delayed, Values: []string{"a", "b"}}).Err())
 	must(t, rdb.HSet(ctx, k.DLQ, "a", "b").Err())

@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // DLQIngestion gives the scrape's backstop_dlq_ingested_total and
@@ -17,9 +17,9 @@ func TestDLQIngestionIsTheScrapeFigure(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
 	for range 3 {
-		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: queue.KeysFor("orders").DLQ, Values: []any{"reason", "permanent_error"}}).Err())
+		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: redisqueue.KeysFor("orders").DLQ, Values: []any{"reason", "permanent_error"}}).Err())
 	}
-	must(t, rdb.XTrimMaxLen(ctx, queue.KeysFor("orders").DLQ, 1).Err()) // ingestion survives trimming
+	must(t, rdb.XTrimMaxLen(ctx, redisqueue.KeysFor("orders").DLQ, 1).Err()) // ingestion survives trimming
 	c, _ := newTestCollector(t, rdb, WithQueues(QueueFor("orders"), QueueFor("emails")))
 
 	ins, err := c.DLQIngestion(ctx)

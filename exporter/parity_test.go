@@ -21,7 +21,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/logbuf"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // parityExcluded are the series whose values differ between any two runs,
@@ -141,14 +141,14 @@ func parityScenario(t *testing.T, rdb *redis.Client, real bool) []map[string]flo
 			t.Fatalf("checkpoint %s, want %s", name, parityCheckpoints[len(snaps)])
 		}
 		if real {
-			proveIngestion(t, rdb, name, queue.KeysFor("orders"))
+			proveIngestion(t, rdb, name, redisqueue.KeysFor("orders"))
 		}
 		snaps = append(snaps, scrapeAll(t, url))
 	}
 
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	must(t, q.EnsureGroup(ctx))
-	must(t, queue.New(rdb, "idle").EnsureGroup(ctx))
+	must(t, redisqueue.New(rdb, "idle").EnsureGroup(ctx))
 	for i := range 16 {
 		_, err := q.Enqueue(ctx, fmt.Sprintf("j%02d", i), []byte(`{"n":`+strconv.Itoa(i)+`}`))
 		must(t, err)
@@ -158,7 +158,7 @@ func parityScenario(t *testing.T, rdb *redis.Client, real bool) []map[string]flo
 	must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"payload", "no id"}}).Err())
 	// Dead letters written by another tool: only entries-added counts them.
 	for range 2 {
-		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: queue.KeysFor("legacy").DLQ, Values: []string{"reason", "by_hand"}}).Err())
+		must(t, rdb.XAdd(ctx, &redis.XAddArgs{Stream: redisqueue.KeysFor("legacy").DLQ, Values: []string{"reason", "by_hand"}}).Err())
 	}
 	checkpoint("enqueued")
 
@@ -232,7 +232,7 @@ func parityScenario(t *testing.T, rdb *redis.Client, real bool) []map[string]flo
 }
 
 // reclaim calls q.Reclaim and fails the test on an error.
-func reclaim(t *testing.T, q *queue.Queue, consumer string, minIdle time.Duration, count, maxDeliveries int) queue.Reclaimed {
+func reclaim(t *testing.T, q *redisqueue.Queue, consumer string, minIdle time.Duration, count, maxDeliveries int) redisqueue.Reclaimed {
 	t.Helper()
 	r, err := q.Reclaim(context.Background(), consumer, minIdle, count, maxDeliveries)
 	must(t, err)
@@ -243,7 +243,7 @@ func reclaim(t *testing.T, q *queue.Queue, consumer string, minIdle time.Duratio
 // falls back on where a server does not report entries-added, the stats
 // field attempts:dead_letter, equals the DLQ's entries-added, and so does
 // the sum of the dead_letters:<reason> fields.
-func proveIngestion(t *testing.T, rdb *redis.Client, cp string, keys queue.Keys) {
+func proveIngestion(t *testing.T, rdb *redis.Client, cp string, keys redisqueue.Keys) {
 	t.Helper()
 	ctx := context.Background()
 	added := int64(0)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -25,7 +25,7 @@ func TestLoadQueuesConfig(t *testing.T) {
 	must(t, err)
 	wantQs := []Queue{
 		QueueFor("orders"),
-		{Name: "legacy", Keys: queue.Keys{Jobs: "jobs:main", Delayed: "delayed:retries", DLQ: "jobs:dlq"}, Groups: []string{"workers", "audit", "ghost"}},
+		{Name: "legacy", Keys: redisqueue.Keys{Jobs: "jobs:main", Delayed: "delayed:retries", DLQ: "jobs:dlq"}, Groups: []string{"workers", "audit", "ghost"}},
 		QueueFor("lagless"),
 		QueueFor("fresh"),
 	}

@@ -68,7 +68,7 @@ const maxJobTypes = 100
 // otherType is the job_type of the jobs the scripts count but not by name.
 const otherType = "other"
 
-// readStats reads the stats hash (queue/README.md, "Counters") with one
+// readStats reads the stats hash (queue/redisqueue/README.md, "Counters") with one
 // HGETALL: its size depends on the reasons, attempt numbers and job types
 // seen, not on the queue's length. A queue that never used the scripts
 // has none and gives no counters. Fields it does not know, or that are not

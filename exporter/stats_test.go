@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // TestStatsLabelsBounded gives one queue's stats hash more reasons and
@@ -70,7 +70,7 @@ func TestStatsLabelsBounded(t *testing.T) {
 func TestReclaimSkippedIsExported(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "loopy")
+	q := redisqueue.New(rdb, "loopy")
 	must(t, q.EnsureGroup(ctx))
 	_, err := q.Enqueue(ctx, "loop", []byte("x"))
 	must(t, err)
@@ -94,7 +94,7 @@ func TestReclaimSkippedIsExported(t *testing.T) {
 	})
 }
 
-// typedStats is a stats hash as the scripts leave it (queue/README.md,
+// typedStats is a stats hash as the scripts leave it (queue/redisqueue/README.md,
 // "Counters") after three job types and untyped jobs ran: charge_card
 // fails (retries, then dead letters at max attempts), send_email and
 // render_report succeed; two events of an unregistered type went to
@@ -265,7 +265,7 @@ func TestJobTypesBounded(t *testing.T) {
 func TestJobTypesFromScripts(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "shop")
+	q := redisqueue.New(rdb, "shop")
 	must(t, q.EnsureGroup(ctx))
 	must(t, q.SetTypeLimit(ctx, 3))
 	jobs := map[string]string{ // job id → type
@@ -275,7 +275,7 @@ func TestJobTypesFromScripts(t *testing.T) {
 		"u1": "", "u2": "", "z1": "fax", // settled last: the registry is full by then
 	}
 	for _, id := range slices.Sorted(maps.Keys(jobs)) {
-		_, err := q.Enqueue(ctx, id, []byte("{}"), queue.WithJobType(jobs[id]))
+		_, err := q.Enqueue(ctx, id, []byte("{}"), redisqueue.WithJobType(jobs[id]))
 		must(t, err)
 	}
 	for _, m := range readGroup(t, rdb, q.Keys().Jobs, q.Group(), int64(len(jobs))) {

@@ -3,7 +3,7 @@
 // running it twice, and net/http middleware over it.
 //
 // Every call is one run of the contract's script contract/scripts/idempotency.lua
-// (queue/README.md, "Idempotency keys"), the one the Node.js and Python
+// (queue/redisqueue/README.md, "Idempotency keys"), the one the Node.js and Python
 // adapters run too; testdata/idempotency pins what it answers.
 //
 //	store := idempotency.New(rdb, idempotency.WithRetention(24*time.Hour))

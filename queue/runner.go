@@ -2,23 +2,41 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/internal/clientmetrics"
+	"github.com/backstop-dev/backstop/policy"
+)
+
+// Action is what a worker does with a job.
+type Action string
+
+const (
+	// Ack: the job succeeded.
+	Ack Action = "ack"
+	// Retry: the job failed and waits Outcome.Delay before its next attempt.
+	Retry Action = "retry"
+	// Defer: the breaker or the budget refused the job; it waits
+	// Outcome.Delay without spending an attempt (not the job's fault).
+	Defer Action = "defer"
+	// DeadLetter: the job goes to the dead letter queue.
+	DeadLetter Action = "dead_letter"
 )
 
 // Outcome is what a worker does with a job after it ran, or after the
-// breaker refused it: the broker-neutral verdict that the Redis worker
-// applies through its scripts and another broker's worker (queue/rabbitmq)
-// through its own moves.
+// breaker refused it: the broker-neutral verdict that each broker's worker
+// applies through its own atomic moves. A worker keeps it, decided once,
+// until the broker takes it.
 type Outcome struct {
-	// Action is "ack", "retry", "defer" (not the job's fault: its attempt
-	// is not spent) or "dead_letter".
-	Action string
+	Action Action
 	// Reason is the policy's reason ("success" for an ack, "circuit_open",
 	// "budget_exhausted" for a deferral, "max_attempts_reached", …).
 	Reason string
@@ -28,54 +46,90 @@ type Outcome struct {
 	LastError string
 }
 
-// Runner runs jobs with a policy and decides their outcomes exactly as
-// Work does: before the job it asks the breaker (Acquire, or
-// CircuitState), then runs the handler, feeds a success to the policy's
-// budget and breaker, decides a failure (classified by backstop.ClassifyError), and
-// records the client metrics (WithMetrics). It is the part of Work a
-// worker on another broker reuses; it does not touch Redis.
-type Runner struct {
-	w *worker
-	p backstop.Decider
+// Option configures a Runner. Each broker's worker takes these as its own
+// options (WithHandlerTimeout, WithLogger, WithMetrics, WithPolicies) and
+// passes them on.
+type Option func(*Runner)
+
+// WithHandlerTimeout bounds each run of the handler (NewRunner's default:
+// none; each broker's worker sets its own). The handler's ctx carries the
+// deadline; at the deadline the attempt fails with a deadline error that
+// backstop.ClassifyError classifies as error kind timeout, and the policy
+// decides it as any failure. A handler that ignores its ctx is left
+// running, logged once: the worker does not wait for it. NewRunner refuses
+// d <= 0.
+func WithHandlerTimeout(d time.Duration) Option {
+	return func(r *Runner) { r.timeout, r.timeoutSet = d, true }
 }
 
-// NewRunner returns a Runner for the jobs of queue name decided by p. It
-// honours WithMetrics, WithPolicies, WithLogger and WithHandlerTimeout
-// (default: no deadline); other options are ignored.
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
+
+// WithMetrics counts the runner's attempts, retries, refused jobs, retry
+// delays and breaker state in reg, under the backstop_client_* families
+// every language exports (as retry.WithMetrics does), labelled
+// policy=policyName and target=the queue's name. NewRunner returns an error
+// for an empty or invalid UTF-8 policy name, or a registry holding other
+// collectors under those names; a registry that already holds the families
+// is reused.
+//
+// A job the breaker refuses before it runs counts as refused
+// (calls_refused_total, circuit_open); a failed job deferred because the
+// breaker opened or the budget ran out counts as a retry with that reason.
+func WithMetrics(reg prometheus.Registerer, policyName string) Option {
+	return func(r *Runner) { r.metricsReg, r.metricsPolicy = reg, policyName }
+}
+
+// WithRandom sets the random input of each decision, in [0, 1) (default
+// math/rand/v2's Float64): the shared cases pin it, as the vectors do.
+func WithRandom(f func() float64) Option { return func(r *Runner) { r.rand = f } }
+
+// Runner runs jobs with a policy and decides their outcomes, the same on
+// every broker: before the job it asks the breaker (Acquire), then runs the
+// handler within its deadline, feeds a success to the policy's budget and
+// breaker, decides a failure (classified by backstop.ClassifyError), and
+// records the client metrics (WithMetrics). It touches no broker.
+type Runner struct {
+	p             backstop.Decider
+	name          string        // the queue's, for the logs and the metrics
+	timeout       time.Duration // WithHandlerTimeout (0: none)
+	timeoutSet    bool
+	pausedUntil   atomic.Int64  // unix ms: the breaker refused a job; take none before
+	openPoll      time.Duration // a refused job's wait when the policy cannot say how long
+	log           *slog.Logger
+	rand          func() float64
+	metricsReg    prometheus.Registerer
+	metricsPolicy string
+	metrics       *clientmetrics.Recorder // nil: no metrics
+	policies      map[string]backstop.Decider
+	typed         map[string]*Runner // by job type: WithPolicies
+}
+
+// NewRunner returns a Runner for the jobs of queue name decided by p.
 //
 // # Errors
 //
-// As Work: an invalid WithMetrics policy name or registry, an invalid
-// WithPolicies map, WithHandlerTimeout <= 0.
-func NewRunner(name string, p backstop.Decider, opts ...WorkerOption) (*Runner, error) {
-	w := &worker{openPoll: time.Second, log: slog.Default(), rand: rand.Float64}
+// An invalid WithMetrics policy name or registry, an invalid WithPolicies
+// map, WithHandlerTimeout <= 0.
+func NewRunner(name string, p backstop.Decider, opts ...Option) (*Runner, error) {
+	r := &Runner{p: p, name: name, openPoll: time.Second, log: slog.Default(), rand: rand.Float64}
 	for _, o := range opts {
-		o(w)
+		o(r)
 	}
-	if err := w.bind(name, 0); err != nil {
+	if r.timeoutSet && r.timeout <= 0 {
+		return nil, fmt.Errorf("queue %s: WithHandlerTimeout: must be positive, got %v", name, r.timeout)
+	}
+	if r.metricsReg != nil || r.metricsPolicy != "" {
+		m, err := clientmetrics.Bind(r.metricsReg, r.metricsPolicy, name, "queue: WithMetrics")
+		if err != nil {
+			return nil, err
+		}
+		r.metrics = m
+	}
+	if err := r.bindPolicies(); err != nil {
 		return nil, err
 	}
-	return &Runner{w: w, p: p}, nil
-}
-
-// bind checks the handler timeout (timeout when WithHandlerTimeout is not
-// given) and prepares the worker's metrics (WithMetrics) and per-type
-// policies (WithPolicies) for queue name.
-func (w *worker) bind(name string, timeout time.Duration) error {
-	if !w.timeoutSet {
-		w.timeout = timeout
-	} else if w.timeout <= 0 {
-		return fmt.Errorf("queue %s: WithHandlerTimeout: must be positive, got %v", name, w.timeout)
-	}
-	w.name = name
-	if w.metricsReg != nil || w.metricsPolicy != "" {
-		m, err := clientmetrics.Bind(w.metricsReg, w.metricsPolicy, name, "queue: WithMetrics")
-		if err != nil {
-			return err
-		}
-		w.metrics = m
-	}
-	return w.bindPolicies(name)
+	return r, nil
 }
 
 // Run runs h on j (a job that is not Malformed: the caller dead-letters
@@ -83,18 +137,193 @@ func (w *worker) bind(name string, timeout time.Duration) error {
 // (WithPolicies) runs with it. Deciding does not see ctx's cancellation: a
 // job that finished during shutdown still gets its outcome.
 func (r *Runner) Run(ctx context.Context, h Handler, j Job) Outcome {
-	rw, rp := r.w.policyFor(j.Type, r.p)
-	o := rw.run(ctx, rp, h, j)
-	return Outcome{Action: o.action, Reason: o.reason, Delay: o.delay, LastError: o.lastErr}
+	return r.forType(j.Type).run(ctx, h, j)
 }
 
 // PausedUntil is when the breaker of Run's policy (not a type's) may let a
 // job through again, after it refused one or a failure found it open: a
 // worker should take no new job before then. Zero when never paused.
 func (r *Runner) PausedUntil() time.Time {
-	ms := r.w.pausedUntil.Load()
+	ms := r.pausedUntil.Load()
 	if ms == 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
+}
+
+// run asks the breaker, runs h on j and decides the outcome: the worker's
+// path from a delivery to an outcome, which the shared queue cases
+// (testdata/queue, testdata/rabbitmq) drive in every language.
+func (r *Runner) run(ctx context.Context, h Handler, j Job) Outcome {
+	var err error
+	if allowed, retryIn := r.permit(ctx); !allowed {
+		// The breaker protects the dependency before the call: the handler
+		// does not run, and the worker takes no job until it may half-open.
+		r.metrics.Refused("circuit_open")
+		r.pause(retryIn)
+		if r.onOpen() == "dead_letter" {
+			return Outcome{Action: DeadLetter, Reason: "circuit_open", LastError: "circuit breaker open: the job was not run"}
+		}
+		return Outcome{Action: Defer, Reason: "circuit_open", Delay: retryIn}
+	}
+	err = r.call(ctx, h, j)
+	// Deciding must not see shutdown either: a cancelled context would fail
+	// a wasm policy's call.
+	o := r.decide(context.WithoutCancel(ctx), j, err)
+	if r.metrics != nil {
+		r.count(context.WithoutCancel(ctx), o)
+	}
+	return o
+}
+
+// call runs h on j within the handler timeout (none when 0). The handler's
+// ctx carries the deadline; a handler that fails once the deadline passed,
+// or has not returned by then, fails the attempt with a deadlineError. One
+// that ignores its ctx is left running, logged: the worker goes on.
+func (r *Runner) call(ctx context.Context, h Handler, j Job) error {
+	if r.timeout <= 0 {
+		return h(ctx, j)
+	}
+	dl := &deadlineError{r.timeout}
+	hctx, cancel := context.WithTimeoutCause(ctx, r.timeout, dl)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- h(hctx, j) }()
+	timer := time.NewTimer(r.timeout)
+	defer timer.Stop()
+	returned := func(err error) error {
+		if err != nil && errors.Is(context.Cause(hctx), dl) {
+			return dl
+		}
+		return err
+	}
+	select {
+	case err := <-done:
+		return returned(err)
+	case <-timer.C:
+	}
+	// The ctx ended with the timer: a handler that honours it is returning.
+	select {
+	case err := <-done:
+		return returned(err)
+	case <-time.After(min(r.timeout/10, 100*time.Millisecond)):
+		r.log.Warn("queue handler still running at its deadline; not waited for", "queue", r.name, "job", j.ID, "entry", j.EntryID, "timeout", r.timeout)
+		return dl
+	}
+}
+
+// deadlineError fails a job whose handler ran past the handler timeout:
+// a deadline (context.DeadlineExceeded), so error kind timeout.
+type deadlineError struct{ timeout time.Duration }
+
+func (e *deadlineError) Error() string {
+	return "handler deadline exceeded after " + e.timeout.String()
+}
+func (e *deadlineError) Unwrap() error { return context.DeadlineExceeded }
+
+// count records a job's outcome in the runner's metrics.
+func (r *Runner) count(ctx context.Context, o Outcome) {
+	switch o.Action {
+	case Ack:
+		r.metrics.Attempt(clientmetrics.OutcomeSuccess)
+	case Retry, Defer:
+		r.metrics.Attempt(clientmetrics.OutcomeRetry)
+		r.metrics.Retry(o.Reason, o.Delay)
+	default:
+		r.metrics.Attempt(clientmetrics.OutcomeDeadLetter)
+	}
+	if s, err := r.p.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
+		r.metrics.State(s)
+	}
+	if milli, ok, err := r.p.BudgetTokens(ctx, time.Now().UnixMilli()); err == nil && ok {
+		r.metrics.Budget(milli)
+	}
+}
+
+// decide turns the handler's result into an outcome, once: a success feeds
+// the policy's budget and breaker, a failure is decided by the policy.
+func (r *Runner) decide(ctx context.Context, j Job, herr error) Outcome {
+	if herr == nil {
+		// Feed the policy's budget and breaker: a queue is traffic too.
+		r.p.RecordSuccess(ctx, time.Now().UnixMilli())
+		return Outcome{Action: Ack, Reason: "success"} // the reason Node and Python report
+	}
+	now := time.Now().UnixMilli()
+	f := policy.Failure{
+		Attempt: j.Attempt, IdempotencyKey: j.ID, NowMs: now, PrevDelayMs: max(0, j.PrevDelayMs),
+		ElapsedMs: max(0, now-j.FirstEnqueuedMs), Random: r.rand(),
+	}
+	backstop.ClassifyError(herr, &f)
+	d, err := r.p.Decide(ctx, f)
+	if err != nil {
+		return Outcome{Action: DeadLetter, Reason: "malformed", LastError: fmt.Sprintf("%v (policy refused the failure: %v)", herr, err)}
+	}
+	if d.Action == policy.Retry {
+		return Outcome{Action: Retry, Reason: d.Reason.String(), Delay: d.Delay(), LastError: herr.Error()}
+	}
+	if (d.Reason == policy.CircuitOpen || d.Reason == policy.BudgetExhausted) && r.onOpen() != "dead_letter" {
+		// Not the job's fault: it waits, without spending an attempt.
+		return Outcome{Action: Defer, Reason: d.Reason.String(), Delay: r.deferDelay(ctx, d), LastError: herr.Error()}
+	}
+	return Outcome{Action: DeadLetter, Reason: d.Reason.String(), LastError: herr.Error()}
+}
+
+// permit asks the policy whether a job may run now (Acquire: while the
+// breaker is open no job runs, half-open admits only its trials). A refusal
+// carries how long until that may change (openPoll when the policy cannot
+// say). A policy that cannot answer allows: its decision after the call
+// still applies.
+func (r *Runner) permit(ctx context.Context) (bool, time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	pm, err := r.p.Acquire(ctx, time.Now().UnixMilli())
+	if err == nil {
+		r.metrics.State(pm.State)
+	}
+	if err != nil || pm.Allowed {
+		return true, 0
+	}
+	if pm.RetryInMs <= 0 {
+		return false, r.openPoll
+	}
+	return false, time.Duration(pm.RetryInMs) * time.Millisecond
+}
+
+// deferDelay is how long a job refused by the breaker (until it may
+// half-open) or the budget (the policy's backoff for the attempt) waits.
+func (r *Runner) deferDelay(ctx context.Context, d policy.Decision) time.Duration {
+	if d.Reason == policy.CircuitOpen {
+		// The failure found (or made) the breaker open: Acquire refuses
+		// and says until when, without taking a trial slot.
+		allowed, retryIn := r.permit(ctx)
+		if allowed {
+			retryIn = r.openPoll
+		}
+		r.pause(retryIn)
+		return retryIn
+	}
+	// budget_exhausted carries the policy's backoff for the attempt; it is
+	// 0 only for a policy without one: wait openPoll rather than spin.
+	if d.DelayMs > 0 {
+		return d.Delay()
+	}
+	return r.openPoll
+}
+
+// pause holds new jobs back for d from now (a later pause wins).
+func (r *Runner) pause(d time.Duration) {
+	until := time.Now().Add(d).UnixMilli()
+	for {
+		cur := r.pausedUntil.Load()
+		if cur >= until || r.pausedUntil.CompareAndSwap(cur, until) {
+			return
+		}
+	}
+}
+
+// onOpen is the policy's on_open: "defer" (the default) or "dead_letter".
+func (r *Runner) onOpen() string {
+	if r.p.OnOpen() == "dead_letter" {
+		return "dead_letter"
+	}
+	return "defer"
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // Issue 13: the landing page shows what a user checks first, from a real
@@ -20,7 +20,7 @@ func TestLandingPageShowsTheTargetUpAndQueues(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	for _, name := range []string{"orders", "emails"} {
-		q := queue.New(srv.Client(), name)
+		q := redisqueue.New(srv.Client(), name)
 		if err := q.EnsureGroup(ctx); err != nil {
 			t.Fatal(err)
 		}

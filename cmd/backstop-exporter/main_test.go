@@ -18,7 +18,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 func TestFlagsFromEnvironment(t *testing.T) {
@@ -131,7 +131,7 @@ func freeAddr(t *testing.T) string {
 func TestServe(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	q := queue.New(srv.Client(), "orders")
+	q := redisqueue.New(srv.Client(), "orders")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}

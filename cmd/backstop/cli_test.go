@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // runCLIStderr is runCLI with what the command wrote on stderr.
@@ -65,7 +65,7 @@ func TestQueueCommandsRedisUnreachable(t *testing.T) {
 func TestQueueJSONIsSnakeCase(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	q := queue.New(srv.Client(), "orders")
+	q := redisqueue.New(srv.Client(), "orders")
 	q.EnsureGroup(ctx)
 	q.Enqueue(ctx, "job-a", []byte("{}"))
 	msgs, _ := srv.Client().XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
@@ -99,7 +99,7 @@ func TestQueueJSONIsSnakeCase(t *testing.T) {
 func TestQueueCommandsWarnOnWhatDoesNotExist(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	q := queue.New(srv.Client(), "orders")
+	q := redisqueue.New(srv.Client(), "orders")
 	q.EnsureGroup(ctx)
 	q.Enqueue(ctx, "job-a", []byte("{}"))
 	msgs, _ := srv.Client().XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()

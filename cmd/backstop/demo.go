@@ -32,6 +32,7 @@ import (
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // demoQueue is one queue of the demo: a policy and a simulated downstream
@@ -202,10 +203,10 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer rt.Close(context.Background())
 
-	var qs []*queue.Queue
+	var qs []*redisqueue.Queue
 	var eqs []exporter.Queue
 	for _, dq := range demoQueues {
-		q := queue.New(rdb, "demo-"+dq.name)
+		q := redisqueue.New(rdb, "demo-"+dq.name)
 		rdb.Del(ctx, q.Keys().Jobs, q.Keys().Delayed, q.Keys().DLQ, q.Keys().Stats)
 		if err := q.EnsureGroup(ctx); err != nil {
 			return err
@@ -266,9 +267,9 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		dq := demoQueues[k]
 		flaky := k == 0
-		opts := []queue.WorkerOption{queue.WithBatch(16, 100*time.Millisecond),
-			queue.WithPromote(50*time.Millisecond, 500), queue.WithReclaim(time.Second, 5*time.Second, 5),
-			queue.WithLogger(quiet)}
+		opts := []redisqueue.WorkOption{redisqueue.WithBatch(16, 100*time.Millisecond),
+			redisqueue.WithPromote(50*time.Millisecond, 500), redisqueue.WithReclaim(time.Second, 5*time.Second, 5),
+			redisqueue.WithLogger(quiet)}
 		if k == demoTyped {
 			// One stream, three job types: each decided by its own policy.
 			typed, err := demoPolicies(ctx, rt)
@@ -276,16 +277,16 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 				stopWorkers()
 				return err
 			}
-			opts = append(opts, queue.WithPolicies(typed))
+			opts = append(opts, redisqueue.WithPolicies(typed))
 		}
 		for w := 0; w < *workers; w++ {
 			wg.Add(1)
-			go func(q *queue.Queue, w int) {
+			go func(q *redisqueue.Queue, w int) {
 				defer wg.Done()
 				q.Work(wctx, p, func(ctx context.Context, j queue.Job) error {
 					time.Sleep(time.Duration(1+len(j.ID)%4) * time.Millisecond) // the call
 					return demoDownstream(k, dq, j, flaky && down.Load())
-				}, append(opts[:len(opts):len(opts)], queue.WithConsumer(fmt.Sprintf("demo-%d", w)))...)
+				}, append(opts[:len(opts):len(opts)], redisqueue.WithConsumer(fmt.Sprintf("demo-%d", w)))...)
 			}(q, w)
 		}
 	}
@@ -312,7 +313,7 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // demoProduce enqueues a job per queue every demoTrickle until ctx ends.
-func demoProduce(ctx context.Context, qs []*queue.Queue, produced []atomic.Int64) {
+func demoProduce(ctx context.Context, qs []*redisqueue.Queue, produced []atomic.Int64) {
 	t := time.NewTicker(demoTrickle)
 	defer t.Stop()
 	for i := 0; ; i++ {
@@ -442,7 +443,7 @@ func displayAddr(a net.Addr) string {
 // delayed and dead, and the retry rate.
 type demoView struct {
 	w         io.Writer
-	qs        []*queue.Queue
+	qs        []*redisqueue.Queue
 	produced  []atomic.Int64
 	down      *atomic.Bool
 	breaker   *host.Policy
@@ -453,7 +454,7 @@ type demoView struct {
 	lines     int
 }
 
-func newDemoView(w io.Writer, qs []*queue.Queue, produced []atomic.Int64, down *atomic.Bool) *demoView {
+func newDemoView(w io.Writer, qs []*redisqueue.Queue, produced []atomic.Int64, down *atomic.Bool) *demoView {
 	tty := false
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // embeddedDifferences are the differences `backstop demo -h` lists, each
@@ -162,9 +162,9 @@ func same(t *testing.T, name string, rdb *redis.Client) {
 }
 
 // newQueue returns queue "q" with its group and the jobs ids enqueued.
-func newQueue(t *testing.T, rdb *redis.Client, ids ...string) *queue.Queue {
+func newQueue(t *testing.T, rdb *redis.Client, ids ...string) *redisqueue.Queue {
 	t.Helper()
-	q := queue.New(rdb, "q")
+	q := redisqueue.New(rdb, "q")
 	noErr(t, q.EnsureGroup(context.Background()))
 	for _, id := range ids {
 		_, err := q.Enqueue(context.Background(), id, nil)
@@ -174,7 +174,7 @@ func newQueue(t *testing.T, rdb *redis.Client, ids ...string) *queue.Queue {
 }
 
 // deliver reads n entries of q for consumer c and returns their ids.
-func deliver(t *testing.T, rdb *redis.Client, q *queue.Queue, n int64) []string {
+func deliver(t *testing.T, rdb *redis.Client, q *redisqueue.Queue, n int64) []string {
 	t.Helper()
 	res, err := rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{Group: q.Group(), Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: n, Block: -1}).Result()
 	noErr(t, err)
@@ -188,7 +188,7 @@ func deliver(t *testing.T, rdb *redis.Client, q *queue.Queue, n int64) []string 
 	return ids
 }
 
-func pendingEntries(t *testing.T, rdb *redis.Client, q *queue.Queue) []redis.XPendingExt {
+func pendingEntries(t *testing.T, rdb *redis.Client, q *redisqueue.Queue) []redis.XPendingExt {
 	t.Helper()
 	p, err := rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: q.Keys().Jobs, Group: q.Group(), Start: "-", End: "+", Count: 10}).Result()
 	noErr(t, err)

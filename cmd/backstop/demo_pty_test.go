@@ -23,7 +23,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // hang guards the waits below: a demo that does not get there hangs.
@@ -74,7 +74,7 @@ func TestDemoCtrlCInATerminal(t *testing.T) {
 		defer rdb.Close()
 		var enq, ok, dead int64
 		for _, dq := range demoQueues {
-			s, err := queue.New(rdb, "demo-"+dq.name).Stats(context.Background())
+			s, err := redisqueue.New(rdb, "demo-"+dq.name).Stats(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // The demo drains: every produced job succeeds or is dead-lettered, and
@@ -106,7 +106,7 @@ func TestDemoKeepsGoingWithOutages(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer rdb.Close()
-	s, err := queue.New(rdb, "demo-payments").Stats(context.Background())
+	s, err := redisqueue.New(rdb, "demo-payments").Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // demoTyped is the demo queue whose stream carries three job types, each
@@ -35,10 +36,10 @@ var demoJobTypes = []demoJobType{
 
 // demoEnqueue adds the i-th job of queue k as id; on the typed queue the
 // jobs take the three types in turn.
-func demoEnqueue(ctx context.Context, q *queue.Queue, k, i int, id string) (string, error) {
-	var opts []queue.EnqueueOption
+func demoEnqueue(ctx context.Context, q *redisqueue.Queue, k, i int, id string) (string, error) {
+	var opts []redisqueue.EnqueueOption
 	if k == demoTyped {
-		opts = append(opts, queue.WithJobType(demoJobTypes[i%len(demoJobTypes)].name))
+		opts = append(opts, redisqueue.WithJobType(demoJobTypes[i%len(demoJobTypes)].name))
 	}
 	return q.Enqueue(ctx, id, []byte(`{"demo":true}`), opts...)
 }
@@ -74,7 +75,7 @@ func demoDownstream(k int, dq demoQueue, j queue.Job, down bool) error {
 
 // demoTypeLines writes the typed queue's per-type figures (its stats
 // hash's t:<type>:... fields), one line per type under the queue's.
-func demoTypeLines(b *strings.Builder, s queue.Stats, lastRetry map[string]int64, queuePolicy string) {
+func demoTypeLines(b *strings.Builder, s redisqueue.Stats, lastRetry map[string]int64, queuePolicy string) {
 	types := make([]string, 0, len(s.Types.ByType))
 	for t := range s.Types.ByType {
 		types = append(types, t)

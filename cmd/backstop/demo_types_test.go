@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // demo-reports carries three job types, each decided by its own policy:
@@ -23,7 +23,7 @@ func TestDemoJobTypes(t *testing.T) {
 			t.Errorf("the live view lacks %q:\n%s", want, out)
 		}
 	}
-	s, err := queue.New(srv.Client(), "demo-reports").Stats(context.Background())
+	s, err := redisqueue.New(srv.Client(), "demo-reports").Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

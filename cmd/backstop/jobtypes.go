@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // queueEnqueue adds one job, typed or not: for scripts, and to try a
@@ -40,7 +41,7 @@ func queueEnqueue(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("--payload -: %w", err)
 		}
 	}
-	entry, err := q.Enqueue(ctx, *id, body, queue.WithJobType(*jobType))
+	entry, err := q.Enqueue(ctx, *id, body, redisqueue.WithJobType(*jobType))
 	if err != nil {
 		return err
 	}
@@ -55,7 +56,7 @@ func queueEnqueue(ctx context.Context, args []string, stdout io.Writer) error {
 // it may (--limit).
 func queueTypes(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newQueueFlags("queue types")
-	limit := f.fs.Int("limit", 0, fmt.Sprintf("set how many job types the queue counts by name; the others count as \"other\" (default of a queue: %d)", queue.DefaultTypeLimit))
+	limit := f.fs.Int("limit", 0, fmt.Sprintf("set how many job types the queue counts by name; the others count as \"other\" (default of a queue: %d)", redisqueue.DefaultTypeLimit))
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
@@ -83,7 +84,7 @@ func queueTypes(ctx context.Context, args []string, stdout io.Writer) error {
 
 // printTypeStats prints the per-type figures: attempts by outcome, retries,
 // dead letters, per job type.
-func printTypeStats(w io.Writer, ts queue.TypeStats) error {
+func printTypeStats(w io.Writer, ts redisqueue.TypeStats) error {
 	fmt.Fprintf(w, "job types: %d counted by name (limit %d), %d events counted as other past the limit\n",
 		ts.Registered, ts.Limit, ts.Overflow)
 	if len(ts.ByType) == 0 {

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // Job types from the command line: enqueue with --type, dlq inspect shows
@@ -20,7 +20,7 @@ func TestQueueJobTypesCLI(t *testing.T) {
 	rdb := srv.Client()
 	ctx := context.Background()
 	url := "--redis-url=redis://" + srv.Addr + "/0"
-	q := queue.New(rdb, "shop")
+	q := redisqueue.New(rdb, "shop")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}

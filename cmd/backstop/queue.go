@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/queue"
-	"github.com/backstop-dev/backstop/queue/rabbitmq"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // queueFlags are the flags every queue command takes.
@@ -52,7 +52,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-func (f *queueFlags) open(args []string) (*queue.Queue, func(), error) {
+func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
 	if err := f.fs.Parse(args); err != nil || f.fs.NArg() != 0 || *f.name == "" {
 		return nil, nil, fmt.Errorf("%w: --queue is required", errUsage)
 	}
@@ -76,12 +76,12 @@ func (f *queueFlags) open(args []string) (*queue.Queue, func(), error) {
 	// the client's retries of it.
 	rdb.AddHook(&reachHook{addrs: addrs, flagName: flagName})
 	f.rdb = rdb
-	return queue.New(rdb, *f.name, queue.WithGroup(*f.group)), func() { rdb.Close() }, nil
+	return redisqueue.New(rdb, *f.name, redisqueue.WithGroup(*f.group)), func() { rdb.Close() }, nil
 }
 
 // warnMissing warns on stderr when none of the queue's keys exists: a
 // misspelt name would otherwise read as an empty queue.
-func (f *queueFlags) warnMissing(ctx context.Context, q *queue.Queue, stderr io.Writer) {
+func (f *queueFlags) warnMissing(ctx context.Context, q *redisqueue.Queue, stderr io.Writer) {
 	k := q.Keys()
 	if n, err := f.rdb.Exists(ctx, k.Jobs, k.Delayed, k.DLQ, k.Stats).Result(); err == nil && n == 0 {
 		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this Redis (none of %s, %s, %s, %s exists): check --queue and --redis-url\n",
@@ -90,23 +90,22 @@ func (f *queueFlags) warnMissing(ctx context.Context, q *queue.Queue, stderr io.
 }
 
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newQueueFlags("queue stats")
-	if rabbit, err := f.useRabbit(args); err != nil {
-		return err
-	} else if rabbit {
-		return rabbitQueueStats(ctx, f, stdout)
-	}
-	q, done, err := f.open(args)
+	b, err := newQueueFlags("queue stats").broker(args)
 	if err != nil {
 		return err
 	}
-	defer done()
-	f.warnMissing(ctx, q, stderr)
+	defer b.close()
+	return b.stats(ctx, stdout, stderr)
+}
+
+func (r *redisCLI) stats(ctx context.Context, stdout, stderr io.Writer) error {
+	q := r.q
+	r.f.warnMissing(ctx, q, stderr)
 	s, err := q.Stats(ctx)
 	if err != nil {
 		return err
 	}
-	if *f.jsonOut {
+	if *r.f.jsonOut {
 		return json.NewEncoder(stdout).Encode(s)
 	}
 	fmt.Fprintf(stdout, "queue %s: %d jobs (%d pending), %d delayed, %d dead letters\n", q.Name(), s.Jobs, s.Pending, s.Delayed, s.DLQ)
@@ -136,38 +135,38 @@ func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f := newQueueFlags("dlq inspect")
 	newest := f.fs.Int("newest", 10, fmt.Sprintf("show the newest N dead letters (0..%d)", maxNewest))
 	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time (with --amqp-url: default 1000, at most 100000)")
-	if rabbit, err := f.useRabbit(args); err != nil {
-		return err
-	} else if rabbit {
-		return rabbitDLQInspect(ctx, f, *newest, *scan, stdout)
-	}
-	q, done, err := f.open(args)
+	b, err := f.broker(args)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer b.close()
+	return b.inspect(ctx, *newest, *scan, stdout, stderr)
+}
+
+func (r *redisCLI) inspect(ctx context.Context, newest int, scan int64, stdout, stderr io.Writer) error {
+	q, f := r.q, r.f
 	// The newest come in one reply, each with all its fields: bound them.
 	// The scan reads in pages and keeps only a count per reason.
-	if *newest < 0 || *newest > maxNewest {
-		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, *newest)
+	if newest < 0 || newest > maxNewest {
+		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, newest)
 	}
-	if *scan < 0 {
-		return fmt.Errorf("--scan: must be >= 0 (got %d)", *scan)
+	if scan < 0 {
+		return fmt.Errorf("--scan: must be >= 0 (got %d)", scan)
 	}
 	f.warnMissing(ctx, q, stderr)
-	r, err := q.InspectDLQ(ctx, *newest, *scan)
+	rep, err := q.InspectDLQ(ctx, newest, scan)
 	if err != nil {
 		return err
 	}
 	if *f.jsonOut {
-		return json.NewEncoder(stdout).Encode(r)
+		return json.NewEncoder(stdout).Encode(rep)
 	}
-	printDLQSummary(stdout, q.Name(), r)
-	if len(r.Newest) > 0 {
+	printDLQSummary(stdout, q.Name(), rep)
+	if len(rep.Newest) > 0 {
 		fmt.Fprintln(stdout, "\nnewest:")
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  entry\tjob\ttype\tattempt\treason\terror")
-		for _, d := range r.Newest {
+		for _, d := range rep.Newest {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", d.EntryID, d.JobID, showType(d.Type), d.Attempt, d.Reason, oneLine(d.Error, 80))
 		}
 		tw.Flush()
@@ -177,7 +176,7 @@ func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // printDLQSummary prints dlq inspect's first lines: the size, and the
 // dead letters by reason (Redis and RabbitMQ alike).
-func printDLQSummary(w io.Writer, name string, r queue.DLQReport) {
+func printDLQSummary(w io.Writer, name string, r redisqueue.DLQReport) {
 	fmt.Fprintf(w, "queue %s: %d dead letters", name, r.Size)
 	if r.Scanned < r.Size {
 		fmt.Fprintf(w, " (reasons counted over the oldest %d)", r.Scanned)
@@ -192,7 +191,7 @@ func printDLQSummary(w io.Writer, name string, r queue.DLQReport) {
 
 // warnReason warns on stderr when the queue has never dead-lettered a job
 // with reason (its counters say so): a misspelt reason replays nothing.
-func warnReason(ctx context.Context, q *queue.Queue, reason string, stderr io.Writer) {
+func warnReason(ctx context.Context, q *redisqueue.Queue, reason string, stderr io.Writer) {
 	s, err := q.Stats(ctx)
 	if err != nil || s.Counters["dead_letters:"+reason] > 0 {
 		return
@@ -224,21 +223,11 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	jobType := f.fs.String("type", "", "replay only dead letters of this job type")
 	id := f.fs.String("id", "", "replay only the dead letters of this job id (every one, unless --limit)")
 	rateFlag := f.fs.String("rate", "", "pace the replay: at most N dead letters a second (N/s; also N/m, N/h), in batches")
-	if rabbit, err := f.useRabbit(args); err != nil {
-		return err
-	} else if rabbit {
-		rate, err := parseRateFlag(*rateFlag)
-		if err != nil {
-			return err
-		}
-		return rabbitDLQReplay(ctx, f, rabbitmq.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
-			KeepAttempts: *keep, Rate: rate}, stdout)
-	}
-	q, done, err := f.open(args)
+	b, err := f.broker(args)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer b.close()
 	if *limit < 1 && !(*id != "" && *limit == 0) {
 		return fmt.Errorf("%w: --limit must be >= 1 (or left out with --id)", errUsage)
 	}
@@ -251,20 +240,20 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: --type: %v", errUsage, err)
 		}
 	}
-	f.warnMissing(ctx, q, stderr)
-	if *reason != "" {
-		warnReason(ctx, q, *reason, stderr)
+	if err := b.preflight(ctx, *reason, stderr); err != nil {
+		return err
 	}
-	n, err := q.ReplayDeadLetters(ctx, queue.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
+	n, err := b.replay(ctx, redisqueue.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
 		KeepAttempts: *keep, Rate: rate})
 	attempts := "attempt count reset"
 	if *keep {
 		attempts = "attempt count kept"
 	}
-	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s (%s)\n", n, q.Name(), q.Keys().Jobs, attempts)
+	w := b.where()
+	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s (%s)\n", n, w.name, w.jobs, attempts)
 	if err == nil && *id != "" && n == 0 {
 		// An exit status a script can test: the job was not moved.
-		return fmt.Errorf("queue %s: no dead letter of job %q in %s that can be replayed, nothing moved", q.Name(), *id, q.Keys().DLQ)
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s that can be replayed, nothing moved", w.name, *id, w.dlq)
 	}
 	return err
 }
@@ -355,39 +344,29 @@ func dlqPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // dlqDiscard is dlq delete and dlq purge: dead letters removed for good,
 // each recorded first in the audit stream (or queue) and counted.
 func dlqDiscard(ctx context.Context, f *discardFlags, args []string, stdout, stderr io.Writer) error {
-	rabbit, err := f.useRabbit(args)
+	b, err := f.broker(args)
 	if err != nil {
 		return err
 	}
-	if rabbit {
-		if err := f.check(); err != nil {
-			return err
-		}
-		return rabbitDLQDiscard(ctx, f, stdout)
-	}
-	q, done, err := f.open(args)
-	if err != nil {
-		return err
-	}
-	defer done()
+	defer b.close()
 	if err := f.check(); err != nil {
 		return err
 	}
-	f.warnMissing(ctx, q, stderr)
-	if *f.reason != "" {
-		warnReason(ctx, q, *f.reason, stderr)
+	if err := b.preflight(ctx, *f.reason, stderr); err != nil {
+		return err
 	}
-	n, err := q.Discard(ctx, queue.DiscardOptions{Action: f.action, ID: *f.id, Reason: *f.reason, JobType: *f.jobType,
+	n, err := b.discard(ctx, redisqueue.DiscardOptions{Action: f.action, ID: *f.id, Reason: *f.reason, JobType: *f.jobType,
 		Limit: *f.limit, Note: *f.note, Actor: actor()})
+	w := b.where()
 	if *f.jsonOut {
-		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"queue": q.Name(), "discarded": n, "audit": q.AuditKey()}); jerr != nil && err == nil {
+		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"queue": w.name, "discarded": n, "audit": w.audit}); jerr != nil && err == nil {
 			err = jerr
 		}
 	} else {
-		fmt.Fprintf(stdout, "discarded %d dead letters of queue %s (recorded in %s)\n", n, q.Name(), q.AuditKey())
+		fmt.Fprintf(stdout, "discarded %d dead letters of queue %s (recorded in %s)\n", n, w.name, w.audit)
 	}
 	if err == nil && f.action == queue.DiscardDelete && n == 0 {
-		return fmt.Errorf("queue %s: no dead letter of job %q in %s, nothing discarded", q.Name(), *f.id, q.Keys().DLQ)
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s, nothing discarded", w.name, *f.id, w.dlq)
 	}
 	return err
 }
@@ -398,13 +377,13 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newQueueFlags("queue run")
 	id := f.fs.String("id", "", "run the delayed job with this job id now")
 	before := f.fs.String("all-due-before", "", `run the delayed jobs due before this time now: RFC 3339 ("2026-12-01T14:00:00Z") or "now"`)
-	limit := f.fs.Int("limit", 0, fmt.Sprintf("with --all-due-before: run at most N jobs, 1..%d (required)", queue.MaxRunLimit))
+	limit := f.fs.Int("limit", 0, fmt.Sprintf("with --all-due-before: run at most N jobs, 1..%d (required)", redisqueue.MaxRunLimit))
 	q, done, err := f.open(args)
 	if err != nil {
 		return err
 	}
 	defer done()
-	var opts []queue.RunOption
+	var opts []redisqueue.RunOption
 	switch {
 	case (*id == "") == (*before == ""):
 		return fmt.Errorf("%w: give --id or --all-due-before, one of them", errUsage)
@@ -412,7 +391,7 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 		if *limit != 0 {
 			return fmt.Errorf("%w: --limit goes with --all-due-before, not --id", errUsage)
 		}
-		opts = []queue.RunOption{queue.RunID(*id)}
+		opts = []redisqueue.RunOption{redisqueue.RunID(*id)}
 	default:
 		t := time.Now()
 		if *before != "now" {
@@ -420,10 +399,10 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 				return fmt.Errorf("%w: --all-due-before must be an RFC 3339 time or \"now\", got %q", errUsage, *before)
 			}
 		}
-		if *limit < 1 || *limit > queue.MaxRunLimit {
-			return fmt.Errorf("%w: --limit must be in 1..%d with --all-due-before, got %d", errUsage, queue.MaxRunLimit, *limit)
+		if *limit < 1 || *limit > redisqueue.MaxRunLimit {
+			return fmt.Errorf("%w: --limit must be in 1..%d with --all-due-before, got %d", errUsage, redisqueue.MaxRunLimit, *limit)
 		}
-		opts = []queue.RunOption{queue.RunDueBefore(t), queue.RunLimit(*limit)}
+		opts = []redisqueue.RunOption{redisqueue.RunDueBefore(t), redisqueue.RunLimit(*limit)}
 	}
 	r, err := q.Run(ctx, opts...)
 	if err != nil {

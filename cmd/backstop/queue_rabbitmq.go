@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // rabbitFlags are what the queue commands take for RabbitMQ, the
@@ -107,12 +107,11 @@ func orUnknown(n *int64) string {
 	return strconv.FormatInt(*n, 10)
 }
 
-func rabbitQueueStats(ctx context.Context, f *queueFlags, stdout io.Writer) error {
-	q, done, err := f.openRabbit(ctx)
-	if err != nil {
+func (r *rabbitCLI) stats(ctx context.Context, stdout, _ io.Writer) error {
+	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	defer done()
+	q, f := r.q, r.f
 	s, err := q.Stats(ctx, f.rabbitStatsOptions()...)
 	if err != nil {
 		return err
@@ -150,7 +149,8 @@ type rabbitInspectReport struct {
 	Oldest   []rabbitmq.DeadLetter `json:"oldest"`
 }
 
-func rabbitDLQInspect(ctx context.Context, f *queueFlags, newest int, scan int64, stdout io.Writer) error {
+func (r *rabbitCLI) inspect(ctx context.Context, newest int, scan int64, stdout, _ io.Writer) error {
+	f := r.f
 	if newest < 0 || newest > maxNewest {
 		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, newest)
 	}
@@ -162,11 +162,10 @@ func rabbitDLQInspect(ctx context.Context, f *queueFlags, newest int, scan int64
 	if !scanSet {
 		scan = 1000 // each one is a round trip (basic.get): a default that answers at once
 	}
-	q, done, err := f.openRabbit(ctx)
-	if err != nil {
+	if err := r.connect(ctx); err != nil {
 		return err
 	}
-	defer done()
+	q := r.q
 	s, err := q.Stats(ctx)
 	if err != nil {
 		return err
@@ -175,82 +174,23 @@ func rabbitDLQInspect(ctx context.Context, f *queueFlags, newest int, scan int64
 	if err != nil {
 		return err
 	}
-	r := rabbitInspectReport{Size: s.DLQ, Scanned: int64(len(dls)), ByReason: map[string]int64{}}
+	rep := rabbitInspectReport{Size: s.DLQ, Scanned: int64(len(dls)), ByReason: map[string]int64{}}
 	for _, d := range dls {
-		r.ByReason[d.Reason]++
+		rep.ByReason[d.Reason]++
 	}
-	r.Oldest = dls[:min(newest, len(dls))]
+	rep.Oldest = dls[:min(newest, len(dls))]
 	if *f.jsonOut {
-		return json.NewEncoder(stdout).Encode(r)
+		return json.NewEncoder(stdout).Encode(rep)
 	}
-	printDLQSummary(stdout, q.Name(), queue.DLQReport{Size: r.Size, Scanned: r.Scanned, ByReason: r.ByReason})
-	if len(r.Oldest) > 0 {
+	printDLQSummary(stdout, q.Name(), redisqueue.DLQReport{Size: rep.Size, Scanned: rep.Scanned, ByReason: rep.ByReason})
+	if len(rep.Oldest) > 0 {
 		fmt.Fprintln(stdout, "\noldest:")
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  job\ttype\tattempt\treason\terror")
-		for _, d := range r.Oldest {
+		for _, d := range rep.Oldest {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", d.JobID, showType(d.JobType), d.Attempt, d.Reason, oneLine(d.Error, 80))
 		}
 		tw.Flush()
 	}
 	return nil
-}
-
-func rabbitDLQReplay(ctx context.Context, f *queueFlags, o rabbitmq.ReplayOptions, stdout io.Writer) error {
-	if o.ID != "" && o.Limit == 0 {
-		o.Limit, o.Scan = maxRabbitPeek, maxRabbitPeek // every dead letter of the job
-	}
-	if o.Limit < 1 {
-		return fmt.Errorf("%w: --limit must be >= 1 (or left out with --id)", errUsage)
-	}
-	if o.JobType != "" {
-		if err := queue.ValidJobType(o.JobType); err != nil {
-			return fmt.Errorf("%w: --type: %v", errUsage, err)
-		}
-	}
-	q, done, err := f.openRabbit(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	// A misspelt queue is an error before anything moves.
-	if _, err := q.Stats(ctx); err != nil {
-		return err
-	}
-	n, err := q.Replay(ctx, o)
-	attempts := "attempt count reset"
-	if o.KeepAttempts {
-		attempts = "attempt count kept"
-	}
-	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s (%s)\n", n, q.Name(), q.Name(), attempts)
-	if err == nil && o.ID != "" && n == 0 {
-		return fmt.Errorf("queue %s: no dead letter of job %q in %s.dlq that can be replayed, nothing moved", q.Name(), o.ID, q.Name())
-	}
-	return err
-}
-
-// rabbitDLQDiscard is dlq delete and dlq purge with --amqp-url: the
-// discarded dead letters go to the audit queue Q.audit.
-func rabbitDLQDiscard(ctx context.Context, f *discardFlags, stdout io.Writer) error {
-	q, done, err := f.openRabbit(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if _, err := q.Stats(ctx); err != nil {
-		return err
-	}
-	n, err := q.Discard(ctx, rabbitmq.DiscardOptions{Action: string(f.action), ID: *f.id, Reason: *f.reason,
-		JobType: *f.jobType, Limit: *f.limit, Note: *f.note, Actor: actor()})
-	if *f.jsonOut {
-		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"queue": q.Name(), "discarded": n, "audit": q.Name() + ".audit"}); jerr != nil && err == nil {
-			err = jerr
-		}
-	} else {
-		fmt.Fprintf(stdout, "discarded %d dead letters of queue %s (recorded in %s.audit)\n", n, q.Name(), q.Name())
-	}
-	if err == nil && f.action == queue.DiscardDelete && n == 0 {
-		return fmt.Errorf("queue %s: no dead letter of job %q in %s.dlq, nothing discarded", q.Name(), *f.id, q.Name())
-	}
-	return err
 }

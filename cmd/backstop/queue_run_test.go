@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // backstop queue run moves one delayed job by id, or a bounded batch due
@@ -20,7 +20,7 @@ func TestQueueRun(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	q.EnsureGroup(ctx)
 	for i, id := range []string{"a", "b", "c", "d"} {
 		q.Enqueue(ctx, id, []byte("{}"))

@@ -9,14 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 func TestDLQInspectReplayAndStats(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	q.EnsureGroup(ctx)
 	for i, reason := range []string{"permanent_error", "max_attempts_reached", "permanent_error"} {
 		q.Enqueue(ctx, "job-"+string(rune('a'+i)), []byte("{}"))
@@ -73,7 +73,7 @@ func TestDLQDiscardAndReplayByID(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	q.EnsureGroup(ctx)
 	for i, reason := range []string{"permanent_error", "malformed", "permanent_error", "transient"} {
 		q.Enqueue(ctx, "job-"+string(rune('a'+i)), []byte("{}"))

@@ -1,7 +1,7 @@
 -- lib: the helpers the queue scripts share. Not a script of its own: a
 -- prelude. Every host sends lib.lua, a newline, then the script
 -- (lib.lua .. "\n" .. <name>.lua) as one script body, for EVALSHA, EVAL
--- and SCRIPT LOAD alike (queue/README.md, "Loading the scripts").
+-- and SCRIPT LOAD alike (queue/redisqueue/README.md, "Loading the scripts").
 -- It defines local functions only and runs nothing when the body starts:
 -- no Redis call, no global set, no other side effect. So a script that uses
 -- none of them (hold) behaves as it would alone. A script must not start
@@ -33,7 +33,7 @@ end
 local function reason_ok(s)
   return s ~= nil and #s <= 128 and string.find(s, '^[!-~]+$') ~= nil
 end
--- A job type (queue/README.md, "Job types"): 1..64 bytes of
+-- A job type (queue/redisqueue/README.md, "Job types"): 1..64 bytes of
 -- [A-Za-z0-9_./-]. No ':', which separates the fields of the counters
 -- t:<type>:<counter>.
 local function type_ok(s)
@@ -192,7 +192,7 @@ local function bytes_less(a, b)
   end
   return #a < #b
 end
--- The "fields JSON" of a plain entry (queue/README.md, "Plain producers"):
+-- The "fields JSON" of a plain entry (queue/redisqueue/README.md, "Plain producers"):
 -- each name once with its last value, names in byte order, no spaces; only
 -- \, " and bytes below 0x20 escaped, every other byte as it is.
 local function fields_json(last, f)

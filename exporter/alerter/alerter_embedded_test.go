@@ -8,7 +8,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // TestAlerterOnEmbeddedServer: the embedded server of `backstop demo`
@@ -23,7 +23,7 @@ func TestAlerterOnEmbeddedServer(t *testing.T) {
 	am := newFakeAM(t)
 	a, logs := newTestAlerter(t, rdb, am.URL)
 
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	must(t, q.EnsureGroup(ctx))
 	deadLetterJob := func(id string) {
 		t.Helper()

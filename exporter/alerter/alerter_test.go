@@ -21,7 +21,7 @@ import (
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 	"github.com/backstop-dev/backstop/rules"
 )
 
@@ -127,7 +127,7 @@ func TestAlerterFiresAndResolves(t *testing.T) {
 	// Two dead letters in one MULTI, so no read falls between them.
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for range 2 {
-			p.XAdd(ctx, &redis.XAddArgs{Stream: queue.KeysFor("orders").DLQ, Values: []any{"reason", "permanent_error"}})
+			p.XAdd(ctx, &redis.XAddArgs{Stream: redisqueue.KeysFor("orders").DLQ, Values: []any{"reason", "permanent_error"}})
 		}
 		return nil
 	})

@@ -9,7 +9,7 @@ import (
 
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/testing/logbuf"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // newTestAlerter returns an alerter of the queues orders and emails over
@@ -37,7 +37,7 @@ func newTestCollector(t *testing.T, rdb redis.UniversalClient, qs ...exporter.Qu
 
 func addDeadLetter(t *testing.T, rdb redis.UniversalClient, name string) {
 	t.Helper()
-	must(t, rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: queue.KeysFor(name).DLQ, Values: []any{"reason", "permanent_error"}}).Err())
+	must(t, rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: redisqueue.KeysFor(name).DLQ, Values: []any{"reason", "permanent_error"}}).Err())
 }
 
 func readGroup(t *testing.T, rdb redis.UniversalClient, key, group string, n int64) []redis.XMessage {
@@ -50,7 +50,7 @@ func readGroup(t *testing.T, rdb redis.UniversalClient, key, group string, n int
 	return res[0].Messages
 }
 
-func deadLetter(t *testing.T, q *queue.Queue, id, reason string) {
+func deadLetter(t *testing.T, q *redisqueue.Queue, id, reason string) {
 	t.Helper()
 	if v, err := q.DeadLetter(context.Background(), id, reason, "boom"); err != nil || v == "" {
 		t.Fatalf("dead-letter %s: %q %v", id, v, err)

@@ -47,7 +47,7 @@ const root = "../.."
 // suites read the same list).
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/README.md", "queue/rabbitmq/README.md"}
+	files := []string{"README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/redisqueue/README.md", "queue/rabbitmq/README.md"}
 	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // The README's job types block, as written: a charge_card job is decided
@@ -26,7 +27,7 @@ func TestReadmeJobTypes(t *testing.T) {
 		presets[name] = p
 	}
 	p, critical, batch := presets["default"], presets["critical"], presets["batch"]
-	q := queue.New(redisClient, "orders")
+	q := redisqueue.New(redisClient, "orders")
 	payload := []byte(`{"sku": 7}`)
 	var ran []queue.Job
 	handle := func(ctx context.Context, j queue.Job) error {
@@ -36,8 +37,8 @@ func TestReadmeJobTypes(t *testing.T) {
 	}
 	var err error
 
-	q.Enqueue(ctx, "order-43", payload, queue.WithJobType("charge_card"))
-	err = q.Work(ctx, backstop.Native(p), handle, queue.WithPolicies(map[string]backstop.Decider{
+	q.Enqueue(ctx, "order-43", payload, redisqueue.WithJobType("charge_card"))
+	err = q.Work(ctx, backstop.Native(p), handle, redisqueue.WithPolicies(map[string]backstop.Decider{
 		"charge_card":   backstop.Native(critical), // few attempts, a breaker
 		"render_report": backstop.Native(batch),    // many, slow
 	}))

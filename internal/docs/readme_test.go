@@ -17,6 +17,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 func TestReadmeNative(t *testing.T) {
@@ -74,7 +75,7 @@ func TestReadmeQueue(t *testing.T) {
 		return nil
 	}
 
-	q := queue.New(redisClient, "orders") // keys {orders}:jobs, :delayed, :dlq, :stats
+	q := redisqueue.New(redisClient, "orders") // keys {orders}:jobs, :delayed, :dlq, :stats
 	q.Enqueue(ctx, orderID, payload)
 	err := q.Work(ctx, backstop.Native(p), func(ctx context.Context, j queue.Job) error {
 		return charge(ctx, j) // nil acks; an error is classified and decided by the policy:

@@ -25,7 +25,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 	"github.com/backstop-dev/backstop/rules"
 )
 
@@ -68,7 +68,7 @@ func TestAlerterPagesFaster(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -135,12 +135,12 @@ func TestAlerterPagesFaster(t *testing.T) {
 // backstop-exporter, Alertmanager (the shipped configuration) notifying a
 // receiver in the test, and Prometheus (the generated rules). It returns
 // the address of Prometheus too, for its query API.
-func startRulesPath(t *testing.T) (rdb *redis.Client, q *queue.Queue, hooks *receiver, promAddr string) {
+func startRulesPath(t *testing.T) (rdb *redis.Client, q *redisqueue.Queue, hooks *receiver, promAddr string) {
 	t.Helper()
 	dir := t.TempDir()
 	srv := redistest.Start(t)
 	rdb = srv.Client()
-	q = queue.New(rdb, "orders")
+	q = redisqueue.New(rdb, "orders")
 	if err := q.EnsureGroup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func startRulesPath(t *testing.T) (rdb *redis.Client, q *queue.Queue, hooks *rec
 
 // injectDeadLetters dead-letters a job of q every 100 ms until the
 // returned stop is called.
-func injectDeadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue) (stop func()) {
+func injectDeadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue) (stop func()) {
 	return every100ms(func(i int) bool {
 		deadLetter(t, ctx, rdb, q, fmt.Sprintf("order-%d", i))
 		return true
@@ -183,7 +183,7 @@ func every100ms(f func(i int) bool) (stop func()) {
 	return func() { once.Do(func() { close(done) }); wg.Wait() }
 }
 
-func deadLetter(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, id string) {
+func deadLetter(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue, id string) {
 	if _, err := q.Enqueue(ctx, id, []byte("{}")); err != nil {
 		t.Error(err)
 		return

@@ -15,7 +15,7 @@ import (
 
 	"github.com/backstop-dev/backstop/dashboards"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // TestFailingJobTypeIsNamed runs three job types and untyped jobs on one
@@ -85,10 +85,10 @@ func TestFailingJobTypeIsNamed(t *testing.T) {
 
 // runTypedJobs enqueues and settles a job of each type every 100 ms until
 // the returned stop is called (stop waits, and may be called twice).
-func runTypedJobs(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue) (stop func()) {
+func runTypedJobs(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue) (stop func()) {
 	return every100ms(func(i int) bool {
 		for _, typ := range []string{"send_email", "render_report", "charge_card", ""} {
-			if _, err := q.Enqueue(ctx, fmt.Sprintf("%s-%d", typ, i), []byte("{}"), queue.WithJobType(typ)); err != nil {
+			if _, err := q.Enqueue(ctx, fmt.Sprintf("%s-%d", typ, i), []byte("{}"), redisqueue.WithJobType(typ)); err != nil {
 				t.Error(err)
 				return false
 			}

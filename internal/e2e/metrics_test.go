@@ -16,7 +16,7 @@ import (
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // TestEveryNamedMetricIsEmitted parses every rule and panel expression
@@ -31,11 +31,11 @@ import (
 func TestEveryNamedMetricIsEmitted(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	q.EnsureGroup(ctx)
 	types := []string{"send_email", "charge_card", "charge_card", "", ""}
 	for i, outcome := range []string{"ack", "retry", "dead", "retry-due", "pending"} {
-		if _, err := q.Enqueue(ctx, "job-"+outcome, []byte("{}"), queue.WithJobType(types[i])); err != nil {
+		if _, err := q.Enqueue(ctx, "job-"+outcome, []byte("{}"), redisqueue.WithJobType(types[i])); err != nil {
 			t.Fatal(err)
 		}
 		res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()

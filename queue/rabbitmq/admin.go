@@ -393,17 +393,10 @@ func (q *Queue) Discard(ctx context.Context, o DiscardOptions) (int, error) {
 // discardDeadLetters is Queue.Discard over a connection.
 func discardDeadLetters(ctx context.Context, conn *amqp.Connection, name string, o DiscardOptions) (int, error) {
 	fail := func(err error) error { return fmt.Errorf("queue %s: discard: %w", name, err) }
+	if err := queue.CheckDiscard(queue.DiscardAction(o.Action), o.ID, o.Note, o.Actor, o.Limit); err != nil {
+		return 0, fail(err)
+	}
 	switch {
-	case o.Action != "delete" && o.Action != "purge":
-		return 0, fail(fmt.Errorf("action must be \"delete\" or \"purge\", got %q", o.Action))
-	case o.Action == "delete" && o.ID == "":
-		return 0, fail(errors.New("delete needs a job id"))
-	case len(o.Note) < 1 || len(o.Note) > queue.MaxNoteLen:
-		return 0, fail(fmt.Errorf("the note (why) must be 1..%d bytes, got %d", queue.MaxNoteLen, len(o.Note)))
-	case len(o.Actor) < 1 || len(o.Actor) > queue.MaxActorLen:
-		return 0, fail(fmt.Errorf("the actor (who) must be 1..%d bytes, got %d", queue.MaxActorLen, len(o.Actor)))
-	case o.Limit < 0:
-		return 0, fail(fmt.Errorf("limit must be >= 0 (0: every one), got %d", o.Limit))
 	case o.Reason != "" && !reasonOK(o.Reason):
 		return 0, fail(fmt.Errorf("reason must be \"\" (any) or 1..128 printable ASCII characters without spaces, got %q", o.Reason))
 	}

@@ -152,7 +152,7 @@ func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, o
 	case h == nil:
 		return fmt.Errorf("rabbitmq: work %s: handler: must not be nil", q.name)
 	}
-	ropts := []queue.WorkerOption{queue.WithLogger(q.b.cfg.log), queue.WithHandlerTimeout(c.handlerTimeout)}
+	ropts := []queue.Option{queue.WithLogger(q.b.cfg.log), queue.WithHandlerTimeout(c.handlerTimeout)}
 	if c.policies != nil {
 		ropts = append(ropts, queue.WithPolicies(c.policies))
 	}

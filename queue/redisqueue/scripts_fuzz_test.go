@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // The fuzz targets run the contract's scripts on fuzzed inputs against a
@@ -141,7 +141,7 @@ type state struct {
 	counters          map[string]string
 }
 
-func (h *scriptHarness) state(ctx context.Context, k queue.Keys) state {
+func (h *scriptHarness) state(ctx context.Context, k redisqueue.Keys) state {
 	s := state{nJobs: -1, nDLQ: -1, pending: -1, nDelayed: -1}
 	entries := func(key string) ([][]string, int64) {
 		v, err := h.rdb.Do(ctx, "XRANGE", key, "-", "+").Slice()
@@ -182,7 +182,7 @@ func (h *scriptHarness) exercise(t *testing.T, in scriptInput) {
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	q := queue.New(rdb, "f")
+	q := redisqueue.New(rdb, "f")
 	k := q.Keys()
 	must := func(err error) {
 		t.Helper()

@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 func nativePolicy(t *testing.T, src string) backstop.Decider {
@@ -34,7 +35,7 @@ func nativePolicy(t *testing.T, src string) backstop.Decider {
 func TestLongHandlerIsNotReclaimed(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "long")
+	q := redisqueue.New(rdb, "long")
 	for _, id := range []string{"job-1", "job-2"} {
 		if _, err := q.Enqueue(ctx, id, nil); err != nil {
 			t.Fatal(err)
@@ -54,12 +55,12 @@ func TestLongHandlerIsNotReclaimed(t *testing.T) {
 		}
 		ctxtime.Sleep(ctx, 3*minIdle) // the work: longer than the min idle time
 		return nil
-	}, queue.WithConsumer("a"), queue.WithBatch(2, 50*time.Millisecond), queue.WithReclaim(0, minIdle, 5))
+	}, redisqueue.WithConsumer("a"), redisqueue.WithBatch(2, 50*time.Millisecond), redisqueue.WithReclaim(0, minIdle, 5))
 	<-started
 	work(t, q, p, func(context.Context, queue.Job) error {
 		stolen.Add(1)
 		return nil
-	}, queue.WithConsumer("b"), queue.WithBatch(1, 50*time.Millisecond), queue.WithReclaim(100*time.Millisecond, minIdle, 5))
+	}, redisqueue.WithConsumer("b"), redisqueue.WithBatch(1, 50*time.Millisecond), redisqueue.WithReclaim(100*time.Millisecond, minIdle, 5))
 
 	waitFor(t, "the jobs acked", func() bool { return counters(t, ctx, q)["attempts:success"] == 2 })
 	c := counters(t, ctx, q)
@@ -87,7 +88,7 @@ func TestHandlerPastItsDeadlineIsRetried(t *testing.T) {
 		t.Run(fmt.Sprintf("honours-ctx=%v", honours), func(t *testing.T) {
 			rdb := redistest.Start(t).Client()
 			ctx := context.Background()
-			q := queue.New(rdb, "hang")
+			q := redisqueue.New(rdb, "hang")
 			if _, err := q.Enqueue(ctx, "job-1", nil); err != nil {
 				t.Fatal(err)
 			}
@@ -104,8 +105,8 @@ func TestHandlerPastItsDeadlineIsRetried(t *testing.T) {
 				}
 				<-release
 				return nil
-			}, queue.WithConsumer("a"), queue.WithBatch(1, 50*time.Millisecond), queue.WithHandlerTimeout(300*time.Millisecond),
-				queue.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+			}, redisqueue.WithConsumer("a"), redisqueue.WithBatch(1, 50*time.Millisecond), redisqueue.WithHandlerTimeout(300*time.Millisecond),
+				redisqueue.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 
 			waitFor(t, "the job retried", func() bool { return counters(t, ctx, q)["attempts:retry"] == 1 })
 			members, err := rdb.ZRange(ctx, q.Keys().Delayed, 0, -1).Result()
@@ -128,9 +129,9 @@ func TestHandlerPastItsDeadlineIsRetried(t *testing.T) {
 }
 
 func TestHandlerTimeoutMustBePositive(t *testing.T) {
-	q := queue.New(redistest.Start(t).Client(), "bad")
+	q := redisqueue.New(redistest.Start(t).Client(), "bad")
 	for _, d := range []time.Duration{0, -time.Second} {
-		err := q.Work(context.Background(), nativePolicy(t, `{}`), func(context.Context, queue.Job) error { return nil }, queue.WithHandlerTimeout(d))
+		err := q.Work(context.Background(), nativePolicy(t, `{}`), func(context.Context, queue.Job) error { return nil }, redisqueue.WithHandlerTimeout(d))
 		if err == nil || !strings.Contains(err.Error(), "WithHandlerTimeout") {
 			t.Errorf("WithHandlerTimeout(%v): Work returned %v, want an error naming the option", d, err)
 		}

@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // outOfMemory puts Redis in the state of a full server: a 4 MB filler, then
@@ -94,7 +95,7 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "oom")
+	q := redisqueue.New(rdb, "oom")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +143,9 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q.Work(wctx, backstop.Native(p), handler, queue.WithConsumer(name), queue.WithBatch(4, 20*time.Millisecond),
-				queue.WithPromote(20*time.Millisecond, 100), queue.WithReclaim(20*time.Millisecond, minIdle, 2),
-				queue.WithLogger(logger))
+			q.Work(wctx, backstop.Native(p), handler, redisqueue.WithConsumer(name), redisqueue.WithBatch(4, 20*time.Millisecond),
+				redisqueue.WithPromote(20*time.Millisecond, 100), redisqueue.WithReclaim(20*time.Millisecond, minIdle, 2),
+				redisqueue.WithLogger(logger))
 		}()
 	}
 	defer func() { stop(); wg.Wait() }()
@@ -175,7 +176,7 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 
 	// Everything finishes: 15 successes (flaky on its second attempt), one
 	// dead letter, nothing left pending.
-	var s queue.Stats
+	var s redisqueue.Stats
 	waitFor(t, "every job to finish", func() bool {
 		s, _ = q.Stats(ctx)
 		return s.Counters["attempts:success"]+s.Counters["attempts:dead_letter"] >= int64(len(ids)) && s.Pending == 0
@@ -215,7 +216,7 @@ func TestOutOfMemoryRunsEachJobOnce(t *testing.T) {
 func TestStopWhileRefusedLeavesTheEntryPending(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "oom-stop")
+	q := redisqueue.New(rdb, "oom-stop")
 	q.EnsureGroup(ctx)
 	p, _ := policy.Parse([]byte(`{"max_attempts": 3}`))
 	q.Enqueue(ctx, "j", []byte("p"))
@@ -231,8 +232,8 @@ func TestStopWhileRefusedLeavesTheEntryPending(t *testing.T) {
 			entered <- struct{}{}
 			<-gate
 			return nil
-		}, queue.WithConsumer("w1"), queue.WithBatch(1, 20*time.Millisecond), queue.WithPromote(0, 1),
-			queue.WithReclaim(0, time.Minute, 5), queue.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+		}, redisqueue.WithConsumer("w1"), redisqueue.WithBatch(1, 20*time.Millisecond), redisqueue.WithPromote(0, 1),
+			redisqueue.WithReclaim(0, time.Minute, 5), redisqueue.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	}()
 	<-entered
 	lift := outOfMemory(t, ctx, rdb)
@@ -256,7 +257,7 @@ func TestStopWhileRefusedLeavesTheEntryPending(t *testing.T) {
 func TestWorkStartsWhileOutOfMemory(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "oom-start")
+	q := redisqueue.New(rdb, "oom-start")
 	q.EnsureGroup(ctx)
 	p, _ := policy.Parse([]byte(`{"max_attempts": 3}`))
 	q.Enqueue(ctx, "j", []byte("p"))
@@ -267,8 +268,8 @@ func TestWorkStartsWhileOutOfMemory(t *testing.T) {
 	var ran atomic.Int64
 	go func() {
 		done <- q.Work(wctx, backstop.Native(p), func(context.Context, queue.Job) error { ran.Add(1); return nil },
-			queue.WithConsumer("w1"), queue.WithBatch(1, 20*time.Millisecond), queue.WithPromote(0, 1),
-			queue.WithLogger(slog.New(slog.DiscardHandler)))
+			redisqueue.WithConsumer("w1"), redisqueue.WithBatch(1, 20*time.Millisecond), redisqueue.WithPromote(0, 1),
+			redisqueue.WithLogger(slog.New(slog.DiscardHandler)))
 	}()
 	waitFor(t, "the job to run", func() bool {
 		select {
@@ -295,7 +296,7 @@ func TestWorkStartsWhileOutOfMemory(t *testing.T) {
 func TestHold(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "hold")
+	q := redisqueue.New(rdb, "hold")
 	q.EnsureGroup(ctx)
 	var ids []string
 	for i := range 5 {

@@ -1,4 +1,4 @@
-package queue
+package redisqueue
 
 import (
 	"github.com/redis/go-redis/v9"

@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/backstop-dev/backstop/idempotency"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // The crash test re-executes this test binary as worker and promoter
@@ -62,7 +63,7 @@ func crashRole(role string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("BACKSTOP_CRASH_REDIS")})
-	q := queue.New(rdb, "crash")
+	q := redisqueue.New(rdb, "crash")
 	if role == "promoter" {
 		for ctx.Err() == nil {
 			if _, _, err := q.Promote(ctx, 200); err != nil {
@@ -139,8 +140,8 @@ func crashRole(role string) error {
 			return err
 		}
 	}
-	return q.Work(ctx, p, handler, queue.WithConsumer(os.Getenv("BACKSTOP_CRASH_NAME")), queue.WithBatch(8, 50*time.Millisecond),
-		queue.WithPromote(20*time.Millisecond, 200), queue.WithReclaim(200*time.Millisecond, time.Second, 50))
+	return q.Work(ctx, p, handler, redisqueue.WithConsumer(os.Getenv("BACKSTOP_CRASH_NAME")), redisqueue.WithBatch(8, 50*time.Millisecond),
+		redisqueue.WithPromote(20*time.Millisecond, 200), redisqueue.WithReclaim(200*time.Millisecond, time.Second, 50))
 }
 
 // TestCrashLosesNothing: 10,000 jobs through worker and promoter processes
@@ -189,7 +190,7 @@ func crashRun(t *testing.T, jobs int, withStore bool) crashCounts {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "crash")
+	q := redisqueue.New(rdb, "crash")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}

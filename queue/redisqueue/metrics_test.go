@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // A worker with WithMetrics exports the backstop_client_* families Go's
@@ -29,7 +30,7 @@ func TestWorkerMetrics(t *testing.T) {
 	}
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	for _, id := range []string{"job-ok", "job-fails", "job-refused"} {
 		if _, err := q.Enqueue(ctx, id, nil); err != nil {
 			t.Fatal(err)
@@ -42,8 +43,8 @@ func TestWorkerMetrics(t *testing.T) {
 		}
 		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
 	}, // One read takes all three: the worker stops reading once the breaker opens.
-		queue.WithBatch(3, 20*time.Millisecond), queue.WithPromote(0, 100), queue.WithReclaim(0, time.Minute, 5),
-		queue.WithConsumer("w1"), queue.WithMetrics(reg, "payments"))
+		redisqueue.WithBatch(3, 20*time.Millisecond), redisqueue.WithPromote(0, 100), redisqueue.WithReclaim(0, time.Minute, 5),
+		redisqueue.WithConsumer("w1"), redisqueue.WithMetrics(reg, "payments"))
 
 	refused := func() float64 {
 		n, _ := testutil.GatherAndCount(reg, "backstop_client_calls_refused_total")
@@ -94,7 +95,7 @@ func TestWorkerMetricsBudget(t *testing.T) {
 	}
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "orders")
+	q := redisqueue.New(rdb, "orders")
 	for _, id := range []string{"job-1", "job-2"} {
 		if _, err := q.Enqueue(ctx, id, nil); err != nil {
 			t.Fatal(err)
@@ -103,8 +104,8 @@ func TestWorkerMetricsBudget(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	work(t, q, backstop.Native(p), func(ctx context.Context, j queue.Job) error {
 		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
-	}, queue.WithBatch(2, 20*time.Millisecond), queue.WithPromote(0, 100), queue.WithReclaim(0, time.Minute, 5),
-		queue.WithConsumer("w1"), queue.WithMetrics(reg, "payments"))
+	}, redisqueue.WithBatch(2, 20*time.Millisecond), redisqueue.WithPromote(0, 100), redisqueue.WithReclaim(0, time.Minute, 5),
+		redisqueue.WithConsumer("w1"), redisqueue.WithMetrics(reg, "payments"))
 	waitFor(t, "both jobs retried", func() bool { return counters(t, ctx, q)["attempts:retry"] == 2 })
 	const want = `
 # HELP backstop_client_budget_tokens Retry budget left as last seen by this process: a token bucket's tokens (retries pass while more than half remain), or the retries a window budget still allows. Absent without a budget.
@@ -118,10 +119,10 @@ backstop_client_budget_tokens{policy="payments",target="orders"} 8
 }
 
 func TestWorkerMetricsBadInput(t *testing.T) {
-	q := queue.New(redistest.Start(t).Client(), "orders")
+	q := redisqueue.New(redistest.Start(t).Client(), "orders")
 	p, _ := policy.Preset("default")
 	err := q.Work(context.Background(), backstop.Native(p), func(context.Context, queue.Job) error { return nil },
-		queue.WithMetrics(prometheus.NewRegistry(), "pay\xffments"))
+		redisqueue.WithMetrics(prometheus.NewRegistry(), "pay\xffments"))
 	if err == nil || !strings.Contains(err.Error(), `queue: WithMetrics: policy "pay\xffments": not valid UTF-8`) {
 		t.Fatalf("Work = %v, want the invalid label named before any work", err)
 	}

@@ -1,9 +1,9 @@
-// Package queue is the Redis queue contract of backstop: jobs in a stream
+// Package redisqueue is the Redis queue contract of backstop: jobs in a stream
 // with a consumer group, cold retries in a delayed sorted set, dead letters
 // in a stream, counters in a hash. Every move between them is one atomic
 // Lua script that also acknowledges the source entry, and the attempt
 // count lives in Redis, so a crash at any point loses nothing.
-package queue
+package redisqueue
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/backstop-dev/backstop/queue"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -101,24 +103,6 @@ type enqueueArgs struct{ jobType string }
 // type to. It travels with the job through every move.
 func WithJobType(t string) EnqueueOption { return func(a *enqueueArgs) { a.jobType = t } }
 
-// MaxJobTypeLen is the longest job type, in bytes.
-const MaxJobTypeLen = 64
-
-// ValidJobType reports why t cannot be a job type, or nil: 1..64 bytes of
-// [A-Za-z0-9_./-] (no ':', which separates the fields of the counters).
-func ValidJobType(t string) error {
-	if t == "" || len(t) > MaxJobTypeLen {
-		return fmt.Errorf("job type must be 1..%d bytes, got %d", MaxJobTypeLen, len(t))
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '/' || c == '-') {
-			return fmt.Errorf("job type must be made of [A-Za-z0-9_./-], got %q", t)
-		}
-	}
-	return nil
-}
-
 // Enqueue adds a job. id is its stable identity (the idempotency key a
 // downstream can deduplicate on); the server's clock stamps the first
 // enqueue time. It returns the stream entry id.
@@ -133,7 +117,7 @@ func (q *Queue) Enqueue(ctx context.Context, id string, payload []byte, opts ...
 	}
 	args := []any{id, payload}
 	if a.jobType != "" {
-		if err := ValidJobType(a.jobType); err != nil {
+		if err := queue.ValidJobType(a.jobType); err != nil {
 			return "", fmt.Errorf("queue %s: enqueue %s: %w", q.name, id, err)
 		}
 		args = append(args, a.jobType)
@@ -230,7 +214,7 @@ type Reclaimed struct {
 	DeadLettered int
 	// Jobs are the entries now claimed for the consumer: process them as if
 	// read.
-	Jobs []Job
+	Jobs []queue.Job
 	// Skipped are the crash loops the DLQ refused (a key of the wrong type,
 	// an entry too large for it, Redis out of memory): they stay pending,
 	// their idle time reset, and are tried again after the min idle time.
@@ -304,7 +288,7 @@ func (q *Queue) Replay(ctx context.Context, limit int, reason string, opts ...Re
 		o(&a)
 	}
 	if a.set {
-		if err := ValidJobType(a.jobType); err != nil {
+		if err := queue.ValidJobType(a.jobType); err != nil {
 			return 0, fmt.Errorf("queue %s: replay: %w", q.name, err)
 		}
 	}
@@ -333,31 +317,8 @@ func errOr(err error, msg string) error {
 	return errors.New(msg)
 }
 
-// Job is a job as a worker sees it.
-type Job struct {
-	EntryID         string // stream entry id
-	ID              string // stable job id: the idempotency key
-	Attempt         int64  // 1-based number of this execution
-	FirstEnqueuedMs int64
-	Payload         []byte
-	LastError       string // the error of the previous attempt, if any
-	LastReason      string
-	PrevDelayMs     int64 // the delay before this attempt (decorrelated backoff)
-	// Type is the job's type ("": untyped), as the entry holds it: a type
-	// written by someone else may not be valid (see ValidJobType); the job
-	// runs all the same, counted under the type "other".
-	Type string
-	// Malformed reports an entry without a job id or a valid attempt (a
-	// plain entry, none of backstop's fields, is attempt 1 of a job: see
-	// queue/README.md); the worker dead-letters it with reason "malformed".
-	Malformed bool
-}
-
-// FirstEnqueued returns when the job was first enqueued.
-func (j Job) FirstEnqueued() time.Time { return time.UnixMilli(j.FirstEnqueuedMs) }
-
-func jobFromMessage(m redis.XMessage) Job {
-	j := Job{EntryID: m.ID}
+func jobFromMessage(m redis.XMessage) queue.Job {
+	j := queue.Job{EntryID: m.ID}
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	if plain(m.Values) {
 		return plainJob(m, str)
@@ -377,7 +338,7 @@ func jobFromMessage(m redis.XMessage) Job {
 
 // plain reports an entry written by a producer that knows nothing of
 // backstop: none of the fields a backstop job or a malformed delayed member
-// has (queue/README.md, "Plain producers").
+// has (queue/redisqueue/README.md, "Plain producers").
 func plain(v map[string]any) bool {
 	for _, k := range []string{"id", "attempt", "first_enqueued_ms", "malformed_delayed_member"} {
 		if _, ok := v[k]; ok {
@@ -390,8 +351,8 @@ func plain(v map[string]any) bool {
 // plainJob is the job of a plain entry, as lib.lua's plain_job makes it:
 // attempt 1, the entry's id and time, the payload field or else the fields
 // JSON.
-func plainJob(m redis.XMessage, str func(string) string) Job {
-	j := Job{EntryID: m.ID, ID: m.ID, Attempt: 1, Type: str("type")}
+func plainJob(m redis.XMessage, str func(string) string) queue.Job {
+	j := queue.Job{EntryID: m.ID, ID: m.ID, Attempt: 1, Type: str("type")}
 	ms, _, _ := strings.Cut(m.ID, "-")
 	t, err := strconv.ParseInt(ms, 10, 64)
 	j.FirstEnqueuedMs = t
@@ -457,10 +418,10 @@ func digits(s string) bool {
 }
 
 // jobFromReply decodes an entry from a script reply: [id, [k, v, ...]].
-func jobFromReply(raw any) (Job, bool) {
+func jobFromReply(raw any) (queue.Job, bool) {
 	e, ok := raw.([]any)
 	if !ok || len(e) != 2 {
-		return Job{}, false
+		return queue.Job{}, false
 	}
 	id, _ := e[0].(string)
 	fields, _ := e[1].([]any)

@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // breakerDecider is a queue decider that also tells the test the breaker's
@@ -53,7 +54,7 @@ func deciders(t *testing.T, src string) map[string]func(t *testing.T) breakerDec
 
 // work runs q's worker until the test ends, and checks that it returns
 // once stopped, even while it waits for the breaker.
-func work(t *testing.T, q *queue.Queue, p backstop.Decider, h queue.Handler, opts ...queue.WorkerOption) {
+func work(t *testing.T, q *redisqueue.Queue, p backstop.Decider, h queue.Handler, opts ...redisqueue.WorkOption) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- q.Work(ctx, p, h, opts...) }()
@@ -97,7 +98,7 @@ func TestOpenBreakerStopsTheWorker(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rdb := redistest.Start(t).Client()
 			ctx := context.Background()
-			q := queue.New(rdb, "stop")
+			q := redisqueue.New(rdb, "stop")
 			for i := range 10 {
 				if _, err := q.Enqueue(ctx, fmt.Sprintf("job-%d", i), nil); err != nil {
 					t.Fatal(err)
@@ -111,8 +112,8 @@ func TestOpenBreakerStopsTheWorker(t *testing.T) {
 					whileOpen.Add(1)
 				}
 				return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
-			}, queue.WithBatch(1, 20*time.Millisecond), queue.WithPromote(10*time.Millisecond, 100),
-				queue.WithReclaim(0, time.Minute, 5), queue.WithConsumer("w1"))
+			}, redisqueue.WithBatch(1, 20*time.Millisecond), redisqueue.WithPromote(10*time.Millisecond, 100),
+				redisqueue.WithReclaim(0, time.Minute, 5), redisqueue.WithConsumer("w1"))
 
 			// The first failure opens the breaker: that job is deferred
 			// (circuit_open), not retried and not dead-lettered.
@@ -154,7 +155,7 @@ func TestOutageWithBreakerLosesNoJob(t *testing.T) {
 			t.Run(onOpen+"/"+name, func(t *testing.T) {
 				rdb := redistest.Start(t).Client()
 				ctx := context.Background()
-				q := queue.New(rdb, "outage")
+				q := redisqueue.New(rdb, "outage")
 				for i := range jobs {
 					if _, err := q.Enqueue(ctx, fmt.Sprintf("job-%d", i), nil); err != nil {
 						t.Fatal(err)
@@ -173,8 +174,8 @@ func TestOutageWithBreakerLosesNoJob(t *testing.T) {
 						return &backstop.Failure{ErrorKind: "connection_refused", Err: errors.New("connection refused")}
 					}
 					return nil
-				}, queue.WithBatch(4, 20*time.Millisecond), queue.WithPromote(10*time.Millisecond, 100),
-					queue.WithReclaim(0, time.Minute, 5), queue.WithConsumer("w1"))
+				}, redisqueue.WithBatch(4, 20*time.Millisecond), redisqueue.WithPromote(10*time.Millisecond, 100),
+					redisqueue.WithReclaim(0, time.Minute, 5), redisqueue.WithConsumer("w1"))
 
 				if onOpen == "dead_letter" {
 					waitFor(t, "dead letters", func() bool { return counters(t, ctx, q)["attempts:dead_letter"] > 0 })
@@ -217,14 +218,14 @@ func TestBudgetRefusalDefersByBackoff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rdb := redistest.Start(t).Client()
 			ctx := context.Background()
-			q := queue.New(rdb, "budget")
+			q := redisqueue.New(rdb, "budget")
 			before := time.Now().UnixMilli()
 			if _, err := q.Enqueue(ctx, "job-0", nil); err != nil {
 				t.Fatal(err)
 			}
 			work(t, q, load(t), func(ctx context.Context, j queue.Job) error {
 				return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503")}
-			}, queue.WithBatch(1, 20*time.Millisecond), queue.WithReclaim(0, time.Minute, 5), queue.WithConsumer("w1"))
+			}, redisqueue.WithBatch(1, 20*time.Millisecond), redisqueue.WithReclaim(0, time.Minute, 5), redisqueue.WithConsumer("w1"))
 			waitFor(t, "the job deferred", func() bool { return counters(t, ctx, q)["deferred:budget_exhausted"] == 1 })
 			zs, err := rdb.ZRangeWithScores(ctx, q.Keys().Delayed, 0, -1).Result()
 			if err != nil || len(zs) != 1 {

@@ -1,4 +1,4 @@
-package queue
+package redisqueue
 
 import (
 	"fmt"
@@ -379,7 +379,7 @@ func buildCases() []queueCase {
 	return cs
 }
 
-// typedCases are the job types' cases (queue/README.md, "Job types"):
+// typedCases are the job types' cases (queue/redisqueue/README.md, "Job types"):
 // typed and untyped jobs through every move, the registry of types counted
 // by name and its "other" overflow, types that are not valid in an entry
 // (counted as "other", kept byte for byte), and enqueue refusing them.
@@ -497,7 +497,7 @@ func typedCases(add func(string, caseState, caseEvent)) {
 }
 
 // plainCases: entries written by a producer that knows nothing of backstop
-// (a plain XADD, queue/README.md "Plain producers") run as attempt 1, their
+// (a plain XADD, queue/redisqueue/README.md "Plain producers") run as attempt 1, their
 // id the entry's, first enqueued at the entry's time.
 func plainCases(add func(string, caseState, caseEvent)) {
 	const id = "{now-1000}-0"

@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // TestScripts runs the script semantics against a real standalone
@@ -27,7 +28,7 @@ func TestScripts(t *testing.T) {
 }
 
 func scriptSuite(t *testing.T, rdb redis.UniversalClient) {
-	cases := map[string]func(*testing.T, context.Context, redis.UniversalClient, *queue.Queue){
+	cases := map[string]func(*testing.T, context.Context, redis.UniversalClient, *redisqueue.Queue){
 		"enqueue":               testEnqueue,
 		"ack":                   testAck,
 		"retry":                 testRetry,
@@ -46,7 +47,7 @@ func scriptSuite(t *testing.T, rdb redis.UniversalClient) {
 	for name, fn := range cases {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			q := queue.New(rdb, "t-"+name)
+			q := redisqueue.New(rdb, "t-"+name)
 			if err := q.EnsureGroup(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +57,7 @@ func scriptSuite(t *testing.T, rdb redis.UniversalClient) {
 }
 
 // read takes n entries for consumer c.
-func read(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue, c string, n int64) []redis.XMessage {
+func read(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue, c string, n int64) []redis.XMessage {
 	t.Helper()
 	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: c, Streams: []string{q.Keys().Jobs, ">"}, Count: n, Block: -1}).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -68,7 +69,7 @@ func read(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue
 	return res[0].Messages
 }
 
-func counters(t *testing.T, ctx context.Context, q *queue.Queue) map[string]int64 {
+func counters(t *testing.T, ctx context.Context, q *redisqueue.Queue) map[string]int64 {
 	t.Helper()
 	s, err := q.Stats(ctx)
 	if err != nil {
@@ -77,7 +78,7 @@ func counters(t *testing.T, ctx context.Context, q *queue.Queue) map[string]int6
 	return s.Counters
 }
 
-func enqueueRead(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue, id string) redis.XMessage {
+func enqueueRead(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue, id string) redis.XMessage {
 	t.Helper()
 	if _, err := q.Enqueue(ctx, id, []byte("payload-"+id)); err != nil {
 		t.Fatal(err)
@@ -89,7 +90,7 @@ func enqueueRead(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q
 	return msgs[0]
 }
 
-func testEnqueue(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testEnqueue(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	m := enqueueRead(t, ctx, rdb, q, "job-1")
 	if m.Values["id"] != "job-1" || m.Values["attempt"] != "1" || m.Values["payload"] != "payload-job-1" || m.Values["first_enqueued_ms"] == "" {
 		t.Fatalf("entry fields: %v", m.Values)
@@ -102,7 +103,7 @@ func testEnqueue(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q
 	}
 }
 
-func testAck(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testAck(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	m := enqueueRead(t, ctx, rdb, q, "job-1")
 	if ok, err := q.Ack(ctx, m.ID); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
@@ -116,7 +117,7 @@ func testAck(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *qu
 	}
 }
 
-func testRetry(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testRetry(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	m := enqueueRead(t, ctx, rdb, q, "job-1")
 	before := time.Now()
 	due, ok, err := q.Retry(ctx, m.ID, 5*time.Second, "transient", "503 Service Unavailable")
@@ -146,7 +147,7 @@ func testRetry(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *
 	}
 }
 
-func testRetryValidates(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testRetryValidates(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	m := enqueueRead(t, ctx, rdb, q, "job-1")
 	for _, c := range []struct {
 		delay  time.Duration
@@ -163,7 +164,7 @@ func testRetryValidates(t *testing.T, ctx context.Context, rdb redis.UniversalCl
 	}
 }
 
-func testDeadLetter(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testDeadLetter(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	m := enqueueRead(t, ctx, rdb, q, "job-1")
 	id, err := q.DeadLetter(ctx, m.ID, "max_attempts_reached", "503 five times")
 	if err != nil || id == "" {
@@ -183,7 +184,7 @@ func testDeadLetter(t *testing.T, ctx context.Context, rdb redis.UniversalClient
 	}
 }
 
-func testMalformed(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testMalformed(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"attempt", "x", "garbage", "x"}})
 	m := read(t, ctx, rdb, q, "c1", 1)[0]
 	if _, _, err := q.Retry(ctx, m.ID, time.Second, "transient", "e"); err == nil || !strings.Contains(err.Error(), "malformed") {
@@ -198,7 +199,7 @@ func testMalformed(t *testing.T, ctx context.Context, rdb redis.UniversalClient,
 	}
 }
 
-func testPromote(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testPromote(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	for _, id := range []string{"a", "b", "c"} {
 		m := enqueueRead(t, ctx, rdb, q, id)
 		if _, _, err := q.Retry(ctx, m.ID, 0, "transient", "e"); err != nil {
@@ -232,7 +233,7 @@ func testPromote(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q
 	}
 }
 
-func testPromoteMalformedMember(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testPromoteMalformedMember(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	rdb.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: 1, Member: "not json"})
 	if n, _, err := q.Promote(ctx, 10); n != 1 || err != nil {
 		t.Fatalf("promote: %d %v", n, err)
@@ -243,7 +244,7 @@ func testPromoteMalformedMember(t *testing.T, ctx context.Context, rdb redis.Uni
 	}
 }
 
-func testReclaim(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testReclaim(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	enqueueRead(t, ctx, rdb, q, "crashy")    // delivered once to c1, never acked
 	q.Enqueue(ctx, "loopy", nil)             // delivered three times below
 	read(t, ctx, rdb, q, "c1", 1)            // delivery 1
@@ -279,7 +280,7 @@ func testReclaim(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q
 	}
 }
 
-func testReplay(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testReplay(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	for i, reason := range []string{"a", "b", "a", "b", "a"} {
 		m := enqueueRead(t, ctx, rdb, q, "job-"+string(rune('0'+i)))
 		q.DeadLetter(ctx, m.ID, reason, "e")
@@ -307,7 +308,7 @@ func testReplay(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 }
 
 // A worker applies the policy's decisions: two 503s, then success.
-func testWorker(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testWorker(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	p, err := policy.Parse([]byte(`{"max_attempts": 5, "backoff": {"base": "10ms", "cap": "20ms"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +328,7 @@ func testWorker(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		}
 		done <- j
 		return nil
-	}, queue.WithBatch(4, 50*time.Millisecond), queue.WithPromote(10*time.Millisecond, 100), queue.WithConsumer("w1"))
+	}, redisqueue.WithBatch(4, 50*time.Millisecond), redisqueue.WithPromote(10*time.Millisecond, 100), redisqueue.WithConsumer("w1"))
 	var j queue.Job
 	select {
 	case j = <-done:
@@ -348,9 +349,9 @@ func testWorker(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 }
 
 // Key names are configurable, so existing layouts work.
-func testCustomLayout(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
-	k := queue.Keys{Jobs: "{legacy}jobs:main", Delayed: "{legacy}delayed:retries", DLQ: "{legacy}jobs:dlq", Stats: "{legacy}stats"}
-	lq := queue.New(rdb, "legacy", queue.WithKeys(k), queue.WithGroup("g"))
+func testCustomLayout(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
+	k := redisqueue.Keys{Jobs: "{legacy}jobs:main", Delayed: "{legacy}delayed:retries", DLQ: "{legacy}jobs:dlq", Stats: "{legacy}stats"}
+	lq := redisqueue.New(rdb, "legacy", redisqueue.WithKeys(k), redisqueue.WithGroup("g"))
 	if err := lq.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +366,7 @@ func testCustomLayout(t *testing.T, ctx context.Context, rdb redis.UniversalClie
 
 // Whoever moves an entry first wins: a late outcome from a worker whose
 // entry was reclaimed and finished elsewhere changes nothing.
-func testOutcomeAfterMove(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testOutcomeAfterMove(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	m := enqueueRead(t, ctx, rdb, q, "job-1")
 	r, _ := q.Reclaim(ctx, "c2", 0, 10, 10)
 	jobs := r.Jobs
@@ -387,7 +388,7 @@ func testOutcomeAfterMove(t *testing.T, ctx context.Context, rdb redis.Universal
 	}
 }
 
-func testStatsAndInspect(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *queue.Queue) {
+func testStatsAndInspect(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q *redisqueue.Queue) {
 	for i, reason := range []string{"permanent_error", "max_attempts_reached", "permanent_error"} {
 		m := enqueueRead(t, ctx, rdb, q, "job-"+string(rune('a'+i)))
 		q.DeadLetter(ctx, m.ID, reason, "e")
@@ -406,7 +407,7 @@ func testStatsAndInspect(t *testing.T, ctx context.Context, rdb redis.UniversalC
 func TestHugeAttemptsDoNotHalfApply(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "huge")
+	q := redisqueue.New(rdb, "huge")
 	q.EnsureGroup(ctx)
 	for _, a := range []string{"inf", "1e300", "99999999999999999999999999", "-3", "2.0", "0x10"} {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"id", "j", "attempt", a, "first_enqueued_ms", "1"}})
@@ -434,7 +435,7 @@ func TestHugeAttemptsDoNotHalfApply(t *testing.T) {
 func TestPrevDelayTravelsThroughTheDelayedSet(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "prev")
+	q := redisqueue.New(rdb, "prev")
 	q.EnsureGroup(ctx)
 	m := enqueueRead(t, ctx, rdb, q, "j")
 	if _, _, err := q.Retry(ctx, m.ID, 25*time.Millisecond, "transient", "e"); err != nil {
@@ -455,7 +456,7 @@ func TestPrevDelayTravelsThroughTheDelayedSet(t *testing.T) {
 func TestFailedWriteLeavesTheEntryPending(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "wrongtype")
+	q := redisqueue.New(rdb, "wrongtype")
 	q.EnsureGroup(ctx)
 	rdb.Set(ctx, q.Keys().DLQ, "legacy", 0)
 	rdb.Set(ctx, q.Keys().Delayed, "legacy", 0)
@@ -478,7 +479,7 @@ func TestFailedWriteLeavesTheEntryPending(t *testing.T) {
 func TestMalformedBodiesAreNeverLost(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "bodies")
+	q := redisqueue.New(rdb, "bodies")
 	q.EnsureGroup(ctx)
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, Values: []string{"malformed_delayed_member", "raw body", "last_error", "boom"}})
 	read(t, ctx, rdb, q, "c", 1)

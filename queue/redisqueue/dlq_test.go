@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -12,19 +12,20 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // deadLetters enqueues one job per (id, reason, type) and dead-letters it
 // (attempt 1, as the worker would on its first run).
-func deadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, jobs ...[3]string) {
+func deadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue, jobs ...[3]string) {
 	t.Helper()
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range jobs {
-		var opts []queue.EnqueueOption
+		var opts []redisqueue.EnqueueOption
 		if j[2] != "" {
-			opts = append(opts, queue.WithJobType(j[2]))
+			opts = append(opts, redisqueue.WithJobType(j[2]))
 		}
 		if _, err := q.Enqueue(ctx, j[0], []byte("payload-"+j[0]), opts...); err != nil {
 			t.Fatal(err)
@@ -36,7 +37,7 @@ func deadLetters(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.
 	}
 }
 
-func counter(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, f string) string {
+func counter(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue, f string) string {
 	t.Helper()
 	v, err := rdb.HGet(ctx, q.Keys().Stats, f).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -51,7 +52,7 @@ func counter(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queu
 func TestDiscardRecordsInTheAudit(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "disc")
+	q := redisqueue.New(rdb, "disc")
 	deadLetters(t, ctx, rdb, q,
 		[3]string{"a", "permanent_error", "send_email"}, [3]string{"b", "malformed", ""},
 		[3]string{"c", "permanent_error", "charge_card"}, [3]string{"d", "permanent_error", "send_email"})
@@ -59,7 +60,7 @@ func TestDiscardRecordsInTheAudit(t *testing.T) {
 	if q.AuditKey() != "{disc}:audit" {
 		t.Fatalf("audit key %q", q.AuditKey())
 	}
-	n, err := q.Discard(ctx, queue.DiscardOptions{Action: queue.DiscardDelete, ID: "b", Note: "bad input, fixed by hand", Actor: "ann@ops1"})
+	n, err := q.Discard(ctx, redisqueue.DiscardOptions{Action: queue.DiscardDelete, ID: "b", Note: "bad input, fixed by hand", Actor: "ann@ops1"})
 	if err != nil || n != 1 {
 		t.Fatalf("delete b: %d %v", n, err)
 	}
@@ -81,11 +82,11 @@ func TestDiscardRecordsInTheAudit(t *testing.T) {
 		t.Errorf("discarded = %q", c)
 	}
 	// Purge by reason and type, bounded.
-	n, err = q.Discard(ctx, queue.DiscardOptions{Action: queue.DiscardPurge, Reason: "permanent_error", JobType: "send_email", Limit: 1, Note: "incident-7", Actor: "bob@ops2"})
+	n, err = q.Discard(ctx, redisqueue.DiscardOptions{Action: queue.DiscardPurge, Reason: "permanent_error", JobType: "send_email", Limit: 1, Note: "incident-7", Actor: "bob@ops2"})
 	if err != nil || n != 1 {
 		t.Fatalf("purge: %d %v", n, err)
 	}
-	n, err = q.Discard(ctx, queue.DiscardOptions{Action: queue.DiscardPurge, Reason: "permanent_error", JobType: "send_email", Note: "incident-7", Actor: "bob@ops2"})
+	n, err = q.Discard(ctx, redisqueue.DiscardOptions{Action: queue.DiscardPurge, Reason: "permanent_error", JobType: "send_email", Note: "incident-7", Actor: "bob@ops2"})
 	if err != nil || n != 1 {
 		t.Fatalf("purge the rest: %d %v", n, err)
 	}
@@ -101,11 +102,11 @@ func TestDiscardRecordsInTheAudit(t *testing.T) {
 		t.Errorf("discarded = %q", c)
 	}
 	// An unknown id discards nothing.
-	if n, err := q.Discard(ctx, queue.DiscardOptions{Action: queue.DiscardDelete, ID: "zz", Note: "x", Actor: "y"}); err != nil || n != 0 {
+	if n, err := q.Discard(ctx, redisqueue.DiscardOptions{Action: queue.DiscardDelete, ID: "zz", Note: "x", Actor: "y"}); err != nil || n != 0 {
 		t.Errorf("delete zz: %d %v", n, err)
 	}
 	// Refused before Redis.
-	for _, o := range []queue.DiscardOptions{
+	for _, o := range []redisqueue.DiscardOptions{
 		{Action: queue.DiscardDelete, Note: "x", Actor: "y"},
 		{Action: "drop", Note: "x", Actor: "y"},
 		{Action: queue.DiscardPurge, Actor: "y"},
@@ -124,7 +125,7 @@ func TestDiscardRecordsInTheAudit(t *testing.T) {
 func TestDiscardPurgesInBatchesAndTheAuditIsBounded(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "many")
+	q := redisqueue.New(rdb, "many")
 	p := rdb.Pipeline()
 	for i := range 12000 {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().DLQ, Values: []string{"reason", "crash_loop", "id", fmt.Sprint("j", i)}})
@@ -132,7 +133,7 @@ func TestDiscardPurgesInBatchesAndTheAuditIsBounded(t *testing.T) {
 	if _, err := p.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	n, err := q.Discard(ctx, queue.DiscardOptions{Action: queue.DiscardPurge, Note: "drain", Actor: "ops@here"})
+	n, err := q.Discard(ctx, redisqueue.DiscardOptions{Action: queue.DiscardPurge, Note: "drain", Actor: "ops@here"})
 	if err != nil || n != 12000 {
 		t.Fatalf("purge: %d %v", n, err)
 	}
@@ -157,7 +158,7 @@ func TestDiscardScriptAllOrNothing(t *testing.T) {
 	n := 0
 	for _, c := range []struct {
 		name, want string
-		setup      func(q *queue.Queue)
+		setup      func(q *redisqueue.Queue)
 		argv       []any
 	}{
 		{"keys", "want 3 distinct keys", nil, nil},
@@ -170,24 +171,24 @@ func TestDiscardScriptAllOrNothing(t *testing.T) {
 		{"type", "type must be", nil, []any{"purge", "n", "a", 10, "-", 100, "", "a:b", ""}},
 		{"delete-id", "delete needs a job id", nil, []any{"delete", "n", "a", 10, "-", 100, "", "", ""}},
 		{"cursor", "cursor must be", nil, []any{"purge", "n", "a", 10, "5000", 100, "", "", ""}},
-		{"dlq-type", "is a string, not a stream", func(q *queue.Queue) {
+		{"dlq-type", "is a string, not a stream", func(q *redisqueue.Queue) {
 			rdb.Del(ctx, q.Keys().DLQ)
 			rdb.Set(ctx, q.Keys().DLQ, "x", 0)
 		}, nil},
-		{"audit-type", "is a hash, not a stream", func(q *queue.Queue) { rdb.HSet(ctx, q.AuditKey(), "f", "v") }, nil},
-		{"stats-type", "is a list, not a hash", func(q *queue.Queue) {
+		{"audit-type", "is a hash, not a stream", func(q *redisqueue.Queue) { rdb.HSet(ctx, q.AuditKey(), "f", "v") }, nil},
+		{"stats-type", "is a list, not a hash", func(q *redisqueue.Queue) {
 			rdb.Del(ctx, q.Keys().Stats)
 			rdb.RPush(ctx, q.Keys().Stats, "x")
 		}, nil},
-		{"counter", "HINCRBY cannot add", func(q *queue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "discarded", "9223372036854775807") }, nil},
-		{"counter-text", "HINCRBY cannot add", func(q *queue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "discarded", "lots") }, nil},
-		{"audit-exhausted", "cannot add to", func(q *queue.Queue) {
+		{"counter", "HINCRBY cannot add", func(q *redisqueue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "discarded", "9223372036854775807") }, nil},
+		{"counter-text", "HINCRBY cannot add", func(q *redisqueue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "discarded", "lots") }, nil},
+		{"audit-exhausted", "cannot add to", func(q *redisqueue.Queue) {
 			rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.AuditKey(), ID: "18446744073709551615-18446744073709551615", Values: []string{"f", "v"}})
 		}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n++
-			q := queue.New(rdb, fmt.Sprintf("aond%d", n))
+			q := redisqueue.New(rdb, fmt.Sprintf("aond%d", n))
 			deadLetters(t, ctx, rdb, q, [3]string{"a", "permanent_error", ""}, [3]string{"b", "permanent_error", ""})
 			if c.setup != nil {
 				c.setup(q)
@@ -210,7 +211,7 @@ func TestDiscardScriptAllOrNothing(t *testing.T) {
 func TestReplayByIDKeepingAttempts(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "rid")
+	q := redisqueue.New(rdb, "rid")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestReplayByIDKeepingAttempts(t *testing.T) {
 		"first_enqueued_ms", "1700000000001", "payload", "pb"}})
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().DLQ, Values: []string{"reason", "transient", "attempt", "x", "id", "c",
 		"first_enqueued_ms", "1700000000002", "payload", "pc"}})
-	n, err := q.ReplayDeadLetters(ctx, queue.ReplayOptions{ID: "a", KeepAttempts: true})
+	n, err := q.ReplayDeadLetters(ctx, redisqueue.ReplayOptions{ID: "a", KeepAttempts: true})
 	if err != nil || n != 1 {
 		t.Fatalf("replay a: %d %v", n, err)
 	}
@@ -234,7 +235,7 @@ func TestReplayByIDKeepingAttempts(t *testing.T) {
 		t.Errorf("replayed a: %v", f)
 	}
 	// A malformed attempt cannot be kept: that dead letter stays.
-	n, err = q.ReplayDeadLetters(ctx, queue.ReplayOptions{Limit: 10, KeepAttempts: true})
+	n, err = q.ReplayDeadLetters(ctx, redisqueue.ReplayOptions{Limit: 10, KeepAttempts: true})
 	if err != nil || n != 1 {
 		t.Fatalf("replay kept: %d %v", n, err)
 	}
@@ -243,7 +244,7 @@ func TestReplayByIDKeepingAttempts(t *testing.T) {
 		t.Errorf("left: %v", left)
 	}
 	// Reset (the default) takes it.
-	n, err = q.ReplayDeadLetters(ctx, queue.ReplayOptions{ID: "c"})
+	n, err = q.ReplayDeadLetters(ctx, redisqueue.ReplayOptions{ID: "c"})
 	if err != nil || n != 1 {
 		t.Fatalf("replay c: %d %v", n, err)
 	}
@@ -254,7 +255,7 @@ func TestReplayByIDKeepingAttempts(t *testing.T) {
 	if c := counter(t, ctx, rdb, q, "replayed"); c != "3" {
 		t.Errorf("replayed = %q", c)
 	}
-	if n, err := q.ReplayDeadLetters(ctx, queue.ReplayOptions{}); err == nil {
+	if n, err := q.ReplayDeadLetters(ctx, redisqueue.ReplayOptions{}); err == nil {
 		t.Errorf("no limit, no id: %d, no error", n)
 	}
 	mustRefuse(t, ctx, rdb, "replay", "keep attempts must be", func() error {
@@ -290,14 +291,14 @@ func TestReplayRateIsPaced(t *testing.T) {
 
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "paced")
+	q := redisqueue.New(rdb, "paced")
 	for i := range 6 {
 		rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().DLQ, Values: []string{"reason", "transient", "id", fmt.Sprint("j", i)}})
 	}
 	// 20/s: batches of 2 every 100 ms; 6 dead letters take 3 batches, so
 	// at least 200 ms.
 	start := time.Now()
-	n, err := q.ReplayDeadLetters(ctx, queue.ReplayOptions{Limit: 6, Rate: 20})
+	n, err := q.ReplayDeadLetters(ctx, redisqueue.ReplayOptions{Limit: 6, Rate: 20})
 	if err != nil || n != 6 {
 		t.Fatalf("paced replay: %d %v", n, err)
 	}
@@ -311,7 +312,7 @@ func TestReplayRateIsPaced(t *testing.T) {
 	// 10 s wait.
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	n, err = q.ReplayDeadLetters(cctx, queue.ReplayOptions{Limit: 3, Rate: 0.1})
+	n, err = q.ReplayDeadLetters(cctx, redisqueue.ReplayOptions{Limit: 3, Rate: 0.1})
 	if n != 1 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("replay at 0.1/s cancelled: %d %v; want 1 and the deadline", n, err)
 	}

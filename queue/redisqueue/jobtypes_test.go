@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // typeSpy is a policy that notes which jobs it was asked about (by job id)
@@ -76,9 +77,9 @@ func (s *typeSpy) kinds() map[string]bool {
 func TestJobTypesWork(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	q := queue.New(rdb, "mixed")
+	q := redisqueue.New(rdb, "mixed")
 	for i, typ := range []string{"send_email", "charge_card", "render_report", "send_email", "charge_card", "render_report", "send_email", "charge_card", "render_report"} {
-		if _, err := q.Enqueue(ctx, typ+"-"+string(rune('a'+i)), []byte("x"), queue.WithJobType(typ)); err != nil {
+		if _, err := q.Enqueue(ctx, typ+"-"+string(rune('a'+i)), []byte("x"), redisqueue.WithJobType(typ)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,7 +87,7 @@ func TestJobTypesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{"a:b", strings.Repeat("t", 65), "b\x00", "send email"} {
-		if _, err := q.Enqueue(ctx, "bad", nil, queue.WithJobType(bad)); err == nil || !strings.Contains(err.Error(), "job type") {
+		if _, err := q.Enqueue(ctx, "bad", nil, redisqueue.WithJobType(bad)); err == nil || !strings.Contains(err.Error(), "job type") {
 			t.Fatalf("Enqueue with type %q: %v, want a refusal naming the job type", bad, err)
 		}
 	}
@@ -118,11 +119,11 @@ func TestJobTypesWork(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- q.Work(wctx, base, h, queue.WithConsumer("w1"), queue.WithBatch(4, 20*time.Millisecond),
-			queue.WithPromote(10*time.Millisecond, 100),
-			queue.WithPolicies(map[string]backstop.Decider{"charge_card": critical, "render_report": batch}))
+		done <- q.Work(wctx, base, h, redisqueue.WithConsumer("w1"), redisqueue.WithBatch(4, 20*time.Millisecond),
+			redisqueue.WithPromote(10*time.Millisecond, 100),
+			redisqueue.WithPolicies(map[string]backstop.Decider{"charge_card": critical, "render_report": batch}))
 	}()
-	var s queue.Stats
+	var s redisqueue.Stats
 	eventually.True(t, 20*time.Second, "every job to finish", func() bool {
 		var err error
 		s, err = q.Stats(ctx)
@@ -162,10 +163,10 @@ func TestJobTypesWork(t *testing.T) {
 	}
 
 	// Replay by type moves only that type.
-	if _, err := q.Replay(ctx, 10, "", queue.ReplayJobType("a:b")); err == nil {
+	if _, err := q.Replay(ctx, 10, "", redisqueue.ReplayJobType("a:b")); err == nil {
 		t.Fatal("Replay with type a:b: no error")
 	}
-	n, err := q.Replay(ctx, 10, "", queue.ReplayJobType("charge_card"))
+	n, err := q.Replay(ctx, 10, "", redisqueue.ReplayJobType("charge_card"))
 	if err != nil || n != 3 {
 		t.Fatalf("Replay charge_card: %d, %v; want 3", n, err)
 	}
@@ -192,7 +193,7 @@ func TestJobTypesWork(t *testing.T) {
 func TestJobTypesLimit(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	q := queue.New(rdb, "lim")
+	q := redisqueue.New(rdb, "lim")
 	if err := q.SetTypeLimit(ctx, 0); err == nil {
 		t.Fatal("SetTypeLimit(0): no error")
 	}
@@ -203,7 +204,7 @@ func TestJobTypesLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, typ := range []string{"a", "b", "a", "b"} {
-		if _, err := q.Enqueue(ctx, "j-"+typ, nil, queue.WithJobType(typ)); err != nil {
+		if _, err := q.Enqueue(ctx, "j-"+typ, nil, redisqueue.WithJobType(typ)); err != nil {
 			t.Fatal(err)
 		}
 	}

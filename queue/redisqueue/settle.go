@@ -1,4 +1,4 @@
-package queue
+package redisqueue
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/internal/ctxtime"
+	"github.com/backstop-dev/backstop/queue"
 )
 
 // Hold keeps entries pending to consumer from being reclaimed, without
@@ -56,7 +57,7 @@ func (q *Queue) Hold(ctx context.Context, consumer string, entryIDs ...string) (
 
 // holdIDs are the entries a worker holds for job j: j's, then those of
 // the jobs read with it and not started yet (at most Hold's 1000).
-func holdIDs(j Job, waiting []Job) []string {
+func holdIDs(j queue.Job, waiting []queue.Job) []string {
 	ids := []string{j.EntryID}
 	for _, wj := range waiting {
 		ids = append(ids, wj.EntryID)
@@ -64,31 +65,21 @@ func holdIDs(j Job, waiting []Job) []string {
 	return ids[:min(len(ids), 1000)]
 }
 
-// An outcome is what a worker decided about one delivery of a job, kept
-// until Redis takes it: the policy decides once, however many times
-// applying it is refused.
-type outcome struct {
-	action  string // "ack", "retry", "defer" or "dead_letter"
-	reason  string // the retry or dead letter reason
-	delay   time.Duration
-	lastErr string
-}
-
 // applyOutcome makes one attempt at applying o to the entry. It reports
 // false when the entry was no longer pending (another worker applied an
 // outcome first).
-func (q *Queue) applyOutcome(ctx context.Context, entryID string, o outcome) (bool, error) {
-	switch o.action {
-	case "ack":
+func (q *Queue) applyOutcome(ctx context.Context, entryID string, o queue.Outcome) (bool, error) {
+	switch o.Action {
+	case queue.Ack:
 		return q.Ack(ctx, entryID)
-	case "retry":
-		_, applied, err := q.Retry(ctx, entryID, o.delay, o.reason, o.lastErr)
+	case queue.Retry:
+		_, applied, err := q.Retry(ctx, entryID, o.Delay, o.Reason, o.LastError)
 		return applied, err
-	case "defer":
-		_, applied, err := q.Defer(ctx, entryID, o.delay, o.reason, o.lastErr)
+	case queue.Defer:
+		_, applied, err := q.Defer(ctx, entryID, o.Delay, o.Reason, o.LastError)
 		return applied, err
 	default:
-		id, err := q.DeadLetter(ctx, entryID, o.reason, o.lastErr)
+		id, err := q.DeadLetter(ctx, entryID, o.Reason, o.LastError)
 		return id != "", err
 	}
 }
@@ -141,7 +132,7 @@ func writeRefused(err error) bool {
 // applied an outcome), or when the error is not a refusal. Once ctx is done
 // it makes one last attempt, then logs that the outcome was not applied:
 // the entry stays pending, for reclaim.
-func (q *Queue) settle(ctx context.Context, w *worker, j Job, o outcome, waiting []Job) {
+func (q *Queue) settle(ctx context.Context, w *worker, j queue.Job, o queue.Outcome, waiting []queue.Job) {
 	ceiling := w.applyCap
 	if w.minIdle > 0 {
 		ceiling = min(ceiling, max(w.minIdle/4, time.Millisecond))
@@ -149,7 +140,7 @@ func (q *Queue) settle(ctx context.Context, w *worker, j Job, o outcome, waiting
 	delay := min(w.applyBase, ceiling)
 	ids := holdIDs(j, waiting)
 	attrs := func(more ...any) []any {
-		return append([]any{"queue", q.name, "entry", j.EntryID, "job", j.ID, "outcome", o.action}, more...)
+		return append([]any{"queue", q.name, "entry", j.EntryID, "job", j.ID, "outcome", o.Action}, more...)
 	}
 	lostHold, holdFailed := false, false
 	for refusals := 0; ; refusals++ {

@@ -1,4 +1,4 @@
-package queue
+package redisqueue
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/casetest"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/policy"
+	"github.com/backstop-dev/backstop/queue"
 )
 
 // The shared queue cases (testdata/queue/cases.json, see its README): a
@@ -31,7 +32,7 @@ import (
 // test replays every case and compares.
 var updateCases = flag.Bool("update", false, "regenerate testdata/queue/cases.json from the Go applier")
 
-const casesFile = "../testdata/queue/cases.json"
+const casesFile = "../../testdata/queue/cases.json"
 
 type caseFile struct {
 	Comment  string          `json:"comment"`
@@ -279,15 +280,15 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 		fail(rdb.Do(ctx, args...).Err())
 	}
 
-	w := &worker{consumer: consumer, rand: func() float64 { return 0.5 }, log: slog.New(slog.DiscardHandler)}
+	runOpts := []queue.Option{queue.WithRandom(func() float64 { return 0.5 }), queue.WithLogger(slog.New(slog.DiscardHandler))}
 	// A deadline case's handler overruns, ignoring its ctx, until the case
 	// is over: the worker's own deadline ends the attempt.
 	overrun := make(chan struct{})
 	defer close(overrun)
 	if c.Event.Deadline {
-		w.timeout = caseHandlerTimeout
+		runOpts = append(runOpts, queue.WithHandlerTimeout(caseHandlerTimeout))
 	}
-	h := func(context.Context, Job) error {
+	h := func(context.Context, queue.Job) error {
 		if c.Event.Deadline {
 			<-overrun
 			return nil
@@ -300,21 +301,26 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 			return &backstop.Failure{Err: fmt.Errorf("%s", e.Message), HTTPStatus: e.HTTPStatus, GRPCCode: e.GRPCCode, ErrorKind: e.ErrorKind, RetryAfter: e.RetryAfter}
 		})
 	}
-	apply := func(j Job) map[string]any {
+	apply := func(j queue.Job) map[string]any {
 		spy := &spyDecider{Decider: p}
-		o := w.run(ctx, spy, h, j)
+		o := malformed
+		if !j.Malformed {
+			r, err := queue.NewRunner(q.name, spy, runOpts...)
+			fail(err)
+			o = r.Run(ctx, h, j)
+		}
 		applied, err := q.applyOutcome(ctx, j.EntryID, o)
 		if err != nil {
 			// What a worker in another language knows of a refused outcome.
 			return map[string]any{"refused": true}
 		}
-		r := map[string]any{"action": o.action, "reason": o.reason, "applied": applied}
+		r := map[string]any{"action": o.Action, "reason": o.Reason, "applied": applied}
 		if spy.asked != nil {
 			r["failure"] = spy.asked
 		}
-		if o.action == "retry" {
-			r["delay_ms"] = o.delay.Milliseconds()
-			known[o.delay.Milliseconds()] = true
+		if o.Action == queue.Retry {
+			r["delay_ms"] = o.Delay.Milliseconds()
+			known[o.Delay.Milliseconds()] = true
 		}
 		return r
 	}
@@ -330,13 +336,13 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	case "handle":
 		msgs, err := rdb.XRangeN(ctx, k.Jobs, ev.Entry, ev.Entry, 1).Result()
 		fail(err)
-		j := Job{EntryID: ev.Entry, Malformed: true}
+		j := queue.Job{EntryID: ev.Entry, Malformed: true}
 		if len(msgs) == 1 {
 			j = jobFromMessage(msgs[0])
 		}
 		reply = apply(j)
 	case "defer":
-		o := outcome{action: "defer", reason: ev.Reason, delay: time.Duration(ev.DelayMs) * time.Millisecond, lastErr: ev.LastError}
+		o := queue.Outcome{Action: queue.Defer, Reason: ev.Reason, Delay: time.Duration(ev.DelayMs) * time.Millisecond, LastError: ev.LastError}
 		known[ev.DelayMs] = true
 		applied, err := q.applyOutcome(ctx, ev.Entry, o)
 		reply = map[string]any{"action": "defer", "reason": ev.Reason, "applied": applied, "delay_ms": ev.DelayMs}
@@ -406,13 +412,17 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, q 
 	state := dumpState(t, ctx, rdb, q)
 	var text string
 	if c.Event.Deadline {
-		text = (&deadlineError{caseHandlerTimeout}).Error()
+		text = caseDeadlineText
 	}
 	return normalise(t, reply, state, base, end, known, text)
 }
 
-// caseHandlerTimeout is the deadline of the deadline cases' worker.
-const caseHandlerTimeout = 50 * time.Millisecond
+// caseHandlerTimeout is the deadline of the deadline cases' worker, and
+// caseDeadlineText the text of the worker's deadline error at it.
+const (
+	caseHandlerTimeout = 50 * time.Millisecond
+	caseDeadlineText   = "handler deadline exceeded after 50ms"
+)
 
 // dumpState reads every key of the server: streams with their entries and
 // consumer groups (last delivered id, pending entries with consumer and
@@ -529,7 +539,7 @@ func resolveIDs(c *queueCase, base int64, known map[int64]bool) *queueCase {
 // readReply is the reply of a read event: the job a worker runs, or only
 // that it is malformed (what else a reader makes of one differs by
 // language).
-func readReply(j Job) map[string]any {
+func readReply(j queue.Job) map[string]any {
 	if j.Malformed {
 		return map[string]any{"malformed": true}
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"github.com/backstop-dev/backstop/contract"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // The scripts run one at a time against one real redis-server per test;
@@ -72,7 +72,7 @@ func keysOf(m map[string]string) []string {
 }
 
 // pendingEntry enqueues a job and reads it as consumer c1: a pending entry.
-func pendingEntry(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, id string) string {
+func pendingEntry(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue, id string) string {
 	t.Helper()
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func pendingEntry(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue
 }
 
 // pendingRaw adds an entry with the given fields and reads it as c1.
-func pendingRaw(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, fields ...string) string {
+func pendingRaw(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue, fields ...string) string {
 	t.Helper()
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func pendingRaw(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Q
 }
 
 // redeliver counts one more delivery of entry id, as a reclaim would.
-func redeliver(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, id string) {
+func redeliver(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue, id string) {
 	t.Helper()
 	err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: q.Keys().Jobs, Group: q.Group(), Consumer: "c2", Messages: []string{id}}).Err()
 	if err != nil {
@@ -119,11 +119,11 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	ctx := context.Background()
 	const maxInt64 = "9223372036854775807"
 	n := 0
-	fresh := func() *queue.Queue {
+	fresh := func() *redisqueue.Queue {
 		n++
-		return queue.New(rdb, fmt.Sprintf("aon%d", n))
+		return redisqueue.New(rdb, fmt.Sprintf("aon%d", n))
 	}
-	hset := func(q *queue.Queue, field, value string) {
+	hset := func(q *redisqueue.Queue, field, value string) {
 		if err := rdb.HSet(ctx, q.Keys().Stats, field, value).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -138,13 +138,13 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("enqueue", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			{"stats of the wrong type", "is a string, not a hash", func(q *queue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
-			{"counter not an integer", `field "enqueued" holds "1.5"`, func(q *queue.Queue) { hset(q, "enqueued", "1.5") }},
-			{"counter with a leading zero", `holds "01"`, func(q *queue.Queue) { hset(q, "enqueued", "01") }},
-			{"counter at its maximum", "HINCRBY cannot add 1", func(q *queue.Queue) { hset(q, "enqueued", maxInt64) }},
-			{"no stream ids left", "exhausted", func(q *queue.Queue) { exhaust(q.Keys().Jobs) }},
+			{"stats of the wrong type", "is a string, not a hash", func(q *redisqueue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
+			{"counter not an integer", `field "enqueued" holds "1.5"`, func(q *redisqueue.Queue) { hset(q, "enqueued", "1.5") }},
+			{"counter with a leading zero", `holds "01"`, func(q *redisqueue.Queue) { hset(q, "enqueued", "01") }},
+			{"counter at its maximum", "HINCRBY cannot add 1", func(q *redisqueue.Queue) { hset(q, "enqueued", maxInt64) }},
+			{"no stream ids left", "exhausted", func(q *redisqueue.Queue) { exhaust(q.Keys().Jobs) }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				q := fresh()
@@ -161,12 +161,12 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("ack", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			{"stats of the wrong type", "is a list, not a hash", func(q *queue.Queue) { rdb.Del(ctx, q.Keys().Stats); rdb.LPush(ctx, q.Keys().Stats, "x") }},
+			{"stats of the wrong type", "is a list, not a hash", func(q *redisqueue.Queue) { rdb.Del(ctx, q.Keys().Stats); rdb.LPush(ctx, q.Keys().Stats, "x") }},
 			// The first two HINCRBYs went through before the third failed.
-			{"last counter not an integer", `field "finished_sum:success" holds "x"`, func(q *queue.Queue) { hset(q, "finished_sum:success", "x") }},
-			{"counter would overflow", "HINCRBY cannot add 1", func(q *queue.Queue) { hset(q, "finished:success:1", maxInt64) }},
+			{"last counter not an integer", `field "finished_sum:success" holds "x"`, func(q *redisqueue.Queue) { hset(q, "finished_sum:success", "x") }},
+			{"counter would overflow", "HINCRBY cannot add 1", func(q *redisqueue.Queue) { hset(q, "finished:success:1", maxInt64) }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				q := fresh()
@@ -180,13 +180,13 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("retry", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			// The case queue/README.md cited: ZADD, then HINCRBY failed.
-			{"stats of the wrong type", "is a string, not a hash", func(q *queue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
-			{"counter not an integer", `field "retries:transient" holds "abc"`, func(q *queue.Queue) { hset(q, "retries:transient", "abc") }},
-			{"counter would overflow", "HINCRBY cannot add 1", func(q *queue.Queue) { hset(q, "attempts:retry", maxInt64) }},
-			{"delayed set of the wrong type", "is a hash, not a zset", func(q *queue.Queue) { rdb.HSet(ctx, q.Keys().Delayed, "f", "v") }},
+			// The case queue/redisqueue/README.md cited: ZADD, then HINCRBY failed.
+			{"stats of the wrong type", "is a string, not a hash", func(q *redisqueue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
+			{"counter not an integer", `field "retries:transient" holds "abc"`, func(q *redisqueue.Queue) { hset(q, "retries:transient", "abc") }},
+			{"counter would overflow", "HINCRBY cannot add 1", func(q *redisqueue.Queue) { hset(q, "attempts:retry", maxInt64) }},
+			{"delayed set of the wrong type", "is a hash, not a zset", func(q *redisqueue.Queue) { rdb.HSet(ctx, q.Keys().Delayed, "f", "v") }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				q := fresh()
@@ -229,12 +229,12 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("defer", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			{"stats of the wrong type", "is a string, not a hash", func(q *queue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
-			{"counter not an integer", `field "deferred:circuit_open" holds "abc"`, func(q *queue.Queue) { hset(q, "deferred:circuit_open", "abc") }},
-			{"counter would overflow", "HINCRBY cannot add 1", func(q *queue.Queue) { hset(q, "attempts:deferred", maxInt64) }},
-			{"delayed set of the wrong type", "is a hash, not a zset", func(q *queue.Queue) { rdb.HSet(ctx, q.Keys().Delayed, "f", "v") }},
+			{"stats of the wrong type", "is a string, not a hash", func(q *redisqueue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
+			{"counter not an integer", `field "deferred:circuit_open" holds "abc"`, func(q *redisqueue.Queue) { hset(q, "deferred:circuit_open", "abc") }},
+			{"counter would overflow", "HINCRBY cannot add 1", func(q *redisqueue.Queue) { hset(q, "attempts:deferred", maxInt64) }},
+			{"delayed set of the wrong type", "is a hash, not a zset", func(q *redisqueue.Queue) { rdb.HSet(ctx, q.Keys().Delayed, "f", "v") }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				q := fresh()
@@ -256,13 +256,13 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("dead_letter", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			{"stats of the wrong type", "is a string, not a hash", func(q *queue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
-			{"counter not an integer", `field "dead_letters:max_attempts_reached" holds "-0"`, func(q *queue.Queue) { hset(q, "dead_letters:max_attempts_reached", "-0") }},
-			{"last counter would overflow", "HINCRBY cannot add 1", func(q *queue.Queue) { hset(q, "max_attempts_reached", maxInt64) }},
-			{"dlq of the wrong type", "is a set, not a stream", func(q *queue.Queue) { rdb.SAdd(ctx, q.Keys().DLQ, "x") }},
-			{"no dlq ids left", "exhausted", func(q *queue.Queue) { exhaust(q.Keys().DLQ) }},
+			{"stats of the wrong type", "is a string, not a hash", func(q *redisqueue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
+			{"counter not an integer", `field "dead_letters:max_attempts_reached" holds "-0"`, func(q *redisqueue.Queue) { hset(q, "dead_letters:max_attempts_reached", "-0") }},
+			{"last counter would overflow", "HINCRBY cannot add 1", func(q *redisqueue.Queue) { hset(q, "max_attempts_reached", maxInt64) }},
+			{"dlq of the wrong type", "is a set, not a stream", func(q *redisqueue.Queue) { rdb.SAdd(ctx, q.Keys().DLQ, "x") }},
+			{"no dlq ids left", "exhausted", func(q *redisqueue.Queue) { exhaust(q.Keys().DLQ) }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				q := fresh()
@@ -279,12 +279,12 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("promote", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			{"counter not an integer", `field "promoted" holds " 1"`, func(q *queue.Queue) { hset(q, "promoted", " 1") }},
-			{"counter would overflow", "HINCRBY cannot add 2", func(q *queue.Queue) { hset(q, "promoted", "9223372036854775806") }},
-			{"no stream ids left", "exhausted", func(q *queue.Queue) { exhaust(q.Keys().Jobs) }},
-			{"stats of the wrong type", "is a zset, not a hash", func(q *queue.Queue) {
+			{"counter not an integer", `field "promoted" holds " 1"`, func(q *redisqueue.Queue) { hset(q, "promoted", " 1") }},
+			{"counter would overflow", "HINCRBY cannot add 2", func(q *redisqueue.Queue) { hset(q, "promoted", "9223372036854775806") }},
+			{"no stream ids left", "exhausted", func(q *redisqueue.Queue) { exhaust(q.Keys().Jobs) }},
+			{"stats of the wrong type", "is a zset, not a hash", func(q *redisqueue.Queue) {
 				rdb.Del(ctx, q.Keys().Stats)
 				rdb.ZAdd(ctx, q.Keys().Stats, redis.Z{Member: "x"})
 			}},
@@ -305,11 +305,11 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("reclaim", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			{"crash loop counter not an integer", `field "finished_sum:dead_letter" holds "NaN"`, func(q *queue.Queue) { hset(q, "finished_sum:dead_letter", "NaN") }},
-			{"reclaimed counter would overflow", "HINCRBY cannot add 1", func(q *queue.Queue) { hset(q, "reclaimed", maxInt64) }},
-			{"stats of the wrong type", "is a string, not a hash", func(q *queue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
+			{"crash loop counter not an integer", `field "finished_sum:dead_letter" holds "NaN"`, func(q *redisqueue.Queue) { hset(q, "finished_sum:dead_letter", "NaN") }},
+			{"reclaimed counter would overflow", "HINCRBY cannot add 1", func(q *redisqueue.Queue) { hset(q, "reclaimed", maxInt64) }},
+			{"stats of the wrong type", "is a string, not a hash", func(q *redisqueue.Queue) { rdb.Set(ctx, q.Keys().Stats, "legacy", 0) }},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				q := fresh()
@@ -325,11 +325,11 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 	t.Run("replay", func(t *testing.T) {
 		for _, c := range []struct {
 			name, want string
-			setup      func(q *queue.Queue)
+			setup      func(q *redisqueue.Queue)
 		}{
-			{"counter not an integer", `field "replayed" holds "1e3"`, func(q *queue.Queue) { hset(q, "replayed", "1e3") }},
-			{"no stream ids left", "exhausted", func(q *queue.Queue) { exhaust(q.Keys().Jobs) }},
-			{"jobs of the wrong type", "is a hash, not a stream", func(q *queue.Queue) {
+			{"counter not an integer", `field "replayed" holds "1e3"`, func(q *redisqueue.Queue) { hset(q, "replayed", "1e3") }},
+			{"no stream ids left", "exhausted", func(q *redisqueue.Queue) { exhaust(q.Keys().Jobs) }},
+			{"jobs of the wrong type", "is a hash, not a stream", func(q *redisqueue.Queue) {
 				rdb.Del(ctx, q.Keys().Jobs)
 				rdb.HSet(ctx, q.Keys().Jobs, "f", "v")
 			}},
@@ -353,7 +353,7 @@ func TestScriptsApplyAllOrNothing(t *testing.T) {
 func TestScriptsRefuseBadArguments(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "argv")
+	q := redisqueue.New(rdb, "argv")
 	rdb.XGroupCreateMkStream(ctx, q.Keys().Jobs, q.Group(), "0")
 	rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, ID: "5000-1", Values: []string{"id", "j", "attempt", "1", "first_enqueued_ms", "1"}})
 	read(t, ctx, rdb, q, "c1", 1)
@@ -469,7 +469,7 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 	malformedWide := append([]string{"attempt", "zz"}, wide...)
 
 	t.Run("reclaim", func(t *testing.T) {
-		q := queue.New(rdb, "wide-reclaim")
+		q := redisqueue.New(rdb, "wide-reclaim")
 		big := pendingRaw(t, ctx, rdb, q, malformedWide...)
 		crashed := pendingEntry(t, ctx, rdb, q, "crashed") // another consumer's entry, behind it
 		r, err := q.Reclaim(ctx, "c2", 0, 10, 1)
@@ -499,7 +499,7 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 	})
 
 	t.Run("dead_letter", func(t *testing.T) {
-		q := queue.New(rdb, "wide-dl")
+		q := redisqueue.New(rdb, "wide-dl")
 		big := pendingRaw(t, ctx, rdb, q, malformedWide...)
 		if id, err := q.DeadLetter(ctx, big, "malformed", "no id"); id == "" || err != nil {
 			t.Fatalf("dead letter: %q %v", id, err)
@@ -516,7 +516,7 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 	// A plain entry that wide runs, its fields its payload (the fields
 	// JSON): nothing is left over for entry_fields.
 	t.Run("plain", func(t *testing.T) {
-		q := queue.New(rdb, "wide-plain")
+		q := redisqueue.New(rdb, "wide-plain")
 		big := pendingRaw(t, ctx, rdb, q, wide...)
 		if id, err := q.DeadLetter(ctx, big, "permanent_error", "e"); id == "" || err != nil {
 			t.Fatalf("dead letter: %q %v", id, err)
@@ -534,7 +534,7 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 	// Every field is kept, a name given twice too (the last one is the
 	// job's, as the workers read it; the others go under entry.).
 	t.Run("duplicate names", func(t *testing.T) {
-		q := queue.New(rdb, "dup")
+		q := redisqueue.New(rdb, "dup")
 		eid := pendingRaw(t, ctx, rdb, q, "id", "first", "payload", "p1", "id", "second", "x", "1", "x", "2", "attempt", "1")
 		if _, err := q.DeadLetter(ctx, eid, "permanent_error", "e"); err != nil {
 			t.Fatal(err)
@@ -549,7 +549,7 @@ func TestOversizedEntriesDoNotBlockTheQueue(t *testing.T) {
 	})
 
 	t.Run("a dlq that refuses", func(t *testing.T) {
-		q := queue.New(rdb, "refusing-dlq")
+		q := redisqueue.New(rdb, "refusing-dlq")
 		loop := pendingEntry(t, ctx, rdb, q, "loop")
 		redeliver(t, ctx, rdb, q, loop)                    // delivery 2
 		crashed := pendingEntry(t, ctx, rdb, q, "crashed") // delivery 1
@@ -616,7 +616,7 @@ func TestPromoteNeverRewritesAMemberLossily(t *testing.T) {
 		{` { "id" : "j" , "attempt" : 99999999999999 , "prev_delay_ms" : 100000000000000 } `,
 			map[string]string{"id": "j", "attempt": "99999999999999", "first_enqueued_ms": "", "payload": "", "last_error": "", "last_reason": "", "prev_delay_ms": "100000000000000"}},
 	}
-	q := queue.New(rdb, "members")
+	q := redisqueue.New(rdb, "members")
 	q.EnsureGroup(ctx)
 	for i, m := range raw {
 		rdb.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: float64(i), Member: m})

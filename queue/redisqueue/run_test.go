@@ -1,4 +1,4 @@
-package queue_test
+package redisqueue_test
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 
 	"github.com/backstop-dev/backstop/contract"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
-	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // delayJobs enqueues the jobs ids and retries each one delay after the
 // last, so the first is due first.
-func delayJobs(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Queue, delay time.Duration, ids ...string) {
+func delayJobs(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueue.Queue, delay time.Duration, ids ...string) {
 	t.Helper()
 	for i, id := range ids {
 		if _, _, err := q.Retry(ctx, pendingEntry(t, ctx, rdb, q, id), time.Duration(i+1)*delay, "transient", "e"); err != nil {
@@ -32,13 +32,13 @@ func delayJobs(t *testing.T, ctx context.Context, rdb *redis.Client, q *queue.Qu
 func TestRunByID(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "run-id")
+	q := redisqueue.New(rdb, "run-id")
 	runMust(t, q.EnsureGroup(ctx))
 	delayJobs(t, ctx, rdb, q, time.Hour, "a", "b*", "b?", `q"uote`)
 
 	for _, id := range []string{"b*", `q"uote`} {
-		r, err := q.Run(ctx, queue.RunID(id))
-		if err != nil || r != (queue.Ran{Moved: 1}) {
+		r, err := q.Run(ctx, redisqueue.RunID(id))
+		if err != nil || r != (redisqueue.Ran{Moved: 1}) {
 			t.Fatalf("run %q: %+v, %v; want 1 moved", id, r, err)
 		}
 	}
@@ -54,7 +54,7 @@ func TestRunByID(t *testing.T) {
 	if len(left) != 2 || !strings.Contains(left[0], `"a"`) || !strings.Contains(left[1], `"b?"`) {
 		t.Fatalf("delayed set after run: %v", left)
 	}
-	if r, err := q.Run(ctx, queue.RunID("missing")); err != nil || r != (queue.Ran{}) {
+	if r, err := q.Run(ctx, redisqueue.RunID("missing")); err != nil || r != (redisqueue.Ran{}) {
 		t.Fatalf("run of an unknown id: %+v, %v; want nothing moved", r, err)
 	}
 	if c := counters(t, ctx, q); c["force_run"] != 2 {
@@ -68,14 +68,14 @@ func TestRunByID(t *testing.T) {
 func TestRunMalformedMember(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "run-bad")
+	q := redisqueue.New(rdb, "run-bad")
 	runMust(t, q.EnsureGroup(ctx))
 	bad := `{"id":"x","attempt":2.5,"extra":true}`
 	runMust(t, rdb.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: 1e15, Member: bad}, redis.Z{Score: 1e15, Member: `"id":"y" not json`}).Err())
-	if r, err := q.Run(ctx, queue.RunID("x")); err != nil || r.Moved != 1 {
+	if r, err := q.Run(ctx, redisqueue.RunID("x")); err != nil || r.Moved != 1 {
 		t.Fatalf("run x: %+v, %v", r, err)
 	}
-	if r, err := q.Run(ctx, queue.RunID("y")); err != nil || r.Moved != 0 {
+	if r, err := q.Run(ctx, redisqueue.RunID("y")); err != nil || r.Moved != 0 {
 		t.Fatalf("run y (not JSON): %+v, %v; want nothing moved", r, err)
 	}
 	m := read(t, ctx, rdb, q, "c1", 10)
@@ -90,16 +90,16 @@ func TestRunMalformedMember(t *testing.T) {
 func TestRunDueBefore(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "run-before")
+	q := redisqueue.New(rdb, "run-before")
 	runMust(t, q.EnsureGroup(ctx))
 	delayJobs(t, ctx, rdb, q, time.Hour, "j1", "j2", "j3", "j4")
 	bound := time.Now().Add(3*time.Hour + 30*time.Minute) // j1..j3
-	r, err := q.Run(ctx, queue.RunDueBefore(bound), queue.RunLimit(2))
-	if err != nil || r != (queue.Ran{Moved: 2, Left: 1}) {
+	r, err := q.Run(ctx, redisqueue.RunDueBefore(bound), redisqueue.RunLimit(2))
+	if err != nil || r != (redisqueue.Ran{Moved: 2, Left: 1}) {
 		t.Fatalf("run before, limit 2: %+v, %v; want 2 moved, 1 left", r, err)
 	}
-	r, err = q.Run(ctx, queue.RunDueBefore(bound), queue.RunLimit(2))
-	if err != nil || r != (queue.Ran{Moved: 1, Left: 0}) {
+	r, err = q.Run(ctx, redisqueue.RunDueBefore(bound), redisqueue.RunLimit(2))
+	if err != nil || r != (redisqueue.Ran{Moved: 1, Left: 0}) {
 		t.Fatalf("run before again: %+v, %v; want 1 moved, 0 left", r, err)
 	}
 	msgs := read(t, ctx, rdb, q, "c1", 10)
@@ -113,10 +113,10 @@ func TestRunDueBefore(t *testing.T) {
 	if c := counters(t, ctx, q); c["force_run"] != 3 {
 		t.Fatalf("force_run = %d, want 3", c["force_run"])
 	}
-	for _, opts := range [][]queue.RunOption{
-		{queue.RunDueBefore(bound), queue.RunLimit(0)},
-		{queue.RunDueBefore(bound), queue.RunLimit(queue.MaxRunLimit + 1)},
-		{queue.RunDueBefore(bound), queue.RunID("j4")},
+	for _, opts := range [][]redisqueue.RunOption{
+		{redisqueue.RunDueBefore(bound), redisqueue.RunLimit(0)},
+		{redisqueue.RunDueBefore(bound), redisqueue.RunLimit(redisqueue.MaxRunLimit + 1)},
+		{redisqueue.RunDueBefore(bound), redisqueue.RunID("j4")},
 		{},
 	} {
 		if _, err := q.Run(ctx, opts...); err == nil {
@@ -142,30 +142,30 @@ func TestRunAllOrNothing(t *testing.T) {
 	n := 0
 	for _, c := range []struct {
 		name, want string
-		setup      func(q *queue.Queue)
+		setup      func(q *redisqueue.Queue)
 	}{
-		{"counter not an integer", `field "force_run" holds " 1"`, func(q *queue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "force_run", " 1") }},
-		{"counter would overflow", "HINCRBY cannot add 2", func(q *queue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "force_run", "9223372036854775806") }},
-		{"no stream ids left", "exhausted", func(q *queue.Queue) {
+		{"counter not an integer", `field "force_run" holds " 1"`, func(q *redisqueue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "force_run", " 1") }},
+		{"counter would overflow", "HINCRBY cannot add 2", func(q *redisqueue.Queue) { rdb.HSet(ctx, q.Keys().Stats, "force_run", "9223372036854775806") }},
+		{"no stream ids left", "exhausted", func(q *redisqueue.Queue) {
 			rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.Keys().Jobs, ID: "18446744073709551615-18446744073709551615", Values: []string{"f", "v"}})
 		}},
-		{"stats of the wrong type", "is a zset, not a hash", func(q *queue.Queue) {
+		{"stats of the wrong type", "is a zset, not a hash", func(q *redisqueue.Queue) {
 			rdb.Del(ctx, q.Keys().Stats)
 			rdb.ZAdd(ctx, q.Keys().Stats, redis.Z{Member: "x"})
 		}},
-		{"delayed of the wrong type", "is a string, not a zset", func(q *queue.Queue) {
+		{"delayed of the wrong type", "is a string, not a zset", func(q *redisqueue.Queue) {
 			rdb.Del(ctx, q.Keys().Delayed)
 			rdb.Set(ctx, q.Keys().Delayed, "x", 0)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n++
-			q := queue.New(rdb, fmt.Sprintf("run-aon%d", n))
+			q := redisqueue.New(rdb, fmt.Sprintf("run-aon%d", n))
 			runMust(t, q.EnsureGroup(ctx))
 			delayJobs(t, ctx, rdb, q, time.Hour, "a", "b")
 			c.setup(q)
 			mustRefuse(t, ctx, rdb, "run", c.want, func() error {
-				_, err := q.Run(ctx, queue.RunDueBefore(time.Now().Add(24*time.Hour)))
+				_, err := q.Run(ctx, redisqueue.RunDueBefore(time.Now().Add(24*time.Hour)))
 				return err
 			})
 		})
@@ -185,7 +185,7 @@ func runMust(t testing.TB, err error) {
 func TestRunByIDInBoundedCalls(t *testing.T) {
 	rdb := redistest.Start(t).Client()
 	ctx := context.Background()
-	q := queue.New(rdb, "run-big")
+	q := redisqueue.New(rdb, "run-big")
 	runMust(t, q.EnsureGroup(ctx))
 	const n = 30000
 	p := rdb.Pipeline()
@@ -208,11 +208,11 @@ func TestRunByIDInBoundedCalls(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"job-0", "job-29999", "job-12345"} {
-		if r, err := q.Run(ctx, queue.RunID(id)); err != nil || r.Moved != 1 {
+		if r, err := q.Run(ctx, redisqueue.RunID(id)); err != nil || r.Moved != 1 {
 			t.Fatalf("run %s: %+v, %v", id, r, err)
 		}
 	}
-	if r, err := q.Run(ctx, queue.RunID("job-0")); err != nil || r.Moved != 0 {
+	if r, err := q.Run(ctx, redisqueue.RunID("job-0")); err != nil || r.Moved != 0 {
 		t.Fatalf("run job-0 again: %+v, %v; want nothing moved", r, err)
 	}
 	if c, _ := rdb.ZCard(ctx, q.Keys().Delayed).Result(); c != n-3 {

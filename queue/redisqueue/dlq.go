@@ -1,0 +1,153 @@
+package redisqueue
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/backstop-dev/backstop/queue"
+)
+
+// The operator's DLQ workflow beyond Replay: discard (delete, purge) with a
+// recorded reason, replay by job id, with the attempts kept, paced.
+
+var scriptDiscard = mustScript("discard")
+
+// AuditMaxLen is about how many discarded dead letters the audit stream
+// keeps (XADD MAXLEN ~): the oldest records go first.
+const AuditMaxLen = 10000
+
+// AuditKey is the stream the queue's discarded dead letters are recorded in:
+// {Q}:audit for the default keys (beside {Q}:dlq, so in its hash slot); for
+// another layout the DLQ's key with its ":dlq" suffix replaced by ":audit"
+// (or ":audit" appended).
+func (q *Queue) AuditKey() string {
+	if base, ok := strings.CutSuffix(q.keys.DLQ, ":dlq"); ok {
+		return base + ":audit"
+	}
+	return q.keys.DLQ + ":audit"
+}
+
+// DiscardOptions selects the dead letters Discard removes and says why.
+type DiscardOptions struct {
+	// Action is DiscardDelete (ID required) or DiscardPurge.
+	Action queue.DiscardAction
+	// ID discards only the dead letters of this job id ("" = any; required
+	// for DiscardDelete).
+	ID string
+	// Reason discards only dead letters with this reason ("" = any).
+	Reason string
+	// JobType discards only dead letters of this job type ("" = any).
+	JobType string
+	// Limit is the most dead letters discarded; 0 = every one that matches.
+	Limit int
+	// Note is why (1..1024 bytes, required): recorded with each one.
+	Note string
+	// Actor is who (1..256 bytes, required), e.g. user@host.
+	Actor string
+}
+
+// Discard removes dead letters from the DLQ for good, each recorded first
+// in the audit stream (AuditKey: fields action, note, actor, at_ms, then the
+// dead letter's own) and counted in the stats field discarded, one atomic
+// step per batch (queue/redisqueue/README.md, "The DLQ workflow"). It scans the whole
+// DLQ in bounded calls (O(DLQ size) for a filtered discard) and returns how
+// many went.
+func (q *Queue) Discard(ctx context.Context, o DiscardOptions) (int, error) {
+	fail := func(err error) error { return fmt.Errorf("queue %s: discard: %w", q.name, err) }
+	if err := queue.CheckDiscard(o.Action, o.ID, o.Note, o.Actor, o.Limit); err != nil {
+		return 0, fail(err)
+	}
+	if o.JobType != "" {
+		if err := queue.ValidJobType(o.JobType); err != nil {
+			return 0, fail(err)
+		}
+	}
+	keys := []string{q.keys.DLQ, q.AuditKey(), q.keys.Stats}
+	moved, cursor := 0, "-"
+	for o.Limit == 0 || moved < o.Limit {
+		batch := 1000
+		if o.Limit > 0 {
+			batch = min(o.Limit-moved, 1000)
+		}
+		n, next, done, err := batchReply(scriptDiscard.Run(ctx, q.rdb, keys, string(o.Action), o.Note, o.Actor,
+			batch, cursor, batch*10, o.Reason, o.JobType, o.ID).Slice())
+		if err != nil {
+			return moved, fail(err)
+		}
+		moved, cursor = moved+n, next
+		if done {
+			break
+		}
+	}
+	return moved, nil
+}
+
+// ReplayOptions selects the dead letters ReplayDeadLetters moves and how.
+type ReplayOptions struct {
+	// Limit is the most dead letters moved: required (at least 1) unless ID
+	// is given; 0 with an ID = every dead letter of that job.
+	Limit int
+	// Reason, JobType and ID move only the dead letters with this reason,
+	// of this job type, of this job id ("" = any).
+	Reason, JobType, ID string
+	// KeepAttempts keeps each dead letter's attempt and first_enqueued_ms
+	// (the time budget) instead of starting the job afresh. A dead letter
+	// whose attempt or first_enqueued_ms is not well-formed stays then in
+	// the DLQ.
+	KeepAttempts bool
+	// Rate paces the replay: at most Rate dead letters a second on average,
+	// in batches (Pacer); 0 = as fast as Redis takes them.
+	Rate float64
+}
+
+// ReplayDeadLetters is Replay with every option: by job id, with the
+// attempts kept, paced. It returns how many moved, also with an error
+// (the context's, when it ends while the replay waits for its next batch).
+func (q *Queue) ReplayDeadLetters(ctx context.Context, o ReplayOptions) (int, error) {
+	fail := func(err error) error { return fmt.Errorf("queue %s: replay: %w", q.name, err) }
+	switch {
+	case o.Limit < 0 || (o.Limit == 0 && o.ID == ""):
+		return 0, fail(fmt.Errorf("limit must be at least 1 (or 0 with a job id: every one), got %d", o.Limit))
+	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
+		return 0, fail(fmt.Errorf("rate must be a positive number of dead letters a second, got %v", o.Rate))
+	}
+	if o.JobType != "" {
+		if err := queue.ValidJobType(o.JobType); err != nil {
+			return 0, fail(err)
+		}
+	}
+	keep := "0"
+	if o.KeepAttempts {
+		keep = "1"
+	}
+	p := queue.NewPacer(o.Rate, 1000)
+	defer p.Stop()
+	keys := []string{q.keys.DLQ, q.keys.Jobs, q.keys.Stats}
+	moved, cursor := 0, "-"
+	for o.Limit == 0 || moved < o.Limit {
+		batch := p.Batch()
+		if o.Limit > 0 {
+			batch = min(o.Limit-moved, batch)
+		}
+		if err := p.Wait(ctx); err != nil {
+			return moved, fail(err)
+		}
+		n, next, done, err := batchReply(scriptReplay.Run(ctx, q.rdb, keys, batch, o.Reason, cursor, batch*10,
+			o.JobType, keep, o.ID).Slice())
+		if err != nil {
+			return moved, fail(err)
+		}
+		moved, cursor = moved+n, next
+		if done {
+			break
+		}
+		if n == 0 {
+			// A scan that moved nothing (a filter) spends no time of the
+			// rate: the next batch goes at once.
+			p.Skip()
+		}
+	}
+	return moved, nil
+}
