@@ -302,7 +302,7 @@ func TestNumbersPrintAlike(t *testing.T) {
 	for name, argv := range map[string][]string{
 		"node": {node, "-e", `const b = Buffer.alloc(8); const out = require('fs').readFileSync(0, 'utf8').trim().split('\n').map((h) => { b.write(h, 'hex'); return String(b.readDoubleBE(0)); }); process.stdout.write(out.join('\n') + '\n');`},
 		"python": {python, "-c", `import struct, sys
-from backstop._policy import _es_format
+from backstop._host.abi import _es_format
 print("\n".join(_es_format(struct.unpack(">d", bytes.fromhex(h))[0]) for h in sys.stdin.read().split()))`},
 	} {
 		got := run(t, in.Bytes(), argv[0], argv[1:]...)

@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 # The documents whose blocks must run (internal/docs reads the same list).
-FILES = ["README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/README.md", "queue/rabbitmq/README.md"] + sorted(
+FILES = ["README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/redisqueue/README.md", "queue/rabbitmq/README.md"] + sorted(
     "docs/" + p.name for p in (ROOT / "docs").glob("*.md"))
 
 MARKER = re.compile(r"^<!--\s*snippet:\s*(.*?)\s*-->$")

@@ -7,7 +7,7 @@ import pytest
 import backstop
 from backstop import BackstopError
 from backstop._policy import load_into
-from backstop._runtime import Instance, StateLostError, shared
+from backstop._host.runtime import Instance, StateLostError, shared
 
 PAGE = 64 << 10
 MAX_BUFFER = 64 << 20
@@ -126,7 +126,7 @@ def test_trap_in_the_shared_instance_spares_the_process():
 def test_no_fresh_instance_retires_the_instance(monkeypatch):
     # If no fresh module instance can start after a trap, every call fails
     # with that reason, and the process's next load starts a new Instance.
-    import backstop._runtime as runtime
+    import backstop._host.runtime as runtime
 
     inst = shared()
     p = backstop.load_policy("default")
@@ -164,7 +164,7 @@ def test_wasi_clocks_are_virtual():
 
     import wasmtime
 
-    from backstop._runtime import _Clock, _define_clock
+    from backstop._host.runtime import _Clock, _define_clock
 
     engine = wasmtime.Engine()
     store = wasmtime.Store(engine)
@@ -203,7 +203,7 @@ def test_a_policy_collected_while_its_instance_is_busy_frees_later_without_deadl
     import gc
     import threading
 
-    from backstop import _policy
+    from backstop._host import abi
 
     inst = Instance()
     p = load_into(inst, b"{}")
@@ -219,6 +219,6 @@ def test_a_policy_collected_while_its_instance_is_busy_frees_later_without_deadl
     t.start()
     t.join(60)  # a hang guard, not a timing check: the old finalizer never returned
     assert not t.is_alive(), "the finalizer waited for a lock its own thread held"
-    assert (inst, handle) in _policy._collected
+    assert (inst, handle) in abi._collected
     load_into(inst, b"{}").close()
-    assert all(owner is not inst for owner, _ in _policy._collected)
+    assert all(owner is not inst for owner, _ in abi._collected)

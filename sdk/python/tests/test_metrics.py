@@ -11,7 +11,8 @@ import pytest
 prometheus_client = pytest.importorskip("prometheus_client")
 
 import backstop  # noqa: E402
-from backstop import _policy, _retry  # noqa: E402
+from backstop import _retry  # noqa: E402
+from backstop._host import abi  # noqa: E402
 from backstop.metrics import create_metrics  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3] / "testdata" / "metrics"
@@ -64,7 +65,7 @@ def clock(monkeypatch):
     """A fake clock in whole milliseconds that only sleeps move."""
     now = [SEQ["start_ms"]]
     # +0.5 ms: int(t * 1000) gives back the whole millisecond.
-    monkeypatch.setattr(_policy, "_time", lambda: (now[0] + 0.5) / 1000)
+    monkeypatch.setattr(abi, "_time", lambda: (now[0] + 0.5) / 1000)
     monkeypatch.setattr(_retry, "_sleep", lambda s: now.__setitem__(0, now[0] + round(s * 1000)))
     return now
 

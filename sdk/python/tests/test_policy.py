@@ -10,7 +10,7 @@ import wasmtime
 
 import backstop
 from backstop import BackstopError, Decision, InputError, PolicyError
-from backstop._runtime import Instance, load_module
+from backstop._host.runtime import Instance, load_module
 
 NO_JITTER = {"max_attempts": 5, "backoff": {"strategy": "exponential", "base": "100ms", "cap": "10s"}, "jitter": {"mode": "none"}}
 

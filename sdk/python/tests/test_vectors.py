@@ -6,7 +6,7 @@ import pytest
 
 import backstop
 from backstop._policy import Policy, load_into
-from backstop._runtime import Instance
+from backstop._host.runtime import Instance
 
 from conftest import group_source, load_vectors, vector_input
 

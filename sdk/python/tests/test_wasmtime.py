@@ -23,9 +23,9 @@ import pytest
 import wasmtime
 
 import backstop
-from backstop import _runtime
+from backstop._host import runtime as _runtime
 from backstop._policy import load_into
-from backstop._runtime import Instance, _SlowFn, load_module
+from backstop._host.runtime import Instance, _SlowFn, load_module
 
 from conftest import group_source, load_vectors
 from test_vectors import run_batches, run_cases
@@ -199,7 +199,7 @@ def test_the_environment_turns_the_fast_path_off():
     answers as the fast path, line for line, through the cross-host
     command."""
     probe = ("import logging; logging.basicConfig(level=logging.INFO, format='%(name)s %(levelname)s %(message)s')\n"
-             "from backstop._runtime import Instance, _SlowFn\n"
+             "from backstop._host.runtime import Instance, _SlowFn\n"
              "print(*[type(Instance().decide) is _SlowFn for _ in range(2)])")
     env = {k: v for k, v in os.environ.items() if k != "BACKSTOP_FAST_PATH"}
     off = subprocess.run([sys.executable, "-c", probe], env={**env, "BACKSTOP_FAST_PATH": "0"},
@@ -378,7 +378,7 @@ def test_a_cache_entry_from_the_other_wasmtime_is_not_loaded(tmp_path, spy):
         pytest.skip("BACKSTOP_OTHER_PYTHON (a Python with the other wasmtime of the matrix) is not set; make test sets it")
     wasm, cache, foreign = tmp_path / "tiny.wasm", tmp_path / "cache", tmp_path / "foreign"
     wasm.write_bytes(TINY)
-    writer = ("import sys; from pathlib import Path; from backstop import _runtime as r\n"
+    writer = ("import sys; from pathlib import Path; from backstop._host import runtime as r\n"
               "e = r._new_engine(r._ENGINE_SETTINGS)\n"
               "r.load_module(e, Path(sys.argv[1]).read_bytes(), Path(sys.argv[2]), r._ENGINE_SETTINGS)\n"
               "print(r._WASMTIME_VERSION)")

@@ -20,7 +20,7 @@ from ._layers import (OneLayerASGI, OneLayerWSGI, attempt_headers, current_attem
                       httpx_attempt_hook)
 from ._policy import Decision, Failure, Permit, Policy, load_policy
 from ._retry import RetryState, describe
-from ._runtime import ABI_VERSION, StateLostError
+from ._host import ABI_VERSION, StateLostError
 
 __all__ = [
     "ABI_VERSION",

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from ._errors import BackstopError, PolicyError
-from ._policy import Policy, _well_formed, load_policy
+from ._host.abi import well_formed as _well_formed
+from ._policy import Policy, load_policy
 
 _FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "grpc_retry_pushback_ms",
            "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms", "retried_downstream",

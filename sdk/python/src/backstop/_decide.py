@@ -1,6 +1,7 @@
 """What a queue worker decides about a job, whatever the broker: the plan
 (ack, retry, defer, dead letter) from the handler's outcome and the policy,
-the breaker's gate before a job runs, and the worker's metrics. Shared by
+the breaker's gate before a job runs, and the worker's metrics, with the
+``Runner`` that takes these steps for each job. Shared by
 ``backstop.queue`` (Redis) and ``backstop.rabbitmq``; imports no broker
 client."""
 
@@ -43,6 +44,8 @@ class JobLike(Protocol):
     def prev_delay_ms(self) -> int: ...
     @property
     def malformed(self) -> bool: ...
+    @property
+    def job_type(self) -> str: ...
 
 
 JOB_TYPE = re.compile(r"[A-Za-z0-9_./-]{1,64}\Z")
@@ -208,3 +211,44 @@ def deadline_passed(log: logging.Logger, queue: str, job: JobLike, e: DeadlineEx
     timeout): once, and whether it still runs."""
     log.warning("queue %s: job %s (attempt %d): %s, failed as a timeout%s", queue, job.id, job.attempt, e,
                 "; the handler still runs, abandoned" if e.abandoned else "")
+
+
+class Runner:
+    """The steps around a decision that a worker takes for each job,
+    whatever the broker (as Go's ``queue.Runner`` serves both brokers):
+    the job's policy and metrics (its type's own, ``policies=``), the
+    breaker's gate before the handler runs, the handler's failure (a
+    missed deadline logged), the plan for its outcome, and the count in
+    the worker's metrics. No I/O: ``backstop.queue`` and both
+    ``backstop.rabbitmq`` workers run the handler and apply the plan."""
+
+    def __init__(self, log: logging.Logger, queue: str, policy: Policy, metrics: Any,
+                 typed: Mapping[str, Tuple[Policy, Any]], classify: Callable[[BaseException], Dict[str, Any]],
+                 malformed: str) -> None:
+        self.log, self.queue, self.default, self.typed = log, queue, (policy, metrics), typed
+        self.classify, self.malformed = classify, malformed
+
+    def policy_for(self, job: JobLike) -> Tuple[Policy, Any]:
+        """The policy and metrics a job runs with: its type's own
+        (``policies=``), else the worker's."""
+        return self.typed.get(job.job_type, self.default)
+
+    def own(self, job: JobLike) -> bool:
+        """Whether the job's type has a policy of its own (its breaker
+        defers its jobs without pausing the worker)."""
+        return job.job_type in self.typed
+
+    gate = staticmethod(gate)
+
+    def failure(self, job: JobLike, e: Exception) -> Exception:
+        """The handler's exception, as the job's outcome; a missed deadline
+        is logged (once, and whether the handler still runs)."""
+        if isinstance(e, DeadlineExceeded):
+            deadline_passed(self.log, self.queue, job, e)
+        return e
+
+    def plan(self, job: JobLike, exc: Optional[BaseException], policy: Policy, now_ms: int) -> Plan:
+        """What to do about the handler's outcome (``exc`` None: success)."""
+        return plan(job, exc, policy, self.classify, self.malformed, now_ms)
+
+    count = staticmethod(count)

@@ -2,7 +2,7 @@
 request with the first one's response instead of running it twice.
 
 Every call is one run of the contract's script ``scripts/idempotency.lua``
-(``queue/README.md`` in the backstop repository, "Idempotency keys"), the
+(``queue/redisqueue/README.md`` in the backstop repository, "Idempotency keys"), the
 one the Go and Node.js adapters run too; ``testdata/idempotency`` pins what
 it answers. ``IdempotencyStore`` takes a ``redis.Redis`` or
 ``redis.RedisCluster``, ``AsyncIdempotencyStore`` their ``redis.asyncio``

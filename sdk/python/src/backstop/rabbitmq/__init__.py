@@ -24,7 +24,7 @@ import asyncio
 import inspect as _inspect
 import logging
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Union
 
 try:
     import aio_pika
@@ -34,7 +34,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq needs aio-pika: pip install 'backstop-policy[rabbitmq]'") from e
 
 from .. import _decide
-from .._deadline import DeadlineExceeded, await_within
+from .._deadline import await_within
 from .._policy import Policy
 from .._retry import Classify
 from . import _core, _work
@@ -253,13 +253,13 @@ class Queue:
         the job fails with ``backstop.DeadlineExceeded`` (error kind
         ``timeout``), decided and applied like any failure; cancelling
         the worker meanwhile still waits for that outcome."""
-        cls, timeout, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
-                                                                      metrics_policy, policies, handler_timeout)
+        runner, timeout, qm, kept, backoff = _work.setup(log, self.name, policy, handler, prefetch, classify, registry,
+                                                         metrics_policy, policies, handler_timeout)
         self.broker._start_mover()
         try:
             while True:
                 try:
-                    await self._consume(policy, handler, prefetch, cls, timeout, client, qm, kept, backoff, typed)
+                    await self._consume(runner, handler, prefetch, timeout, qm, kept, backoff)
                 except (asyncio.CancelledError, *_REFUSED):
                     raise  # a topology the broker refuses (other arguments, no permission) stays refused
                 except Exception as e:
@@ -271,17 +271,13 @@ class Queue:
         finally:
             await asyncio.shield(self.broker._stop_mover())
 
-    async def _consume(self, policy: Policy, handler: Handler, prefetch: int,
-                       cls: Callable[[BaseException], Dict[str, Any]], timeout: float, client: Any,
-                       qm: Optional[QueueMetrics],
-                       kept: _core.Kept, backoff: _core.Backoff,
-                       typed: Mapping[str, Tuple[Policy, Any]]) -> None:
+    async def _consume(self, runner: _decide.Runner, handler: Handler, prefetch: int, timeout: float,
+                       qm: Optional[QueueMetrics], kept: _core.Kept, backoff: _core.Backoff) -> None:
         ch = await self.broker._channel(prefetch)
         lost = asyncio.Event()
         ch.close_callbacks.add(lambda *_: lost.set())
         inflight: Set["asyncio.Task[Any]"] = set()
         name = self.name
-        default = (policy, client)
 
         async def apply(msg: AbstractIncomingMessage, job: Job, plan: Optional[_decide.Plan],
                         pub: Optional[_core.Publish], published: bool) -> bool:
@@ -311,7 +307,7 @@ class Queue:
         async def deliver(msg: AbstractIncomingMessage) -> None:
             try:
                 job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type, msg.timestamp)
-                policy, client = typed.get(job.job_type, default)
+                policy, client = runner.policy_for(job)
                 step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
                 if step.early:
                     await apply(msg, job, None, _core.early(name, job, _core.now_ms()), False)
@@ -323,15 +319,12 @@ class Queue:
                         r = handler(job)
                         if _inspect.isawaitable(r):
                             await await_within(r, timeout, "handler")
-                    except DeadlineExceeded as e:
-                        _decide.deadline_passed(log, name, job, e)
-                        exc = e
                     except Exception as e:
-                        exc = e
-                    plan = _decide.plan(job, exc, policy, cls, _core.MALFORMED, _core.now_ms())
-                    _decide.count(client, policy, job, plan, False)
+                        exc = runner.failure(job, e)
+                    plan = runner.plan(job, exc, policy, _core.now_ms())
+                    runner.count(client, policy, job, plan, False)
                 elif step.gated:
-                    _decide.count(client, policy, job, plan, True)
+                    runner.count(client, policy, job, plan, True)
                 pub = _core.move(name, job, plan, _core.now_ms())
                 if await apply(msg, job, plan, pub, step.published) and qm is not None:
                     qm.observe(job, plan)

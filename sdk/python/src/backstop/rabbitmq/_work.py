@@ -1,10 +1,12 @@
 """What both RabbitMQ workers (asyncio and threads) check and build before
-they consume: ``work``'s arguments, its metrics, its typed policies, and
-the state kept across lost connections."""
+they consume: ``work``'s arguments, its metrics, the runner (its typed
+policies: ``backstop._decide.Runner``, the Redis worker's too), and the
+state kept across lost connections."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+import logging
+from typing import Any, Mapping, NamedTuple, Optional
 
 from .. import _decide
 from .._policy import Policy
@@ -14,17 +16,15 @@ from ._metrics import QueueMetrics, worker_metrics
 
 
 class Setup(NamedTuple):
-    cls: Callable[[BaseException], Dict[str, Any]]
+    runner: _decide.Runner  # the steps around each job's decision
     timeout: float  # the handler's deadline, in seconds
-    client: Any
     qm: Optional[QueueMetrics]
-    typed: Mapping[str, Tuple[Policy, Any]]
     kept: _core.Kept
     backoff: _core.Backoff
 
 
-def setup(name: str, handler: Any, prefetch: int, classify: Optional[Classify], registry: Any, metrics_policy: str,
-          policies: Optional[Mapping[str, Policy]], handler_timeout: Any) -> Setup:
+def setup(log: logging.Logger, name: str, policy: Policy, handler: Any, prefetch: int, classify: Optional[Classify],
+          registry: Any, metrics_policy: str, policies: Optional[Mapping[str, Policy]], handler_timeout: Any) -> Setup:
     """Checks ``work``'s arguments (raising at once, naming the argument)
     and builds what the worker of queue ``name`` needs."""
     check_classify("work", classify)
@@ -34,4 +34,5 @@ def setup(name: str, handler: Any, prefetch: int, classify: Optional[Classify], 
     if not callable(handler):
         raise TypeError("work: handler must be callable (got %r)" % (handler,))
     client, qm = worker_metrics(registry, metrics_policy, name)
-    return Setup(cls, timeout, client, qm, _decide.typed_policies(policies, client), _core.Kept(), _core.Backoff())
+    runner = _decide.Runner(log, name, policy, client, _decide.typed_policies(policies, client), cls, _core.MALFORMED)
+    return Setup(runner, timeout, qm, _core.Kept(), _core.Backoff())

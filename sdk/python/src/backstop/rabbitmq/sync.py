@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, List, Mapping, Optional, Set, Union
 
 try:
     import pika
@@ -26,7 +26,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq.sync needs pika: pip install 'backstop-policy[rabbitmq]'") from e
 
 from .. import _decide
-from .._deadline import DeadlineExceeded, run_within
+from .._deadline import run_within
 from .._policy import Policy
 from .._retry import Classify
 from . import _core, _work
@@ -213,14 +213,14 @@ class Queue:
         its own (a daemon thread) moves the delayed messages of every queue
         of the virtual host down the delay levels (as the asyncio
         worker's)."""
-        cls, timeout, client, qm, typed, kept, backoff = _work.setup(self.name, handler, prefetch, classify, registry,
-                                                                      metrics_policy, policies, handler_timeout)
+        runner, timeout, qm, kept, backoff = _work.setup(log, self.name, policy, handler, prefetch, classify, registry,
+                                                         metrics_policy, policies, handler_timeout)
         stop = stop or threading.Event()
         mover = _Mover(self.broker)
         try:
             while not stop.is_set() and not self.broker._closed:
                 try:
-                    self._consume(policy, handler, stop, prefetch, cls, timeout, client, qm, kept, backoff, typed)
+                    self._consume(runner, handler, stop, prefetch, timeout, qm, kept, backoff)
                     return
                 except _LOST as e:
                     if isinstance(e, pika.exceptions.ChannelClosedByBroker) and e.reply_code in (403, 404, 406):
@@ -231,10 +231,8 @@ class Queue:
         finally:
             mover.stop()
 
-    def _consume(self, policy: Policy, handler: Handler, stop: threading.Event, prefetch: int,
-                 cls: Callable[[BaseException], Dict[str, Any]], timeout: float, client: Any,
-                 qm: Optional[QueueMetrics],
-                 kept: _core.Kept, backoff: _core.Backoff, typed: Mapping[str, Tuple[Policy, Any]]) -> None:
+    def _consume(self, runner: _decide.Runner, handler: Handler, stop: threading.Event, prefetch: int, timeout: float,
+                 qm: Optional[QueueMetrics], kept: _core.Kept, backoff: _core.Backoff) -> None:
         conn = pika.BlockingConnection(self.broker._params)
         try:
             ch = conn.channel()
@@ -256,7 +254,7 @@ class Queue:
                 if left is not None:
                     left -= 1
                 try:
-                    self._deliver(conn, ch, method, props, body, policy, handler, cls, timeout, client, qm, kept, typed)
+                    self._deliver(conn, ch, method, props, body, runner, handler, timeout, qm, kept)
                 except _LOST:
                     raise
                 except Exception:
@@ -272,12 +270,11 @@ class Queue:
                     pass
 
     def _deliver(self, conn: pika.BlockingConnection, ch: BlockingChannel, method: Any, props: Any, body: bytes,
-                 policy: Policy, handler: Handler, cls: Callable[[BaseException], Dict[str, Any]], timeout: float,
-                 client: Any, qm: Optional[QueueMetrics],
-                 kept: _core.Kept, typed: Mapping[str, Tuple[Policy, Any]]) -> None:
+                 runner: _decide.Runner, handler: Handler, timeout: float, qm: Optional[QueueMetrics],
+                 kept: _core.Kept) -> None:
         name = self.name
         job = _core.job_from(name, props.message_id, props.headers, body, props.content_type, props.timestamp)
-        policy, client = typed.get(job.job_type, (policy, client))
+        policy, client = runner.policy_for(job)
         step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
         plan: Optional[_decide.Plan] = step.plan
         if step.early:
@@ -287,15 +284,12 @@ class Queue:
                 exc: Optional[Exception] = None
                 try:
                     _run(conn, lambda: handler(job), timeout)
-                except DeadlineExceeded as e:
-                    _decide.deadline_passed(log, name, job, e)
-                    exc = e
                 except Exception as e:
-                    exc = e
-                plan = _decide.plan(job, exc, policy, cls, _core.MALFORMED, _core.now_ms())
-                _decide.count(client, policy, job, plan, False)
+                    exc = runner.failure(job, e)
+                plan = runner.plan(job, exc, policy, _core.now_ms())
+                runner.count(client, policy, job, plan, False)
             elif step.gated:
-                _decide.count(client, policy, job, plan, True)
+                runner.count(client, policy, job, plan, True)
             pub = _core.move(name, job, plan, _core.now_ms())
         published = step.published
         try:

@@ -1,6 +1,7 @@
 """backstop.wasm under wasmtime: compile (cached on disk), instantiate, call.
 
-This is the only module that touches wasmtime. It follows wasm/ABI.md.
+This is the only module that touches wasmtime. It follows wasm/ABI.md;
+``abi.py`` beside it encodes what goes in and decodes what comes out.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
 import wasmtime
 
-from ._errors import BackstopError, InputError, PolicyError
+from .._errors import BackstopError, InputError, PolicyError
 
 #: The version of wasm/ABI.md this host implements.
 ABI_VERSION = 1
@@ -65,7 +66,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
 }
 _WASM_TYPES = {"i": "i32", "q": "i64", "d": "f64"}
 
-_WASM_FILE = Path(__file__).with_name("backstop.wasm")
+# The package data: backstop/backstop.wasm, beside backstop/_host/.
+_WASM_FILE = Path(__file__).parent.parent / "backstop.wasm"
 
 #: The wasmtime releases (first and last major version) the fast path is
 #: proven on: pyproject.toml allows exactly these, and `make test` runs the
