@@ -116,7 +116,7 @@ await loadPolicy('critical');
 process.stdout.write(JSON.stringify([t1 - t0, performance.now() - t1]));`;
 // The same steps one by one, to show where the time goes.
 const steps = `const { readFile } = await import('node:fs/promises');
-const { wasiImports } = await import(${JSON.stringify(new URL('lib/wasi.js', hostDir).href)});
+const { wasiImports } = await import(${JSON.stringify(new URL('lib/host/wasi.js', hostDir).href)});
 const t = [performance.now()];
 const bytes = await readFile(new URL('backstop.wasm', ${JSON.stringify(hostDir.href)})); t.push(performance.now());
 const module = await WebAssembly.compile(bytes); t.push(performance.now());

@@ -18,3 +18,9 @@ export function checkWhole(name, v, lo, hi = Number.MAX_SAFE_INTEGER) {
     throw new TypeError(`Expected \`${name}\` to be a whole number ${want} (got ${show(v)})`);
   }
 }
+
+export function checkSignal(signal) {
+  if (signal !== undefined && !(typeof signal?.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
+    throw new TypeError('Expected `signal` to be an AbortSignal');
+  }
+}

@@ -2,7 +2,7 @@
 // idempotencyMiddleware (docs/idempotency.md) as Fastify hooks. It takes the
 // instance it is registered on and never imports fastify, an optional peer.
 import { Readable } from 'node:stream';
-import { REPLAYED_HEADER, canonical, checkKey, defaultRelease, fingerprint } from './idempotency-common.js';
+import { checkKey, claimAnswer, defaultRelease, fingerprint, storedHeaderValues } from './idempotency-common.js';
 
 const state = Symbol('backstop.idempotency');
 
@@ -86,27 +86,12 @@ export async function fastifyIdempotency(fastify, options = {}) {
       if (failOpen) return;
       return text(reply, 503, 'idempotency store unavailable\n', { 'retry-after': '1' });
     }
-    if (claim.state === 'conflict') {
-      m.requests.conflict++;
-      return text(reply, 422, `${header} was used with a different request\n`);
+    const answer = claimAnswer(claim, header, m);
+    if (answer !== null) {
+      reply.code(answer.status);
+      for (const [k, v] of Object.entries(answer.headers)) reply.header(k, Array.isArray(v) && v.length === 1 ? v[0] : v);
+      return reply.send(answer.body);
     }
-    if (claim.state === 'in_progress') {
-      m.requests.in_progress++;
-      return text(reply, 409, `a request with this ${header} is in progress\n`, { 'retry-after': String(claim.retryAfterS) });
-    }
-    if (claim.state === 'completed') {
-      const r = claim.response;
-      if (r.tooLarge) {
-        m.requests.too_large++;
-        return text(reply, 500, 'idempotency: the first response to this key was too large to store; it cannot be replayed\n',
-          { [REPLAYED_HEADER]: 'true' });
-      }
-      m.requests.replayed++;
-      reply.code(r.status);
-      for (const [k, v] of Object.entries(r.headers)) reply.header(k, v.length === 1 ? v[0] : v);
-      return reply.header(REPLAYED_HEADER, 'true').send(r.body);
-    }
-    m.requests.first_run++;
     s.token = claim.token;
   });
 
@@ -124,11 +109,7 @@ export async function fastifyIdempotency(fastify, options = {}) {
     if (body != null && typeof body.pipe === 'function') body = await collect(body, Infinity);
     body = Buffer.isBuffer(body) ? body : Buffer.from(body ?? '');
     const status = reply.statusCode;
-    const headers = {};
-    for (const h of storedHeaders) {
-      const v = reply.getHeader(h);
-      if (v !== undefined) headers[canonical(h)] = (Array.isArray(v) ? v : [v]).map(String);
-    }
+    const headers = storedHeaderValues(storedHeaders, (h) => reply.getHeader(h));
     // As the middleware: the client gets the response even when the store
     // call fails (counted in store errors; the lease frees the key).
     await (s.failed || release(status)

@@ -1,12 +1,12 @@
 // backstop-policy/idempotency: the server side of idempotency keys
-// (queue/README.md in the backstop repository, "Idempotency keys") over the
+// (queue/redisqueue/README.md in the backstop repository, "Idempotency keys") over the
 // caller's ioredis or node-redis client. Every call is one run of the
 // contract's script, scripts/idempotency.lua, the one the Go and Python
 // adapters run too; testdata/idempotency pins what it answers.
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { REPLAYED_HEADER, canonical, checkKey, defaultRelease, fingerprint } from './idempotency-common.js';
-import { sender } from './queue.js';
+import { checkKey, claimAnswer, defaultRelease, fingerprint, storedHeaderValues } from './idempotency-common.js';
+import { sender } from './redis/client.js';
 
 export { MAX_KEY_LENGTH, REPLAYED_HEADER, checkKey, defaultRelease, fingerprint } from './idempotency-common.js';
 export { fastifyIdempotency } from './idempotency-fastify.js';
@@ -224,26 +224,8 @@ export function idempotencyMiddleware(store, options = {}) {
       if (failOpen) return next();
       return send(res, 503, { 'content-type': 'text/plain', 'retry-after': '1' }, 'idempotency store unavailable\n');
     }
-    if (claim.state === 'conflict') {
-      m.requests.conflict++;
-      return send(res, 422, { 'content-type': 'text/plain' }, `${header} was used with a different request\n`);
-    }
-    if (claim.state === 'in_progress') {
-      m.requests.in_progress++;
-      return send(res, 409, { 'content-type': 'text/plain', 'retry-after': String(claim.retryAfterS) },
-        `a request with this ${header} is in progress\n`);
-    }
-    if (claim.state === 'completed') {
-      const r = claim.response;
-      if (r.tooLarge) {
-        m.requests.too_large++;
-        return send(res, 500, { 'content-type': 'text/plain', [REPLAYED_HEADER]: 'true' },
-          'idempotency: the first response to this key was too large to store; it cannot be replayed\n');
-      }
-      m.requests.replayed++;
-      return send(res, r.status, { ...r.headers, [REPLAYED_HEADER]: 'true' }, r.body);
-    }
-    m.requests.first_run++;
+    const answer = claimAnswer(claim, header, m);
+    if (answer !== null) return send(res, answer.status, answer.headers, answer.body);
     // Hold the handler's response until the store has it.
     const chunks = [];
     const { writeHead, write, end } = res;
@@ -268,11 +250,7 @@ export function idempotencyMiddleware(store, options = {}) {
       restore();
       const body = Buffer.concat(chunks);
       const status = res.statusCode;
-      const headers = {};
-      for (const name of storedHeaders) {
-        const v = res.getHeader(name);
-        if (v !== undefined) headers[canonical(name)] = (Array.isArray(v) ? v : [v]).map(String);
-      }
+      const headers = storedHeaderValues(storedHeaders, (name) => res.getHeader(name));
       const stored = release(status) ? store.fail(sc, key, claim.token) : store.complete(sc, key, claim.token, { status, headers, body });
       stored.catch(() => {}).finally(() => res.end(body, typeof cb === 'function' ? cb : typeof enc === 'function' ? enc : undefined));
       return res;

@@ -1,5 +1,5 @@
-// Job types (issue 16), shared by the queue modules (queue.js, rabbitmq.js):
-// what a type may be, and work()'s policies option.
+// Job types (issue 16), shared by the queue modules (queue.js, rabbitmq.js)
+// and the Runner (runner.js): what a type may be, and work()'s policies option.
 import { show } from './args.js';
 import { createMetrics, metricsOrigin } from './metrics.js';
 import { checkPolicy } from './outcome.js';

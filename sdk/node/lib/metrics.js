@@ -50,22 +50,8 @@ export function createMetrics(promClient, options = {}) {
   }
   let fam = registries.get(registry);
   if (!fam) {
-    fam = { last: new Map() }; // policy, target → the last state seen
-    for (const [key, kind, name, help, extra] of FAMILIES) {
-      const labelNames = ['policy', 'target', ...extra];
-      const existing = registry.getSingleMetric(name);
-      if (existing) {
-        // Registered by another copy of this package: reuse it if it is ours.
-        const same = existing instanceof promClient[kind] &&
-          JSON.stringify(existing.labelNames) === JSON.stringify(labelNames);
-        if (!same) throw new Error(`createMetrics: register ${name}: the registry holds another metric of that name`);
-        fam[key] = existing;
-        continue;
-      }
-      const opts = { name, help, labelNames, registers: [registry] };
-      if (kind === 'Histogram') opts.buckets = DELAY_BUCKETS;
-      fam[key] = new promClient[kind](opts);
-    }
+    // fam.last: policy, target → the last state seen.
+    fam = { last: new Map(), ...registerFamilies(promClient, registry, FAMILIES, ['policy', 'target'], DELAY_BUCKETS, 'createMetrics') };
     registries.set(registry, fam);
   }
   const labels = { policy, target };
@@ -109,4 +95,29 @@ const origins = new WeakMap();
 /** The prom-client module and registry a createMetrics() result was made with, or undefined. */
 export function metricsOrigin(metrics) {
   return origins.get(metrics);
+}
+
+/**
+ * Registers families ([key, kind, name, help, extra labels]) on registry,
+ * labelled labels then the family's own, histograms with buckets; returns
+ * {key: collector}. A family registered by another copy of this package is
+ * reused; another metric of that name is an error (who: register name: …).
+ */
+export function registerFamilies(promClient, registry, families, labels, buckets, who) {
+  const fam = {};
+  for (const [key, kind, name, help, extra] of families) {
+    const labelNames = [...labels, ...extra];
+    const existing = registry.getSingleMetric(name);
+    if (existing) {
+      // Registered by another copy of this package: reuse it if it is ours.
+      const same = existing instanceof promClient[kind] && JSON.stringify(existing.labelNames) === JSON.stringify(labelNames);
+      if (!same) throw new Error(`${who}: register ${name}: the registry holds another metric of that name`);
+      fam[key] = existing;
+      continue;
+    }
+    const opts = { name, help, labelNames, registers: [registry] };
+    if (kind === 'Histogram') opts.buckets = buckets;
+    fam[key] = new promClient[kind](opts);
+  }
+  return fam;
 }

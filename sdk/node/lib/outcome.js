@@ -1,10 +1,10 @@
 // What a queue worker does about the outcome of a job, shared by the Redis
-// worker (queue.js) and the RabbitMQ one (rabbitmq.js): classify the error
-// as retry() does, decide with the job's own facts, defer what the breaker
-// or the budget refused. Pure apart from the policy's state: the brokers
-// only move what this decides.
-import { startDeadline } from './deadline.js';
-import { InputError } from './errors.js';
+// worker (redis/worker.js) and the RabbitMQ one (rabbitmq/worker.js),
+// through the Runner (runner.js) and the Redis queue's apply(): classify the
+// error as retry() does, decide with the job's own facts, defer what the
+// breaker or the budget refused. Pure apart from the policy's state: the
+// brokers only move what this decides.
+import { InputError } from './host/errors.js';
 import { failureOf, isFailedResponse } from './retry.js';
 
 // Decisions that defer a job instead of dead-lettering it (on_open: defer).
@@ -67,36 +67,6 @@ export function planOutcome(job, error, policy, { classify, nowMs, random, malfo
     return { action: 'defer', reason: decision.reason, decision, msg, delayMs };
   }
   return { action: 'dead_letter', reason: decision.reason, decision, msg };
-}
-
-/**
- * Runs handler(job, {signal}) for at most timeoutMs: resolves to the
- * failure (what it threw, or a failed Response, its body cancelled), null
- * for a success. signal aborts when stop does (the worker stopping) or at
- * the deadline. At the deadline the failure is a TimeoutError (`handler
- * deadline exceeded after <ms> ms`: error kind timeout, decided as any
- * failure) and the handler is not waited for: one that ignores its signal
- * and is still running a moment later is told to onIgnored(error), once.
- */
-export async function runHandler(handler, job, stop, timeoutMs, onIgnored) {
-  const d = startDeadline(timeoutMs, `handler deadline exceeded after ${timeoutMs} ms`, stop);
-  let running;
-  try {
-    running = Promise.resolve(handler(job, d.context));
-    const result = await Promise.race([running, d.expired]);
-    if (!isFailedResponse(result)) return null;
-    await result.body?.cancel?.().catch(() => {}); // free the connection of a body nobody will read
-    return result;
-  } catch (err) {
-    if (d.error === null || err !== d.error) return err ?? new Error(`handler threw ${err}`);
-    const settled = () => true;
-    if (!(await Promise.race([running.then(settled, settled), new Promise((resolve) => setImmediate(resolve, false))]))) {
-      onIgnored(new Error(`${err.message}; its handler ignores its signal and runs on: the worker moved on`, { cause: err }));
-    }
-    return err;
-  } finally {
-    d.clear();
-  }
 }
 
 /**

@@ -1,16 +1,21 @@
-// backstop-policy/queue: the Redis queue contract (queue/README.md in the
+// backstop-policy/queue: the Redis queue contract (queue/redisqueue/README.md in the
 // backstop repository) for Node.js workers, over the caller's ioredis or
 // node-redis client. Every move is one of the contract's Lua scripts, shipped
 // in ../scripts and run with EVALSHA, falling back to EVAL on NOSCRIPT; the
-// policy decides locally (backstop.wasm), only the move talks to Redis.
+// policy decides locally (backstop.wasm), only the move talks to Redis. The
+// worker (work()) is in redis/worker.js, over the broker-neutral Runner
+// (runner.js) that the RabbitMQ worker uses too.
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { hostname } from 'node:os';
 import { checkString, checkWhole, show } from './args.js';
-import { checkJobType, typedPolicies } from './jobtypes.js';
-import { checkPolicy, countPlan, errorText, jitter, pause, planOutcome, refusedFor, refusedPlan, runHandler } from './outcome.js';
-import { fieldsJSON, raw8 } from './plain.js';
-import { writeRefused } from './refused.js';
+import { checkJobType } from './jobtypes.js';
+import { checkPolicy } from './outcome.js';
+import { applyPlan, planFor } from './redis/apply.js';
+import { sender } from './redis/client.js';
+import { fieldsJSON, raw8 } from './redis/plain.js';
+import { work } from './redis/worker.js';
+
+export { sender };
 
 const SCRIPT_NAMES = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run', 'discard'];
 let scripts; // name → {source, sha}: lib.lua, a newline, the script; read on first use
@@ -64,28 +69,6 @@ export function createQueue(client, name, options = {}) {
   const group = options.group ?? 'workers';
   checkString('group', group);
   return new Queue(send, name, keys, group);
-}
-
-// The one thing the queue needs from a client: send a command (strings and
-// Buffers) and get the raw reply, routed by its key on a cluster. Raw replies
-// have one shape in every version of both clients; typed methods do not.
-export function sender(client) {
-  if (client !== null && typeof client === 'object') {
-    // ioredis Redis and Cluster: call() routes by the command's keys.
-    if (typeof client.call === 'function' && typeof client.evalsha === 'function') {
-      return (args) => client.call(...args);
-    }
-    // node-redis v4+: createClient, or createCluster (routed by the first key).
-    // A v4 client in legacy mode keeps its promise API under .v4.
-    if (client.options?.legacyMode === true && client.v4) client = client.v4;
-    if (typeof client.sendCommand === 'function' && typeof client.evalSha === 'function') {
-      if (typeof client.getSlotMaster === 'function') return (args, key) => client.sendCommand(key, false, args);
-      return (args) => client.sendCommand(args);
-    }
-  }
-  throw new TypeError(
-    'Expected `client` to be an ioredis client (Redis, Cluster) or a node-redis v4+ client (createClient, createCluster)',
-  );
 }
 
 class Queue {
@@ -189,13 +172,7 @@ class Queue {
 
   /** Moves a failed job to the delayed set; returns its due time (unix ms), or null when it was no longer pending. */
   async retry(entry, delayMs, reason, lastError = '') {
-    const id = entryId(entry);
-    checkWhole('delayMs', delayMs, 0);
-    checkString('reason', reason);
-    const k = this.keys;
-    const args = [this.group, id, String(delayMs), reason, errorString(lastError)];
-    const due = Number(await this.#script('retry', [k.jobs, k.delayed, k.stats], args, `retry ${id}`));
-    return due === 0 ? null : due;
+    return this.#delay('retry', entry, delayMs, reason, lastError);
   }
 
   /**
@@ -206,12 +183,17 @@ class Queue {
    * null when it was no longer pending.
    */
   async defer(entry, delayMs, reason, lastError = '') {
+    return this.#delay('defer', entry, delayMs, reason, lastError);
+  }
+
+  // retry and defer: moves entry to the delayed set with script name.
+  async #delay(name, entry, delayMs, reason, lastError) {
     const id = entryId(entry);
     checkWhole('delayMs', delayMs, 0);
     checkString('reason', reason);
     const k = this.keys;
     const args = [this.group, id, String(delayMs), reason, errorString(lastError)];
-    const due = Number(await this.#script('defer', [k.jobs, k.delayed, k.stats], args, `defer ${id}`));
+    const due = Number(await this.#script(name, [k.jobs, k.delayed, k.stats], args, `${name} ${id}`));
     return due === 0 ? null : due;
   }
 
@@ -371,32 +353,7 @@ class Queue {
       throw new TypeError(`Expected \`random\` to be a number (got ${show(random)})`);
     }
 
-    return this.#move(job, this.#plan(job, error, policy, { classify, nowMs, random }));
-  }
-
-  // What to do about the outcome of running job, decided once (locally:
-  // backstop.wasm): {action, reason, decision, msg, delayMs}. Only #move
-  // talks to Redis, and work() sends the same plan again while Redis
-  // refuses it.
-  #plan(job, error, policy, { classify, nowMs, random }) {
-    // dead_letter keeps every field of the entry (entry.<name>).
-    const malformed = 'malformed entry: needs id, attempt >= 1 and first_enqueued_ms';
-    return planOutcome(job, error, policy, { classify, nowMs, random, malformed });
-  }
-
-  // One attempt at applying a plan: the Outcome.
-  async #move(job, { action, reason, decision, msg, delayMs }) {
-    if (action === 'ack') return { action, reason, decision, applied: await this.ack(job) };
-    if (action === 'retry') {
-      const dueMs = await this.retry(job, delayMs, reason, msg);
-      return { action, reason, decision, applied: dueMs !== null, dueMs };
-    }
-    if (action === 'defer') {
-      const dueMs = await this.defer(job, delayMs, reason, msg ?? '');
-      return { action, reason, decision, applied: dueMs !== null, dueMs, delayMs };
-    }
-    const dlqId = await this.deadLetter(job.entryId, reason, msg);
-    return { action, reason, decision, applied: dlqId !== null, dlqId };
+    return applyPlan(this, job, planFor(job, error, policy, { classify, nowMs, random }));
   }
 
   /**
@@ -405,239 +362,10 @@ class Queue {
    * consumers' entries. Resolves once the jobs it read are all applied.
    */
   async work(policy, handler, options = {}) {
-    checkPolicy(policy);
-    if (typeof handler !== 'function') throw new TypeError('Expected `handler` to be a function');
-    if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
-    const {
-      signal, consumer = `${hostname()}-${process.pid}`, classify, batch = 16, blockMs = 1000,
-      promoteEveryMs = 1000, promoteLimit = 500, reclaimEveryMs = 30_000, minIdleMs = 60_000, maxDeliveries = 5,
-      onOutcome, onError = (err) => console.error(`backstop queue ${this.name}:`, err), metrics, policies,
-      handlerTimeoutMs = 5 * (minIdleMs > 0 ? minIdleMs : 60_000),
-    } = options;
-    if (signal !== undefined && !(typeof signal?.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
-      throw new TypeError('Expected `signal` to be an AbortSignal');
-    }
-    checkString('consumer', consumer);
-    if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
-    checkWhole('batch', batch, 1);
-    checkWhole('blockMs', blockMs, 1);
-    checkWhole('promoteEveryMs', promoteEveryMs, 0);
-    checkWhole('promoteLimit', promoteLimit, 1, 10000);
-    checkWhole('reclaimEveryMs', reclaimEveryMs, 0);
-    checkWhole('minIdleMs', minIdleMs, 0);
-    checkWhole('maxDeliveries', maxDeliveries, 1);
-    checkWhole('handlerTimeoutMs', handlerTimeoutMs, 1);
-    if (onOutcome !== undefined && typeof onOutcome !== 'function') {
-      throw new TypeError('Expected `onOutcome` to be a function');
-    }
-    if (typeof onError !== 'function') throw new TypeError('Expected `onError` to be a function');
-    if (metrics !== undefined) {
-      if (typeof metrics?.attempt !== 'function') throw new TypeError('Expected `metrics` to be the result of createMetrics()');
-      if (metrics.target !== this.name) {
-        throw new TypeError(`Expected \`metrics\` to have target ${JSON.stringify(this.name)}, the queue's name (got ${JSON.stringify(metrics.target)})`);
-      }
-    }
-    const typed = typedPolicies(policies, metrics);
-    const report = (err, job) => {
-      try {
-        onError(err, job);
-      } catch {
-        // A failing logger must not stop the worker.
-      }
-    };
-    // While Redis refuses an outcome, the pauses between attempts: doubling
-    // from 20 ms to 2 s, and to a quarter of minIdleMs, so that holding the
-    // entry keeps its idle time below what reclaim takes.
-    const ceiling = minIdleMs > 0 ? Math.min(APPLY_CAP_MS, Math.max(1, minIdleMs / 4)) : APPLY_CAP_MS;
-    // Applies plan, the outcome of job, holding on while Redis refuses it
-    // (see the README's "When Redis refuses a write").
-    const settle = async (job, plan, waiting) => {
-      const ids = heldIds(job, waiting);
-      let delay = Math.min(APPLY_BASE_MS, ceiling);
-      let holdFailed = false;
-      for (let refusals = 0; ; refusals++) {
-        const stopped = signal?.aborted === true;
-        let outcome;
-        try {
-          outcome = await this.#move(job, plan);
-        } catch (err) {
-          if (!writeRefused(err)) {
-            report(err, job); // not worth sending again: the entry stays pending for reclaim
-            return;
-          }
-          if (stopped) {
-            report(
-              new Error(
-                `queue ${this.name}: outcome ${plan.action} of entry ${job.entryId} (job ${job.id}) not applied: ` +
-                  `the worker stopped while Redis refused it (${refusals + 1} times); the entry stays pending`,
-                { cause: err },
-              ),
-              job,
-            );
-            return;
-          }
-          if (refusals === 0) report(err, job); // the first refusal; onOutcome gets the count
-          try {
-            await this.hold(consumer, ids);
-          } catch (err) {
-            // Holding is best effort (the next attempt tells): say so once.
-            if (!holdFailed) report(err, job);
-            holdFailed = true;
-          }
-          await pause(delay / 2 + Math.random() * (delay / 2), signal);
-          delay = Math.min(2 * delay, ceiling);
-          continue;
-        }
-        try {
-          await onOutcome?.(refusals > 0 ? { ...outcome, refusals } : outcome, job);
-        } catch (err) {
-          report(err, job);
-        }
-        return;
-      }
-    };
-    // Runs job and applies its outcome. Until then, it and the jobs read
-    // with it are held (hold()) every third of minIdleMs, so that reclaim
-    // does not run them elsewhere while this worker lives.
-    const run = async (job, waiting = [], readAt = performance.now()) => {
-      const ids = heldIds(job, waiting);
-      const beat = minIdleMs > 0 ? heartbeat(() => this.hold(consumer, ids), minIdleMs / 3) : null;
-      try {
-        await attempt(job, waiting, readAt);
-      } finally {
-        beat?.stop();
-      }
-    };
-    const attempt = async (job, waiting, readAt) => {
-      // A job type with its own policy (options.policies) runs with it, and
-      // its metrics (policy=<type>); its breaker defers its jobs without
-      // pausing the reads.
-      const own = typed.get(job.type);
-      const jobPolicy = own?.policy ?? policy;
-      const jobMetrics = own ? own.metrics : metrics;
-      // A job that waited in the batch for half of minIdleMs may have been
-      // reclaimed by another consumer: hold it first, and skip it if so.
-      if (minIdleMs > 0 && performance.now() - readAt > minIdleMs / 2) {
-        try {
-          const [held] = await this.hold(consumer, [job]);
-          if (!held) return;
-        } catch {
-          // Cannot tell: run it.
-        }
-      }
-      let error = null;
-      if (!job.malformed) {
-        // The breaker protects the dependency before the call: refused, the
-        // handler does not run, the job is deferred (or dead-lettered with
-        // on_open: dead_letter) and the worker reads nothing until then.
-        const retryInMs = refusedFor(jobPolicy, Date.now(), jobMetrics);
-        if (retryInMs !== null) {
-          jobMetrics?.refused('circuit_open');
-          if (!own) pausedUntil = Math.max(pausedUntil, Date.now() + retryInMs);
-          const plan = refusedPlan(jobPolicy, retryInMs);
-          await settle(job, plan, waiting);
-          return;
-        }
-        error = await runHandler(handler, job, signal, handlerTimeoutMs, (err) => report(this.#error(`job ${job.id}`, err), job));
-      }
-      let plan;
-      try {
-        plan = this.#plan(job, error, jobPolicy, { classify });
-      } catch (err) {
-        report(err, job); // the entry stays pending: reclaim delivers it again
-        return;
-      }
-      if (plan.action === 'defer' && plan.reason === 'circuit_open' && !own) {
-        pausedUntil = Math.max(pausedUntil, Date.now() + plan.delayMs);
-      }
-      if (jobMetrics !== undefined && !job.malformed) countPlan(jobMetrics, plan, jobPolicy);
-      await settle(job, plan, waiting);
-    };
-    let pausedUntil = 0; // unix ms: no read before, the breaker refused a job
-
-    await this.ensureGroup();
-    let nextPromote = performance.now();
-    let nextReclaim = nextPromote + jitter(reclaimEveryMs);
-    while (!signal?.aborted) {
-      let jobs;
-      try {
-        const now = performance.now();
-        if (promoteEveryMs > 0 && now >= nextPromote) {
-          // Full batches mean more are due: keep going.
-          let moved;
-          do moved = (await this.promote(promoteLimit)).moved;
-          while (moved === promoteLimit && !signal?.aborted);
-          nextPromote = now + jitter(promoteEveryMs);
-        }
-        if (reclaimEveryMs > 0 && now >= nextReclaim) {
-          nextReclaim = now + jitter(reclaimEveryMs);
-          const { jobs: claimed, skipped } = await this.reclaim(consumer, { minIdleMs, count: 100, maxDeliveries });
-          // Crash loops the DLQ refused stay pending: say so, one report each (Go logs them).
-          for (const { entryId, reason } of skipped) {
-            report(
-              Object.assign(new Error(`queue ${this.name}: crash loop ${entryId} stays pending: ${reason}`), {
-                entryId,
-                reason,
-              }),
-            );
-          }
-          const readAt = performance.now();
-          for (const [i, job] of claimed.entries()) await run(job, claimed.slice(i + 1), readAt);
-        }
-        // Block no longer than until the next promote.
-        const untilPromote = Math.ceil(nextPromote - performance.now());
-        const pausedMs = pausedUntil - Date.now();
-        if (pausedMs > 0) {
-          // The breaker refused a job: read nothing until it may half-open
-          // (promoting and reclaiming go on).
-          await pause(promoteEveryMs > 0 ? Math.max(1, Math.min(pausedMs, untilPromote)) : pausedMs, signal);
-          continue;
-        }
-        const wait = promoteEveryMs > 0 ? Math.max(1, Math.min(blockMs, untilPromote)) : blockMs;
-        jobs = await this.read(consumer, { count: batch, blockMs: wait });
-      } catch (err) {
-        if (/NOGROUP/.test(err?.message)) {
-          // The stream was deleted: make it again.
-          try {
-            await this.ensureGroup();
-            continue;
-          } catch (e) {
-            err = e;
-          }
-        }
-        report(err);
-        await pause(1000, signal);
-        continue;
-      }
-      const readAt = performance.now();
-      for (const [i, job] of jobs.entries()) await run(job, jobs.slice(i + 1), readAt);
-    }
+    await work(this, policy, handler, options);
   }
 }
 
-const APPLY_BASE_MS = 20;
-const APPLY_CAP_MS = 2000;
-const BEAT_MIN_MS = 10;
-
-// The entries a worker holds for job: its own, then those of the jobs read
-// with it and not started yet (at most hold()'s 1000).
-function heldIds(job, waiting) {
-  return [job, ...waiting].slice(0, 1000).map((j) => j.entryId);
-}
-
-// Calls beat every everyMs (at least BEAT_MIN_MS), one call at a time, its
-// failures ignored (the next one tells), until stop().
-function heartbeat(beat, everyMs) {
-  const ended = new AbortController();
-  (async () => {
-    for (;;) {
-      await pause(Math.max(BEAT_MIN_MS, everyMs), ended.signal);
-      if (ended.signal.aborted) return;
-      await Promise.resolve().then(beat).catch(() => {});
-    }
-  })();
-  return { stop: () => ended.abort() };
-}
 // -- jobs and replies (RESP2 or RESP3, strings or Buffers) ----------------------
 
 function jobsOf(reply) {
@@ -664,7 +392,7 @@ function jobOf(entryId, raw) {
   }
   const eid = text(entryId);
   if (isPlain(fields)) {
-    // A producer that knows nothing of backstop (queue/README.md, "Plain
+    // A producer that knows nothing of backstop (queue/redisqueue/README.md, "Plain
     // producers"): attempt 1 of the job called by its entry id, enqueued at
     // the entry's time; past 2^53 - 1 ms, malformed.
     const first = whole(/^(\d+)-/.exec(eid)?.[1]);

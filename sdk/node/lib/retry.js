@@ -3,8 +3,8 @@ import { readFileSync } from 'node:fs';
 import { after, startDeadline } from './deadline.js';
 import { RetryError } from './errors.js';
 import { attemptHeaderSetter, isHeaderTarget, NO_RETRY_HEADER, OVERLOADED_HEADER, recordGaveUp } from './layers.js';
-import { loadPolicy } from './policy.js';
-import { readBundledWasm } from './wasm-file.js';
+import { loadPolicy } from './host/policy.js';
+import { readBundledWasm } from './host/wasm-file.js';
 
 // Presets have no budget or breaker, so one shared handle per name is the
 // same as a fresh one per call, and cheaper.

@@ -4,7 +4,7 @@
 // (Outside test/ so that `node --test` does not take it for a test file.)
 
 import { RetryError } from '../index.js';
-import { runHandler } from '../lib/outcome.js';
+import { runHandler } from '../lib/runner.js';
 
 /**
  * The case's failure fields and their names in a Node failure; a spy

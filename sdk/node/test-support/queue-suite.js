@@ -1,4 +1,4 @@
-// The script semantics of the queue contract (queue/README.md), run through
+// The script semantics of the queue contract (queue/redisqueue/README.md), run through
 // one client against a real Redis: standalone (test/queue.test.js) or a
 // cluster (test/queue-cluster.test.js). Redis state is checked behind the
 // queue's back with a separate raw ioredis client.

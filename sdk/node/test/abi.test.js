@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ABI_VERSION, loadPolicy } from '../index.js';
-import { wasiImports } from '../lib/wasi.js';
+import { wasiImports } from '../lib/host/wasi.js';
 
 const wasmPath = new URL('../backstop.wasm', import.meta.url);
 const bytes = readFileSync(wasmPath);

@@ -25,7 +25,7 @@ const files = [
   'README.md',
   'sdk/node/README.md',
   'sdk/python/README.md',
-  'queue/README.md',
+  'queue/redisqueue/README.md',
   'queue/rabbitmq/README.md',
   ...readdirSync(join(root, 'docs'))
     .filter((f) => f.endsWith('.md'))

@@ -129,7 +129,7 @@ test('if no fresh instance can start, the instance is retired and the next load 
 });
 
 test('the WASI clocks are virtual: 1 ns per reading, 1 ms per call, sleeps return at once', async () => {
-  const { wasiImports } = await import('../lib/wasi.js');
+  const { wasiImports } = await import('../lib/host/wasi.js');
   const wasi = wasiImports();
   const memory = new WebAssembly.Memory({ initial: 1 });
   wasi.bind(memory);

@@ -219,7 +219,7 @@ test('a closed policy refuses to decide', async () => {
 // before they are copied in: any oversized input gets the module's own
 // PolicyError, never a buffer error, and costs no more than the limit.
 test('an oversized policy is a PolicyError at any size, and the limit is the module\'s', async () => {
-  const { MAX_POLICY_BYTES } = await import('../lib/policy.js');
+  const { MAX_POLICY_BYTES } = await import('../lib/host/policy.js');
   const fits = '{}' + ' '.repeat(MAX_POLICY_BYTES - 2);
   const p = await loadPolicy(fits);
   p.close();

@@ -27,7 +27,7 @@ after(async () => {
   await server.stop();
 });
 
-// The fields of a delayed member, as queue/README.md lists them and the Go
+// The fields of a delayed member, as queue/redisqueue/README.md lists them and the Go
 // queue writes them (Queue.Retry passes the group, the entry id, the decided
 // delay in ms, the decision's reason and the error's text to the same script).
 const MEMBER_FIELDS = ['attempt', 'first_enqueued_ms', 'id', 'last_error', 'last_reason', 'payload', 'prev_delay_ms', 'source'];

@@ -240,7 +240,7 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
     });
 
     test('which errors are worth sending again', async () => {
-      const { writeRefused } = await import('../lib/refused.js');
+      const { writeRefused } = await import('../lib/redis/refused.js');
       const c = await connect();
       const q = await fresh(c);
       const reply = async (msg) => {

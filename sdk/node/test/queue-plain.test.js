@@ -1,12 +1,12 @@
 // Plain producers (issue 27): a jobs-stream entry without id, attempt,
 // first_enqueued_ms and malformed_delayed_member is attempt 1 of the job
 // called by its entry id, its payload the payload field or else the entry's
-// "fields JSON" (lib/plain.js), byte for byte what the scripts (lib.lua)
+// "fields JSON" (lib/redis/plain.js), byte for byte what the scripts (lib.lua)
 // write for it.
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { loadPolicy } from '../index.js';
-import { fieldsJSON } from '../lib/plain.js';
+import { fieldsJSON } from '../lib/redis/plain.js';
 import { createQueue } from '../lib/queue.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { entries } from '../test-support/queue-suite.js';

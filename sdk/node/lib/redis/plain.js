@@ -1,4 +1,4 @@
-// Plain producers (queue/README.md): the job of a Redis stream entry written
+// Plain producers (queue/redisqueue/README.md): the job of a Redis stream entry written
 // by a producer that knows nothing of backstop carries, when the entry has no
 // payload field, its "fields JSON", byte for byte what the queue scripts
 // (lib.lua's fields_json) write for it.

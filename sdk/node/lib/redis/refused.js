@@ -1,5 +1,5 @@
 // Which Redis errors mean "not now" rather than "no": the queue worker
-// (queue.js) sends an outcome again only for those. Not part of the
+// (worker.js) sends an outcome again only for those. Not part of the
 // package's exports.
 
 // Whether err says that Redis could not apply a write now but may soon, so

@@ -2,7 +2,7 @@
 // runtime: a file: URL is read with node:fs (Node.js, Deno, Bun), anything
 // else (a bundler's asset URL in a browser) is fetched.
 export async function readBundledWasm() {
-  const url = new URL('../backstop.wasm', import.meta.url);
+  const url = new URL('../../backstop.wasm', import.meta.url);
   if (url.protocol === 'file:') {
     const { readFile } = await import('node:fs/promises');
     return readFile(url);

@@ -1,0 +1,145 @@
+// The delay mover: the moves between the delay levels (README, "The moves
+// between levels are the workers', not the broker's"), one per connection
+// while a work() runs (core.js, useMover).
+import { jitter, pause } from '../outcome.js';
+import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish } from './channel.js';
+import { digits, H, props, text } from './message.js';
+import { DELIVER, HOLDS, holdName, LEVELS, levelName } from './topology.js';
+
+// A mover's deliveries in hand per level, and its pause before a move the
+// broker refused (or returned) is tried again.
+const MOVE_PREFETCH = 1000;
+const MOVE_RETRY_MS = 10_000;
+
+// The moves between delay levels (README, "The moves between levels are the
+// workers', not the broker's"): on a confirm channel of its own, the mover
+// consumes hold.L0..L10, holds each delivery until its time (releaseAt),
+// publishes it unchanged to the next exchange (mandatory), and acks it once
+// confirmed. A move the broker refuses or returns (no route) is tried again
+// after 10 s; a lost channel returns what it held to the levels, and the
+// mover consumes again (with backoff, as work()) until stop aborts.
+export async function move(core, stop) {
+  for (let backoff = BACKOFF_MIN_MS; !stop.aborted; backoff = Math.min(2 * backoff, BACKOFF_MAX_MS)) {
+    let ch;
+    try {
+      await core.levels();
+      ch = await core.channel(true);
+    } catch {
+      // work() reports the connection's failures; both make it again.
+      await core.connection().catch(() => {});
+      await pause(jitter(backoff), stop);
+      continue;
+    }
+    if (await moveSession(core, ch, stop)) backoff = BACKOFF_MIN_MS;
+    if (!stop.aborted) await pause(jitter(backoff), stop);
+  }
+}
+
+// One channel's moves until it is lost or stop aborts; true when it consumed.
+async function moveSession(core, ch, stop) {
+  let gone = false; // the channel closed: what it held is back in the levels
+  let ending = false;
+  const lost = new Promise((resolve) => ch.once('close', () => {
+    gone = true;
+    resolve();
+  }));
+  const timers = new Set();
+  const moving = new Set(); // moves awaiting their confirm
+  // Mandatory moves the broker could not route, matched to the move by
+  // exchange, routing key and job id (a return comes before its confirm).
+  const unconfirmed = new Map();
+  const idOf = (exchange, key, p) => `${exchange}\u0000${key}\u0000${p.messageId ?? ''}`;
+  ch.on('return', (msg) => {
+    const m = unconfirmed.get(idOf(msg.fields.exchange, msg.fields.routingKey, msg.properties))?.find((x) => !x.returned);
+    if (m) m.returned = true;
+  });
+  const hold = (n, msg, at) => {
+    if (gone || ending) return; // still unacked: back to its level with the channel
+    const t = setTimeout(() => {
+      timers.delete(t);
+      const p = moveOne(n, msg).finally(() => moving.delete(p));
+      moving.add(p);
+    }, Math.max(0, at - Date.now()));
+    t.unref?.();
+    timers.add(t);
+  };
+  const moveOne = async (n, msg) => {
+    const exchange = n === 0 ? DELIVER : levelName(n - 1);
+    const key = msg.fields.routingKey;
+    const p = msg.properties ?? {};
+    const headers = { ...(p.headers ?? {}) };
+    // The hold queue's own count of redeliveries: the work queue's worker
+    // reads x-delivery-count as its own (crash loops).
+    delete headers['x-delivery-count'];
+    const id = idOf(exchange, key, p);
+    const m = { returned: false };
+    const list = unconfirmed.get(id) ?? [];
+    list.push(m);
+    unconfirmed.set(id, list);
+    try {
+      const extra = { priority: p.priority, replyTo: p.replyTo };
+      for (const k of Object.keys(extra)) if (extra[k] === undefined) delete extra[k];
+      await publish(ch, exchange, key, msg.content, { ...props(msg), ...extra, headers, mandatory: true });
+      if (m.returned) throw new Error(`no route from ${exchange} (its work queue ${JSON.stringify(text(headers[H.destination]))} was deleted?)`);
+      ch.ack(msg);
+    } catch (err) {
+      if (gone) return;
+      core.report(new Error(`rabbitmq delay mover: the move of job ${JSON.stringify(text(p.messageId))} from ${holdName(n)} failed; trying again in 10 s: ${err?.message ?? err}`, { cause: err }));
+      hold(n, msg, Date.now() + MOVE_RETRY_MS);
+    } finally {
+      list.splice(list.indexOf(m), 1);
+      if (list.length === 0) unconfirmed.delete(id);
+    }
+  };
+  let consumed = false;
+  try {
+    await ch.prefetch(MOVE_PREFETCH, false); // per consumer: per level
+    for (let n = 0; n < HOLDS && !stop.aborted; n++) {
+      await ch.consume(holdName(n), (msg) => {
+        if (msg === null) {
+          // Cancelled by the broker (the queue was deleted): declare the
+          // levels again and consume on a new channel.
+          core.shared = null;
+          ch.close().catch(() => {});
+          return;
+        }
+        hold(n, msg, releaseAt(n, msg, Date.now()));
+      }, { noAck: false });
+    }
+    consumed = true;
+    await lostOrAborted(lost, stop);
+  } catch (err) {
+    if (!gone) core.report(new Error(`rabbitmq delay mover: consume: ${err?.message ?? err}`, { cause: err }));
+    if (amqpCode(err, 404)) core.shared = null; // a hold queue deleted: declared again
+  }
+  ending = true;
+  for (const t of timers) clearTimeout(t);
+  // The moves under way finish (confirmed and acked, or not) before the
+  // channel closes, for 10 s at most: fewer duplicates.
+  let timer;
+  await Promise.race([Promise.all([...moving]), new Promise((resolve) => {
+    timer = setTimeout(resolve, MOVE_RETRY_MS);
+  })]);
+  clearTimeout(timer);
+  if (!gone) await ch.close().catch(() => {});
+  return consumed;
+}
+
+// When a delivery of hold.L<n> received at now (unix ms) leaves its level:
+// 2^n s later, or earlier when its due time says it entered the level
+// before (it waited there for a mover): due less the delay still to go
+// below n, the routing key's lower bits. A routing key that is not the 18
+// words of bits, or no valid backstop-due-ms: by the receipt alone.
+function releaseAt(n, msg, now) {
+  const at = now + 2 ** n * 1000;
+  const due = digits(msg.properties?.headers?.[H.due]);
+  const words = text(msg.fields?.routingKey).split('.');
+  if (due === null || due <= 0 || words.length !== LEVELS) return at;
+  let low = 0;
+  for (let bit = 0; bit < n; bit++) {
+    const w = words[LEVELS - 1 - bit];
+    if (w === '1') low += 2 ** bit;
+    else if (w !== '0') return at;
+  }
+  return Math.min(at, due - low * 1000);
+}
