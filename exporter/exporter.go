@@ -398,24 +398,6 @@ func (src *redisSource) readLater(ctx context.Context, s *sink) {
 	}
 }
 
-// within runs f in its own goroutine and waits for it until ctx ends, so
-// the scrape's budget holds even over a client that ignores context
-// deadlines (the RabbitMQ source's requests; internal/resp has its own). It reports whether f returned; when it did not, f goes on
-// alone and the caller must not read what f writes.
-func within(ctx context.Context, f func()) bool {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // A reader queues the commands that read one part of a queue on the
 // pipeline and returns the function that turns their replies into metrics
 // once the pipeline has run, or nil when the queue has no such part.

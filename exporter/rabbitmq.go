@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/prometheus/client_golang/prometheus/collectors/version"
 )
 
@@ -378,7 +379,7 @@ func (st *rabbitState) delayedEstimate(q string) (int64, bool) {
 func (r *rabbitSource) scrape(ctx context.Context, s *sink) int {
 	var st *rabbitState
 	var err error
-	if !within(ctx, func() { st, err = r.read(ctx) }) {
+	if !ctxtime.Within(ctx, func() { st, err = r.read(ctx) }) {
 		err = ctx.Err()
 	}
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package ctxtime holds the waits that a context cuts short, for the loops
-// of the workers and the demo.
+// of the workers and the demo, and the exporter's scrape budget.
 package ctxtime
 
 import (
@@ -16,5 +16,23 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// Within runs f in its own goroutine and waits for it until ctx ends, so
+// a budget holds even over a client that ignores context deadlines. It
+// reports whether f returned; when it did not, f goes on alone and the
+// caller must not read what f writes.
+func Within(ctx context.Context, f func()) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/auth"
 )
@@ -152,7 +153,7 @@ func (t *ClientTransport) Stream(ctx context.Context, next func() *Pipe, done fu
 		p.arena().reset()
 		// In a goroutine of its own, so the budget holds even over a
 		// client that ignores context deadlines.
-		if !within(ctx, func() { t.exec(ctx, p) }) {
+		if !ctxtime.Within(ctx, func() { t.exec(ctx, p) }) {
 			return p
 		}
 		if !done(p) {
@@ -198,24 +199,6 @@ func anyArgs(args []string) []any {
 		a[i] = s
 	}
 	return a
-}
-
-// within runs f in its own goroutine and waits for it until ctx ends, so
-// a budget holds even over a client that ignores context deadlines. It
-// reports whether f returned; when it did not, f goes on alone and the
-// caller must not read what f writes.
-func within(ctx context.Context, f func()) bool {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // StampUnanswered gives every command of a go-redis pipeline the
