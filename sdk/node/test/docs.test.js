@@ -20,7 +20,7 @@ import { startRedis } from '../test-support/redis-server.js';
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const pkg = fileURLToPath(new URL('../', import.meta.url));
 
-// The documents whose blocks must run (internal/docs reads the same list).
+// The documents whose blocks must run (internal/integration/docs reads the same list).
 const files = [
   'README.md',
   'sdk/node/README.md',

@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# The documents whose blocks must run (internal/docs reads the same list).
+# The documents whose blocks must run (internal/integration/docs reads the same list).
 FILES = ["README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/redisqueue/README.md", "queue/rabbitmq/README.md"] + sorted(
     "docs/" + p.name for p in (ROOT / "docs").glob("*.md"))
 

@@ -29,7 +29,7 @@ import (
 	"github.com/backstop-dev/backstop/rules"
 )
 
-const root = "../.."
+const root = "../../.."
 
 func TestDeadLettersPageAndResolve(t *testing.T) {
 	if testing.Short() {

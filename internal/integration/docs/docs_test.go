@@ -41,7 +41,7 @@ import (
 	"github.com/backstop-dev/backstop/policy"
 )
 
-const root = "../.."
+const root = "../../.."
 
 // docFiles are the documents whose blocks must run (the Node and Python
 // suites read the same list).

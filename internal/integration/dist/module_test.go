@@ -17,7 +17,7 @@ import (
 )
 
 // root is the repository (and Go module) root.
-const root = "../.."
+const root = "../../.."
 
 // TestModuleTidy fails when go.mod or go.sum is not what `go mod tidy`
 // writes: a missing or stale requirement, a direct one marked indirect, or

@@ -20,7 +20,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/vector"
 )
 
-const root = "../.."
+const root = "../../.."
 
 // policies: a preset and a file that uses every stateful feature, so the
 // budget and breaker sequences must agree too.
