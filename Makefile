@@ -70,7 +70,8 @@ build: wasm
 ## /usr/lib/rabbitmq/bin, as plain processes with private data directories,
 ## never the system service; the management plugin is enabled per broker).
 ## The Node.js host has no runtime dependencies; its tests install ioredis
-## and redis (npm ci).
+## and redis (npm ci). The JVM host (sdk/java) needs a JDK and Maven
+## (default-jdk-headless, maven), which fetches its dependencies itself.
 deps: $(PY_NEWEST) $(PY_OLDEST)
 	$(GO) mod download
 	@missing=""; \
@@ -78,6 +79,8 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$$missing rabbitmq-server"; \
+	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
@@ -105,6 +108,14 @@ test: deps wasm
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) $(VPY_OLDEST) -m pytest -q host/python/tests
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY_OLDEST) BACKSTOP_FAST_PATH=0 $(VPY) -m pytest -q $(PY_CALL_TESTS)
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) BACKSTOP_FAST_PATH=0 $(VPY_OLDEST) -m pytest -q $(PY_CALL_TESTS)
+	$(MAKE) --no-print-directory java-test
+
+## java-test: the JVM host (sdk/java, Maven, Java 17): its tests, then its
+## jar and target/lib (java -jar sdk/java/target/backstop-policy.jar decide),
+## which internal/crosshost also builds and runs beside Go, Node.js and Python
+.PHONY: java-test
+java-test:
+	mvn -B -q -f sdk/java/pom.xml package
 
 ## vectors: regenerate testdata/vectors from the native core
 vectors:
