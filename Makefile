@@ -70,7 +70,8 @@ build: wasm
 ## /usr/lib/rabbitmq/bin, as plain processes with private data directories,
 ## never the system service; the management plugin is enabled per broker).
 ## The Node.js host has no runtime dependencies; its tests install ioredis
-## and redis (npm ci).
+## and redis (npm ci). The JVM host (sdk/java) needs a JDK and Maven
+## (default-jdk-headless, maven), which fetches its dependencies itself.
 deps: $(PY_NEWEST) $(PY_OLDEST)
 	$(GO) mod download
 	@missing=""; \
@@ -78,6 +79,8 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$$missing rabbitmq-server"; \
+	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
@@ -105,6 +108,14 @@ test: deps wasm
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) $(VPY_OLDEST) -m pytest -q sdk/python/tests
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY_OLDEST) BACKSTOP_FAST_PATH=0 $(VPY) -m pytest -q $(PY_CALL_TESTS)
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) BACKSTOP_FAST_PATH=0 $(VPY_OLDEST) -m pytest -q $(PY_CALL_TESTS)
+	$(MAKE) --no-print-directory java-test
+
+## java-test: the JVM host (sdk/java, Maven, Java 17): its tests, then its
+## jar and target/lib (java -jar sdk/java/target/backstop-policy.jar decide),
+## which internal/integration/crosshost also builds and runs beside Go, Node.js and Python
+.PHONY: java-test
+java-test:
+	mvn -B -q -f sdk/java/pom.xml package
 
 ## vectors: regenerate testdata/vectors from the native core
 vectors:
@@ -134,12 +145,15 @@ rabbitmq-cases:
 layers-cases:
 	$(GO) test -count=1 -run '^TestLayerCases$$' ./retry -update
 
-## bench: the side-by-side benchmarks (results go into BENCHMARKS.md)
+## bench: the side-by-side benchmarks, Go, Node.js, Python and Java (results go into BENCHMARKS.md)
 bench: deps wasm
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./bench/... ./host/...
 	cd bench/node && npm ci --no-audit --no-fund && node bench.js
 	$(VPY) -m pip install -q -r bench/python/requirements.txt
 	$(VPY) bench/python/bench.py
+	mvn -B -q -f sdk/java/pom.xml -DskipTests install
+	mvn -B -q -f bench/java/pom.xml package
+	java -jar bench/java/target/benchmarks.jar
 
 ## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in `make test`);
 ## the queue targets run the scripts on fuzzed entries, members and ARGV against a

@@ -1,6 +1,6 @@
 // Package crosshost proves that every host decides identically: the same
-// 10,000 generated failures go through Go (wazero), Node.js and Python, and
-// every answer must match, byte for byte.
+// 10,000 generated failures go through Go (wazero), Node.js, Python and Java
+// (Chicory), and every answer must match, byte for byte.
 package crosshost
 
 import (
@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/backstop-dev/backstop/host"
@@ -117,9 +118,11 @@ func TestAllHostsDecideIdentically(t *testing.T) {
 				os.WriteFile(arg, []byte(src), 0o644)
 			}
 			want := goAnswers(t, rt, []byte(src), inputs)
+			java := javaDecide(t)
 			answers := map[string][]string{
 				"node":   run(t, lines.Bytes(), node, filepath.Join(root, "sdk/node/bin/backstop-decide.js"), "--policy", arg),
 				"python": run(t, lines.Bytes(), python, "-m", "backstop", "decide", "--policy", arg),
+				"java":   run(t, lines.Bytes(), java[0], append(java[1:], "--policy", arg)...),
 			}
 			for hostName, got := range answers {
 				if len(got) != len(want) {
@@ -178,6 +181,30 @@ func run(t *testing.T, stdin []byte, name string, args ...string) []string {
 	}
 	return strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 }
+
+// javaDecide returns the argv of the Java host's decide command
+// (sdk/java, dev.backstop.Main), building its jar with Maven once per test
+// binary so the jar is never stale. java and mvn must be installed (`make
+// deps`): without them the test fails, it does not skip.
+func javaDecide(t *testing.T) []string {
+	t.Helper()
+	java := requireTool(t, "java", "the JVM runs sdk/java")
+	mvn := requireTool(t, "mvn", "Maven builds sdk/java")
+	javaBuild.Do(func() {
+		cmd := exec.Command(mvn, "-B", "-q", "-f", filepath.Join(root, "sdk/java/pom.xml"), "-DskipTests", "package")
+		javaBuildOut, javaBuildErr = cmd.CombinedOutput()
+	})
+	if javaBuildErr != nil {
+		t.Fatalf("mvn package (sdk/java): %v\n%s", javaBuildErr, javaBuildOut)
+	}
+	return []string{java, "-jar", filepath.Join(root, "sdk/java/target/backstop-policy.jar"), "decide"}
+}
+
+var (
+	javaBuild    sync.Once
+	javaBuildOut []byte
+	javaBuildErr error
+)
 
 func requireTool(t *testing.T, name, why string) string {
 	t.Helper()

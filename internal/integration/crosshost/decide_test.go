@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +24,9 @@ import (
 	"github.com/backstop-dev/backstop/policy"
 )
 
-// commands returns the three `decide` commands: the Go one (built here),
-// Node's bin/backstop-decide.js and `python -m backstop decide`, with the
+// commands returns the four `decide` commands: the Go one (built here),
+// Node's bin/backstop-decide.js, `python -m backstop decide` and Java's
+// `java -jar sdk/java/target/backstop-policy.jar decide`, with the
 // default policy and --random 0 (a line without random gets 0, as in the
 // vectors: the answers depend on the input only).
 func commands(t *testing.T) map[string][]string {
@@ -47,6 +49,7 @@ func commandsWith(t *testing.T, flags ...string) map[string][]string {
 		"go":     append([]string{bin, "decide"}, flags...),
 		"node":   append([]string{node, filepath.Join(root, "sdk/node/bin/backstop-decide.js")}, flags...),
 		"python": append([]string{python, "-m", "backstop", "decide"}, flags...),
+		"java":   append(javaDecide(t), flags...),
 	}
 }
 
@@ -312,6 +315,54 @@ print("\n".join(_es_format(struct.unpack(">d", bytes.fromhex(h))[0]) for h in sy
 		for i := range want {
 			if got[i] != want[i] {
 				t.Errorf("%s prints %s, Go %s", name, got[i], want[i])
+			}
+		}
+	}
+}
+
+// The commands show a number in a message as JavaScript prints it, so
+// 3,000 random doubles as http_status (refused: not a 32-bit integer) give
+// every command the same error lines, the Go command's (vector.ESFormat).
+// TestNumbersPrintAlike checks the Node.js and Python formatters directly;
+// this checks each command's, Java's included.
+func TestDecideCommandsPrintNumbersAlike(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var in bytes.Buffer
+	for i := 0; i < 3000; i++ {
+		var f float64
+		switch i % 3 {
+		case 0:
+			f = math.Float64frombits(rng.Uint64())
+		case 1:
+			f = rng.Float64() * math.Pow(10, float64(rng.IntN(60)-30))
+		default:
+			f = float64(rng.Int64N(1<<62)) / float64(int64(1)<<rng.IntN(62))
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			f = 0.5
+		}
+		// An exponent keeps every reader from taking it for an integer.
+		fmt.Fprintf(&in, `{"attempt":1,"http_status":%s}`+"\n", strconv.FormatFloat(f, 'e', -1, 64))
+	}
+	cmds := commands(t)
+	want := run(t, in.Bytes(), cmds["go"][0], cmds["go"][1:]...)
+	if !strings.Contains(strings.Join(want, "\n"), "must be a 32-bit integer (got ") {
+		t.Fatalf("the Go command refused none of the numbers: %.300s", want)
+	}
+	for name, argv := range cmds {
+		if name == "go" {
+			continue
+		}
+		got := run(t, in.Bytes(), argv[0], argv[1:]...)
+		if len(got) != len(want) {
+			t.Fatalf("%s answered %d lines for %d", name, len(got), len(want))
+		}
+		diffs := 0
+		for i := range want {
+			if got[i] != want[i] {
+				if diffs++; diffs <= 5 {
+					t.Errorf("%s, line %d:\n got %s\nwant %s", name, i, got[i], want[i])
+				}
 			}
 		}
 	}

@@ -8,6 +8,8 @@
 //     files);
 //   - ```js: sdk/node/test/docs.test.js runs it with the package;
 //   - ```python: sdk/python/tests/test_docs.py execs it;
+//   - ```java: sdk/java/src/test/java/dev/backstop/ReadmeTest.java compiles
+//     and runs it with the package (`make java-test`);
 //   - a block whose first line starts with "$ ": each command runs through
 //     sh with the built CLI on PATH and its output (stdout and stderr) must
 //     be the text shown; a "..." line stands for any lines;
@@ -33,6 +35,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +50,8 @@ const root = "../../.."
 // suites read the same list).
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/redisqueue/README.md", "queue/rabbitmq/README.md"}
+	files := []string{"README.md", "sdk/node/README.md", "sdk/python/README.md", "queue/redisqueue/README.md", "queue/rabbitmq/README.md",
+		"sdk/java/README.md"}
 	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +111,10 @@ func parseBlocks(t *testing.T, file, text string) []block {
 	return out
 }
 
+// javaDocFiles are the documents whose ```java blocks the Java suite runs
+// (ReadmeTest.FILES in sdk/java holds the same list).
+var javaDocFiles = []string{"README.md", "sdk/java/README.md"}
+
 // env is what the commands of the blocks run with.
 type env struct {
 	bin   string // directory of the built backstop
@@ -114,9 +122,9 @@ type env struct {
 }
 
 func TestDocsEveryBlockIsRun(t *testing.T) {
-	for _, suite := range []string{"sdk/node/test/docs.test.js", "sdk/python/tests/test_docs.py"} {
+	for _, suite := range []string{"sdk/node/test/docs.test.js", "sdk/python/tests/test_docs.py", "sdk/java/src/test/java/dev/backstop/ReadmeTest.java"} {
 		if _, err := os.Stat(filepath.Join(root, suite)); err != nil {
-			t.Errorf("the ```js and ```python blocks are run by %s: %v", suite, err)
+			t.Errorf("the ```js, ```python and ```java blocks are run by %s: %v", suite, err)
 		}
 	}
 	e := env{bin: buildCLI(t), redis: redistest.Start(t).Addr}
@@ -143,9 +151,15 @@ func checkBlock(t *testing.T, b block, e env, work string, goSources map[string]
 				return
 			}
 		}
-		t.Errorf("%s is not run: add it, as written, to a test in internal/docs/*_test.go", b)
+		t.Errorf("%s is not run: add it, as written, to a test in internal/integration/docs/*_test.go", b)
 	case b.marker == "" && (b.lang == "js" || b.lang == "python"):
 		// Run by sdk/node/test/docs.test.js or sdk/python/tests/test_docs.py.
+	case b.marker == "" && b.lang == "java":
+		// Run by sdk/java/src/test/java/dev/backstop/ReadmeTest.java, which
+		// reads the documents of javaDocFiles.
+		if !slices.Contains(javaDocFiles, b.file) {
+			t.Errorf("%s is not run: ReadmeTest.FILES (sdk/java) runs the ```java blocks of %v only", b, javaDocFiles)
+		}
 	case b.marker == "" && strings.HasPrefix(b.body, "$ "):
 		runTranscript(t, b, e, work)
 	case key == "run":
@@ -173,7 +187,7 @@ func checkBlock(t *testing.T, b block, e env, work string, goSources map[string]
 	case b.marker != "":
 		t.Errorf("%s: unknown marker <!-- snippet: %s -->: want run, policy, synopsis, file=NAME or skip=why", b, b.marker)
 	default:
-		t.Errorf("%s is not run by any test: a ```go, ```js or ```python block is run by its language's suite, "+
+		t.Errorf("%s is not run by any test: a ```go, ```js, ```python or ```java block is run by its language's suite, "+
 			"a `$ backstop …` transcript is compared with the CLI's output; mark any other block with "+
 			"<!-- snippet: run|policy|synopsis|file=NAME|skip=why --> on the line before its fence", b)
 	}

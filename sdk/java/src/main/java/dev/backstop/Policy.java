@@ -1,0 +1,318 @@
+package dev.backstop;
+
+import java.lang.ref.Cleaner;
+import java.util.OptionalDouble;
+import java.util.concurrent.ThreadLocalRandom;
+
+/**
+ * A retry policy loaded into backstop.wasm: the same decisions as the Go,
+ * Node.js and Python hosts, byte for byte.
+ *
+ * <pre>{@code
+ * try (Policy p = Policy.preset("default")) {
+ *   Decision d = p.decide(Failure.builder().attempt(1).httpStatus(503).build());
+ *   if (d.isRetry()) Thread.sleep(d.delayMs());
+ * }
+ * }</pre>
+ *
+ * <p>Each policy has its own retry budget and circuit breaker, even when two
+ * are loaded from the same bytes. A policy is safe for concurrent use: its
+ * calls are serialised on the module instance that holds it (see
+ * {@link PolicyRuntime}, "Threads"). Close it to free its handle; one that is
+ * dropped unclosed is freed when it is garbage collected.
+ *
+ * <h2>Errors</h2>
+ *
+ * <p>An invalid policy is a {@link PolicyException}, an invalid failure an
+ * {@link InputException} (no state changes), each with the module's message;
+ * a call after {@link #close()} an {@link IllegalStateException}; a call on
+ * a stateful policy whose instance trapped a {@link StateLostException}.
+ * Bad input never traps the module.
+ */
+public final class Policy implements AutoCloseable {
+  private static final Cleaner CLEANER = Cleaner.create();
+
+  private final PolicyRuntime runtime;
+  private final byte[] bytes; // kept to load a stateless policy again after a trap
+  private final boolean preset;
+  private final boolean stateful;
+  private final boolean deadLetterOnOpen;
+  private final boolean boundsAttempts;
+  private final Ref ref;
+  private final Cleaner.Cleanable cleanable;
+  private boolean closed; // under this
+  private StateLostException lost; // under this
+
+  /** Where the policy lives: its instance and handle there (shared with the cleaner). */
+  private static final class Ref implements Runnable {
+    volatile ModuleInstance in;
+    volatile int handle;
+
+    @Override
+    public void run() {
+      ModuleInstance i = in;
+      if (i == null) return;
+      i.lock.lock();
+      try {
+        if (i.dead == null) i.free(handle);
+      } catch (BackstopException e) {
+        // The instance broke; its handles went with it.
+      } finally {
+        i.lock.unlock();
+      }
+    }
+  }
+
+  Policy(PolicyRuntime runtime, byte[] bytes, boolean preset) {
+    this.runtime = runtime;
+    this.preset = preset;
+    this.ref = new Ref();
+    ModuleInstance in = runtime.pick();
+    in.lock.lock();
+    try {
+      int h = in.load(bytes, preset);
+      ref.in = in;
+      ref.handle = h;
+      try {
+        this.stateful = in.stateful(h);
+        this.deadLetterOnOpen = in.onOpen(h) == 1;
+        // attempt_timeout reads no state, and is 0 at every elapsed time
+        // when it is 0 at the start (wasm/ABI.md, "attempt_timeout").
+        this.boundsAttempts = in.attemptTimeout(h, 0) != 0;
+      } catch (RuntimeException e) {
+        if (in.dead == null) in.free(h);
+        throw e;
+      }
+    } finally {
+      in.lock.unlock();
+    }
+    this.bytes = stateful ? null : bytes;
+    this.cleanable = CLEANER.register(this, ref);
+  }
+
+  /**
+   * Loads a policy from JSON or YAML bytes into the bundled runtime.
+   *
+   * @throws PolicyException naming every invalid field
+   */
+  public static Policy load(byte[] policy) {
+    return PolicyRuntime.bundled().load(policy);
+  }
+
+  /**
+   * Loads a policy from a JSON or YAML string into the bundled runtime, or
+   * the preset a bare word names ({@code "default"}).
+   *
+   * @throws PolicyException naming every invalid field, or an unknown preset
+   */
+  public static Policy load(String policy) {
+    return PolicyRuntime.bundled().load(policy);
+  }
+
+  /**
+   * Loads a named preset into the bundled runtime: {@code default},
+   * {@code critical}, {@code batch}, {@code fast-transient}.
+   */
+  public static Policy preset(String name) {
+    return PolicyRuntime.bundled().preset(name);
+  }
+
+  /** True when the policy has a retry budget or a circuit breaker. */
+  public boolean isStateful() {
+    return stateful;
+  }
+
+  /** True when the policy's {@code on_open} is {@code dead_letter} (else {@code defer}). */
+  public boolean deadLetterOnOpen() {
+    return deadLetterOnOpen;
+  }
+
+  static IllegalStateException closedError() {
+    return new ClosedException();
+  }
+
+  /** The error of a call on a closed policy. */
+  private static final class ClosedException extends IllegalStateException {
+    private static final long serialVersionUID = 1L;
+
+    ClosedException() {
+      super("backstop: the policy is closed");
+    }
+  }
+
+  private interface Call<T> {
+    T run(ModuleInstance in, int handle);
+  }
+
+  /**
+   * Runs a call on the instance that holds the policy, locked. A stateless
+   * policy whose instance trapped is loaded again into another first.
+   */
+  private <T> T call(Call<T> c) {
+    synchronized (this) {
+      if (closed) throw closedError();
+      if (lost != null) throw lost;
+      ModuleInstance in = ref.in;
+      if (in.dead != null) {
+        if (stateful) {
+          lost = new StateLostException("backstop: the policy's retry budget and circuit breaker were lost with the"
+              + " module instance that held them, which trapped (" + in.dead.getMessage()
+              + "); load the policy again", in.dead);
+          throw lost;
+        }
+        in = runtime.pick();
+        in.lock.lock();
+        try {
+          ref.handle = in.load(bytes, preset);
+          ref.in = in;
+        } finally {
+          in.lock.unlock();
+        }
+      }
+      in.lock.lock();
+      try {
+        return c.run(in, ref.handle);
+      } finally {
+        in.lock.unlock();
+      }
+    }
+  }
+
+  /**
+   * The decision for one failure. An unset {@code nowMs} is
+   * {@code System.currentTimeMillis()}, an unset {@code random} a uniform
+   * draw in [0, 1).
+   *
+   * @throws InputException for an invalid field (the module's range checks:
+   *     {@code attempt: must be >= 1 (got 0)}); no state changes
+   */
+  public Decision decide(Failure failure) {
+    long now = failure.nowMs != null ? failure.nowMs : System.currentTimeMillis();
+    double random = failure.random != null ? failure.random : ThreadLocalRandom.current().nextDouble();
+    long packed = call((in, h) -> in.decide(h, failure, now, random));
+    return Decision.unpack(packed);
+  }
+
+  /**
+   * Decides failures in order, as {@link #decide} would one by one, in a few
+   * large calls into the module (decide_batch), which is faster for many.
+   *
+   * @throws InputException for the first invalid failure, with its index
+   *     ({@code failures[3]: attempt: must be >= 1 (got 0)}) and the
+   *     decisions of the whole batch, null at each invalid index: a bad
+   *     entry never stops the batch, and a stateful policy counts exactly the
+   *     valid ones
+   */
+  public java.util.List<Decision> decideMany(java.util.List<Failure> failures) {
+    int n = failures.size();
+    long[] nows = new long[n];
+    double[] randoms = new double[n];
+    for (int i = 0; i < n; i++) {
+      Failure f = failures.get(i);
+      nows[i] = f.nowMs != null ? f.nowMs : System.currentTimeMillis();
+      randoms[i] = f.random != null ? f.random : ThreadLocalRandom.current().nextDouble();
+    }
+    Decision[] out = new Decision[n];
+    InputException first = null;
+    int firstIndex = -1;
+    for (int from = 0; from < n; from += BATCH) {
+      int k = Math.min(BATCH, n - from);
+      int start = from;
+      InputException[] err = new InputException[1];
+      long[] results = call((in, h) -> in.decideBatch(h, failures, start, k, nows, randoms, err));
+      for (int j = 0; j < k; j++) {
+        if (results[j] >= 0) {
+          out[from + j] = Decision.unpack(results[j]);
+        } else if (first == null) {
+          first = err[0];
+          firstIndex = from + j;
+        }
+      }
+    }
+    java.util.List<Decision> decisions = java.util.Arrays.asList(out);
+    if (first != null) throw new InputException(first, firstIndex, decisions);
+    return java.util.Collections.unmodifiableList(decisions);
+  }
+
+  private static final int BATCH = 256;
+
+  /** Reports a successful call at nowMs (Unix ms) to the budget and the breaker. */
+  public void recordSuccess(long nowMs) {
+    call((in, h) -> {
+      in.recordSuccess(h, nowMs);
+      return null;
+    });
+  }
+
+  /** {@link #recordSuccess(long)} now. */
+  public void recordSuccess() {
+    recordSuccess(System.currentTimeMillis());
+  }
+
+  /** The breaker's state at nowMs ({@code CLOSED} without a breaker). */
+  public CircuitState circuitState(long nowMs) {
+    return CircuitState.of(call((in, h) -> in.circuitState(h, nowMs)));
+  }
+
+  /** {@link #circuitState(long)} now. */
+  public CircuitState circuitState() {
+    return circuitState(System.currentTimeMillis());
+  }
+
+  /**
+   * Permission for one call at nowMs, before it is made (wasm/ABI.md,
+   * "acquire"). A policy without a breaker always allows.
+   *
+   * @throws InputException when nowMs is negative, or 0 on a stateful policy
+   */
+  public Permit acquire(long nowMs) {
+    return Permit.unpack(call((in, h) -> in.acquire(h, nowMs)));
+  }
+
+  /** {@link #acquire(long)} now. */
+  public Permit acquire() {
+    return acquire(System.currentTimeMillis());
+  }
+
+  /**
+   * What is left of the retry budget at nowMs, read without changing it: a
+   * token bucket's tokens, or the retries a window budget still allows;
+   * empty when the policy has no budget.
+   */
+  public OptionalDouble budgetTokens(long nowMs) {
+    long w = call((in, h) -> in.budgetTokens(h, nowMs));
+    if (((w >>> 48) & 1) == 0) return OptionalDouble.empty();
+    return OptionalDouble.of((w & 0xffffffffffffL) / 1000.0);
+  }
+
+  /** {@link #budgetTokens(long)} now. */
+  public OptionalDouble budgetTokens() {
+    return budgetTokens(System.currentTimeMillis());
+  }
+
+  /**
+   * How long the attempt starting elapsedMs after the first one started may
+   * run, in ms: the policy's attempt_timeout, cut to what is left of
+   * max_elapsed; 0 when no timeout applies.
+   *
+   * @throws InputException when elapsedMs is negative
+   */
+  public long attemptTimeout(long elapsedMs) {
+    return call((in, h) -> in.attemptTimeout(h, elapsedMs));
+  }
+
+  /** True when {@link #attemptTimeout} may be other than 0: the retry loop asks it only then. */
+  boolean boundsAttempts() {
+    return boundsAttempts;
+  }
+
+  /** Frees the policy's handle. Closing twice, or after a trap, does nothing. */
+  @Override
+  public void close() {
+    synchronized (this) {
+      if (closed) return;
+      closed = true;
+    }
+    cleanable.clean();
+  }
+}
