@@ -98,20 +98,29 @@ func stream(t *testing.T) []byte {
 	return s.Bytes()
 }
 
-// reference answers a stream as the contract says, line by line, with the
-// Go host in this process.
-func reference(t *testing.T, in []byte) []byte {
+// defaultPolicy loads the preset "default" into a Go host of its own,
+// closed when t ends.
+func defaultPolicy(t *testing.T) *host.Policy {
 	t.Helper()
 	ctx := context.Background()
 	rt, err := host.New(ctx, host.WithPoolSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rt.Close(ctx)
+	t.Cleanup(func() { rt.Close(ctx) })
 	p, err := rt.Load(ctx, []byte("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// reference answers a stream as the contract says, line by line, with the
+// Go host in this process.
+func reference(t *testing.T, in []byte) []byte {
+	t.Helper()
+	ctx := context.Background()
+	p := defaultPolicy(t)
 	lines := bytes.Split(in, []byte("\n"))
 	if len(lines[len(lines)-1]) == 0 {
 		lines = lines[:len(lines)-1] // the input ended with "\n"
@@ -188,15 +197,7 @@ func TestDecideCommandsDrawAbsentRandom(t *testing.T) {
 		return got, err
 	}
 	ctx := context.Background()
-	rt, err := host.New(ctx, host.WithPoolSize(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close(ctx)
-	p, err := rt.Load(ctx, []byte("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := defaultPolicy(t)
 	atHalf, err := p.Decide(ctx, policy.Failure{Attempt: 1, HTTPStatus: 503, Random: 0.5})
 	if err != nil {
 		t.Fatal(err)
