@@ -178,7 +178,7 @@ func (d *discovery) scan(ctx context.Context) (*found, error) {
 
 // queueOfKey returns the queue whose key, in the default layout, is key:
 // key must be exactly {Q}:jobs, {Q}:delayed, {Q}:dlq or {Q}:stats
-// (queue.KeysFor), with {Q} the key's hash tag as Redis Cluster reads it,
+// (redisqueue.KeysFor), with {Q} the key's hash tag as Redis Cluster reads it,
 // from the first '{' to the first '}' after it. So {a}x}:jobs (tag a, and
 // {a}:jobs is another key), {}:jobs (no tag), x{a}:jobs and {a}:jobs:old
 // name no queue. Q must also be a valid queue name (validName): it becomes

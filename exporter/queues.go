@@ -30,7 +30,7 @@ type Queue struct {
 	Groups []string
 }
 
-// QueueFor returns queue name in the default layout (queue.KeysFor) with
+// QueueFor returns queue name in the default layout (redisqueue.KeysFor) with
 // the group "workers".
 func QueueFor(name string) Queue {
 	return Queue{Name: name, Keys: redisqueue.KeysFor(name), Groups: []string{defaultGroup}}

@@ -14,7 +14,7 @@ import (
 
 // demoTyped is the demo queue whose stream carries three job types, each
 // with its own failure mix and, but for render_report (the queue's
-// policy), its own policy (queue.WithPolicies); charge_card fails most.
+// policy), its own policy (redisqueue.WithPolicies); charge_card fails most.
 const demoTyped = 2
 
 // demoJobType is one job type of the typed queue.

@@ -50,7 +50,7 @@ func WithConcurrency(n int) WorkOption {
 }
 
 // WithHandlerTimeout bounds each run of the handler (default 5m), as
-// queue.WithHandlerTimeout does for Redis: the handler's ctx carries the
+// redisqueue.WithHandlerTimeout does for Redis: the handler's ctx carries the
 // deadline, and at the deadline the attempt fails with a deadline error,
 // error kind timeout, decided by the policy (retried through the delay
 // levels, or dead-lettered). A handler that ignores its ctx is left
@@ -70,7 +70,7 @@ func WithConsumerTag(tag string) WorkOption { return func(c *workConfig) { c.tag
 
 // WithMetrics counts the worker's outcomes in reg: the backstop_client_*
 // families, labelled policy=policyName and target=the queue (as the Redis
-// worker's queue.WithMetrics), and the queue families the exporter gives
+// worker's redisqueue.WithMetrics), and the queue families the exporter gives
 // Redis queues (backstop_attempts_total, backstop_retries_total,
 // backstop_deferrals_total, backstop_dead_letters_total,
 // backstop_max_attempts_reached_total, backstop_job_attempts), labelled
@@ -82,7 +82,7 @@ func WithMetrics(reg prometheus.Registerer, policyName string) WorkOption {
 }
 
 // WithPolicies decides the jobs of some job types by their own policy, as
-// queue.WithPolicies does for Redis.
+// redisqueue.WithPolicies does for Redis (see queue.WithPolicies).
 func WithPolicies(m map[string]backstop.Decider) WorkOption {
 	return func(c *workConfig) { c.policies = m }
 }
