@@ -37,7 +37,8 @@ func binary(t testing.TB, name string) string {
 }
 
 // freePort returns a loopback port that was free a moment ago, at most
-// 55535: a cluster node also listens on port+10000 for its bus.
+// 55535 (below Redis's default cluster bus port, port+10000; StartCluster
+// sets the bus port to a free one of its own).
 func freePort(t testing.TB) int {
 	t.Helper()
 	for {
@@ -127,7 +128,10 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{}
 	for i := 0; i < n; i++ {
-		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		// The bus port is picked free too: port+10000, Redis's default,
+		// may be taken by another server of a test running alongside.
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(freePort(t)),
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
 		c.servers = append(c.servers, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}

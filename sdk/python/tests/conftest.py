@@ -165,8 +165,10 @@ def redis_cluster(tmp_path_factory):
     nodes = []
     try:
         for i in range(3):
-            nodes.append(RedisServer(root / str(i), "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                     "--cluster-node-timeout", "2000"))
+            # The bus port is picked free too: port+10000, Redis's default, may
+            # be taken by another server of a test running alongside.
+            nodes.append(RedisServer(root / str(i), "--cluster-enabled", "yes", "--cluster-port", str(_free_port()),
+                                     "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"))
         r = subprocess.run([_binary("redis-cli"), "--cluster", "create", *("127.0.0.1:%d" % n.port for n in nodes),
                             "--cluster-replicas", "0", "--cluster-yes"], capture_output=True, timeout=60)
         if r.returncode != 0:
