@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -390,14 +392,50 @@ func whereAre(t *testing.T, broker *rabbittest.Broker, ledger string, ids []stri
 		}
 	}
 	fmt.Fprintf(&b, "%d jobs short of their final attempt (%d executions, %d at their final attempt)", len(missing), s.executions, s.final)
+	dead := deadLettersOf(broker, "crash.dlq")
 	for i, m := range missing {
 		if i == 20 {
 			fmt.Fprintf(&b, "\n  …")
 			break
 		}
 		fmt.Fprintf(&b, "\n  %s", m)
+		if d := dead[m[:6]]; d != "" {
+			fmt.Fprintf(&b, "; in the DLQ: %s", d)
+		}
 	}
 	return b.String()
+}
+
+// deadLettersOf reads the dead letters of queue dlq without taking them
+// (unacked, they go back when the channel closes) and says, by job id,
+// why each is there: backstop's reason, or the broker's own (x-death),
+// which tells a job the worker dead-lettered from one the broker did.
+func deadLettersOf(broker *rabbittest.Broker, dlq string) map[string]string {
+	why := map[string]string{}
+	conn, err := amqp.Dial(broker.URL())
+	if err != nil {
+		return why
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return why
+	}
+	defer ch.Close()
+	for range 100_000 {
+		d, ok, err := ch.Get(dlq, false)
+		if err != nil || !ok {
+			break
+		}
+		r := fmt.Sprintf("backstop-reason %v", d.Headers[rabbitmq.HeaderReason])
+		if deaths, ok := d.Headers["x-death"].([]any); ok && len(deaths) > 0 {
+			if x, ok := deaths[0].(amqp.Table); ok {
+				r += fmt.Sprintf(", x-death reason %v from %v (count %v)", x["reason"], x["queue"], x["count"])
+			}
+		}
+		why[d.MessageId] += r + " "
+	}
+	return why
 }
 
 // queueDump is every queue's figures from the management API: ready,
@@ -418,4 +456,30 @@ func queueDump(broker *rabbittest.Broker) string {
 		}
 	}
 	return b.String()
+}
+
+// The stall's dump says why a job is in the DLQ, and leaves it there.
+func TestDeadLettersOfSaysWhoDeadLettered(t *testing.T) {
+	broker := rabbittest.Start(t)
+	ch := broker.Channel(t)
+	if _, err := ch.QueueDeclare("t.dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Publish("", "t.dlq", false, false, amqp.Publishing{MessageId: "j00001", Headers: amqp.Table{
+		"x-death": []any{amqp.Table{"reason": "delivery_limit", "queue": "crash", "count": int64(53)}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var why map[string]string
+	eventually.True(t, 10*time.Second, "the dead letter read", func() bool {
+		why = deadLettersOf(broker, "t.dlq")
+		return why["j00001"] != ""
+	})
+	if !strings.Contains(why["j00001"], "x-death reason delivery_limit from crash (count 53)") {
+		t.Errorf("deadLettersOf = %q, want the broker's reason", why["j00001"])
+	}
+	eventually.True(t, 10*time.Second, "the dead letter back in its queue", func() bool {
+		st, err := ch.QueueDeclarePassive("t.dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		return err == nil && st.Messages == 1
+	})
 }
