@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -326,7 +327,7 @@ func (w *worker) handle(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, 
 	published := false
 	if k, ok := w.known.take(key); ok && !j.Malformed {
 		// Decided before the channel went: apply it, do not run again.
-		p.m, published = k.m, k.published
+		p.m, published, p.refusals = k.m, k.published, k.refusals
 	} else {
 		p.m = w.decide(ctx, d, j)
 	}
@@ -371,6 +372,7 @@ type pending struct {
 	dc       *amqp.DeferredConfirmation
 	dest     string    // "exchange %q, key %q", for a rejection's error
 	deadline time.Time // for the confirm and the ack
+	refusals int       // how often the broker refused this outcome's next message before
 }
 
 // acker applies the outcomes handle sends, in order: it waits for each
@@ -395,7 +397,7 @@ func (w *worker) acker(ch *amqp.Channel, acks <-chan pending) {
 			}
 		}
 		if err := p.d.Ack(false); err != nil {
-			w.keep(p.key, p.m, true, p.j, err)
+			w.keep(p.key, p.m, true, p.j, err, 0)
 			continue
 		}
 		w.count(p.j, p.m)
@@ -405,19 +407,35 @@ func (w *worker) acker(ch *amqp.Channel, acks <-chan pending) {
 // refused keeps p's outcome, whose next message the broker does not have,
 // for the message's return.
 func (w *worker) refused(ch *amqp.Channel, p pending, err error) {
-	w.keep(p.key, p.m, false, p.j, err)
+	n := p.refusals + 1
+	w.keep(p.key, p.m, false, p.j, err, n)
 	if !ch.IsClosed() {
 		// Refused (a full delay level or DLQ) or unconfirmed: hand the
 		// message back, to be tried again when it returns (the broker's
 		// delivery limit bounds that), rather than hold it unacked for as
-		// long as the channel lives.
-		_ = p.d.Nack(false, true)
+		// long as the channel lives; but not at once. While a cluster
+		// elects the new leader of a level, it refuses the move again and
+		// again, and each return counts in x-delivery-count: handed back
+		// at once, a job's deliveries ran out in seconds and it was
+		// dead-lettered as a crash loop (TestClusterCrashLosesNothing).
+		time.AfterFunc(refusedPause(n), func() { _ = p.d.Nack(false, true) })
 	}
 }
 
-func (w *worker) keep(key string, m move, published bool, j queue.Job, err error) {
+// refusedPause is how long a delivery whose outcome the broker refused n
+// times in a row waits before it is handed back: 20ms doubling to 5s,
+// jittered (half to all of it).
+func refusedPause(n int) time.Duration {
+	d := min(5*time.Second, 20*time.Millisecond<<min(n-1, 10))
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// keep keeps outcome m of job j for the message's return: its next
+// message published or not, and refused by the broker the n-th time in a
+// row (0: not refused; the channel went).
+func (w *worker) keep(key string, m move, published bool, j queue.Job, err error, n int) {
 	if !j.Malformed {
-		w.known.put(key, knownMove{m: m, published: published})
+		w.known.put(key, knownMove{m: m, published: published, refusals: n})
 	}
 	w.q.b.cfg.log.Warn("rabbitmq outcome not applied; kept for the message's return", "queue", w.q.name,
 		"job", j.ID, "attempt", j.Attempt, "action", m.Action, "published", published, "err", err)
@@ -506,6 +524,7 @@ type known struct {
 type knownMove struct {
 	m         move
 	published bool // the next message is confirmed: only the ack is left
+	refusals  int  // the broker refused the next message this many times in a row
 }
 
 func newKnown(max int) *known { return &known{max: max, m: map[string]knownMove{}} }
