@@ -282,6 +282,19 @@ func TestDecideCommandsAnswerBeforeWaiting(t *testing.T) {
 	}
 }
 
+// randomDouble is the i-th of the number tests' doubles: by turns any bit
+// pattern, a fraction at a random scale, and a large dyadic number.
+func randomDouble(rng *rand.Rand, i int) float64 {
+	switch i % 3 {
+	case 0:
+		return math.Float64frombits(rng.Uint64())
+	case 1:
+		return rng.Float64() * math.Pow(10, float64(rng.IntN(60)-30))
+	default:
+		return float64(rng.Int64N(1<<62)) / float64(int64(1)<<rng.IntN(62))
+	}
+}
+
 // Messages show numbers as JavaScript prints them: Go (vector.ESFormat)
 // and Python (_es_format) write every double as Node.js does.
 func TestNumbersPrintAlike(t *testing.T) {
@@ -291,15 +304,7 @@ func TestNumbersPrintAlike(t *testing.T) {
 	var in bytes.Buffer
 	var want []string
 	for i := 0; i < 3000; i++ {
-		var f float64
-		switch i % 3 {
-		case 0:
-			f = math.Float64frombits(rng.Uint64())
-		case 1:
-			f = rng.Float64() * math.Pow(10, float64(rng.IntN(60)-30))
-		default:
-			f = float64(rng.Int64N(1<<62)) / float64(int64(1)<<rng.IntN(62))
-		}
+		f := randomDouble(rng, i)
 		fmt.Fprintf(&in, "%016x\n", math.Float64bits(f))
 		want = append(want, vector.ESFormat(f))
 	}
@@ -330,15 +335,7 @@ func TestDecideCommandsPrintNumbersAlike(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	var in bytes.Buffer
 	for i := 0; i < 3000; i++ {
-		var f float64
-		switch i % 3 {
-		case 0:
-			f = math.Float64frombits(rng.Uint64())
-		case 1:
-			f = rng.Float64() * math.Pow(10, float64(rng.IntN(60)-30))
-		default:
-			f = float64(rng.Int64N(1<<62)) / float64(int64(1)<<rng.IntN(62))
-		}
+		f := randomDouble(rng, i)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			f = 0.5
 		}
