@@ -3,6 +3,8 @@
 -- discarded it, when and why, in one atomic step, and count the discards.
 -- Scans at most scan entries from the cursor so that a filtered discard
 -- stays bounded; call again with the cursor it returns until it returns "0".
+-- A pass (the calls from '-' to "0") ends at the dead letter that was last
+-- when it started: one that workers add meanwhile is not discarded by it.
 -- KEYS[1] dlq stream   KEYS[2] audit stream   KEYS[3] stats hash
 -- ARGV[1] action ('delete' or 'purge')
 -- ARGV[2] note (the operator's reason: 1..1024 bytes)
@@ -13,7 +15,7 @@
 -- ARGV[7] dead letter reason ('' for any)
 -- ARGV[8] job type ('' for any)
 -- ARGV[9] job id ('' for any; required for delete)
--- Reply: {discarded, next cursor or "0" when the stream is exhausted}.
+-- Reply: {discarded, next cursor or "0" when the pass is done}.
 -- Each audit entry: action, note, actor, at_ms (server TIME), then the dead
 -- letter's own fields as they are (a dead letter of more than 2000 fields:
 -- all of them in one field, dead_letter_fields, a JSON array [name, value,
@@ -63,15 +65,16 @@ if action == 'delete' and jid == '' then
   return refuse('delete needs a job id')
 end
 -- XRANGE would read "5000" as 5000-0, "+" as the end: only a start or a
--- cursor as returned below.
-local cursor = ARGV[5] or ''
-if cursor == '0' or cursor == '' then cursor = '-' end
-if cursor ~= '-' and not entry_id(string.match(cursor, '^%(?(.*)$')) then
+-- cursor as returned below, which carries the end of the pass.
+local cursor, stop = dlq_pass(ARGV[5])
+if not cursor then
   return refuse('cursor must be "-", "0" or a cursor discard returned, got ' .. show(ARGV[5]))
 end
 local err = wrong_type(KEYS[1], 'stream') or wrong_type(KEYS[2], 'stream')
 if err then return refuse(err) end
-local entries = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', scan)
+-- A pass ends at the DLQ's last entry when it started (lib.lua's dlq_pass).
+stop = stop or dlq_end(KEYS[1])
+local entries = stop and redis.call('XRANGE', KEYS[1], cursor, stop, 'COUNT', scan) or {}
 -- Plan first: which dead letters go, so that the counter is checked for
 -- the most that can.
 local plan, last = {}, nil
@@ -113,7 +116,7 @@ for _, e in ipairs(plan) do
 end
 if moved > 0 then c.n.discarded = moved end
 count(KEYS[3], c)
-if moved == #plan and #entries < scan and (last == nil or last == entries[#entries][1]) then
+if moved == #plan and (last == stop or (#entries < scan and (last == nil or last == entries[#entries][1]))) then
   return {moved, '0'}
 end
-return {moved, '(' .. last}
+return {moved, '(' .. last .. '..' .. stop}

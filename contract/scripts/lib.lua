@@ -21,6 +21,25 @@ local function entry_id(s)
   local ms, seq = string.match(s or '', '^(%d+)%-(%d+)$')
   return ms ~= nil and u64(ms) and u64(seq)
 end
+-- A pass of replay or discard over the DLQ, from the cursor ARGV c: '-',
+-- '0' or '' start one, which ends at the DLQ's last entry as it is then;
+-- '(<last>..<end>' (the cursor a call returned) goes on after <last> up to
+-- <end>. So dead letters added during the pass (a replayed job failing
+-- again while workers run) wait for the next one: a pass takes each dead
+-- letter at most once, and ends. Returns the XRANGE start ('-' or
+-- '(<last>') and end (nil when the pass starts: the caller reads the
+-- DLQ's last entry), or nil for any other cursor.
+local function dlq_pass(c)
+  if c == nil or c == '' or c == '-' or c == '0' then return '-' end
+  local from, to = string.match(c, '^%(([^.]+)%.%.(.+)$')
+  if from and entry_id(from) and entry_id(to) then return '(' .. from, to end
+end
+-- The DLQ's last entry id (the end of a pass that starts now), or nil
+-- when the DLQ is empty.
+local function dlq_end(key)
+  local tail = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
+  return tail and tail[1]
+end
 -- ARGV s as a whole number in lo..hi (hi < 2^53), or nil: decimal digits
 -- only, as Lua's tonumber also reads " 5", "0x10", "1e3", "inf" and "nan".
 local function whole(s, lo, hi)

@@ -2,7 +2,10 @@
 -- attempt count reset (or kept), optionally only those with a given reason,
 -- type or job id, in one atomic step, and count the replays. Scans at most scan entries from the
 -- cursor so a filtered replay stays bounded; call again with the cursor it
--- returns until it returns "0".
+-- returns until it returns "0". A pass (the calls from '-' to "0") ends at
+-- the dead letter that was last when it started: one that workers add
+-- meanwhile (a replayed job failing again) waits for the next pass, so a
+-- pass replays each job at most once and always ends.
 -- KEYS[1] dlq stream   KEYS[2] jobs stream   KEYS[3] stats hash
 -- ARGV[1] limit (1..10000)   ARGV[2] reason ('' for any)
 -- ARGV[3] cursor ('-', '0' or '' to start, else one this script returned)
@@ -14,7 +17,7 @@
 -- attempt or first_enqueued_ms is not well-formed then stays in the DLQ
 -- ARGV[7] job id (optional; '' or absent for any): only dead letters of
 -- this job
--- Reply: {replayed, next cursor or "0" when the stream is exhausted}.
+-- Reply: {replayed, next cursor or "0" when the pass is done}.
 -- All or nothing (README.md), dead letter by dead letter: the checks only
 -- read; each one's XADD is its first write, and a failed one ends the batch
 -- (an error when it was the first).
@@ -39,10 +42,9 @@ if jtype ~= '' and not type_ok(jtype) then
   return refuse('type must be "" (any) or 1..64 bytes of [A-Za-z0-9_./-], got ' .. show(jtype))
 end
 -- XRANGE would read "5000" as 5000-0, "+" as the end: only a start or a
--- cursor as returned below.
-local cursor = ARGV[3] or ''
-if cursor == '0' or cursor == '' then cursor = '-' end
-if cursor ~= '-' and not entry_id(string.match(cursor, '^%(?(.*)$')) then
+-- cursor as returned below, which carries the end of the pass.
+local cursor, stop = dlq_pass(ARGV[3])
+if not cursor then
   return refuse('cursor must be "-", "0" or a cursor replay returned, got ' .. show(ARGV[3]))
 end
 local keep = ARGV[6] or ''
@@ -53,7 +55,9 @@ keep = keep == '1'
 local jid = ARGV[7] or ''
 local err = wrong_type(KEYS[1], 'stream') or wrong_type(KEYS[2], 'stream')
 if err then return refuse(err) end
-local entries = redis.call('XRANGE', KEYS[1], cursor, '+', 'COUNT', scan)
+-- A pass ends at the DLQ's last entry when it started (lib.lua's dlq_pass).
+stop = stop or dlq_end(KEYS[1])
+local entries = stop and redis.call('XRANGE', KEYS[1], cursor, stop, 'COUNT', scan) or {}
 -- Plan first: which dead letters move, so that the counter is checked for
 -- the most that can.
 local plan, last = {}, nil
@@ -101,7 +105,7 @@ for _, p in ipairs(plan) do
 end
 if moved > 0 then c.n.replayed = moved end
 count(KEYS[3], c)
-if moved == #plan and #entries < scan and (last == nil or last == entries[#entries][1]) then
+if moved == #plan and (last == stop or (#entries < scan and (last == nil or last == entries[#entries][1]))) then
   return {moved, '0'}
 end
-return {moved, '(' .. last}
+return {moved, '(' .. last .. '..' .. stop}

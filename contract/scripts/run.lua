@@ -13,7 +13,14 @@
 --           steps of COUNT 1000), so that no call blocks Redis for long; call
 --           again with the cursor until it is "0". ZSCAN returns every member
 --           that stays in the set for the whole scan, whatever moves between
---           calls.
+--           calls. The cursor carries when the scan began (<zscan>@<ms>,
+--           server time): a member written after that stays (promote moved
+--           the job meanwhile, a worker ran it and retried or deferred it),
+--           so that a job promoted around the run is not run a second time
+--           by it. Written after: its source (the stream entry it came
+--           from) was added after, or retry wrote it after (its last_reason
+--           a retry's, and its due time minus prev_delay_ms, the time retry
+--           wrote it, after).
 --   before: ARGV[2] due time bound (unix ms, 0..2^53-1), ARGV[3] limit
 --           (1..10000): the at most limit members due at or before the
 --           bound, earliest first, even when not due yet.
@@ -30,10 +37,13 @@ local function refuse(msg) return redis.error_reply('ERR backstop run: ' .. msg)
 if #KEYS ~= 3 or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3] then
   return refuse('want 3 distinct keys: delayed, jobs, stats')
 end
-local mode, members, bound, cursor = ARGV[1], {}, nil, ARGV[3]
+local mode, members, bound, cursor, began = ARGV[1], {}, nil, ARGV[3], nil
 if mode == 'id' then
   if not ARGV[2] or ARGV[2] == '' then return refuse('job id must not be empty') end
-  if not cursor or not u64(cursor) then
+  local zc, at = string.match(cursor or '', '^(%d+)@(%d+)$')
+  if zc and u64(zc) and whole(at, 0, 9007199254740991) then
+    cursor, began = zc, whole(at, 0, 9007199254740991)
+  elseif cursor ~= '0' then
     return refuse('cursor must be "0" or a cursor run returned, got ' .. show(cursor))
   end
 elseif mode == 'before' then
@@ -54,6 +64,20 @@ if mode == 'id' then
   -- quote inside a JSON string is escaped, so it cannot match there. The
   -- match only selects candidates: the decoded id decides.
   local glob = '*"id":' .. string.gsub(cjson.encode(ARGV[2]), '[%*%?%[%]\\]', '\\%0') .. '*'
+  -- The first call begins the scan; a later one leaves the members
+  -- written since: one whose source (the stream entry it came from) was
+  -- added since, or one retry wrote (its reason a retry's) since, as its
+  -- due time minus its delay (prev_delay_ms) says.
+  local later = began ~= nil
+  began = began or now_ms()
+  local RETRIED = {transient = true, retry_after = true, uncertain = true}
+  local function since(job, score)
+    if not later then return false end
+    local ms = type(job.source) == 'string' and entry_id(job.source) and string.match(job.source, '^(%d+)%-')
+    if ms and (#ms > 16 or tonumber(ms) > began) then return true end
+    return RETRIED[job.last_reason] == true and type(job.prev_delay_ms) == 'number'
+      and tonumber(score) - job.prev_delay_ms > began
+  end
   local seen = {}
   for _ = 1, 10 do
     local r = redis.call('ZSCAN', KEYS[1], cursor, 'MATCH', glob, 'COUNT', 1000)
@@ -61,7 +85,7 @@ if mode == 'id' then
     for i = 1, #r[2], 2 do
       local m = r[2][i]
       local ok, job = pcall(cjson.decode, m)
-      if not seen[m] and ok and type(job) == 'table' and job.id == ARGV[2] then
+      if not seen[m] and ok and type(job) == 'table' and job.id == ARGV[2] and not since(job, r[2][i + 1]) then
         seen[m] = true
         members[#members + 1] = m
       end
@@ -81,5 +105,6 @@ if moved > 0 then c.n.force_run = moved end
 count(KEYS[3], c)
 if bound then return {moved, redis.call('ZCOUNT', KEYS[1], '-inf', bound)} end
 -- A batch cut short by a failed XADD: scan the same part again.
-if moved < #members then cursor = ARGV[3] end
-return {moved, cursor}
+if moved < #members then cursor = ARGV[3] == '0' and '0' or string.match(ARGV[3], '^%d+') end
+if cursor == '0' and moved == #members then return {moved, '0'} end
+return {moved, cursor .. '@' .. string.format('%d', began)}

@@ -201,7 +201,7 @@ func TestRunByIDInBoundedCalls(t *testing.T) {
 	if v[0] != int64(0) || v[1] == "0" {
 		t.Fatalf("one call over %d members: %v, want a cursor to go on with", n, v)
 	}
-	for _, cursor := range []string{"", "-1", "x", "0x10", "18446744073709551616"} {
+	for _, cursor := range []string{"", "-1", "x", "0x10", "18446744073709551616", "5", "5@", "@5", "5@x", "18446744073709551616@5"} {
 		err := redis.NewScript(src).Run(ctx, rdb, []string{q.Keys().Delayed, q.Keys().Jobs, q.Keys().Stats}, "id", "job-0", cursor).Err()
 		if err == nil || !strings.Contains(err.Error(), "ERR backstop run: cursor must be") {
 			t.Errorf("run cursor %q: %v", cursor, err)

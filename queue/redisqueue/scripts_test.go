@@ -405,6 +405,9 @@ func TestScriptsRefuseBadArguments(t *testing.T) {
 		{"replay", three["replay"], []any{"10", "", "5000", "100"}, "cursor"},
 		{"replay", three["replay"], []any{"10", "", "+", "100"}, "cursor"},
 		{"replay", three["replay"], []any{"10", "", "(5000", "100"}, "cursor"},
+		{"replay", three["replay"], []any{"10", "", "(5000-0", "100"}, "cursor"},
+		{"replay", three["replay"], []any{"10", "", "(5000-0..+", "100"}, "cursor"},
+		{"replay", three["replay"], []any{"10", "", "(5000-0..6000", "100"}, "cursor"},
 		{"replay", three["replay"], []any{"10", "permanent error", "-", "100"}, "reason"},
 	} {
 		mustRefuse(t, ctx, rdb, c.script, c.want, func() error { return script(t, c.script).Run(ctx, rdb, c.keys, c.args...).Err() })
