@@ -80,6 +80,15 @@ func WithMetrics(reg prometheus.Registerer, policyName string) Option {
 	return func(r *Runner) { r.metricsReg, r.metricsPolicy = reg, policyName }
 }
 
+// WithEnqueueClock sets the clock a job's first_enqueued_ms was stamped
+// with (default time.Now): the Runner measures the job's elapsed time (the
+// policy's max_elapsed) on it. A broker whose scripts stamp the time with
+// the server's clock (Redis TIME) passes its estimate of that clock, so that
+// a worker whose own clock is off neither dead-letters a job early nor
+// retries one past its time budget. The policy's breaker, budget and
+// Retry-After dates stay on the worker's own clock.
+func WithEnqueueClock(now func() time.Time) Option { return func(r *Runner) { r.enqueueNow = now } }
+
 // WithRandom sets the random input of each decision, in [0, 1) (default
 // math/rand/v2's Float64): the shared cases pin it, as the vectors do.
 func WithRandom(f func() float64) Option { return func(r *Runner) { r.rand = f } }
@@ -98,6 +107,7 @@ type Runner struct {
 	openPoll      time.Duration // a refused job's wait when the policy cannot say how long
 	log           *slog.Logger
 	rand          func() float64
+	enqueueNow    func() time.Time // WithEnqueueClock: the clock of first_enqueued_ms
 	metricsReg    prometheus.Registerer
 	metricsPolicy string
 	metrics       *clientmetrics.Recorder // nil: no metrics
@@ -112,7 +122,7 @@ type Runner struct {
 // An invalid WithMetrics policy name or registry, an invalid WithPolicies
 // map, WithHandlerTimeout <= 0.
 func NewRunner(name string, p backstop.Decider, opts ...Option) (*Runner, error) {
-	r := &Runner{p: p, name: name, openPoll: time.Second, log: slog.Default(), rand: rand.Float64}
+	r := &Runner{p: p, name: name, openPoll: time.Second, log: slog.Default(), rand: rand.Float64, enqueueNow: time.Now}
 	for _, o := range opts {
 		o(r)
 	}
@@ -251,7 +261,7 @@ func (r *Runner) decide(ctx context.Context, j Job, herr error) Outcome {
 	now := time.Now().UnixMilli()
 	f := policy.Failure{
 		Attempt: j.Attempt, IdempotencyKey: j.ID, NowMs: now, PrevDelayMs: max(0, j.PrevDelayMs),
-		ElapsedMs: max(0, now-j.FirstEnqueuedMs), Random: r.rand(),
+		ElapsedMs: max(0, r.enqueueNow().UnixMilli()-j.FirstEnqueuedMs), Random: r.rand(),
 	}
 	backstop.ClassifyError(herr, &f)
 	d, err := r.p.Decide(ctx, f)

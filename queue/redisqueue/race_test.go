@@ -146,9 +146,11 @@ func TestReplayAndPurgeWhileWorkersRun(t *testing.T) {
 
 	var wg sync.WaitGroup
 	var replayed, discarded int
+	passes := make(chan struct{}, 6) // a replay pass ended: a purge runs beside the next one
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		defer close(passes)
 		for range 6 {
 			// A limit above the number of failing jobs: a pass that
 			// chased its own replays would reach it.
@@ -161,11 +163,12 @@ func TestReplayAndPurgeWhileWorkersRun(t *testing.T) {
 				t.Errorf("one replay pass moved %d dead letters of %d failing jobs: it took jobs it had replayed itself", n, bad)
 			}
 			replayed += n
+			passes <- struct{}{}
 		}
 	}()
 	go func() {
 		defer wg.Done()
-		for range 6 {
+		for range passes {
 			n, err := q.Discard(ctx, redisqueue.DiscardOptions{Action: queue.DiscardPurge, Reason: "permanent_error", Limit: 7,
 				Note: "sweep", Actor: "ann@ops"})
 			if err != nil {
@@ -173,7 +176,6 @@ func TestReplayAndPurgeWhileWorkersRun(t *testing.T) {
 				return
 			}
 			discarded += n
-			time.Sleep(10 * time.Millisecond) // spread the purges over the replays; not for correctness
 		}
 	}()
 	wg.Wait()

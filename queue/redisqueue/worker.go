@@ -40,6 +40,8 @@ type worker struct {
 	log           *slog.Logger
 	run           []queue.Option // the Runner's: WithHandlerTimeout, WithLogger, WithMetrics, WithPolicies
 	runner        *queue.Runner
+	clock         *serverClock     // Redis' clock: the one of first_enqueued_ms
+	localNow      func() time.Time // the worker's own clock (time.Now; a test skews it)
 }
 
 // WithConsumer names this worker in the consumer group (default:
@@ -152,7 +154,10 @@ func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, o
 	for _, o := range opts {
 		o(w)
 	}
-	run := w.run
+	w.clock = newServerClock(w.localNow)
+	// The scripts stamp first_enqueued_ms with the server's clock: elapsed
+	// time is measured on it (serverClock).
+	run := append([]queue.Option{queue.WithEnqueueClock(w.clock.now)}, w.run...)
 	if !w.timeoutSet {
 		timeout := 5 * time.Minute
 		if w.minIdle > 0 {
@@ -168,6 +173,7 @@ func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, o
 	if err := q.EnsureGroup(ctx); err != nil {
 		return err
 	}
+	w.clock.sync(ctx, q.rdb)
 	var wg sync.WaitGroup
 	if w.promoteEvery > 0 {
 		wg.Add(1)
@@ -241,6 +247,7 @@ func (q *Queue) process(ctx context.Context, w *worker, h queue.Handler, j queue
 	}
 	o := malformed
 	if !j.Malformed {
+		w.clock.sync(ctx, q.rdb)
 		stop := q.heartbeat(ctx, w, holdIDs(j, waiting))
 		o = w.runner.Run(ctx, h, j)
 		stop()
