@@ -406,6 +406,9 @@ export interface Queue {
 	*/
 	run(options: RunOptions): Promise<Ran>;
 
+	/** The server's clock (Redis TIME) in unix ms: the clock the scripts stamp due times and `first_enqueued_ms` with. */
+	serverTimeMs(): Promise<number>;
+
 	/** Claims entries crashed consumers left pending for `consumer`; dead-letters crash loops. */
 	reclaim(consumer: string, options?: ReclaimOptions): Promise<Reclaimed>;
 

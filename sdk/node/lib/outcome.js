@@ -18,8 +18,10 @@ export const OPEN_POLL_MS = 1000;
  * decision, msg, delayMs}. error is what the handler threw (or a failed
  * Response), null or undefined for a success. malformed is the text a
  * malformed job is dead-lettered with (each broker names its own fields).
+ * enqueueNowMs is now on the clock that stamped job.firstEnqueuedMs (the
+ * Redis server's: the job's elapsed time is measured on it; default nowMs).
  */
-export function planOutcome(job, error, policy, { classify, nowMs, random, malformed }) {
+export function planOutcome(job, error, policy, { classify, nowMs, random, malformed, enqueueNowMs }) {
   const wellFormed = typeof job.id === 'string' && job.id !== '' && Number.isSafeInteger(job.attempt) && job.attempt >= 1;
   if (job.malformed || !wellFormed || job.attempt >= 1e14) {
     // The same text in every language (testdata/queue): the dead letter keeps
@@ -45,7 +47,8 @@ export function planOutcome(job, error, policy, { classify, nowMs, random, malfo
   failure.attempt = job.attempt;
   failure.idempotencyKey = job.id;
   failure.nowMs = now;
-  failure.elapsedMs = Math.max(0, now - (Number.isFinite(job.firstEnqueuedMs) ? job.firstEnqueuedMs : now));
+  const since = Number.isFinite(enqueueNowMs) ? enqueueNowMs : now;
+  failure.elapsedMs = Math.max(0, since - (Number.isFinite(job.firstEnqueuedMs) ? job.firstEnqueuedMs : since));
   // The delay before this attempt, kept across the delay (decorrelated backoff).
   failure.prevDelayMs = Number.isSafeInteger(job.prevDelayMs) && job.prevDelayMs > 0 ? job.prevDelayMs : 0;
   if (random !== undefined) failure.random = random;

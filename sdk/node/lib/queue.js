@@ -102,6 +102,20 @@ class Queue {
     return new Error(`queue ${this.name}: ${what}: ${err?.message ?? err}`, { cause: err });
   }
 
+  /**
+   * The server's clock (TIME), in unix ms: the clock the scripts stamp due
+   * times and first_enqueued_ms with.
+   */
+  async serverTimeMs() {
+    let reply;
+    try {
+      reply = await this.#send(['TIME'], this.keys.jobs);
+    } catch (err) {
+      throw this.#error('time', err);
+    }
+    return Number(text(reply[0])) * 1000 + Math.floor(Number(text(reply[1])) / 1000);
+  }
+
   /** Creates the jobs stream and the consumer group when missing; true when it created the group. */
   async ensureGroup() {
     try {

@@ -34,9 +34,11 @@ export class Runner {
    * the work() options every broker takes, its defaults applied (signal is
    * only checked: the broker stops on it); malformed is the text a malformed
    * job is dead-lettered with, error(what, err) the broker's error, named
-   * after the queue.
+   * after the queue; enqueueClock() (optional) is now in unix ms on the
+   * clock that stamps first_enqueued_ms (Redis' TIME): a job's elapsed time
+   * is measured on it (default Date.now()).
    */
-  constructor(name, policy, handler, options, { malformed, error }) {
+  constructor(name, policy, handler, options, { malformed, error, enqueueClock }) {
     const { signal, classify, metrics, policies, onOutcome, onError, handlerTimeoutMs } = options;
     checkSignal(signal);
     if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
@@ -54,7 +56,7 @@ export class Runner {
     this.#typed = typedPolicies(policies, metrics);
     this.#policy = policy;
     this.#handler = handler;
-    this.#o = { classify, metrics, handlerTimeoutMs, onOutcome, onError, malformed, error };
+    this.#o = { classify, metrics, handlerTimeoutMs, onOutcome, onError, malformed, error, enqueueClock };
   }
 
   /** Tells onError of err (about job, when given); a failing logger must not stop the worker. */
@@ -116,7 +118,9 @@ export class Runner {
     const error = await runHandler(this.#handler, job, stop, this.#o.handlerTimeoutMs, (err) => this.report(this.#o.error(`job ${job.id}`, err), job));
     let plan;
     try {
-      plan = planOutcome(job, error, policy, { classify: this.#o.classify, malformed: this.#o.malformed });
+      plan = planOutcome(job, error, policy, {
+        classify: this.#o.classify, malformed: this.#o.malformed, enqueueNowMs: this.#o.enqueueClock?.(),
+      });
     } catch (err) {
       this.report(err, job);
       return null;

@@ -8,6 +8,7 @@ import { checkString, checkWhole } from '../args.js';
 import { jitter, pause } from '../outcome.js';
 import { checkWork, Runner } from '../runner.js';
 import { applyPlan, MALFORMED, planFor } from './apply.js';
+import { ServerClock } from './clock.js';
 import { writeRefused } from './refused.js';
 
 const APPLY_BASE_MS = 20;
@@ -36,11 +37,14 @@ export async function work(queue, policy, handler, options = {}) {
   checkWhole('reclaimEveryMs', reclaimEveryMs, 0);
   checkWhole('minIdleMs', minIdleMs, 0);
   checkWhole('maxDeliveries', maxDeliveries, 1);
+  // The scripts stamp first_enqueued_ms with the server's clock: a job's
+  // elapsed time is measured on it, whatever this machine's clock says.
+  const clock = new ServerClock(queue);
   const runner = new Runner(queue.name, policy, handler,
     { signal, classify, metrics, policies, onOutcome, onError, handlerTimeoutMs },
-    { malformed: MALFORMED, error: (what, err) => queueError(queue.name, what, err) });
+    { malformed: MALFORMED, error: (what, err) => queueError(queue.name, what, err), enqueueClock: () => clock.now() });
   const w = new Worker(queue, runner, policy, {
-    signal, consumer, batch, blockMs, promoteEveryMs, promoteLimit, reclaimEveryMs, minIdleMs, maxDeliveries,
+    signal, consumer, batch, blockMs, promoteEveryMs, promoteLimit, reclaimEveryMs, minIdleMs, maxDeliveries, clock,
   });
   await w.loop();
 }
@@ -64,6 +68,7 @@ class Worker {
   // run what they hand over, until the signal aborts.
   async loop() {
     await this.q.ensureGroup();
+    await this.clock.sync();
     this.nextPromote = performance.now();
     this.nextReclaim = this.nextPromote + jitter(this.reclaimEveryMs);
     while (!this.signal?.aborted) {
@@ -164,6 +169,7 @@ class Worker {
     if (job.malformed) {
       plan = planFor(job, null, this.policy, {}); // dead-lettered without running
     } else {
+      await this.clock.sync();
       plan = await this.runner.run(job, job.type, this.signal);
       if (plan === null) return; // the entry stays pending: reclaim delivers it again
     }
