@@ -69,10 +69,13 @@ def error_text(exc: Optional[BaseException]) -> str:
 
 
 def plan(job: JobLike, exc: Optional[BaseException], policy: Policy,
-         classify: Callable[[BaseException], Dict[str, Any]], malformed: str, now_ms: int) -> Plan:
+         classify: Callable[[BaseException], Dict[str, Any]], malformed: str, now_ms: int,
+         enqueue_now_ms: Optional[int] = None) -> Plan:
     """What to do about a job's outcome. Deciding is local (backstop.wasm);
     only the move that follows talks to the broker. ``malformed`` is the
-    error a malformed job is dead-lettered with."""
+    error a malformed job is dead-lettered with. ``enqueue_now_ms`` is now on
+    the clock that stamped ``first_enqueued_ms`` (the Redis server's): the
+    job's elapsed time is measured on it (default ``now_ms``)."""
     if job.malformed:
         return "dead_letter", "malformed", None, malformed + (" (%s)" % error_text(exc) if exc is not None else ""), 0
     if exc is None:
@@ -87,7 +90,8 @@ def plan(job: JobLike, exc: Optional[BaseException], policy: Policy,
     # id is its idempotency key.
     fields.pop("method", None)
     fields.update(attempt=job.attempt, idempotency_key=job.id, now_ms=now_ms,
-                  elapsed_ms=max(0, now_ms - job.first_enqueued_ms), prev_delay_ms=job.prev_delay_ms)
+                  elapsed_ms=max(0, (now_ms if enqueue_now_ms is None else enqueue_now_ms) - job.first_enqueued_ms),
+                  prev_delay_ms=job.prev_delay_ms)
     text = error_text(exc)
     try:
         d = policy.decide(fields)
@@ -247,8 +251,10 @@ class Runner:
             deadline_passed(self.log, self.queue, job, e)
         return e
 
-    def plan(self, job: JobLike, exc: Optional[BaseException], policy: Policy, now_ms: int) -> Plan:
-        """What to do about the handler's outcome (``exc`` None: success)."""
-        return plan(job, exc, policy, self.classify, self.malformed, now_ms)
+    def plan(self, job: JobLike, exc: Optional[BaseException], policy: Policy, now_ms: int,
+             enqueue_now_ms: Optional[int] = None) -> Plan:
+        """What to do about the handler's outcome (``exc`` None: success);
+        ``enqueue_now_ms`` as ``plan``'s."""
+        return plan(job, exc, policy, self.classify, self.malformed, now_ms, enqueue_now_ms)
 
     count = staticmethod(count)

@@ -550,6 +550,10 @@ class _Base:
         timeout, beat = _deadline_args(handler_timeout, min_idle_ms)
         runner = _decide.Runner(log, self.name, policy, metrics, typed, cls, _MALFORMED)
         yield from self._ensure_group_steps()
+        # The scripts stamp first_enqueued_ms with the server's clock: a
+        # job's elapsed time is measured on it, whatever this machine's says.
+        server = _ServerClock()
+        yield from server.sync_steps()
         clock = time.monotonic
         next_promote, next_reclaim = clock(), clock() + _jitter(reclaim_every)
         paused = [0.0]  # no read before (clock): the breaker refused a job
@@ -578,8 +582,10 @@ class _Base:
                         yield Handle(job, _batch_ids(job, waiting), consumer, timeout, beat)
                     except Exception as e:
                         exc = runner.failure(job, e)
+                if not job.malformed:
+                    yield from server.sync_steps()
                 try:
-                    plan = runner.plan(job, exc, jpolicy, int(time.time() * 1000))
+                    plan = runner.plan(job, exc, jpolicy, int(time.time() * 1000), server.now_ms())
                 except Exception:
                     # The entry stays pending; reclaim delivers it again.
                     log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
@@ -675,6 +681,41 @@ def _write_refused(exc: BaseException) -> bool:
         code = getattr(exc, "status_code", None) or str(exc).split(" ", 1)[0]
         return code in _REFUSED_CODES
     return False
+
+
+class _ServerClock:
+    """The Redis server's clock as a worker can tell it (Go's serverClock,
+    ``queue/redisqueue/clock.go``): this machine's clock plus the offset
+    ``TIME`` showed at the last sync, read at most every ``SYNC_S``. The
+    scripts stamp ``first_enqueued_ms`` with ``TIME``, so a job's elapsed time
+    (the policy's ``max_elapsed``) is measured on it: workers whose clocks
+    differ by minutes decide alike."""
+
+    SYNC_S = 10.0
+
+    def __init__(self) -> None:
+        self._offset_ms = 0  # TIME minus time.time() at the last sync
+        self._synced: Optional[float] = None  # time.monotonic() of the last sync
+
+    def now_ms(self) -> int:
+        """The server's time in unix ms, as of the last sync (this machine's
+        before the first)."""
+        return int(time.time() * 1000) + self._offset_ms
+
+    def sync_steps(self) -> Steps[None]:
+        """Reads ``TIME`` when the last sync is older than ``SYNC_S``, taking
+        the middle of the round trip as the moment Redis read its clock. A
+        failed read keeps the last offset."""
+        if self._synced is not None and time.monotonic() - self._synced < self.SYNC_S:
+            return
+        before = time.time()
+        try:
+            sec, usec = yield Command("time")
+        except redis.RedisError:
+            return
+        after = time.time()
+        self._offset_ms = int(sec) * 1000 + int(usec) // 1000 - round((before + after) * 500)
+        self._synced = time.monotonic()
 
 
 class _Settle:
