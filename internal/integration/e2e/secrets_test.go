@@ -73,10 +73,10 @@ func TestAlerterPagesThroughBasicAuth(t *testing.T) {
 		{"credentials in the URL", func(dir, amAddr string) []string {
 			return []string{"--alertmanager.url=http://backstop:" + password + "@" + amAddr}
 		}},
-		{"http_config file", func(dir, amAddr string) []string {
-			os.WriteFile(filepath.Join(dir, "am-password"), []byte(password+"\n"), 0o600)
-			os.WriteFile(filepath.Join(dir, "am-http.yml"), []byte("basic_auth:\n  username: backstop\n  password_file: am-password\n"), 0o600)
-			return []string{"--alertmanager.url=http://" + amAddr, "--alertmanager.config.file=" + filepath.Join(dir, "am-http.yml")}
+		{"http_config file (the README's)", func(dir, amAddr string) []string {
+			os.WriteFile(filepath.Join(dir, "alertmanager-password"), []byte(password+"\n"), 0o600)
+			os.WriteFile(filepath.Join(dir, "alertmanager-http.yml"), []byte(readmeFile(t, "alertmanager-http.yml")), 0o600)
+			return []string{"--alertmanager.url=http://" + amAddr, "--alertmanager.config.file=" + filepath.Join(dir, "alertmanager-http.yml")}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,6 +108,22 @@ func TestAlerterPagesThroughBasicAuth(t *testing.T) {
 			checkNoSecret(t, "backstop-exporter", string(out))
 		})
 	}
+}
+
+// readmeFile is the block of README.md marked <!-- snippet: file=name -->.
+func readmeFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(root + "/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "<!-- snippet: file="+name+" -->\n```")
+	_, rest, _ = strings.Cut(rest, "\n") // the fence's language
+	block, _, closed := strings.Cut(rest, "\n```")
+	if !ok || !closed {
+		t.Fatalf("README.md has no block <!-- snippet: file=%s -->", name)
+	}
+	return block + "\n"
 }
 
 // amAlerts asks Alertmanager (as user backstop with password, unless
