@@ -33,13 +33,15 @@ const (
 )
 
 // passwordForms are the password as a URL may carry it: as is, escaped
-// (parses; decodes to a wrong password), and the two forms that made
-// net/url's error print the whole URL (issue 40, fault 7).
+// (parses; decodes to a wrong password), the two forms that made net/url's
+// error print the whole URL (issue 40, fault 7), and a slash, which ends
+// the host part early (the port would be "hunter2").
 var passwordForms = map[string]string{
 	"plain":       password,
 	"escaped":     "hunter2%25Pw0rd",
 	"unescaped %": "hunter2%Pw0rd",
 	"space":       "hunter2 Pw0rd",
+	"slash":       "hunter2/Pw0rd", // ends the host part: the port would be "hunter2"
 }
 
 // parses reports whether a URL with this password form parses.

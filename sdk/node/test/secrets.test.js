@@ -10,9 +10,15 @@ import { inspect } from 'node:util';
 import { connect } from '../lib/rabbitmq.js';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
 
-// The password in the forms a URL may carry it: as is, escaped, and the two
-// that make a URL parser fail (an unescaped %, a space).
-const FORMS = { plain: 'hunter2-Pw0rd', escaped: 'hunter2%25Pw0rd', 'unescaped %': 'hunter2%Pw0rd', space: 'hunter2 Pw0rd' };
+// The password in the forms a URL may carry it: as is, escaped, and those
+// that make a URL parser fail (an unescaped %, a space, a slash).
+const FORMS = {
+  plain: 'hunter2-Pw0rd',
+  escaped: 'hunter2%25Pw0rd',
+  'unescaped %': 'hunter2%Pw0rd',
+  space: 'hunter2 Pw0rd',
+  slash: 'hunter2/Pw0rd', // ends the host part: the port would be "hunter2"
+};
 const LEAKS = ['hunter2', 'Pw0rd'];
 
 let server;
