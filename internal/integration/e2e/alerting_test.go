@@ -67,13 +67,8 @@ func TestAlerterPagesFaster(t *testing.T) {
 		t.Skip("end-to-end: runs in make test, not with -short")
 	}
 	dir := t.TempDir()
-	srv := redistest.Start(t)
-	rdb := srv.Client()
+	srv, rdb, q := startOrders(t)
 	ctx := context.Background()
-	q := redisqueue.New(rdb, "orders")
-	if err := q.EnsureGroup(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// A dead letter from before the exporter started: it must not page.
 	deadLetter(t, ctx, rdb, q, "old")
 
@@ -140,16 +135,24 @@ func TestAlerterPagesFaster(t *testing.T) {
 func startRulesPath(t *testing.T) (rdb *redis.Client, q *redisqueue.Queue, hooks *receiver, promAddr string) {
 	t.Helper()
 	dir := t.TempDir()
-	srv := redistest.Start(t)
-	rdb = srv.Client()
-	q = redisqueue.New(rdb, "orders")
-	if err := q.EnsureGroup(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	srv, rdb, q := startOrders(t)
 	hooks = newReceiver(t)
 	exporterAddr := startExporter(t, dir, srv.Addr)
 	amAddr := startAlertmanager(t, dir, hooks.addr)
 	return rdb, q, hooks, startPrometheus(t, dir, exporterAddr, amAddr)
+}
+
+// startOrders starts a redis-server with the consumer group of queue
+// orders.
+func startOrders(t *testing.T) (*redistest.Server, *redis.Client, *redisqueue.Queue) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	q := redisqueue.New(rdb, "orders")
+	if err := q.EnsureGroup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return srv, rdb, q
 }
 
 // injectDeadLetters dead-letters a job of q every 100 ms until the

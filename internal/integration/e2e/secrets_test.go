@@ -83,13 +83,8 @@ func TestAlerterPagesThroughBasicAuth(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			srv := redistest.Start(t)
-			rdb := srv.Client()
+			srv, rdb, q := startOrders(t)
 			ctx := context.Background()
-			q := redisqueue.New(rdb, "orders")
-			if err := q.EnsureGroup(ctx); err != nil {
-				t.Fatal(err)
-			}
 			hooks := newReceiver(t)
 			amAddr := startAlertmanagerAuth(t, dir, hooks.addr, "backstop", password)
 			if code := amAlerts(t, amAddr, "", "orders"); code != http.StatusUnauthorized {
