@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/backstop-dev/backstop/internal/ctxtime"
+	"github.com/backstop-dev/backstop/internal/redact"
 	"github.com/prometheus/client_golang/prometheus/collectors/version"
 )
 
@@ -151,10 +152,10 @@ func NewRabbitMQCollector(mgmtURL string, opts ...Option) (*Collector, error) {
 	}
 	u, err := url.Parse(mgmtURL)
 	if err != nil {
-		return nil, fmt.Errorf("exporter: rabbitmq url: %w", err)
+		return nil, fmt.Errorf("exporter: rabbitmq url: %w", redact.Error(err, mgmtURL))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("exporter: rabbitmq url %q: must be http:// or https:// with a host (the management API, e.g. http://localhost:15672)", u.Redacted())
+		return nil, fmt.Errorf("exporter: rabbitmq url %q: must be http:// or https:// with a host (the management API, e.g. http://localhost:15672)", redact.URL(mgmtURL))
 	}
 	src := &rabbitSource{vhost: rc.vhost, match: rc.pattern}
 	if u.User != nil {

@@ -17,7 +17,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/exporter/alerter"
+	"github.com/backstop-dev/backstop/internal/redact"
 )
 
 const name = "backstop-exporter"
@@ -68,7 +68,7 @@ type flags struct {
 // alerterFlags configure the alerter mode (alerter.Alerter): off without
 // a URL.
 type alerterFlags struct {
-	url                    string
+	url, configFile        string
 	interval, resolveAfter time.Duration
 }
 
@@ -100,6 +100,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	app.Flag("scrape.timeout", "Time budget of one scrape of Redis; a scrape that runs out says so in backstop_scrape_partial.").Default("5s").DurationVar(&f.timeout)
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
 	app.Flag("alertmanager.url", "Alertmanager to post BackstopDLQIngestion to directly, seconds after a dead letter arrives (the alerter mode), e.g. http://localhost:9093; empty: off.").StringVar(&f.alerter.url)
+	app.Flag("alertmanager.config.file", "File of how to reach Alertmanager, in the YAML form of Prometheus's http_config: basic_auth, authorization (bearer token), oauth2, tls_config, proxy_url, http_headers. A user and password in --alertmanager.url are sent as basic auth too (not both).").StringVar(&f.alerter.configFile)
 	app.Flag("alertmanager.interval", "How often the alerter reads the DLQs and re-posts firing alerts.").Default("1s").DurationVar(&f.alerter.interval)
 	app.Flag("alertmanager.resolve-after", "How long a queue's DLQ must stay without new entries before the alerter resolves its alert.").Default("1m").DurationVar(&f.alerter.resolveAfter)
 	f.web = kingpinflag.AddFlags(app, ":9797")
@@ -109,6 +110,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 
 	if _, err := app.Parse(args); err != nil {
 		return nil, err
+	}
+	if f.alerter.configFile != "" && f.alerter.url == "" {
+		return nil, errors.New("--alertmanager.config.file configures the alerter: give --alertmanager.url too")
 	}
 	if f.rabbit.url != "" {
 		if err := f.rabbit.check(f); err != nil {
@@ -141,15 +145,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	defer c.Close() // its own connections to Redis, before the client's
 	var extra []prometheus.Collector
 	if f.alerter.url != "" {
-		a, err := alerter.New(c, f.alerter.url,
-			alerter.WithInterval(f.alerter.interval),
-			alerter.WithResolveAfter(f.alerter.resolveAfter),
-			alerter.WithLogger(logger))
+		a, err := f.alerter.new(c, logger)
 		if err != nil {
 			return err
 		}
 		extra = append(extra, a)
-		logger.Info("alerter started", "alertmanager", f.alerter.url, "interval", f.alerter.interval, "resolve_after", f.alerter.resolveAfter)
+		logger.Info("alerter started", "alertmanager", redact.URL(f.alerter.url), "config_file", f.alerter.configFile,
+			"interval", f.alerter.interval, "resolve_after", f.alerter.resolveAfter)
 		go a.Run(ctx)
 	}
 	handler, err := f.handler(c, logger, extra...)
@@ -170,6 +172,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// new returns the alerter of the flags over c's queues.
+func (a alerterFlags) new(c *exporter.Collector, logger *slog.Logger) (*alerter.Alerter, error) {
+	opts := []alerter.Option{alerter.WithInterval(a.interval), alerter.WithResolveAfter(a.resolveAfter), alerter.WithLogger(logger)}
+	if a.configFile != "" {
+		cfg, err := alerter.LoadHTTPClientConfig(a.configFile)
+		if err != nil {
+			return nil, fmt.Errorf("--alertmanager.config.file: %w", err)
+		}
+		opts = append(opts, alerter.WithHTTPClientConfig(cfg))
+	}
+	return alerter.New(c, a.url, opts...)
+}
+
 // target describes the Redis the exporter reads, for the landing page:
 // the mode and addresses, a URL without its password.
 func (r redisFlags) target() string {
@@ -178,10 +193,7 @@ func (r redisFlags) target() string {
 		mode = "standalone"
 	}
 	if r.url != "" {
-		if u, err := url.Parse(r.url); err == nil {
-			return mode + " " + u.Redacted()
-		}
-		return mode + " (--redis.url)"
+		return mode + " " + redact.URL(r.url)
 	}
 	return mode + " " + strings.Join(splitList(r.addr), ", ")
 }
@@ -199,7 +211,7 @@ func (r redisFlags) client() (redis.UniversalClient, error) {
 		opt := &redis.ClusterOptions{Addrs: addrs}
 		if r.url != "" {
 			if opt, err = redis.ParseClusterURL(r.url); err != nil {
-				return nil, fmt.Errorf("--redis.url: %w", err)
+				return nil, fmt.Errorf("--redis.url: %w", redact.Error(err, r.url))
 			}
 		}
 		setAuth(&opt.Username, &opt.Password, r.user, password)
@@ -212,7 +224,7 @@ func (r redisFlags) client() (redis.UniversalClient, error) {
 		opt := &redis.FailoverOptions{SentinelAddrs: addrs}
 		if r.url != "" {
 			if opt, err = redis.ParseFailoverURL(r.url); err != nil {
-				return nil, fmt.Errorf("--redis.url: %w", err)
+				return nil, fmt.Errorf("--redis.url: %w", redact.Error(err, r.url))
 			}
 		}
 		opt.MasterName = r.sentinelMaster
@@ -226,7 +238,7 @@ func (r redisFlags) client() (redis.UniversalClient, error) {
 		opt := &redis.Options{Addr: r.addr}
 		if r.url != "" {
 			if opt, err = redis.ParseURL(r.url); err != nil {
-				return nil, fmt.Errorf("--redis.url: %w", err)
+				return nil, fmt.Errorf("--redis.url: %w", redact.Error(err, r.url))
 			}
 		}
 		setAuth(&opt.Username, &opt.Password, r.user, password)

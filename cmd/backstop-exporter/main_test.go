@@ -56,6 +56,7 @@ func TestFlagErrors(t *testing.T) {
 		{nil, "no queues"},
 		{[]string{"--queues=a", "--redis.mode=ring"}, "enum value must be one of"},
 		{[]string{"--queues=a", "--scrape.timeout=soon"}, "time: invalid duration"},
+		{[]string{"--queues=a", "--alertmanager.config.file=am.yml"}, "give --alertmanager.url too"},
 	} {
 		if _, err := parse(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parse(%q): %v, want %q", tc.args, err, tc.want)

@@ -31,6 +31,7 @@ import (
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
+	"github.com/backstop-dev/backstop/internal/redact"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
@@ -347,10 +348,11 @@ func demoOutages(ctx context.Context, down *atomic.Bool) {
 	}
 }
 
-// demoRedisURL is the URL another terminal uses to reach the demo's Redis.
+// demoRedisURL is the URL another terminal uses to reach the demo's Redis,
+// its password hidden (the user knows it).
 func demoRedisURL(rdb redis.UniversalClient, given string) string {
 	if given != "" {
-		return given
+		return redact.URL(given)
 	}
 	if c, ok := rdb.(*redis.Client); ok {
 		return "redis://" + c.Options().Addr + "/0"
@@ -379,12 +381,12 @@ func demoRedis(url string) (redis.UniversalClient, string, func(), error) {
 	if url != "" {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("--redis-url: %w", err)
+			return nil, "", nil, fmt.Errorf("--redis-url: %w", redact.Error(err, url))
 		}
 		c := redis.NewClient(opt)
 		redis.SetLogger(quietRedis{})
 		c.AddHook(&reachHook{addrs: []string{opt.Addr}, flagName: "--redis-url"})
-		return c, url, func() { c.Close() }, nil
+		return c, redact.URL(url), func() { c.Close() }, nil
 	}
 	if path, err := exec.LookPath("redis-server"); err == nil {
 		if c, stop, err := startRedisServer(path); err == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/backstop-dev/backstop/internal/redact"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
@@ -67,7 +68,7 @@ func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
 	} else {
 		opt, err := redis.ParseURL(*f.url)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--redis-url: %w", err)
+			return nil, nil, fmt.Errorf("--redis-url: %w", redact.Error(err, *f.url))
 		}
 		addrs = []string{opt.Addr}
 		rdb = redis.NewClient(opt)

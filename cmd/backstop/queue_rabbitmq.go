@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/backstop-dev/backstop/internal/redact"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
@@ -74,8 +75,11 @@ func (f *queueFlags) openRabbit(ctx context.Context) (*rabbitmq.Queue, func(), e
 		return nil, nil, redisOnly
 	}
 	u, err := url.Parse(*f.rabbit.amqp)
-	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-		return nil, nil, fmt.Errorf("--amqp-url: want amqp://user:password@host:5672/vhost or amqps://…, got %q", redactURL(*f.rabbit.amqp))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--amqp-url: %w", redact.Error(err, *f.rabbit.amqp))
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return nil, nil, fmt.Errorf("--amqp-url: want amqp://user:password@host:5672/vhost or amqps://…, got %q", redact.URL(*f.rabbit.amqp))
 	}
 	b, err := rabbitmq.Open(ctx, *f.rabbit.amqp, rabbitmq.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -83,13 +87,6 @@ func (f *queueFlags) openRabbit(ctx context.Context) (*rabbitmq.Queue, func(), e
 		return nil, nil, fmt.Errorf("cannot reach RabbitMQ at %s: %w (check --amqp-url or BACKSTOP_AMQP_URL)", u.Host, errors.Unwrap(err))
 	}
 	return b.Queue(*f.name), func() { b.Close() }, nil
-}
-
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return s
 }
 
 func (f *queueFlags) rabbitStatsOptions() []rabbitmq.StatsOption {

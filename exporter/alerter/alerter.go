@@ -12,16 +12,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promconfig "github.com/prometheus/common/config"
 
 	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/redact"
 	"github.com/backstop-dev/backstop/rules"
 )
 
@@ -30,6 +34,7 @@ type config struct {
 	resolveAfter time.Duration
 	runbookURL   string
 	dashboardURL string
+	http         promconfig.HTTPClientConfig
 	log          *slog.Logger
 	now          func() time.Time // the clock: a seam for tests
 }
@@ -54,6 +59,17 @@ func WithResolveAfter(d time.Duration) Option {
 // those of the shipped rules (rules.Default).
 func WithURLs(runbook, dashboard string) Option {
 	return func(c *config) { c.runbookURL, c.dashboardURL = runbook, dashboard }
+}
+
+// WithHTTPClientConfig sets how the alerter reaches Alertmanager: basic
+// auth, an Authorization header (bearer token), OAuth 2, TLS (a CA, a
+// client certificate), a proxy and extra headers, in the form of
+// Prometheus's http_config (see LoadHTTPClientConfig). The default is
+// promconfig.DefaultHTTPClientConfig: no credentials, the system's CAs.
+// A user and password in the Alertmanager URL are sent as basic auth when
+// cfg has no credentials of its own.
+func WithHTTPClientConfig(cfg promconfig.HTTPClientConfig) Option {
+	return func(c *config) { c.http = cfg }
 }
 
 // WithLogger sets the logger (default: discard).
@@ -82,12 +98,16 @@ func WithLogger(l *slog.Logger) Option {
 // the count has not grown for the resolve window, the alert is posted once
 // more with endsAt now, which resolves it.
 //
+// Requests carry the credentials and TLS settings of WithHTTPClientConfig
+// or of the URL's userinfo; no log line or error shows them.
+//
 // Errors from Redis or Alertmanager are logged, counted in
 // backstop_alerter_errors_total{kind} (the Alerter is a
 // prometheus.Collector) and retried on the next interval.
 type Alerter struct {
 	coll   *exporter.Collector
-	amURL  string // <base>/api/v2/alerts
+	amURL  string       // <base>/api/v2/alerts, without credentials
+	client *http.Client // with the credentials and TLS of the HTTP client config
 	cfg    config
 	rule   rules.Rule // the rule-based alert the alerter doubles
 	errors *prometheus.CounterVec
@@ -111,12 +131,15 @@ var errNoQueues = errors.New("alerter: nil collector")
 
 // New returns an alerter of c's queues (the configured and the
 // discovered ones, over c's Redis client) that posts to the Alertmanager
-// at amURL, e.g. http://alertmanager:9093 (a path prefix is kept).
+// at amURL, e.g. http://alertmanager:9093 (a path prefix is kept;
+// http://user:password@alertmanager:9093 sends basic auth). No error or
+// log line shows the URL's password (package redact).
 //
 // # Errors
 //
-// A nil collector, a URL that is not http(s) with a host, or an interval
-// or resolve window that is not positive.
+// A nil collector, a URL that is not http(s) with a host, an interval or
+// resolve window that is not positive, an HTTP client config that is not
+// valid, or credentials both in the URL and in the HTTP client config.
 func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) {
 	if c == nil {
 		return nil, errNoQueues
@@ -125,7 +148,8 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 	cfg := config{
 		interval: time.Second, resolveAfter: time.Minute,
 		runbookURL: d.RunbookURL, dashboardURL: d.DashboardURL,
-		log: slog.New(slog.DiscardHandler), now: time.Now,
+		http: promconfig.DefaultHTTPClientConfig,
+		log:  slog.New(slog.DiscardHandler), now: time.Now,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -138,13 +162,17 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 	}
 	u, err := url.Parse(amURL)
 	if err != nil {
-		return nil, fmt.Errorf("alerter: alertmanager URL: %w", err)
+		return nil, fmt.Errorf("alerter: alertmanager URL: %w", redact.Error(err, amURL))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("alerter: alertmanager URL %q: want http(s)://host:port", amURL)
+		return nil, fmt.Errorf("alerter: alertmanager URL %q: want http(s)://host:port", redact.URL(amURL))
 	}
-	// Scheme, host and path prefix only, as the OpenAPI client this replaced
-	// used them (user info and query were not sent).
+	client, err := newClient(cfg.http, u.User)
+	if err != nil {
+		return nil, err
+	}
+	// Scheme, host and path prefix only: the credentials go through the
+	// client, never in the URL a log line or an error could show.
 	post := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/") + "/api/v2/alerts"}
 	d.RunbookURL, d.DashboardURL = cfg.runbookURL, cfg.dashboardURL
 	rule, ok := rules.Alerts(d).Alert(rules.AlertDLQIngestion)
@@ -152,10 +180,11 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 		return nil, fmt.Errorf("alerter: the rules have no alert %s", rules.AlertDLQIngestion)
 	}
 	return &Alerter{
-		coll:  c,
-		amURL: post.String(),
-		cfg:   cfg,
-		rule:  rule,
+		coll:   c,
+		amURL:  post.String(),
+		client: client,
+		cfg:    cfg,
+		rule:   rule,
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backstop_alerter_errors_total",
 			Help: "Errors of the alerter (--alertmanager.url) by kind: redis (reading the DLQs or discovering queues) or alertmanager (posting alerts).",
@@ -163,6 +192,62 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 		state:   map[string]*watch{},
 		unknown: map[string]bool{},
 	}, nil
+}
+
+// LoadHTTPClientConfig reads how to reach Alertmanager from the YAML file
+// at path, in the form of Prometheus's http_config (the same keys as an
+// alertmanager_config of prometheus.yml), for WithHTTPClientConfig:
+//
+//	basic_auth:
+//	  username: backstop
+//	  password_file: /run/secrets/alertmanager  # or password: …
+//	tls_config:
+//	  ca_file: /etc/ssl/alertmanager-ca.pem
+//
+// Relative file names are taken from the file's directory.
+//
+// # Errors
+//
+// A file that cannot be read, unknown keys, or a config that is not valid
+// (two kinds of credentials at once). The YAML parser's error names the
+// line and the field but not the value found there, which may be a secret.
+func LoadHTTPClientConfig(path string) (promconfig.HTTPClientConfig, error) {
+	cfg, _, err := promconfig.LoadHTTPConfigFile(path)
+	var pathErr *fs.PathError
+	switch {
+	case errors.As(err, &pathErr): // reading the file
+		return promconfig.HTTPClientConfig{}, err
+	case err != nil:
+		return promconfig.HTTPClientConfig{}, fmt.Errorf("%s: %s", path, yamlValue.ReplaceAllString(err.Error(), "`<value>`"))
+	}
+	if err := cfg.Validate(); err != nil {
+		return promconfig.HTTPClientConfig{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return *cfg, nil
+}
+
+// yamlValue is a value quoted in an error of the YAML parser
+// ("cannot unmarshal !!str `hunter2` into …").
+var yamlValue = regexp.MustCompile("`[^`]*`")
+
+// newClient returns the HTTP client of cfg, with the URL's user and
+// password (userinfo, if any) as basic auth.
+func newClient(cfg promconfig.HTTPClientConfig, userinfo *url.Userinfo) (*http.Client, error) {
+	if userinfo != nil {
+		if cfg.BasicAuth != nil || cfg.Authorization != nil || cfg.OAuth2 != nil || cfg.BearerToken != "" || cfg.BearerTokenFile != "" {
+			return nil, errors.New("alerter: credentials both in the alertmanager URL and in the HTTP client config: give them once")
+		}
+		password, _ := userinfo.Password()
+		cfg.BasicAuth = &promconfig.BasicAuth{Username: userinfo.Username(), Password: promconfig.Secret(password)}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("alerter: HTTP client config: %w", err)
+	}
+	client, err := promconfig.NewClientFromConfig(cfg, "backstop-alerter")
+	if err != nil {
+		return nil, fmt.Errorf("alerter: HTTP client config: %w", err)
+	}
+	return client, nil
 }
 
 // Describe implements prometheus.Collector.
@@ -317,8 +402,13 @@ func (a *Alerter) alert(name string, w *watch, ends time.Time) postableAlert {
 
 // postableAlert is an element of the body of Alertmanager's POST
 // /api/v2/alerts (PostableAlert in its OpenAPI spec), written here rather
-// than taken from its generated client, which would bring go-openapi and
-// OpenTelemetry into the exporter binary for one request.
+// than taken from its generated client (api/v2/client), which brings
+// go-openapi's runtime, its server middleware and OpenTelemetry into the
+// exporter binary for one request: with Alertmanager v0.35.0, 31.9 -> 36.7
+// MB and 332 -> 428 packages. The request goes through the same
+// HTTPClientConfig client either way; the tests decode and validate what
+// is posted with Alertmanager's own models, and post to a real
+// Alertmanager with basic auth on (internal/integration/e2e).
 type postableAlert struct {
 	Labels      map[string]string `json:"labels"`
 	Annotations map[string]string `json:"annotations,omitempty"`
@@ -347,7 +437,7 @@ func (a *Alerter) post(ctx context.Context, alerts []postableAlert) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	res, err := http.DefaultClient.Do(req)
+	res, err := a.client.Do(req)
 	if err != nil {
 		return err
 	}

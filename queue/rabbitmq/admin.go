@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/backstop-dev/backstop/internal/redact"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -696,7 +697,7 @@ type mgmt struct {
 func newMgmt(base string, client *http.Client) (*mgmt, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("management API URL must be http(s)://[user:password@]host:port, got %q", redact(base))
+		return nil, fmt.Errorf("management API URL must be http(s)://[user:password@]host:port, got %q", redact.URL(base))
 	}
 	m := &mgmt{user: "guest", pass: "guest", client: client}
 	if u.User != nil {
@@ -726,12 +727,4 @@ func (m *mgmt) get(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("management API: GET %s: %s", path, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-// redact hides a URL's password in an error message.
-func redact(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		return u.Redacted()
-	}
-	return s
 }

@@ -23,6 +23,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/backstop-dev/backstop/internal/ctxtime"
+	"github.com/backstop-dev/backstop/internal/redact"
 )
 
 // ErrClosed is returned by the operations of a closed Broker.
@@ -102,7 +103,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Broker, error) {
 	b := &Broker{urls: append([]string{url}, cfg.failover...), cfg: cfg, closed: make(chan struct{}), ready: make(chan struct{})}
 	conn, err := b.dial(ctx)
 	if err != nil && len(b.urls) == 1 {
-		return nil, fmt.Errorf("rabbitmq: open %s: %w", redact(url), err)
+		return nil, fmt.Errorf("rabbitmq: open %s: %w", redact.URL(url), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: open: %w", err) // each node's, named
@@ -125,7 +126,7 @@ func (b *Broker) dial(ctx context.Context) (*amqp.Connection, error) {
 		if ctx.Err() != nil || len(b.urls) == 1 {
 			return nil, err
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", redact(b.urls[at]), err))
+		errs = append(errs, fmt.Errorf("%s: %w", redact.URL(b.urls[at]), err))
 	}
 	return nil, errors.Join(errs...)
 }
@@ -138,7 +139,7 @@ func (b *Broker) dialURL(ctx context.Context, url string) (*amqp.Connection, err
 	res := make(chan result, 1)
 	go func() {
 		c, err := amqp.DialConfig(url, b.cfg.amqp)
-		res <- result{c, err}
+		res <- result{c, redact.Error(err, url)} // a URL that does not parse is in the error
 	}()
 	select {
 	case r := <-res:

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
@@ -65,13 +67,8 @@ func TestAlerterPagesFaster(t *testing.T) {
 		t.Skip("end-to-end: runs in make test, not with -short")
 	}
 	dir := t.TempDir()
-	srv := redistest.Start(t)
-	rdb := srv.Client()
+	srv, rdb, q := startOrders(t)
 	ctx := context.Background()
-	q := redisqueue.New(rdb, "orders")
-	if err := q.EnsureGroup(ctx); err != nil {
-		t.Fatal(err)
-	}
 	// A dead letter from before the exporter started: it must not page.
 	deadLetter(t, ctx, rdb, q, "old")
 
@@ -138,16 +135,24 @@ func TestAlerterPagesFaster(t *testing.T) {
 func startRulesPath(t *testing.T) (rdb *redis.Client, q *redisqueue.Queue, hooks *receiver, promAddr string) {
 	t.Helper()
 	dir := t.TempDir()
-	srv := redistest.Start(t)
-	rdb = srv.Client()
-	q = redisqueue.New(rdb, "orders")
-	if err := q.EnsureGroup(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	srv, rdb, q := startOrders(t)
 	hooks = newReceiver(t)
 	exporterAddr := startExporter(t, dir, srv.Addr)
 	amAddr := startAlertmanager(t, dir, hooks.addr)
 	return rdb, q, hooks, startPrometheus(t, dir, exporterAddr, amAddr)
+}
+
+// startOrders starts a redis-server with the consumer group of queue
+// orders.
+func startOrders(t *testing.T) (*redistest.Server, *redis.Client, *redisqueue.Queue) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	q := redisqueue.New(rdb, "orders")
+	if err := q.EnsureGroup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return srv, rdb, q
 }
 
 // injectDeadLetters dead-letters a job of q every 100 ms until the
@@ -327,10 +332,7 @@ func start(t *testing.T, dir, name, readyURL string, bin string, args ...string)
 }
 
 func startExporter(t *testing.T, dir, redisAddr string, extraArgs ...string) string {
-	bin := filepath.Join(dir, "backstop-exporter")
-	if out, err := exec.Command("go", "build", "-o", bin, root+"/cmd/backstop-exporter").CombinedOutput(); err != nil {
-		t.Fatalf("build backstop-exporter: %v\n%s", err, out)
-	}
+	bin := build(t, "backstop-exporter")
 	addr := freeAddr(t)
 	args := append([]string{"--redis.addr=" + redisAddr, "--queues=orders", "--web.listen-address=" + addr}, extraArgs...)
 	start(t, dir, "exporter", "http://"+addr+"/-/ready", bin, args...)
@@ -340,6 +342,13 @@ func startExporter(t *testing.T, dir, redisAddr string, extraArgs ...string) str
 // startAlertmanager runs the shipped example configuration with the
 // receivers pointed at the test and the group waits shortened.
 func startAlertmanager(t *testing.T, dir, hooks string) string {
+	return startAlertmanagerAuth(t, dir, hooks, "", "")
+}
+
+// startAlertmanagerAuth is startAlertmanager with basic auth on every
+// path (--web.config.file, a bcrypt hash of password) when user is not
+// empty.
+func startAlertmanagerAuth(t *testing.T, dir, hooks, user, password string) string {
 	bin := need(t, "prometheus-alertmanager", "prometheus-alertmanager")
 	b, err := os.ReadFile(root + "/rules/alertmanager.yml")
 	if err != nil {
@@ -363,8 +372,18 @@ func startAlertmanager(t *testing.T, dir, hooks string) string {
 	out, _ := yaml.Marshal(cfg)
 	os.WriteFile(filepath.Join(dir, "alertmanager.yml"), out, 0o644)
 	addr := freeAddr(t)
-	start(t, dir, "alertmanager", "http://"+addr+"/-/ready", bin,
-		"--config.file=alertmanager.yml", "--storage.path=am-data", "--web.listen-address="+addr, "--cluster.listen-address=")
+	args := []string{"--config.file=alertmanager.yml", "--storage.path=am-data", "--web.listen-address=" + addr, "--cluster.listen-address="}
+	ready := "http://" + addr + "/-/ready"
+	if user != "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, "am-web.yml"), []byte("basic_auth_users:\n  "+user+": "+string(hash)+"\n"), 0o600)
+		args = append(args, "--web.config.file=am-web.yml")
+		ready = "http://" + url.UserPassword(user, password).String() + "@" + addr + "/-/ready"
+	}
+	start(t, dir, "alertmanager", ready, bin, args...)
 	return addr
 }
 

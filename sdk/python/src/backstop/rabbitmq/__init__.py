@@ -33,7 +33,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq needs aio-pika: pip install 'backstop-policy[rabbitmq]'") from e
 
-from .. import _decide
+from .. import _decide, _redact
 from .._deadline import await_within
 from .._policy import Policy
 from .._retry import Classify
@@ -77,7 +77,7 @@ class Broker:
         self._movers = 0  # workers running: the mover runs while there is one
 
     def __repr__(self) -> str:
-        return "Broker(%r)" % (_redact(self.url),)
+        return "Broker(%r)" % (_redact.url(self.url),)
 
     def queue(self, name: str, *, max_deliveries: int = 5) -> "Queue":
         """Work queue ``name``: a delivery whose ``x-delivery-count`` reaches
@@ -109,7 +109,13 @@ class Broker:
                         await self._conn.close()
                     except Exception:
                         pass
-                self._conn = await aio_pika.connect(self.url, timeout=self._timeout)
+                try:
+                    self._conn = await aio_pika.connect(self.url, timeout=self._timeout)
+                except Exception as e:
+                    clean = _redact.error(e, self.url)  # yarl's errors quote parts of a bad URL
+                    if clean is e:
+                        raise
+                    raise clean from None
                 self._shared_declared = False
             return self._conn
 
@@ -569,9 +575,3 @@ class _NoId(str):
 
 
 _NO_ID = _NoId("")
-
-
-def _redact(url: str) -> str:
-    at = url.rfind("@")
-    scheme = url.find("://")
-    return url if at < 0 or scheme < 0 else url[:scheme + 3] + "***" + url[at:]

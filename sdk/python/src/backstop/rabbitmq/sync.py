@@ -25,7 +25,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq.sync needs pika: pip install 'backstop-policy[rabbitmq]'") from e
 
-from .. import _decide
+from .. import _decide, _redact
 from .._deadline import run_within
 from .._policy import Policy
 from .._retry import Classify
@@ -65,7 +65,13 @@ class Broker:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._params = pika.URLParameters(url)
+        try:
+            self._params = pika.URLParameters(url)
+        except Exception as e:
+            clean = _redact.error(e, url)  # urllib's errors quote parts of a bad URL
+            if clean is e:
+                raise
+            raise clean from None
         self._conn: Optional[pika.BlockingConnection] = None
         self._lock = threading.RLock()
         self._declared: Set[str] = set()  # queues declared on self._conn ("" = the shared levels)
