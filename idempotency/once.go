@@ -45,9 +45,11 @@ func (e *InProgressError) Error() string {
 //
 // fn's result is stored (or the key released) even when ctx is done by
 // then. A store call that fails is counted, logged and retried while the
-// key's lease lasts; Once returns when it succeeded, when the lease ended
-// (the store's last error: the key may run again), or when ctx is done
-// (the first attempt's error; the retries go on in the background).
+// key's lease lasts. After fn's error, Once returns at once (with the first
+// release's error joined, its retries go on in the background); after a
+// result, it returns when the result is stored, when the lease ended (the
+// store's last error: the key may run again), or when ctx is done (the first
+// attempt's error; the retries go on).
 func (s *Store) Once(ctx context.Context, scope, key, request string, fn func(context.Context) ([]byte, error)) ([]byte, error) {
 	start := time.Now() // the lease runs from about here on the server's clock
 	c, err := s.Begin(ctx, scope, key, request)
@@ -85,7 +87,7 @@ func (s *Store) Once(ctx context.Context, scope, key, request string, fn func(co
 	out, err := fn(ctx)
 	done = true
 	if err != nil {
-		if ferr := settled(ctx)(s.settle(ctx, "fail", key, until, release)); ferr != nil {
+		if ferr, _ := s.settle(ctx, "fail", key, until, release); ferr != nil { // retried in the background
 			return nil, errors.Join(err, ferr)
 		}
 		return nil, err

@@ -233,6 +233,24 @@ function send(res, status, headers, body) {
   res.end(body);
 }
 
+/** What a store's owner tells log of: the store's log when it has one. */
+function logOf(store) {
+  return (message, fields) => store.log?.(message, fields);
+}
+
+/**
+ * Answers res with a claim's answer ({status, headers, body}); a stored
+ * header the server still refuses is skipped and logged, never thrown: a
+ * replay never crashes the process nor answers 500.
+ */
+function replay(res, { status, headers, body }, log) {
+  setHeaders(headers, (name, v) => res.setHeader(name, v), (name, err) => {
+    log('stored header not replayed: the server refuses it', { name, error: err.message });
+  });
+  res.writeHead(status);
+  res.end(body);
+}
+
 /**
  * Connect/Express-style middleware `(req, res, next)` over store: a request
  * with an Idempotency-Key runs once; a retry with the same key and request
@@ -240,6 +258,14 @@ function send(res, status, headers, body) {
  * with another request 422, a duplicate while the first runs 409 and
  * Retry-After. The request body is req.body when a parser set it, else it is
  * read and left on req.body as a Buffer.
+ *
+ * Once the handler has run, its response is stored (or the key released)
+ * whatever happens to the request: a store call that fails is counted,
+ * logged and retried in the background while the key's lease lasts (the
+ * client gets the response after the first attempt); if the store is still
+ * failing when the lease ends, the key may run again. A client that leaves
+ * while the response is being written (a stream.pipeline into res) leaves a
+ * record completed with what was captured, marked truncated.
  */
 export function idempotencyMiddleware(store, options = {}) {
   const {
@@ -247,6 +273,7 @@ export function idempotencyMiddleware(store, options = {}) {
     failOpen = false, release = defaultRelease,
   } = options;
   const m = store.metrics;
+  const log = logOf(store);
   return async function idempotency(req, res, next) {
     const key = req.headers[header.toLowerCase()];
     if (!methods.includes(req.method) || key === undefined) return next();
@@ -258,6 +285,7 @@ export function idempotencyMiddleware(store, options = {}) {
     if (req.body === undefined) req.body = await readBody(req);
     const raw = Buffer.isBuffer(req.body) || typeof req.body === 'string' ? req.body : JSON.stringify(req.body);
     const sc = scope(req);
+    const started = Date.now(); // the lease runs from about here on the server's clock
     let claim;
     try {
       claim = await store.begin(sc, key, fingerprint(req.method, (req.originalUrl ?? req.url).split('?')[0], raw));
@@ -266,12 +294,27 @@ export function idempotencyMiddleware(store, options = {}) {
       return send(res, 503, { 'content-type': 'text/plain', 'retry-after': '1' }, 'idempotency store unavailable\n');
     }
     const answer = claimAnswer(claim, header, m);
-    if (answer !== null) return send(res, answer.status, answer.headers, answer.body);
+    if (answer !== null) return replay(res, answer, log);
+    const until = started + store.leaseMs;
+    const releaseKey = () => settle(() => store.fail(sc, key, claim.token), { op: 'fail', key, until, log });
     // Hold the handler's response until the store has it.
     const chunks = [];
+    let began = false; // the handler has started its response
+    let settled = false; // one store call per claim
     const { writeHead, write, end } = res;
     const restore = () => Object.assign(res, { writeHead, write, end });
+    // Stores what the handler gave (or releases the key); first is the first attempt.
+    const finish = (truncated) => {
+      settled = true;
+      const body = Buffer.concat(chunks);
+      const status = res.statusCode;
+      if (release(status)) return { body, first: releaseKey().first };
+      const headers = storedHeaderValues(storedHeaders, (name) => res.getHeader(name));
+      const call = () => store.complete(sc, key, claim.token, { status, headers, body, truncated });
+      return { body, first: settle(call, { op: 'complete', key, until, log }).first };
+    };
     res.writeHead = function (status, reason, headers) {
+      began = true;
       if (typeof reason !== 'string') headers = reason;
       res.statusCode = status;
       for (const [k, v] of Object.entries(headers ?? {})) res.setHeader(k, v);
@@ -281,26 +324,39 @@ export function idempotencyMiddleware(store, options = {}) {
       if (chunk != null && typeof chunk !== 'function') chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, typeof enc === 'string' ? enc : 'utf8'));
     };
     res.write = (chunk, enc, cb) => {
+      began = true;
       take(chunk, enc);
       if (typeof cb === 'function') cb();
       else if (typeof enc === 'function') enc();
       return true;
     };
     res.end = (chunk, enc, cb) => {
+      const done = typeof cb === 'function' ? cb : typeof enc === 'function' ? enc : undefined;
+      if (settled) { // the client left and what it left behind is stored
+        if (done) process.nextTick(done);
+        return res;
+      }
       take(chunk, enc);
       restore();
-      const body = Buffer.concat(chunks);
-      const status = res.statusCode;
-      const headers = storedHeaderValues(storedHeaders, (name) => res.getHeader(name));
-      const stored = release(status) ? store.fail(sc, key, claim.token) : store.complete(sc, key, claim.token, { status, headers, body });
-      stored.catch(() => {}).finally(() => res.end(body, typeof cb === 'function' ? cb : typeof enc === 'function' ? enc : undefined));
+      const { body, first } = finish(false);
+      first.then(() => res.end(body, done));
       return res;
     };
+    // The client left before the response was finished: a handler that had
+    // started it (a stream.pipeline whose destination closed never calls
+    // end) has run its side effect, so what was captured is stored, marked
+    // truncated. One that had not waits for its own end, as usual.
+    res.on('close', () => {
+      if (!settled && began) finish(true);
+    });
     try {
       await next();
     } catch (err) {
-      restore();
-      await store.fail(sc, key, claim.token).catch(() => {});
+      if (!settled) {
+        settled = true;
+        restore();
+        await releaseKey().first;
+      }
       throw err;
     }
   };
@@ -351,9 +407,12 @@ export class TooLargeError extends Error {
  * job redelivered after a crash returns its recorded result instead of
  * running its side effect again. fn's error releases the key and is
  * rethrown; a duplicate while fn runs rejects with InProgressError, another
- * request under the key with ConflictError.
+ * request under the key with ConflictError. Storing fn's result is retried
+ * while the key's lease lasts (a store briefly down); once resolves when it
+ * is stored, or rejects with the store's last error when the lease ended.
  */
 export async function once(store, scope, key, request, fn) {
+  const started = Date.now(); // the lease runs from about here on the server's clock
   const claim = await store.begin(scope, key, request);
   const m = store.metrics;
   if (claim.state === 'conflict') {
@@ -373,16 +432,20 @@ export async function once(store, scope, key, request, fn) {
     return claim.response.body;
   }
   m.requests.first_run++;
+  const until = started + store.leaseMs;
+  const log = logOf(store);
   let out;
   try {
     out = await fn();
   } catch (err) {
     // fn's error is the one callers handle; a release that fails is
-    // counted by the store, and the lease frees the key.
-    await store.fail(scope, key, claim.token).catch(() => {});
+    // counted, logged and retried in the background while the lease lasts.
+    await settle(() => store.fail(scope, key, claim.token), { op: 'fail', key, until, log }).first;
     throw err;
   }
   const body = Buffer.isBuffer(out) ? out : Buffer.from(out ?? '');
-  await store.complete(scope, key, claim.token, { status: 200, headers: {}, body });
+  // Retried while the lease lasts: rejects with the store's last error when
+  // the result could not be stored (the key may run again).
+  await settle(() => store.complete(scope, key, claim.token, { status: 200, headers: {}, body }), { op: 'complete', key, until, log }).done;
   return body;
 }
