@@ -282,7 +282,13 @@ export function idempotencyMiddleware(store, options = {}) {
     } catch (err) {
       return send(res, 400, { 'content-type': 'text/plain' }, `${header}: ${err.message}\n`);
     }
-    if (req.body === undefined) req.body = await readBody(req);
+    if (req.body === undefined) {
+      try {
+        req.body = await readBody(req);
+      } catch (err) { // the client left mid-body: an answer, never a rejection (Express would crash on it)
+        return send(res, 400, { 'content-type': 'text/plain' }, `idempotency: reading the request body: ${err.message}\n`);
+      }
+    }
     const raw = Buffer.isBuffer(req.body) || typeof req.body === 'string' ? req.body : JSON.stringify(req.body);
     const sc = scope(req);
     const started = Date.now(); // the lease runs from about here on the server's clock

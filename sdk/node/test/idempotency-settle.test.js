@@ -10,7 +10,7 @@ import { createServer, request as httpRequest } from 'node:http';
 import { Readable, pipeline } from 'node:stream';
 import { after, test } from 'node:test';
 import { Redis as IORedis } from 'ioredis';
-import { Metrics, createIdempotencyStore, idempotent, once as runOnce, safeHeader } from '../lib/idempotency.js';
+import { Metrics, createIdempotencyStore, idempotencyMiddleware, idempotent, once as runOnce, safeHeader } from '../lib/idempotency.js';
 import { setHeaders } from '../lib/idempotency-common.js';
 import { until } from '../test-support/eventually.js';
 import { startRedis } from '../test-support/redis-server.js';
@@ -203,4 +203,26 @@ test('safeHeader and setHeaders: the header rule, and a header the server refuse
     (n) => skipped.push(n));
   assert.deepEqual(set, { 'Content-Type': ['a', 'b'], Ok: 'fine' });
   assert.deepEqual(skipped, ['Location', 'X Odd:Name']);
+});
+
+test('a client that leaves mid-body gets an answer, never a rejection (Express would exit on it)', async () => {
+  const store = createIdempotencyStore(raw, { metrics: new Metrics(), prefix: prefix(), log: () => {} });
+  const mw = idempotencyMiddleware(store);
+  let settled;
+  const outcome = new Promise((resolve) => { settled = resolve; });
+  const { srv, port } = await listen((req, res) => {
+    mw(req, res, () => {}).then(() => settled('resolved'), (err) => settled(err));
+  });
+  try {
+    const req = httpRequest({ port, host: '127.0.0.1', method: 'POST', path: '/charges',
+      headers: { 'Idempotency-Key': 'k', 'content-length': '100' } });
+    req.on('error', () => {});
+    const arrived = once(srv, 'request');
+    req.write('only ten b');
+    await arrived;
+    req.destroy();
+    assert.equal(await outcome, 'resolved');
+  } finally {
+    srv.close();
+  }
 });
