@@ -166,7 +166,7 @@ export function settle(call, { op, key, until, log }) {
     let attempts = 1;
     for (let delay = 10; ; delay = Math.min(delay * 2, 1000)) {
       const wait = delay / 2 + (Math.random() * delay) / 2;
-      if (Date.now() + wait >= until) break;
+      if (!(Date.now() + wait < until)) break; // an until that is not a number (a store without leaseMs) retries nothing
       await new Promise((resolve) => setTimeout(resolve, wait));
       err = await attempt();
       attempts++;
