@@ -140,6 +140,9 @@ export function claimAnswer(claim, header, m) {
   return null;
 }
 
+/** The longest a client still there waits for the first store call after its handler (Go: each attempt's timeout). */
+export const ANSWER_WITHIN_MS = 5000;
+
 /**
  * Runs call (an owner's complete or fail, after its handler ran) at once
  * and, when that fails for any reason but a lost lease, again in the
@@ -147,15 +150,20 @@ export function claimAnswer(claim, header, m) {
  * lasts (until, unix ms). The store counts each failure; log(message, fields)
  * tells of the first failure and of how the retries ended. Returns
  * {first, done}: first resolves when the first attempt is over, whatever it
- * gave (the time to answer a client still there); done resolves when the
- * call succeeded and rejects with the last error when it did not (the key
- * may run again once the lease is over).
+ * gave, or after ANSWER_WITHIN_MS (the time to answer a client still
+ * there); done resolves when the call succeeded and rejects with the last
+ * error when it did not (the key may run again once the lease is over).
  */
 export function settle(call, { op, key, until, log }) {
   const attempt = () => Promise.resolve().then(call).then(() => null, (err) => err);
-  const first = attempt();
+  const firstAttempt = attempt();
+  // A store that hangs (a client queueing commands while it reconnects)
+  // holds a waiting client ANSWER_WITHIN_MS at most; the attempt goes on.
+  let timer;
+  const first = Promise.race([firstAttempt, new Promise((resolve) => { timer = setTimeout(resolve, ANSWER_WITHIN_MS); })])
+    .finally(() => clearTimeout(timer));
   const lost = (err) => err?.name === 'LeaseLostError';
-  const done = first.then(async (err) => {
+  const done = firstAttempt.then(async (err) => {
     if (err === null) return;
     const fields = (e, more) => ({ op, key, ...more, error: String(e?.message ?? e) });
     if (lost(err)) {

@@ -144,6 +144,32 @@ test('a store error at complete (enableOfflineQueue false): the record completes
   }
 });
 
+test('a store that hangs at complete: the client is answered, the record completes when the store answers', async () => {
+  const store = createIdempotencyStore(raw, { metrics: new Metrics(), prefix: prefix(), log: () => {} });
+  const watch = new IORedis({ host: server.host, port: server.port });
+  let runs = 0;
+  const { srv, port } = await listen(idempotent(store, async (req, res) => {
+    runs++;
+    await watch.client('PAUSE', '60000', 'WRITE'); // scripts wait; reads go on
+    res.statusCode = 201;
+    res.end('charged');
+  }));
+  const rk = store.recordKey('', 'k');
+  try {
+    const first = await post(port, 'k');
+    assert.equal(first.status, 201);
+    assert.equal(await watch.hget(rk, 'state'), 'in_progress', 'the client waited for the store');
+    await watch.client('UNPAUSE');
+    await until('the record to be completed', async () => (await watch.hget(rk, 'state')) === 'completed', 10_000);
+    const r = await post(port, 'k');
+    assert.deepEqual([r.status, r.replayed, r.body, runs], [201, 'true', 'charged', 1]);
+  } finally {
+    await watch.client('UNPAUSE');
+    await watch.quit();
+    srv.close();
+  }
+});
+
 test('a store still failing when the lease ends: logged, and the key may run again', async () => {
   const c = await offlineClient();
   const logs = [];
