@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // ReplayedHeader marks a response replayed from the store.
@@ -85,6 +87,16 @@ func Fingerprint(method, path string, body []byte) string {
 // first response (marked Idempotent-Replayed: true), the same key with
 // another request 422, a duplicate while the first runs 409 and
 // Retry-After.
+//
+// # Notes
+//
+// Once the handler has run, its response is stored (or the key released)
+// whatever happens to the request: a client that timed out or went away
+// does not cancel the store call. A store call that fails is counted,
+// logged, and retried in the background while the key's lease lasts; the
+// client gets the response after the first attempt. If the store is still
+// failing when the lease ends, the record stays in progress and the key may
+// run again (at least once, not exactly once).
 func Middleware(store *Store, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	o := mwOptions{header: "Idempotency-Key", scope: func(*http.Request) string { return "" },
 		methods: []string{"POST", "PATCH"}, stored: []string{"Content-Type", "Location"}, maxReq: 1 << 20, release: DefaultRelease}
@@ -114,6 +126,7 @@ func Middleware(store *Store, opts ...MiddlewareOption) func(http.Handler) http.
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			scope := o.scope(r)
+			start := time.Now() // the lease runs from about here on the server's clock
 			c, err := store.Begin(r.Context(), scope, key, Fingerprint(r.Method, r.URL.Path, body))
 			if err != nil {
 				if o.failOpen { // the key was checked: this is the store failing
@@ -139,17 +152,23 @@ func Middleware(store *Store, opts ...MiddlewareOption) func(http.Handler) http.
 				return
 			}
 			m.requests.WithLabelValues("first_run").Inc()
+			// Whatever happens to the request from here (a client that
+			// timed out, a store that fails), the record is completed or
+			// released: settle detaches from r.Context() and retries
+			// while the lease lasts, after the client has its answer.
+			until := start.Add(store.o.lease)
+			release := func(ctx context.Context) error { return store.Fail(ctx, scope, key, c.Token) }
 			rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 			done := false
 			defer func() {
 				if !done { // the handler panicked: a retry may run
-					store.Fail(r.Context(), scope, key, c.Token)
+					store.settle(r.Context(), "fail", key, until, release)
 				}
 			}()
 			next.ServeHTTP(rec, r)
 			done = true
 			if o.release(rec.status) {
-				store.Fail(r.Context(), scope, key, c.Token)
+				store.settle(r.Context(), "fail", key, until, release)
 			} else {
 				h := map[string][]string{}
 				for _, name := range o.stored {
@@ -157,7 +176,10 @@ func Middleware(store *Store, opts ...MiddlewareOption) func(http.Handler) http.
 						h[http.CanonicalHeaderKey(name)] = v
 					}
 				}
-				store.Complete(r.Context(), scope, key, c.Token, Response{Status: rec.status, Headers: h, Body: rec.body.Bytes()})
+				resp := Response{Status: rec.status, Headers: h, Body: rec.body.Bytes()}
+				store.settle(r.Context(), "complete", key, until, func(ctx context.Context) error {
+					return store.Complete(ctx, scope, key, c.Token, resp)
+				})
 			}
 			rec.flush()
 		})

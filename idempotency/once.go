@@ -40,7 +40,18 @@ func (e *InProgressError) Error() string {
 // *InProgressError, ErrConflict or ErrTooLarge (errors.Is, errors.As); the
 // store's errors, ErrLeaseLost among them when fn outlived its lease and
 // another call took the key over (fn's result is then not stored).
+//
+// # Notes
+//
+// fn's result is stored (or the key released) even when ctx is done by
+// then. A store call that fails is counted, logged and retried while the
+// key's lease lasts. After fn's error, Once returns at once (with the first
+// release's error joined, its retries go on in the background); after a
+// result, it returns when the result is stored, when the lease ended (the
+// store's last error: the key may run again), or when ctx is done (the first
+// attempt's error; the retries go on).
 func (s *Store) Once(ctx context.Context, scope, key, request string, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	start := time.Now() // the lease runs from about here on the server's clock
 	c, err := s.Begin(ctx, scope, key, request)
 	if err != nil {
 		return nil, err
@@ -62,22 +73,40 @@ func (s *Store) Once(ctx context.Context, scope, key, request string, fn func(co
 		return c.Response.Body, nil
 	}
 	m.requests.WithLabelValues("first_run").Inc()
+	// As the middleware: the record is completed or released whatever
+	// happened to ctx (the worker's deadline), retried while the lease
+	// lasts. Once waits for that unless ctx is done; the retries go on.
+	until := start.Add(s.o.lease)
+	release := func(ctx context.Context) error { return s.Fail(ctx, scope, key, c.Token) }
 	done := false
 	defer func() {
 		if !done { // fn panicked: a retry may run
-			s.Fail(context.WithoutCancel(ctx), scope, key, c.Token)
+			s.settle(ctx, "fail", key, until, release)
 		}
 	}()
 	out, err := fn(ctx)
 	done = true
 	if err != nil {
-		if ferr := s.Fail(context.WithoutCancel(ctx), scope, key, c.Token); ferr != nil {
+		if ferr, _ := s.settle(ctx, "fail", key, until, release); ferr != nil { // retried in the background
 			return nil, errors.Join(err, ferr)
 		}
 		return nil, err
 	}
-	if err := s.Complete(context.WithoutCancel(ctx), scope, key, c.Token, Response{Status: 200, Body: out}); err != nil {
-		return out, err
+	return out, settled(ctx)(s.settle(ctx, "complete", key, until, func(ctx context.Context) error {
+		return s.Complete(ctx, scope, key, c.Token, Response{Status: 200, Body: out})
+	}))
+}
+
+// settled takes settle's answer and returns its outcome: the last error
+// once its retries are over, or the first attempt's when ctx is done before
+// (the retries go on).
+func settled(ctx context.Context) func(first error, done <-chan error) error {
+	return func(first error, done <-chan error) error {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return first
+		}
 	}
-	return out, nil
 }

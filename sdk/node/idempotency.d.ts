@@ -35,6 +35,13 @@ export interface StoreOptions {
   readonly maxBody?: number;
   /** @default defaultMetrics */
   readonly metrics?: Metrics;
+  /**
+   * Where the store, its middleware and once() tell of a header name that
+   * cannot be stored (once per name) and of a store call that failed after a
+   * handler ran (a fixed message and its fields: op, key, attempts, error).
+   * @default (message, fields) => console.error(`backstop idempotency: ${message}`, fields)
+   */
+  readonly log?: (message: string, fields: Readonly<Record<string, unknown>>) => void;
 }
 
 export interface StoredResponse {
@@ -43,6 +50,8 @@ export interface StoredResponse {
   readonly body: Buffer;
   /** The response was over maxBody: not kept, never replayed. */
   readonly tooLarge: boolean;
+  /** The client left before the response was finished: body is what was captured. Replayed as it is. */
+  readonly truncated: boolean;
 }
 
 export type Claim =
@@ -53,11 +62,22 @@ export type Claim =
 
 export interface IdempotencyStore {
   readonly metrics: Metrics;
+  /** The store's lease: how long its store calls after a handler are retried. */
+  readonly leaseMs: number;
+  /** Tells the store's log option of message; never throws. */
+  log(message: string, fields: Readonly<Record<string, unknown>>): void;
   recordKey(scope: string, key: string): string;
   begin(scope: string, key: string, request: string): Promise<Claim>;
-  /** @throws LeaseLostError when the caller no longer owns the key. */
+  /**
+   * Headers are stored as safeHeader has them; one whose name is not an HTTP token is dropped.
+   * @throws LeaseLostError when the caller no longer owns the key.
+   */
   complete(scope: string, key: string, token: string,
-    response: { status: number; headers?: Record<string, readonly string[]>; body?: Buffer | string; tooLarge?: boolean }): Promise<void>;
+    response: {
+      status: number; headers?: Record<string, readonly string[]>; body?: Buffer | string; tooLarge?: boolean;
+      /** The client left before the response was finished. @default false */
+      truncated?: boolean;
+    }): Promise<void>;
   /** @throws LeaseLostError when the caller no longer owns the key. */
   fail(scope: string, key: string, token: string): Promise<void>;
 }
@@ -70,6 +90,13 @@ export declare function checkKey(key: string): void;
 export declare function fingerprint(method: string, path: string, body: Buffer | string): string;
 /** The policy's retryable statuses (408, 429, 502, 503, 504): such a response releases the key. */
 export declare function defaultRelease(status: number): boolean;
+/**
+ * A header value as every adapter stores and replays it, or undefined when
+ * name is not an RFC 9110 token (the header is not stored): UTF-8 bytes
+ * outside visible ASCII written %XX, spaces and tabs trimmed.
+ * @example safeHeader('Location', '/orders/€42') //=> '/orders/%E2%82%AC42'
+ */
+export declare function safeHeader(name: string, value: string): string | undefined;
 
 export interface MiddlewareOptions {
   /** @default 'Idempotency-Key' */
@@ -128,6 +155,8 @@ export declare class TooLargeError extends Error {}
 /**
  * Runs fn at most once for key within scope; a later call with the same key
  * and request resolves to the first call's result without running fn.
+ * Storing the result is retried while the lease lasts; it rejects with the
+ * store's last error when the lease ended first (the key may run again).
  * @example await once(store, 'jobs', job.id, job.id, () => charge(job))
  */
 export declare function once(store: IdempotencyStore, scope: string, key: string, request: string,

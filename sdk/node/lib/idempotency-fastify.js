@@ -2,7 +2,9 @@
 // idempotencyMiddleware (docs/idempotency.md) as Fastify hooks. It takes the
 // instance it is registered on and never imports fastify, an optional peer.
 import { Readable } from 'node:stream';
-import { checkKey, claimAnswer, defaultRelease, fingerprint, storedHeaderValues } from './idempotency-common.js';
+import {
+  checkKey, claimAnswer, defaultRelease, fingerprint, setHeaders, settle, storedHeaderValues,
+} from './idempotency-common.js';
 
 const state = Symbol('backstop.idempotency');
 
@@ -40,7 +42,9 @@ function text(reply, status, body, headers = {}) {
  * and Go adapters compute, whatever content-type parsers are installed. The
  * key is claimed in preHandler, after parsing and validation: a request
  * Fastify rejects never holds its key. An error the handler throws or sends
- * releases the key.
+ * releases the key. A store call after the handler that fails is counted,
+ * logged and retried in the background while the key's lease lasts; a
+ * stored header Fastify would refuse is skipped at replay and logged.
  */
 export async function fastifyIdempotency(fastify, options = {}) {
   const {
@@ -51,6 +55,7 @@ export async function fastifyIdempotency(fastify, options = {}) {
     throw new TypeError('Expected `store` to be an idempotency store (createIdempotencyStore)');
   }
   const m = store.metrics;
+  const log = (message, fields) => store.log?.(message, fields);
   const name = header.toLowerCase();
   // Fastify's own default; a route's bodyLimit, when it has one, wins.
   const bodyLimit = fastify.initialConfig?.bodyLimit ?? 1 << 20;
@@ -79,6 +84,7 @@ export async function fastifyIdempotency(fastify, options = {}) {
     const s = request[state];
     if (!s) return;
     s.scope = scope(request);
+    const started = Date.now(); // the lease runs from about here on the server's clock
     let claim;
     try {
       claim = await store.begin(s.scope, s.key, fingerprint(request.method, request.url.split('?')[0], s.raw));
@@ -89,10 +95,13 @@ export async function fastifyIdempotency(fastify, options = {}) {
     const answer = claimAnswer(claim, header, m);
     if (answer !== null) {
       reply.code(answer.status);
-      for (const [k, v] of Object.entries(answer.headers)) reply.header(k, Array.isArray(v) && v.length === 1 ? v[0] : v);
+      setHeaders(answer.headers, (k, v) => reply.header(k, v), (k, err) => {
+        log('stored header not replayed: the server refuses it', { name: k, error: err.message });
+      });
       return reply.send(answer.body);
     }
     s.token = claim.token;
+    s.until = started + store.leaseMs;
   });
 
   // Runs before the error handler's response goes through onSend.
@@ -110,11 +119,12 @@ export async function fastifyIdempotency(fastify, options = {}) {
     body = Buffer.isBuffer(body) ? body : Buffer.from(body ?? '');
     const status = reply.statusCode;
     const headers = storedHeaderValues(storedHeaders, (h) => reply.getHeader(h));
-    // As the middleware: the client gets the response even when the store
-    // call fails (counted in store errors; the lease frees the key).
-    await (s.failed || release(status)
-      ? store.fail(s.scope, s.key, token)
-      : store.complete(s.scope, s.key, token, { status, headers, body })).catch(() => {});
+    // As the middleware: the client gets the response after the first
+    // attempt; a failed call is retried in the background while the lease
+    // lasts.
+    const releasing = s.failed || release(status);
+    await settle(releasing ? () => store.fail(s.scope, s.key, token) : () => store.complete(s.scope, s.key, token, { status, headers, body }),
+      { op: releasing ? 'fail' : 'complete', key: s.key, until: s.until, log }).first;
     return body;
   });
 }

@@ -8,6 +8,7 @@ import { after, test } from 'node:test';
 import Fastify from 'fastify';
 import { Redis as IORedis } from 'ioredis';
 import { Metrics, createIdempotencyStore, fastifyIdempotency, idempotent } from '../lib/idempotency.js';
+import { until } from '../test-support/eventually.js';
 import { startRedis } from '../test-support/redis-server.js';
 
 const server = await startRedis();
@@ -193,4 +194,31 @@ test('fastify: the plugin refuses to register without a store', async () => {
   const app = Fastify();
   await assert.rejects(app.register(fastifyIdempotency, {}).ready(), /Expected `store`/);
   await app.close();
+});
+
+test('fastify: a store error at complete (enableOfflineQueue false) is retried until the record completes', async () => {
+  const c = new IORedis({ host: server.host, port: server.port, enableOfflineQueue: false });
+  c.on('error', () => {});
+  await once(c, 'ready');
+  const store = newStore(c, { log: () => {} });
+  const s = await serve(async (request, reply) => {
+    // The connection breaks while the handler runs: ioredis fails every
+    // command at once until it has reconnected.
+    const reconnecting = once(c, 'reconnecting');
+    await client.client('KILL', 'ID', String(await c.client('ID')));
+    await reconnecting;
+    return charge(request, reply);
+  }, { store });
+  try {
+    const first = await s.post('k', '{"amount": 3}');
+    assert.equal(first.status, 201);
+    assert.ok(s.metrics.storeErrors.complete >= 1, 'the first complete did not fail');
+    const rk = store.recordKey('', 'k');
+    await until('the record to be completed', async () => (await client.hget(rk, 'state')) === 'completed', 10_000);
+    const r = await s.post('k', '{"amount": 3}');
+    assert.deepEqual([r.status, r.headers.get('idempotent-replayed'), r.body, s.runs()], [201, 'true', first.body, 1]);
+  } finally {
+    await s.close();
+    c.disconnect();
+  }
 });

@@ -166,7 +166,8 @@ test('once: when Redis goes away during fn, fn\'s error is the one thrown', asyn
   const c = new IORedis({ host: down.host, port: down.port, maxRetriesPerRequest: 0, retryStrategy: () => null });
   c.on('error', () => {});
   const metrics = new Metrics();
-  const store = createIdempotencyStore(c, { metrics });
+  // A short lease: the release is retried in the background while it lasts.
+  const store = createIdempotencyStore(c, { metrics, leaseMs: 500, log: () => {} });
   await assert.rejects(runOnce(store, 'jobs', 'j1', 'j1', async () => {
     const closed = once(c, 'end');
     await down.stop();
