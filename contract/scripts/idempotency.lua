@@ -4,7 +4,9 @@
 -- owner's), lease_until (unix ms, server clock), request (a hash of the
 -- request), and once completed: status, headers, body (as the adapter
 -- encodes them: body base64, headers a JSON object), too_large ('1' when the
--- response was over the adapter's limit: no body, never replayed).
+-- response was over the adapter's limit: no body, never replayed), and
+-- truncated ('1' only, else absent: the client left before the response
+-- ended, the body is what was captured; replayed like any other).
 -- ARGV[1] the operation:
 --   begin TOKEN REQUEST LEASE_MS RETENTION_MS
 --     absent, or in progress past its lease (the owner crashed): the caller
@@ -12,7 +14,9 @@
 --     another request under the key: {'conflict'}
 --     in progress: {'in_progress', seconds left of the lease, rounded up}
 --     completed: {'completed', status, headers, body, too_large (0 or 1)}
---   complete TOKEN STATUS HEADERS BODY TOO_LARGE RETENTION_MS
+--     (a truncated response replays like any other: begin does not say)
+--   complete TOKEN STATUS HEADERS BODY TOO_LARGE RETENTION_MS [TRUNCATED]
+--     (TRUNCATED '0' or '1', default '0')
 --     the owner stores the response: {'completed'}
 --   fail TOKEN
 --     the owner releases the key so that a retry may run: {'released'}
@@ -34,7 +38,9 @@ if op == 'begin' then
   if #ARGV ~= 5 then return refuse('begin wants 5 arguments: begin token request lease_ms retention_ms') end
   bad = bad or word('request', ARGV[3])
 elseif op == 'complete' then
-  if #ARGV ~= 7 then return refuse('complete wants 7 arguments: complete token status headers body too_large retention_ms') end
+  if #ARGV ~= 7 and #ARGV ~= 8 then
+    return refuse('complete wants 7 or 8 arguments: complete token status headers body too_large retention_ms [truncated]')
+  end
 elseif op == 'fail' then
   if #ARGV ~= 2 then return refuse('fail wants 2 arguments: fail token') end
 else
@@ -82,6 +88,7 @@ if op == 'complete' then
   if ARGV[6] ~= '0' and ARGV[6] ~= '1' then return refuse('too_large must be 0 or 1, got ' .. show(ARGV[6])) end
   local retention = whole(ARGV[7], 1, 1e12)
   if not retention then return refuse('retention_ms must be a whole number in 1..1e12, got ' .. show(ARGV[7])) end
+  if ARGV[8] and ARGV[8] ~= '0' and ARGV[8] ~= '1' then return refuse('truncated must be 0 or 1, got ' .. show(ARGV[8])) end
 end
 if state ~= 'in_progress' or owner ~= token then
   local why = 'the record is gone (expired or released)'
@@ -98,6 +105,7 @@ end
 local large = ARGV[6] == '1'
 redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[3], 'headers', large and '' or ARGV[4],
   'body', large and '' or ARGV[5], 'too_large', ARGV[6])
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'truncated', '1') end
 redis.call('HDEL', KEYS[1], 'lease_until')
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 return {'completed'}

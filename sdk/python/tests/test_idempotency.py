@@ -5,6 +5,7 @@ open) when Redis is gone; a worker's handler keyed by the job id runs its
 side effect once."""
 
 import asyncio
+import json
 import uuid
 
 import pytest
@@ -15,7 +16,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from backstop.idempotency import (AsyncIdempotencyStore, ConflictError, IdempotencyMetrics, IdempotencyMiddleware,
-                                  IdempotencyStore, InProgressError, idempotent)
+                                  IdempotencyStore, InProgressError, StoredResponse, _safe_header, idempotent)
 from conftest import RedisServer
 
 
@@ -165,7 +166,8 @@ def test_decorator_keeps_the_error_when_redis_goes_away(tmp_path):
 
     with pytest.raises(TimeoutError):
         charge("j1")
-    assert store.metrics.store_errors["fail"] == 1
+    # The first try; the release is tried again meanwhile, while the lease lasts.
+    assert store.metrics.store_errors["fail"] >= 1
 
     adown = RedisServer(tmp_path / "async")
     astore = _store(adown.port, once)
@@ -180,7 +182,7 @@ def test_decorator_keeps_the_error_when_redis_goes_away(tmp_path):
             await acharge("j1")
 
     asyncio.run(main())
-    assert astore.metrics.store_errors["fail"] == 1
+    assert astore.metrics.store_errors["fail"] >= 1
 
 
 def test_decorator_async_in_progress(redis_server):
@@ -201,5 +203,63 @@ def test_decorator_async_in_progress(redis_server):
         assert e.value.retry_after == 30
         gate.set()
         assert await first == 1 and await slow("j") == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("name,value,want", [
+    ("Location", "/orders/\u20ac42", "/orders/%E2%82%AC42"),
+    ("Location", b"/orders/\xe2\x82\xac42", "/orders/%E2%82%AC42"),  # ASGI bytes, taken as bytes
+    ("Location", "/charges/1\x01", "/charges/1%01"),
+    ("Location", "/a\r\nSet-Cookie: x", "/a%0D%0ASet-Cookie: x"),
+    ("Content-Type", "text/plain; charset=utf-8", "text/plain; charset=utf-8"),  # visible ASCII: unchanged
+    ("X-A", "  a\tb  c \t", "a\tb%20%20c"),  # trimmed; only a single space or tab between visible bytes
+    ("X-A", "100%25 \u00e9", "100%25%20%C3%A9"),  # % itself is not escaped
+    ("X-A", "", ""),
+    ("X Odd:Name", "1", None),
+    ("X-\u00e9", "1", None),
+    ("", "1", None),
+    ("!#$%&'*+-.^_`|~09azAZ", "1", "1"),
+])
+def test_safe_header(name, value, want):
+    got = _safe_header(name, value)
+    assert (got and got[1]) == want if want is not None else got is None
+    if got:  # the rule applied twice gives the same value
+        assert _safe_header(got[0], got[1]) == got
+
+
+def test_store_keeps_headers_safe(redis_server, caplog):
+    raw = redis.Redis(port=redis_server.port)
+    store = IdempotencyStore(redis.Redis(port=redis_server.port), prefix="t" + uuid.uuid4().hex, metrics=IdempotencyMetrics())
+    for key in ("a", "b"):
+        claim = store.begin("", key, "r")
+        store.complete("", key, claim.token, StoredResponse(201, {
+            "Location": ["/charges/\u2603"], "X Odd:Name": ["1"], "X-Two": ["a\x01", "b"]}, b"ok"))
+        assert json.loads(raw.hget(store.record_key("", key), "headers")) == {
+            "Location": ["/charges/%E2%98%83"], "X-Two": ["a%01", "b"]}
+    # A dropped name is logged once, not once per response.
+    assert [r.getMessage() for r in caplog.records if "RFC 9110" in r.getMessage()] == [
+        "idempotency: header not stored, its name is not an RFC 9110 token: name=b'X Odd:Name'"]
+
+
+def test_decorator_completes_when_cancelled_after_the_handler(redis_server):
+    # A worker cancels the handler's task at its deadline, just as fn returns:
+    # the cancellation lands in the store's complete. The record is completed
+    # all the same (its own task), so the redelivered job does not run again.
+    async def main():
+        store = _store(redis_server.port)
+        runs = []
+
+        @idempotent(store, key=lambda job_id: job_id)
+        async def charge(job_id):
+            runs.append(job_id)
+            asyncio.get_running_loop().call_soon(task.cancel)  # the deadline, due now
+            return "charged"
+
+        task = asyncio.ensure_future(charge("j"))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.drain()
+        assert await charge("j") == "charged" and runs == ["j"]
 
     asyncio.run(main())
