@@ -237,6 +237,11 @@ def test_store_keeps_headers_safe(redis_server, caplog):
             "Location": ["/charges/\u2603"], "X Odd:Name": ["1"], "X-Two": ["a\x01", "b"]}, b"ok"))
         assert json.loads(raw.hget(store.record_key("", key), "headers")) == {
             "Location": ["/charges/%E2%98%83"], "X-Two": ["a%01", "b"]}
+    # Records other languages (or older versions) wrote are read through the rule too.
+    for stored, want in [(b'{"Location":"/x\xe2\x98\x83","A":[1,"b"],"B C":["d"]}', {"Location": ["/x%E2%98%83"], "A": ["b"]}),
+                         (b"not json \xff", {}), (b'["a"]', {})]:
+        raw.hset(store.record_key("", "a"), "headers", stored)
+        assert store.begin("", "a", "r").response.headers == want
     # A dropped name is logged once, not once per response.
     assert [r.getMessage() for r in caplog.records if "RFC 9110" in r.getMessage()] == [
         "idempotency: header not stored, its name is not an RFC 9110 token: name=b'X Odd:Name'"]

@@ -177,16 +177,38 @@ def _safe_header(name: Union[str, bytes], value: Union[str, bytes]) -> Optional[
     sides: ``/orders/€42`` becomes ``/orders/%E2%82%AC42``, CR LF ``%0D%0A``.
     A visible ASCII value is unchanged (``%`` is not escaped), so applying
     the rule twice gives the same value."""
-    n = name.encode() if isinstance(name, str) else bytes(name)
+    n = _utf8(name)
     if not _TOKEN.match(n):
         return None
-    v = (value.encode() if isinstance(value, str) else bytes(value)).strip(b" \t")
+    v = _utf8(value).strip(b" \t")
     last = len(v) - 1
     out = "".join(
         chr(b) if _visible(b) or (b in (0x20, 0x09) and 0 < i < last and _visible(v[i - 1]) and _visible(v[i + 1]))
         else "%%%02X" % b
         for i, b in enumerate(v))
     return n.decode("ascii"), out
+
+
+def _utf8(s: Union[str, bytes]) -> bytes:
+    """s as bytes: a str UTF-8-encoded, a lone surrogate (JSON allows one)
+    as U+FFFD, as Go's and JavaScript's decoders give it."""
+    if not isinstance(s, str):
+        return bytes(s)
+    try:
+        return s.encode()
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in s).encode()
+
+
+def _stored_pairs(headers: Any) -> Iterable[Tuple[str, str]]:
+    """The (name, value) pairs of a record's headers as any language stored
+    them (an object of lists of strings); anything else in it is skipped."""
+    if not isinstance(headers, dict):
+        return
+    for k, vs in headers.items():
+        for v in vs if isinstance(vs, list) else [vs]:
+            if isinstance(v, str):
+                yield k, v
 
 
 def _safe_headers(headers: Iterable[Tuple[Union[str, bytes], Union[str, bytes]]], canonical: bool = False,
@@ -197,7 +219,7 @@ def _safe_headers(headers: Iterable[Tuple[Union[str, bytes], Union[str, bytes]]]
     for k, v in headers:
         h = _safe_header(k, v)
         if h is None:
-            raw = k.encode() if isinstance(k, str) else bytes(k)
+            raw = _utf8(k)
             if logged and raw not in _dropped and len(_dropped) < _DROPPED_LOGGED:
                 _dropped.add(raw)
                 log.warning("idempotency: header not stored, its name is not an RFC 9110 token: name=%r", raw)
@@ -279,11 +301,15 @@ class _Base:
         if state == "conflict":
             return Claim("conflict")
         if state == "completed":
-            h = _text(r[2])
-            headers = json.loads(h) if h else {}
+            h = r[2].decode("utf-8", "replace") if isinstance(r[2], bytes) else str(r[2])
+            try:
+                headers = json.loads(h) if h else {}
+            except ValueError:
+                headers = None
+                log.warning("idempotency: the stored headers of key %r are not JSON, replayed without them", key)
             # Stored by any language, maybe before the header rule: applied again.
             return Claim("completed", response=StoredResponse(
-                status=int(_text(r[1])), headers=_safe_headers((k, v) for k, vs in headers.items() for v in vs),
+                status=int(_text(r[1])), headers=_safe_headers(_stored_pairs(headers)),
                 body=base64.b64decode(_text(r[3])), too_large=int(r[4]) == 1))
         self.metrics.store_errors["begin"] += 1
         raise redis.RedisError("idempotency: begin %r: unexpected reply %r" % (key, r))
