@@ -75,5 +75,30 @@ func buildCases() []idemCase {
 	}
 	add("binary/all-bytes", begin("A", "r1"), caseStep{Caller: "A", Op: "complete", Status: 200,
 		Headers: map[string][]string{"Content-Type": {"application/octet-stream"}}, Body: base64.StdEncoding.EncodeToString(all)}, begin("B", "r1"))
+	// Headers no HTTP server of another language would send are stored and
+	// replayed as SafeHeader has them: a name that is not a token dropped,
+	// a value's bytes outside visible ASCII written %XX.
+	add("headers/hostile", begin("A", "r1"), caseStep{Caller: "A", Op: "complete", Status: 201,
+		Headers: map[string][]string{
+			"Location": {"/orders/€42"}, "X Odd:Name": {"v"}, "X-Control": {"/charges/1\x01"}, "X-Split": {"a\r\nSet-Cookie: x=1"},
+			"X-Trimmed": {" \t padded value \t "}, "X-Spaces": {"a  b", "a\tb", "a ☃"}, "X-Visible": {"100%25 ok; q=\"x\""},
+			"X-Empty": {""}, "X-Snowman": {"/charges/☃"},
+		}, Body: b64("{}")}, begin("B", "r1"))
+	add("headers/all-dropped", begin("A", "r1"), caseStep{Caller: "A", Op: "complete", Status: 200,
+		Headers: map[string][]string{"X Odd:Name": {"v"}, "": {"v"}, "Bad\r\nName": {"v"}, "Ünicode": {"v"}}, Body: b64("ok")}, begin("B", "r1"))
+	// A record stored before the rule (by any adapter): the replay applies
+	// it; the record itself is left as it is.
+	add("headers/stored-before", caseStep{Op: "write", Fields: map[string]string{
+		"state": "completed", "request": "r1", "status": "201", "too_large": "0", "body": b64(`{"id":"ord_42"}`),
+		"headers": `{"Location":["/orders/€42"],"X Odd:Name":["v"],"X-Control":["/charges/1\u0001"],"Content-Type":["application/json"]}`,
+	}}, begin("B", "r1"))
+	// The client left mid-response: the record is completed with what was
+	// captured, marked truncated, and replayed as it is.
+	add("truncated/replay", begin("A", "r1"), caseStep{Caller: "A", Op: "complete", Status: 200,
+		Headers: map[string][]string{"Content-Type": {"text/plain"}}, Body: b64("partial"), Truncated: true}, begin("B", "r1"))
+	add("truncated/too-large", begin("A", "r1"), caseStep{Caller: "A", Op: "complete", Status: 200,
+		Body: b64(strings.Repeat("x", 1025)), Truncated: true}, begin("B", "r1"))
+	add("truncated/late-complete", begin("A", "r1"), caseStep{Caller: "A", Op: "complete", Status: 200, Body: b64("part"), Truncated: true},
+		complete("A", 201, "whole"), begin("B", "r1"))
 	return cs
 }

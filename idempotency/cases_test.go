@@ -48,6 +48,10 @@ type caseStep struct {
 	Status  int                 `json:"status,omitempty"`
 	Headers map[string][]string `json:"headers,omitempty"`
 	Body    string              `json:"body_b64,omitempty"`
+	// Truncated: complete's response was cut short (the client left).
+	Truncated bool `json:"truncated,omitempty"`
+	// Fields: write's record, as an adapter may have stored it.
+	Fields map[string]string `json:"fields,omitempty"`
 }
 
 // replayCase runs c's steps through a store and returns each step's reply
@@ -81,6 +85,9 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f 
 			case Completed:
 				r["status"], r["headers"], r["too_large"] = cl.Response.Status, cl.Response.Headers, cl.Response.TooLarge
 				r["body_b64"] = base64.StdEncoding.EncodeToString(cl.Response.Body)
+				if cl.Response.Truncated {
+					r["truncated"] = true
+				}
 			}
 			reply = r
 		case "complete", "fail":
@@ -91,7 +98,7 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f 
 			}
 			var err error
 			if st.Op == "complete" {
-				err = s.Complete(ctx, f.Scope, f.Key, tok, Response{Status: st.Status, Headers: st.Headers, Body: body})
+				err = s.Complete(ctx, f.Scope, f.Key, tok, Response{Status: st.Status, Headers: st.Headers, Body: body, Truncated: st.Truncated})
 			} else {
 				err = s.Fail(ctx, f.Scope, f.Key, tok)
 			}
@@ -114,6 +121,15 @@ func replayCase(t *testing.T, ctx context.Context, rdb redis.UniversalClient, f 
 			}
 		case "expire":
 			if err := rdb.Del(ctx, rk).Err(); err != nil {
+				t.Fatal(err)
+			}
+		case "write":
+			// A record as it is in Redis, written by another adapter or
+			// an older version, kept for the retention.
+			if err := rdb.HSet(ctx, rk, st.Fields).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.PExpire(ctx, rk, time.Duration(f.RetentionMS)*time.Millisecond).Err(); err != nil {
 				t.Fatal(err)
 			}
 		default:

@@ -17,6 +17,8 @@ func encodeStored(h map[string][]string, body []byte) (string, string) {
 	return string(j), base64.StdEncoding.EncodeToString(body)
 }
 
+// decodeStored reads a stored response back; the headers as SafeHeader has
+// them (a record stored before the rule may hold any).
 func decodeStored(headers, body string) (map[string][]string, []byte, error) {
 	h := map[string][]string{}
 	if headers != "" {
@@ -28,5 +30,5 @@ func decodeStored(headers, body string) (map[string][]string, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("stored body is not base64: %w", err)
 	}
-	return h, b, nil
+	return safeHeaders(h, nil), b, nil
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -68,6 +69,9 @@ type Response struct {
 	// TooLarge: the response was over the store's limit and was not kept;
 	// it cannot be replayed.
 	TooLarge bool
+	// Truncated: the client left before the response was finished; Body is
+	// what was captured by then. A replay answers it as it is.
+	Truncated bool
 }
 
 // Claim is the answer of Begin.
@@ -96,6 +100,7 @@ type options struct {
 	retention time.Duration
 	maxBody   int
 	metrics   *Metrics
+	log       *slog.Logger
 }
 
 // Option configures a Store.
@@ -122,6 +127,11 @@ func WithMaxBody(n int) Option { return func(o *options) { o.maxBody = n } }
 // DefaultMetrics.
 func WithMetrics(m *Metrics) Option { return func(o *options) { o.metrics = m } }
 
+// WithLogger sets the logger of the store and of its Middleware and Once:
+// a header name that cannot be stored, a store call that failed after the
+// handler ran. Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
 // New returns a store over rdb (a *redis.Client, *redis.ClusterClient or any
 // redis.Scripter). The client stays the caller's.
 //
@@ -135,6 +145,9 @@ func New(rdb redis.Scripter, opts ...Option) *Store {
 	}
 	if o.metrics == nil {
 		o.metrics = DefaultMetrics
+	}
+	if o.log == nil {
+		o.log = slog.Default()
 	}
 	return &Store{rdb: rdb, o: o}
 }
@@ -224,8 +237,8 @@ func parseBegin(r []any) (Claim, error) {
 		return Claim{State: InProgress, RetryAfter: time.Duration(num(1)) * time.Second}, nil
 	case len(r) == 1 && str(0) == "conflict":
 		return Claim{State: Conflict}, nil
-	case len(r) == 5 && str(0) == "completed":
-		resp := &Response{TooLarge: num(4) == 1}
+	case len(r) == 6 && str(0) == "completed":
+		resp := &Response{TooLarge: num(4) == 1, Truncated: num(5) == 1}
 		fmt.Sscan(str(1), &resp.Status)
 		var err error
 		if resp.Headers, resp.Body, err = decodeStored(str(2), str(3)); err != nil {
@@ -237,19 +250,24 @@ func parseBegin(r []any) (Claim, error) {
 }
 
 // Complete stores resp as the key's response; only the owner (token from
-// Begin) may. A body over the store's limit is stored as too large.
+// Begin) may. A body over the store's limit is stored as too large. Headers
+// are stored as SafeHeader has them: a header whose name is not a token is
+// dropped (logged once per name).
 //
 // # Errors
 //
 // ErrLeaseLost (errors.Is) when the caller is no longer the owner.
 func (s *Store) Complete(ctx context.Context, scope, key, token string, resp Response) error {
-	large := "0"
-	headers, body := encodeStored(resp.Headers, resp.Body)
+	large, truncated := "0", "0"
+	if resp.Truncated {
+		truncated = "1"
+	}
+	headers, body := encodeStored(safeHeaders(resp.Headers, func(name string) { logDropped(s.o.log, name) }), resp.Body)
 	if resp.TooLarge || len(resp.Body) > s.o.maxBody {
 		large, headers, body = "1", "", ""
 	}
 	err := script.Run(ctx, s.rdb, []string{s.RecordKey(scope, key)},
-		"complete", token, fmt.Sprint(resp.Status), headers, body, large, ms(s.o.retention)).Err()
+		"complete", token, fmt.Sprint(resp.Status), headers, body, large, ms(s.o.retention), truncated).Err()
 	return s.ownerErr("complete", key, err)
 }
 

@@ -5,19 +5,19 @@
 -- request), and once completed: status, headers, body (as the adapter
 -- encodes them: body base64, headers a JSON object), too_large ('1' when the
 -- response was over the adapter's limit: no body, never replayed), and
--- truncated ('1' only, else absent: the client left before the response
--- ended, the body is what was captured; replayed like any other).
+-- truncated ('1' when the client left before the response was finished: the
+-- body is what was captured; absent otherwise).
 -- ARGV[1] the operation:
 --   begin TOKEN REQUEST LEASE_MS RETENTION_MS
 --     absent, or in progress past its lease (the owner crashed): the caller
 --     owns the key now: {'started', taken_over (0 or 1)}
 --     another request under the key: {'conflict'}
 --     in progress: {'in_progress', seconds left of the lease, rounded up}
---     completed: {'completed', status, headers, body, too_large (0 or 1)}
---     (a truncated response replays like any other: begin does not say)
+--     completed: {'completed', status, headers, body, too_large (0 or 1),
+--     truncated (0 or 1)}
 --   complete TOKEN STATUS HEADERS BODY TOO_LARGE RETENTION_MS [TRUNCATED]
---     (TRUNCATED '0' or '1', default '0')
---     the owner stores the response: {'completed'}
+--     the owner stores the response: {'completed'}; TRUNCATED ('0' or '1',
+--     default '0'; optional, so an adapter that predates it still calls)
 --   fail TOKEN
 --     the owner releases the key so that a retry may run: {'released'}
 -- complete and fail by anyone but the owner (the lease ran out and another
@@ -62,8 +62,8 @@ if op == 'begin' then
   local now = now_ms()
   if state and request ~= ARGV[3] then return {'conflict'} end
   if state == 'completed' then
-    local r = redis.call('HMGET', KEYS[1], 'status', 'headers', 'body', 'too_large')
-    return {'completed', r[1] or '', r[2] or '', r[3] or '', r[4] == '1' and 1 or 0}
+    local r = redis.call('HMGET', KEYS[1], 'status', 'headers', 'body', 'too_large', 'truncated')
+    return {'completed', r[1] or '', r[2] or '', r[3] or '', r[4] == '1' and 1 or 0, r[5] == '1' and 1 or 0}
   end
   local taken = 0
   if state == 'in_progress' then
@@ -86,9 +86,9 @@ if op == 'complete' then
   local status = whole(ARGV[3], 100, 999)
   if not status then return refuse('status must be a whole number in 100..999, got ' .. show(ARGV[3])) end
   if ARGV[6] ~= '0' and ARGV[6] ~= '1' then return refuse('too_large must be 0 or 1, got ' .. show(ARGV[6])) end
+  if ARGV[8] and ARGV[8] ~= '0' and ARGV[8] ~= '1' then return refuse('truncated must be 0 or 1, got ' .. show(ARGV[8])) end
   local retention = whole(ARGV[7], 1, 1e12)
   if not retention then return refuse('retention_ms must be a whole number in 1..1e12, got ' .. show(ARGV[7])) end
-  if ARGV[8] and ARGV[8] ~= '0' and ARGV[8] ~= '1' then return refuse('truncated must be 0 or 1, got ' .. show(ARGV[8])) end
 end
 if state ~= 'in_progress' or owner ~= token then
   local why = 'the record is gone (expired or released)'
@@ -105,7 +105,7 @@ end
 local large = ARGV[6] == '1'
 redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[3], 'headers', large and '' or ARGV[4],
   'body', large and '' or ARGV[5], 'too_large', ARGV[6])
-if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'truncated', '1') end
 redis.call('HDEL', KEYS[1], 'lease_until')
+if ARGV[8] == '1' then redis.call('HSET', KEYS[1], 'truncated', '1') end
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 return {'completed'}

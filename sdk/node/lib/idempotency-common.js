@@ -6,6 +6,7 @@
 // imports no other module of the package, so the two depend on it and never
 // on each other.
 import { createHash } from 'node:crypto';
+import { validateHeaderName, validateHeaderValue } from 'node:http';
 
 export const MAX_KEY_LENGTH = 255;
 export const REPLAYED_HEADER = 'Idempotent-Replayed';
@@ -32,6 +33,66 @@ export function defaultRelease(status) {
 // Content-Type, as Go's http.CanonicalHeaderKey writes it, so every adapter stores the same names.
 export function canonical(name) {
   return name.toLowerCase().replace(/(^|-)([a-z])/g, (_, d, c) => d + c.toUpperCase());
+}
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const blank = (c) => c === 0x20 || c === 0x09;
+
+/**
+ * value as every adapter stores and replays it, or undefined when a header
+ * called name may not be stored at all: the rule Go's idempotency.SafeHeader
+ * and Python's _safe_header apply too (docs/idempotency.md, "Stored
+ * headers"). A name that is not an RFC 9110 token is refused; value is
+ * UTF-8-encoded, spaces and tabs trimmed at both ends, and each byte outside
+ * 0x21-0x7E written %XX (uppercase hex), except a single space or tab
+ * between two other bytes: '/orders/€42' → '/orders/%E2%82%AC42'.
+ * Visible ASCII is unchanged, so the rule applied twice gives the same value.
+ */
+export function safeHeader(name, value) {
+  if (typeof name !== 'string' || !TOKEN.test(name)) return undefined;
+  const b = Buffer.from(String(value), 'utf8');
+  let start = 0;
+  let end = b.length;
+  while (start < end && blank(b[start])) start++;
+  while (end > start && blank(b[end - 1])) end--;
+  let out = '';
+  for (let i = start; i < end; i++) {
+    const c = b[i];
+    if ((c >= 0x21 && c <= 0x7e) || (blank(c) && !blank(b[i - 1]) && !blank(b[i + 1]))) out += String.fromCharCode(c);
+    else out += `%${c.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return out;
+}
+
+/** headers ({name: [values]}) through safeHeader; each name it drops is given to dropped. */
+export function safeHeaders(headers, dropped = () => {}) {
+  const out = {};
+  for (const [name, values] of Object.entries(headers ?? {})) {
+    if (safeHeader(name, '') === undefined) {
+      dropped(name);
+      continue;
+    }
+    out[name] = (Array.isArray(values) ? values : [values]).map((v) => safeHeader(name, v));
+  }
+  return out;
+}
+
+/**
+ * Sets each of headers on a response through set(name, value), skipping
+ * (and telling skipped of) any the HTTP server still refuses: a replay never
+ * crashes on a stored header.
+ */
+export function setHeaders(headers, set, skipped) {
+  for (const [name, value] of Object.entries(headers)) {
+    const v = Array.isArray(value) && value.length === 1 ? value[0] : value;
+    try {
+      validateHeaderName(name);
+      for (const one of Array.isArray(v) ? v : [v]) validateHeaderValue(name, one);
+      set(name, v);
+    } catch (err) {
+      skipped(name, err);
+    }
+  }
 }
 
 /** The headers a store keeps of a response: each of names that get(name) has, as canonical() writes it → its values. */
@@ -77,4 +138,50 @@ export function claimAnswer(claim, header, m) {
   }
   m.requests.first_run++;
   return null;
+}
+
+/**
+ * Runs call (an owner's complete or fail, after its handler ran) at once
+ * and, when that fails for any reason but a lost lease, again in the
+ * background: 10 ms doubling (at most 1 s), jittered, while the owner's lease
+ * lasts (until, unix ms). The store counts each failure; log(message, fields)
+ * tells of the first failure and of how the retries ended. Returns
+ * {first, done}: first resolves when the first attempt is over, whatever it
+ * gave (the time to answer a client still there); done resolves when the
+ * call succeeded and rejects with the last error when it did not (the key
+ * may run again once the lease is over).
+ */
+export function settle(call, { op, key, until, log }) {
+  const attempt = () => Promise.resolve().then(call).then(() => null, (err) => err);
+  const first = attempt();
+  const lost = (err) => err?.name === 'LeaseLostError';
+  const done = first.then(async (err) => {
+    if (err === null) return;
+    const fields = (e, more) => ({ op, key, ...more, error: String(e?.message ?? e) });
+    if (lost(err)) {
+      log('store call refused: the lease was lost', fields(err));
+      throw err;
+    }
+    log('store call failed after the handler ran; retrying while the lease lasts', fields(err));
+    let attempts = 1;
+    for (let delay = 10; ; delay = Math.min(delay * 2, 1000)) {
+      const wait = delay / 2 + (Math.random() * delay) / 2;
+      if (Date.now() + wait >= until) break;
+      await new Promise((resolve) => setTimeout(resolve, wait));
+      err = await attempt();
+      attempts++;
+      if (err === null) {
+        log('store call succeeded after retries', { op, key, attempts });
+        return;
+      }
+      if (lost(err)) {
+        log('store call refused: the lease was lost', fields(err, { attempts }));
+        throw err;
+      }
+    }
+    log('store call still failing when the lease ended: the key may run again', fields(err, { attempts }));
+    throw err;
+  });
+  done.catch(() => {}); // a caller answering a client does not wait for it
+  return { first, done };
 }

@@ -5,10 +5,12 @@
 // adapters run too; testdata/idempotency pins what it answers.
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { checkKey, claimAnswer, defaultRelease, fingerprint, storedHeaderValues } from './idempotency-common.js';
+import {
+  checkKey, claimAnswer, defaultRelease, fingerprint, safeHeaders, setHeaders, settle, storedHeaderValues,
+} from './idempotency-common.js';
 import { sender } from './redis/client.js';
 
-export { MAX_KEY_LENGTH, REPLAYED_HEADER, checkKey, defaultRelease, fingerprint } from './idempotency-common.js';
+export { MAX_KEY_LENGTH, REPLAYED_HEADER, checkKey, defaultRelease, fingerprint, safeHeader } from './idempotency-common.js';
 export { fastifyIdempotency } from './idempotency-fastify.js';
 
 let source; // lib.lua, a newline, idempotency.lua: read on first use
@@ -78,14 +80,28 @@ function positive(name, v) {
   if (!Number.isSafeInteger(v) || v < 1) throw new TypeError(`Expected \`${name}\` to be a positive whole number of milliseconds (got ${v})`);
 }
 
+/** The default log of a store: a fixed message and its fields on stderr. */
+function defaultLog(message, fields) {
+  console.error(`backstop idempotency: ${message}`, fields);
+}
+
+// The header names already logged as not stored: each is logged once per
+// process (up to MAX_DROPPED of them).
+const dropped = new Set();
+const MAX_DROPPED = 1024;
+
 /**
  * Returns a store over client (ioredis Redis or Cluster, node-redis v4+
  * client or cluster). Options: prefix ('idem'), leaseMs (30000),
- * retentionMs (86400000), maxBody (1 MiB), metrics (defaultMetrics).
+ * retentionMs (86400000), maxBody (1 MiB), metrics (defaultMetrics), log
+ * (`(message, fields) => …`, default console.error: a header name that
+ * cannot be stored, a store call that failed after a handler ran).
  */
 export function createIdempotencyStore(client, options = {}) {
   const send = sender(client);
-  const { prefix = 'idem', leaseMs = 30_000, retentionMs = 86_400_000, maxBody = 1 << 20, metrics = defaultMetrics } = options;
+  const {
+    prefix = 'idem', leaseMs = 30_000, retentionMs = 86_400_000, maxBody = 1 << 20, metrics = defaultMetrics, log = defaultLog,
+  } = options;
   if (typeof prefix !== 'string' || prefix === '' || /[{}]/.test(prefix)) {
     throw new TypeError(`Expected \`prefix\` to be a non-empty string without braces (got ${JSON.stringify(prefix)})`);
   }
@@ -93,7 +109,8 @@ export function createIdempotencyStore(client, options = {}) {
   positive('retentionMs', retentionMs);
   if (retentionMs < leaseMs) throw new TypeError(`Expected \`retentionMs\` to be at least \`leaseMs\` (${leaseMs}), got ${retentionMs}`);
   if (!Number.isSafeInteger(maxBody) || maxBody < 0) throw new TypeError(`Expected \`maxBody\` to be a whole number >= 0 (got ${maxBody})`);
-  return new Store(send, { prefix, leaseMs, retentionMs, maxBody, metrics });
+  if (typeof log !== 'function') throw new TypeError('Expected `log` to be a function');
+  return new Store(send, { prefix, leaseMs, retentionMs, maxBody, metrics, log });
 }
 
 class Store {
@@ -104,6 +121,16 @@ class Store {
     this.#send = send;
     this.#o = o;
     this.metrics = o.metrics;
+    this.leaseMs = o.leaseMs;
+  }
+
+  /** Logs message with fields (the store's log option); a failing log never fails a request. */
+  log(message, fields) {
+    try {
+      this.#o.log(message, fields);
+    } catch {
+      // A failing logger must not fail the request.
+    }
   }
 
   /** The Redis key of key within scope: `<prefix>:{<scope>:<key>}`, one hash tag. */
@@ -134,7 +161,8 @@ class Store {
   /**
    * Claims key within scope for a request whose hash is request. Resolves to
    * {state: 'started', token, takenOver} | {state: 'in_progress', retryAfterS}
-   * | {state: 'conflict'} | {state: 'completed', response: {status, headers, body: Buffer, tooLarge}}.
+   * | {state: 'conflict'} | {state: 'completed', response: {status, headers, body: Buffer, tooLarge, truncated}}.
+   * The headers are as safeHeader has them, whoever stored them.
    */
   async begin(scope, key, request) {
     checkKey(key);
@@ -151,10 +179,13 @@ class Store {
       case 'conflict':
         return { state: 'conflict' };
       case 'completed': {
-        const headers = str(r[2]) === '' ? {} : JSON.parse(str(r[2]));
+        const headers = safeHeaders(str(r[2]) === '' ? {} : JSON.parse(str(r[2])));
         return {
           state: 'completed',
-          response: { status: Number(str(r[1])), headers, body: Buffer.from(str(r[3]), 'base64'), tooLarge: Number(r[4]) === 1 },
+          response: {
+            status: Number(str(r[1])), headers, body: Buffer.from(str(r[3]), 'base64'), tooLarge: Number(r[4]) === 1,
+            truncated: Number(r[5]) === 1,
+          },
         };
       }
     }
@@ -162,13 +193,23 @@ class Store {
     throw new StoreError(`idempotency: begin ${JSON.stringify(key)}: unexpected reply ${JSON.stringify(r)}`);
   }
 
-  /** Stores response ({status, headers: {name: [values]}, body}) as the key's; only the owner (token) may. */
+  /**
+   * Stores response ({status, headers: {name: [values]}, body, truncated}) as
+   * the key's; only the owner (token) may. Headers are stored as safeHeader
+   * has them: one whose name is not an HTTP token is dropped (logged once per
+   * name). truncated: the client left before the response was finished.
+   */
   async complete(scope, key, token, response) {
     const body = Buffer.isBuffer(response.body) ? response.body : Buffer.from(response.body ?? '');
     const large = response.tooLarge === true || body.length > this.#o.maxBody;
+    const headers = safeHeaders(response.headers, (name) => {
+      if (dropped.has(name) || dropped.size >= MAX_DROPPED) return;
+      dropped.add(name);
+      this.log('response header not stored: its name is not an HTTP token', { name });
+    });
     await this.#run('complete', this.recordKey(scope, key), [
-      'complete', token, String(response.status), large ? '' : JSON.stringify(response.headers ?? {}),
-      large ? '' : body.toString('base64'), large ? '1' : '0', String(this.#o.retentionMs),
+      'complete', token, String(response.status), large ? '' : JSON.stringify(headers),
+      large ? '' : body.toString('base64'), large ? '1' : '0', String(this.#o.retentionMs), response.truncated === true ? '1' : '0',
     ]);
   }
 

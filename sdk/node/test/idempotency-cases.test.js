@@ -37,13 +37,16 @@ async function replay(store, raw, c) {
       else if (cl.state === 'completed') {
         Object.assign(r, { status: cl.response.status, headers: cl.response.headers, too_large: cl.response.tooLarge,
           body_b64: cl.response.body.toString('base64') });
+        if (cl.response.truncated) r.truncated = true;
       }
       replies.push(r);
     } else if (st.op === 'complete' || st.op === 'fail') {
       const tok = tokens[st.caller] ?? `never-begun-${st.caller}`;
       try {
         if (st.op === 'complete') {
-          await store.complete(FILE.scope, FILE.key, tok, { status: st.status, headers: st.headers ?? {}, body: Buffer.from(st.body_b64 ?? '', 'base64') });
+          await store.complete(FILE.scope, FILE.key, tok, {
+            status: st.status, headers: st.headers ?? {}, body: Buffer.from(st.body_b64 ?? '', 'base64'), truncated: st.truncated === true,
+          });
         } else await store.fail(FILE.scope, FILE.key, tok);
         replies.push({ ok: true });
       } catch (err) {
@@ -54,6 +57,9 @@ async function replay(store, raw, c) {
       await raw('HSET', rk, 'lease_until', String((await serverNow(raw)) - 1000));
     } else if (st.op === 'expire') {
       await raw('DEL', rk);
+    } else if (st.op === 'write') {
+      await raw('HSET', rk, ...Object.entries(st.fields).flat());
+      await raw('PEXPIRE', rk, String(FILE.retention_ms));
     } else throw new Error(`unknown op ${st.op}`);
   }
   return { replies, final: await record(raw, rk, tokens) };

@@ -162,8 +162,7 @@ _dropped: Set[bytes] = set()
 _DROPPED_LOGGED = 1000
 
 
-def _visible(b: int) -> bool:
-    return 0x21 <= b <= 0x7E
+_BLANK = (0x20, 0x09)
 
 
 def _safe_header(name: Union[str, bytes], value: Union[str, bytes]) -> Optional[Tuple[str, str]]:
@@ -173,8 +172,7 @@ def _safe_header(name: Union[str, bytes], value: Union[str, bytes]) -> Optional[
     ASCII only. The value's bytes (a str is UTF-8-encoded; bytes, as ASGI
     gives them, are taken as they are) are trimmed of leading and trailing
     spaces and tabs; then each byte outside 0x21..0x7E is written ``%XX``
-    (uppercase hex), except a space or tab with a visible byte on both
-    sides: ``/orders/€42`` becomes ``/orders/%E2%82%AC42``, CR LF ``%0D%0A``.
+    (uppercase hex), except a single space or tab between two other bytes: ``/orders/€42`` becomes ``/orders/%E2%82%AC42``, CR LF ``%0D%0A``.
     A visible ASCII value is unchanged (``%`` is not escaped), so applying
     the rule twice gives the same value."""
     n = _utf8(name)
@@ -183,7 +181,7 @@ def _safe_header(name: Union[str, bytes], value: Union[str, bytes]) -> Optional[
     v = _utf8(value).strip(b" \t")
     last = len(v) - 1
     out = "".join(
-        chr(b) if _visible(b) or (b in (0x20, 0x09) and 0 < i < last and _visible(v[i - 1]) and _visible(v[i + 1]))
+        chr(b) if 0x21 <= b <= 0x7E or (b in _BLANK and 0 < i < last and v[i - 1] not in _BLANK and v[i + 1] not in _BLANK)
         else "%%%02X" % b
         for i, b in enumerate(v))
     return n.decode("ascii"), out
@@ -310,7 +308,7 @@ class _Base:
             # Stored by any language, maybe before the header rule: applied again.
             return Claim("completed", response=StoredResponse(
                 status=int(_text(r[1])), headers=_safe_headers(_stored_pairs(headers)),
-                body=base64.b64decode(_text(r[3])), too_large=int(r[4]) == 1))
+                body=base64.b64decode(_text(r[3])), too_large=int(r[4]) == 1, truncated=len(r) > 5 and int(r[5]) == 1))
         self.metrics.store_errors["begin"] += 1
         raise redis.RedisError("idempotency: begin %r: unexpected reply %r" % (key, r))
 
