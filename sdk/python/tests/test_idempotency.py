@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 
 from backstop.idempotency import (AsyncIdempotencyStore, ConflictError, IdempotencyMetrics, IdempotencyMiddleware,
                                   IdempotencyStore, InProgressError, StoredResponse, _safe_header, idempotent)
-from conftest import RedisServer
+from conftest import RedisServer, until, until_async
 
 
 def _store(port, client_options=None, **kw):
@@ -248,24 +248,81 @@ def test_store_keeps_headers_safe(redis_server, caplog):
         "idempotency: header not stored, its name is not an RFC 9110 token: name=%r" % odd.encode()]
 
 
-def test_decorator_completes_when_cancelled_after_the_handler(redis_server):
-    # A worker cancels the handler's task at its deadline, just as fn returns:
-    # the cancellation lands in the store's complete. The record is completed
-    # all the same (its own task), so the redelivered job does not run again.
+def test_decorator_completes_when_cancelled_after_the_handler(tmp_path):
+    # A worker cancels the handler's task at its deadline (as await_within
+    # and wait_for do) while the store's complete is in flight, held by a
+    # CLIENT PAUSE. The complete runs in a task of its own: the record is
+    # completed all the same, and the redelivered job does not run again.
+    server = RedisServer(tmp_path)
+    raw = redis.Redis(port=server.port)
+
     async def main():
-        store = _store(redis_server.port)
+        store = _store(server.port)
         runs = []
 
         @idempotent(store, key=lambda job_id: job_id)
         async def charge(job_id):
             runs.append(job_id)
-            asyncio.get_running_loop().call_soon(task.cancel)  # the deadline, due now
+            raw.execute_command("CLIENT", "PAUSE", 3000, "WRITE")  # the complete waits in Redis
             return "charged"
 
-        task = asyncio.ensure_future(charge("j"))
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await store.drain()
+        try:
+            await asyncio.wait_for(charge("j"), 0.2)  # the deadline falls during the complete
+        except asyncio.TimeoutError:
+            pass
+        await until_async("the record to be completed",
+                          lambda: raw.hget(store.record_key("", "j"), "state") == b"completed", 15)
         assert await charge("j") == "charged" and runs == ["j"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
+
+
+def test_decorator_completes_after_redis_restarts(tmp_path):
+    # Redis stops while the job runs and comes back after it returned: the
+    # sync store's complete is tried again (a thread) until it lands.
+    down = RedisServer(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    store = IdempotencyStore(redis.Redis(port=down.port), prefix="t" + uuid.uuid4().hex, metrics=IdempotencyMetrics())
+    runs = []
+
+    @idempotent(store, key=lambda job_id: job_id)
+    def charge(job_id):
+        runs.append(job_id)
+        down.stop()
+        return "charged"
+
+    try:
+        assert charge("j") == "charged" and store.metrics.store_errors["complete"] >= 1
+        down.start()
+        raw = redis.Redis(port=down.port)
+        until("the record to be completed", lambda: raw.hget(store.record_key("", "j"), "state") == b"completed", 20)
+        assert charge("j") == "charged" and runs == ["j"]
+    finally:
+        down.stop()
+
+
+def test_replay_the_server_refuses_goes_without_its_headers(redis_server):
+    # After the header rule no server we know refuses a stored header; one
+    # that still does gets the response without them, never an error.
+    async def main():
+        app = Charges()
+        mw = IdempotencyMiddleware(app, _store(redis_server.port))
+        await _call(mw, "k")
+        out = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"10", "more_body": False}
+
+        async def refusing(m):
+            if m["type"] == "http.response.start" and (b"content-type", b"application/json") in m["headers"]:
+                raise ValueError("header refused")
+            out.append(m)
+
+        await mw({"type": "http", "method": "POST", "path": "/charges", "headers": [(b"idempotency-key", b"k")]},
+                 receive, refusing)
+        assert out[0]["status"] == 201 and out[0]["headers"] == [(b"idempotent-replayed", b"true")]
+        assert out[1]["body"] == b'{"charged":"10"}' and app.runs == 1
 
     asyncio.run(main())
