@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import resources
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import redis
 
@@ -373,7 +373,6 @@ class IdempotencyStore(_Base):
         except LeaseLostError as e:
             return e
         except redis.RedisError as e:
-            _first_failure(op, key, e)
             threading.Thread(target=_retry_sync, args=(op, key, call, lease_end, e), name="backstop-idempotency-" + op,
                              daemon=True).start()
             return e
@@ -419,26 +418,25 @@ class AsyncIdempotencyStore(_Base):
             if not first.done():
                 first.set_result(e)
 
-        async def run() -> None:
+        async def attempt() -> Optional[Exception]:
             try:
                 await call()
-                return answer(None)
-            except LeaseLostError as e:
-                return answer(e)
-            except redis.RedisError as e:
-                _first_failure(op, key, e)
-                answer(e)
-                last: Exception = e
-            for pause in _pauses(lease_end):
-                await asyncio.sleep(pause)
+                return None
+            except (LeaseLostError, redis.RedisError) as e:
+                return e
+
+        async def run() -> None:
+            e = await attempt()
+            answer(e)
+            if isinstance(e, redis.RedisError):
+                steps = _retries(op, key, lease_end, e)
                 try:
-                    await call()
-                    return _settled(op, key)
-                except LeaseLostError as e:
-                    return _lost(op, key, e)
-                except redis.RedisError as e:
-                    last = e
-            _given_up(op, key, last)
+                    pause = next(steps)
+                    while True:
+                        await asyncio.sleep(pause)
+                        pause = steps.send(await attempt())
+                except StopIteration:
+                    pass
 
         task = asyncio.ensure_future(run())
         self._pending.add(task)
@@ -478,39 +476,45 @@ def _pauses(lease_end: float) -> Iterable[float]:
         d = min(d * 2, _MAX_PAUSE)
 
 
-def _first_failure(op: str, key: str, e: Exception) -> None:
-    log.warning("idempotency: %s of key %r failed, trying again while its lease lasts: %s", op, key, e)
-
-
-def _settled(op: str, key: str) -> None:
-    log.info("idempotency: %s of key %r done after the store failed", op, key)
-
-
-def _retry_sync(op: str, key: str, call: Callable[[], None], lease_end: float, last: Exception) -> None:
-    """The sync store's retries of a store call that failed (in a thread)."""
+def _retries(op: str, key: str, lease_end: float, last: Exception) -> Generator[float, Optional[Exception], None]:
+    """The retries of a store call whose first try failed with last, as
+    steps (the sync and asyncio drivers sleep and try): yields each pause,
+    is sent each try's error (None when it was done), and logs the outcome."""
+    log.warning("idempotency: %s of key %r failed, trying again while its lease lasts: %s", op, key, last)
     for pause in _pauses(lease_end):
-        time.sleep(pause)
-        try:
-            call()
-            return _settled(op, key)
-        except LeaseLostError as e:
-            return _lost(op, key, e)
-        except redis.RedisError as e:
-            last = e
-    _given_up(op, key, last)
-
-
-def _lost(op: str, key: str, e: Exception) -> None:
-    # After a failed try: that try may have landed (its reply was lost), or
-    # the lease ran out and another request took the key over.
-    log.warning("idempotency: %s of key %r refused after the store failed (an earlier try may have landed): %s",
-                op, key, e)
-
-
-def _given_up(op: str, key: str, e: Exception) -> None:
+        e = yield pause
+        if e is None:
+            log.info("idempotency: %s of key %r done after the store failed", op, key)
+            return
+        if isinstance(e, LeaseLostError):
+            # That try may have landed (its reply was lost), or the lease ran
+            # out and another request took the key over.
+            log.warning("idempotency: %s of key %r refused after the store failed (an earlier try may have "
+                        "landed): %s", op, key, e)
+            return
+        last = e
     # The documented outcome when the store stays down for the whole lease:
     # the key is still in progress, and a retry after the lease runs again.
-    log.error("idempotency: %s of key %r not stored, the key may run again once its lease ends: %s", op, key, e)
+    log.error("idempotency: %s of key %r not stored, the key may run again once its lease ends: %s", op, key, last)
+
+
+def _retry_sync(op: str, key: str, call: Callable[[], None], lease_end: float, first: Exception) -> None:
+    """The sync store's driver of ``_retries`` (in a thread of its own)."""
+    def attempt() -> Optional[Exception]:
+        try:
+            call()
+            return None
+        except (LeaseLostError, redis.RedisError) as e:
+            return e
+
+    steps = _retries(op, key, lease_end, first)
+    try:
+        pause = next(steps)
+        while True:
+            time.sleep(pause)
+            pause = steps.send(attempt())
+    except StopIteration:
+        pass
 
 
 class TooLargeError(Exception):
