@@ -230,7 +230,8 @@ def test_safe_header(name, value, want):
 
 def test_store_keeps_headers_safe(redis_server, caplog):
     raw = redis.Redis(port=redis_server.port)
-    store = IdempotencyStore(redis.Redis(port=redis_server.port), prefix="t" + uuid.uuid4().hex, metrics=IdempotencyMetrics())
+    store = IdempotencyStore(redis.Redis(port=redis_server.port), prefix="t" + uuid.uuid4().hex,
+                             metrics=IdempotencyMetrics())
     odd = "X Odd:" + uuid.uuid4().hex  # a name no other test logged
     for key in ("a", "b"):
         claim = store.begin("", key, "r")
@@ -239,7 +240,8 @@ def test_store_keeps_headers_safe(redis_server, caplog):
         assert json.loads(raw.hget(store.record_key("", key), "headers")) == {
             "Location": ["/charges/%E2%98%83"], "X-Two": ["a%01", "b"]}
     # Records other languages (or older versions) wrote are read through the rule too.
-    for stored, want in [(b'{"Location":"/x\xe2\x98\x83","A":[1,"b"],"B C":["d"]}', {"Location": ["/x%E2%98%83"], "A": ["b"]}),
+    for stored, want in [(b'{"Location":"/x\xe2\x98\x83","A":[1,"b"],"B C":["d"]}',
+                          {"Location": ["/x%E2%98%83"], "A": ["b"]}),
                          (b"not json \xff", {}), (b'["a"]', {})]:
         raw.hset(store.record_key("", "a"), "headers", stored)
         assert store.begin("", "a", "r").response.headers == want

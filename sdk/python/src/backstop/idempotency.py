@@ -172,7 +172,8 @@ def _safe_header(name: Union[str, bytes], value: Union[str, bytes]) -> Optional[
     ASCII only. The value's bytes (a str is UTF-8-encoded; bytes, as ASGI
     gives them, are taken as they are) are trimmed of leading and trailing
     spaces and tabs; then each byte outside 0x21..0x7E is written ``%XX``
-    (uppercase hex), except a single space or tab between two other bytes: ``/orders/€42`` becomes ``/orders/%E2%82%AC42``, CR LF ``%0D%0A``.
+    (uppercase hex), except a single space or tab (between two bytes that
+    are neither, as Go's rule has it): ``/orders/€42`` becomes ``/orders/%E2%82%AC42``, CR LF ``%0D%0A``.
     A visible ASCII value is unchanged (``%`` is not escaped), so applying
     the rule twice gives the same value."""
     n = _utf8(name)
@@ -181,7 +182,8 @@ def _safe_header(name: Union[str, bytes], value: Union[str, bytes]) -> Optional[
     v = _utf8(value).strip(b" \t")
     last = len(v) - 1
     out = "".join(
-        chr(b) if 0x21 <= b <= 0x7E or (b in _BLANK and 0 < i < last and v[i - 1] not in _BLANK and v[i + 1] not in _BLANK)
+        chr(b) if 0x21 <= b <= 0x7E
+        or (b in _BLANK and 0 < i < last and v[i - 1] not in _BLANK and v[i + 1] not in _BLANK)
         else "%%%02X" % b
         for i, b in enumerate(v))
     return n.decode("ascii"), out
