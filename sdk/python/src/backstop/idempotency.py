@@ -538,7 +538,15 @@ class IdempotencyMiddleware:
     true``), the same key with another request 422, a duplicate while the
     first runs 409 and ``Retry-After``. ``scope`` (a function of the ASGI
     scope) sets the scope of keys (per user, per route); Redis unreachable
-    gives 503 unless ``fail_open``."""
+    gives 503 unless ``fail_open``.
+
+    The response is held until the store has it; the store call runs in a
+    task of its own, tried again while the key's lease lasts (the client is
+    answered after the first try). A client that leaves mid-response leaves
+    the record completed with what was captured, marked truncated: a retry
+    replays it and the app never runs twice. Stored and replayed headers go
+    through ``_safe_header``; a replay the server still refuses is sent
+    without them."""
 
     def __init__(self, app: Any, store: AsyncIdempotencyStore, *, header: str = "Idempotency-Key",
                  scope: Optional[Callable[[Dict[str, Any]], str]] = None, methods: Sequence[str] = ("POST", "PATCH"),
