@@ -115,16 +115,21 @@ class RedisServer:
     """A redis-server process owned by the test session."""
 
     def __init__(self, directory: Path, *extra: str) -> None:
-        import redis
-
         directory.mkdir(parents=True, exist_ok=True)
         self.dir = directory
         self.port = _free_port()
         self.log = directory / "redis.log"
-        args = [_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(directory), "--protected-mode", "no", *extra]
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(args, cwd=directory, stdout=log, stderr=subprocess.STDOUT,
+        self._args = [_binary("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                      "--appendonly", "no", "--dir", str(directory), "--protected-mode", "no", *extra]
+        self.start()
+
+    def start(self) -> None:
+        """Starts the server (again, after stop: same port, same directory,
+        so with ``--appendonly yes`` among extra it keeps its data)."""
+        import redis
+
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self._args, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         c = redis.Redis(port=self.port, socket_timeout=1)
 

@@ -5,6 +5,7 @@ open) when Redis is gone; a worker's handler keyed by the job id runs its
 side effect once."""
 
 import asyncio
+import json
 import uuid
 
 import pytest
@@ -15,8 +16,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from backstop.idempotency import (AsyncIdempotencyStore, ConflictError, IdempotencyMetrics, IdempotencyMiddleware,
-                                  IdempotencyStore, InProgressError, idempotent)
-from conftest import RedisServer
+                                  IdempotencyStore, InProgressError, StoredResponse, _safe_header, idempotent)
+from conftest import RedisServer, until, until_async
 
 
 def _store(port, client_options=None, **kw):
@@ -165,7 +166,8 @@ def test_decorator_keeps_the_error_when_redis_goes_away(tmp_path):
 
     with pytest.raises(TimeoutError):
         charge("j1")
-    assert store.metrics.store_errors["fail"] == 1
+    # The first try; the release is tried again meanwhile, while the lease lasts.
+    assert store.metrics.store_errors["fail"] >= 1
 
     adown = RedisServer(tmp_path / "async")
     astore = _store(adown.port, once)
@@ -180,7 +182,7 @@ def test_decorator_keeps_the_error_when_redis_goes_away(tmp_path):
             await acharge("j1")
 
     asyncio.run(main())
-    assert astore.metrics.store_errors["fail"] == 1
+    assert astore.metrics.store_errors["fail"] >= 1
 
 
 def test_decorator_async_in_progress(redis_server):
@@ -201,5 +203,128 @@ def test_decorator_async_in_progress(redis_server):
         assert e.value.retry_after == 30
         gate.set()
         assert await first == 1 and await slow("j") == 1
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("name,value,want", [
+    ("Location", "/orders/\u20ac42", "/orders/%E2%82%AC42"),
+    ("Location", b"/orders/\xe2\x82\xac42", "/orders/%E2%82%AC42"),  # ASGI bytes, taken as bytes
+    ("Location", "/charges/1\x01", "/charges/1%01"),
+    ("Location", "/a\r\nSet-Cookie: x", "/a%0D%0ASet-Cookie: x"),
+    ("Content-Type", "text/plain; charset=utf-8", "text/plain; charset=utf-8"),  # visible ASCII: unchanged
+    ("X-A", "  a\tb  c \t", "a\tb%20%20c"),  # trimmed; only a single space or tab between two other bytes
+    ("X-A", "100%25 \u00e9", "100%25 %C3%A9"),  # % itself is not escaped
+    ("X-A", "", ""),
+    ("X Odd:Name", "1", None),
+    ("X-\u00e9", "1", None),
+    ("", "1", None),
+    ("!#$%&'*+-.^_`|~09azAZ", "1", "1"),
+])
+def test_safe_header(name, value, want):
+    got = _safe_header(name, value)
+    assert (got and got[1]) == want if want is not None else got is None
+    if got:  # the rule applied twice gives the same value
+        assert _safe_header(got[0], got[1]) == got
+
+
+def test_store_keeps_headers_safe(redis_server, caplog):
+    raw = redis.Redis(port=redis_server.port)
+    store = IdempotencyStore(redis.Redis(port=redis_server.port), prefix="t" + uuid.uuid4().hex,
+                             metrics=IdempotencyMetrics())
+    odd = "X Odd:" + uuid.uuid4().hex  # a name no other test logged
+    for key in ("a", "b"):
+        claim = store.begin("", key, "r")
+        store.complete("", key, claim.token, StoredResponse(201, {
+            "Location": ["/charges/\u2603"], odd: ["1"], "X-Two": ["a\x01", "b"]}, b"ok"))
+        assert json.loads(raw.hget(store.record_key("", key), "headers")) == {
+            "Location": ["/charges/%E2%98%83"], "X-Two": ["a%01", "b"]}
+    # Records other languages (or older versions) wrote are read through the rule too.
+    for stored, want in [(b'{"Location":"/x\xe2\x98\x83","A":[1,"b"],"B C":["d"]}',
+                          {"Location": ["/x%E2%98%83"], "A": ["b"]}),
+                         (b"not json \xff", {}), (b'["a"]', {})]:
+        raw.hset(store.record_key("", "a"), "headers", stored)
+        assert store.begin("", "a", "r").response.headers == want
+    # A dropped name is logged once, not once per response.
+    assert [r.getMessage() for r in caplog.records if "RFC 9110" in r.getMessage()] == [
+        "idempotency: header not stored, its name is not an RFC 9110 token: name=%r" % odd.encode()]
+
+
+def test_decorator_completes_when_cancelled_after_the_handler(tmp_path):
+    # A worker cancels the handler's task at its deadline (as await_within
+    # and wait_for do) while the store's complete is in flight, held by a
+    # CLIENT PAUSE. The complete runs in a task of its own: the record is
+    # completed all the same, and the redelivered job does not run again.
+    server = RedisServer(tmp_path)
+    raw = redis.Redis(port=server.port)
+
+    async def main():
+        store = _store(server.port)
+        runs = []
+
+        @idempotent(store, key=lambda job_id: job_id)
+        async def charge(job_id):
+            runs.append(job_id)
+            raw.execute_command("CLIENT", "PAUSE", 3000, "WRITE")  # the complete waits in Redis
+            return "charged"
+
+        try:
+            await asyncio.wait_for(charge("j"), 0.2)  # the deadline falls during the complete
+        except asyncio.TimeoutError:
+            pass
+        await until_async("the record to be completed",
+                          lambda: raw.hget(store.record_key("", "j"), "state") == b"completed", 15)
+        assert await charge("j") == "charged" and runs == ["j"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.stop()
+
+
+def test_decorator_completes_after_redis_restarts(tmp_path):
+    # Redis stops while the job runs and comes back after it returned: the
+    # sync store's complete is tried again (a thread) until it lands.
+    down = RedisServer(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    store = IdempotencyStore(redis.Redis(port=down.port), prefix="t" + uuid.uuid4().hex, metrics=IdempotencyMetrics())
+    runs = []
+
+    @idempotent(store, key=lambda job_id: job_id)
+    def charge(job_id):
+        runs.append(job_id)
+        down.stop()
+        return "charged"
+
+    try:
+        assert charge("j") == "charged" and store.metrics.store_errors["complete"] >= 1
+        down.start()
+        raw = redis.Redis(port=down.port)
+        until("the record to be completed", lambda: raw.hget(store.record_key("", "j"), "state") == b"completed", 20)
+        assert charge("j") == "charged" and runs == ["j"]
+    finally:
+        down.stop()
+
+
+def test_replay_the_server_refuses_goes_without_its_headers(redis_server):
+    # After the header rule no server we know refuses a stored header; one
+    # that still does gets the response without them, never an error.
+    async def main():
+        app = Charges()
+        mw = IdempotencyMiddleware(app, _store(redis_server.port))
+        await _call(mw, "k")
+        out = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"10", "more_body": False}
+
+        async def refusing(m):
+            if m["type"] == "http.response.start" and (b"content-type", b"application/json") in m["headers"]:
+                raise ValueError("header refused")
+            out.append(m)
+
+        await mw({"type": "http", "method": "POST", "path": "/charges", "headers": [(b"idempotency-key", b"k")]},
+                 receive, refusing)
+        assert out[0]["status"] == 201 and out[0]["headers"] == [(b"idempotent-replayed", b"true")]
+        assert out[1]["body"] == b'{"charged":"10"}' and app.runs == 1
 
     asyncio.run(main())

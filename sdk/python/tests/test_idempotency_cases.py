@@ -27,6 +27,8 @@ def _claim_reply(cl):
     elif cl.state == "completed":
         r.update(status=cl.response.status, headers=cl.response.headers, too_large=cl.response.too_large,
                  body_b64=base64.b64encode(cl.response.body).decode())
+        if cl.response.truncated:
+            r["truncated"] = True
     return r
 
 
@@ -68,7 +70,8 @@ async def _replay(store, raw, c):
             try:
                 if op == "complete":
                     await _maybe(store.complete(FILE["scope"], FILE["key"], tok, StoredResponse(
-                        st["status"], st.get("headers") or {}, base64.b64decode(st.get("body_b64", "")))))
+                        st["status"], st.get("headers") or {}, base64.b64decode(st.get("body_b64", "")),
+                        truncated=st.get("truncated", False))))
                 else:
                     await _maybe(store.fail(FILE["scope"], FILE["key"], tok))
                 replies.append({"ok": True})
@@ -79,6 +82,10 @@ async def _replay(store, raw, c):
             raw.hset(rk, "lease_until", s * 1000 + us // 1000 - 1000)
         elif op == "expire":
             raw.delete(rk)
+        elif op == "write":
+            # A record as another adapter (or a version before the header rule) stored it.
+            raw.hset(rk, mapping=st["fields"])
+            raw.pexpire(rk, FILE["retention_ms"])
         else:
             raise AssertionError("unknown op %r" % op)
     return {"replies": replies, "final": _record(raw, rk, tokens)}

@@ -9,21 +9,33 @@ it answers. ``IdempotencyStore`` takes a ``redis.Redis`` or
 counterparts; ``IdempotencyMiddleware`` is ASGI middleware (FastAPI,
 Starlette) and ``idempotent`` a decorator for plain functions (a queue
 worker's handler, keyed by the job id).
+
+Whatever happens to the request or the handler's task, the middleware and
+the decorator complete (or release) the key: the store call runs in a task
+(the sync store: a thread) of its own, tried again with backoff while the
+key's lease lasts. Headers are stored and replayed through one rule, the one
+every language applies (``_safe_header``), so that a record any language
+stored replays in any other.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import hashlib
 import inspect
 import json
+import logging
+import random
 import re
 import secrets
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import resources
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import redis
 
@@ -46,6 +58,8 @@ __all__ = [
     "fingerprint",
     "idempotent",
 ]
+
+log = logging.getLogger("backstop.idempotency")
 
 MAX_KEY_LENGTH = 255
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -141,12 +155,92 @@ def default_release(status: int) -> bool:
     return status in (408, 429, 502, 503, 504)
 
 
+# An RFC 9110 token: what a header name may be.
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+# Names already logged as dropped (bounded: hostile names must not grow it).
+_dropped: Set[bytes] = set()
+_DROPPED_LOGGED = 1000
+
+
+_BLANK = (0x20, 0x09)
+
+
+def _safe_header(name: Union[str, bytes], value: Union[str, bytes]) -> Optional[Tuple[str, str]]:
+    """The one header rule every store and replayer applies (Go
+    ``idempotency.SafeHeader``, Node ``safeHeader``): None when name is not
+    an RFC 9110 token (the header is dropped), else (name, value) with value
+    ASCII only. The value's bytes (a str is UTF-8-encoded; bytes, as ASGI
+    gives them, are taken as they are) are trimmed of leading and trailing
+    spaces and tabs; then each byte outside 0x21..0x7E is written ``%XX``
+    (uppercase hex), except a single space or tab (between two bytes that
+    are neither, as Go's rule has it): ``/orders/€42`` becomes ``/orders/%E2%82%AC42``, CR LF ``%0D%0A``.
+    A visible ASCII value is unchanged (``%`` is not escaped), so applying
+    the rule twice gives the same value."""
+    n = _utf8(name)
+    if not _TOKEN.match(n):
+        return None
+    v = _utf8(value).strip(b" \t")
+    last = len(v) - 1
+    out = "".join(
+        chr(b) if 0x21 <= b <= 0x7E
+        or (b in _BLANK and 0 < i < last and v[i - 1] not in _BLANK and v[i + 1] not in _BLANK)
+        else "%%%02X" % b
+        for i, b in enumerate(v))
+    return n.decode("ascii"), out
+
+
+def _utf8(s: Union[str, bytes]) -> bytes:
+    """s as bytes: a str UTF-8-encoded, a lone surrogate (JSON allows one)
+    as U+FFFD, as Go's and JavaScript's decoders give it."""
+    if not isinstance(s, str):
+        return bytes(s)
+    try:
+        return s.encode()
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in s).encode()
+
+
+def _stored_pairs(headers: Any) -> Iterable[Tuple[str, str]]:
+    """The (name, value) pairs of a record's headers as any language stored
+    them (an object of lists of strings); anything else in it is skipped."""
+    if not isinstance(headers, dict):
+        return
+    for k, vs in headers.items():
+        for v in vs if isinstance(vs, list) else [vs]:
+            if isinstance(v, str):
+                yield k, v
+
+
+def _safe_headers(headers: Iterable[Tuple[Union[str, bytes], Union[str, bytes]]], canonical: bool = False,
+                  logged: bool = False) -> Dict[str, List[str]]:
+    """(name, value) pairs through ``_safe_header``, grouped by name (in Go's
+    canonical form when canonical); a dropped name is logged once when logged."""
+    out: Dict[str, List[str]] = {}
+    for k, v in headers:
+        h = _safe_header(k, v)
+        if h is None:
+            raw = _utf8(k)
+            if logged and raw not in _dropped and len(_dropped) < _DROPPED_LOGGED:
+                _dropped.add(raw)
+                log.warning("idempotency: header not stored, its name is not an RFC 9110 token: name=%r", raw)
+            continue
+        out.setdefault(_canonical(h[0]) if canonical else h[0], []).append(h[1])
+    return out
+
+
 @dataclass(frozen=True)
 class StoredResponse:
+    """A response as the store keeps it: status, headers (name to values;
+    stored and replayed through ``_safe_header``), body, ``too_large`` (over
+    ``max_body``: not kept, never replayed) and ``truncated`` (the client
+    left before the response ended: body is what was captured; replayed
+    like any other, never run again)."""
+
     status: int
     headers: Dict[str, List[str]] = field(default_factory=dict)
     body: bytes = b""
-    too_large: bool = False  # over max_body: not kept, never replayed
+    too_large: bool = False
+    truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,18 +301,31 @@ class _Base:
         if state == "conflict":
             return Claim("conflict")
         if state == "completed":
-            h = _text(r[2])
+            h = r[2].decode("utf-8", "replace") if isinstance(r[2], bytes) else str(r[2])
+            try:
+                headers = json.loads(h) if h else {}
+            except ValueError:
+                headers = None
+                log.warning("idempotency: the stored headers of key %r are not JSON, replayed without them", key)
+            # Stored by any language, maybe before the header rule: applied again.
             return Claim("completed", response=StoredResponse(
-                status=int(_text(r[1])), headers=json.loads(h) if h else {}, body=base64.b64decode(_text(r[3])),
-                too_large=int(r[4]) == 1))
+                status=int(_text(r[1])), headers=_safe_headers(_stored_pairs(headers)),
+                body=base64.b64decode(_text(r[3])), too_large=int(r[4]) == 1, truncated=len(r) > 5 and int(r[5]) == 1))
         self.metrics.store_errors["begin"] += 1
         raise redis.RedisError("idempotency: begin %r: unexpected reply %r" % (key, r))
 
     def _complete_args(self, token: str, response: StoredResponse) -> List[str]:
         large = response.too_large or len(response.body) > self.max_body
+        headers = _safe_headers(((k, v) for k, vs in (response.headers or {}).items() for v in vs), logged=True)
         return ["complete", token, str(response.status),
-                "" if large else json.dumps(response.headers or {}, separators=(",", ":")),
-                "" if large else base64.b64encode(response.body).decode(), "1" if large else "0", str(self._retention)]
+                "" if large else json.dumps(headers, separators=(",", ":")),
+                "" if large else base64.b64encode(response.body).decode(), "1" if large else "0", str(self._retention),
+                "1" if response.truncated else "0"]
+
+    def _lease_end(self) -> float:
+        """When a lease taken now ends, on the monotonic clock: the bound of
+        the retries of complete and fail."""
+        return time.monotonic() + self._lease / 1000
 
     def _error(self, op: str, key: str, e: Exception) -> Exception:
         if "backstop idempotency: lease lost" in str(e):
@@ -254,9 +361,31 @@ class IdempotencyStore(_Base):
         """Releases the key so that a retry may run; only the owner may (else LeaseLostError)."""
         self._run("fail", self.record_key(scope, key), ["fail", token])
 
+    def _settle(self, scope: str, key: str, token: str, response: Optional[StoredResponse],
+                lease_end: float) -> Optional[Exception]:
+        """complete (response) or fail (None), tried once here; if the store
+        failed, tried again in a thread of its own while the lease lasts.
+        Returns the first try's error (None when it was done)."""
+        call = functools.partial(self.complete, scope, key, token, response) if response is not None else \
+            functools.partial(self.fail, scope, key, token)
+        op = "fail" if response is None else "complete"
+        try:
+            call()
+            return None
+        except LeaseLostError as e:
+            return e
+        except redis.RedisError as e:
+            threading.Thread(target=_retry_sync, args=(op, key, call, lease_end, e), name="backstop-idempotency-" + op,
+                             daemon=True).start()
+            return e
+
 
 class AsyncIdempotencyStore(_Base):
     """``IdempotencyStore`` for asyncio, over ``redis.asyncio``: the same methods, as coroutines."""
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        super().__init__(client, **options)
+        self._pending: Set["asyncio.Future[None]"] = set()
 
     async def _run(self, op: str, key: str, args: List[str]) -> Any:
         try:
@@ -273,6 +402,121 @@ class AsyncIdempotencyStore(_Base):
 
     async def fail(self, scope: str, key: str, token: str) -> None:
         await self._run("fail", self.record_key(scope, key), ["fail", token])
+
+    def _settle(self, scope: str, key: str, token: str, response: Optional[StoredResponse],
+                lease_end: float) -> "asyncio.Future[Optional[Exception]]":
+        """complete (response) or fail (None) in a task of its own, never the
+        caller's: a request or handler task cancelled meanwhile does not
+        cancel the store call. The future returned resolves after the first
+        try, to its error (None when it was done); while the store fails, the
+        task tries again until the lease ends (``drain`` awaits it)."""
+        first: "asyncio.Future[Optional[Exception]]" = asyncio.get_running_loop().create_future()
+        op = "fail" if response is None else "complete"
+
+        def call() -> Any:
+            return self.complete(scope, key, token, response) if response is not None else self.fail(scope, key, token)
+
+        def answer(e: Optional[Exception]) -> None:
+            if not first.done():
+                first.set_result(e)
+
+        async def attempt() -> Optional[Exception]:
+            try:
+                await call()
+                return None
+            except (LeaseLostError, redis.RedisError) as e:
+                return e
+
+        async def run() -> None:
+            e = await attempt()
+            answer(e)
+            if isinstance(e, redis.RedisError):
+                steps = _retries(op, key, lease_end, e)
+                try:
+                    pause = next(steps)
+                    while True:
+                        await asyncio.sleep(pause)
+                        pause = steps.send(await attempt())
+                except StopIteration:
+                    pass
+
+        task = asyncio.ensure_future(run())
+        self._pending.add(task)
+
+        def done(t: "asyncio.Future[None]") -> None:
+            self._pending.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                answer(t.exception())  # a bug, not the store: said, never lost
+                log.error("idempotency: %s of key %r failed: %r", op, key, t.exception())
+
+        task.add_done_callback(done)
+        return first
+
+    async def drain(self) -> None:
+        """Waits for the store calls the middleware and ``idempotent`` still
+        try again in the background (each ends with its key's lease at the
+        latest): call it at shutdown, after the server stopped."""
+        while self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+
+# The retries of complete and fail: 10 ms doubling, jittered, at most a
+# second apart, never past the lease.
+_FIRST_PAUSE, _MAX_PAUSE = 0.01, 1.0
+
+
+def _pauses(lease_end: float) -> Iterable[float]:
+    """The pauses before each retry of a store call, until lease_end (on the
+    monotonic clock): 10 ms doubling, each drawn in [d/2, d], at most a
+    second; the last one ends at lease_end."""
+    d = _FIRST_PAUSE
+    while True:
+        left = lease_end - time.monotonic()
+        if left <= 0:
+            return
+        yield min(d / 2 + random.random() * d / 2, left)
+        d = min(d * 2, _MAX_PAUSE)
+
+
+def _retries(op: str, key: str, lease_end: float, last: Exception) -> Generator[float, Optional[Exception], None]:
+    """The retries of a store call whose first try failed with last, as
+    steps (the sync and asyncio drivers sleep and try): yields each pause,
+    is sent each try's error (None when it was done), and logs the outcome."""
+    log.warning("idempotency: %s of key %r failed, trying again while its lease lasts: %s", op, key, last)
+    for pause in _pauses(lease_end):
+        e = yield pause
+        if e is None:
+            log.info("idempotency: %s of key %r done after the store failed", op, key)
+            return
+        if isinstance(e, LeaseLostError):
+            # That try may have landed (its reply was lost), or the lease ran
+            # out and another request took the key over.
+            log.warning("idempotency: %s of key %r refused after the store failed (an earlier try may have "
+                        "landed): %s", op, key, e)
+            return
+        last = e
+    # The documented outcome when the store stays down for the whole lease:
+    # the key is still in progress, and a retry after the lease runs again.
+    log.error("idempotency: %s of key %r not stored, the key may run again once its lease ends: %s", op, key, last)
+
+
+def _retry_sync(op: str, key: str, call: Callable[[], None], lease_end: float, first: Exception) -> None:
+    """The sync store's driver of ``_retries`` (in a thread of its own)."""
+    def attempt() -> Optional[Exception]:
+        try:
+            call()
+            return None
+        except (LeaseLostError, redis.RedisError) as e:
+            return e
+
+    steps = _retries(op, key, lease_end, first)
+    try:
+        pause = next(steps)
+        while True:
+            time.sleep(pause)
+            pause = steps.send(attempt())
+    except StopIteration:
+        pass
 
 
 class TooLargeError(Exception):
@@ -294,7 +538,15 @@ class IdempotencyMiddleware:
     true``), the same key with another request 422, a duplicate while the
     first runs 409 and ``Retry-After``. ``scope`` (a function of the ASGI
     scope) sets the scope of keys (per user, per route); Redis unreachable
-    gives 503 unless ``fail_open``."""
+    gives 503 unless ``fail_open``.
+
+    The response is held until the store has it; the store call runs in a
+    task of its own, tried again while the key's lease lasts (the client is
+    answered after the first try). A client that leaves mid-response leaves
+    the record completed with what was captured, marked truncated: a retry
+    replays it and the app never runs twice. Stored and replayed headers go
+    through ``_safe_header``; a replay the server still refuses is sent
+    without them."""
 
     def __init__(self, app: Any, store: AsyncIdempotencyStore, *, header: str = "Idempotency-Key",
                  scope: Optional[Callable[[Dict[str, Any]], str]] = None, methods: Sequence[str] = ("POST", "PATCH"),
@@ -335,16 +587,19 @@ class IdempotencyMiddleware:
             if sum(map(len, chunks)) > self.max_request_body:
                 return await reply(413, "idempotency: request body over %d bytes\n" % self.max_request_body)
         body = b"".join(chunks)
-        sent = False
+        sent, gone = False, False
 
         async def replay_receive() -> Dict[str, Any]:
-            nonlocal sent
+            nonlocal sent, gone
             if not sent:
                 sent = True
                 return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
+            msg = await receive()
+            gone = gone or msg["type"] == "http.disconnect"
+            return msg
 
         sc = self._scope(scope)
+        lease_end = self.store._lease_end()
         try:
             claim = await self.store.begin(sc, key, fingerprint(scope["method"], scope["path"], body))
         except redis.RedisError:
@@ -366,12 +621,25 @@ class IdempotencyMiddleware:
                 return await reply(500, "idempotency: the first response to this key was too large to store; "
                                         "it cannot be replayed\n", [replayed])
             m.requests["replayed"] += 1
-            headers = [(k.lower().encode(), v.encode()) for k, vs in r.headers.items() for v in vs]
-            await send({"type": "http.response.start", "status": r.status, "headers": headers + [replayed]})
-            return await send({"type": "http.response.body", "body": r.body})
+            await _send_replay(send, r, replayed)
+            return
         m.requests["first_run"] += 1
         start: Dict[str, Any] = {}
         out: List[bytes] = []
+        settled = False
+
+        async def settle(response: Optional[StoredResponse]) -> None:
+            # Its own task: the request's cancellation does not reach it. The
+            # client (if still there) is answered after the first try; errors
+            # are logged and counted by the store.
+            nonlocal settled
+            settled = True
+            await asyncio.shield(self.store._settle(sc, key, claim.token, response, lease_end))
+
+        def captured(truncated: bool = False) -> StoredResponse:
+            stored = _safe_headers(((k, v) for k, v in start.get("headers", []) if k.lower() in self._stored),
+                                   canonical=True, logged=True)
+            return StoredResponse(start["status"], stored, b"".join(out), truncated=truncated)
 
         # Hold the response until the store has it.
         async def capture(msg: Dict[str, Any]) -> None:
@@ -379,32 +647,45 @@ class IdempotencyMiddleware:
                 start.update(msg)
                 return
             out.append(msg.get("body", b""))
-            if msg.get("more_body", False):
+            if msg.get("more_body", False) or settled:
                 return
-            status, whole = start["status"], b"".join(out)
-            try:
-                if self.release(status):
-                    await self.store.fail(sc, key, claim.token)
-                else:
-                    stored: Dict[str, List[str]] = {}
-                    for k, v in start.get("headers", []):
-                        if k.lower() in self._stored:
-                            stored.setdefault(_canonical(k.decode("latin-1")), []).append(v.decode("latin-1"))
-                    await self.store.complete(sc, key, claim.token, StoredResponse(status, stored, whole))
-            except (redis.RedisError, LeaseLostError):
-                pass  # counted by the store; the client still gets its response
+            await settle(None if self.release(start["status"]) else captured())
             await send(start)
-            await send({"type": "http.response.body", "body": whole})
+            await send({"type": "http.response.body", "body": b"".join(out)})
 
         try:
             await self.app(scope, replay_receive, capture)
-        except BaseException:
-            # The app failed before its response was stored: a retry may run.
-            try:
-                await self.store.fail(sc, key, claim.token)
-            except (redis.RedisError, LeaseLostError):
-                pass
+        except BaseException as e:
+            if not settled:
+                if start and (gone or isinstance(e, asyncio.CancelledError)):
+                    # The client left mid-response (a stream cancelled): the
+                    # handler's side effect ran, so what was captured is kept.
+                    await settle(captured(truncated=True))
+                else:
+                    # The app failed before its response was stored: a retry may run.
+                    await settle(None)
             raise
+        if not settled:
+            # The app returned before its response ended: a stream stopped by
+            # the client's disconnect (Starlette's StreamingResponse), or no
+            # response at all (released: the server answers 500).
+            await settle(captured(truncated=True) if start else None)
+            if start and not gone:
+                await send(start)
+                await send({"type": "http.response.body", "body": b"".join(out)})
+
+
+async def _send_replay(send: Any, r: StoredResponse, replayed: Tuple[bytes, bytes]) -> None:
+    """Sends a stored response. Its headers went through the header rule
+    (``_claim``); should the server still refuse them, the response goes
+    without them (logged), never as a crash or a 500."""
+    headers = [(k.lower().encode(), v.encode()) for k, vs in r.headers.items() for v in vs]
+    try:
+        await send({"type": "http.response.start", "status": r.status, "headers": headers + [replayed]})
+    except Exception as e:  # noqa: BLE001 - whatever the server raised for a header it refuses
+        log.warning("idempotency: the server refused the stored headers, replayed without them: %r", e)
+        await send({"type": "http.response.start", "status": r.status, "headers": [replayed]})
+    await send({"type": "http.response.body", "body": r.body})
 
 
 def _canonical(name: str) -> str:
@@ -425,7 +706,16 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
     raises InProgressError, the same key with other arguments ConflictError,
     a stored result over ``max_body`` TooLargeError. An exception releases
     the key (a retry runs again) and propagates. An ``AsyncIdempotencyStore``
-    wants a coroutine function."""
+    wants a coroutine function.
+
+    The result is stored, or the key released, by a store call of its own (a
+    task; the sync store: a thread after a first try here), so a call
+    cancelled at a handler deadline still completes or releases its key. A
+    store error there is logged and counted, and the call tried again while
+    the key's lease lasts; the result is returned after the first try. If
+    the store is down for the whole lease, the key may run again (at least
+    once). LeaseLostError when fn outlived its lease and another call took
+    the key over (its result is not stored)."""
 
     def request_of(fn: Callable, args: tuple, kwargs: dict) -> str:
         body = json.dumps([args, kwargs], default=repr, sort_keys=True).encode()
@@ -446,6 +736,12 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
         m.requests["replayed"] += 1
         return json.loads(claim.response.body)
 
+    def done(result: Any, error: Optional[Exception]) -> Any:
+        # A store error is logged, counted and tried again in the background.
+        if isinstance(error, LeaseLostError):
+            raise error
+        return result
+
     def wrap(fn: Callable) -> Callable:
         if isinstance(store, AsyncIdempotencyStore):
             if not inspect.iscoroutinefunction(fn):
@@ -454,6 +750,7 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
                 k = key(*args, **kwargs)
+                lease_end = store._lease_end()
                 claim = await store.begin(scope, k, request_of(fn, args, kwargs))
                 if claim.state != "started":
                     return outcome(k, claim)
@@ -461,21 +758,20 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
                 try:
                     result = await fn(*args, **kwargs)
                 except BaseException:
-                    # fn's error is the one callers handle; a release that
-                    # fails is counted by the store, and the lease frees the key.
-                    try:
-                        await store.fail(scope, k, claim.token)
-                    except (redis.RedisError, LeaseLostError):
-                        pass
+                    # fn's error (a cancellation at the deadline included) is
+                    # the one callers handle; the release runs in its own
+                    # task, tried again while the lease lasts.
+                    await asyncio.shield(store._settle(scope, k, claim.token, None, lease_end))
                     raise
-                await store.complete(scope, k, claim.token, StoredResponse(200, {}, json.dumps(result).encode()))
-                return result
+                stored = StoredResponse(200, {}, json.dumps(result).encode())
+                return done(result, await asyncio.shield(store._settle(scope, k, claim.token, stored, lease_end)))
 
             return run_async
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             k = key(*args, **kwargs)
+            lease_end = store._lease_end()
             claim = store.begin(scope, k, request_of(fn, args, kwargs))
             if claim.state != "started":
                 return outcome(k, claim)
@@ -483,13 +779,10 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
-                try:  # as above: fn's error is the one raised
-                    store.fail(scope, k, claim.token)
-                except (redis.RedisError, LeaseLostError):
-                    pass
+                store._settle(scope, k, claim.token, None, lease_end)  # as above: fn's error is the one raised
                 raise
-            store.complete(scope, k, claim.token, StoredResponse(200, {}, json.dumps(result).encode()))
-            return result
+            stored = StoredResponse(200, {}, json.dumps(result).encode())
+            return done(result, store._settle(scope, k, claim.token, stored, lease_end))
 
         return run
 
