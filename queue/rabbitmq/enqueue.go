@@ -174,3 +174,15 @@ func waitConfirm(ctx context.Context, ch *amqp.Channel, dc *amqp.DeferredConfirm
 	}
 	return ErrRejected
 }
+
+// afterGrace returns a context that is done grace after ctx is done (and
+// when stop is called): confirms are awaited with no timeout while a worker
+// runs, and for at most grace once it stops.
+func afterGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return g, func() {
+		stop()
+		cancel()
+	}
+}

@@ -242,9 +242,13 @@ func (w *worker) session(ctx context.Context, n int) error {
 	}
 	acks := make(chan pending, w.cfg.prefetch)
 	acked := make(chan struct{})
+	// Confirms are awaited while ch lives, and at shutdown up to the apply
+	// timeout.
+	grace, stopGrace := afterGrace(ctx, w.cfg.applyTimeout)
+	defer stopGrace()
 	go func() {
 		defer close(acked)
-		w.acker(ch, acks)
+		w.acker(grace, ch, acks)
 	}()
 	// After the handlers (below): the outcomes they published are
 	// confirmed and acked before ch closes.
@@ -384,7 +388,7 @@ type pending struct {
 	m        move
 	dc       *amqp.DeferredConfirmation
 	dest     string    // "exchange %q, key %q", for a rejection's error
-	deadline time.Time // for the confirm and the ack
+	deadline time.Time // for the publish
 	refusals int       // how often the broker refused this outcome's next message before
 }
 
@@ -394,13 +398,13 @@ type pending struct {
 // prefetch lets the broker send) while the broker syncs the messages
 // already published, instead of one round trip and one disk sync per job.
 // When the channel is lost first, an outcome is kept for the message's
-// return.
-func (w *worker) acker(ch *amqp.Channel, acks <-chan pending) {
+// return. A confirm is waited for with no timeout while ch lives (a
+// blocked connection only delays it: README, "A confirm is never timed
+// out"), until grace is done (shutdown plus the apply timeout).
+func (w *worker) acker(grace context.Context, ch *amqp.Channel, acks <-chan pending) {
 	for p := range acks {
 		if p.dc != nil {
-			ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
-			err := waitConfirm(ctx, ch, p.dc)
-			cancel()
+			err := waitConfirm(grace, ch, p.dc)
 			if errors.Is(err, ErrRejected) {
 				err = fmt.Errorf("%w: %s of job %q to %s", err, p.m.Action, p.j.ID, p.dest)
 			}
