@@ -44,11 +44,6 @@ func TestDeletedQueueDoesNotStallTheDelays(t *testing.T) {
 	}
 	ch := broker.Channel(t)
 	conn := broker.Dial(t)
-	for _, name := range []string{"backstop.unroutable", "gone.dlq"} {
-		if _, err := ch.QueuePurge(name, false); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ids := func(prefix string, n int) []string {
 		out := make([]string, n)
 		for i := range out {
