@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,7 +151,7 @@ func (q *Queue) moveSession(ctx context.Context) error {
 		case h := <-due:
 			// One at a time: a level's moves are few per second, and a
 			// confirm is a round trip on loopback.
-			if err := moveOne(grace, ch, h, returns); err != nil {
+			if err := moveOne(grace, ch, h, returns, q.b.cfg.log); err != nil {
 				if ch.IsClosed() || ctx.Err() != nil {
 					continue // lost or stopping: the next loop turn returns
 				}
@@ -170,7 +171,7 @@ var errUnroutable = errors.New("rabbitmq: no route for the message")
 // moveRetry (dead-lettered at its maxMoveRefusals-th refusal); then h is
 // acked. The error says h is to be held and tried again (its re-entry or
 // dead letter was refused too), or the channel was lost.
-func moveOne(ctx context.Context, ch *amqp.Channel, h held, returns <-chan amqp.Return) error {
+func moveOne(ctx context.Context, ch *amqp.Channel, h held, returns <-chan amqp.Return, log *slog.Logger) error {
 	d := h.d
 	to := deliverXchg
 	if h.n > 0 {
@@ -186,8 +187,11 @@ func moveOne(ctx context.Context, ch *amqp.Channel, h held, returns <-chan amqp.
 		if dest != "" {
 			why = fmt.Sprintf("no route to queue %q: it was deleted or never declared", dest)
 		}
+		log.Warn("rabbitmq delayed message unroutable; dead-lettered", "job", d.MessageId, "queue", dest)
 		err = deadLetterMove(ctx, ch, returns, d, why)
 	case errors.Is(err, ErrRejected):
+		log.Warn("rabbitmq delay move refused; delayed again", "level", h.n, "job", d.MessageId,
+			"queue", headerString(d.Headers, HeaderDestination), "in", moveRetry, "err", err)
 		err = reenter(ctx, ch, returns, d, err)
 	}
 	if err != nil {
