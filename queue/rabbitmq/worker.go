@@ -93,10 +93,15 @@ func WithPolicies(m map[string]backstop.Decider) WorkOption {
 // the README's moves: it runs h (after asking the policy's breaker) and
 // publishes the next message — a retry or a deferral to Q.delay, a dead
 // letter to Q.dlq — with publisher confirms, and only then acks the
-// delivery. A malformed delivery is dead-lettered (malformed), one
+// delivery; a confirm is awaited with no timeout while the channel lives
+// (a memory alarm only delays it). A malformed delivery is dead-lettered
+// (malformed; so is one due more than MaxDueAhead ahead), a redelivery
 // delivered max-deliveries times already (x-delivery-count) as a crash
 // loop without running, one that arrives before its backstop-due-ms is
-// delayed again for the remainder.
+// delayed again for the remainder, and a plain message without message_id
+// is first adopted (published again with an id of its own). Error texts
+// and header tables are bounded below the broker's frame_max (README,
+// "Headers").
 //
 // While it runs, it also moves delayed messages down the delay levels
 // (README, "The moves between levels are the workers'"), for every queue of
