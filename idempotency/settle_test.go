@@ -17,19 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/idempotency"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
-
-// waitFor polls cond (a real server's state) until it holds, failing the
-// test after a bound.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-	}
-}
 
 // logs is a slog.Logger writing to a buffer the test reads while the
 // store's goroutines write it.
@@ -129,7 +119,7 @@ func TestMiddlewareCompletesAfterTheStoreComesBack(t *testing.T) {
 	redisSrv.Restart()
 	check := redis.NewClient(&redis.Options{Addr: redisSrv.Addr})
 	t.Cleanup(func() { check.Close() })
-	waitFor(t, "the record completed", func() bool {
+	eventually.True(t, 20*time.Second, "the record completed", func() bool {
 		return check.HGet(context.Background(), store.RecordKey("", "k"), "state").Val() == "completed"
 	})
 	r := retry(t, srv.URL)
@@ -160,10 +150,10 @@ func TestMiddlewareGivesUpWhenTheLeaseEnds(t *testing.T) {
 	})))
 	t.Cleanup(srv.Close)
 	retry(t, srv.URL)
-	waitFor(t, "the retries to give up", func() bool { return strings.Contains(log.String(), "the key may run again") })
+	eventually.True(t, 20*time.Second, "the retries to give up", func() bool { return strings.Contains(log.String(), "the key may run again") })
 	redisSrv.Restart()
 	var r *http.Response // 409 until the lease is over on the server's clock too
-	waitFor(t, "the lease to end", func() bool { r = retry(t, srv.URL); return r.StatusCode != 409 })
+	eventually.True(t, 20*time.Second, "the lease to end", func() bool { r = retry(t, srv.URL); return r.StatusCode != 409 })
 	if r.StatusCode != 201 || r.Header.Get(idempotency.ReplayedHeader) != "" || runs.Load() != 2 {
 		t.Errorf("after the lease: %d, replayed %q, %d runs: want a second run", r.StatusCode, r.Header.Get(idempotency.ReplayedHeader), runs.Load())
 	}
@@ -185,7 +175,7 @@ func TestOnceCompletesAfterTheStoreComesBack(t *testing.T) {
 		})
 		errc <- err
 	}()
-	waitFor(t, "a failed complete", func() bool { return testutil.ToFloat64(idempotency.MetricsStoreErrors(m, "complete")) >= 1 })
+	eventually.True(t, 20*time.Second, "a failed complete", func() bool { return testutil.ToFloat64(idempotency.MetricsStoreErrors(m, "complete")) >= 1 })
 	redisSrv.Restart()
 	if err := <-errc; err != nil {
 		t.Fatalf("Once: %v, want the result stored once Redis is back", err)

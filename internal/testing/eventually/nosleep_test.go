@@ -23,7 +23,8 @@ var sleepAllowed = map[string]struct {
 }{
 	"queue/redisqueue/crash_test.go": {3, "the crash test's simulated fleet: a promoter's tick, a job's work " +
 		"(the window a SIGKILL lands in) and the random schedule of kills"},
-	"internal/integration/docs/readme_test.go": {1, "a README block run as written: the reader's own sleep before a retry"},
+	"queue/rabbitmq/reliability/pressure_test.go": {1, "the memory alarm's length: the disruption itself, long enough to outlast the old confirm timeout"},
+	"internal/integration/docs/readme_test.go":    {1, "a README block run as written: the reader's own sleep before a retry"},
 }
 
 // TestNoSleepInTests fails when a _test.go file calls time.Sleep more
