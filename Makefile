@@ -1,4 +1,5 @@
-# backstop: `make test` and `make demo` are the two commands a newcomer needs.
+# backstop: `make test` and `make demo` are the two commands a newcomer needs;
+# `make help` lists every target with its `## target: what it does` comment.
 GO        ?= go
 PYTHON    ?= python3
 WASM      := contract/backstop.wasm
@@ -32,12 +33,18 @@ PY_CALL_TESTS := $(addprefix sdk/python/tests/,test_vectors.py test_inputs.py te
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
+.PHONY: all help build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 all: build
+
+## help: list the targets and what each does (these comments)
+help:
+	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); n = index($$0, ":"); \
+		printf "%s  %-18s%s\n", (seen++ ? "\n" : ""), substr($$0, 1, n - 1), substr($$0, n + 2); next } \
+		/^## / { sub(/^## ?/, ""); printf "  %-18s%s\n", "", $$0 }' $(firstword $(MAKEFILE_LIST))
 
 ## demo: queues, workers deciding through backstop.wasm, the exporter on
 ## :9797 and a live view, with nothing to install (see `backstop demo -h`)

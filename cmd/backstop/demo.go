@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -150,8 +149,8 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	duration := fs.Duration("duration", 0, "stop after this long (default: at Ctrl-C, or with --jobs when every job is done)")
 	workers := fs.Int("workers", 2, fmt.Sprintf("workers per queue (1..%d)", maxDemoWorkers))
 	broker := fs.String("broker", "redis", "redis, or rabbitmq: a rabbitmq-server the demo starts (from /usr/lib/rabbitmq/bin or the PATH)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	finite := false
 	fs.Visit(func(f *flag.Flag) { finite = finite || f.Name == "jobs" })
@@ -196,8 +195,7 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "Redis: %s\n", where)
 
-	cache, _ := os.UserCacheDir()
-	rt, err := host.New(ctx, host.WithCompilationCache(filepath.Join(cache, "backstop", "wazero")))
+	rt, err := newRuntime(ctx)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/rabbitmqserver"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -82,8 +80,7 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 		defer cancel()
 	}
 
-	cache, _ := os.UserCacheDir()
-	rt, err := host.New(ctx, host.WithCompilationCache(filepath.Join(cache, "backstop", "wazero")))
+	rt, err := newRuntime(ctx)
 	if err != nil {
 		return err
 	}

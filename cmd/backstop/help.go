@@ -5,8 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // command is what `backstop CMD -h` prints besides the flags.
@@ -91,11 +95,12 @@ var commands = map[string]command{
 var flagSets sync.Map
 
 // newFlagSet is the flag set every command parses its arguments with. It
-// prints nothing on -h (run answers -h with printHelp before the command
-// runs); a bad flag is still named on stderr.
+// prints nothing, on -h (run answers -h with printHelp before the command
+// runs) or on an error (parseFlags returns it, main prints it).
 func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.Usage = func() {}
+	fs.SetOutput(io.Discard) // parseFlags names the problem, with the command's usage
 	flagSets.Store(name, fs)
 	return fs
 }
@@ -165,4 +170,200 @@ func printHelp(ctx context.Context, key string, stdin io.Reader, stdout io.Write
 		fmt.Fprintf(stdout, "\nexample:\n  %s\n", c.example)
 	}
 	return nil
+}
+
+// parseFlags parses a command's arguments, flags before or after the
+// positional ones, and checks that the positional arguments are as many as
+// names (their names in the synopsis, "FILE|PRESET", for the error). Its
+// errors are usage errors that name the problem: the unknown flag and the
+// flag it is likely a typo of, the value a flag refused and why.
+func parseFlags(fs *flag.FlagSet, args []string, names ...string) ([]string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, flagError(fs, err)
+	}
+	switch {
+	case len(pos) < len(names):
+		return nil, fmt.Errorf("%w: missing %s", errUsage, names[len(pos)])
+	case len(pos) > len(names):
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, pos[len(names)])
+	}
+	return pos, nil
+}
+
+// invalidValue matches the flag package's `invalid value "5" for flag
+// -duration: parse error`.
+var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
+
+// flagError turns an error of the flag package into a usage error a user
+// can act on: flags are written --name, as the help shows them.
+func flagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		msg = "unknown flag --" + name
+		if s := closest(name, names); s != "" {
+			msg += fmt.Sprintf(" (did you mean --%s?)", s)
+		}
+	} else if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		msg = fmt.Sprintf("--%s needs a value", name)
+	} else if m := invalidValue.FindStringSubmatch(msg); m != nil {
+		value, name, why := m[1], m[2], m[3]
+		msg = fmt.Sprintf("--%s %s: %s", name, value, why)
+		if g, ok := fs.Lookup(name).Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(time.Duration); isDuration {
+				msg = fmt.Sprintf("--%s %s: not a duration, e.g. 500ms, 5s, 2m or 1h30m", name, value)
+				if _, err := strconv.ParseFloat(value, 64); err == nil {
+					msg = fmt.Sprintf("--%s %s: missing unit, e.g. %ss", name, value, value)
+				}
+			}
+		}
+	}
+	return fmt.Errorf("%w: %s", errUsage, msg)
+}
+
+// closest returns the candidate within two edits of word (and shorter
+// than word by edits), the nearest first, or "" when none is.
+func closest(word string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		if d := editDistance(word, c); d < bestD && d < len(word) || d == bestD && c < best {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, a
+// transposition of neighbours counting as one edit (chek, chekc: check).
+func editDistance(a, b string) int {
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
+// commandKey is the command args name, "policy check" or "decide", and
+// whether it is one.
+func commandKey(args []string) (string, bool) {
+	if len(args) >= 2 {
+		if _, ok := commands[args[0]+" "+args[1]]; ok {
+			return args[0] + " " + args[1], true
+		}
+	}
+	if len(args) >= 1 {
+		if _, ok := commands[args[0]]; ok {
+			return args[0], true
+		}
+	}
+	return "", false
+}
+
+// groupCommands returns the commands of a group ("policy": "policy
+// check", "policy plot", ...), sorted.
+func groupCommands(group string) []string {
+	var keys []string
+	for k := range commands {
+		if strings.HasPrefix(k, group+" ") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// unknownCommand is the usage error for args that name no command, with
+// the command it is likely a typo of.
+func unknownCommand(args []string) error {
+	if groupCommands(args[0]) != nil {
+		if len(args) < 2 {
+			return fmt.Errorf("%w: %s needs a command", errUsage, args[0])
+		}
+		var subs []string
+		for _, k := range groupCommands(args[0]) {
+			subs = append(subs, strings.TrimPrefix(k, args[0]+" "))
+		}
+		if s := closest(args[1], subs); s != "" {
+			return fmt.Errorf("%w: unknown command %q (did you mean %q?)", errUsage, args[0]+" "+args[1], args[0]+" "+s)
+		}
+		return fmt.Errorf("%w: unknown command %q", errUsage, args[0]+" "+args[1])
+	}
+	seen := map[string]bool{"help": true}
+	tops := []string{"help"}
+	for k := range commands {
+		if w := strings.Fields(k)[0]; !seen[w] {
+			seen[w] = true
+			tops = append(tops, w)
+		}
+	}
+	sort.Strings(tops)
+	if s := closest(args[0], tops); s != "" {
+		return fmt.Errorf("%w: unknown command %q (did you mean %q?)", errUsage, args[0], s)
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}
+
+// usageMessage is what a usage error prints on stderr: the problem, then
+// the usage of the command args name (its synopsis
+// and flags; -h adds the description and an example), or of the group, not
+// the whole usage, which only a bare "backstop" gets.
+// The shape is the go command's: the error, "usage: ...", "Run ... for".
+func usageMessage(args []string, err error) string {
+	if len(args) == 0 && err == errUsage {
+		return usage
+	}
+	var b strings.Builder
+	if msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": "); err != errUsage {
+		fmt.Fprintf(&b, "backstop: %s\n", msg)
+	}
+	key, ok := commandKey(args)
+	switch {
+	case ok:
+		synopsis := commands[key].synopsis
+		if synopsis == "" {
+			synopsis = key + " [flags]"
+		}
+		fmt.Fprintf(&b, "usage: backstop %s\n", synopsis)
+		if v, ok := flagSets.Load(key); ok {
+			fs := v.(*flag.FlagSet)
+			b.WriteString("\nflags:\n")
+			fs.SetOutput(&b)
+			fs.PrintDefaults()
+			fs.SetOutput(io.Discard)
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "Run \"backstop %s -h\" for a description and an example.\n", key)
+	case len(args) > 0 && groupCommands(args[0]) != nil:
+		for i, k := range groupCommands(args[0]) {
+			lead := "usage: "
+			if i > 0 {
+				lead = "       "
+			}
+			synopsis := commands[k].synopsis
+			if synopsis == "" {
+				synopsis = k + " [flags]"
+			}
+			fmt.Fprintf(&b, "%sbackstop %s\n", lead, synopsis)
+		}
+		fmt.Fprintf(&b, "Run \"backstop %s COMMAND -h\" for a command's flags and an example.\n", args[0])
+	default:
+		b.WriteString("Run \"backstop help\" for the commands.\n")
+	}
+	return b.String()
 }

@@ -79,7 +79,8 @@ BACKSTOP_AMQP_URL) for RabbitMQ instead; "backstop COMMAND -h" lists the flags.
 // version is set with -ldflags "-X main.version=...".
 var version = "dev"
 
-// errUsage marks errors that should print the usage text.
+// errUsage marks errors that should print the usage of the command (see
+// usageMessage): "%w: what is wrong".
 var errUsage = errors.New("usage")
 
 func main() {
@@ -89,10 +90,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, errUsage) {
-			if err != errUsage {
-				fmt.Fprintln(os.Stderr, "backstop:", err)
-			}
-			fmt.Fprint(os.Stderr, usage)
+			fmt.Fprint(os.Stderr, usageMessage(os.Args[1:], err))
 			os.Exit(2)
 		}
 		fmt.Fprintln(os.Stderr, "backstop:", err)
@@ -115,7 +113,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	switch args[0] {
 	case "policy":
 		if len(args) < 2 {
-			return errUsage
+			break
 		}
 		switch args[1] {
 		case "check":
@@ -176,5 +174,5 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return errUsage
+	return unknownCommand(args)
 }

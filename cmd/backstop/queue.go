@@ -53,7 +53,10 @@ func envOr(k, def string) string {
 }
 
 func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
-	if err := f.fs.Parse(args); err != nil || f.fs.NArg() != 0 || *f.name == "" {
+	if _, err := parseFlags(f.fs, args); err != nil {
+		return nil, nil, err
+	}
+	if *f.name == "" {
 		return nil, nil, fmt.Errorf("%w: --queue is required", errUsage)
 	}
 	var rdb redis.UniversalClient
@@ -109,17 +112,9 @@ func (r *redisCLI) stats(ctx context.Context, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(s)
 	}
 	fmt.Fprintf(stdout, "queue %s: %d jobs (%d pending), %d delayed, %d dead letters\n", q.Name(), s.Jobs, s.Pending, s.Delayed, s.DLQ)
-	keys := make([]string, 0, len(s.Counters))
-	for k := range s.Counters {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, k := range keys {
-		// The per-type fields follow, as a table of their own.
-		if !strings.HasPrefix(k, "t:") && !strings.HasPrefix(k, "types:known:") {
-			fmt.Fprintf(tw, "  %s\t%d\n", k, s.Counters[k])
-		}
+	for _, r := range statsRows(s.Counters) {
+		fmt.Fprintf(tw, "  %s\t%s\n", r[0], r[1])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
