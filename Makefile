@@ -124,6 +124,12 @@ test: deps wasm
 java-test:
 	mvn -B -q -f sdk/java/pom.xml package
 
+## mixin: regenerate mixin/mixin.libsonnet, the rules and dashboards as a
+## monitoring mixin (a test renders it with go-jsonnet and compares)
+.PHONY: mixin
+mixin:
+	$(GO) test -count=1 -run '^TestShippedMixinIsGenerated$$' ./mixin -update
+
 ## vectors: regenerate testdata/vectors from the native core
 vectors:
 	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json

@@ -21,7 +21,12 @@ require (
 	gonum.org/v1/plot v0.17.0
 )
 
-require github.com/rabbitmq/amqp091-go v1.10.0
+require (
+	github.com/google/go-jsonnet v0.22.0
+	github.com/rabbitmq/amqp091-go v1.10.0
+)
+
+require sigs.k8s.io/yaml v1.6.0 // indirect
 
 require (
 	// Listed so that the go command finds this package in its own module
