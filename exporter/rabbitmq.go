@@ -486,3 +486,10 @@ func (r *rabbitSource) listQueues(ctx context.Context) ([]Queue, error) {
 
 // close does nothing: the requests' connections are the HTTP client's.
 func (r *rabbitSource) close() error { return nil }
+
+// ready reads the virtual host from the management API: one small object,
+// however many queues it holds.
+func (r *rabbitSource) ready(ctx context.Context) error {
+	var vhost struct{ Name string }
+	return r.get(ctx, "vhosts", "name", &vhost)
+}
