@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/backstop-dev/backstop/internal/rabbitmqserver"
 	"github.com/backstop-dev/backstop/queue"
@@ -108,11 +107,11 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w (choose another with --listen)", o.listen, err)
 	}
-	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	srv := &http.Server{Handler: demoMetricsHandler(reg)}
 	go srv.Serve(ln)
 	defer srv.Close()
 	fmt.Fprintf(stdout, "metrics (the workers'): http://%s/metrics\n", displayAddr(ln.Addr()))
-	fmt.Fprint(stdout, demoInspectHelp("--amqp-url", b.URL(), qs[0].Name(), displayAddr(ln.Addr())))
+	fmt.Fprint(stdout, demoInspectHelp("--amqp.url", b.URL(), qs[0].Name(), displayAddr(ln.Addr())))
 
 	produced := make([]atomic.Int64, len(qs))
 	enqueue := func(k int, id string) error {
@@ -325,11 +324,7 @@ func (v *rabbitView) refresh(ctx context.Context) bool {
 	}
 	fmt.Fprintln(&b)
 	fmt.Fprintf(&b, "elapsed %s   (Ctrl-C stops)\n", time.Since(v.start).Round(time.Second))
-	if v.tty && v.lines > 0 {
-		fmt.Fprintf(v.w, "\x1b[%dA\x1b[J", v.lines) // redraw in place
-	}
-	io.WriteString(v.w, b.String())
-	v.lines = strings.Count(b.String(), "\n")
+	v.draw(b.String())
 	return drained
 }
 
@@ -343,8 +338,11 @@ func (v *rabbitView) final() {
 		dead += c["attempts:dead_letter"]
 		retries += c["attempts:retry"]
 	}
-	fmt.Fprintf(v.w, "\nsummary: %d produced, %d succeeded, %d dead-lettered, %d still in flight; %d retries in %s\n",
-		produced, ok, dead, produced-ok-dead, retries, time.Since(v.start).Round(time.Millisecond))
+	fmt.Fprintf(v.w, "\nsummary: %d produced, %d succeeded, %d dead-lettered, %d retries in %s\n",
+		produced, ok, dead, retries, time.Since(v.start).Round(100*time.Millisecond))
+	if left := produced - ok - dead; left > 0 {
+		fmt.Fprintf(v.w, "not finished: %d, in the work queues or the shared delay levels\n", left)
+	}
 	var waits []string
 	for i, q := range v.rqs {
 		waits = append(waits, fmt.Sprintf("%s %s", q.Name(), v.worstWait[i].Round(time.Millisecond)))

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -56,8 +57,8 @@ var commands = map[string]command{
 		desc:    "The whole system moving: queues, workers deciding through backstop.wasm, the exporter and a live view, until Ctrl-C. --broker rabbitmq runs it on a rabbitmq-server it starts.",
 		example: "backstop demo --duration 2m", notes: demoEmbeddedHelp},
 	"queue stats": {synopsis: "queue stats --queue Q [flags]",
-		desc:    "Print a queue's sizes (jobs, pending, delayed, dead letters) and its counters; with --amqp-url, a RabbitMQ queue's ready, unacked and consumers, its dead letters and the delay levels.",
-		example: "backstop queue stats --redis-url redis://127.0.0.1:6379/0 --queue payments"},
+		desc:    "Print a queue's sizes (jobs, pending, delayed, dead letters) and its counters; with --amqp.url, a RabbitMQ queue's ready, unacked and consumers, its dead letters and the delay levels.",
+		example: "backstop queue stats --redis.url redis://127.0.0.1:6379/0 --queue payments"},
 	"queue enqueue": {synopsis: "queue enqueue --queue Q --id ID [--payload P] [--type T]",
 		desc:    "Add a job to a queue's jobs stream, of a job type or untyped.",
 		example: "backstop queue enqueue --queue payments --id order-42 --payload '{\"sku\":7}' --type charge_card"},
@@ -71,13 +72,13 @@ var commands = map[string]command{
 		desc:    "Count a queue's dead letters by reason and show the newest ones.",
 		example: "backstop dlq inspect --queue payments --newest 20"},
 	"dlq replay": {synopsis: "dlq replay --queue Q --limit N | --id ID [--reason R] [--type T] [--keep-attempts] [--rate N/s]",
-		desc:    "Move dead letters back to the queue's jobs stream, in bounded batches, the attempt count reset unless --keep-attempts; --id: one job's; --rate: paced. With --amqp-url, to the original RabbitMQ queue only.",
+		desc:    "Move dead letters back to the queue's jobs stream, in bounded batches, the attempt count reset unless --keep-attempts; --id: one job's; --rate: paced. With --amqp.url, to the original RabbitMQ queue only.",
 		example: "backstop dlq replay --queue payments --limit 100 --reason max_attempts_reached --rate 50/s"},
 	"dlq delete": {synopsis: "dlq delete --queue Q --id ID --reason TEXT",
-		desc:    "Discard a job's dead letters for good, each recorded first, with the reason, who and when, in the audit stream {Q}:audit (with --amqp-url, the queue Q.audit) and counted (discarded).",
+		desc:    "Discard a job's dead letters for good, each recorded first, with the reason, who and when, in the audit stream {Q}:audit (with --amqp.url, the queue Q.audit) and counted (discarded).",
 		example: "backstop dlq delete --queue payments --id order-42 --reason duplicate-charge"},
 	"dlq purge": {synopsis: "dlq purge --queue Q --reason TEXT [--dead-letter-reason R] [--type T] [--limit N]",
-		desc:    "Discard dead letters for good (those with a reason, of a type, at most N), each recorded first in the audit stream {Q}:audit (with --amqp-url, the queue Q.audit) and counted (discarded).",
+		desc:    "Discard dead letters for good (those with a reason, of a type, at most N), each recorded first in the audit stream {Q}:audit (with --amqp.url, the queue Q.audit) and counted (discarded).",
 		example: "backstop dlq purge --queue payments --reason incident-1234 --dead-letter-reason malformed --limit 1000"},
 	"rules generate": {synopsis: "rules generate [--config FILE] [--out DIR]",
 		desc:    "Write the Prometheus recording and alerting rule files.",
@@ -160,8 +161,7 @@ func printHelp(ctx context.Context, key string, stdin io.Reader, stdout io.Write
 	}
 	if fs != nil {
 		fmt.Fprintln(stdout, "\nflags:")
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
+		printFlags(stdout, fs)
 	}
 	if c.notes != "" {
 		io.WriteString(stdout, c.notes)
@@ -343,9 +343,7 @@ func usageMessage(args []string, err error) string {
 		if v, ok := flagSets.Load(key); ok {
 			fs := v.(*flag.FlagSet)
 			b.WriteString("\nflags:\n")
-			fs.SetOutput(&b)
-			fs.PrintDefaults()
-			fs.SetOutput(io.Discard)
+			printFlags(&b, fs)
 			b.WriteString("\n")
 		}
 		fmt.Fprintf(&b, "Run \"backstop %s -h\" for a description and an example.\n", key)
@@ -366,4 +364,67 @@ func usageMessage(args []string, err error) string {
 		b.WriteString("Run \"backstop help\" for the commands.\n")
 	}
 	return b.String()
+}
+
+// deprecations is where a flag's old name says it is deprecated: the
+// command's stderr (run sets it).
+var deprecations io.Writer = os.Stderr
+
+// renamed registers old, a flag's name before issue 42, as an alias of the
+// flag now named name: it sets the same value and prints "--old is
+// deprecated: use --name". The CLI's URL flags are dotted now
+// (--redis.url, --amqp.url), as backstop-exporter's are, and their
+// environment variables (BACKSTOP_REDIS_URL) are the same in both. The
+// help leaves the old names out (printFlags).
+func renamed(fs *flag.FlagSet, old, name string) {
+	fs.Var(&renamedFlag{Value: fs.Lookup(name).Value, old: old, name: name}, old, "deprecated: --"+name)
+}
+
+type renamedFlag struct {
+	flag.Value
+	old, name string
+	warned    bool // a command may parse its arguments twice: one line
+}
+
+func (r *renamedFlag) Set(s string) error {
+	if !r.warned {
+		fmt.Fprintf(deprecations, "backstop: --%s is deprecated: use --%s\n", r.old, r.name)
+		r.warned = true
+	}
+	return r.Value.Set(s)
+}
+
+func (r *renamedFlag) String() string {
+	if r == nil || r.Value == nil { // the flag package's zero value, for PrintDefaults
+		return ""
+	}
+	return r.Value.String()
+}
+
+// flagName is a flag's current name, the one an old name stands for.
+func flagName(fl *flag.Flag) string {
+	if r, ok := fl.Value.(*renamedFlag); ok {
+		return r.name
+	}
+	return fl.Name
+}
+
+// printFlags prints fs's flags as PrintDefaults does, without the old
+// names of renamed flags.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	skip := false
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if strings.HasPrefix(line, "  -") {
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "  -"), " ")
+			fl := fs.Lookup(strings.TrimSpace(name))
+			_, skip = fl.Value.(*renamedFlag)
+		}
+		if !skip {
+			io.WriteString(w, line)
+		}
+	}
 }

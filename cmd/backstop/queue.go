@@ -27,7 +27,7 @@ type queueFlags struct {
 	name    *string
 	group   *string
 	jsonOut *bool
-	rabbit  rabbitFlags           // --amqp-url: RabbitMQ instead of Redis
+	rabbit  rabbitFlags           // --amqp.url: RabbitMQ instead of Redis
 	rdb     redis.UniversalClient // set by open
 }
 
@@ -35,13 +35,17 @@ func newQueueFlags(name string) *queueFlags {
 	fs := newFlagSet(name)
 	f := &queueFlags{
 		fs:      fs,
-		url:     fs.String("redis-url", envOr("BACKSTOP_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env BACKSTOP_REDIS_URL)"),
-		cluster: fs.String("redis-cluster", os.Getenv("BACKSTOP_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses, instead of --redis-url (env BACKSTOP_REDIS_CLUSTER)"),
+		url:     fs.String("redis.url", envOr("BACKSTOP_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env BACKSTOP_REDIS_URL)"),
+		cluster: fs.String("redis.cluster", os.Getenv("BACKSTOP_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses, instead of --redis.url (env BACKSTOP_REDIS_CLUSTER)"),
 		name:    fs.String("queue", "", "queue name (keys {NAME}:jobs, {NAME}:delayed, {NAME}:dlq, {NAME}:stats)"),
 		group:   fs.String("group", "workers", "consumer group"),
 		jsonOut: fs.Bool("json", false, "print JSON"),
 	}
 	f.rabbit = addRabbitFlags(fs)
+	renamed(fs, "redis-url", "redis.url")
+	renamed(fs, "redis-cluster", "redis.cluster")
+	renamed(fs, "amqp-url", "amqp.url")
+	renamed(fs, "management-url", "rabbitmq.management-url")
 	return f
 }
 
@@ -87,7 +91,7 @@ func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
 func (f *queueFlags) warnMissing(ctx context.Context, q *redisqueue.Queue, stderr io.Writer) {
 	k := q.Keys()
 	if n, err := f.rdb.Exists(ctx, k.Jobs, k.Delayed, k.DLQ, k.Stats).Result(); err == nil && n == 0 {
-		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this Redis (none of %s, %s, %s, %s exists): check --queue and --redis-url\n",
+		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this Redis (none of %s, %s, %s, %s exists): check --queue and --redis.url\n",
 			q.Name(), k.Jobs, k.Delayed, k.DLQ, k.Stats)
 	}
 }
@@ -129,7 +133,7 @@ const maxNewest = 1000
 func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("dlq inspect")
 	newest := f.fs.Int("newest", 10, fmt.Sprintf("show the newest N dead letters (0..%d)", maxNewest))
-	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time (with --amqp-url: default 1000, at most 100000)")
+	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time (with --amqp.url: default 1000, at most 100000)")
 	b, err := f.broker(args)
 	if err != nil {
 		return err

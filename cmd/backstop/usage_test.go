@@ -31,7 +31,7 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"demoo"}, []string{`unknown command "demoo" (did you mean "demo"?)`}},
 		{[]string{"policy", "chek"}, []string{`unknown command "policy chek" (did you mean "policy check"?)`, "usage: backstop policy check ", "       backstop policy show PRESET\n"}},
 		{[]string{"policy"}, []string{"backstop: policy needs a command", "usage: backstop policy check "}},
-		{[]string{"queue", "stats"}, []string{"backstop: --queue is required\n", "usage: backstop queue stats --queue Q [flags]\n", "\nflags:\n", "-redis-url", `Run "backstop queue stats -h"`}},
+		{[]string{"queue", "stats"}, []string{"backstop: --queue is required\n", "usage: backstop queue stats --queue Q [flags]\n", "\nflags:\n", "-redis.url", `Run "backstop queue stats -h"`}},
 		{[]string{"policy", "plot", "critical"}, []string{"backstop: --out is required", "usage: backstop policy plot FILE|PRESET --out"}},
 		{[]string{"policy", "check"}, []string{"backstop: missing FILE|PRESET\n"}},
 		{[]string{"policy", "show"}, []string{"backstop: missing PRESET\n", "usage: backstop policy show PRESET\n"}},
@@ -136,5 +136,27 @@ something_new: 4
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// Issue 42: the CLI's URL flags are dotted as the exporter's are
+// (--redis.url, BACKSTOP_REDIS_URL in both); the old names still work,
+// with one deprecation line, and the help lists the new names only.
+func TestRenamedFlags(t *testing.T) {
+	_, stderr, err := runCLIStderr(t, "queue", "stats", "--queue", "x", "--redis-url", "redis://127.0.0.1:1/0")
+	if err == nil || strings.Count(stderr, "deprecated") != 1 || !strings.Contains(stderr, "backstop: --redis-url is deprecated: use --redis.url\n") {
+		t.Errorf("old name: %v\n%s", err, stderr)
+	}
+	_, stderr, _ = runCLIStderr(t, "queue", "stats", "--queue", "x", "--redis.url", "redis://127.0.0.1:1/0")
+	if strings.Contains(stderr, "deprecated") {
+		t.Errorf("new name: %s", stderr)
+	}
+	// The old name counts as the new one: two brokers are still refused.
+	if _, err := runCLI(t, "", "queue", "stats", "--queue", "x", "--redis-url", "redis://h/0", "--amqp.url", "amqp://h"); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "not both") {
+		t.Errorf("--redis-url with --amqp.url: %v", err)
+	}
+	out, _ := runCLI(t, "", "queue", "stats", "-h")
+	if strings.Contains(out, "redis-url") || !strings.Contains(out, "-redis.url") {
+		t.Errorf("help:\n%s", out)
 	}
 }
