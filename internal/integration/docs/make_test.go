@@ -34,3 +34,41 @@ func TestMakeHelpListsTheDocumentedTargets(t *testing.T) {
 		t.Errorf("make help prints the comment marks:\n%s", out)
 	}
 }
+
+// checkMaven checks a <!-- snippet: maven --> block: the dependency it shows
+// is the JVM package sdk/java/pom.xml builds.
+func checkMaven(t *testing.T, b block) {
+	pom, err := os.ReadFile(root + "/sdk/java/pom.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := func(s, tag string) string {
+		m := regexp.MustCompile(`<` + tag + `>([^<]*)</` + tag + `>`).FindStringSubmatch(s)
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	for _, tag := range []string{"groupId", "artifactId", "version"} {
+		if got, want := first(b.body, tag), first(string(pom), tag); got == "" || got != want {
+			t.Errorf("%s: %s %q, sdk/java/pom.xml says %q", b, tag, got, want)
+		}
+	}
+}
+
+// Issue 42: the README's first screen (40 lines) is a quick start: what
+// backstop is, the prerequisites (Java and Maven included), make demo, make
+// test, how to put backstop on the PATH, and a command to try.
+func TestReadmeFirstScreenIsAQuickStart(t *testing.T) {
+	b, err := os.ReadFile(root + "/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	screen := strings.Join(strings.SplitN(string(b), "\n", 41)[:40], "\n")
+	for _, want := range []string{"## Quick start", "Go 1.26+", "Node.js", "Python", "JDK", "Maven", "make demo", "make test",
+		"go install ./cmd/backstop", "make build", "$ backstop policy check critical"} {
+		if !strings.Contains(screen, want) {
+			t.Errorf("the README's first 40 lines lack %q", want)
+		}
+	}
+}
