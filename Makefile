@@ -79,6 +79,7 @@ build: wasm
 ## The Node.js host has no runtime dependencies; its tests install ioredis
 ## and redis (npm ci). The JVM host (sdk/java) needs a JDK and Maven
 ## (default-jdk-headless, maven), which fetches its dependencies itself.
+## tmux runs internal/integration/walk, the README's quick start in a terminal.
 deps: $(PY_NEWEST) $(PY_OLDEST)
 	$(GO) mod download
 	@missing=""; \
@@ -88,6 +89,7 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$$missing rabbitmq-server"; \
 	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
