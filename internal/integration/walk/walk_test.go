@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 const root = "../../.."
@@ -137,6 +138,9 @@ func walk(t *testing.T, s *screen, cols int, readme, work string) {
 	if !strings.Contains(readme, "$ backstop policy check critical\npreset critical: valid") {
 		t.Error("the README's quick start no longer shows `backstop policy check critical`")
 	}
+	abs, _ := filepath.Abs(root)
+	out = s.run("make -s --no-print-directory -C "+abs+" help", 30*time.Second)
+	mustContain(t, "make help", out, "  demo ", "  test ", "  build ", " rc=0]")
 	out = s.run("backstop version", 10*time.Second)
 	if regexp.MustCompile(`backstop \n|backstop $`).MatchString(out) {
 		t.Errorf("version is empty:\n%s", out)
@@ -172,10 +176,12 @@ func walk(t *testing.T, s *screen, cols int, readme, work string) {
 	// screen, however many frames), has a deferred column, and resizes.
 	s.tmux("send-keys", "-t", "walk", "clear", "Enter")
 	s.tmux("clear-history", "-t", "walk")
-	s.tmux("send-keys", "-t", "walk", "backstop demo --listen 127.0.0.1:0 --duration 25s", "Enter")
+	url := "redis://" + redistest.Start(t).Addr + "/0"
+	s.tmux("send-keys", "-t", "walk", "backstop demo --listen 127.0.0.1:0 --duration 25s --redis.url "+url, "Enter")
 	out = s.waitFor(`elapsed [3-9]s`, 90*time.Second)
 	checkFrame(t, out, cols)
-	mustContain(t, "demo", out, "deferred", "retrying", "queued", "demo-payments", "127.0.0.1:")
+	mustContain(t, "demo", out, "deferred", "retrying", "queued", "demo-payments", "127.0.0.1:",
+		"the demo deletes and rewrites its keys there: {demo-payments}")
 	wide := cols + 40
 	s.resize(wide, 40)
 	out = s.waitFor(`elapsed (1[0-9]|[2-9][0-9])s`, 60*time.Second)
@@ -188,6 +194,12 @@ func walk(t *testing.T, s *screen, cols int, readme, work string) {
 	mustContain(t, "demo summary", out, "succeeded", "dead-lettered")
 	if strings.Contains(out, "still in flight") {
 		t.Errorf("the summary counts delayed jobs as in flight:\n%s", out)
+	}
+	// The demo's queue, from the command it suggests: its counters in words.
+	out = s.run("backstop queue stats --redis.url "+url+" --queue demo-reports", 30*time.Second)
+	mustContain(t, "queue stats", out, "queue demo-reports:", "attempts ", "success ", "dead letters by reason", "jobs that succeeded", " rc=0]")
+	if strings.Contains(out, "finished_sum") || strings.Contains(out, "attempts:success") {
+		t.Errorf("queue stats prints raw hash fields:\n%s", out)
 	}
 }
 
