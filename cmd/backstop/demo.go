@@ -307,12 +307,16 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	view.breaker, view.rdb, view.intro = breaker, rdb, intro.String()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	winch, stopWinch := resized()
+	defer stopWinch()
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			done = true
 		case <-tick.C:
 			done = view.refresh(ctx) && finite
+		case <-winch:
+			view.redraw() // the last frame at the new size, at once
 		}
 	}
 	// Ctrl-C (or --duration): the producer and the workers stop; each
@@ -476,6 +480,7 @@ type demoView struct {
 	lastRetry []int64
 	typeRetry map[string]int64 // the typed queue's attempts:retry per job type
 	intro     string           // printed before the first frame: again after a clear
+	frame     string           // the last frame drawn, for redraw
 	lines     int              // the last frame's lines on the screen
 	cols      int              // the terminal's width when it was drawn
 }
@@ -520,7 +525,14 @@ func (v *demoView) draw(frame string) {
 		b.WriteString("\n")
 	}
 	io.WriteString(v.w, b.String())
-	v.lines, v.cols = len(lines), cols
+	v.frame, v.lines, v.cols = frame, len(lines), cols
+}
+
+// redraw draws the last frame again, at the terminal's size now.
+func (v *demoView) redraw() {
+	if v.frame != "" {
+		v.draw(v.frame)
+	}
 }
 
 // fitLine cuts s to n columns (runes), its last one "…"; n < 1: whole.

@@ -23,7 +23,7 @@ func TestDemoOnRabbitMQ(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"demo-payments  payments", "demo-emails    emails", "demo-reports   reports",
+	for _, want := range []string{"demo-payments   payments", "demo-emails     emails", "demo-reports    reports",
 		"rabbitmq-server started for the demo", "dlq inspect --amqp.url amqp://guest:guest@127.0.0.1:", "a marketing backlog of 1500 jobs on demo-emails"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q in\n%s", want, out)
