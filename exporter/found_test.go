@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
@@ -45,4 +46,19 @@ func withoutNotFound(logs, q string) string {
 		}
 	}
 	return strings.Join(keep, "")
+}
+
+// Issue 42, on RabbitMQ: a configured work queue the broker does not have
+// is reported not found and warned about once.
+func TestRabbitMQQueueNotFoundWarnsOnce(t *testing.T) {
+	b := rabbittest.Start(t)
+	ch := b.Channel(t)
+	declareTopology(t, ch, "orders", 1)
+	c, logs := newTestRabbitCollector(t, b.ManagementURL(), WithQueues(Queue{Name: "orders"}, Queue{Name: "ordrs"}))
+	for range 2 {
+		want(t, gather(t, c), map[string]float64{`backstop_queue_found{queue="orders"}`: 1, `backstop_queue_found{queue="ordrs"}`: 0, "backstop_up": 1})
+	}
+	if got := logs.String(); strings.Count(got, "queue not found") != 1 || !strings.Contains(got, "queue=ordrs") {
+		t.Errorf("logs after 2 scrapes:\n%s\nwant one warning naming ordrs", got)
+	}
 }

@@ -394,6 +394,15 @@ func (r *rabbitSource) scrape(ctx context.Context, s *sink) int {
 	now := r.cfg.now()
 	for _, name := range st.work {
 		q := st.queues[name]
+		if s.queueFound == nil {
+			s.queueFound = map[string]bool{}
+		}
+		s.queueFound[name] = q != nil // a misspelt --queues, or not declared yet: noteFound warns
+		found := 0.0
+		if q != nil {
+			found = 1
+		}
+		s.gauge(queueFoundDesc, found, name)
 		if q == nil {
 			continue // not declared yet: Declare, Enqueue or Work will
 		}
