@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,29 @@ func (s *screen) waitFor(re string, timeout time.Duration) string {
 	eventually.True(s.t, timeout, "the screen to show "+re, func() bool {
 		out = s.pane()
 		return regexp.MustCompile(re).MatchString(out)
+	})
+	return out
+}
+
+// elapsed is the seconds the live view on the screen says it has run.
+func elapsed(screen string) int {
+	m := regexp.MustCompile(`elapsed (\d+)s`).FindStringSubmatch(screen)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// frameAfter waits for a frame of the live view drawn at least two
+// seconds after one that said it had run after seconds: a frame of a
+// tick after a resize, not the last one before it.
+func (s *screen) frameAfter(after int) string {
+	s.t.Helper()
+	var out string
+	eventually.True(s.t, 60*time.Second, fmt.Sprintf("a frame after %ds", after+1), func() bool {
+		out = s.pane()
+		return elapsed(out) >= after+2
 	})
 	return out
 }
@@ -177,18 +201,18 @@ func walk(t *testing.T, s *screen, cols int, readme, work string) {
 	s.tmux("send-keys", "-t", "walk", "clear", "Enter")
 	s.tmux("clear-history", "-t", "walk")
 	url := "redis://" + redistest.Start(t).Addr + "/0"
-	s.tmux("send-keys", "-t", "walk", "backstop demo --listen 127.0.0.1:0 --duration 25s --redis.url "+url, "Enter")
+	s.tmux("send-keys", "-t", "walk", "backstop demo --listen 127.0.0.1:0 --duration 30s --redis.url "+url, "Enter")
 	out = s.waitFor(`elapsed [3-9]s`, 90*time.Second)
 	checkFrame(t, out, cols)
 	mustContain(t, "demo", out, "deferred", "retrying", "queued", "demo-payments", "127.0.0.1:",
 		"the demo deletes and rewrites its keys there: {demo-payments}")
 	wide := cols + 40
 	s.resize(wide, 40)
-	out = s.waitFor(`elapsed (1[0-9]|[2-9][0-9])s`, 60*time.Second)
+	out = s.frameAfter(elapsed(out))
 	checkFrame(t, out, wide)
 	mustContain(t, "demo, wider", out, "policy", "dead letters by reason")
 	s.resize(cols, 24)
-	out = s.waitFor(`elapsed (1[3-9]|[2-9][0-9])s`, 60*time.Second)
+	out = s.frameAfter(elapsed(out))
 	checkFrame(t, out, cols)
 	out = s.waitFor(`summary: \d+ produced`, 90*time.Second)
 	mustContain(t, "demo summary", out, "succeeded", "dead-lettered")
