@@ -160,6 +160,15 @@ func LoadConfig(path string) (Config, error) {
 	if len(b) > maxConfigBytes {
 		return c, fmt.Errorf("%s: must be at most %d bytes (1 MiB)", path, maxConfigBytes)
 	}
+	// dashboard_url (a path) became grafana_url (issue 42): say so rather
+	// than "unknown field".
+	var keys map[string]any
+	if yaml.Unmarshal(b, &keys) == nil {
+		if _, old := keys["dashboard_url"]; old {
+			return c, fmt.Errorf("%s: dashboard_url is replaced by grafana_url, your Grafana's URL (e.g. https://grafana.example.com): "+
+				"the alerts link to GRAFANA/d/backstop-queue/backstop-queue with their queue selected", path)
+		}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {

@@ -282,3 +282,13 @@ tests:
 		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
 }
+
+// Issue 42: a configuration written before grafana_url says what replaced
+// dashboard_url, not "unknown field".
+func TestOldDashboardURLIsExplained(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.yaml")
+	os.WriteFile(path, []byte("dashboard_url: /d/backstop-queue/backstop-queue\n"), 0o644)
+	if _, err := rules.LoadConfig(path); err == nil || !strings.Contains(err.Error(), "dashboard_url is replaced by grafana_url") {
+		t.Errorf("old dashboard_url: %v", err)
+	}
+}
