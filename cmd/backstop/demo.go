@@ -139,7 +139,7 @@ embedded server runs them, with these differences:
                    an entry with over 1000 fields. The demo's payloads are ASCII.
 
 The same on both: TIME, XPENDING delivery counts, idle times and IDLE, redis.pcall error
-tables, TYPE, cjson.decode and its numbers. README.md, "Which server gives which figure",
+tables, TYPE, cjson.decode and its numbers. docs/monitoring.md, "Which server gives which figure",
 lists the exporter's figures per server.
 `
 
