@@ -1,4 +1,5 @@
-# backstop: `make test` and `make demo` are the two commands a newcomer needs.
+# backstop: `make test` and `make demo` are the two commands a newcomer needs;
+# `make help` lists every target with its `## target: what it does` comment.
 GO        ?= go
 PYTHON    ?= python3
 WASM      := contract/backstop.wasm
@@ -32,12 +33,18 @@ PY_CALL_TESTS := $(addprefix sdk/python/tests/,test_vectors.py test_inputs.py te
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
+.PHONY: all help build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 all: build
+
+## help: list the targets and what each does (these comments)
+help:
+	@awk '/^## [a-z-]+:/ { sub(/^## /, ""); n = index($$0, ":"); \
+		printf "%s  %-18s%s\n", (seen++ ? "\n" : ""), substr($$0, 1, n - 1), substr($$0, n + 2); next } \
+		/^## / { sub(/^## ?/, ""); printf "  %-18s%s\n", "", $$0 }' $(firstword $(MAKEFILE_LIST))
 
 ## demo: queues, workers deciding through backstop.wasm, the exporter on
 ## :9797 and a live view, with nothing to install (see `backstop demo -h`)
@@ -72,6 +79,7 @@ build: wasm
 ## The Node.js host has no runtime dependencies; its tests install ioredis
 ## and redis (npm ci). The JVM host (sdk/java) needs a JDK and Maven
 ## (default-jdk-headless, maven), which fetches its dependencies itself.
+## tmux runs internal/integration/walk, the README's quick start in a terminal.
 deps: $(PY_NEWEST) $(PY_OLDEST)
 	$(GO) mod download
 	@missing=""; \
@@ -81,6 +89,7 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$$missing rabbitmq-server"; \
 	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
@@ -116,6 +125,12 @@ test: deps wasm
 .PHONY: java-test
 java-test:
 	mvn -B -q -f sdk/java/pom.xml package
+
+## mixin: regenerate mixin/mixin.libsonnet, the rules and dashboards as a
+## monitoring mixin (a test renders it with go-jsonnet and compares)
+.PHONY: mixin
+mixin:
+	$(GO) test -count=1 -run '^TestShippedMixinIsGenerated$$' ./mixin -update
 
 ## vectors: regenerate testdata/vectors from the native core
 vectors:

@@ -21,7 +21,12 @@ require (
 	gonum.org/v1/plot v0.17.0
 )
 
-require github.com/rabbitmq/amqp091-go v1.10.0
+require (
+	github.com/google/go-jsonnet v0.22.0
+	github.com/rabbitmq/amqp091-go v1.10.0
+)
+
+require sigs.k8s.io/yaml v1.6.0 // indirect
 
 require (
 	// Listed so that the go command finds this package in its own module
@@ -134,7 +139,7 @@ require (
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.38.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.49.0
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261019180522-ce908d29299b // indirect

@@ -158,8 +158,8 @@ func Overview() Dashboard {
 		Panels: layout([]Panel{
 			ts("DLQ ingestion", "Jobs dead-lettered per second, by queue (XINFO STREAM entries-added: survives trimming). What BackstopDLQIngestion pages on.", "ops",
 				q(fmt.Sprintf("sum by (queue) (rate(backstop_dlq_ingested_total{%s}[$__rate_interval]))", sel), "{{queue}}")),
-			ts("Retry rate", "Share of attempt outcomes that were retries, by queue.", "percentunit",
-				q(fmt.Sprintf("sum by (queue) (rate(backstop_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (queue) (rate(backstop_attempts_total{%s}[$__rate_interval]))", sel, sel), "{{queue}}")),
+			ts("Retry rate", "Share of the attempts made that were retries, by queue (deferrals, which spend no attempt, are left out: as the rules compute it).", "percentunit",
+				q(fmt.Sprintf("sum by (queue) (rate(backstop_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (queue) (rate(backstop_attempts_total{%s, outcome!=\"deferred\"}[$__rate_interval]))", sel, sel), "{{queue}}")),
 			ts("Max attempts reached", "Jobs per second that failed on every attempt the policy allowed, by queue.", "ops",
 				q(fmt.Sprintf("sum by (queue) (rate(backstop_max_attempts_reached_total{%s}[$__rate_interval]))", sel), "{{queue}}")),
 			ts("Delayed retries", "Jobs waiting in the delayed set (cold retries), and how many of them are already due.", "short",
@@ -223,16 +223,16 @@ func jobTypeRow(firstID, y int) []Panel {
 	return row(firstID, y, "Job types",
 		"The queue's figures by job type (job_type; untyped jobs have none), for queues shared by several kinds of job.", []Panel{
 			ts("Retry rate by job type", "Share of each job type's attempt outcomes that were retries. What BackstopJobTypeHighRetryRate warns on.", "percentunit",
-				q(untyped(fmt.Sprintf("sum by (job_type) (rate(backstop_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (job_type) (rate(backstop_attempts_total{%s}[$__rate_interval]))", jtsel, jtsel)), "{{job_type}}")),
+				q(untyped(fmt.Sprintf("sum by (queue, job_type) (rate(backstop_attempts_total{%s, outcome=\"retry\"}[$__rate_interval]))\n/\nsum by (queue, job_type) (rate(backstop_attempts_total{%s, outcome!=\"deferred\"}[$__rate_interval]))", jtsel, jtsel)), "{{queue}} {{job_type}}")),
 			ts("Attempt outcomes by job type", "Attempt outcomes per second by job type: success, retry, dead letter, deferred.", "ops",
-				q(untyped(fmt.Sprintf("sum by (job_type, outcome) (rate(backstop_attempts_total{%s}[$__rate_interval]))", jtsel)), "{{job_type}} {{outcome}}")),
+				q(untyped(fmt.Sprintf("sum by (queue, job_type, outcome) (rate(backstop_attempts_total{%s}[$__rate_interval]))", jtsel)), "{{queue}} {{job_type}} {{outcome}}")),
 			ts("Retries by job type and reason", "Retries per second by job type and the policy's reason (transient, uncertain, retry_after).", "ops",
-				q(untyped(fmt.Sprintf("sum by (job_type, reason) (rate(backstop_retries_total{%s}[$__rate_interval]))", jtsel)), "{{job_type}} {{reason}}")),
-			ts("Dead letters by job type", "Jobs dead-lettered per second by job type and reason: which kind of job fills the DLQ. What BackstopJobTypeDeadLetters warns on; `backstop dlq replay --type` moves one type back.", "ops",
-				q(untyped(fmt.Sprintf("sum by (job_type, reason) (rate(backstop_dead_letters_total{%s}[$__rate_interval]))", jtsel)), "{{job_type}} {{reason}}")),
+				q(untyped(fmt.Sprintf("sum by (queue, job_type, reason) (rate(backstop_retries_total{%s}[$__rate_interval]))", jtsel)), "{{queue}} {{job_type}} {{reason}}")),
+			ts("Dead letters by job type", "Jobs dead-lettered per second by job type and reason: which kind of job fills the DLQ. What BackstopDeadLetter warns on, per queue; `backstop dlq replay --type` moves one type back.", "ops",
+				q(untyped(fmt.Sprintf("sum by (queue, job_type, reason) (rate(backstop_dead_letters_total{%s}[$__rate_interval]))", jtsel)), "{{queue}} {{job_type}} {{reason}}")),
 			ts("Attempts per job by job type", "The attempt on which each type's jobs finished (success or dead letter): median and 90th percentile. A healthy type sits on 1.", "short",
-				q(untyped(fmt.Sprintf("histogram_quantile(0.5, sum by (job_type, le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval])))", jtsel)), "{{job_type}} p50"),
-				q(untyped(fmt.Sprintf("histogram_quantile(0.9, sum by (job_type, le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval])))", jtsel)), "{{job_type}} p90")),
+				q(untyped(fmt.Sprintf("histogram_quantile(0.5, sum by (queue, job_type, le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval])))", jtsel)), "{{queue}} {{job_type}} p50"),
+				q(untyped(fmt.Sprintf("histogram_quantile(0.9, sum by (queue, job_type, le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval])))", jtsel)), "{{queue}} {{job_type}} p90")),
 			ts("Job type registry", "Job types the queue counts by name, and events per second of types counted as other because the registry is full (types:limit). What BackstopJobTypesOverflow warns on.", "short",
 				q(fmt.Sprintf("sum by (queue) (backstop_job_types{%s})", sel), "{{queue}} types"),
 				q(fmt.Sprintf("sum by (queue) (rate(backstop_job_types_overflow_total{%s}[$__rate_interval]))", sel), "{{queue}} overflow/s")),
@@ -277,7 +277,10 @@ func idempotencyRow(firstID, y int) []Panel {
 		})
 }
 
-// Queue is the drill-down of one (or a few) queues.
+// Queue is the drill-down of one (or a few) queues: $queue is a
+// multi-select, and every panel but the attempt heatmap shows each
+// selected queue as its own series (by (queue), legend {{queue}}), never
+// their sum. Alerts link here with their queue selected (var-queue).
 func Queue() Dashboard {
 	d := Dashboard{
 		UID: "backstop-queue", Title: "backstop queue",
@@ -286,27 +289,27 @@ func Queue() Dashboard {
 		Time: TimeRange{"now-6h", "now"}, Templating: variables(), Links: links(),
 		Panels: layout([]Panel{
 			{Type: "heatmap", Title: "Attempt distribution",
-				Description: "The attempt on which jobs finished (success or dead letter), per interval: a healthy queue sits on attempt 1.",
+				Description: "The attempt on which jobs finished (success or dead letter), per interval, the selected queues together (the panels below show each queue): a healthy queue sits on attempt 1.",
 				Targets:     []Target{{Expr: fmt.Sprintf("sum by (le) (rate(backstop_job_attempts_bucket{%s}[$__rate_interval]))", sel), LegendFormat: "{{le}}", Format: "heatmap"}},
 				FieldConfig: FieldConfig{Defaults: FieldDefaults{Unit: "short"}},
 				Options:     map[string]any{"calculate": false, "yAxis": map[string]any{"unit": "short"}}},
 			ts("Attempt outcomes", "Attempt outcomes per second: success, retry, dead letter.", "ops",
-				q(fmt.Sprintf("sum by (outcome) (rate(backstop_attempts_total{%s}[$__rate_interval]))", sel), "{{outcome}}")),
+				q(fmt.Sprintf("sum by (queue, outcome) (rate(backstop_attempts_total{%s}[$__rate_interval]))", sel), "{{queue}} {{outcome}}")),
 			ts("Retries by reason", "transient, uncertain (HTTP 500 and the like), retry_after (the server set the wait).", "ops",
-				q(fmt.Sprintf("sum by (reason) (rate(backstop_retries_total{%s}[$__rate_interval]))", sel), "{{reason}}")),
+				q(fmt.Sprintf("sum by (queue, reason) (rate(backstop_retries_total{%s}[$__rate_interval]))", sel), "{{queue}} {{reason}}")),
 			ts("Dead letters by reason", "Why jobs were given up: permanent_error, max_attempts_reached, not_idempotent, crash_loop, unroutable…", "ops",
-				q(fmt.Sprintf("sum by (reason) (rate(backstop_dead_letters_total{%s}[$__rate_interval]))", sel), "{{reason}}")),
+				q(fmt.Sprintf("sum by (queue, reason) (rate(backstop_dead_letters_total{%s}[$__rate_interval]))", sel), "{{queue}} {{reason}}")),
 			ts("Retry-After share", "Share of retries whose wait the server set (Retry-After or grpc-retry-pushback-ms): throttling.", "percentunit",
-				q(fmt.Sprintf("sum(rate(backstop_retries_total{%s, reason=\"retry_after\"}[$__rate_interval]))\n/\nsum(rate(backstop_retries_total{%s}[$__rate_interval]))", sel, sel), "retry_after")),
+				q(fmt.Sprintf("sum by (queue) (rate(backstop_retries_total{%s, reason=\"retry_after\"}[$__rate_interval]))\n/\nsum by (queue) (rate(backstop_retries_total{%s}[$__rate_interval]))", sel, sel), "{{queue}}")),
 			ts("Pending deliveries", "Pending entries (from a bounded sample) by how often they were delivered: high counts are crash loops before they reach the DLQ.", "short",
-				q(fmt.Sprintf("sum by (le) (backstop_stream_pending_deliveries_bucket{%s})", sel), "delivered <= {{le}}")),
+				q(fmt.Sprintf("sum by (queue, le) (backstop_stream_pending_deliveries_bucket{%s})", sel), "{{queue}} delivered <= {{le}}")),
 			ts("Pending and lag", "Jobs delivered but not finished, and jobs not yet delivered.", "short",
-				q(fmt.Sprintf("sum by (group) (backstop_stream_pending_jobs{%s})", sel), "{{group}} pending"),
-				q(fmt.Sprintf("sum by (group) (backstop_stream_lag_jobs{%s})", sel), "{{group}} lag")),
+				q(fmt.Sprintf("sum by (queue, group) (backstop_stream_pending_jobs{%s})", sel), "{{queue}} / {{group}} pending"),
+				q(fmt.Sprintf("sum by (queue, group) (backstop_stream_lag_jobs{%s})", sel), "{{queue}} / {{group}} lag")),
 			ts("Forced runs", "Delayed jobs an operator moved to the jobs stream before they were due (`backstop queue run`), per second.", "ops",
-				q(fmt.Sprintf("sum(rate(backstop_force_run_total{%s}[$__rate_interval]))", sel), "forced runs")),
+				q(fmt.Sprintf("sum by (queue) (rate(backstop_force_run_total{%s}[$__rate_interval]))", sel), "{{queue}}")),
 			ts("Dead letter queue", "Dead letters waiting (XLEN): what `backstop dlq inspect` lists and `backstop dlq replay` moves back.", "short",
-				q(fmt.Sprintf("sum(backstop_dlq_size{%s})", sel), "dead letters")),
+				q(fmt.Sprintf("sum by (queue) (backstop_dlq_size{%s})", sel), "{{queue}}")),
 		}),
 	}
 	d.Templating.List = append(d.Templating.List, Variable{Name: "job_type", Label: "job type", Type: "query", Datasource: &ds, Refresh: 2, Sort: 1,

@@ -99,3 +99,54 @@ func checkCounters(t *testing.T, where string, e parser.Expr) {
 		return nil
 	})
 }
+
+// Issue 42: the queue dashboard's $queue is a multi-select, and each panel
+// shows every selected queue as its own series (by queue, legend {{queue}})
+// instead of summing them; the heatmap alone is of the queues together.
+func TestQueueDashboardShowsEachQueue(t *testing.T) {
+	d := dashboards.Queue()
+	multi := false
+	for _, v := range d.Templating.List {
+		multi = multi || v.Name == "queue" && v.Multi
+	}
+	if !multi {
+		t.Error("$queue is not a multi-select")
+	}
+	n := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if !strings.Contains(tg.Expr, `queue=~"$queue"`) || p.Type == "heatmap" {
+				continue
+			}
+			n++
+			if !regexp.MustCompile(`(sum|max) by \(queue[,)]`).MatchString(tg.Expr) || !strings.Contains(tg.LegendFormat, "{{queue}}") {
+				t.Errorf("%s: %s (legend %q) does not show each queue", p.Title, tg.Expr, tg.LegendFormat)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("%d queue targets", n)
+	}
+}
+
+// Issue 42: a retry rate's denominator is the attempts made: deferrals
+// (the breaker or the budget put the job back, spending no attempt) left
+// out, as the rules compute it; during an outage they diluted the rate.
+func TestRetryRatesLeaveDeferralsOut(t *testing.T) {
+	n := 0
+	for name, d := range dashboards.All() {
+		for _, p := range d.Panels {
+			for _, tg := range p.Targets {
+				if strings.Contains(tg.Expr, `backstop_attempts_total{`) && strings.Contains(tg.Expr, `outcome="retry"`) && strings.Contains(tg.Expr, "/") {
+					n++
+					if !strings.Contains(tg.Expr, `outcome!="deferred"`) {
+						t.Errorf("%s, %s: the denominator counts deferrals: %s", name, p.Title, tg.Expr)
+					}
+				}
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("%d retry rates", n)
+	}
+}

@@ -134,6 +134,9 @@ func readDLQ(p *resp.Pipe, q Queue, pl plan) func(*sink) {
 			s.fail(q, q.Keys.DLQ, err)
 			return
 		}
+		if p.Reply(r.info).Err() == nil {
+			s.seen(q) // the stream exists, empty or not
+		}
 		s.gauge(dlqSizeDesc, float64(f.size), q.Name)
 		if f.known {
 			s.counter(dlqIngestedDesc, float64(f.ingested), q.Name)

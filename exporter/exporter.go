@@ -116,8 +116,9 @@ type Collector struct {
 	build  prometheus.Collector
 	flight flight
 
-	mu   sync.Mutex
-	errs map[string]float64 // backstop_scrape_errors_total by kind
+	mu      sync.Mutex
+	errs    map[string]float64 // backstop_scrape_errors_total by kind
+	missing map[string]bool    // the queues not found, logged once (noteFound)
 }
 
 // NewCollector returns a collector of the queues that opts name over a
@@ -184,6 +185,16 @@ func newTransport(rdb redis.UniversalClient, viaClient bool) resp.Transport {
 	return resp.NewTransport(rdb)
 }
 
+// Ready reports whether the collector's source answers now: Redis a PING
+// (a node of a cluster), RabbitMQ's management API a read of the virtual
+// host, within the collector's timeout. backstop-exporter's /-/ready is
+// it: an exporter whose source is unreachable serves only backstop_up 0.
+func (c *Collector) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
+	defer cancel()
+	return c.src.ready(ctx)
+}
+
 // Close closes the collector's own connections to Redis, if it has any;
 // a scrape after Close dials anew. It never closes the client.
 func (c *Collector) Close() error { return c.src.close() }
@@ -212,6 +223,7 @@ func (c *Collector) scrape() *samples {
 	defer cancel()
 	s := &sink{log: c.cfg.log, kinds: map[string]error{}}
 	queues := c.src.scrape(ctx, s)
+	c.noteFound(s)
 	return c.health(s, queues, time.Since(start))
 }
 
@@ -433,7 +445,7 @@ func (pl plan) intern(b []byte) string {
 	return s
 }
 
-var readers = []reader{readDelayed, readDLQ, readStreams, readOldestJob, readStats}
+var readers = []reader{readDelayed, readDLQ, readStreams, readOldestJob, readStats, readFound} // readFound last: it reads what the others saw
 
 // sink gathers one scrape's metrics and errors.
 type sink struct {
@@ -443,6 +455,9 @@ type sink struct {
 	pinged  bool             // Redis answered the scrape's PING
 	limits  map[string]bool  // the limits this scrape reached, by limit label
 	found   *found           // the discovery the scrape used; nil without a pattern
+	// queueFound says, by queue name, whether any of its keys exists
+	// (readFound, sink.seen); nil until a queue is read.
+	queueFound map[string]bool
 	// later are reads a reply asked for, run in a second pipeline: the
 	// consumer groups XINFO GROUPS named that the configuration does not.
 	later []func(*resp.Pipe) func(*sink)

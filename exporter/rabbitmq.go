@@ -395,6 +395,15 @@ func (r *rabbitSource) scrape(ctx context.Context, s *sink) int {
 	now := r.cfg.now()
 	for _, name := range st.work {
 		q := st.queues[name]
+		if s.queueFound == nil {
+			s.queueFound = map[string]bool{}
+		}
+		s.queueFound[name] = q != nil // a misspelt --queues, or not declared yet: noteFound warns
+		found := 0.0
+		if q != nil {
+			found = 1
+		}
+		s.gauge(queueFoundDesc, found, name)
 		if q == nil {
 			continue // not declared yet: Declare, Enqueue or Work will
 		}
@@ -487,3 +496,10 @@ func (r *rabbitSource) listQueues(ctx context.Context) ([]Queue, error) {
 
 // close does nothing: the requests' connections are the HTTP client's.
 func (r *rabbitSource) close() error { return nil }
+
+// ready reads the virtual host from the management API: one small object,
+// however many queues it holds.
+func (r *rabbitSource) ready(ctx context.Context) error {
+	var vhost struct{ Name string }
+	return r.get(ctx, "vhosts", "name", &vhost)
+}

@@ -26,6 +26,8 @@ type source interface {
 	dlqIngestion(ctx context.Context) ([]DLQIngestion, error)
 	// close closes the source's own connections, if it has any.
 	close() error
+	// ready says whether the source answers now (Collector.Ready).
+	ready(ctx context.Context) error
 }
 
 var (
@@ -64,6 +66,9 @@ func (src *redisSource) listQueues(ctx context.Context) ([]Queue, error) {
 	}
 	return qs, nil
 }
+
+// ready pings Redis (a node of a cluster).
+func (src *redisSource) ready(ctx context.Context) error { return src.rdb.Ping(ctx).Err() }
 
 func (src *redisSource) close() error {
 	return errors.Join(src.tr.Close(), src.ingest.Close())

@@ -60,6 +60,7 @@ func readStreams(p *resp.Pipe, q Queue, pl plan) func(*sink) {
 			}
 			return
 		}
+		s.seen(q) // the stream exists, with or without groups
 		info, err := groupInfo(v)
 		if err != nil {
 			s.fail(q, key, err)

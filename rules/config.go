@@ -21,12 +21,16 @@ type Config struct {
 	// RunbookURL is the base of every runbook_url; the alert's anchor is
 	// appended.
 	RunbookURL string `yaml:"runbook_url"`
-	// DashboardURL is the dashboard_url annotation.
-	DashboardURL string `yaml:"dashboard_url"`
+	// GrafanaURL is the Grafana the dashboard_url annotations link to,
+	// with no trailing slash: a queue alert links to the queue dashboard
+	// with its queue selected, GrafanaURL/d/backstop-queue/backstop-queue?var-queue=Q
+	// (an absolute URL: Alertmanager's receivers cannot resolve a path).
+	GrafanaURL string `yaml:"grafana_url"`
 
 	DLQPagePerSecond    float64  `yaml:"dlq_page_per_second"`   // sustained DLQ ingestion that pages
 	DLQRateWindow       string   `yaml:"dlq_rate_window"`       // ... measured over this window (shorter than dlq_page_for: one burst does not page)
 	DLQPageFor          string   `yaml:"dlq_page_for"`          // ... for this long
+	DeadLetterFor       string   `yaml:"dead_letter_for"`       // BackstopDeadLetter: new dead letters seen for this long (a ticket)
 	DLQDepthThreshold   float64  `yaml:"dlq_depth_threshold"`   // the DLQ holds more entries than this (backstop_dlq_size)...
 	DLQDepthFor         string   `yaml:"dlq_depth_for"`         // ... for this long: dead letters nobody replayed or deleted
 	RetryRatioWarning   float64  `yaml:"retry_ratio_warning"`   // share of attempt outcomes that are retries (per queue, and per job type)
@@ -72,10 +76,13 @@ func Default() Config {
 	return Config{
 		Selector:         `job="backstop"`,
 		RunbookURL:       "https://github.com/backstop-dev/backstop/blob/main/docs/runbooks.md",
-		DashboardURL:     "/d/backstop-queue/backstop-queue",
+		GrafanaURL:       "http://localhost:3000",
 		DLQPagePerSecond: 0.05,
 		DLQRateWindow:    "2m",
 		DLQPageFor:       "5m",
+		// One scrape's increase is not enough to open a ticket: a dead
+		// letter is seen on two evaluations a minute apart.
+		DeadLetterFor: "1m",
 		// Any dead letter still held after an hour: BackstopDeadLetter
 		// resolves 10 minutes after the last new one, and a DLQ nobody
 		// drained would sit unseen. 0 because every entry is a job that
@@ -152,6 +159,15 @@ func LoadConfig(path string) (Config, error) {
 	}
 	if len(b) > maxConfigBytes {
 		return c, fmt.Errorf("%s: must be at most %d bytes (1 MiB)", path, maxConfigBytes)
+	}
+	// dashboard_url (a path) became grafana_url (issue 42): say so rather
+	// than "unknown field".
+	var keys map[string]any
+	if yaml.Unmarshal(b, &keys) == nil {
+		if _, old := keys["dashboard_url"]; old {
+			return c, fmt.Errorf("%s: dashboard_url is replaced by grafana_url, your Grafana's URL (e.g. https://grafana.example.com): "+
+				"the alerts link to GRAFANA/d/backstop-queue/backstop-queue with their queue selected", path)
+		}
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)

@@ -67,27 +67,27 @@ func (c Config) csel(metric string, matchers ...string) string {
 func Recording(c Config) File {
 	return File{Groups: []Group{{Name: "backstop.rules", Rules: []Rule{
 		{Record: "queue:backstop_retry_rate:ratio_rate5m",
-			Expr: fmt.Sprintf("sum by (queue) (rate(%s[5m]))\n/\nsum by (queue) (rate(%s[5m]))",
-				c.sel("backstop_attempts_total", `outcome="retry"`), c.sel("backstop_attempts_total"))},
+			Expr: fmt.Sprintf("sum by (instance, queue) (rate(%s[5m]))\n/\nsum by (instance, queue) (rate(%s[5m]))",
+				c.sel("backstop_attempts_total", `outcome="retry"`), c.sel("backstop_attempts_total", `outcome!="deferred"`))},
 		// Per job type (job_type="" is the untyped jobs): which kind of
 		// job on a shared queue retries or dead-letters.
 		{Record: "queue_job_type:backstop_retry_rate:ratio_rate5m",
-			Expr: fmt.Sprintf("sum by (queue, job_type) (rate(%s[5m]))\n/\nsum by (queue, job_type) (rate(%s[5m]))",
-				c.sel("backstop_attempts_total", `outcome="retry"`), c.sel("backstop_attempts_total"))},
+			Expr: fmt.Sprintf("sum by (instance, queue, job_type) (rate(%s[5m]))\n/\nsum by (instance, queue, job_type) (rate(%s[5m]))",
+				c.sel("backstop_attempts_total", `outcome="retry"`), c.sel("backstop_attempts_total", `outcome!="deferred"`))},
 		{Record: "queue_job_type:backstop_dead_letters:rate5m",
-			Expr: fmt.Sprintf("sum by (queue, job_type) (rate(%s[5m]))", c.sel("backstop_dead_letters_total"))},
+			Expr: fmt.Sprintf("sum by (instance, queue, job_type) (rate(%s[5m]))", c.sel("backstop_dead_letters_total"))},
 		{Record: "queue:backstop_dlq_ingestion:rate5m",
-			Expr: fmt.Sprintf("sum by (queue) (rate(%s[5m]))", c.sel("backstop_dlq_ingested_total"))},
+			Expr: fmt.Sprintf("sum by (instance, queue) (rate(%s[5m]))", c.sel("backstop_dlq_ingested_total"))},
 		{Record: "queue_reason:backstop_retries:rate5m",
-			Expr: fmt.Sprintf("sum by (queue, reason) (rate(%s[5m]))", c.sel("backstop_retries_total"))},
+			Expr: fmt.Sprintf("sum by (instance, queue, reason) (rate(%s[5m]))", c.sel("backstop_retries_total"))},
 		{Record: "queue_reason:backstop_dead_letters:rate5m",
-			Expr: fmt.Sprintf("sum by (queue, reason) (rate(%s[5m]))", c.sel("backstop_dead_letters_total"))},
+			Expr: fmt.Sprintf("sum by (instance, queue, reason) (rate(%s[5m]))", c.sel("backstop_dead_letters_total"))},
 		{Record: "queue:backstop_job_attempts:p50_rate5m",
-			Expr: fmt.Sprintf("histogram_quantile(0.5, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
+			Expr: fmt.Sprintf("histogram_quantile(0.5, sum by (instance, queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
 		{Record: "queue:backstop_job_attempts:p90_rate5m",
-			Expr: fmt.Sprintf("histogram_quantile(0.9, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
+			Expr: fmt.Sprintf("histogram_quantile(0.9, sum by (instance, queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
 		{Record: "queue:backstop_job_attempts:p99_rate5m",
-			Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
+			Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (instance, queue, le) (rate(%s[5m])))", c.sel("backstop_job_attempts_bucket"))},
 		// In-process retries: the share of calls made that were retried
 		// (refused calls were never made).
 		{Record: "policy_target:backstop_client_retry_ratio:ratio_rate5m",
@@ -96,6 +96,17 @@ func Recording(c Config) File {
 		{Record: "policy_target_reason:backstop_client_calls_refused:rate5m",
 			Expr: fmt.Sprintf("sum by (policy, target, reason) (rate(%s[5m]))", c.csel("backstop_client_calls_refused_total"))},
 	}}}}
+}
+
+// dashboardURL is the dashboard_url of an alert whose description is
+// description: the queue dashboard with the alert's queue selected when
+// the alert has a queue label (its description names {{ $labels.queue }}),
+// else the overview, under GrafanaURL.
+func (c Config) dashboardURL(description string) string {
+	if strings.Contains(description, "{{ $labels.queue }}") {
+		return c.GrafanaURL + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}"
+	}
+	return c.GrafanaURL + "/d/backstop-overview/backstop-overview"
 }
 
 // alert builds an alerting rule with the annotations every alert carries.
@@ -107,7 +118,7 @@ func (c Config) alert(name, severity, expr, forDur, summary, description string)
 			"summary":       summary,
 			"description":   description,
 			"runbook_url":   c.RunbookURL + "#" + strings.ToLower(name),
-			"dashboard_url": c.DashboardURL,
+			"dashboard_url": c.dashboardURL(description),
 		},
 	}
 }
@@ -119,28 +130,25 @@ func (c Config) alert(name, severity, expr, forDur, summary, description string)
 func Alerts(c Config) File {
 	all := []Rule{
 		c.alert(AlertDLQIngestion, "critical",
+			// By queue alone: the exporter's alerter posts the same alert,
+			// and it cannot know the instance label Prometheus gives it.
 			fmt.Sprintf("sum by (queue) (rate(%s[%s])) > %v", c.sel("backstop_dlq_ingested_total"), c.DLQRateWindow, c.DLQPagePerSecond),
 			c.DLQPageFor,
 			"Jobs are being dead-lettered on queue {{ $labels.queue }}.",
 			"Queue {{ $labels.queue }} has been dead-lettering {{ $value | humanize }} jobs/s for "+c.DLQPageFor+": work is failing for good. Find the reasons with `backstop dlq inspect --queue {{ $labels.queue }}`."),
 		c.alert("BackstopDeadLetter", "warning",
-			fmt.Sprintf("sum by (queue) (increase(%s[10m])) > 0", c.sel("backstop_dlq_ingested_total")),
-			"",
+			fmt.Sprintf("sum by (instance, queue) (increase(%s[10m])) > 0", c.sel("backstop_dlq_ingested_total")),
+			c.DeadLetterFor,
 			"New dead letters on queue {{ $labels.queue }}.",
-			"Queue {{ $labels.queue }} dead-lettered {{ $value | humanize }} jobs in the last 10 minutes."),
+			"Queue {{ $labels.queue }} dead-lettered {{ $value | humanize }} jobs in the last 10 minutes. Their reasons and job types: `backstop dlq inspect --queue {{ $labels.queue }}`, and the dashboard's dead letters by reason and by job type; once fixed, `backstop dlq replay --queue {{ $labels.queue }}` (--reason, --type) moves them back."),
 		// BackstopDeadLetter resolves 10 minutes after the last new dead
 		// letter, whether or not anybody replayed or deleted it: this one
 		// stays while the DLQ holds them.
 		c.alert("BackstopDLQDepth", "warning",
-			fmt.Sprintf("max by (queue) (%s) > %v", c.sel("backstop_dlq_size"), c.DLQDepthThreshold),
+			fmt.Sprintf("max by (instance, queue) (%s) > %v", c.sel("backstop_dlq_size"), c.DLQDepthThreshold),
 			c.DLQDepthFor,
 			"The DLQ of queue {{ $labels.queue }} is not being drained.",
 			"The DLQ of queue {{ $labels.queue }} has held more than "+fmt.Sprint(c.DLQDepthThreshold)+" dead letters for "+c.DLQDepthFor+" ({{ $value | humanize }} now): jobs that will not run unless somebody replays them, and BackstopDeadLetter resolved 10 minutes after the last new one. See them with `backstop dlq inspect --queue {{ $labels.queue }}`; replay what can now succeed and delete the rest."),
-		c.alert("BackstopMaxAttemptsReached", "warning",
-			fmt.Sprintf("sum by (queue) (increase(%s[10m])) > 0", c.sel("backstop_max_attempts_reached_total")),
-			"",
-			"Jobs on queue {{ $labels.queue }} ran out of attempts.",
-			"{{ $value | humanize }} jobs on queue {{ $labels.queue }} failed transiently on every attempt in the last 10 minutes: the dependency has been failing longer than the policy waits."),
 		c.alert("BackstopHighRetryRate", "warning",
 			fmt.Sprintf("queue:backstop_retry_rate:ratio_rate5m > %v", c.RetryRatioWarning),
 			c.RetryRatioFor,
@@ -153,30 +161,25 @@ func Alerts(c Config) File {
 			c.RetryRatioFor,
 			"{{ $labels.job_type }} jobs on queue {{ $labels.queue }} are retried a lot.",
 			"{{ $value | humanizePercentage }} of the attempt outcomes of {{ $labels.job_type }} jobs on queue {{ $labels.queue }} are retries (threshold "+fmt.Sprint(c.RetryRatioWarning)+"): their dependency fails many first tries. Other types on the queue may be healthy: compare them on the dashboard (job_type)."),
-		c.alert("BackstopJobTypeDeadLetters", "warning",
-			fmt.Sprintf(`sum by (queue, job_type) (increase(%s[10m])) > 0`, c.sel("backstop_dead_letters_total", `job_type!=""`)),
-			"",
-			"{{ $labels.job_type }} jobs on queue {{ $labels.queue }} are being dead-lettered.",
-			"{{ $value | humanize }} {{ $labels.job_type }} jobs on queue {{ $labels.queue }} were dead-lettered in the last 10 minutes. Find them with `backstop dlq inspect --queue {{ $labels.queue }}` (it shows each job's type); once fixed, `backstop dlq replay --queue {{ $labels.queue }} --type {{ $labels.job_type }}` moves back that type only."),
 		c.alert("BackstopJobTypesOverflow", "warning",
-			fmt.Sprintf("sum by (queue) (increase(%s[10m])) > 0", c.sel("backstop_job_types_overflow_total")),
+			fmt.Sprintf("sum by (instance, queue) (increase(%s[10m])) > 0", c.sel("backstop_job_types_overflow_total")),
 			"",
 			"Queue {{ $labels.queue }} has more job types than it counts by name.",
 			"{{ $value | humanize }} events of queue {{ $labels.queue }} in the last 10 minutes were of job types its registry is too full to name (types:limit, default 50): they are counted as job_type=\"other\", and a failing type among them is hidden there. Raise the limit with `backstop queue types --queue {{ $labels.queue }} --limit N`, or stop passing unbounded values (ids, messages) as job types."),
 		c.alert("BackstopDelayedQueueStalled", "critical",
-			fmt.Sprintf("max by (queue) (%s) > %v\nand\nmax by (queue) (%s) > 0",
+			fmt.Sprintf("max by (instance, queue) (%s) > %v\nand\nmax by (instance, queue) (%s) > 0",
 				c.sel("backstop_delayed_oldest_overdue_seconds"), c.OverdueSeconds, c.sel("backstop_delayed_overdue_jobs")),
 			c.OverdueFor,
 			"Delayed jobs on queue {{ $labels.queue }} are not being promoted.",
 			"The oldest due retry on queue {{ $labels.queue }} has been waiting {{ $value | humanizeDuration }} past its due time: the promote loop (the scheduler) is down or stuck."),
 		c.alert("BackstopDelayedQueueGrowing", "warning",
-			fmt.Sprintf("max by (queue) (%s) > %v\nand\nmax by (queue) (deriv(%s[%s])) > 0",
+			fmt.Sprintf("max by (instance, queue) (%s) > %v\nand\nmax by (instance, queue) (deriv(%s[%s])) > 0",
 				c.sel("backstop_delayed_queue_size"), c.DelayedGrowthJobs, c.sel("backstop_delayed_queue_size"), c.DelayedGrowthWindow),
 			c.DelayedGrowthFor,
 			"Delayed retries pile up on queue {{ $labels.queue }}.",
 			"{{ $value | humanize }} jobs of queue {{ $labels.queue }} wait in the delayed set for a retry (more than "+fmt.Sprint(c.DelayedGrowthJobs)+"), and the set has grown over "+c.DelayedGrowthWindow+" for "+c.DelayedGrowthFor+": jobs fail and are rescheduled faster than their retries come due, so a dependency has been failing for hours. They will reach the DLQ when their policy gives up."),
 		c.alert("BackstopCrashLoop", "warning",
-			fmt.Sprintf("sum by (queue, group) (%s)\n-\nsum by (queue, group) (%s)\n> 0",
+			fmt.Sprintf("sum by (instance, queue, group) (%s)\n-\nsum by (instance, queue, group) (%s)\n> 0",
 				// le="3" in the text format, le="3.0" in OpenMetrics as
 				// Prometheus 2 stores it (Prometheus 3 normalises it to "3").
 				c.sel("backstop_stream_pending_deliveries_bucket", `le="+Inf"`), c.sel("backstop_stream_pending_deliveries_bucket", fmt.Sprintf(`le=~"%d(\\.0)?"`, c.CrashLoopDeliveries))),
@@ -184,23 +187,23 @@ func Alerts(c Config) File {
 			"Pending jobs on queue {{ $labels.queue }} are being delivered again and again.",
 			"{{ $value | humanize }} pending entries of queue {{ $labels.queue }}, group {{ $labels.group }}, were delivered more than "+fmt.Sprint(c.CrashLoopDeliveries)+" times without an outcome: workers crash on them. They reach the DLQ as crash_loop at the reclaim limit."),
 		c.alert("BackstopCrashLoopNotDeadLettered", "warning",
-			fmt.Sprintf("sum by (queue) (increase(%s[10m])) > 0", c.sel("backstop_reclaim_skipped_total")),
+			fmt.Sprintf("sum by (instance, queue) (increase(%s[10m])) > 0", c.sel("backstop_reclaim_skipped_total")),
 			"",
 			"Crash loops on queue {{ $labels.queue }} cannot be dead-lettered.",
 			"Reclaim skipped crash loops of queue {{ $labels.queue }} {{ $value | humanize }} times in the last 10 minutes: the DLQ refused them (a key of the wrong type, an entry too large for it, Redis out of memory). They stay pending, neither run nor dead-lettered, until the DLQ takes them."),
 		c.alert("BackstopStreamLagGrowing", "warning",
-			fmt.Sprintf("max by (queue, group) (%s) > %v\nand\nmax by (queue, group) (deriv(%s[10m])) > 0",
+			fmt.Sprintf("max by (instance, queue, group) (%s) > %v\nand\nmax by (instance, queue, group) (deriv(%s[10m])) > 0",
 				c.sel("backstop_stream_lag_jobs"), c.LagJobsWarning, c.sel("backstop_stream_lag_jobs")),
 			c.LagFor,
 			"Consumers of queue {{ $labels.queue }} are falling behind.",
 			"{{ $value | humanize }} jobs of queue {{ $labels.queue }} wait for group {{ $labels.group }}, and the backlog grows."),
 		c.alert("BackstopOldestJobTooOld", "critical",
-			fmt.Sprintf("max by (queue) (%s) > %v", c.sel("backstop_oldest_job_age_seconds"), c.OldestJobSeconds),
+			fmt.Sprintf("max by (instance, queue) (%s) > %v", c.sel("backstop_oldest_job_age_seconds"), c.OldestJobSeconds),
 			c.OldestJobFor,
 			"The oldest job on queue {{ $labels.queue }} has waited too long.",
 			"A job of queue {{ $labels.queue }} enqueued {{ $value | humanizeDuration }} ago has not finished (bound "+fmt.Sprint(c.OldestJobSeconds)+" s): the queue is stuck or its consumers are gone, even if nothing fails."),
 		c.alert("BackstopAttemptsTailHeavy", "warning",
-			fmt.Sprintf("(\n  sum by (queue) (rate(%[1]s[%[3]s]))\n-\n  sum by (queue) (rate(%[2]s[%[3]s]))\n)\n/\nsum by (queue) (rate(%[1]s[%[3]s]))\n> %[4]v",
+			fmt.Sprintf("(\n  sum by (instance, queue) (rate(%[1]s[%[3]s]))\n-\n  sum by (instance, queue) (rate(%[2]s[%[3]s]))\n)\n/\nsum by (instance, queue) (rate(%[1]s[%[3]s]))\n> %[4]v",
 				// le="3" in the text format, le="3.0" in OpenMetrics as
 				// Prometheus 2 stores it.
 				c.sel("backstop_job_attempts_count"), c.sel("backstop_job_attempts_bucket", fmt.Sprintf(`le=~"%d(\\.0)?"`, c.TailAttempts)), c.TailWindow, c.TailRatio),
@@ -231,11 +234,13 @@ func Alerts(c Config) File {
 			c.IdempotencyStoreErrorsFor,
 			"The idempotency store of {{ $labels.job }} on {{ $labels.instance }} fails ({{ $labels.operation }}).",
 			"{{ $value | humanize }} idempotency store calls ({{ $labels.operation }}) of {{ $labels.job }} on {{ $labels.instance }} failed in the last 5 minutes: its Redis is unreachable or refuses the script. Keyed requests are refused (fail closed, the default) or run without protection against duplicates (fail open)."),
-		c.alert("BackstopRedisDown", "critical",
+		// Named for the source, not the broker: one exporter reads Redis
+		// or RabbitMQ (BackstopRedisDown before issue 42).
+		c.alert("BackstopSourceDown", "critical",
 			fmt.Sprintf("max by (instance) (%s) == 0", c.sel("backstop_up")),
 			c.DownFor,
-			"backstop-exporter {{ $labels.instance }} cannot read Redis.",
-			"backstop-exporter {{ $labels.instance }} reports backstop_up 0: Redis is down or unreachable, so no queue is watched."),
+			"backstop-exporter {{ $labels.instance }} cannot read its Redis or RabbitMQ.",
+			"backstop-exporter {{ $labels.instance }} reports backstop_up 0: the Redis or RabbitMQ it watches is down, unreachable or refuses its credentials, so none of its queues is watched (its log says which and why: `scrape failed`)."),
 		c.alert("BackstopRedisRejectingWrites", "critical",
 			fmt.Sprintf("sum by (instance, node, reason) (increase(%s[5m])) > 0", c.sel("backstop_redis_rejected_writes_total")),
 			c.RejectedWritesFor,

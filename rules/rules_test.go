@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/alertmanager/dispatch"
 	"github.com/prometheus/alertmanager/pkg/labels"
 	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/backstop-dev/backstop/rules"
 )
@@ -144,20 +146,43 @@ func TestAlertmanagerRoutes(t *testing.T) {
 			t.Errorf("%s is not grouped by queue", r.Alert)
 		}
 	}
-	inhibited := 0
-	for _, rule := range cfg.InhibitRules {
-		src := model.LabelSet{"alertname": "BackstopRedisDown", "severity": "critical", "instance": "e:9797"}
-		if !labels.Matchers(rule.SourceMatchers).Matches(src) {
-			continue
-		}
-		for _, r := range rules.Alerts(rules.Default()).Groups[0].Rules {
-			if labels.Matchers(rule.TargetMatchers).Matches(model.LabelSet{"alertname": model.LabelValue(r.Alert), "queue": "orders"}) {
-				inhibited++
+	// Issue 42: an exporter that cannot read its source mutes its own
+	// queue alerts only (equal: instance); before, one exporter's
+	// BackstopRedisDown muted the queue alerts of every other Redis.
+	inhibits := func(src, target model.LabelSet) bool {
+		for _, rule := range cfg.InhibitRules {
+			if !labels.Matchers(rule.SourceMatchers).Matches(src) || !labels.Matchers(rule.TargetMatchers).Matches(target) {
+				continue
+			}
+			equal := true
+			for _, l := range rule.Equal {
+				equal = equal && src[model.LabelName(l)] == target[model.LabelName(l)]
+			}
+			if equal {
+				return true
 			}
 		}
+		return false
 	}
-	if inhibited != 13 {
-		t.Errorf("a Redis outage inhibits %d queue alerts, want the 13 per-queue ones", inhibited)
+	down := model.LabelSet{"alertname": "BackstopSourceDown", "severity": "critical", "instance": "e:9797"}
+	absent := model.LabelSet{"alertname": "BackstopExporterAbsent", "severity": "critical", "job": "backstop"}
+	inhibited := 0
+	for _, r := range rules.Alerts(rules.Default()).Groups[0].Rules {
+		if !strings.Contains(r.Expr, "by (instance, queue") && !strings.HasPrefix(r.Expr, "queue") {
+			continue // not a queue alert of one exporter
+		}
+		same := model.LabelSet{"alertname": model.LabelValue(r.Alert), "queue": "orders", "instance": "e:9797"}
+		other := model.LabelSet{"alertname": model.LabelValue(r.Alert), "queue": "orders", "instance": "f:9797"}
+		if !inhibits(down, same) || !inhibits(absent, same) {
+			t.Errorf("%s is not held back while its exporter cannot read its source, or no exporter is scraped", r.Alert)
+		}
+		if inhibits(down, other) {
+			t.Errorf("%s of another exporter is held back by BackstopSourceDown", r.Alert)
+		}
+		inhibited++
+	}
+	if inhibited != 12 {
+		t.Errorf("%d queue alerts, want 12", inhibited)
 	}
 }
 
@@ -197,5 +222,73 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 		if !strings.Contains(string(doc), "\n## "+r.Alert+"\n") {
 			t.Errorf("%s: no section \"## %s\" in docs/runbooks.md", r.Alert, r.Alert)
 		}
+	}
+}
+
+// Issue 42: one dead letter on a typed queue fired three alerts
+// (BackstopDeadLetter, BackstopMaxAttemptsReached,
+// BackstopJobTypeDeadLetters); now BackstopDeadLetter alone fires, and
+// every other alert of the shipped rules stays silent.
+func TestOneDeadLetterFiresOneAlert(t *testing.T) {
+	bin := promtool(t)
+	abs, _ := filepath.Abs(".")
+	var b strings.Builder
+	fmt.Fprintf(&b, `rule_files: [%q, %q]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'backstop_up{job="backstop", instance="e:9797"}'
+        values: '1x20'
+      - series: 'backstop_dlq_ingested_total{job="backstop", instance="e:9797", queue="shop"}'
+        values: '0 0 0 1x17'
+      - series: 'backstop_dlq_size{job="backstop", instance="e:9797", queue="shop"}'
+        values: '0 0 0 1x17'
+      - series: 'backstop_max_attempts_reached_total{job="backstop", instance="e:9797", queue="shop"}'
+        values: '0 0 0 1x17'
+      - series: 'backstop_dead_letters_total{job="backstop", instance="e:9797", queue="shop", job_type="charge_card", reason="max_attempts_reached"}'
+        values: '0 0 0 1x17'
+      - series: 'backstop_attempts_total{job="backstop", instance="e:9797", queue="shop", job_type="charge_card", outcome="dead_letter"}'
+        values: '0 0 0 1x17'
+    alert_rule_test:
+`, filepath.Join(abs, "backstop.rules.yml"), filepath.Join(abs, "backstop.alerts.yml"))
+	// Every alert of the file promtool loads, so that an alert added or
+	// kept beside BackstopDeadLetter is checked to stay silent too.
+	var shipped rules.File
+	if b, err := os.ReadFile("backstop.alerts.yml"); err != nil || yaml.Unmarshal(b, &shipped) != nil {
+		t.Fatalf("backstop.alerts.yml: %v", err)
+	}
+	fired := 0
+	for _, r := range shipped.Groups[0].Rules {
+		fmt.Fprintf(&b, "      - eval_time: 6m\n        alertname: %s\n", r.Alert)
+		if r.Alert == "BackstopDeadLetter" {
+			fired++
+			b.WriteString(`        exp_alerts:
+          - exp_labels: {severity: warning, instance: "e:9797", queue: shop}
+            exp_annotations:
+              summary: New dead letters on queue shop.
+              description: 'Queue shop dead-lettered 1 jobs in the last 10 minutes. Their reasons and job types: ` + "`backstop dlq inspect --queue shop`" + `, and the dashboard''s dead letters by reason and by job type; once fixed, ` + "`backstop dlq replay --queue shop`" + ` (--reason, --type) moves them back.'
+              runbook_url: https://github.com/backstop-dev/backstop/blob/main/docs/runbooks.md#backstopdeadletter
+              dashboard_url: http://localhost:3000/d/backstop-queue/backstop-queue?var-queue=shop
+`)
+		}
+	}
+	if fired != 1 {
+		t.Fatal("no BackstopDeadLetter in the rules")
+	}
+	path := filepath.Join(t.TempDir(), "one.test.yml")
+	os.WriteFile(path, []byte(b.String()), 0o644)
+	if out, err := exec.Command(bin, "test", "rules", path).CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// Issue 42: a configuration written before grafana_url says what replaced
+// dashboard_url, not "unknown field".
+func TestOldDashboardURLIsExplained(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.yaml")
+	os.WriteFile(path, []byte("dashboard_url: /d/backstop-queue/backstop-queue\n"), 0o644)
+	if _, err := rules.LoadConfig(path); err == nil || !strings.Contains(err.Error(), "dashboard_url is replaced by grafana_url") {
+		t.Errorf("old dashboard_url: %v", err)
 	}
 }

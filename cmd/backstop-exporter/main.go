@@ -6,8 +6,16 @@
 //	backstop-exporter --redis.mode=cluster --redis.addr=10.0.0.1:6379,10.0.0.2:6379 --queues.pattern='{*}:jobs'
 //
 // Every flag can also be set by an environment variable named after it:
-// BACKSTOP_EXPORTER_REDIS_ADDR for --redis.addr, and so on. TLS and basic
-// auth for the web server come from --web.config.file (exporter-toolkit).
+// BACKSTOP_REDIS_ADDR for --redis.addr, BACKSTOP_RABBITMQ_URL for
+// --rabbitmq.url, and so on: BACKSTOP_ and the flag's name in capitals, its
+// dots and dashes as underscores, the names the CLI, the workers and the
+// RabbitMQ credentials (BACKSTOP_RABBITMQ_USER, BACKSTOP_RABBITMQ_PASSWORD)
+// use too. The names before issue 42, BACKSTOP_EXPORTER_<FLAG>, are still
+// read, with a deprecation line in the log. The flags are dotted
+// (--redis.url), as the Prometheus exporters' and exporter-toolkit's
+// (--web.listen-address) and promslog's (--log.level) are: one style in
+// one binary, the one operators of exporters expect. TLS and basic auth for
+// the web server come from --web.config.file (exporter-toolkit).
 package main
 
 import (
@@ -35,10 +43,20 @@ import (
 
 	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/exporter/alerter"
+	"github.com/backstop-dev/backstop/internal/buildinfo"
 	"github.com/backstop-dev/backstop/internal/redact"
 )
 
 const name = "backstop-exporter"
+
+// A build without -ldflags (go install, go build) takes its version from
+// the build info rather than showing none (--version, the landing page,
+// backstop_exporter_build_info).
+func init() {
+	if version.Version == "" {
+		version.Version = buildinfo.Version()
+	}
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -63,6 +81,9 @@ type flags struct {
 	web         *web.FlagConfig
 	log         promslog.Config
 	alerter     alerterFlags
+	// deprecated are the old environment variables set, each with its new
+	// name: run logs them.
+	deprecated [][2]string
 }
 
 // alerterFlags configure the alerter mode (alerter.Alerter): off without
@@ -77,11 +98,10 @@ type redisFlags struct {
 }
 
 // parse reads the flags from args and, for those not given, from the
-// BACKSTOP_EXPORTER_* environment.
+// BACKSTOP_* environment (envNames).
 func parse(args []string, stderr io.Writer) (*flags, error) {
 	f := &flags{}
 	app := kingpin.New(name, "Prometheus exporter of backstop's Redis or RabbitMQ queues: retries, delayed jobs, dead letters, attempts.")
-	app.DefaultEnvars() // BACKSTOP_EXPORTER_<FLAG>, e.g. BACKSTOP_EXPORTER_REDIS_ADDR
 	app.UsageWriter(stderr).ErrorWriter(stderr)
 	app.HelpFlag.Short('h').NoEnvar()
 
@@ -107,6 +127,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	promslogflag.AddFlags(app, &f.log)
 	app.Version(version.Print(name))
 	app.VersionFlag.NoEnvar()
+	f.deprecated = envNames(app)
 
 	if _, err := app.Parse(args); err != nil {
 		return nil, err
@@ -134,6 +155,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	f.log.Writer = stderr
 	logger := promslog.New(&f.log)
 	redis.SetLogger(redisLogger{logger})
+	for _, d := range f.deprecated {
+		logger.Warn("deprecated environment variable: rename it", "name", d[0], "new_name", d[1])
+	}
 	logger.Info("starting "+name, "version", version.Info())
 	logger.Info("build context", "build_context", version.BuildContext())
 
@@ -297,8 +321,9 @@ func (f *flags) collector(rdb redis.UniversalClient, logger *slog.Logger) (*expo
 }
 
 // handler serves the metrics, a landing page and the health endpoints.
-// /-/ready does not depend on Redis: an exporter that says backstop_up 0
-// is doing its job. Concurrent scrapes of the metrics share one
+// /-/healthy answers while the process serves; /-/ready only while its
+// source (Redis or RabbitMQ's management API) answers (issue 42: it said OK
+// with Redis unreachable), 503 with the reason otherwise. Concurrent scrapes of the metrics share one
 // collection and one encoded body per format (exporter.Collector.Handler).
 func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...prometheus.Collector) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
@@ -312,7 +337,13 @@ func (f *flags) handler(c *exporter.Collector, logger *slog.Logger, extra ...pro
 	mux.Handle(f.metricsPath, c.Handler(reg))
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "OK\n") }
 	mux.HandleFunc("/-/healthy", ok)
-	mux.HandleFunc("/-/ready", ok)
+	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, r *http.Request) {
+		if err := c.Ready(r.Context()); err != nil {
+			http.Error(w, "not ready: its source does not answer: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		ok(w, r)
+	})
 	if f.metricsPath != "/" {
 		links := []web.LandingLinks{
 			{Address: f.metricsPath, Text: "Metrics"},
@@ -336,4 +367,26 @@ type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	r.l.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// envNames names each flag's environment variable BACKSTOP_<FLAG>
+// (--redis.url: BACKSTOP_REDIS_URL), unless the flag names its own, and
+// reads the old name, BACKSTOP_EXPORTER_<FLAG>, as the flag's default when
+// the new one is not set. It returns the old names set, with the new ones.
+func envNames(app *kingpin.Application) (deprecated [][2]string) {
+	for _, fl := range app.Model().Flags {
+		if fl.Name == "help" || fl.Name == "version" || fl.Envar != "" {
+			continue
+		}
+		env := "BACKSTOP_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(fl.Name))
+		clause := app.GetFlag(fl.Name).Envar(env)
+		old := "BACKSTOP_EXPORTER_" + strings.TrimPrefix(env, "BACKSTOP_")
+		if v, ok := os.LookupEnv(old); ok {
+			deprecated = append(deprecated, [2]string{old, env})
+			if _, set := os.LookupEnv(env); !set {
+				clause.Default(v)
+			}
+		}
+	}
+	return deprecated
 }

@@ -4,15 +4,19 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/version"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/crypto/bcrypt"
 
@@ -22,11 +26,11 @@ import (
 )
 
 func TestFlagsFromEnvironment(t *testing.T) {
-	t.Setenv("BACKSTOP_EXPORTER_QUEUES", "orders,emails")
-	t.Setenv("BACKSTOP_EXPORTER_REDIS_MODE", "cluster")
-	t.Setenv("BACKSTOP_EXPORTER_SCRAPE_TIMEOUT", "2s")
-	t.Setenv("BACKSTOP_EXPORTER_WEB_LISTEN_ADDRESS", "127.0.0.1:9999")
-	t.Setenv("BACKSTOP_EXPORTER_LOG_LEVEL", "debug")
+	t.Setenv("BACKSTOP_QUEUES", "orders,emails")
+	t.Setenv("BACKSTOP_REDIS_MODE", "cluster")
+	t.Setenv("BACKSTOP_SCRAPE_TIMEOUT", "2s")
+	t.Setenv("BACKSTOP_WEB_LISTEN_ADDRESS", "127.0.0.1:9999")
+	t.Setenv("BACKSTOP_LOG_LEVEL", "debug")
 	f, err := parse([]string{"--scrape.timeout=3s"}, io.Discard) // a flag beats its variable
 	if err != nil {
 		t.Fatal(err)
@@ -233,5 +237,71 @@ func TestServe(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not stop")
+	}
+}
+
+// Issue 42: the environment variables are BACKSTOP_<FLAG>, the names the
+// CLI and the workers use (BACKSTOP_REDIS_URL); the exporter's old names,
+// BACKSTOP_EXPORTER_<FLAG>, still work, with a deprecation line, and the
+// new name wins over the old.
+func TestEnvironmentNames(t *testing.T) {
+	t.Setenv("BACKSTOP_QUEUES", "orders")
+	t.Setenv("BACKSTOP_REDIS_URL", "redis://127.0.0.1:1/0")
+	t.Setenv("BACKSTOP_EXPORTER_SCRAPE_TIMEOUT", "2s")
+	t.Setenv("BACKSTOP_EXPORTER_QUEUES", "old")
+	f, err := parse(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.queues != "orders" || f.redis.url != "redis://127.0.0.1:1/0" || f.timeout != 2*time.Second {
+		t.Errorf("parsed queues %q, url %q, timeout %v", f.queues, f.redis.url, f.timeout)
+	}
+	want := [][2]string{{"BACKSTOP_EXPORTER_QUEUES", "BACKSTOP_QUEUES"}, {"BACKSTOP_EXPORTER_SCRAPE_TIMEOUT", "BACKSTOP_SCRAPE_TIMEOUT"}}
+	if len(f.deprecated) != 2 || !slices.Contains(f.deprecated, want[0]) || !slices.Contains(f.deprecated, want[1]) {
+		t.Errorf("deprecated %v, want %v", f.deprecated, want)
+	}
+}
+
+// Issue 42: /-/ready answers 503 while the source does not (it said OK
+// with Redis unreachable), and OK once it does; /-/healthy is OK all along.
+func TestReadyFollowsTheSource(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Stop() // nothing listens on its port now
+	f, err := parse([]string{"--queues=orders", "--redis.addr=" + srv.Addr, "--scrape.timeout=500ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, closeClient, err := f.newCollector(slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	h, err := f.handler(c, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get("/-/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not ready") {
+		t.Errorf("/-/ready with Redis down: %d %q", code, body)
+	}
+	if code, _ := get("/-/healthy"); code != http.StatusOK {
+		t.Errorf("/-/healthy: %d", code)
+	}
+	srv.Restart()
+	eventually.True(t, 10*time.Second, "/-/ready once Redis answers", func() bool {
+		code, body := get("/-/ready")
+		return code == http.StatusOK && body == "OK\n"
+	})
+}
+
+// Issue 42: a build without -ldflags (go install) reports the build
+// info's version, not an empty one.
+func TestVersionFromBuildInfo(t *testing.T) {
+	if version.Version == "" || !strings.Contains(version.Print(name), "version "+version.Version) {
+		t.Errorf("version %q:\n%s", version.Version, version.Print(name))
 	}
 }

@@ -40,7 +40,7 @@ var (
 )
 
 // broker parses args and returns the queue on the broker they name
-// (RabbitMQ with --amqp-url, else Redis). A Redis client is made at once
+// (RabbitMQ with --amqp.url, else Redis). A Redis client is made at once
 // (it connects at its first command); RabbitMQ is reached by the first
 // method that needs it.
 func (f *queueFlags) broker(args []string) (cliQueue, error) {

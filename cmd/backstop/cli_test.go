@@ -38,9 +38,9 @@ func buildBackstop(t *testing.T) string {
 func TestQueueCommandsRedisUnreachable(t *testing.T) {
 	bin := buildBackstop(t)
 	for _, args := range [][]string{
-		{"queue", "stats", "--queue", "q", "--redis-url", "redis://127.0.0.1:1/0"},
-		{"dlq", "inspect", "--queue", "q", "--redis-url", "redis://127.0.0.1:1/0"},
-		{"dlq", "replay", "--queue", "q", "--limit", "1", "--redis-cluster", "127.0.0.1:1"},
+		{"queue", "stats", "--queue", "q", "--redis.url", "redis://127.0.0.1:1/0"},
+		{"dlq", "inspect", "--queue", "q", "--redis.url", "redis://127.0.0.1:1/0"},
+		{"dlq", "replay", "--queue", "q", "--limit", "1", "--redis.cluster", "127.0.0.1:1"},
 	} {
 		var out, errOut bytes.Buffer
 		cmd := exec.Command(bin, args...)
@@ -70,7 +70,7 @@ func TestQueueJSONIsSnakeCase(t *testing.T) {
 	q.Enqueue(ctx, "job-a", []byte("{}"))
 	msgs, _ := srv.Client().XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
 	q.DeadLetter(ctx, msgs[0].Messages[0].ID, "permanent_error", "400")
-	url := "--redis-url=redis://" + srv.Addr + "/0"
+	url := "--redis.url=redis://" + srv.Addr + "/0"
 	for cmd, want := range map[string][]string{
 		"queue stats": {"jobs", "pending", "delayed", "dlq", "counters"},
 		"dlq inspect": {"size", "scanned", "by_reason", "newest"},
@@ -104,7 +104,7 @@ func TestQueueCommandsWarnOnWhatDoesNotExist(t *testing.T) {
 	q.Enqueue(ctx, "job-a", []byte("{}"))
 	msgs, _ := srv.Client().XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
 	q.DeadLetter(ctx, msgs[0].Messages[0].ID, "permanent_error", "400")
-	url := "--redis-url=redis://" + srv.Addr + "/0"
+	url := "--redis.url=redis://" + srv.Addr + "/0"
 
 	for _, c := range []struct {
 		args []string

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/backstop-dev/backstop/host"
@@ -35,8 +37,8 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	fs := newFlagSet("decide")
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
 	randomFlag := fs.String("random", "draw", "the random of a line that sets none: draw (a uniform draw in [0, 1) per line) or a number in [0, 1)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	absentRandom := rand.Float64
 	if *randomFlag != "draw" {
@@ -50,7 +52,7 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 	if err != nil {
 		return err
 	}
-	rt, err := host.New(ctx, host.WithPoolSize(1))
+	rt, err := newRuntime(ctx, host.WithPoolSize(1))
 	if err != nil {
 		return err
 	}
@@ -147,4 +149,20 @@ func readLine(r *bufio.Reader, buf []byte) (line []byte, tooLong bool, err error
 		}
 		return buf, tooLong, err
 	}
+}
+
+// newRuntime is the wasm host the commands decide through (decide, the
+// demo). Its compiled code is kept in the user's cache directory,
+// os.UserCacheDir()/backstop/wazero ($XDG_CACHE_HOME or ~/.cache on
+// Linux), so only the first run of a build compiles the module (about a
+// second); the others load it. Without a usable cache directory it
+// compiles each time.
+func newRuntime(ctx context.Context, opts ...host.Option) (*host.Runtime, error) {
+	if dir, err := os.UserCacheDir(); err == nil {
+		withCache := append(opts[:len(opts):len(opts)], host.WithCompilationCache(filepath.Join(dir, "backstop", "wazero")))
+		if rt, err := host.New(ctx, withCache...); err == nil {
+			return rt, nil
+		}
+	}
+	return host.New(ctx, opts...)
 }

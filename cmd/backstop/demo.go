@@ -14,13 +14,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +32,7 @@ import (
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/internal/redact"
+	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
@@ -110,7 +111,7 @@ var (
 // server. demo_embedded_test.go checks each difference on it and on
 // redis-server.
 const demoEmbeddedHelp = `
-Redis: --redis-url, else a redis-server on the PATH (started for the demo), else an embedded
+Redis: --redis.url, else a redis-server on the PATH (started for the demo), else an embedded
 Redis-compatible server (miniredis). The queue scripts are the contract on Redis >= 7; the
 embedded server runs them, with these differences:
 
@@ -139,20 +140,21 @@ embedded server runs them, with these differences:
                    an entry with over 1000 fields. The demo's payloads are ASCII.
 
 The same on both: TIME, XPENDING delivery counts, idle times and IDLE, redis.pcall error
-tables, TYPE, cjson.decode and its numbers. README.md, "Which server gives which figure",
+tables, TYPE, cjson.decode and its numbers. docs/monitoring.md, "Which server gives which figure",
 lists the exporter's figures per server.
 `
 
 func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("demo")
-	redisURL := fs.String("redis-url", "", "use this Redis (default: a redis-server on PATH, else an embedded Redis-compatible server)")
+	redisURL := fs.String("redis.url", "", "use this Redis (default: a redis-server on PATH, else an embedded Redis-compatible server)")
 	jobs := fs.Int("jobs", 0, fmt.Sprintf("enqueue this many jobs at once, spread over the queues (1..%d), and stop when every one is done; default: a steady trickle, with an outage of the payments downstream now and then, until Ctrl-C or --duration", maxDemoJobs))
-	listen := fs.String("listen", ":9797", "address of the exporter's /metrics")
+	listen := fs.String("listen", "127.0.0.1:9797", "address of the exporter's /metrics (this machine only; :9797 for every interface)")
 	duration := fs.Duration("duration", 0, "stop after this long (default: at Ctrl-C, or with --jobs when every job is done)")
 	workers := fs.Int("workers", 2, fmt.Sprintf("workers per queue (1..%d)", maxDemoWorkers))
+	renamed(fs, "redis-url", "redis.url")
 	broker := fs.String("broker", "redis", "redis, or rabbitmq: a rabbitmq-server the demo starts (from /usr/lib/rabbitmq/bin or the PATH)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	finite := false
 	fs.Visit(func(f *flag.Flag) { finite = finite || f.Name == "jobs" })
@@ -171,7 +173,7 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	case "redis":
 	case "rabbitmq":
 		if *redisURL != "" {
-			return fmt.Errorf("%w: --redis-url goes with --broker redis", errUsage)
+			return fmt.Errorf("%w: --redis.url goes with --broker redis", errUsage)
 		}
 		// --duration runs from when the broker is up: it takes seconds to start.
 		return demoRabbitMQ(ctx, stdout, demoRun{jobs: *jobs, finite: finite, listen: *listen, workers: *workers, duration: *duration})
@@ -189,16 +191,26 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer stop()
+	// The intro, kept to be printed again when a resize clears the screen.
+	var intro strings.Builder
+	out := io.MultiWriter(stdout, &intro)
 	if finite {
-		fmt.Fprintf(stdout, "backstop demo: %d jobs on %d queues\n", *jobs, len(demoQueues))
+		fmt.Fprintf(out, "backstop demo: %d jobs on %d queues\n", *jobs, len(demoQueues))
 	} else {
-		fmt.Fprintf(stdout, "backstop demo: a job per queue every %s on %d queues; the payments downstream fails for %s every %s\n",
-			demoTrickle, len(demoQueues), demoOutageFor, demoOutageEvery)
+		fmt.Fprintf(out, "backstop demo: %d queues, a job on each every %s; payments fails %s in %s\n",
+			len(demoQueues), demoTrickle, demoOutageFor, demoOutageEvery)
 	}
-	fmt.Fprintf(stdout, "Redis: %s\n", where)
+	fmt.Fprintf(out, "Redis: %s\n", where)
+	if *redisURL != "" {
+		// Not a Redis of its own: say what it overwrites there.
+		var keys []string
+		for _, dq := range demoQueues {
+			keys = append(keys, "{demo-"+dq.name+"}")
+		}
+		fmt.Fprintf(out, "the demo deletes and rewrites its keys there: %s, each :jobs, :delayed, :dlq and :stats\n", strings.Join(keys, ", "))
+	}
 
-	cache, _ := os.UserCacheDir()
-	rt, err := host.New(ctx, host.WithCompilationCache(filepath.Join(cache, "backstop", "wazero")))
+	rt, err := newRuntime(ctx)
 	if err != nil {
 		return err
 	}
@@ -227,11 +239,11 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w (choose another with --listen)", *listen, err)
 	}
-	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	srv := &http.Server{Handler: demoMetricsHandler(reg)}
 	go srv.Serve(ln)
 	defer srv.Close()
-	fmt.Fprintf(stdout, "metrics: http://%s/metrics\n", displayAddr(ln.Addr()))
-	fmt.Fprint(stdout, demoInspectHelp("--redis-url", demoRedisURL(rdb, *redisURL), qs[0].Name(), displayAddr(ln.Addr())))
+	fmt.Fprintf(out, "metrics: http://%s/metrics\n", displayAddr(ln.Addr()))
+	fmt.Fprint(out, demoInspectHelp("--redis.url", demoRedisURL(rdb, *redisURL), qs[0].Name(), displayAddr(ln.Addr())))
 
 	produced := make([]atomic.Int64, len(qs))
 	if finite {
@@ -293,15 +305,19 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	view := newDemoView(stdout, qs, produced, &down)
-	view.breaker = breaker
+	view.breaker, view.rdb, view.intro = breaker, rdb, intro.String()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	winch, stopWinch := resized()
+	defer stopWinch()
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			done = true
 		case <-tick.C:
 			done = view.refresh(ctx) && finite
+		case <-winch:
+			view.redraw() // the last frame at the new size, at once
 		}
 	}
 	// Ctrl-C (or --duration): the producer and the workers stop; each
@@ -348,6 +364,14 @@ func demoOutages(ctx context.Context, down *atomic.Bool) {
 	}
 }
 
+// demoMetricsHandler serves the exporter's metrics on /metrics and 404
+// on any other path.
+func demoMetricsHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
 // demoRedisURL is the URL another terminal uses to reach the demo's Redis,
 // its password hidden (the user knows it).
 func demoRedisURL(rdb redis.UniversalClient, given string) string {
@@ -381,11 +405,11 @@ func demoRedis(url string) (redis.UniversalClient, string, func(), error) {
 	if url != "" {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("--redis-url: %w", redact.Error(err, url))
+			return nil, "", nil, fmt.Errorf("--redis.url: %w", redact.Error(err, url))
 		}
 		c := redis.NewClient(opt)
 		redis.SetLogger(quietRedis{})
-		c.AddHook(&reachHook{addrs: []string{opt.Addr}, flagName: "--redis-url"})
+		c.AddHook(&reachHook{addrs: []string{opt.Addr}, flagName: "--redis.url"})
 		return c, redact.URL(url), func() { c.Close() }, nil
 	}
 	if path, err := exec.LookPath("redis-server"); err == nil {
@@ -441,54 +465,180 @@ func displayAddr(a net.Addr) string {
 	return net.JoinHostPort(host, port)
 }
 
-// demoView prints the live view: per queue, what is done, retrying,
-// delayed and dead, and the retry rate.
+// demoView prints the live view: per queue, what is done, queued,
+// waiting for a retry, deferred by the breaker and dead, and the retry
+// rate; redrawn in place on a terminal, each line cut to its width (80
+// columns and up fit every column; wider ones add the policy and the dead
+// letters by reason), the screen cleared when the window is resized.
 type demoView struct {
 	w         io.Writer
+	rdb       redis.UniversalClient // nil: no deferred figure (the RabbitMQ view)
 	qs        []*redisqueue.Queue
 	produced  []atomic.Int64
 	down      *atomic.Bool
 	breaker   *host.Policy
-	tty       bool
+	tty       *os.File // the terminal the view is drawn on, nil when not one
 	start     time.Time
 	lastRetry []int64
 	typeRetry map[string]int64 // the typed queue's attempts:retry per job type
-	lines     int
+	intro     string           // printed before the first frame: again after a clear
+	frame     string           // the last frame drawn, for redraw
+	lines     int              // the last frame's lines on the screen
+	cols      int              // the terminal's width when it was drawn
 }
 
 func newDemoView(w io.Writer, qs []*redisqueue.Queue, produced []atomic.Int64, down *atomic.Bool) *demoView {
-	tty := false
+	v := &demoView{w: w, qs: qs, produced: produced, down: down, start: time.Now(), lastRetry: make([]int64, len(qs))}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			tty = true
+			v.tty = f
 		}
 	}
-	return &demoView{w: w, qs: qs, produced: produced, down: down, tty: tty, start: time.Now(), lastRetry: make([]int64, len(qs))}
+	return v
 }
+
+// size is the terminal's columns and rows, 0, 0 when the view is not on
+// one (its lines are then printed whole, a frame after the other).
+func (v *demoView) size() (cols, rows int) {
+	if v.tty == nil {
+		return 0, 0
+	}
+	return termSize(v.tty)
+}
+
+// draw prints a frame (lines ending in "\n") over the last one: each line
+// cut to the terminal's width less one column, so that none wraps and the
+// cursor goes back up exactly the lines it printed. When the width changed
+// (the terminal wraps or reflows the old frame) or the frame is taller than
+// the window, the screen is cleared first instead.
+func (v *demoView) draw(frame string) {
+	cols, rows := v.size()
+	var b strings.Builder
+	if v.tty != nil && v.lines > 0 {
+		if cols != v.cols || v.lines >= rows {
+			b.WriteString("\x1b[H\x1b[2J" + v.intro) // home, clear the screen
+		} else {
+			fmt.Fprintf(&b, "\x1b[%dA\x1b[J", v.lines) // up to the frame's first line, clear below
+		}
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(frame, "\n"), "\n")
+	for _, l := range lines {
+		b.WriteString(fitLine(strings.TrimSuffix(l, "\n"), cols-1))
+		b.WriteString("\n")
+	}
+	io.WriteString(v.w, b.String())
+	v.frame, v.lines, v.cols = frame, len(lines), cols
+}
+
+// redraw draws the last frame again, at the terminal's size now.
+func (v *demoView) redraw() {
+	if v.frame != "" {
+		v.draw(v.frame)
+	}
+}
+
+// fitLine cuts s to n columns (runes), its last one "…"; n < 1: whole.
+func fitLine(s string, n int) string {
+	if n < 1 || utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// demoTable lays out the view's rows: the queue, its policy when the
+// terminal has 100 columns or more, seven figures 9 wide (80 columns fit
+// them: headers of 8 at most), and a last free-form column (dead letters
+// by reason).
+type demoTable struct {
+	b      strings.Builder
+	policy bool
+}
+
+func newDemoTable(cols int) *demoTable { return &demoTable{policy: cols == 0 || cols >= 100} }
+
+func (t *demoTable) row(name, policy string, figures []string, rest string) {
+	fmt.Fprintf(&t.b, "%-15s", name)
+	if t.policy {
+		fmt.Fprintf(&t.b, " %-10s", policy)
+	}
+	for _, f := range figures {
+		fmt.Fprintf(&t.b, " %8s", f)
+	}
+	if rest != "" {
+		t.b.WriteString("  " + rest)
+	}
+	t.b.WriteString("\n")
+}
+
+func (t *demoTable) line(format string, a ...any) { fmt.Fprintf(&t.b, format+"\n", a...) }
+
+// n is a figure of the view.
+func n(v int64) string { return strconv.FormatInt(v, 10) }
+
+// demoDeferMax bounds the delayed members the view reads each second to
+// count the deferred ones: a demo's delayed sets are small; past it the
+// count is a lower bound, shown with a "+".
+const demoDeferMax = 2000
+
+// deferred counts the queue's delayed jobs that the breaker (or the
+// budget) deferred rather than a failure delayed: their member's
+// last_reason is circuit_open or budget_exhausted (contract/scripts/defer.lua).
+func (v *demoView) deferred(ctx context.Context, q *redisqueue.Queue) string {
+	if v.rdb == nil {
+		return "-"
+	}
+	members, err := v.rdb.ZRange(ctx, q.Keys().Delayed, 0, demoDeferMax-1).Result()
+	if err != nil {
+		return "?"
+	}
+	var d int64
+	for _, m := range members {
+		var j struct {
+			LastReason string `json:"last_reason"`
+		}
+		if json.Unmarshal([]byte(m), &j) == nil && (j.LastReason == "circuit_open" || j.LastReason == "budget_exhausted") {
+			d++
+		}
+	}
+	if len(members) == demoDeferMax {
+		return n(d) + "+"
+	}
+	return n(d)
+}
+
+// demoColumns are the figures' headers: produced; succeeded; queued (in
+// the jobs stream: waiting or running); retrying (in the delayed set for a
+// retry); deferred (in the delayed set, put back by the breaker without
+// spending an attempt); retries per second; dead letters.
+var demoColumns = []string{"produced", "success", "queued", "retrying", "deferred", "retry/s", "dead"}
 
 // refresh prints one frame and reports whether every job is done.
 func (v *demoView) refresh(ctx context.Context) bool {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-14s %-9s %9s %9s %9s %9s %9s %9s  %s\n", "queue", "policy", "produced", "succeeded", "in flight", "delayed", "retries/s", "dead", "dead letters by reason")
+	cols, _ := v.size()
+	t := newDemoTable(cols)
+	t.row("queue", "policy", demoColumns, "dead letters by reason")
 	drained := true
 	for i, q := range v.qs {
 		produced := v.produced[i].Load()
 		s, err := q.Stats(ctx)
 		if err != nil {
-			fmt.Fprintf(&b, "%-14s stats: %v\n", q.Name(), err)
+			t.line("%-15s stats: %v", q.Name(), err)
 			drained = false
 			continue
 		}
 		c := s.Counters
 		rate := c["attempts:retry"] - v.lastRetry[i]
 		v.lastRetry[i] = c["attempts:retry"]
-		fmt.Fprintf(&b, "%-14s %-9s %9d %9d %9d %9d %9d %9d  %s\n", q.Name(), demoQueues[i].policyName(), produced,
-			c["attempts:success"], s.Jobs, s.Delayed, rate, s.DLQ, byReason(c))
+		deferred := v.deferred(ctx, q)
+		d, _ := strconv.ParseInt(strings.TrimSuffix(deferred, "+"), 10, 64)
+		t.row(q.Name(), demoQueues[i].policyName(), []string{n(produced), n(c["attempts:success"]), n(s.Jobs),
+			n(max(s.Delayed-d, 0)), deferred, n(rate), n(s.DLQ)}, byReason(c))
 		if i == demoTyped {
 			if v.typeRetry == nil {
 				v.typeRetry = map[string]int64{}
 			}
-			demoTypeLines(&b, s, v.typeRetry, demoQueues[i].policyName())
+			demoTypeLines(t, s, v.typeRetry, demoQueues[i].policyName())
 		}
 		if c["attempts:success"]+c["attempts:dead_letter"] < produced {
 			drained = false
@@ -496,19 +646,19 @@ func (v *demoView) refresh(ctx context.Context) bool {
 	}
 	state := "up"
 	if v.down.Load() {
-		state = "DOWN (an outage: retries wait in the delayed set, the breaker opens and defers jobs until it half-opens)"
+		state = "DOWN (an outage)"
 	}
 	if v.breaker != nil {
 		if cs, err := v.breaker.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
-			state += ", payments policy's breaker " + cs.String()
+			state += ", its breaker " + cs.String()
+			if cs != policy.BreakerClosed {
+				state += ": jobs deferred"
+			}
 		}
 	}
-	fmt.Fprintf(&b, "payments downstream: %s\nelapsed %s   (Ctrl-C stops)\n", state, time.Since(v.start).Round(time.Second))
-	if v.tty && v.lines > 0 {
-		fmt.Fprintf(v.w, "\x1b[%dA\x1b[J", v.lines) // redraw in place
-	}
-	io.WriteString(v.w, b.String())
-	v.lines = strings.Count(b.String(), "\n")
+	t.line("payments downstream: %s", state)
+	t.line("elapsed %s   (Ctrl-C stops)", time.Since(v.start).Round(time.Second))
+	v.draw(t.b.String())
 	return drained
 }
 
@@ -523,8 +673,10 @@ func byReason(c map[string]int64) string {
 	return strings.Join(parts, " ")
 }
 
+// final prints the summary: what became of the jobs produced, and what
+// is left where (jobs delayed or deferred are waiting, not in flight).
 func (v *demoView) final(ctx context.Context) {
-	var produced, ok, dead, retries int64
+	var produced, ok, dead, retries, queued, delayed, deferred int64
 	for i, q := range v.qs {
 		s, err := q.Stats(ctx)
 		if err != nil {
@@ -534,7 +686,15 @@ func (v *demoView) final(ctx context.Context) {
 		ok += s.Counters["attempts:success"]
 		dead += s.Counters["attempts:dead_letter"]
 		retries += s.Counters["attempts:retry"]
+		queued += s.Jobs
+		d, _ := strconv.ParseInt(strings.TrimSuffix(v.deferred(ctx, q), "+"), 10, 64)
+		delayed += s.Delayed - d
+		deferred += d
 	}
-	fmt.Fprintf(v.w, "\nsummary: %d produced, %d succeeded, %d dead-lettered, %d still in flight; %d retries in %s\n",
-		produced, ok, dead, produced-ok-dead, retries, time.Since(v.start).Round(time.Millisecond))
+	fmt.Fprintf(v.w, "\nsummary: %d produced, %d succeeded, %d dead-lettered, %d retries in %s\n",
+		produced, ok, dead, retries, time.Since(v.start).Round(100*time.Millisecond))
+	if left := produced - ok - dead; left > 0 {
+		fmt.Fprintf(v.w, "not finished: %d: %d queued, %d waiting for a retry, %d deferred by the breaker\n",
+			left, queued, delayed, deferred)
+	}
 }

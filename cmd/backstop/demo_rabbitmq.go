@@ -10,16 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/rabbitmqserver"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -82,8 +79,7 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 		defer cancel()
 	}
 
-	cache, _ := os.UserCacheDir()
-	rt, err := host.New(ctx, host.WithCompilationCache(filepath.Join(cache, "backstop", "wazero")))
+	rt, err := newRuntime(ctx)
 	if err != nil {
 		return err
 	}
@@ -111,11 +107,11 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w (choose another with --listen)", o.listen, err)
 	}
-	srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	srv := &http.Server{Handler: demoMetricsHandler(reg)}
 	go srv.Serve(ln)
 	defer srv.Close()
 	fmt.Fprintf(stdout, "metrics (the workers'): http://%s/metrics\n", displayAddr(ln.Addr()))
-	fmt.Fprint(stdout, demoInspectHelp("--amqp-url", b.URL(), qs[0].Name(), displayAddr(ln.Addr())))
+	fmt.Fprint(stdout, demoInspectHelp("--amqp.url", b.URL(), qs[0].Name(), displayAddr(ln.Addr())))
 
 	produced := make([]atomic.Int64, len(qs))
 	enqueue := func(k int, id string) error {
@@ -193,12 +189,16 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	winch, stopWinch := resized()
+	defer stopWinch()
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			done = true
 		case <-tick.C:
 			done = view.refresh(ctx) && o.finite
+		case <-winch:
+			view.redraw() // the last frame at the new size, at once
 		}
 	}
 	// The workers finish the jobs in hand and apply their outcomes (Work
@@ -277,9 +277,15 @@ func (v *rabbitView) counters() map[string]map[string]int64 {
 	return out
 }
 
+// rabbitColumns are the RabbitMQ view's figures: no delayed column, as
+// RabbitMQ counts delayed jobs for all queues together (the line below the
+// table), and the wait of a first attempt.
+var rabbitColumns = []string{"produced", "success", "queued", "retry/s", "dead", "wait"}
+
 func (v *rabbitView) refresh(ctx context.Context) bool {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-14s %-9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "queue", "policy", "produced", "succeeded", "in flight", "delayed", "retries/s", "dead", "wait", "dead letters by reason")
+	cols, _ := v.size()
+	t := newDemoTable(cols)
+	t.row("queue", "policy", rabbitColumns, "dead letters by reason")
 	drained := true
 	counts := v.counters()
 	var levels int64
@@ -288,13 +294,13 @@ func (v *rabbitView) refresh(ctx context.Context) bool {
 		c := counts[q.Name()]
 		s, err := q.Stats(ctx, v.mgmt...)
 		if err != nil {
-			fmt.Fprintf(&b, "%-14s stats: %v\n", q.Name(), err)
+			t.line("%-15s stats: %v", q.Name(), err)
 			drained = false
 			continue
 		}
-		inFlight := s.Ready
+		queued := s.Ready
 		if s.Unacked != nil {
-			inFlight += *s.Unacked
+			queued += *s.Unacked
 		}
 		levels = s.DelayLevels // the same for every queue of the vhost
 		rate := c["attempts:retry"] - v.lastRetry[i]
@@ -305,34 +311,30 @@ func (v *rabbitView) refresh(ctx context.Context) bool {
 			v.lastWait[i] = w
 			v.worstWait[i] = max(v.worstWait[i], w)
 		}
-		fmt.Fprintf(&b, "%-14s %-9s %9d %9d %9d %9s %9d %9d %9s  %s\n", q.Name(), demoQueues[i].policyName(), produced,
-			c["attempts:success"], inFlight, "-", rate, s.DLQ, v.lastWait[i].Round(time.Millisecond), byReason(c))
+		t.row(q.Name(), demoQueues[i].policyName(), []string{n(produced), n(c["attempts:success"]), n(queued), n(rate), n(s.DLQ),
+			v.lastWait[i].Round(time.Millisecond).String()}, byReason(c))
 		if c["attempts:success"]+c["attempts:dead_letter"] < produced {
 			drained = false
 		}
 	}
 	state := "up"
 	if v.down != nil && v.down.Load() {
-		state = "DOWN (an outage: retries wait in the delay levels, the breaker opens and defers jobs until it half-opens)"
+		state = "DOWN (an outage)"
 	}
 	if v.breaker != nil {
 		if cs, err := v.breaker.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
-			state += ", payments policy's breaker " + cs.String()
+			state += ", its breaker " + cs.String()
 		}
 	}
-	fmt.Fprintf(&b, "payments downstream: %s\n", state)
-	fmt.Fprintf(&b, "delayed: %d jobs in the shared delay levels, all queues (RabbitMQ counts no delayed jobs per queue)\n", levels)
-	fmt.Fprintf(&b, "wait: the longest a first attempt waited in its queue this second")
+	t.line("payments downstream: %s", state)
+	t.line("delayed: %d jobs, in the delay levels all queues share", levels)
 	if v.backlog {
-		fmt.Fprintf(&b, "; demo-payments has its own queue and workers, so demo-emails' backlog never delays it")
+		t.line("wait: the longest first attempt's this second; demo-emails' backlog never delays demo-payments")
+	} else {
+		t.line("wait: the longest a first attempt waited in its queue this second")
 	}
-	fmt.Fprintln(&b)
-	fmt.Fprintf(&b, "elapsed %s   (Ctrl-C stops)\n", time.Since(v.start).Round(time.Second))
-	if v.tty && v.lines > 0 {
-		fmt.Fprintf(v.w, "\x1b[%dA\x1b[J", v.lines) // redraw in place
-	}
-	io.WriteString(v.w, b.String())
-	v.lines = strings.Count(b.String(), "\n")
+	t.line("elapsed %s   (Ctrl-C stops)", time.Since(v.start).Round(time.Second))
+	v.draw(t.b.String())
 	return drained
 }
 
@@ -346,8 +348,11 @@ func (v *rabbitView) final() {
 		dead += c["attempts:dead_letter"]
 		retries += c["attempts:retry"]
 	}
-	fmt.Fprintf(v.w, "\nsummary: %d produced, %d succeeded, %d dead-lettered, %d still in flight; %d retries in %s\n",
-		produced, ok, dead, produced-ok-dead, retries, time.Since(v.start).Round(time.Millisecond))
+	fmt.Fprintf(v.w, "\nsummary: %d produced, %d succeeded, %d dead-lettered, %d retries in %s\n",
+		produced, ok, dead, retries, time.Since(v.start).Round(100*time.Millisecond))
+	if left := produced - ok - dead; left > 0 {
+		fmt.Fprintf(v.w, "not finished: %d, in the work queues or the shared delay levels\n", left)
+	}
 	var waits []string
 	for i, q := range v.rqs {
 		waits = append(waits, fmt.Sprintf("%s %s", q.Name(), v.worstWait[i].Round(time.Millisecond)))

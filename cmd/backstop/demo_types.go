@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
@@ -74,24 +73,24 @@ func demoDownstream(k int, dq demoQueue, j queue.Job, down bool) error {
 }
 
 // demoTypeLines writes the typed queue's per-type figures (its stats
-// hash's t:<type>:... fields), one line per type under the queue's.
-func demoTypeLines(b *strings.Builder, s redisqueue.Stats, lastRetry map[string]int64, queuePolicy string) {
+// hash's t:<type>:... fields), one row per type under the queue's: the
+// figures a stats hash counts per type (succeeded, retries, dead letters).
+func demoTypeLines(t *demoTable, s redisqueue.Stats, lastRetry map[string]int64, queuePolicy string) {
 	types := make([]string, 0, len(s.Types.ByType))
 	for t := range s.Types.ByType {
 		types = append(types, t)
 	}
 	sort.Strings(types)
-	for _, t := range types {
-		c := s.Types.ByType[t]
+	for _, typ := range types {
+		c := s.Types.ByType[typ]
 		pol := queuePolicy
 		for _, jt := range demoJobTypes {
-			if jt.name == t && jt.policy != "" {
+			if jt.name == typ && jt.policy != "" {
 				pol = (demoQueue{policy: jt.policy}).policyName()
 			}
 		}
-		rate := c["attempts:retry"] - lastRetry[t]
-		lastRetry[t] = c["attempts:retry"]
-		fmt.Fprintf(b, "%-14s %-9s %9s %9d %9s %9s %9d %9d  %s\n", " "+t, pol, "", c["attempts:success"], "", "", rate,
-			c["attempts:dead_letter"], byReason(c))
+		rate := c["attempts:retry"] - lastRetry[typ]
+		lastRetry[typ] = c["attempts:retry"]
+		t.row(" "+typ, pol, []string{"", n(c["attempts:success"]), "", "", "", n(rate), n(c["attempts:dead_letter"])}, byReason(c))
 	}
 }

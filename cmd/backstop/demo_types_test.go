@@ -14,11 +14,11 @@ import (
 // 8), and the live view shows a line per type.
 func TestDemoJobTypes(t *testing.T) {
 	srv := redistest.Start(t)
-	out, err := runCLI(t, "", "demo", "--jobs", "600", "--listen", "127.0.0.1:0", "--redis-url", "redis://"+srv.Addr+"/0")
+	out, err := runCLI(t, "", "demo", "--jobs", "600", "--listen", "127.0.0.1:0", "--redis.url", "redis://"+srv.Addr+"/0")
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{" charge_card   charge_card", " send_email    send_email", " render_report reports"} {
+	for _, want := range []string{" charge_card    charge_card", " send_email     send_email", " render_report  reports"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the live view lacks %q:\n%s", want, out)
 		}

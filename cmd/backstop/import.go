@@ -26,25 +26,25 @@ import (
 // result is printed as JSON, after policy.Parse has accepted it.
 func policyImport(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("policy import")
-	fs.SetOutput(stderr)
 	from := fs.String("from", "auto", "what the file holds: cloud-tasks, spring or auto (told by its field names)")
 	prefix := fs.String("prefix", "", "the key prefix of the settings to import, when a file holds several (spring.cloud.stream.bindings.input.consumer)")
 	name := fs.String("name", "", "the policy's name (default: the Cloud Tasks queue's name, when the file has one)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		return errUsage
+	pos, err := parseFlags(fs, args, "FILE (or - for stdin)")
+	if err != nil {
+		return err
 	}
-	src, err := readImport(fs.Arg(0), stdin)
+	src, err := readImport(pos[0], stdin)
 	if err != nil {
 		return err
 	}
 	keys, err := flatKeys(src)
 	if err != nil {
-		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		return fmt.Errorf("%s: %w", pos[0], err)
 	}
 	kind := *from
 	if kind == "auto" {
 		if kind, err = detectFormat(keys); err != nil {
-			return fmt.Errorf("%s: %w", fs.Arg(0), err)
+			return fmt.Errorf("%s: %w", pos[0], err)
 		}
 	}
 	var out importedPolicy
@@ -59,9 +59,9 @@ func policyImport(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	if err != nil {
 		if lines := strings.Split(err.Error(), "\n"); len(lines) > 1 {
 			// One problem a line, as policy check lists them.
-			return fmt.Errorf("%s: cannot import\n  %s", fs.Arg(0), strings.Join(lines, "\n  "))
+			return fmt.Errorf("%s: cannot import\n  %s", pos[0], strings.Join(lines, "\n  "))
 		}
-		return fmt.Errorf("%s: %w", fs.Arg(0), err)
+		return fmt.Errorf("%s: %w", pos[0], err)
 	}
 	if *name != "" {
 		out.Name = *name

@@ -19,7 +19,7 @@ func TestQueueJobTypesCLI(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
-	url := "--redis-url=redis://" + srv.Addr + "/0"
+	url := "--redis.url=redis://" + srv.Addr + "/0"
 	q := redisqueue.New(rdb, "shop")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)

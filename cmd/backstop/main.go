@@ -27,6 +27,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/backstop-dev/backstop/internal/buildinfo"
 )
 
 const usage = `usage: backstop <command> [arguments]
@@ -71,15 +73,17 @@ commands:
                               write the Grafana dashboards
   version                     print the version
 
-Queue commands take --redis-url (env BACKSTOP_REDIS_URL) or --redis-cluster,
---group and --json; stats and the dlq commands take --amqp-url (env
+Queue commands take --redis.url (env BACKSTOP_REDIS_URL) or --redis.cluster,
+--group and --json; stats and the dlq commands take --amqp.url (env
 BACKSTOP_AMQP_URL) for RabbitMQ instead; "backstop COMMAND -h" lists the flags.
 `
 
-// version is set with -ldflags "-X main.version=...".
-var version = "dev"
+// version is set with -ldflags "-X main.version=..." (make build); a
+// build without it (go install) takes its version from the build info.
+var version = ""
 
-// errUsage marks errors that should print the usage text.
+// errUsage marks errors that should print the usage of the command (see
+// usageMessage): "%w: what is wrong".
 var errUsage = errors.New("usage")
 
 func main() {
@@ -89,10 +93,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, errUsage) {
-			if err != errUsage {
-				fmt.Fprintln(os.Stderr, "backstop:", err)
-			}
-			fmt.Fprint(os.Stderr, usage)
+			fmt.Fprint(os.Stderr, usageMessage(os.Args[1:], err))
 			os.Exit(2)
 		}
 		fmt.Fprintln(os.Stderr, "backstop:", err)
@@ -101,6 +102,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	deprecations = stderr
 	if key, ok := helpRequest(args); ok {
 		return printHelp(ctx, key, stdin, stdout)
 	}
@@ -115,7 +117,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	switch args[0] {
 	case "policy":
 		if len(args) < 2 {
-			return errUsage
+			break
 		}
 		switch args[1] {
 		case "check":
@@ -170,11 +172,15 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return dlqPurge(ctx, args[2:], stdout, stderr)
 		}
 	case "version":
-		fmt.Fprintln(stdout, "backstop", version)
+		v := version
+		if v == "" {
+			v = buildinfo.Version()
+		}
+		fmt.Fprintln(stdout, "backstop", v)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return errUsage
+	return unknownCommand(args)
 }

@@ -30,9 +30,12 @@ func policyPlot(args []string, stdout io.Writer) error {
 	compare := fs.String("compare", "", "more policies on the same chart: FILE|PRESET,...")
 	attempts := fs.Int("attempts", 0, fmt.Sprintf("at most this many failed attempts, up to %d (default: the policy's retries, at most 30)", maxPlotAttempts))
 	draws := fs.Int("draws", 1000, fmt.Sprintf("random draws per attempt for the jitter envelope (1..%d)", maxDraws))
-	pos, err := parseInterspersed(fs, args)
-	if err != nil || len(pos) != 1 || *out == "" {
-		return errUsage
+	pos, err := parseFlags(fs, args, "FILE|PRESET")
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		return fmt.Errorf("%w: --out is required: the chart to write, FILE.svg or FILE.png", errUsage)
 	}
 	// The envelope holds a row per attempt and three numbers per draw, and
 	// costs attempts × draws decisions: bound both.

@@ -64,13 +64,14 @@ func policyCheck(args []string, stdout io.Writer) error {
 	fs := newFlagSet("policy check")
 	rows := fs.Int("rows", 30, fmt.Sprintf("at most this many schedule rows (1..%d)", maxRows))
 	chart := fs.Bool("chart", false, "draw the median and max delays as a text chart under the table")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		return errUsage
+	pos, err := parseFlags(fs, args, "FILE|PRESET")
+	if err != nil {
+		return err
 	}
 	if *rows < 1 || *rows > maxRows {
 		return fmt.Errorf("--rows: must be in 1..%d (got %d)", maxRows, *rows)
 	}
-	src, name, err := readPolicy(fs.Arg(0))
+	src, name, err := readPolicy(pos[0])
 	if err != nil {
 		return err
 	}
@@ -129,8 +130,11 @@ func policyPresets(stdout io.Writer) error {
 }
 
 func policyShow(args []string, stdout io.Writer) error {
-	if len(args) != 1 {
-		return errUsage
+	switch {
+	case len(args) == 0:
+		return fmt.Errorf("%w: missing PRESET", errUsage)
+	case len(args) > 1:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, args[1])
 	}
 	text, ok := policy.PresetText(args[0])
 	if !ok {

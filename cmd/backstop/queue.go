@@ -28,7 +28,7 @@ type queueFlags struct {
 	name    *string
 	group   *string
 	jsonOut *bool
-	rabbit  rabbitFlags           // --amqp-url: RabbitMQ instead of Redis
+	rabbit  rabbitFlags           // --amqp.url: RabbitMQ instead of Redis
 	rdb     redis.UniversalClient // set by open
 }
 
@@ -36,13 +36,17 @@ func newQueueFlags(name string) *queueFlags {
 	fs := newFlagSet(name)
 	f := &queueFlags{
 		fs:      fs,
-		url:     fs.String("redis-url", envOr("BACKSTOP_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env BACKSTOP_REDIS_URL)"),
-		cluster: fs.String("redis-cluster", os.Getenv("BACKSTOP_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses, instead of --redis-url (env BACKSTOP_REDIS_CLUSTER)"),
+		url:     fs.String("redis.url", envOr("BACKSTOP_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL (env BACKSTOP_REDIS_URL)"),
+		cluster: fs.String("redis.cluster", os.Getenv("BACKSTOP_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses, instead of --redis.url (env BACKSTOP_REDIS_CLUSTER)"),
 		name:    fs.String("queue", "", "queue name (keys {NAME}:jobs, {NAME}:delayed, {NAME}:dlq, {NAME}:stats)"),
 		group:   fs.String("group", "workers", "consumer group"),
 		jsonOut: fs.Bool("json", false, "print JSON"),
 	}
 	f.rabbit = addRabbitFlags(fs)
+	renamed(fs, "redis-url", "redis.url")
+	renamed(fs, "redis-cluster", "redis.cluster")
+	renamed(fs, "amqp-url", "amqp.url")
+	renamed(fs, "management-url", "rabbitmq.management-url")
 	return f
 }
 
@@ -54,12 +58,15 @@ func envOr(k, def string) string {
 }
 
 func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
-	if err := f.fs.Parse(args); err != nil || f.fs.NArg() != 0 || *f.name == "" {
+	if _, err := parseFlags(f.fs, args); err != nil {
+		return nil, nil, err
+	}
+	if *f.name == "" {
 		return nil, nil, fmt.Errorf("%w: --queue is required", errUsage)
 	}
 	var rdb redis.UniversalClient
 	var addrs []string
-	flagName := "--redis-url or BACKSTOP_REDIS_URL"
+	flagName := "--redis.url or BACKSTOP_REDIS_URL"
 	redis.SetLogger(quietRedis{})
 	if *f.cluster != "" {
 		addrs = strings.Split(*f.cluster, ",")
@@ -68,7 +75,7 @@ func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
 	} else {
 		opt, err := redis.ParseURL(*f.url)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--redis-url: %w", redact.Error(err, *f.url))
+			return nil, nil, fmt.Errorf("--redis.url: %w", redact.Error(err, *f.url))
 		}
 		addrs = []string{opt.Addr}
 		rdb = redis.NewClient(opt)
@@ -85,7 +92,7 @@ func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
 func (f *queueFlags) warnMissing(ctx context.Context, q *redisqueue.Queue, stderr io.Writer) {
 	k := q.Keys()
 	if n, err := f.rdb.Exists(ctx, k.Jobs, k.Delayed, k.DLQ, k.Stats).Result(); err == nil && n == 0 {
-		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this Redis (none of %s, %s, %s, %s exists): check --queue and --redis-url\n",
+		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this Redis (none of %s, %s, %s, %s exists): check --queue and --redis.url\n",
 			q.Name(), k.Jobs, k.Delayed, k.DLQ, k.Stats)
 	}
 }
@@ -110,17 +117,9 @@ func (r *redisCLI) stats(ctx context.Context, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(s)
 	}
 	fmt.Fprintf(stdout, "queue %s: %d jobs (%d pending), %d delayed, %d dead letters\n", q.Name(), s.Jobs, s.Pending, s.Delayed, s.DLQ)
-	keys := make([]string, 0, len(s.Counters))
-	for k := range s.Counters {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, k := range keys {
-		// The per-type fields follow, as a table of their own.
-		if !strings.HasPrefix(k, "t:") && !strings.HasPrefix(k, "types:known:") {
-			fmt.Fprintf(tw, "  %s\t%d\n", k, s.Counters[k])
-		}
+	for _, r := range statsRows(s.Counters) {
+		fmt.Fprintf(tw, "  %s\t%s\n", r[0], r[1])
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -135,7 +134,7 @@ const maxNewest = 1000
 func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newQueueFlags("dlq inspect")
 	newest := f.fs.Int("newest", 10, fmt.Sprintf("show the newest N dead letters (0..%d)", maxNewest))
-	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time (with --amqp-url: default 1000, at most 100000)")
+	scan := f.fs.Int64("scan", 100_000, "count reasons over at most this many entries, read 1000 at a time (with --amqp.url: default 1000, at most 100000)")
 	b, err := f.broker(args)
 	if err != nil {
 		return err

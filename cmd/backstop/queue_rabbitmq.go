@@ -19,8 +19,8 @@ import (
 )
 
 // rabbitFlags are what the queue commands take for RabbitMQ, the
-// alternative to Redis: --amqp-url (env BACKSTOP_AMQP_URL) and, for the
-// figures only the management API has, --management-url.
+// alternative to Redis: --amqp.url (env BACKSTOP_AMQP_URL) and, for the
+// figures only the management API has, --rabbitmq.management-url.
 type rabbitFlags struct {
 	amqp *string
 	mgmt *string
@@ -28,13 +28,13 @@ type rabbitFlags struct {
 
 func addRabbitFlags(fs *flag.FlagSet) rabbitFlags {
 	return rabbitFlags{
-		amqp: fs.String("amqp-url", os.Getenv("BACKSTOP_AMQP_URL"), "RabbitMQ AMQP URL, instead of Redis: amqp://user:password@host:5672/vhost (env BACKSTOP_AMQP_URL)"),
-		mgmt: fs.String("management-url", os.Getenv("BACKSTOP_RABBITMQ_MANAGEMENT_URL"), "with --amqp-url: the management API, http://user:password@host:15672, for the unacked count (env BACKSTOP_RABBITMQ_MANAGEMENT_URL)"),
+		amqp: fs.String("amqp.url", os.Getenv("BACKSTOP_AMQP_URL"), "RabbitMQ AMQP URL, instead of Redis: amqp://user:password@host:5672/vhost (env BACKSTOP_AMQP_URL)"),
+		mgmt: fs.String("rabbitmq.management-url", os.Getenv("BACKSTOP_RABBITMQ_MANAGEMENT_URL"), "with --amqp.url: the management API, http://user:password@host:15672, for the unacked count (env BACKSTOP_RABBITMQ_MANAGEMENT_URL)"),
 	}
 }
 
 // useRabbit parses args and reports whether the command runs against
-// RabbitMQ: --amqp-url given, or BACKSTOP_AMQP_URL set and no Redis flag.
+// RabbitMQ: --amqp.url given, or BACKSTOP_AMQP_URL set and no Redis flag.
 // A flag wins over the environment; two brokers named the same way are a
 // usage error. A parse error is left for open to report.
 func (f *queueFlags) useRabbit(args []string) (bool, error) {
@@ -42,20 +42,20 @@ func (f *queueFlags) useRabbit(args []string) (bool, error) {
 		return false, nil
 	}
 	set := map[string]bool{}
-	f.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	redisFlag := set["redis-url"] || set["redis-cluster"]
+	f.fs.Visit(func(fl *flag.Flag) { set[flagName(fl)] = true })
+	redisFlag := set["redis.url"] || set["redis.cluster"]
 	switch {
-	case set["amqp-url"] && redisFlag:
-		return false, fmt.Errorf("%w: give --amqp-url or --redis-url/--redis-cluster, not both", errUsage)
-	case set["amqp-url"]:
+	case set["amqp.url"] && redisFlag:
+		return false, fmt.Errorf("%w: give --amqp.url or --redis.url/--redis.cluster, not both", errUsage)
+	case set["amqp.url"]:
 		if *f.rabbit.amqp == "" {
-			return false, fmt.Errorf("%w: --amqp-url is empty", errUsage)
+			return false, fmt.Errorf("%w: --amqp.url is empty", errUsage)
 		}
 		return true, nil
 	case redisFlag || *f.rabbit.amqp == "":
 		return false, nil
 	case os.Getenv("BACKSTOP_REDIS_URL") != "" || os.Getenv("BACKSTOP_REDIS_CLUSTER") != "":
-		return false, fmt.Errorf("%w: BACKSTOP_AMQP_URL and BACKSTOP_REDIS_URL (or _CLUSTER) are both set: choose with --amqp-url or --redis-url", errUsage)
+		return false, fmt.Errorf("%w: BACKSTOP_AMQP_URL and BACKSTOP_REDIS_URL (or _CLUSTER) are both set: choose with --amqp.url or --redis.url", errUsage)
 	}
 	return true, nil
 }
@@ -68,7 +68,7 @@ func (f *queueFlags) openRabbit(ctx context.Context) (*rabbitmq.Queue, func(), e
 	var redisOnly error
 	f.fs.Visit(func(fl *flag.Flag) {
 		if fl.Name == "group" {
-			redisOnly = fmt.Errorf("%w: --group is a Redis consumer group; RabbitMQ has none (drop it with --amqp-url)", errUsage)
+			redisOnly = fmt.Errorf("%w: --group is a Redis consumer group; RabbitMQ has none (drop it with --amqp.url)", errUsage)
 		}
 	})
 	if redisOnly != nil {
@@ -76,15 +76,15 @@ func (f *queueFlags) openRabbit(ctx context.Context) (*rabbitmq.Queue, func(), e
 	}
 	u, err := url.Parse(*f.rabbit.amqp)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--amqp-url: %w", redact.Error(err, *f.rabbit.amqp))
+		return nil, nil, fmt.Errorf("--amqp.url: %w", redact.Error(err, *f.rabbit.amqp))
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return nil, nil, fmt.Errorf("--amqp-url: want amqp://user:password@host:5672/vhost or amqps://…, got %q", redact.URL(*f.rabbit.amqp))
+		return nil, nil, fmt.Errorf("--amqp.url: want amqp://user:password@host:5672/vhost or amqps://…, got %q", redact.URL(*f.rabbit.amqp))
 	}
 	b, err := rabbitmq.Open(ctx, *f.rabbit.amqp, rabbitmq.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		// One clear line, as for Redis: where, why, what to check.
-		return nil, nil, fmt.Errorf("cannot reach RabbitMQ at %s: %w (check --amqp-url or BACKSTOP_AMQP_URL)", u.Host, errors.Unwrap(err))
+		return nil, nil, fmt.Errorf("cannot reach RabbitMQ at %s: %w (check --amqp.url or BACKSTOP_AMQP_URL)", u.Host, errors.Unwrap(err))
 	}
 	return b.Queue(*f.name), func() { b.Close() }, nil
 }
@@ -128,16 +128,16 @@ func (r *rabbitCLI) stats(ctx context.Context, stdout, _ io.Writer) error {
 	fmt.Fprintf(tw, "  delay levels\t%d\t(delayed jobs of every queue of the vhost: RabbitMQ counts no delayed jobs per queue)\n", s.DelayLevels)
 	tw.Flush()
 	if s.Unacked == nil {
-		fmt.Fprintln(stdout, "  (unacked comes from the management API: --management-url)")
+		fmt.Fprintln(stdout, "  (unacked comes from the management API: --rabbitmq.management-url)")
 	}
 	return nil
 }
 
-// maxRabbitPeek bounds dlq inspect --scan with --amqp-url: a peek holds
+// maxRabbitPeek bounds dlq inspect --scan with --amqp.url: a peek holds
 // every message it looks at until it has counted them all.
 const maxRabbitPeek = 100_000
 
-// rabbitInspectReport is dlq inspect --json with --amqp-url: the Redis
+// rabbitInspectReport is dlq inspect --json with --amqp.url: the Redis
 // report's keys, with the oldest dead letters (a queue is read from its head).
 type rabbitInspectReport struct {
 	Size     int64                 `json:"size"`
@@ -152,7 +152,7 @@ func (r *rabbitCLI) inspect(ctx context.Context, newest int, scan int64, stdout,
 		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, newest)
 	}
 	if scan < 0 || scan > maxRabbitPeek {
-		return fmt.Errorf("--scan: must be in 0..%d with --amqp-url (got %d)", maxRabbitPeek, scan)
+		return fmt.Errorf("--scan: must be in 0..%d with --amqp.url (got %d)", maxRabbitPeek, scan)
 	}
 	scanSet := false
 	f.fs.Visit(func(fl *flag.Flag) { scanSet = scanSet || fl.Name == "scan" })

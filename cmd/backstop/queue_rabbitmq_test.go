@@ -15,7 +15,7 @@ import (
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
 )
 
-// Issue 12: queue stats, dlq inspect and dlq replay with --amqp-url, their
+// Issue 12: queue stats, dlq inspect and dlq replay with --amqp.url, their
 // output compared whole against a real broker.
 func TestQueueCommandsOnRabbitMQ(t *testing.T) {
 	b := rabbittest.Start(t)
@@ -44,7 +44,7 @@ func TestQueueCommandsOnRabbitMQ(t *testing.T) {
 	publish("orders.dlq", "job-b", "max_attempts_reached")
 	publish("orders.dlq", "job-c", "permanent_error")
 	publish("orders", "job-d", "")
-	url := "--amqp-url=" + b.URL()
+	url := "--amqp.url=" + b.URL()
 
 	check := func(want string, args ...string) {
 		t.Helper()
@@ -69,7 +69,7 @@ oldest:
   ready         1
   consumers     0
   delay levels  0  (delayed jobs of every queue of the vhost: RabbitMQ counts no delayed jobs per queue)
-  (unacked comes from the management API: --management-url)
+  (unacked comes from the management API: --rabbitmq.management-url)
 `, "queue", "stats", "--queue", "orders", url)
 	check("replayed 0 dead letters of queue orders to orders (attempt count reset)\n",
 		"dlq", "replay", "--queue", "orders", "--limit", "5", "--type", "send_email", url)
@@ -99,9 +99,9 @@ oldest:
 	check("replayed 1 dead letters of queue orders to orders (attempt count kept)\n",
 		"dlq", "replay", "--queue", "orders", "--limit", "1", "--keep-attempts")
 
-	// A flag wins over the environment: --redis-url goes to Redis.
-	if _, err := runCLI(t, "", "queue", "stats", "--queue", "orders", "--redis-url", "redis://127.0.0.1:1/0"); err == nil || !strings.Contains(err.Error(), "cannot reach Redis at 127.0.0.1:1") {
-		t.Errorf("--redis-url with BACKSTOP_AMQP_URL set: %v, want Redis", err)
+	// A flag wins over the environment: --redis.url goes to Redis.
+	if _, err := runCLI(t, "", "queue", "stats", "--queue", "orders", "--redis.url", "redis://127.0.0.1:1/0"); err == nil || !strings.Contains(err.Error(), "cannot reach Redis at 127.0.0.1:1") {
+		t.Errorf("--redis.url with BACKSTOP_AMQP_URL set: %v, want Redis", err)
 	}
 	t.Setenv("BACKSTOP_AMQP_URL", "")
 	for _, c := range []struct {
@@ -110,15 +110,15 @@ oldest:
 	}{
 		{[]string{"queue", "stats", "--queue", "nope", url}, `queue nope: stats: no such queue: no queue "nope" in this virtual host`},
 		{[]string{"dlq", "replay", "--queue", "orders", "--limit", "1", "--reason", "a b", url}, `reason must be "" (any) or 1..128 printable ASCII characters without spaces`},
-		{[]string{"queue", "stats", "--queue", "orders", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/"}, "cannot reach RabbitMQ at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused (check --amqp-url or BACKSTOP_AMQP_URL)"},
-		{[]string{"queue", "stats", "--queue", "orders", "--amqp-url", "redis://x:y@127.0.0.1:1/"}, `--amqp-url: want amqp://user:password@host:5672/vhost or amqps://…, got "redis://x:xxxxx@127.0.0.1:1/"`},
+		{[]string{"queue", "stats", "--queue", "orders", "--amqp.url", "amqp://guest:guest@127.0.0.1:1/"}, "cannot reach RabbitMQ at 127.0.0.1:1: dial tcp 127.0.0.1:1: connect: connection refused (check --amqp.url or BACKSTOP_AMQP_URL)"},
+		{[]string{"queue", "stats", "--queue", "orders", "--amqp.url", "redis://x:y@127.0.0.1:1/"}, `--amqp.url: want amqp://user:password@host:5672/vhost or amqps://…, got "redis://x:xxxxx@127.0.0.1:1/"`},
 	} {
 		if _, err := runCLI(t, "", c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.args, err, c.want)
 		}
 	}
 	for _, args := range [][]string{
-		{"queue", "stats", "--queue", "orders", url, "--redis-url", "redis://127.0.0.1:1/0"},
+		{"queue", "stats", "--queue", "orders", url, "--redis.url", "redis://127.0.0.1:1/0"},
 		{"dlq", "replay", "--queue", "orders", url},
 		{"dlq", "replay", "--queue", "orders", "--limit", "1", "--rate", "fast", url},
 		{"dlq", "purge", "--queue", "orders", url},

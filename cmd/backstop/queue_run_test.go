@@ -29,7 +29,7 @@ func TestQueueRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	url := "--redis-url=redis://" + srv.Addr + "/0"
+	url := "--redis.url=redis://" + srv.Addr + "/0"
 
 	out, err := runCLI(t, "", "queue", "run", "--queue", "orders", "--id", "c", url)
 	if err != nil || !strings.Contains(out, `moved job "c" of queue orders from {orders}:delayed to {orders}:jobs`) {
@@ -65,7 +65,7 @@ func TestQueueRun(t *testing.T) {
 		{[]string{"--id", "a", "--limit", "5"}, "--limit goes with --all-due-before"},
 	} {
 		// Nothing listens on port 1: these never reach Redis.
-		_, err := runCLI(t, "", append([]string{"queue", "run", "--queue", "orders", "--redis-url=redis://127.0.0.1:1/0"}, c.args...)...)
+		_, err := runCLI(t, "", append([]string{"queue", "run", "--queue", "orders", "--redis.url=redis://127.0.0.1:1/0"}, c.args...)...)
 		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("queue run %v: %v, want a usage error with %q", c.args, err, c.want)
 		}

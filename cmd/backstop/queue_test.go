@@ -23,7 +23,7 @@ func TestDLQInspectReplayAndStats(t *testing.T) {
 		msgs, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
 		q.DeadLetter(ctx, msgs[0].Messages[0].ID, reason, "HTTP 4xx\nwith a body")
 	}
-	url := "--redis-url=redis://" + srv.Addr + "/0"
+	url := "--redis.url=redis://" + srv.Addr + "/0"
 
 	out, err := runCLI(t, "", "dlq", "inspect", "--queue", "orders", url)
 	if err != nil {
@@ -60,7 +60,7 @@ func TestDLQInspectBoundsItsFlags(t *testing.T) {
 		{"--newest", "-1", "--newest: must be in 0..1000 (got -1)"},
 		{"--scan", "-1", "--scan: must be >= 0 (got -1)"},
 	} {
-		_, err := runCLI(t, "", "dlq", "inspect", "--queue", "orders", c.flag, c.value, "--redis-url", "redis://127.0.0.1:1/0")
+		_, err := runCLI(t, "", "dlq", "inspect", "--queue", "orders", c.flag, c.value, "--redis.url", "redis://127.0.0.1:1/0")
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s %s: %v, want %s", c.flag, c.value, err, c.want)
 		}
@@ -80,7 +80,7 @@ func TestDLQDiscardAndReplayByID(t *testing.T) {
 		msgs, _ := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c", Streams: []string{q.Keys().Jobs, ">"}, Count: 1}).Result()
 		q.DeadLetter(ctx, msgs[0].Messages[0].ID, reason, "boom")
 	}
-	url := "--redis-url=redis://" + srv.Addr + "/0"
+	url := "--redis.url=redis://" + srv.Addr + "/0"
 	out, err := runCLI(t, "", "dlq", "delete", "--queue", "orders", "--id", "job-b", "--reason", "bad input", url)
 	if err != nil || !strings.Contains(out, "discarded 1 dead letters of queue orders (recorded in {orders}:audit)") {
 		t.Fatalf("delete: %v\n%s", err, out)

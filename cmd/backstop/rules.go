@@ -17,8 +17,8 @@ func rulesGenerate(args []string, stdout io.Writer) error {
 	fs := newFlagSet("rules generate")
 	config := fs.String("config", "", "rules configuration (YAML; see rules/config.yaml); default: the built-in defaults")
 	out := fs.String("out", "rules", "directory to write backstop.rules.yml and backstop.alerts.yml into")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	c := rules.Default()
 	if *config != "" {
@@ -39,8 +39,8 @@ func rulesGenerate(args []string, stdout io.Writer) error {
 func dashboardsGenerate(args []string, stdout io.Writer) error {
 	fs := newFlagSet("dashboards generate")
 	out := fs.String("out", "dashboards", "directory to write the dashboards' JSON into")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	files := map[string][]byte{}
 	for name, d := range dashboards.All() {
@@ -53,13 +53,17 @@ func dashboardsGenerate(args []string, stdout io.Writer) error {
 	return writeFiles(*out, files, stdout)
 }
 
-// writeFiles writes generated files into dir, in name order.
+// writeFiles writes generated files into dir, in name order, making dir
+// first when it does not exist.
 func writeFiles(dir string, files map[string][]byte, stdout io.Writer) error {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	for _, n := range names {
 		path := filepath.Join(dir, n)
 		if err := os.WriteFile(path, files[n], 0o644); err != nil {

@@ -36,8 +36,8 @@ func simulateCmd(args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 1, "PRNG seed: the same seed gives the same run")
 	csvPath := fs.String("csv", "", "write the calls per bucket to this CSV file")
 	out := fs.String("out", "", "write a chart: FILE.svg or FILE.png")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	// The simulation allocates per client and the table a row per bucket:
 	// bound both before anything runs (simulate checks the same bounds).
@@ -203,8 +203,8 @@ func simulateContention(args []string, stdout io.Writer) error {
 	seed := fs.Uint64("seed", 1, "PRNG seed: the same seed gives the same results")
 	csvPath := fs.String("csv", "", "write the results to this CSV file")
 	out := fs.String("out", "", "write a chart: FILE.svg or FILE.png")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *runs < 1 || *runs > simulate.MaxRuns {
 		return fmt.Errorf("--runs: must be in 1..%d (got %d)", simulate.MaxRuns, *runs)
@@ -230,7 +230,7 @@ func simulateContention(args []string, stdout io.Writer) error {
 		counts = append(counts, n)
 	}
 	if len(counts) == 0 {
-		return errUsage
+		return fmt.Errorf("%w: --clients: no number of clients given", errUsage)
 	}
 	srcs := simulate.JitterPolicies()
 	var names []string // as the command line names them; nil: the policies' own names
@@ -261,7 +261,7 @@ func simulateContention(args []string, stdout io.Writer) error {
 		}
 	}
 	if len(series) == 0 {
-		return errUsage
+		return fmt.Errorf("%w: --policy: no policy given", errUsage)
 	}
 	fmt.Fprintf(stdout, "clients race to update one row (optimistic concurrency); mean of %d runs per point, network 10ms ± 2ms, seed %d\n", *runs, *seed)
 	writeContentionTable(stdout, "\ntotal work: writes per run", series, func(r simulate.ContentionResult) string {
@@ -321,8 +321,8 @@ func simulateLayers(args []string, stdout io.Writer) error {
 	layers := fs.Int("layers", 3, fmt.Sprintf("the most layers of retry loops to compare (1..%d)", simulate.MaxLayers))
 	recovery := fs.Duration("recovery", time.Hour, "how long the bottom service stays down (it answers 503, then 200)")
 	seed := fs.Uint64("seed", 1, "PRNG seed for the jitter: the same seed gives the same run")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return errUsage
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	switch {
 	case *layers < 1 || *layers > simulate.MaxLayers:

@@ -33,7 +33,7 @@ type config struct {
 	interval     time.Duration
 	resolveAfter time.Duration
 	runbookURL   string
-	dashboardURL string
+	grafanaURL   string
 	http         promconfig.HTTPClientConfig
 	log          *slog.Logger
 	now          func() time.Time // the clock: a seam for tests
@@ -55,10 +55,11 @@ func WithResolveAfter(d time.Duration) Option {
 }
 
 // WithURLs sets the base of the runbook_url annotation (the alert's
-// anchor is appended) and the dashboard_url annotation. The defaults are
-// those of the shipped rules (rules.Default).
-func WithURLs(runbook, dashboard string) Option {
-	return func(c *config) { c.runbookURL, c.dashboardURL = runbook, dashboard }
+// anchor is appended) and the Grafana of the dashboard_url annotation (the
+// queue dashboard with the alert's queue selected). The defaults are those
+// of the shipped rules (rules.Default: runbook_url, grafana_url).
+func WithURLs(runbook, grafana string) Option {
+	return func(c *config) { c.runbookURL, c.grafanaURL = runbook, grafana }
 }
 
 // WithHTTPClientConfig sets how the alerter reaches Alertmanager: basic
@@ -147,7 +148,7 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 	d := rules.Default()
 	cfg := config{
 		interval: time.Second, resolveAfter: time.Minute,
-		runbookURL: d.RunbookURL, dashboardURL: d.DashboardURL,
+		runbookURL: d.RunbookURL, grafanaURL: d.GrafanaURL,
 		http: promconfig.DefaultHTTPClientConfig,
 		log:  slog.New(slog.DiscardHandler), now: time.Now,
 	}
@@ -174,7 +175,7 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 	// Scheme, host and path prefix only: the credentials go through the
 	// client, never in the URL a log line or an error could show.
 	post := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/") + "/api/v2/alerts"}
-	d.RunbookURL, d.DashboardURL = cfg.runbookURL, cfg.dashboardURL
+	d.RunbookURL, d.GrafanaURL = cfg.runbookURL, cfg.grafanaURL
 	rule, ok := rules.Alerts(d).Alert(rules.AlertDLQIngestion)
 	if !ok { // the rules and the alerter are built together: a bug
 		return nil, fmt.Errorf("alerter: the rules have no alert %s", rules.AlertDLQIngestion)
@@ -392,8 +393,9 @@ func (a *Alerter) alert(name string, w *watch, ends time.Time) postableAlert {
 			"summary": "Jobs are being dead-lettered on queue " + name + ".",
 			"description": fmt.Sprintf("Queue %s has dead-lettered %d jobs since %s: work is failing for good. Find the reasons with `backstop dlq inspect --queue %s`.",
 				name, w.added-w.from, w.startsAt.UTC().Format(time.RFC3339), name),
-			"runbook_url":   a.rule.Annotations["runbook_url"],
-			"dashboard_url": a.rule.Annotations["dashboard_url"],
+			"runbook_url": a.rule.Annotations["runbook_url"],
+			// The rule's template, expanded as Prometheus would.
+			"dashboard_url": strings.ReplaceAll(a.rule.Annotations["dashboard_url"], "{{ $labels.queue | urlquery }}", url.QueryEscape(name)),
 		},
 		StartsAt: w.startsAt.Format(amTime),
 		EndsAt:   ends.Format(amTime),

@@ -104,7 +104,7 @@ func TestAlerterFiresAndResolves(t *testing.T) {
 		addDeadLetter(t, rdb, "orders")
 	}
 	a, _ := newTestAlerter(t, rdb, am.URL, WithInterval(20*time.Millisecond), WithResolveAfter(300*time.Millisecond),
-		WithURLs("https://example.com/runbooks.md", "/d/q"))
+		WithURLs("https://example.com/runbooks.md", "https://grafana.example.com"))
 
 	// Baseline: driven by hand so "no post" is exact, not timing.
 	ctx := context.Background()
@@ -157,7 +157,7 @@ func TestAlerterFiresAndResolves(t *testing.T) {
 	if got := page.Annotations["runbook_url"]; got != "https://example.com/runbooks.md#backstopdlqingestion" {
 		t.Errorf("runbook_url %q", got)
 	}
-	if got := page.Annotations["dashboard_url"]; got != "/d/q" {
+	if got := page.Annotations["dashboard_url"]; got != "https://grafana.example.com/d/backstop-queue/backstop-queue?var-queue=orders" {
 		t.Errorf("dashboard_url %q", got)
 	}
 	if got := page.Annotations["summary"]; !strings.Contains(got, "orders") {

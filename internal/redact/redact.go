@@ -5,7 +5,7 @@
 //
 //	redact.URL("redis://app:s3cret@cache:6379/0")  // redis://app:xxxxx@cache:6379/0
 //	redact.URL("redis://app:50%off@cache:6379/0")  // redis://<unparseable URL redacted>
-//	return fmt.Errorf("--redis-url: %w", redact.Error(err, rawURL))
+//	return fmt.Errorf("--redis.url: %w", redact.Error(err, rawURL))
 //
 // A URL that does not parse is never shown, not even in part: a password
 // with an unescaped %, space, / or # is exactly what makes it unparseable,

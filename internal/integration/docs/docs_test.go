@@ -174,6 +174,8 @@ func checkBlock(t *testing.T, b block, e env, work string, goSources map[string]
 		}
 	case key == "synopsis":
 		checkSynopsis(t, b, e, work)
+	case key == "maven":
+		checkMaven(t, b)
 	case key == "policy":
 		if _, err := policy.Parse([]byte(b.body)); err != nil {
 			t.Errorf("%s: not a valid policy: %v", b, err)
@@ -185,7 +187,7 @@ func checkBlock(t *testing.T, b block, e env, work string, goSources map[string]
 	case key == "skip" && strings.TrimSpace(val) != "":
 		t.Skipf("%s: not run: %s", b, val)
 	case b.marker != "":
-		t.Errorf("%s: unknown marker <!-- snippet: %s -->: want run, policy, synopsis, file=NAME or skip=why", b, b.marker)
+		t.Errorf("%s: unknown marker <!-- snippet: %s -->: want run, policy, synopsis, maven, file=NAME or skip=why", b, b.marker)
 	default:
 		t.Errorf("%s is not run by any test: a ```go, ```js, ```python or ```java block is run by its language's suite, "+
 			"a `$ backstop …` transcript is compared with the CLI's output; mark any other block with "+

@@ -25,9 +25,9 @@ func TestRunbookLogLinesAreWritten(t *testing.T) {
 		{"BackstopCrashLoopNotDeadLettered", "`queue Q: crash loop ID stays pending: not\ndead-lettered: …`", "sdk/node/lib/redis/worker.js", "`queue ${this.name}: crash loop ${entryId} stays pending: ${reason}`"},
 		{"BackstopCrashLoopNotDeadLettered", "`queue Q: crash loop ID stays pending: not\ndead-lettered: …`", "contract/scripts/reclaim.lua", `'not dead-lettered: ' ..`},
 		{"BackstopCrashLoopNotDeadLettered", "Python logs the same text", "sdk/python/src/backstop/queue/_core.py", `log.error("queue %s: crash loop %s stays pending: %s", queue, entry_id, why)`},
-		{"BackstopRedisDown", "`scrape failed` (error) with `kind=connection`", "exporter/health.go", `log.Error("scrape failed", "kind", kind, "err", err)`},
-		{"BackstopRedisDown", "`kind=connection`", "exporter/exporter.go", `kindConnection = "connection"`},
-		{"BackstopRedisDown", "`kind=auth`", "exporter/exporter.go", `kindAuth       = "auth"`},
+		{"BackstopSourceDown", "`scrape failed` (error) with `kind=connection`", "exporter/health.go", `log.Error("scrape failed", "kind", kind, "err", err)`},
+		{"BackstopSourceDown", "`kind=connection`", "exporter/exporter.go", `kindConnection = "connection"`},
+		{"BackstopSourceDown", "`kind=auth`", "exporter/exporter.go", `kindAuth       = "auth"`},
 	} {
 		if sec := section(string(doc), c.alert); !strings.Contains(sec, c.quote) {
 			t.Errorf("docs/runbooks.md, ## %s: does not quote %q", c.alert, c.quote)

@@ -395,7 +395,7 @@ func startAlertmanagerAuth(t *testing.T, dir, hooks, user, password string) stri
 func startPrometheus(t *testing.T, dir, exporterAddr, amAddr string, services ...string) string {
 	bin := need(t, "prometheus", "prometheus")
 	c := rules.Default()
-	c.DLQRateWindow, c.DLQPageFor, c.DownFor, c.RetryRatioFor = "10s", "3s", "10s", "3s"
+	c.DLQRateWindow, c.DLQPageFor, c.DownFor, c.RetryRatioFor, c.DeadLetterFor = "10s", "3s", "10s", "3s", "2s"
 	files, err := rules.Files(c)
 	if err != nil {
 		t.Fatal(err)

@@ -75,9 +75,9 @@ func TestAlerterPagesThroughBasicAuth(t *testing.T) {
 		{"credentials in the URL", func(dir, amAddr string) []string {
 			return []string{"--alertmanager.url=http://backstop:" + password + "@" + amAddr}
 		}},
-		{"http_config file (the README's)", func(dir, amAddr string) []string {
+		{"http_config file (docs/monitoring.md's)", func(dir, amAddr string) []string {
 			os.WriteFile(filepath.Join(dir, "alertmanager-password"), []byte(password+"\n"), 0o600)
-			os.WriteFile(filepath.Join(dir, "alertmanager-http.yml"), []byte(readmeFile(t, "alertmanager-http.yml")), 0o600)
+			os.WriteFile(filepath.Join(dir, "alertmanager-http.yml"), []byte(docsFile(t, "alertmanager-http.yml")), 0o600)
 			return []string{"--alertmanager.url=http://" + amAddr, "--alertmanager.config.file=" + filepath.Join(dir, "alertmanager-http.yml")}
 		}},
 	} {
@@ -107,10 +107,10 @@ func TestAlerterPagesThroughBasicAuth(t *testing.T) {
 	}
 }
 
-// readmeFile is the block of README.md marked <!-- snippet: file=name -->.
-func readmeFile(t *testing.T, name string) string {
+// docsFile is the block of docs/monitoring.md marked <!-- snippet: file=name -->.
+func docsFile(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(root + "/README.md")
+	b, err := os.ReadFile(root + "/docs/monitoring.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func readmeFile(t *testing.T, name string) string {
 	_, rest, _ = strings.Cut(rest, "\n") // the fence's language
 	block, _, closed := strings.Cut(rest, "\n```")
 	if !ok || !closed {
-		t.Fatalf("README.md has no block <!-- snippet: file=%s -->", name)
+		t.Fatalf("docs/monitoring.md has no block <!-- snippet: file=%s -->", name)
 	}
 	return block + "\n"
 }
@@ -183,8 +183,8 @@ func TestNoSecretInOutput(t *testing.T) {
 		for _, host := range []string{unreachable, srv.Addr} {
 			redisURL := "redis://:" + pw + "@" + host + "/0"
 			for _, args := range [][]string{
-				{"queue", "stats", "--queue", "orders", "--redis-url", redisURL},
-				{"dlq", "inspect", "--queue", "orders", "--redis-url", redisURL},
+				{"queue", "stats", "--queue", "orders", "--redis.url", redisURL},
+				{"dlq", "inspect", "--queue", "orders", "--redis.url", redisURL},
 			} {
 				out := runCommand(t, cli, nil, args...)
 				checkNoSecret(t, fmt.Sprintf("backstop %s %s, password %s, %s", args[0], args[1], name, host), out)
@@ -200,18 +200,18 @@ func TestNoSecretInOutput(t *testing.T) {
 			amqpURL := "amqp://backstop:" + pw + "@" + host + "/"
 			mgmt := "http://backstop:" + pw + "@" + mgmtHost
 			for _, args := range [][]string{
-				{"queue", "stats", "--queue", "orders", "--amqp-url", amqpURL, "--management-url", mgmt},
-				{"dlq", "inspect", "--queue", "orders", "--amqp-url", amqpURL},
+				{"queue", "stats", "--queue", "orders", "--amqp.url", amqpURL, "--rabbitmq.management-url", mgmt},
+				{"dlq", "inspect", "--queue", "orders", "--amqp.url", amqpURL},
 			} {
 				out := runCommand(t, cli, nil, args...)
-				checkNoSecret(t, fmt.Sprintf("backstop %s %s --amqp-url, password %s, %s", args[0], args[1], name, host), out)
+				checkNoSecret(t, fmt.Sprintf("backstop %s %s --amqp.url, password %s, %s", args[0], args[1], name, host), out)
 				if name == "plain" && host == amqpHost && strings.Contains(out, "cannot reach") {
 					t.Errorf("backstop %s with the right password did not reach RabbitMQ:\n%s", args[:2], out)
 				}
 			}
 		}
-		demo := runCommand(t, cli, nil, "demo", "--redis-url", "redis://:"+pw+"@"+srv.Addr+"/0", "--jobs", "3", "--listen", "127.0.0.1:0")
-		checkNoSecret(t, "backstop demo --redis-url, password "+name, demo)
+		demo := runCommand(t, cli, nil, "demo", "--redis.url", "redis://:"+pw+"@"+srv.Addr+"/0", "--jobs", "3", "--listen", "127.0.0.1:0")
+		checkNoSecret(t, "backstop demo --redis.url, password "+name, demo)
 	}
 
 	// The exporter: --redis.url in each mode, --rabbitmq.url,

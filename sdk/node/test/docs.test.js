@@ -97,7 +97,12 @@ for (const file of files) {
     test(`${where} runs as written`, { skip }, async () => {
       assert.equal(block.marker, '', `${where}: unknown marker <!-- snippet: ${block.marker} -->: want skip=why`);
       const path = join(dir, `${file.replaceAll('/', '_')}-${block.line}.mjs`);
-      writeFileSync(path, `import __assert from 'node:assert/strict';\n${prelude}${withAssertions(block.code)}\n`);
+      // README.md's blocks are pasteable as is (issue 42): they define what
+      // they use, no prelude; the endpoint they call, http://localhost:8080,
+      // stands for the test server.
+      const asIs = file === 'README.md';
+      const code = asIs ? block.code.replaceAll('http://localhost:8080', `http://127.0.0.1:${http.address().port}`) : block.code;
+      writeFileSync(path, `import __assert from 'node:assert/strict';\n${asIs ? '' : prelude}${withAssertions(code)}\n`);
       const worker = /SIGTERM/.test(block.code);
       if (block.code.includes("'backstop-policy/rabbitmq'")) rabbit ??= await startRabbit();
       const seen = requests.length;

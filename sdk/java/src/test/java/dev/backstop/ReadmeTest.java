@@ -91,9 +91,20 @@ class ReadmeTest {
       if (p.matches()) want.add(p.group(1));
     }
     String name = "Snippet" + b.file.replaceAll("\\W", "_") + "_" + b.line;
-    // The block's lines keep their numbers (+1) in javac's messages.
-    String src = IMPORTS.replace("\n", " ") + "\npublic class " + name + " { public static void run() throws Exception {\n"
-        + b.code + "\n}}\n";
+    // README.md's blocks are pasteable as is (issue 42): their own imports
+    // lead the file, with none added; the others get IMPORTS. The block's
+    // lines keep their numbers (+1) in javac's messages.
+    String imports = IMPORTS.replace("\n", " "), body = b.code;
+    if (b.file.equals("README.md")) {
+      StringBuilder own = new StringBuilder();
+      String[] lines = b.code.split("\n", -1);
+      int i = 0;
+      for (; i < lines.length && (lines[i].startsWith("import ") || lines[i].isBlank()); i++) own.append(lines[i]).append(' ');
+      imports = own.toString();
+      body = "\n".repeat(i) + String.join("\n", java.util.Arrays.copyOfRange(lines, i, lines.length));
+    }
+    String src = imports + "\npublic class " + name + " { public static void run() throws Exception {\n"
+        + body + "\n}}\n";
     Path out = dir.resolve(name);
     Files.createDirectories(out);
     Path java = out.resolve(name + ".java");
