@@ -53,7 +53,7 @@ func TestQueueCommandsRedisUnreachable(t *testing.T) {
 		if len(lines) != 1 {
 			t.Errorf("%v: %d lines on stderr, want 1:\n%s", args, len(lines), errOut.String())
 		}
-		for _, want := range []string{"cannot reach Redis at 127.0.0.1:1: connect: connection refused", "--redis-"} {
+		for _, want := range []string{"cannot reach Redis at 127.0.0.1:1: connect: connection refused", "--redis."} {
 			if !strings.Contains(lines[0], want) {
 				t.Errorf("%v: %q lacks %q", args, lines[0], want)
 			}

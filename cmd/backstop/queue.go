@@ -70,7 +70,7 @@ func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
 	redis.SetLogger(quietRedis{})
 	if *f.cluster != "" {
 		addrs = strings.Split(*f.cluster, ",")
-		flagName = "--redis-cluster or BACKSTOP_REDIS_CLUSTER"
+		flagName = "--redis.cluster or BACKSTOP_REDIS_CLUSTER"
 		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	} else {
 		opt, err := redis.ParseURL(*f.url)
