@@ -11,7 +11,7 @@ import { checkJobType } from './jobtypes.js';
 import { jitter, pause } from './outcome.js';
 import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, publish, Rejected, returnAll } from './rabbitmq/channel.js';
 import { Core } from './rabbitmq/core.js';
-import { deadLetterOf, H, moveHeaders, props } from './rabbitmq/message.js';
+import { deadLetterOf, H, MAX_DUE_AHEAD_MS, moveHeaders, props } from './rabbitmq/message.js';
 import { delayRoutingKey, HOLDS, holdName, LEVELS, levelName } from './rabbitmq/topology.js';
 import { work } from './rabbitmq/worker.js';
 
@@ -121,7 +121,7 @@ class Queue {
   /**
    * Publishes a job (attempt 1) with confirms; id is its stable identity (the
    * idempotency key). Options: `jobType`, `contentType`, `delayMs` (the
-   * first attempt waits, rounded up to whole seconds), `signal` (until it
+   * first attempt waits, rounded up to whole seconds; at most 30 days), `signal` (until it
    * aborts, a lost connection is made again and the job published again).
    */
   async enqueue(id, payload = '', options = {}) {
@@ -131,6 +131,10 @@ class Queue {
     const { jobType, contentType, delayMs = 0, signal } = options;
     if (jobType !== undefined) checkJobType('jobType', jobType);
     if (contentType !== undefined) checkString('contentType', contentType);
+    // A due time further ahead is malformed to every worker.
+    if (Number.isSafeInteger(delayMs) && delayMs > MAX_DUE_AHEAD_MS) {
+      throw new RangeError(`Expected \`delayMs\` to be at most 30 days (${MAX_DUE_AHEAD_MS} ms; got ${delayMs})`);
+    }
     checkWhole('delayMs', delayMs, 0);
     checkSignal(signal);
     const now = Date.now();

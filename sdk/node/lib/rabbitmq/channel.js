@@ -1,6 +1,7 @@
 // What every part of the RabbitMQ queue does on an amqplib channel:
 // publish with a confirm, return what it holds, wait for it to be lost, and
 // the backoff between attempts at a lost connection.
+import { fitHeaders } from './message.js';
 
 // The backoff between attempts at a lost connection or channel, doubling.
 export const BACKOFF_MIN_MS = 100;
@@ -19,8 +20,12 @@ export function returnAll(ch) {
 // queue's x-overflow = reject-publish).
 export class Rejected extends Error {}
 
-// Publishes on a confirm channel and resolves once the broker confirmed.
+// Publishes on a confirm channel and resolves once the broker confirmed
+// (acked): no timeout of its own, the confirm or the channel's close says
+// what became of the message. Its headers are published as fitHeaders
+// bounds them, so that no publish exceeds the broker's frame_max.
 export function publish(ch, exchange, routingKey, body, props) {
+  if (props.headers) props = { ...props, headers: fitHeaders(props.headers) };
   return new Promise((resolve, reject) => {
     try {
       ch.publish(exchange, routingKey, body, props, (err) => {

@@ -2,22 +2,29 @@
 // between levels are the workers', not the broker's"), one per connection
 // while a work() runs (core.js, useMover).
 import { jitter, pause } from '../outcome.js';
-import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish } from './channel.js';
-import { digits, H, props, text } from './message.js';
-import { DELIVER, HOLDS, holdName, LEVELS, levelName } from './topology.js';
+import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish, Rejected } from './channel.js';
+import { digits, H, moveHeaders, props, text } from './message.js';
+import { DELIVER, delayRoutingKey, ENTER, HOLDS, holdName, LEVELS, levelName, UNROUTABLE } from './topology.js';
 
-// A mover's deliveries in hand per level, and its pause before a move the
-// broker refused (or returned) is tried again.
+// A mover's deliveries in hand per level; how long a move the broker
+// refused re-enters the delay (or, that refused too, is held before it is
+// tried again); and the refusals after which it is dead-lettered.
 const MOVE_PREFETCH = 1000;
 const MOVE_RETRY_MS = 10_000;
+const MAX_MOVE_REFUSALS = 30;
 
 // The moves between delay levels (README, "The moves between levels are the
 // workers', not the broker's"): on a confirm channel of its own, the mover
 // consumes hold.L0..L10, holds each delivery until its time (releaseAt),
 // publishes it unchanged to the next exchange (mandatory), and acks it once
-// confirmed. A move the broker refuses or returns (no route) is tried again
-// after 10 s; a lost channel returns what it held to the levels, and the
-// mover consumes again (with backoff, as work()) until stop aborts.
+// confirmed. A move the broker returns (no route: its work queue is gone)
+// is dead-lettered at once (reason unroutable); one it refuses (a full work
+// queue) re-enters the delay for 10 s, and is dead-lettered at its 30th
+// refusal; neither stays in the mover's hands, where it would hold up the
+// level's other moves. Only a move whose re-entry is refused too is held
+// and tried again after 10 s. A lost channel returns what it held to the
+// levels, and the mover consumes again (with backoff, as work()) until
+// stop aborts.
 export async function move(core, stop) {
   for (let backoff = BACKOFF_MIN_MS; !stop.aborted; backoff = Math.min(2 * backoff, BACKOFF_MAX_MS)) {
     let ch;
@@ -63,32 +70,68 @@ async function moveSession(core, ch, stop) {
     t.unref?.();
     timers.add(t);
   };
-  const moveOne = async (n, msg) => {
-    const exchange = n === 0 ? DELIVER : levelName(n - 1);
-    const key = msg.fields.routingKey;
-    const p = msg.properties ?? {};
-    const headers = { ...(p.headers ?? {}) };
-    // The hold queue's own count of redeliveries: the work queue's worker
-    // reads x-delivery-count as its own (crash loops).
-    delete headers['x-delivery-count'];
+  // Publishes (mandatory, confirmed) and resolves to whether it was routed.
+  const routed = async (exchange, key, content, p) => {
     const id = idOf(exchange, key, p);
     const m = { returned: false };
     const list = unconfirmed.get(id) ?? [];
     list.push(m);
     unconfirmed.set(id, list);
     try {
-      const extra = { priority: p.priority, replyTo: p.replyTo };
-      for (const k of Object.keys(extra)) if (extra[k] === undefined) delete extra[k];
-      await publish(ch, exchange, key, msg.content, { ...props(msg), ...extra, headers, mandatory: true });
-      if (m.returned) throw new Error(`no route from ${exchange} (its work queue ${JSON.stringify(text(headers[H.destination]))} was deleted?)`);
+      await publish(ch, exchange, key, content, { ...p, mandatory: true });
+      return !m.returned;
+    } finally {
+      list.splice(list.indexOf(m), 1);
+      if (list.length === 0) unconfirmed.delete(id);
+    }
+  };
+  // Dead-letters msg (reason unroutable, error): to Q.dlq, Q its
+  // destination, else (no destination, or Q.dlq is gone too) to the
+  // shared backstop.unroutable.
+  const deadLetter = async (msg, base, error) => {
+    const dest = text(msg.properties?.headers?.[H.destination]);
+    const headers = { ...moveHeaders(msg.properties?.headers), [H.reason]: 'unroutable', [H.error]: error, [H.deadLettered]: String(Date.now()) };
+    if (dest !== '' && (await routed('', `${dest}.dlq`, msg.content, { ...base, headers }))) return;
+    if (!(await routed('', UNROUTABLE, msg.content, { ...base, headers }))) throw new Error(`no route to queue ${JSON.stringify(UNROUTABLE)}`);
+  };
+  // A refused move: re-enters the delay for MOVE_RETRY_MS (its refusals
+  // counted in backstop-move-refusals), dead-lettered at the last.
+  const reenter = async (msg, base) => {
+    const h = msg.properties?.headers ?? {};
+    const refusals = (digits(h[H.moveRefusals]) ?? 0) + 1;
+    const dest = JSON.stringify(text(h[H.destination]));
+    if (refusals >= MAX_MOVE_REFUSALS) {
+      await deadLetter(msg, base, `the broker refused the move to queue ${dest} ${refusals} times (a full queue or delay level)`);
+      return;
+    }
+    const headers = { ...h, [H.due]: String(Date.now() + MOVE_RETRY_MS), [H.moveRefusals]: String(refusals) };
+    await publish(ch, ENTER, delayRoutingKey(MOVE_RETRY_MS), msg.content, { ...base, headers });
+  };
+  const moveOne = async (n, msg) => {
+    const exchange = n === 0 ? DELIVER : levelName(n - 1);
+    const key = msg.fields.routingKey;
+    const p = msg.properties ?? {};
+    const extra = { priority: p.priority, replyTo: p.replyTo };
+    for (const k of Object.keys(extra)) if (extra[k] === undefined) delete extra[k];
+    const base = { ...props(msg), ...extra };
+    try {
+      // Unchanged, but for x-delivery-count (publish drops it): the hold
+      // queue's own count of redeliveries, which the work queue's worker would take for its own.
+      let stage = 'move';
+      try {
+        if (!(await routed(exchange, key, msg.content, { ...base, headers: p.headers ?? {} }))) {
+          stage = 'dead letter';
+          await deadLetter(msg, base, `no route to queue ${JSON.stringify(text(p.headers?.[H.destination]))}: it was deleted or never declared`);
+        }
+      } catch (err) {
+        if (!(err instanceof Rejected) || stage !== 'move') throw err;
+        await reenter(msg, base);
+      }
       ch.ack(msg);
     } catch (err) {
       if (gone) return;
       core.report(new Error(`rabbitmq delay mover: the move of job ${JSON.stringify(text(p.messageId))} from ${holdName(n)} failed; trying again in 10 s: ${err?.message ?? err}`, { cause: err }));
       hold(n, msg, Date.now() + MOVE_RETRY_MS);
-    } finally {
-      list.splice(list.indexOf(m), 1);
-      if (list.length === 0) unconfirmed.delete(id);
     }
   };
   let consumed = false;

@@ -8,8 +8,8 @@ import { checkString, checkWhole } from '../args.js';
 import { metricsOrigin } from '../metrics.js';
 import { jitter, pause, planOutcome } from '../outcome.js';
 import { checkWork, Runner } from '../runner.js';
-import { anySignal, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, preconditionFailed, publish } from './channel.js';
-import { H, jobOf, MALFORMED, moveHeaders, plain, props } from './message.js';
+import { anySignal, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, preconditionFailed, publish, Rejected } from './channel.js';
+import { adoptedId, H, jobOf, MALFORMED, moveHeaders, plain, props } from './message.js';
 import { countQueue, queueRecorder } from './metrics.js';
 import { delayRoutingKey } from './topology.js';
 
@@ -21,6 +21,9 @@ const KEPT_MAX = 10_000;
 // A handler's deadline by default: well under the broker's consumer_timeout
 // (30 min by default), past which it closes the channel of an unacked delivery.
 const HANDLER_TIMEOUT_MS = 5 * 60_000;
+// At shutdown, how long the outcomes whose confirms are pending are awaited
+// before the channel closes (their messages then come back: kept outcomes).
+const APPLY_TIMEOUT_MS = 10_000;
 
 /**
  * Consumes queue until options.signal aborts (Queue.work(), rabbitmq.d.ts).
@@ -56,6 +59,14 @@ class Worker {
     // Outcomes decided but not acked when the channel was lost, by job id
     // and attempt: applied when the message comes back, the job not run again.
     this.kept = new Map();
+  }
+
+  // Keeps plan (its next message published or not, refused by the broker
+  // refusals times in a row) for the delivery of job's return.
+  keep(job, plan, published, refusals) {
+    if (job.key === null) return;
+    if (this.kept.size >= KEPT_MAX) this.kept.delete(this.kept.keys().next().value);
+    this.kept.set(job.key, { ...plan, published, refusals });
   }
 
   // Consumes until stopped, on a channel made again (with backoff) whenever
@@ -100,6 +111,7 @@ class Worker {
   async session(ch) {
     const { q, stop } = this;
     const inflight = new Set();
+    this.confirming = 0; // outcomes of this channel waiting for their confirm
     const lost = new Promise((resolve) => ch.once('close', resolve));
     let lostYet = false;
     lost.then(() => {
@@ -125,7 +137,24 @@ class Worker {
     } catch (err) {
       if (!lostYet) this.runner.report(q.error('consume', err));
     }
-    while (inflight.size > 0) await Promise.all([...inflight]);
+    // The jobs in hand finish; once only confirms are left, they are awaited
+    // APPLY_TIMEOUT_MS at most (a blocked connection confirms nothing), then
+    // the channel closes: their outcomes are kept, their messages come back.
+    let idle = 0;
+    while (inflight.size > 0) {
+      let timer;
+      const tick = new Promise((resolve) => {
+        timer = setTimeout(resolve, APPLY_TIMEOUT_MS / 10);
+      });
+      await Promise.race([Promise.all([...inflight]), tick]);
+      clearTimeout(timer);
+      idle = inflight.size > 0 && this.confirming === inflight.size ? idle + 1 : 0;
+      if (idle >= 10 && !lostYet) {
+        this.runner.report(q.error('stop', new Error(`${this.confirming} confirms still pending after ${APPLY_TIMEOUT_MS} ms: closing the channel`)));
+        await ch.close().catch(() => {});
+        lostYet = true;
+      }
+    }
     if (!lostYet) await ch.close().catch(() => {});
     return consumed;
   }
@@ -136,6 +165,7 @@ class Worker {
     const plan = await this.decide(ch, msg, job);
     if (plan === null) return;
     const applied = await this.settle(ch, msg, job, plan);
+    if (plan.action === 'adopt') return; // not run: its adopted copy will be
     // The queue families count what the broker has (as Go): published and acked.
     if (applied && this.families !== undefined) countQueue(this.families, job, plan);
     if (applied && plan.action !== 'early') {
@@ -152,7 +182,10 @@ class Worker {
       this.kept.delete(job.key);
       return keptPlan; // in the client metrics when it was decided; in the queue families once applied
     }
-    if (job.malformed) return planOutcome(job, null, this.policy, { malformed: MALFORMED });
+    // A plain message without message_id: published again with an id of
+    // its own (adoptedId), then acked; the copy runs as attempt 1.
+    if (job.adopt) return { action: 'adopt', reason: 'adopt', decision: null };
+    if (job.malformed) return planOutcome(job, null, this.policy, { malformed: job.malformedError });
     if (job.deliveryCount >= q.maxDeliveries) {
       return {
         action: 'dead_letter', reason: 'crash_loop', decision: null,
@@ -189,6 +222,7 @@ class Worker {
   // The headers, exchange and routing key a plan publishes (none for an ack).
   next(job, msg, plan, now) {
     const name = this.q.name;
+    if (plan.action === 'adopt') return { exchange: '', routingKey: name, headers: { ...(msg.properties.headers ?? {}) } };
     const headers = plan.action === 'dead_letter' && plan.reason === 'malformed'
       ? { ...(msg.properties.headers ?? {}) } // every original header kept
       : moveHeaders(msg.properties.headers);
@@ -220,28 +254,52 @@ class Worker {
     return { exchange: `${name}.delay`, routingKey: delayRoutingKey(plan.delayMs), headers };
   }
 
-  // Publishes the plan's message, waits for the broker's confirm, then acks
-  // msg; true once acked. Not applied, the plan is kept for the delivery's
-  // return.
+  // Publishes the plan's message, waits for the broker's confirm (no
+  // timeout: the confirm or the channel's close), then acks msg; true once
+  // acked. Not applied, the plan is kept for the delivery's return; one the
+  // broker refused (nack) is handed back after a pause (refusedPause).
   async settle(ch, msg, job, plan) {
     let published = plan.published === true;
     try {
       if (plan.action !== 'ack' && !published) {
         const { exchange, routingKey, headers } = this.next(job, msg, plan, Date.now());
-        // The message_id is the job's id (a plain delivery's may have had none).
-        const id = job.malformed ? {} : { messageId: job.id };
-        await publish(ch, exchange, routingKey, msg.content, { ...props(msg), ...id, headers });
+        // The message_id is the job's id (a plain delivery's adopted one).
+        const id = plan.action === 'adopt' ? { messageId: adoptedId() } : job.malformed ? {} : { messageId: job.id };
+        this.confirming++;
+        try {
+          await publish(ch, exchange, routingKey, msg.content, { ...props(msg), ...id, headers });
+        } finally {
+          this.confirming--;
+        }
         published = true;
       }
       ch.ack(msg);
       return true;
     } catch (err) {
-      if (job.key !== null) {
-        if (this.kept.size >= KEPT_MAX) this.kept.delete(this.kept.keys().next().value);
-        this.kept.set(job.key, { ...plan, published });
+      const refusals = err instanceof Rejected ? (plan.refusals ?? 0) + 1 : 0;
+      this.keep(job, plan, published, refusals);
+      if (refusals > 0) {
+        // Refused (a full delay level or DLQ): handed back to be tried
+        // again when it returns, but not at once (while a cluster elects a
+        // leader, each return would count in x-delivery-count).
+        setTimeout(() => {
+          try {
+            ch.nack(msg, false, true);
+          } catch {
+            // The channel is gone: the broker returned it.
+          }
+        }, refusedPause(refusals)).unref?.();
       }
       this.runner.report(this.q.error(`outcome ${plan.action} of job ${job.id || '(no id)'} not applied (kept for its redelivery)`, err), job);
       return false;
     }
   }
+}
+
+// How long a delivery whose outcome the broker refused n times in a row
+// waits before it is handed back: 20 ms doubling to 5 s, jittered (half to
+// all of it), as Go's.
+export function refusedPause(n) {
+  const d = Math.min(5000, 20 * 2 ** Math.min(n - 1, 10));
+  return d / 2 + Math.random() * (d / 2);
 }
