@@ -10,6 +10,7 @@ import amqp from 'amqplib';
 import { loadPolicy } from '../index.js';
 import { connect, delayRoutingKey, levelName } from '../lib/rabbitmq.js';
 import { boundError, fitHeaders, MAX_ERROR_BYTES, MAX_TABLE_BYTES, tableSize } from '../lib/rabbitmq/message.js';
+import { publishFrames } from '../test-support/amqp-frames.js';
 import { until } from '../test-support/eventually.js';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
 
@@ -82,38 +83,6 @@ async function publishRaw(exchange, key, body, props) {
   }
 }
 
-// Publishes to queue, on the default exchange, a message whose string
-// headers amqplib would refuse to encode (over its 64 KiB table buffer) but
-// a Go or Java publisher sends: the AMQP frames written by hand (no confirm:
-// look for it in the queue).
-async function publishHuge(queue, messageId, headers, body) {
-  const ch = await raw.createChannel();
-  const frame = (type, payload) => {
-    const head = Buffer.alloc(7);
-    head.writeUInt8(type, 0);
-    head.writeUInt16BE(ch.ch, 1);
-    head.writeUInt32BE(payload.length, 3);
-    return Buffer.concat([head, payload, Buffer.from([0xce])]);
-  };
-  const short = (s) => Buffer.concat([Buffer.from([Buffer.byteLength(s)]), Buffer.from(s)]);
-  const u16 = (n) => Buffer.from([n >> 8, n & 0xff]);
-  const u32 = (n) => {
-    const b = Buffer.alloc(4);
-    b.writeUInt32BE(n);
-    return b;
-  };
-  const entries = Buffer.concat(Object.entries(headers).map(([k, v]) => Buffer.concat([short(k), Buffer.from('S'), u32(Buffer.byteLength(v)), Buffer.from(v)])));
-  const size = Buffer.alloc(8);
-  size.writeBigUInt64BE(BigInt(body.length));
-  const out = ch.connection.channels[ch.ch].buffer;
-  out.write(frame(1, Buffer.concat([u16(60), u16(40), u16(0), short(''), short(queue), Buffer.from([0])]))); // basic.publish
-  // The content header: class 60, weight 0, body size, flags headers | message-id.
-  out.write(frame(2, Buffer.concat([u16(60), u16(0), size, u16(0x2000 | 0x0080), u32(entries.length), entries, short(messageId)])));
-  out.write(frame(3, Buffer.from(body)));
-  await until(`the message in ${queue}`, async () => (await ch.checkQueue(queue)).messageCount === 1);
-  await ch.close();
-}
-
 async function drain(queue) {
   const ch = await raw.createChannel();
   const out = [];
@@ -161,6 +130,12 @@ test('fitHeaders: a table over 65536 bytes loses foreign headers, largest first,
   const out = fitHeaders(h);
   assert.ok(tableSize(out) <= MAX_TABLE_BYTES, `${tableSize(out)} bytes`);
   assert.equal(out['backstop-dropped-headers'], 'bigger,big');
+  // An earlier list first; whole names within 1024 bytes.
+  const again = fitHeaders({ ...out, more: 'm'.repeat(70_000) });
+  assert.equal(again['backstop-dropped-headers'], 'bigger,big,more');
+  const many = Object.fromEntries(Array.from({ length: 200 }, (_, i) => [`header-${String(i).padStart(3, '0')}`, 'v'.repeat(400)]));
+  const list = fitHeaders(many)['backstop-dropped-headers'];
+  assert.ok(Buffer.byteLength(list) <= 1024 && list.startsWith('header-000,header-001,') && /header-\d{3}$/.test(list), list);
   assert.deepEqual(Object.keys(out).sort(), ['backstop-attempt', 'backstop-custom', 'backstop-dropped-headers', 'backstop-last-error', 'mid', 'tiny', 'x-death']);
   assert.match(out['backstop-last-error'], MARKER);
   assert.equal(h.big.length, 40_000, 'the headers given are not changed');
@@ -232,7 +207,7 @@ test('a plain message with headers near frame_max is retried: foreign headers dr
   const q = broker.queue('fat');
   await q.declare();
   // The worker's retry adds its headers: over frame_max (128 KiB) unbounded.
-  await publishHuge('fat', 'fat', { big1: 'a'.repeat(66_000), big2: 'b'.repeat(58_000), small: 'kept' }, 'f');
+  await publishFrames(raw, 'fat', { messageId: 'fat', headers: { big1: 'a'.repeat(66_000), big2: 'b'.repeat(58_000), small: 'kept' } }, Buffer.from('f'));
   const w = work(q, fast, (job) => {
     if (job.attempt === 1) throw refused(`failed: ${'x'.repeat(4000)}`);
   });
@@ -310,7 +285,8 @@ test('a move the broker refuses (a full work queue) re-enters the delay for 10 s
     await until('the 30th refusal dead-lettered', async () => (await q.stats()).dlq === 1);
     const [dl] = await q.inspect(1);
     assert.deepEqual([dl.id, dl.reason, dl.destination], ['last', 'unroutable', 'full']);
-    assert.match(dl.error, /refused the move to queue "full" 30 times/);
+    assert.match(dl.error, /^the broker refused the delayed message's move 30 times \(a full queue or delay level\): /);
+    assert.equal(dl.headers['backstop-move-refusals'], undefined);
 
     const at = Date.now();
     await publishRaw(levelName(0), delayRoutingKey(1), 'first', job('first'));
@@ -351,7 +327,36 @@ test('a foreign x-delivery-count on a first delivery is ignored; an absurd backs
   assert.deepEqual(w.runs.map((r) => r.job.id).sort(), ['job', 'plain']);
   const [dl] = await q.inspect(5);
   assert.deepEqual([dl.id, dl.reason], ['far', 'malformed']);
-  assert.match(dl.error, /backstop-due-ms/);
+  assert.equal(dl.error, 'malformed message: backstop-due-ms is more than 30 days ahead');
   await assert.rejects(q.enqueue('later', '', { delayMs: 2_592_000_001 }), /`delayMs`.*30 days/);
   await q.enqueue('month', '', { delayMs: 2_592_000_000 });
+});
+
+// Issue 40 (10): each inspect raised the dead letters' x-delivery-count;
+// at a quorum queue's delivery limit (20 by default on 4.x) a look dropped one.
+test('25 inspects and 25 replays that take nothing leave a dead letter in place, unchanged, on a DLQ with a delivery limit of 20', LIMIT, async () => {
+  const { broker } = await counted();
+  const ch = await raw.createChannel();
+  // Declared before the library would: the limit 4.x quorum queues have by default.
+  await ch.assertQueue('looked.dlq', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 20 } });
+  await ch.close();
+  const headers = { 'backstop-attempt': '3', 'backstop-first-enqueued-ms': '1700000000000', 'backstop-reason': 'max_attempts_reached', 'backstop-error': 'boom', other: 'kept' };
+  await publishRaw('', 'looked.dlq', 'one', { messageId: 'dead-1', headers });
+  await publishRaw('', 'looked.dlq', 'two', { messageId: 'dead-2', headers });
+  const q = broker.queue('looked');
+  const first = await q.inspect(10);
+  assert.deepEqual(first.map((d) => [d.id, d.reason, d.headers.other, d.headers['x-delivery-count']]), [
+    ['dead-1', 'max_attempts_reached', 'kept', undefined],
+    ['dead-2', 'max_attempts_reached', 'kept', undefined],
+  ]);
+  for (let i = 0; i < 25; i++) assert.deepEqual(await q.inspect(10), first);
+
+  // A replay's dead letters that do not match, on the library's own DLQ.
+  const r = broker.queue('replayed');
+  await r.declare();
+  await publishRaw('', 'replayed.dlq', 'x', { messageId: 'dead-3', headers });
+  for (let i = 0; i < 25; i++) assert.equal(await r.replay({ reason: 'crash_loop' }), 0);
+  const [msg] = await drain('replayed.dlq');
+  assert.equal(msg.properties.messageId, 'dead-3');
+  assert.ok((msg.properties.headers['x-delivery-count'] ?? 0) < 10, `x-delivery-count ${msg.properties.headers['x-delivery-count']}`);
 });

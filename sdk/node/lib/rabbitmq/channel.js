@@ -1,18 +1,36 @@
 // What every part of the RabbitMQ queue does on an amqplib channel:
 // publish with a confirm, return what it holds, wait for it to be lost, and
 // the backoff between attempts at a lost connection.
-import { fitHeaders } from './message.js';
+import { digits, fitHeaders, props } from './message.js';
 
 // The backoff between attempts at a lost connection or channel, doubling.
 export const BACKOFF_MIN_MS = 100;
 export const BACKOFF_MAX_MS = 5000;
 
-// Returns every unacked message of ch to its queue (a lost channel does it anyway).
-export function returnAll(ch) {
-  try {
-    ch.nackAll(true);
-  } catch {
-    // The channel is gone: the broker returned them.
+// The x-delivery-count at which a dead letter looked at is given back as a
+// fresh copy rather than returned (giveBack).
+const REFRESH_AT = 10;
+
+// Gives msgs, dead letters taken from queue on confirm channel ch and not
+// moved (by inspect, or a replay that did not take them), back in the
+// order taken, so that looking never uses them up (README, "The DLQ
+// workflow"): RabbitMQ 3.10 to 4.2 count every return in x-delivery-count
+// (nack, reject, a closed channel alike) and 4.x quorum queues drop a
+// message at a delivery limit of 20 by default. Returned with basic.nack
+// (requeue); but when one has been delivered REFRESH_AT times or more,
+// each is published again to queue instead, unchanged but for
+// x-delivery-count (confirmed), then acked: the copies start at 0. A crash
+// in between leaves a dead letter twice, never none.
+export async function giveBack(ch, queue, msgs) {
+  if (!msgs.some((m) => (digits(m.properties?.headers?.['x-delivery-count']) ?? 0) >= REFRESH_AT)) {
+    for (const m of msgs) ch.nack(m, false, true);
+    return;
+  }
+  const confirms = msgs.map((m) => publish(ch, '', queue, m.content, { ...props(m), headers: m.properties?.headers ?? {} }));
+  for (const c of confirms) c.catch(() => {}); // awaited below
+  for (const [i, m] of msgs.entries()) {
+    await confirms[i]; // refused: the originals come back when ch closes
+    ch.ack(m);
   }
 }
 

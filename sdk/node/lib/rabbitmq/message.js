@@ -56,10 +56,7 @@ export function jobOf(msg, queue, now = Date.now()) {
     first = digits(h[H.first]);
   }
   const adopt = isPlain && id === '';
-  const dueMs = digits(h[H.due]);
-  // A due time past the bound would cycle through the levels for ever.
-  const absurdDue = dueMs !== null && dueMs > now + MAX_DUE_AHEAD_MS;
-  const malformed = (id === '' && !adopt) || attempt === null || first === null || absurdDue;
+  const malformed = (id === '' && !adopt) || attempt === null || first === null;
   return {
     id,
     attempt: attempt ?? 0,
@@ -70,21 +67,21 @@ export function jobOf(msg, queue, now = Date.now()) {
     lastReason: text(h[H.lastReason]),
     lastError: text(h[H.lastError]),
     prevDelayMs: isPlain ? 0 : digits(h[H.prevDelay]) ?? 0,
-    dueMs,
+    dueMs: digits(h[H.due]),
     // The broker's count only on a redelivery: on a first delivery it is
     // another publisher's (a shovel copies it).
     deliveryCount: msg.fields?.redelivered ? digits(h['x-delivery-count']) ?? 0 : 0,
     queue,
     headers: h,
     malformed,
-    malformedError: absurdDue ? DUE_ERROR : MALFORMED,
     adopt,
     key: malformed || adopt ? null : `${id}\u0000${attempt}`,
   };
 }
 
-// What a delivery whose backstop-due-ms is too far ahead is dead-lettered with.
-export const DUE_ERROR = `malformed message: ${H.due} is more than 30 days (${MAX_DUE_AHEAD_MS} ms) ahead`;
+// What a delivery whose backstop-due-ms is more than MAX_DUE_AHEAD_MS ahead
+// is dead-lettered with (reason malformed): it would cycle through the levels for ever.
+export const DUE_ERROR = 'malformed message: backstop-due-ms is more than 30 days ahead';
 
 // The message_id a plain message without one is adopted with: amqp- and
 // 32 random lowercase hex characters.
@@ -103,11 +100,13 @@ export function boundError(s) {
   return b.subarray(0, end).toString('utf8') + marker;
 }
 
-// Headers h as published: without x-delivery-count (the broker's count of
-// the old place, or another publisher's), the error headers bounded (boundError), and when
-// the encoded table is over MAX_TABLE_BYTES, foreign headers (not
-// backstop-*, not x-death) dropped, largest first, until it fits, their
-// names listed in backstop-dropped-headers. A copy; h is not changed.
+// Headers h as published (README, "Headers"): without x-delivery-count
+// (the broker's count of the old place, or another publisher's), the
+// error headers bounded (boundError); then, when the encoded table is over
+// MAX_TABLE_BYTES, foreign headers (neither backstop-* nor x-death) dropped,
+// largest first (ties by name), until it fits with room for the list of
+// their names, appended to backstop-dropped-headers (whole names, at most
+// 1024 bytes). A copy; h is not changed. As Go's boundHeaders.
 export function fitHeaders(h) {
   const out = { ...h };
   delete out['x-delivery-count'];
@@ -115,30 +114,32 @@ export function fitHeaders(h) {
   let size = tableSize(out);
   if (size <= MAX_TABLE_BYTES) return out;
   const foreign = Object.keys(out)
-    .filter((k) => !k.startsWith('backstop-') && k !== 'x-death')
+    .filter((k) => !k.startsWith('backstop-') && k !== 'x-death' && out[k] !== undefined)
     .map((k) => [k, entrySize(k, out[k])])
     .sort(([a, x], [b, y]) => y - x || (a < b ? -1 : a > b ? 1 : 0));
   const dropped = [];
-  const listSize = () => entrySize(H.dropped, droppedList(dropped));
+  if (Object.hasOwn(out, H.dropped)) { // rewritten below, with the new names
+    if (out[H.dropped] !== undefined) size -= entrySize(H.dropped, out[H.dropped]);
+    const prev = text(out[H.dropped]);
+    delete out[H.dropped];
+    if (prev !== '') dropped.push(prev);
+  }
+  // Room for the list of dropped names, at its largest.
+  const limit = MAX_TABLE_BYTES - entrySize(H.dropped, ' '.repeat(MAX_DROPPED_BYTES));
   for (const [k, n] of foreign) {
-    if (size + listSize() <= MAX_TABLE_BYTES) break;
+    if (size <= limit) break;
     delete out[k];
     size -= n;
     dropped.push(k);
   }
-  if (dropped.length > 0) out[H.dropped] = droppedList(dropped);
-  return out;
-}
-
-// The names, comma-separated, at most MAX_DROPPED_BYTES: whole names only.
-function droppedList(names) {
-  let list = '';
-  for (const k of names) {
-    const next = list === '' ? k : `${list},${k}`;
-    if (Buffer.byteLength(next) > MAX_DROPPED_BYTES) break;
-    list = next;
+  let list = dropped.join(',');
+  while (Buffer.byteLength(list) > MAX_DROPPED_BYTES) {
+    // Whole names only: the last goes until the list fits.
+    const b = Buffer.from(list);
+    list = b.subarray(0, Math.max(0, b.lastIndexOf(',', MAX_DROPPED_BYTES))).toString();
   }
-  return list;
+  out[H.dropped] = list;
+  return out;
 }
 
 // The size of h encoded as amqplib encodes a field table.
@@ -221,7 +222,7 @@ export function deadLetterOf(msg) {
     destination: text(h[H.destination]),
     payload: msg.content,
     contentType: p.contentType,
-    headers: h,
+    headers: Object.fromEntries(Object.entries(h).filter(([k]) => k !== 'x-delivery-count')), // not the broker's count of looks
   };
 }
 
@@ -240,7 +241,7 @@ export function moveHeaders(h) {
   return out;
 }
 
-// The properties a moved message keeps.
+// The properties a moved message keeps (as Go's next: not expiration, user_id).
 export function props(msg) {
   const p = msg.properties ?? {};
   const out = { persistent: true };
@@ -248,6 +249,8 @@ export function props(msg) {
   if (p.contentType !== undefined) out.contentType = p.contentType;
   if (p.contentEncoding !== undefined) out.contentEncoding = p.contentEncoding;
   if (p.correlationId !== undefined) out.correlationId = p.correlationId;
+  if (p.priority !== undefined) out.priority = p.priority;
+  if (p.replyTo !== undefined) out.replyTo = p.replyTo;
   if (p.type !== undefined) out.type = p.type;
   if (p.appId !== undefined) out.appId = p.appId;
   if (p.timestamp !== undefined) out.timestamp = p.timestamp;

@@ -91,29 +91,30 @@ async function moveSession(core, ch, stop) {
   const deadLetter = async (msg, base, error) => {
     const dest = text(msg.properties?.headers?.[H.destination]);
     const headers = { ...moveHeaders(msg.properties?.headers), [H.reason]: 'unroutable', [H.error]: error, [H.deadLettered]: String(Date.now()) };
+    delete headers[H.moveRefusals];
     if (dest !== '' && (await routed('', `${dest}.dlq`, msg.content, { ...base, headers }))) return;
     if (!(await routed('', UNROUTABLE, msg.content, { ...base, headers }))) throw new Error(`no route to queue ${JSON.stringify(UNROUTABLE)}`);
   };
-  // A refused move: re-enters the delay for MOVE_RETRY_MS (its refusals
-  // counted in backstop-move-refusals), dead-lettered at the last.
-  const reenter = async (msg, base) => {
+  // A refused move: re-enters the delay for MOVE_RETRY_MS, or the rest of
+  // its own due time if later (its refusals counted in
+  // backstop-move-refusals); dead-lettered at the last.
+  const reenter = async (msg, base, refused) => {
     const h = msg.properties?.headers ?? {};
     const refusals = (digits(h[H.moveRefusals]) ?? 0) + 1;
-    const dest = JSON.stringify(text(h[H.destination]));
     if (refusals >= MAX_MOVE_REFUSALS) {
-      await deadLetter(msg, base, `the broker refused the move to queue ${dest} ${refusals} times (a full queue or delay level)`);
+      await deadLetter(msg, base, `the broker refused the delayed message's move ${refusals} times (a full queue or delay level): ${refused?.message ?? refused}`);
       return;
     }
-    const headers = { ...h, [H.due]: String(Date.now() + MOVE_RETRY_MS), [H.moveRefusals]: String(refusals) };
-    await publish(ch, ENTER, delayRoutingKey(MOVE_RETRY_MS), msg.content, { ...base, headers });
+    const now = Date.now();
+    const due = Math.max(digits(h[H.due]) ?? 0, now + MOVE_RETRY_MS);
+    const headers = { ...h, [H.due]: String(due), [H.moveRefusals]: String(refusals) };
+    if (!(await routed(ENTER, delayRoutingKey(due - now), msg.content, { ...base, headers }))) throw new Error(`no route from ${ENTER}`);
   };
   const moveOne = async (n, msg) => {
     const exchange = n === 0 ? DELIVER : levelName(n - 1);
     const key = msg.fields.routingKey;
     const p = msg.properties ?? {};
-    const extra = { priority: p.priority, replyTo: p.replyTo };
-    for (const k of Object.keys(extra)) if (extra[k] === undefined) delete extra[k];
-    const base = { ...props(msg), ...extra };
+    const base = props(msg);
     try {
       // Unchanged, but for x-delivery-count (publish drops it): the hold
       // queue's own count of redeliveries, which the work queue's worker would take for its own.
@@ -121,11 +122,14 @@ async function moveSession(core, ch, stop) {
       try {
         if (!(await routed(exchange, key, msg.content, { ...base, headers: p.headers ?? {} }))) {
           stage = 'dead letter';
-          await deadLetter(msg, base, `no route to queue ${JSON.stringify(text(p.headers?.[H.destination]))}: it was deleted or never declared`);
+          const dest = text(p.headers?.[H.destination]);
+          await deadLetter(msg, base, dest === ''
+            ? 'no route for a delayed message without backstop-destination'
+            : `no route to queue ${JSON.stringify(dest)}: it was deleted or never declared`);
         }
       } catch (err) {
         if (!(err instanceof Rejected) || stage !== 'move') throw err;
-        await reenter(msg, base);
+        await reenter(msg, base, err);
       }
       ch.ack(msg);
     } catch (err) {

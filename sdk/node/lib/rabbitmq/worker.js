@@ -9,7 +9,7 @@ import { metricsOrigin } from '../metrics.js';
 import { jitter, pause, planOutcome } from '../outcome.js';
 import { checkWork, Runner } from '../runner.js';
 import { anySignal, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, preconditionFailed, publish, Rejected } from './channel.js';
-import { adoptedId, H, jobOf, MALFORMED, moveHeaders, plain, props } from './message.js';
+import { adoptedId, DUE_ERROR, H, jobOf, MALFORMED, MAX_DUE_AHEAD_MS, moveHeaders, plain, props } from './message.js';
 import { countQueue, queueRecorder } from './metrics.js';
 import { delayRoutingKey } from './topology.js';
 
@@ -185,12 +185,16 @@ class Worker {
     // A plain message without message_id: published again with an id of
     // its own (adoptedId), then acked; the copy runs as attempt 1.
     if (job.adopt) return { action: 'adopt', reason: 'adopt', decision: null };
-    if (job.malformed) return planOutcome(job, null, this.policy, { malformed: job.malformedError });
+    if (job.malformed) return planOutcome(job, null, this.policy, { malformed: MALFORMED });
     if (job.deliveryCount >= q.maxDeliveries) {
       return {
         action: 'dead_letter', reason: 'crash_loop', decision: null,
         msg: `crash loop: delivered ${job.deliveryCount + 1} times without an outcome (max deliveries ${q.maxDeliveries})`,
       };
+    }
+    if (job.dueMs !== null && job.dueMs > Date.now() + MAX_DUE_AHEAD_MS) {
+      // It would cycle through the delay levels for ever.
+      return { action: 'dead_letter', reason: 'malformed', decision: null, msg: DUE_ERROR };
     }
     if (job.dueMs !== null && job.dueMs > Date.now()) {
       // Early (a delay past the levels' range): the rest, nothing counted.
