@@ -34,6 +34,16 @@ export async function giveBack(ch, queue, msgs) {
   }
 }
 
+// Resolves once p (a channel's close, a cancel) settles, or after ms: the
+// broker of a blocked connection (a memory or disk alarm) reads nothing.
+export async function within(p, ms) {
+  let timer;
+  await Promise.race([p.catch(() => {}), new Promise((resolve) => {
+    timer = setTimeout(resolve, ms);
+  })]);
+  clearTimeout(timer);
+}
+
 // A negative publisher confirm: the broker refused the message (a full
 // queue's x-overflow = reject-publish).
 export class Rejected extends Error {}
@@ -83,6 +93,13 @@ export function anySignal(...signals) {
     else s.addEventListener('abort', abort, { once: true });
   }
   return { signal: c.signal, dispose: () => on.forEach((s) => s.removeEventListener('abort', abort)) };
+}
+
+// Resolves to p's value, or to undefined once stop aborts first (p is left
+// to settle: the broker of a blocked connection answers nothing).
+export async function unlessAborted(p, stop) {
+  p.catch(() => {});
+  return Promise.race([p, lostOrAborted(new Promise(() => {}), stop)]);
 }
 
 // Resolves when the channel is lost or stop is aborted, whichever is first,

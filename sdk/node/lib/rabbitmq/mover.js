@@ -2,7 +2,7 @@
 // between levels are the workers', not the broker's"), one per connection
 // while a work() runs (core.js, useMover).
 import { jitter, pause } from '../outcome.js';
-import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish, Rejected } from './channel.js';
+import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish, Rejected, unlessAborted, within } from './channel.js';
 import { digits, H, moveHeaders, props, text } from './message.js';
 import { DELIVER, delayRoutingKey, ENTER, HOLDS, holdName, LEVELS, levelName, UNROUTABLE } from './topology.js';
 
@@ -29,8 +29,13 @@ export async function move(core, stop) {
   for (let backoff = BACKOFF_MIN_MS; !stop.aborted; backoff = Math.min(2 * backoff, BACKOFF_MAX_MS)) {
     let ch;
     try {
-      await core.levels();
-      ch = await core.channel(true);
+      // Not past stop: a blocked connection answers nothing.
+      const made = core.levels().then(() => core.channel(true));
+      ch = await unlessAborted(made, stop);
+      if (ch === undefined) {
+        made.then((c) => c.close()).catch(() => {});
+        return;
+      }
     } catch {
       // work() reports the connection's failures; both make it again.
       await core.connection().catch(() => {});
@@ -139,9 +144,9 @@ async function moveSession(core, ch, stop) {
     }
   };
   let consumed = false;
-  try {
+  const consume = async () => {
     await ch.prefetch(MOVE_PREFETCH, false); // per consumer: per level
-    for (let n = 0; n < HOLDS && !stop.aborted; n++) {
+    for (let n = 0; n < HOLDS && !stop.aborted && !gone; n++) {
       await ch.consume(holdName(n), (msg) => {
         if (msg === null) {
           // Cancelled by the broker (the queue was deleted): declare the
@@ -154,6 +159,10 @@ async function moveSession(core, ch, stop) {
       }, { noAck: false });
     }
     consumed = true;
+  };
+  try {
+    // The consumers made, unless stopped first (a blocked connection answers nothing).
+    await unlessAborted(Promise.race([consume(), lost]), stop);
     await lostOrAborted(lost, stop);
   } catch (err) {
     if (!gone) core.report(new Error(`rabbitmq delay mover: consume: ${err?.message ?? err}`, { cause: err }));
@@ -162,13 +171,14 @@ async function moveSession(core, ch, stop) {
   ending = true;
   for (const t of timers) clearTimeout(t);
   // The moves under way finish (confirmed and acked, or not) before the
-  // channel closes, for 10 s at most: fewer duplicates.
+  // channel closes, for 10 s at most: fewer duplicates. Still pending (a
+  // blocked connection, whose broker reads nothing), the close is not waited for.
   let timer;
   await Promise.race([Promise.all([...moving]), new Promise((resolve) => {
     timer = setTimeout(resolve, MOVE_RETRY_MS);
   })]);
   clearTimeout(timer);
-  if (!gone) await ch.close().catch(() => {});
+  if (!gone) await within(ch.close(), moving.size === 0 ? MOVE_RETRY_MS : 0);
   return consumed;
 }
 

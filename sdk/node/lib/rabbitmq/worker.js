@@ -8,7 +8,7 @@ import { checkString, checkWhole } from '../args.js';
 import { metricsOrigin } from '../metrics.js';
 import { jitter, pause, planOutcome } from '../outcome.js';
 import { checkWork, Runner } from '../runner.js';
-import { anySignal, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, preconditionFailed, publish, Rejected } from './channel.js';
+import { anySignal, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, preconditionFailed, publish, Rejected, within } from './channel.js';
 import { adoptedId, DUE_ERROR, H, jobOf, MALFORMED, MAX_DUE_AHEAD_MS, moveHeaders, plain, props } from './message.js';
 import { countQueue, queueRecorder } from './metrics.js';
 import { delayRoutingKey } from './topology.js';
@@ -24,6 +24,8 @@ const HANDLER_TIMEOUT_MS = 5 * 60_000;
 // At shutdown, how long the outcomes whose confirms are pending are awaited
 // before the channel closes (their messages then come back: kept outcomes).
 const APPLY_TIMEOUT_MS = 10_000;
+// At shutdown, how long the consumer's cancel is awaited (a blocked connection answers nothing).
+const CANCEL_WAIT_MS = 1000;
 
 /**
  * Consumes queue until options.signal aborts (Queue.work(), rabbitmq.d.ts).
@@ -128,18 +130,23 @@ class Worker {
           ch.close().catch(() => {});
           return;
         }
+        // Stopping (a cancel the broker has not read yet): left unacked, returned with the channel.
+        if (stop.aborted) return;
         const t = this.handle(ch, msg).catch((err) => this.runner.report(err)).finally(() => inflight.delete(t));
         inflight.add(t);
       }, { noAck: false, consumerTag: this.consumerTag });
       consumed = true;
       await lostOrAborted(lost, stop);
-      if (!lostYet) await ch.cancel(tag).catch(() => {});
+      // (Deliveries that come meanwhile are left for the channel's close.)
+      if (!lostYet) await within(ch.cancel(tag), CANCEL_WAIT_MS);
     } catch (err) {
       if (!lostYet) this.runner.report(q.error('consume', err));
     }
     // The jobs in hand finish; once only confirms are left, they are awaited
     // APPLY_TIMEOUT_MS at most (a blocked connection confirms nothing), then
-    // the channel closes: their outcomes are kept, their messages come back.
+    // the channel is closed, not waited for (the broker of a blocked
+    // connection reads nothing): what is unconfirmed is unknown, its
+    // delivery comes back (the crash contract: a duplicate, never a loss).
     let idle = 0;
     while (inflight.size > 0) {
       let timer;
@@ -151,11 +158,11 @@ class Worker {
       idle = inflight.size > 0 && this.confirming === inflight.size ? idle + 1 : 0;
       if (idle >= 10 && !lostYet) {
         this.runner.report(q.error('stop', new Error(`${this.confirming} confirms still pending after ${APPLY_TIMEOUT_MS} ms: closing the channel`)));
-        await ch.close().catch(() => {});
-        lostYet = true;
+        ch.close().catch(() => {});
+        return consumed;
       }
     }
-    if (!lostYet) await ch.close().catch(() => {});
+    if (!lostYet) await within(ch.close(), APPLY_TIMEOUT_MS);
     return consumed;
   }
 
