@@ -264,7 +264,7 @@ test('a deleted work queue: its delayed jobs are dead-lettered unroutable, anoth
 });
 
 test('a move the broker refuses (a full work queue) re-enters the delay for 10 s, counted; at the 30th it is dead-lettered', LIMIT, async () => {
-  const { broker } = await counted();
+  const { broker, errors } = await counted();
   const q = broker.queue('full');
   await q.declare();
   // Full: at its max-length, with reject-publish (the work queue's own x-overflow).
@@ -292,7 +292,7 @@ test('a move the broker refuses (a full work queue) re-enters the delay for 10 s
     await publishRaw(levelName(0), delayRoutingKey(1), 'first', job('first'));
     // Refused, it waits in the levels again, not in the mover: once the
     // queue takes messages, it arrives with its refusal counted.
-    await new Promise((resolve) => setTimeout(resolve, 1500)); // the refusal (nothing to observe: the mover holds it)
+    await until('the refusal', () => errors.some((e) => /job "first" to queue "full" was refused; delayed again/.test(e.message)));
     // (A quorum queue of RabbitMQ 3.10 keeps refusing after clear_policy: a higher max-length instead.)
     await server.ctl('set_policy', 'full', '^full$', '{"max-length":1000}', '--apply-to', 'queues');
     const ch = await raw.createChannel();

@@ -128,12 +128,14 @@ async function moveSession(core, ch, stop) {
         if (!(await routed(exchange, key, msg.content, { ...base, headers: p.headers ?? {} }))) {
           stage = 'dead letter';
           const dest = text(p.headers?.[H.destination]);
+          core.report(new Error(`rabbitmq delay mover: job ${JSON.stringify(text(p.messageId))} has no route to queue ${JSON.stringify(dest)}; dead-lettered (unroutable)`));
           await deadLetter(msg, base, dest === ''
             ? 'no route for a delayed message without backstop-destination'
             : `no route to queue ${JSON.stringify(dest)}: it was deleted or never declared`);
         }
       } catch (err) {
         if (!(err instanceof Rejected) || stage !== 'move') throw err;
+        core.report(new Error(`rabbitmq delay mover: the move of job ${JSON.stringify(text(p.messageId))} to queue ${JSON.stringify(text(p.headers?.[H.destination]))} was refused; delayed again: ${err.message}`, { cause: err }));
         await reenter(msg, base, err);
       }
       ch.ack(msg);
