@@ -326,7 +326,7 @@ test('a foreign x-delivery-count on a first delivery is ignored; an absurd backs
   await w.stop();
   assert.deepEqual(w.runs.map((r) => r.job.id).sort(), ['job', 'plain']);
   const [dl] = await q.inspect(5);
-  assert.deepEqual([dl.id, dl.reason], ['far', 'malformed']);
+  assert.deepEqual([dl.id, dl.reason, dl.destination], ['far', 'malformed', 'foreign']); // a dead letter like any other
   assert.equal(dl.error, 'malformed message: backstop-due-ms is more than 30 days ahead');
   await assert.rejects(q.enqueue('later', '', { delayMs: 2_592_000_001 }), /`delayMs`.*30 days/);
   await q.enqueue('month', '', { delayMs: 2_592_000_000 });

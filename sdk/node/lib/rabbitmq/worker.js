@@ -234,8 +234,8 @@ class Worker {
   next(job, msg, plan, now) {
     const name = this.q.name;
     if (plan.action === 'adopt') return { exchange: '', routingKey: name, headers: { ...(msg.properties.headers ?? {}) } };
-    const headers = plan.action === 'dead_letter' && plan.reason === 'malformed'
-      ? { ...(msg.properties.headers ?? {}) } // every original header kept
+    const headers = plan.action === 'dead_letter' && job.malformed
+      ? { ...(msg.properties.headers ?? {}) } // every original header kept, for a person to read (as Go)
       : moveHeaders(msg.properties.headers);
     if (!job.malformed && plain(msg.properties.headers ?? {})) {
       // A plain delivery's job moves with the headers every job carries:
