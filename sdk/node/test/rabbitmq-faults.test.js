@@ -394,3 +394,30 @@ test('a worker stopped during a memory alarm stops after the apply timeout; once
   await until('every job to succeed', () => succeeded.size === N, 60_000);
   await w2.stop();
 });
+
+test('an outcome the broker refuses (a full DLQ) is handed back after a pause and applied once it can be, the job not run again', LIMIT, async () => {
+  const { broker } = await counted();
+  // Each hand-back counts in x-delivery-count: a delivery limit (22) the pauses do not reach here.
+  const q = broker.queue('dlq-full', { maxDeliveries: 20 });
+  await q.declare();
+  await server.ctl('set_policy', 'dlq-full', '^dlq-full\\.dlq$', '{"max-length":1,"overflow":"reject-publish"}', '--apply-to', 'queues');
+  try {
+    await until('the DLQ full', () => publishRaw('', 'dlq-full.dlq', 'filler', { messageId: 'filler' }).then(() => false, () => true));
+    await q.enqueue('bad', 'b');
+    const refusals = [];
+    const w = work(q, fast, () => {
+      throw Object.assign(new Error('bad input'), { status: 400 });
+    }, { onError: (err) => refusals.push(err) });
+    // Refused, handed back, delivered again (its kept outcome applied, not run) and refused again.
+    await until('the dead letter refused twice', () => refusals.filter((e) => /outcome dead_letter of job bad not applied/.test(e.message)).length >= 2);
+    await server.ctl('set_policy', 'dlq-full', '^dlq-full\\.dlq$', '{"max-length":1000,"overflow":"reject-publish"}', '--apply-to', 'queues');
+    await until('the dead letter applied', () => w.outcomes.length === 1, 60_000);
+    await w.stop();
+    assert.equal(w.runs.length, 1, 'runs');
+    assert.deepEqual(w.outcomes.map((o) => [o.action, o.reason]), [['dead_letter', 'permanent_error']]);
+    const ids = (await drain('dlq-full.dlq')).map((m) => m.properties.messageId).filter((id) => id !== 'filler');
+    assert.deepEqual(ids, ['bad']);
+  } finally {
+    await server.ctl('clear_policy', 'dlq-full').catch(() => {});
+  }
+});
