@@ -49,7 +49,7 @@ export interface QueueOptions {
 
 /** A job as the handler sees it: one delivery. */
 export interface Job {
-	/** The job's stable id (`message_id`), its idempotency key: the same on every attempt. A plain delivery (neither `backstop-attempt` nor `backstop-first-enqueued-ms`) without `message_id`: `sha256:` and its body's hex SHA-256. */
+	/** The job's stable id (`message_id`), its idempotency key: the same on every attempt. A plain delivery (neither `backstop-attempt` nor `backstop-first-enqueued-ms`) without `message_id` is first adopted (published again with `amqp-` and 32 random hex digits), and runs under that id. */
 	readonly id: string;
 	/** The 1-based number of this execution (`backstop-attempt`): it travels with the message, so it survives crashes. */
 	readonly attempt: number;
@@ -75,7 +75,7 @@ export interface Job {
 	readonly queue: string;
 	/** Every header of the delivery. */
 	readonly headers: Readonly<Record<string, unknown>>;
-	/** No `message_id`, or no valid `backstop-attempt` / `backstop-first-enqueued-ms` (a plain delivery, with neither header, is not malformed): dead-lettered with reason `malformed`, never run. */
+	/** No `message_id`, or no valid `backstop-attempt` / `backstop-first-enqueued-ms` (a plain delivery, with neither header, is not malformed): dead-lettered with reason `malformed`, never run; so is one whose `backstop-due-ms` is more than 30 days ahead. */
 	readonly malformed: boolean;
 }
 
@@ -149,7 +149,7 @@ export interface EnqueueOptions {
 	/** The `content_type` property. */
 	readonly contentType?: string;
 	/**
-	The first attempt waits this long in the delay levels (rounded up to whole seconds; never early).
+	The first attempt waits this long in the delay levels (rounded up to whole seconds; never early): at most 30 days (2,592,000,000 ms; longer is refused with a RangeError).
 
 	@default 0
 	*/
@@ -177,7 +177,7 @@ export interface ReplayOptions {
 export interface DeadLetter {
 	/** The job id; '' for a message that had none (replay leaves it for a person). */
 	readonly id: string;
-	/** `backstop-reason`, or `crash_loop` for a message the broker moved at its delivery limit. */
+	/** `backstop-reason` (`unroutable`: a delayed job whose work queue was gone, or that a full queue refused 30 times), or `crash_loop` for a message the broker moved at its delivery limit. */
 	readonly reason: string;
 	readonly error: string;
 	readonly attempt: number | null;
@@ -188,6 +188,7 @@ export interface DeadLetter {
 	readonly destination: string;
 	readonly payload: Buffer;
 	readonly contentType: string | undefined;
+	/** Every header but `x-delivery-count` (the broker's count of looks). */
 	readonly headers: Readonly<Record<string, unknown>>;
 }
 
@@ -230,7 +231,7 @@ export interface Queue {
 	*/
 	replay(options?: ReplayOptions): Promise<number>;
 
-	/** A peek at up to `n` (0..100000) dead letters, oldest first: all stay in the DLQ. @default 20 */
+	/** A peek at up to `n` (0..100000) dead letters, oldest first: all stay in the DLQ, and looking does not use them up (a quorum queue's delivery limit: given back with `basic.nack`, or as fresh copies once one was looked at 10 times). @default 20 */
 	inspect(n?: number): Promise<DeadLetter[]>;
 
 	/** Passive declares: declares nothing, and rejects for a queue that does not exist. */

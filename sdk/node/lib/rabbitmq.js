@@ -9,9 +9,9 @@
 import { checkSignal, checkString, checkWhole, show } from './args.js';
 import { checkJobType } from './jobtypes.js';
 import { jitter, pause } from './outcome.js';
-import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, publish, Rejected, returnAll } from './rabbitmq/channel.js';
+import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, giveBack, publish, Rejected } from './rabbitmq/channel.js';
 import { Core } from './rabbitmq/core.js';
-import { deadLetterOf, H, moveHeaders, props } from './rabbitmq/message.js';
+import { deadLetterOf, H, MAX_DUE_AHEAD_MS, moveHeaders, props } from './rabbitmq/message.js';
 import { delayRoutingKey, HOLDS, holdName, LEVELS, levelName } from './rabbitmq/topology.js';
 import { work } from './rabbitmq/worker.js';
 
@@ -121,7 +121,7 @@ class Queue {
   /**
    * Publishes a job (attempt 1) with confirms; id is its stable identity (the
    * idempotency key). Options: `jobType`, `contentType`, `delayMs` (the
-   * first attempt waits, rounded up to whole seconds), `signal` (until it
+   * first attempt waits, rounded up to whole seconds; at most 30 days), `signal` (until it
    * aborts, a lost connection is made again and the job published again).
    */
   async enqueue(id, payload = '', options = {}) {
@@ -131,6 +131,10 @@ class Queue {
     const { jobType, contentType, delayMs = 0, signal } = options;
     if (jobType !== undefined) checkJobType('jobType', jobType);
     if (contentType !== undefined) checkString('contentType', contentType);
+    // A due time further ahead is malformed to every worker.
+    if (Number.isSafeInteger(delayMs) && delayMs > MAX_DUE_AHEAD_MS) {
+      throw new RangeError(`Expected \`delayMs\` to be at most 30 days (${MAX_DUE_AHEAD_MS} ms; got ${delayMs})`);
+    }
     checkWhole('delayMs', delayMs, 0);
     checkSignal(signal);
     const now = Date.now();
@@ -187,25 +191,27 @@ class Queue {
 
   /**
    * Peeks at up to n (0..100000) dead letters, oldest first: every message is
-   * returned to the DLQ. Each: {id, reason, error, attempt, firstEnqueuedMs,
-   * deadLetteredMs, jobType, destination, payload, contentType, headers}.
+   * given back to the DLQ, and looking does not use it up (giveBack: a
+   * quorum queue's delivery limit). Each: {id, reason, error, attempt,
+   * firstEnqueuedMs, deadLetteredMs, jobType, destination, payload,
+   * contentType, headers}; the headers leave out x-delivery-count (the
+   * broker's count of looks).
    */
   async inspect(n = 20) {
     checkWhole('n', n, 0, MAX_SCAN);
     let ch;
     try {
-      ch = await this.#core.channel(false);
+      ch = await this.#core.channel(true);
       const held = [];
-      try {
-        while (held.length < n) {
-          const msg = await ch.get(this.dlq, { noAck: false });
-          if (msg === false) break;
-          held.push(msg);
-        }
-        return held.map((m) => deadLetterOf(m));
-      } finally {
-        if (held.length > 0) returnAll(ch);
+      while (held.length < n) {
+        const msg = await ch.get(this.dlq, { noAck: false });
+        if (msg === false) break;
+        held.push(msg);
       }
+      const out = held.map((m) => deadLetterOf(m));
+      // Given back at once, in order (not when the channel closes).
+      await giveBack(ch, this.dlq, held);
+      return out;
     } catch (err) {
       throw this.#error('inspect', err);
     } finally {
@@ -236,7 +242,7 @@ class Queue {
     try {
       ch = await this.#core.channel(true);
       let refused = null;
-      let held = false; // looked at, not moved: returned to the DLQ at the end
+      const held = []; // looked at, not moved: given back to the DLQ at the end
       const exists = new Map(); // destination → whether the queue exists
       let batch = [];
       // Waits for the batch's confirms and only then acks its dead letters:
@@ -245,7 +251,7 @@ class Queue {
         const results = await Promise.allSettled(batch.map((b) => b.confirmed));
         for (const [i, r] of results.entries()) {
           if (r.status === 'rejected') {
-            held = true;
+            held.push(batch[i].msg);
             refused ??= new Error(`the broker refused (nack) the replay of job ${JSON.stringify(batch[i].id)}`, { cause: r.reason });
             continue;
           }
@@ -262,7 +268,7 @@ class Queue {
           // A dead letter without a job id stays for a person: a replay
           // would give it a new identity.
           if (dl.id === '' || (reason !== '' && dl.reason !== reason)) {
-            held = true;
+            held.push(msg);
             continue;
           }
           const to = dl.destination || this.name;
@@ -270,7 +276,7 @@ class Queue {
           // confirm says nothing of it: check once.
           if (!exists.has(to)) exists.set(to, await this.#exists(to));
           if (!exists.get(to)) {
-            held = true;
+            held.push(msg);
             refused = new Error(`job ${JSON.stringify(dl.id)}: its queue ${JSON.stringify(to)} (backstop-destination) does not exist`);
             break;
           }
@@ -289,7 +295,8 @@ class Queue {
         }
         await flush();
       } finally {
-        if (held) returnAll(ch);
+        // (A lost channel returns them anyway.)
+        await giveBack(ch, this.dlq, held).catch(() => {});
       }
       if (refused !== null) throw refused;
       return moved;

@@ -4,15 +4,17 @@
 // cookie), as /work/shared/notes/rabbitmq-local.md describes. A missing
 // rabbitmq-server fails the tests with a clear message; they never skip.
 // (Outside test/ so that `node --test` does not take it for a test file.)
-import { spawn, spawnSync } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { until } from './eventually.js';
 import { freePort } from './redis-server.js';
 
 const BIN = '/usr/lib/rabbitmq/bin';
+const run = promisify(execFile);
 const live = new Set(); // brokers to stop if the test process exits early
 process.on('exit', () => {
   for (const child of live) child.stdin.destroy(); // sh kills the broker on EOF
@@ -30,7 +32,7 @@ function accepts(port) {
 }
 
 /**
- * Starts a private broker: {url, port, nodename, restart(), stop()}.
+ * Starts a private broker: {url, port, nodename, ctl(...args), restart(), stop()}.
  * restart(whileDown) stops it and starts it again on the same ports and
  * data (its durable queues and their messages survive); stop() stops it and
  * removes its directory.
@@ -92,6 +94,12 @@ export async function startRabbit() {
     url: `amqp://guest:guest@127.0.0.1:${port}`,
     port,
     nodename,
+    /** Runs rabbitmqctl on this broker with args: resolves to its output, rejects when it fails. */
+    async ctl(...args) {
+      // Not spawnSync: the test's workers go on meanwhile.
+      const { stdout } = await run(`${BIN}/rabbitmqctl`, ['-n', nodename, ...args], { env, timeout: 60_000 });
+      return stdout;
+    },
     /** Stops and starts the broker; whileDown() is called (not awaited) in between: restart resolves to its result. */
     async restart(whileDown) {
       await halt();

@@ -11,7 +11,9 @@ import promClient from 'prom-client';
 import { createMetrics, loadPolicy } from '../index.js';
 import { errorText } from '../lib/outcome.js';
 import { connect, holdName } from '../lib/rabbitmq.js';
+import { tableSize } from '../lib/rabbitmq/message.js';
 import { canonical, caseError, classify, deadlineError, FIELDS, timesAsOffsets } from '../test-support/cases.js';
+import { publishFrames } from '../test-support/amqp-frames.js';
 import { until } from '../test-support/eventually.js';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
 
@@ -122,6 +124,8 @@ function encodeMessage(msg) {
 
 function publish(queue, m) {
   const { body, props } = publishArgs(m);
+  // Headers over amqplib's 64 KiB buffer (the bounds/* cases): the frames by hand.
+  if (tableSize(props.headers) > 65536) return publishFrames(conn, queue, props, body);
   return new Promise((resolve, reject) => ch.publish('', queue, body, props, (err) => (err ? reject(err) : resolve())));
 }
 
@@ -289,7 +293,9 @@ async function run(c, { lateMs = 0 } = {}) {
   }
   state.delayed = sortBy(delayed, (v) => v.message);
   state.counters = await counters(registry);
-  return JSON.parse(timesAsOffsets(canonical(state).replaceAll(DEADLINE_TEXT, '{deadline_error}'), base, end, known));
+  // An adopted message's id is random (README, step 5), written before the times are.
+  const adopted = canonical(state).replaceAll(DEADLINE_TEXT, '{deadline_error}').replace(/amqp-[0-9a-f]{32}/g, '{adopted_id}');
+  return JSON.parse(timesAsOffsets(adopted, base, end, known));
 }
 
 test('the shared RabbitMQ cases', LIMIT, async (t) => {

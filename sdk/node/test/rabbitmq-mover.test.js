@@ -3,8 +3,9 @@
 // workers' (queue/rabbitmq/README.md, "The moves between levels are the
 // workers', not the broker's"): through backstop.hold.L<n>, never early,
 // the first topology's TTL queues unbound; the routing cap (2^11 - 1 s);
-// nothing lost when a mover's channel goes; a move without a route tried
-// again; stats() counting the hold queues.
+// nothing lost when a mover's channel goes; a move without a route
+// dead-lettered (unroutable); stats() counting the hold queues. (A deleted
+// work queue and refused moves: rabbitmq-faults.test.js.)
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import amqp from 'amqplib';
@@ -220,21 +221,25 @@ test('a mover that loses its channel while holding a message loses nothing: the 
   await b.close();
 });
 
-test('a move the broker returns (no route: its work queue is missing) is not acked and is tried again', LIMIT, async () => {
-  const errors = [];
-  const b = await connect(server.url, { onError: (err) => errors.push(err) });
+test('a move the broker returns (no route: no work queue, no DLQ) is dead-lettered to backstop.unroutable at once', LIMIT, async () => {
+  const b = await connect(server.url, { onError: () => {} });
   others.push(b);
+  await b.queue('elsewhere').declare(); // the levels too
   const w = work(b.queue('elsewhere'), fast, () => {});
   const now = Date.now();
-  // Due now, for a queue that does not exist yet: hold.L0 and straight on.
+  // Due now, for a queue that does not exist: hold.L0 and straight on.
   await publishRaw(levelName(0), delayRoutingKey(1), 'g', {
     messageId: 'ghost',
     headers: { 'backstop-attempt': '1', 'backstop-first-enqueued-ms': String(now), 'backstop-due-ms': String(now), 'backstop-destination': 'ghost' },
   });
-  await until('the returned move reported', () => errors.some((e) => /job "ghost".*trying again in 10 s/.test(e.message)));
-  const ghost = b.queue('ghost');
-  await ghost.declare();
-  await until('the move tried again', async () => (await depth('ghost')) === 1, 60_000);
+  await until('the dead letter', async () => (await depth('backstop.unroutable')) === 1);
   await w.stop();
+  const ch = await raw.createChannel();
+  const msg = await ch.get('backstop.unroutable', { noAck: true });
+  await ch.close();
+  assert.equal(msg.properties.messageId, 'ghost');
+  assert.equal(msg.properties.headers['backstop-reason'], 'unroutable');
+  assert.equal(msg.properties.headers['backstop-error'], 'no route to queue "ghost": it was deleted or never declared');
+  assert.equal(msg.properties.headers['backstop-destination'], 'ghost');
   await b.close();
 });

@@ -1,11 +1,10 @@
 // Plain producers on RabbitMQ (issue 27), against a real rabbitmq-server: a
 // delivery with neither backstop-attempt nor backstop-first-enqueued-ms is
-// attempt 1 of the job called by its message_id (else "sha256:" and its
-// body's SHA-256), enqueued at its timestamp (else when received); every
-// republish carries the job's id and headers, so the next delivery is not
-// plain.
+// attempt 1 of the job called by its message_id (one without is first
+// adopted: published again with "amqp-" and 32 random hex characters),
+// enqueued at its timestamp (else when received); every republish carries
+// the job's id and headers, so the next delivery is not plain.
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import amqp from 'amqplib';
 import { loadPolicy } from '../index.js';
@@ -52,9 +51,9 @@ async function publishRaw(queue, body, props) {
   }
 }
 
-const sha = (body) => `sha256:${createHash('sha256').update(body).digest('hex')}`;
+const ADOPTED = /^amqp-[0-9a-f]{32}$/;
 
-test('plain deliveries are jobs on attempt 1: message_id or the body\'s SHA-256, timestamp or the receipt time', LIMIT, async () => {
+test('plain deliveries are jobs on attempt 1: message_id or an adopted one, timestamp or the receipt time', LIMIT, async () => {
   const q = broker.queue('plain-ok');
   await q.declare();
   const before = Date.now();
@@ -69,11 +68,33 @@ test('plain deliveries are jobs on attempt 1: message_id or the body\'s SHA-256,
   const [one, two, three] = w.seen;
   assert.deepEqual([one.id, one.attempt, one.firstEnqueuedMs, one.jobType, one.malformed], ['m1', 1, 1700000000000, 'send_email', false]);
   assert.equal(one.payload.toString(), 'one');
-  assert.deepEqual([two.id, two.attempt, two.malformed], [sha('two'), 1, false]);
-  assert.match(two.id, /^sha256:[0-9a-f]{64}$/);
+  assert.deepEqual([two.attempt, two.malformed, two.payload.toString()], [1, false, 'two']);
+  assert.match(two.id, ADOPTED);
   assert.ok(two.firstEnqueuedMs >= before && two.firstEnqueuedMs <= after, `${two.firstEnqueuedMs} in [${before}, ${after}]`);
-  assert.deepEqual([three.id, three.attempt, three.malformed], [sha('three'), 1, false]);
+  assert.deepEqual([three.attempt, three.malformed, three.payload.toString()], [1, false, 'three']);
+  assert.match(three.id, ADOPTED);
   assert.ok(three.firstEnqueuedMs >= before && three.firstEnqueuedMs <= after);
+});
+
+// Issue 40 (9): the id was the body's SHA-256, so two events with one body
+// were one job to a handler guarding its side effect by job id.
+test('two plain messages without message_id and with one body are two jobs with two ids, their headers kept', LIMIT, async () => {
+  const q = broker.queue('plain-twins');
+  await q.declare();
+  await publishRaw('plain-twins', 'same', { timestamp: 1700000000, headers: { source: 'spring' } });
+  await publishRaw('plain-twins', 'same', { timestamp: 1700000001, headers: { source: 'spring' } });
+  const w = work(q, () => {});
+  await until('two outcomes', () => w.outcomes.length === 2);
+  await w.stop();
+  assert.deepEqual(w.outcomes.map((o) => o.action), ['ack', 'ack']);
+  const ids = w.seen.map((j) => j.id);
+  for (const id of ids) assert.match(id, ADOPTED);
+  assert.notEqual(ids[0], ids[1]);
+  assert.deepEqual(w.seen.map((j) => [j.attempt, j.firstEnqueuedMs, j.headers.source, j.payload.toString()]).sort(), [
+    [1, 1700000000000, 'spring', 'same'],
+    [1, 1700000001000, 'spring', 'same'],
+  ]);
+  assert.equal((await q.stats()).ready, 0);
 });
 
 test('a plain job retried comes back with its id, attempt 2 and its enqueued time; dead-lettered with them', LIMIT, async () => {
@@ -86,12 +107,14 @@ test('a plain job retried comes back with its id, attempt 2 and its enqueued tim
   await until('two outcomes', () => w.outcomes.length === 2);
   await w.stop();
   assert.deepEqual(w.outcomes.map((o) => o.action), ['retry', 'dead_letter']);
+  const id = w.seen[0].id;
+  assert.match(id, ADOPTED);
   assert.deepEqual(w.seen.map((j) => [j.id, j.attempt, j.firstEnqueuedMs, j.malformed]), [
-    [sha('body'), 1, 1700000000000, false],
-    [sha('body'), 2, 1700000000000, false],
+    [id, 1, 1700000000000, false],
+    [id, 2, 1700000000000, false],
   ]);
   const [dl] = await q.inspect(10);
-  assert.deepEqual([dl.id, dl.attempt, dl.firstEnqueuedMs, dl.reason, dl.destination], [sha('body'), 2, 1700000000000, 'max_attempts_reached', 'plain-retry']);
+  assert.deepEqual([dl.id, dl.attempt, dl.firstEnqueuedMs, dl.reason, dl.destination], [id, 2, 1700000000000, 'max_attempts_reached', 'plain-retry']);
   assert.equal(dl.headers.keep, 'me');
 });
 
@@ -105,7 +128,8 @@ test('a plain job dead-lettered at once carries message_id, attempt 1 and first 
   await until('one outcome', () => w.outcomes.length === 1);
   await w.stop();
   const [dl] = await q.inspect(10);
-  assert.deepEqual([dl.id, dl.attempt, dl.reason], [sha('x'), 1, 'permanent_error']);
+  assert.deepEqual([dl.id, dl.attempt, dl.reason], [w.seen[0].id, 1, 'permanent_error']);
+  assert.match(dl.id, ADOPTED);
   assert.equal(dl.firstEnqueuedMs, w.seen[0].firstEnqueuedMs);
   assert.equal(dl.headers['backstop-attempt'], '1');
 });

@@ -39,6 +39,10 @@ export class Core {
       try {
         const conn = await this.amqp.connect(this.url, this.socketOptions);
         conn.on('error', (err) => this.report(err));
+        // Under a memory or disk alarm the broker blocks the connection: its
+        // confirms wait (never taken as "not published"); said once each way.
+        conn.on('blocked', (reason) => this.report(new Error(`rabbitmq connection blocked: ${reason}`)));
+        conn.on('unblocked', () => this.report(new Error('rabbitmq connection unblocked')));
         conn.on('close', () => {
           if (this.conn === conn) this.conn = null;
           this.pub = null;

@@ -70,6 +70,7 @@ export function countQueue(r, job, plan) {
     fam.attempts.inc({ ...labels, outcome: 'dead_letter' });
     fam.deadLetters.inc({ ...labels, reason: plan.reason });
     if (plan.reason === 'max_attempts_reached') fam.maxAttempts.inc(labels);
-    if (job.attempt >= 1 && !job.malformed) fam.finished.observe({ ...labels, outcome: 'dead_letter' }, job.attempt);
+    // A malformed message (a due time past the bound too) is not observed.
+    if (job.attempt >= 1 && !job.malformed && plan.reason !== 'malformed') fam.finished.observe({ ...labels, outcome: 'dead_letter' }, job.attempt);
   }
 }

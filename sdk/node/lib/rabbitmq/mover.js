@@ -2,28 +2,40 @@
 // between levels are the workers', not the broker's"), one per connection
 // while a work() runs (core.js, useMover).
 import { jitter, pause } from '../outcome.js';
-import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish } from './channel.js';
-import { digits, H, props, text } from './message.js';
-import { DELIVER, HOLDS, holdName, LEVELS, levelName } from './topology.js';
+import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish, Rejected, unlessAborted, within } from './channel.js';
+import { digits, H, moveHeaders, props, text } from './message.js';
+import { DELIVER, delayRoutingKey, ENTER, HOLDS, holdName, LEVELS, levelName, UNROUTABLE } from './topology.js';
 
-// A mover's deliveries in hand per level, and its pause before a move the
-// broker refused (or returned) is tried again.
+// A mover's deliveries in hand per level; how long a move the broker
+// refused re-enters the delay (or, that refused too, is held before it is
+// tried again); and the refusals after which it is dead-lettered.
 const MOVE_PREFETCH = 1000;
 const MOVE_RETRY_MS = 10_000;
+const MAX_MOVE_REFUSALS = 30;
 
 // The moves between delay levels (README, "The moves between levels are the
 // workers', not the broker's"): on a confirm channel of its own, the mover
 // consumes hold.L0..L10, holds each delivery until its time (releaseAt),
 // publishes it unchanged to the next exchange (mandatory), and acks it once
-// confirmed. A move the broker refuses or returns (no route) is tried again
-// after 10 s; a lost channel returns what it held to the levels, and the
-// mover consumes again (with backoff, as work()) until stop aborts.
+// confirmed. A move the broker returns (no route: its work queue is gone)
+// is dead-lettered at once (reason unroutable); one it refuses (a full work
+// queue) re-enters the delay for 10 s, and is dead-lettered at its 30th
+// refusal; neither stays in the mover's hands, where it would hold up the
+// level's other moves. Only a move whose re-entry is refused too is held
+// and tried again after 10 s. A lost channel returns what it held to the
+// levels, and the mover consumes again (with backoff, as work()) until
+// stop aborts.
 export async function move(core, stop) {
   for (let backoff = BACKOFF_MIN_MS; !stop.aborted; backoff = Math.min(2 * backoff, BACKOFF_MAX_MS)) {
     let ch;
     try {
-      await core.levels();
-      ch = await core.channel(true);
+      // Not past stop: a blocked connection answers nothing.
+      const made = core.levels().then(() => core.channel(true));
+      ch = await unlessAborted(made, stop);
+      if (ch === undefined) {
+        made.then((c) => c.close()).catch(() => {});
+        return;
+      }
     } catch {
       // work() reports the connection's failures; both make it again.
       await core.connection().catch(() => {});
@@ -63,38 +75,80 @@ async function moveSession(core, ch, stop) {
     t.unref?.();
     timers.add(t);
   };
-  const moveOne = async (n, msg) => {
-    const exchange = n === 0 ? DELIVER : levelName(n - 1);
-    const key = msg.fields.routingKey;
-    const p = msg.properties ?? {};
-    const headers = { ...(p.headers ?? {}) };
-    // The hold queue's own count of redeliveries: the work queue's worker
-    // reads x-delivery-count as its own (crash loops).
-    delete headers['x-delivery-count'];
+  // Publishes (mandatory, confirmed) and resolves to whether it was routed.
+  const routed = async (exchange, key, content, p) => {
     const id = idOf(exchange, key, p);
     const m = { returned: false };
     const list = unconfirmed.get(id) ?? [];
     list.push(m);
     unconfirmed.set(id, list);
     try {
-      const extra = { priority: p.priority, replyTo: p.replyTo };
-      for (const k of Object.keys(extra)) if (extra[k] === undefined) delete extra[k];
-      await publish(ch, exchange, key, msg.content, { ...props(msg), ...extra, headers, mandatory: true });
-      if (m.returned) throw new Error(`no route from ${exchange} (its work queue ${JSON.stringify(text(headers[H.destination]))} was deleted?)`);
-      ch.ack(msg);
-    } catch (err) {
-      if (gone) return;
-      core.report(new Error(`rabbitmq delay mover: the move of job ${JSON.stringify(text(p.messageId))} from ${holdName(n)} failed; trying again in 10 s: ${err?.message ?? err}`, { cause: err }));
-      hold(n, msg, Date.now() + MOVE_RETRY_MS);
+      await publish(ch, exchange, key, content, { ...p, mandatory: true });
+      return !m.returned;
     } finally {
       list.splice(list.indexOf(m), 1);
       if (list.length === 0) unconfirmed.delete(id);
     }
   };
+  // Dead-letters msg (reason unroutable, error): to Q.dlq, Q its
+  // destination, else (no destination, or Q.dlq is gone too) to the
+  // shared backstop.unroutable.
+  const deadLetter = async (msg, base, error) => {
+    const dest = text(msg.properties?.headers?.[H.destination]);
+    const headers = { ...moveHeaders(msg.properties?.headers), [H.reason]: 'unroutable', [H.error]: error, [H.deadLettered]: String(Date.now()) };
+    delete headers[H.moveRefusals];
+    if (dest !== '' && (await routed('', `${dest}.dlq`, msg.content, { ...base, headers }))) return;
+    if (!(await routed('', UNROUTABLE, msg.content, { ...base, headers }))) throw new Error(`no route to queue ${JSON.stringify(UNROUTABLE)}`);
+  };
+  // A refused move: re-enters the delay for MOVE_RETRY_MS, or the rest of
+  // its own due time if later (its refusals counted in
+  // backstop-move-refusals); dead-lettered at the last.
+  const reenter = async (msg, base, refused) => {
+    const h = msg.properties?.headers ?? {};
+    const refusals = (digits(h[H.moveRefusals]) ?? 0) + 1;
+    if (refusals >= MAX_MOVE_REFUSALS) {
+      await deadLetter(msg, base, `the broker refused the delayed message's move ${refusals} times (a full queue or delay level): ${refused?.message ?? refused}`);
+      return;
+    }
+    const now = Date.now();
+    const due = Math.max(digits(h[H.due]) ?? 0, now + MOVE_RETRY_MS);
+    const headers = { ...h, [H.due]: String(due), [H.moveRefusals]: String(refusals) };
+    if (!(await routed(ENTER, delayRoutingKey(due - now), msg.content, { ...base, headers }))) throw new Error(`no route from ${ENTER}`);
+  };
+  const moveOne = async (n, msg) => {
+    const exchange = n === 0 ? DELIVER : levelName(n - 1);
+    const key = msg.fields.routingKey;
+    const p = msg.properties ?? {};
+    const base = props(msg);
+    try {
+      // Unchanged, but for x-delivery-count (publish drops it): the hold
+      // queue's own count of redeliveries, which the work queue's worker would take for its own.
+      let stage = 'move';
+      try {
+        if (!(await routed(exchange, key, msg.content, { ...base, headers: p.headers ?? {} }))) {
+          stage = 'dead letter';
+          const dest = text(p.headers?.[H.destination]);
+          core.report(new Error(`rabbitmq delay mover: job ${JSON.stringify(text(p.messageId))} has no route to queue ${JSON.stringify(dest)}; dead-lettered (unroutable)`));
+          await deadLetter(msg, base, dest === ''
+            ? 'no route for a delayed message without backstop-destination'
+            : `no route to queue ${JSON.stringify(dest)}: it was deleted or never declared`);
+        }
+      } catch (err) {
+        if (!(err instanceof Rejected) || stage !== 'move') throw err;
+        core.report(new Error(`rabbitmq delay mover: the move of job ${JSON.stringify(text(p.messageId))} to queue ${JSON.stringify(text(p.headers?.[H.destination]))} was refused; delayed again: ${err.message}`, { cause: err }));
+        await reenter(msg, base, err);
+      }
+      ch.ack(msg);
+    } catch (err) {
+      if (gone) return;
+      core.report(new Error(`rabbitmq delay mover: the move of job ${JSON.stringify(text(p.messageId))} from ${holdName(n)} failed; trying again in 10 s: ${err?.message ?? err}`, { cause: err }));
+      hold(n, msg, Date.now() + MOVE_RETRY_MS);
+    }
+  };
   let consumed = false;
-  try {
+  const consume = async () => {
     await ch.prefetch(MOVE_PREFETCH, false); // per consumer: per level
-    for (let n = 0; n < HOLDS && !stop.aborted; n++) {
+    for (let n = 0; n < HOLDS && !stop.aborted && !gone; n++) {
       await ch.consume(holdName(n), (msg) => {
         if (msg === null) {
           // Cancelled by the broker (the queue was deleted): declare the
@@ -107,6 +161,10 @@ async function moveSession(core, ch, stop) {
       }, { noAck: false });
     }
     consumed = true;
+  };
+  try {
+    // The consumers made, unless stopped first (a blocked connection answers nothing).
+    await unlessAborted(Promise.race([consume(), lost]), stop);
     await lostOrAborted(lost, stop);
   } catch (err) {
     if (!gone) core.report(new Error(`rabbitmq delay mover: consume: ${err?.message ?? err}`, { cause: err }));
@@ -115,13 +173,14 @@ async function moveSession(core, ch, stop) {
   ending = true;
   for (const t of timers) clearTimeout(t);
   // The moves under way finish (confirmed and acked, or not) before the
-  // channel closes, for 10 s at most: fewer duplicates.
+  // channel closes, for 10 s at most: fewer duplicates. Still pending (a
+  // blocked connection, whose broker reads nothing), the close is not waited for.
   let timer;
   await Promise.race([Promise.all([...moving]), new Promise((resolve) => {
     timer = setTimeout(resolve, MOVE_RETRY_MS);
   })]);
   clearTimeout(timer);
-  if (!gone) await ch.close().catch(() => {});
+  if (!gone) await within(ch.close(), moving.size === 0 ? MOVE_RETRY_MS : 0);
   return consumed;
 }
 

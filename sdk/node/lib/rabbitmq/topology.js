@@ -15,7 +15,10 @@ const MAX_DELAY_S = 2 ** HOLDS - 1;
 export const DELIVER = 'backstop.delay.deliver';
 // A delayed message enters at its highest set bit's level, not L17: each
 // exchange-to-exchange hop costs the publishing channel a topic match.
-const ENTER = 'backstop.delay.enter';
+export const ENTER = 'backstop.delay.enter';
+// Where the movers dead-letter a message (reason unroutable) that has no
+// work queue's DLQ to go to: a quorum queue shared by the virtual host.
+export const UNROUTABLE = 'backstop.unroutable';
 
 /** The name of delay level n (0..17): a topic exchange and the first topology's TTL queue. */
 export function levelName(n) {
@@ -80,6 +83,7 @@ export async function declareShared(ch) {
     });
   }
   for (let n = 0; n < HOLDS; n++) await ch.assertQueue(holdName(n), { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+  await ch.assertQueue(UNROUTABLE, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
   for (let n = 0; n < LEVELS; n++) {
     if (n < HOLDS) {
       // Bit n set: to the hold queue, which the movers empty; the TTL queue

@@ -8,8 +8,8 @@ import { checkString, checkWhole } from '../args.js';
 import { metricsOrigin } from '../metrics.js';
 import { jitter, pause, planOutcome } from '../outcome.js';
 import { checkWork, Runner } from '../runner.js';
-import { anySignal, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, preconditionFailed, publish } from './channel.js';
-import { H, jobOf, MALFORMED, moveHeaders, plain, props } from './message.js';
+import { anySignal, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, preconditionFailed, publish, Rejected, within } from './channel.js';
+import { adoptedId, DUE_ERROR, H, jobOf, MALFORMED, MAX_DUE_AHEAD_MS, moveHeaders, plain, props } from './message.js';
 import { countQueue, queueRecorder } from './metrics.js';
 import { delayRoutingKey } from './topology.js';
 
@@ -21,6 +21,11 @@ const KEPT_MAX = 10_000;
 // A handler's deadline by default: well under the broker's consumer_timeout
 // (30 min by default), past which it closes the channel of an unacked delivery.
 const HANDLER_TIMEOUT_MS = 5 * 60_000;
+// At shutdown, how long the outcomes whose confirms are pending are awaited
+// before the channel closes (their messages then come back: kept outcomes).
+const APPLY_TIMEOUT_MS = 10_000;
+// At shutdown, how long the consumer's cancel is awaited (a blocked connection answers nothing).
+const CANCEL_WAIT_MS = 1000;
 
 /**
  * Consumes queue until options.signal aborts (Queue.work(), rabbitmq.d.ts).
@@ -56,6 +61,14 @@ class Worker {
     // Outcomes decided but not acked when the channel was lost, by job id
     // and attempt: applied when the message comes back, the job not run again.
     this.kept = new Map();
+  }
+
+  // Keeps plan (its next message published or not, refused by the broker
+  // refusals times in a row) for the delivery of job's return.
+  keep(job, plan, published, refusals) {
+    if (job.key === null) return;
+    if (this.kept.size >= KEPT_MAX) this.kept.delete(this.kept.keys().next().value);
+    this.kept.set(job.key, { ...plan, published, refusals });
   }
 
   // Consumes until stopped, on a channel made again (with backoff) whenever
@@ -100,6 +113,7 @@ class Worker {
   async session(ch) {
     const { q, stop } = this;
     const inflight = new Set();
+    this.confirming = 0; // outcomes of this channel waiting for their confirm
     const lost = new Promise((resolve) => ch.once('close', resolve));
     let lostYet = false;
     lost.then(() => {
@@ -116,17 +130,39 @@ class Worker {
           ch.close().catch(() => {});
           return;
         }
+        // Stopping (a cancel the broker has not read yet): left unacked, returned with the channel.
+        if (stop.aborted) return;
         const t = this.handle(ch, msg).catch((err) => this.runner.report(err)).finally(() => inflight.delete(t));
         inflight.add(t);
       }, { noAck: false, consumerTag: this.consumerTag });
       consumed = true;
       await lostOrAborted(lost, stop);
-      if (!lostYet) await ch.cancel(tag).catch(() => {});
+      // (Deliveries that come meanwhile are left for the channel's close.)
+      if (!lostYet) await within(ch.cancel(tag), CANCEL_WAIT_MS);
     } catch (err) {
       if (!lostYet) this.runner.report(q.error('consume', err));
     }
-    while (inflight.size > 0) await Promise.all([...inflight]);
-    if (!lostYet) await ch.close().catch(() => {});
+    // The jobs in hand finish; once only confirms are left, they are awaited
+    // APPLY_TIMEOUT_MS at most (a blocked connection confirms nothing), then
+    // the channel is closed, not waited for (the broker of a blocked
+    // connection reads nothing): what is unconfirmed is unknown, its
+    // delivery comes back (the crash contract: a duplicate, never a loss).
+    let idle = 0;
+    while (inflight.size > 0) {
+      let timer;
+      const tick = new Promise((resolve) => {
+        timer = setTimeout(resolve, APPLY_TIMEOUT_MS / 10);
+      });
+      await Promise.race([Promise.all([...inflight]), tick]);
+      clearTimeout(timer);
+      idle = inflight.size > 0 && this.confirming === inflight.size ? idle + 1 : 0;
+      if (idle >= 10 && !lostYet) {
+        this.runner.report(q.error('stop', new Error(`${this.confirming} confirms still pending after ${APPLY_TIMEOUT_MS} ms: closing the channel`)));
+        ch.close().catch(() => {});
+        return consumed;
+      }
+    }
+    if (!lostYet) await within(ch.close(), APPLY_TIMEOUT_MS);
     return consumed;
   }
 
@@ -136,6 +172,7 @@ class Worker {
     const plan = await this.decide(ch, msg, job);
     if (plan === null) return;
     const applied = await this.settle(ch, msg, job, plan);
+    if (plan.action === 'adopt') return; // not run: its adopted copy will be
     // The queue families count what the broker has (as Go): published and acked.
     if (applied && this.families !== undefined) countQueue(this.families, job, plan);
     if (applied && plan.action !== 'early') {
@@ -152,12 +189,19 @@ class Worker {
       this.kept.delete(job.key);
       return keptPlan; // in the client metrics when it was decided; in the queue families once applied
     }
+    // A plain message without message_id: published again with an id of
+    // its own (adoptedId), then acked; the copy runs as attempt 1.
+    if (job.adopt) return { action: 'adopt', reason: 'adopt', decision: null };
     if (job.malformed) return planOutcome(job, null, this.policy, { malformed: MALFORMED });
     if (job.deliveryCount >= q.maxDeliveries) {
       return {
         action: 'dead_letter', reason: 'crash_loop', decision: null,
         msg: `crash loop: delivered ${job.deliveryCount + 1} times without an outcome (max deliveries ${q.maxDeliveries})`,
       };
+    }
+    if (job.dueMs !== null && job.dueMs > Date.now() + MAX_DUE_AHEAD_MS) {
+      // It would cycle through the delay levels for ever.
+      return { action: 'dead_letter', reason: 'malformed', decision: null, msg: DUE_ERROR };
     }
     if (job.dueMs !== null && job.dueMs > Date.now()) {
       // Early (a delay past the levels' range): the rest, nothing counted.
@@ -189,8 +233,9 @@ class Worker {
   // The headers, exchange and routing key a plan publishes (none for an ack).
   next(job, msg, plan, now) {
     const name = this.q.name;
-    const headers = plan.action === 'dead_letter' && plan.reason === 'malformed'
-      ? { ...(msg.properties.headers ?? {}) } // every original header kept
+    if (plan.action === 'adopt') return { exchange: '', routingKey: name, headers: { ...(msg.properties.headers ?? {}) } };
+    const headers = plan.action === 'dead_letter' && job.malformed
+      ? { ...(msg.properties.headers ?? {}) } // every original header kept, for a person to read (as Go)
       : moveHeaders(msg.properties.headers);
     if (!job.malformed && plain(msg.properties.headers ?? {})) {
       // A plain delivery's job moves with the headers every job carries:
@@ -220,28 +265,52 @@ class Worker {
     return { exchange: `${name}.delay`, routingKey: delayRoutingKey(plan.delayMs), headers };
   }
 
-  // Publishes the plan's message, waits for the broker's confirm, then acks
-  // msg; true once acked. Not applied, the plan is kept for the delivery's
-  // return.
+  // Publishes the plan's message, waits for the broker's confirm (no
+  // timeout: the confirm or the channel's close), then acks msg; true once
+  // acked. Not applied, the plan is kept for the delivery's return; one the
+  // broker refused (nack) is handed back after a pause (refusedPause).
   async settle(ch, msg, job, plan) {
     let published = plan.published === true;
     try {
       if (plan.action !== 'ack' && !published) {
         const { exchange, routingKey, headers } = this.next(job, msg, plan, Date.now());
-        // The message_id is the job's id (a plain delivery's may have had none).
-        const id = job.malformed ? {} : { messageId: job.id };
-        await publish(ch, exchange, routingKey, msg.content, { ...props(msg), ...id, headers });
+        // The message_id is the job's id (a plain delivery's adopted one).
+        const id = plan.action === 'adopt' ? { messageId: adoptedId() } : job.malformed ? {} : { messageId: job.id };
+        this.confirming++;
+        try {
+          await publish(ch, exchange, routingKey, msg.content, { ...props(msg), ...id, headers });
+        } finally {
+          this.confirming--;
+        }
         published = true;
       }
       ch.ack(msg);
       return true;
     } catch (err) {
-      if (job.key !== null) {
-        if (this.kept.size >= KEPT_MAX) this.kept.delete(this.kept.keys().next().value);
-        this.kept.set(job.key, { ...plan, published });
+      const refusals = err instanceof Rejected ? (plan.refusals ?? 0) + 1 : 0;
+      this.keep(job, plan, published, refusals);
+      if (refusals > 0) {
+        // Refused (a full delay level or DLQ): handed back to be tried
+        // again when it returns, but not at once (while a cluster elects a
+        // leader, each return would count in x-delivery-count).
+        setTimeout(() => {
+          try {
+            ch.nack(msg, false, true);
+          } catch {
+            // The channel is gone: the broker returned it.
+          }
+        }, refusedPause(refusals)).unref?.();
       }
       this.runner.report(this.q.error(`outcome ${plan.action} of job ${job.id || '(no id)'} not applied (kept for its redelivery)`, err), job);
       return false;
     }
   }
+}
+
+// How long a delivery whose outcome the broker refused n times in a row
+// waits before it is handed back: 20 ms doubling to 5 s, jittered (half to
+// all of it), as Go's.
+export function refusedPause(n) {
+  const d = Math.min(5000, 20 * 2 ** Math.min(n - 1, 10));
+  return d / 2 + Math.random() * (d / 2);
 }
