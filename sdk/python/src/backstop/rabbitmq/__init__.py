@@ -110,6 +110,7 @@ class Broker:
                     except Exception:
                         pass
                 self._conn = await aio_pika.connect(self.url, timeout=self._timeout)
+                _log_blocked(self._conn)
                 self._shared_declared = False
             return self._conn
 
@@ -201,20 +202,21 @@ class Queue:
             await self._declare_on(ch)
 
     async def enqueue(self, job_id: str, payload: _core.Payload = b"", job_type: Optional[str] = None, *,
-                      content_type: Optional[str] = None) -> None:
+                      content_type: Optional[str] = None, delay: Union[None, float, timedelta] = None) -> None:
         """Publishes job ``job_id`` (its stable identity, the idempotency
         key) as attempt 1, first enqueued now, and returns once the broker
-        confirmed it."""
+        confirmed it; with ``delay`` (seconds or a timedelta, at most 30
+        days) it runs no earlier than that from now."""
         _core.check_name("enqueue", "job_id", job_id)
         body = _core.payload_bytes(payload)
         if job_type is not None:
             _decide.check_job_type("enqueue", "job_type", job_type)
+        wait = _core.delay_ms("enqueue", delay)
 
         async def run(ch: AbstractChannel) -> None:
             await self._ensure(ch)
-            h = _core.enqueue_headers(self.name, job_type, _core.now_ms())
-            await _publish(ch, _core.Publish("", self.name, h), {"message_id": job_id, "content_type": content_type},
-                           body)
+            pub = _core.enqueued(self.name, job_id, job_type, wait, _core.now_ms())
+            await _publish(ch, pub, {"content_type": content_type}, body)
 
         await self._op(run)
 
@@ -306,11 +308,13 @@ class Queue:
 
         async def deliver(msg: AbstractIncomingMessage) -> None:
             try:
-                job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type, msg.timestamp)
+                job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type, msg.timestamp,
+                                     redelivered=bool(msg.redelivered))
                 policy, client = runner.policy_for(job)
                 step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
-                if step.early:
-                    await apply(msg, job, None, _core.early(name, job, _core.now_ms()), False)
+                first = _core.before_run(name, job, step, _core.now_ms())
+                if first is not None:
+                    await apply(msg, job, None, first, False)
                     return
                 plan = step.plan
                 if plan is None:
@@ -443,9 +447,12 @@ class _Mover:
     workers'"): on a channel of its own in confirm mode it consumes
     ``hold.L0..L10`` and holds each delivery until ``_core.release_ms``,
     then publishes it unchanged to its next exchange, waits for the
-    confirm and acks it; a move the broker returns or refuses is tried
-    again after 10 s. A lost channel returns the held deliveries to the
-    broker by itself; the mover consumes again with backoff."""
+    confirm and acks it; a move the broker returns is dead-lettered
+    (``unroutable``), one it refuses enters the delay again for 10 s
+    (``_core.after_move``), and only what is refused after that is held
+    and tried again after 10 s. A lost channel returns the held
+    deliveries to the broker by itself; the mover consumes again with
+    backoff."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -505,24 +512,40 @@ class _Mover:
     async def _hold(self, ch: AbstractChannel, n: int, msg: AbstractIncomingMessage, received: int) -> None:
         key = msg.routing_key or ""
         await asyncio.sleep(max(0, _core.release_ms(n, key, msg.headers, received) - _core.now_ms()) / 1000)
-        pub = _core.moved(n, key, msg.headers)
         while True:
-            try:
-                await _publish(ch, pub, msg)
-                await msg.ack()
-                return
-            except Exception as e:
-                if ch.is_closed:
-                    return  # the delivery went back with the channel
-                log.warning("delay mover: move of %s from %s refused, trying again in %gs: %s", msg.message_id,
-                            _core.hold(n), _core.MOVE_RETRY_S, e)
-                await asyncio.sleep(_core.MOVE_RETRY_S)
+            # The move; one returned is dead-lettered (unroutable), one
+            # refused enters the delay again: neither keeps a place in the
+            # prefetch. Only what is refused after that is held here.
+            pubs = [_core.moved(n, key, msg.headers)]
+            while pubs:
+                pub = pubs.pop(0)
+                try:
+                    await _publish(ch, pub, msg)
+                    await msg.ack()
+                    return
+                except aiormq.exceptions.DeliveryError as e:
+                    result = "returned" if isinstance(e, aiormq.exceptions.PublishError) else "refused"
+                    more = _core.after_move(n, pub, result, msg.headers, _core.now_ms())
+                except Exception as e:
+                    if ch.is_closed:
+                        return  # the delivery went back with the channel
+                    result, more = "failed: %s" % e, None
+                if more is None:
+                    break
+                pubs = more + pubs
+            log.warning("delay mover: move of %s from %s %s, trying again in %gs", msg.message_id, _core.hold(n),
+                        result, _core.MOVE_RETRY_S)
+            await asyncio.sleep(_core.MOVE_RETRY_S)
 
 
 async def _publish(ch: AbstractChannel, pub: _core.Publish, src: Any, body: Optional[bytes] = None) -> None:
     """Publishes pub with the body and properties of ``src`` (a delivery,
-    or for enqueue a dict: message_id, content_type), persistent, and
-    waits for the broker's confirm; an unroutable message raises."""
+    or for enqueue a dict: content_type), persistent, its headers fitted
+    below the frame size (``_core.fit``), and waits for the broker's
+    confirm, however long (a blocked connection: a memory alarm), never
+    taking a wait for a refusal: an unroutable message raises
+    ``PublishError``, a refused one (nack) ``DeliveryError``, a channel
+    closed meanwhile (the outcome unknown) its own error."""
     if isinstance(src, dict):
         props = dict(src)
     else:
@@ -531,12 +554,32 @@ async def _publish(ch: AbstractChannel, pub: _core.Publish, src: Any, body: Opti
                                                "type", "app_id", "timestamp")}
     if pub.message_id:
         props["message_id"] = pub.message_id  # the job id (a plain message may have none)
-    msg = aio_pika.Message(body or b"", headers=_amqp_table(pub.headers), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+    msg = aio_pika.Message(body or b"", headers=_amqp_table(_core.fit(pub.headers)),
+                           delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                            **{k: v for k, v in props.items() if v})
     if not props.get("message_id"):
         msg.message_id = _NO_ID
     x = ch.default_exchange if pub.exchange == "" else await ch.get_exchange(pub.exchange, ensure=False)
     await x.publish(msg, pub.routing_key, mandatory=True)
+
+
+def _log_blocked(conn: AbstractConnection) -> None:
+    """Logs once when the broker blocks the connection (with its reason)
+    and once when it unblocks it. aiormq has no callback for it: its two
+    frame handlers are wrapped on the instance (private names; without
+    them aiormq's own warning remains)."""
+    under = getattr(getattr(conn, "transport", None), "connection", None)
+    for name, line in (("_Connection__handle_connection_blocked", None),
+                       ("_Connection__handle_connection_unblocked", _core.UNBLOCKED)):
+        orig = getattr(under, name, None)
+        if orig is None:
+            continue
+
+        async def wrapped(frame: Any, orig: Any = orig, line: Optional[str] = line) -> None:
+            log.warning(line or _core.blocked_message(getattr(frame, "reason", "")))
+            await orig(frame)
+
+        setattr(under, name, wrapped)
 
 
 def _alive(conn: AbstractConnection) -> bool:

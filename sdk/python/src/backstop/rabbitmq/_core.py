@@ -5,12 +5,12 @@ dead letters read from them, and the message each outcome publishes."""
 from __future__ import annotations
 
 import collections
-import hashlib
 import random
+import secrets
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .. import _decide
@@ -22,10 +22,18 @@ MAX_HOP_S = (1 << HOLD_LEVELS) - 1  # 34 min in one pass: no hold outlasts the c
 DELIVER = "backstop.delay.deliver"
 MOVE_PREFETCH = 1000  # deliveries a mover holds per hold queue
 MOVE_RETRY_S = 10.0  # the pause before a move the broker refused is tried again
+MOVE_REENTER_MS = 10_000  # a move the broker refused waits this long in the delay again
+MAX_MOVE_REFUSALS = 30  # refusals of one delayed message before it is dead-lettered as unroutable
+UNROUTABLE = "backstop.unroutable"  # dead letters of moves with no queue to go to
+ERROR_MAX = 8192  # bytes of UTF-8 in backstop-last-error and backstop-error, marker included
+TABLE_MAX = 65536  # bytes of an encoded header table, far below RabbitMQ's frame_max (128 KiB)
+DROPPED_MAX = 1024  # bytes of the backstop-dropped-headers list
+MAX_DUE_AHEAD_MS = 30 * 24 * 3600 * 1000  # a backstop-due-ms further ahead than this is malformed
 # A delayed message enters at its highest set bit's level, not L17: each
 # exchange-to-exchange hop costs the publishing channel a topic match.
 ENTER = "backstop.delay.enter"
 MALFORMED = "malformed message: needs message_id, backstop-attempt >= 1 and backstop-first-enqueued-ms"
+DUE_TOO_FAR = "malformed message: backstop-due-ms is more than 30 days ahead"
 
 H_ATTEMPT = "backstop-attempt"
 H_FIRST = "backstop-first-enqueued-ms"
@@ -38,6 +46,8 @@ H_TYPE = "backstop-job-type"
 H_REASON = "backstop-reason"
 H_ERROR = "backstop-error"
 H_DL_MS = "backstop-dead-lettered-ms"
+H_DROPPED = "backstop-dropped-headers"
+H_REFUSALS = "backstop-move-refusals"
 
 _ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
 _DIGITS = re.compile(r"[0-9]{1,18}\Z")  # as Go's headerDigits: fits an int64
@@ -104,6 +114,7 @@ def _shared() -> Topology:
         # Bound before the TTL queue is unbound: a message routed meanwhile
         # goes to both (a duplicate), never to neither.
         qb.append((hold(n), level(n), _pattern(n, "1"), {}))
+    queues.append((UNROUTABLE, {"x-queue-type": "quorum"}))
     eb += [(level(n), ENTER, _enter_pattern(n), {}) for n in range(LEVELS)]
     eb.append((DELIVER, ENTER, routing_key(0), {}))  # no bit set: straight to the queue
     return Topology(exchanges, queues, qb, eb, tuple((level(n), level(n), _pattern(n, "1")) for n in range(HOLD_LEVELS)))
@@ -165,19 +176,22 @@ class Job:
     ``attempt`` is the 1-based number of this execution and ``id`` (the
     message id) the job's stable identity, its idempotency key.
     ``malformed`` marks a message without an id, a whole ``attempt`` >= 1
-    or a first-enqueued time: the worker dead-letters it (reason
-    ``malformed``) without running it; ``headers`` holds every header to
-    see why. ``delivery_count`` is the broker's ``x-delivery-count``
-    (deliveries that ended without an ack).
+    or a first-enqueued time, or with a ``backstop-due-ms`` more than 30
+    days ahead: the worker dead-letters it (reason ``malformed``, error
+    ``malformed_error``) without running it; ``headers`` holds every
+    header to see why. ``delivery_count`` is the broker's
+    ``x-delivery-count`` (deliveries that ended without an ack), read on
+    a redelivery only: on a first delivery the header is another
+    publisher's (a shovel copies it), 0.
 
     A plain message, with neither ``backstop-attempt`` nor
     ``backstop-first-enqueued-ms`` (a producer that knows nothing of
-    backstop), is the job's first attempt: its id the message id, or
-    without one ``"sha256:"`` and the hex SHA-256 of the body; first
+    backstop), is the job's first attempt: its id the message id; first
     enqueued at its timestamp property, or without one when it was
-    received. Every message the worker publishes for a job (retry, defer,
-    dead letter) carries the job id as message id and backstop's headers,
-    so it is plain once only."""
+    received. One without a message id has ``id`` "": the worker adopts it
+    (``adopted``) before it runs. Every message the worker publishes for
+    a job (retry, defer, dead letter) carries the job id as message id
+    and backstop's headers, so it is plain once only."""
 
     id: str
     attempt: int
@@ -193,6 +207,7 @@ class Job:
     delivery_count: int = 0
     malformed: bool = False
     headers: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    malformed_error: str = field(default="", compare=False, repr=False)
 
     @property
     def first_enqueued(self) -> datetime:
@@ -201,28 +216,38 @@ class Job:
 
 
 def job_from(queue: str, message_id: Optional[str], headers: Optional[Mapping[str, Any]], body: bytes,
-             content_type: Optional[str], timestamp: Any = None, received_ms: Optional[int] = None) -> Job:
+             content_type: Optional[str], timestamp: Any = None, received_ms: Optional[int] = None,
+             redelivered: bool = False) -> Job:
     """The job of a delivery: its message id, headers, body, content type
     and timestamp property; ``received_ms`` (default now) the time of
-    receipt, a plain message's first-enqueued time without a timestamp."""
+    receipt, a plain message's first-enqueued time without a timestamp;
+    ``redelivered`` the delivery's flag (only then is ``x-delivery-count``
+    the broker's)."""
     h = dict(headers or {})
     jid = _text(message_id)
     prev = _num(h.get(H_PREV_DELAY)) or 0
+    received = now_ms() if received_ms is None else received_ms
+    error = ""
     if H_ATTEMPT not in h and H_FIRST not in h:
         # Plain: not malformed, its first attempt (no delay before it).
         attempt, malformed, prev = 1, False, 0
-        jid = jid or "sha256:" + hashlib.sha256(bytes(body)).hexdigest()
         ts = _seconds(timestamp)
-        first: Optional[int] = ts * 1000 if ts else (now_ms() if received_ms is None else received_ms)
+        first: Optional[int] = ts * 1000 if ts else received
     else:
         n, first = _num(h.get(H_ATTEMPT)), _num(h.get(H_FIRST))
         a = h.get(H_ATTEMPT)
         malformed = (not message_id or n is None or not _ATTEMPT.match(str(n)) or first is None
                      or (isinstance(a, str) and a != str(n)))  # "01": a leading zero
         attempt = n or 0
+        error = MALFORMED if malformed else ""
+    due = _num(h.get(H_DUE)) or 0
+    if not malformed and due > received + MAX_DUE_AHEAD_MS:
+        # It would cycle through the levels for ever, never run, never seen.
+        malformed, error = True, DUE_TOO_FAR
+    count = (_num(h.get("x-delivery-count")) or 0) if redelivered else 0
     return Job(jid, attempt, first or 0, bytes(body), queue, content_type or "",
                _text(h.get(H_TYPE)), _text(h.get(H_LAST_REASON)), _text(h.get(H_LAST_ERROR)),
-               prev, _num(h.get(H_DUE)) or 0, _num(h.get("x-delivery-count")) or 0, malformed, h)
+               prev, due, count, malformed, h, error)
 
 
 @dataclass(frozen=True)
@@ -307,6 +332,81 @@ _BROKER = frozenset(("x-death", "x-first-death-exchange", "x-first-death-queue",
                      "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-delivery-count"))
 
 
+def bounded_error(text: str) -> str:
+    """An error as ``backstop-last-error`` and ``backstop-error`` carry it:
+    at most ERROR_MAX bytes of UTF-8, a longer one cut on a character
+    boundary and ended by `` …[truncated: N bytes]`` (N its full length;
+    the marker counts in the bound), so that no handler's error can make
+    a header frame the broker refuses."""
+    b = text.encode("utf-8", "replace")
+    if len(b) <= ERROR_MAX:
+        return text
+    marker = " …[truncated: %d bytes]" % len(b)
+    keep = ERROR_MAX - len(marker.encode("utf-8"))
+    return b[:keep].decode("utf-8", "ignore") + marker
+
+
+def _value_size(v: Any) -> int:
+    """The bytes of a field value in an AMQP table (type octet included;
+    an integer at its widest)."""
+    if v is None:
+        return 1
+    if isinstance(v, bool):
+        return 2
+    if isinstance(v, (int, float, datetime)):
+        return 9
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return 5 + len(bytes(v))
+    if isinstance(v, Mapping):
+        return 1 + table_size(v)
+    if isinstance(v, (list, tuple)):
+        return 5 + sum(_value_size(x) for x in v)
+    return 5 + len(_text(v).encode("utf-8", "replace"))  # a long string (a Decimal: less)
+
+
+def _entry_size(k: str, v: Any) -> int:
+    return 1 + len(k.encode("utf-8", "replace")) + _value_size(v)
+
+
+def table_size(h: Mapping[str, Any]) -> int:
+    """The bytes of ``h`` encoded as an AMQP field table."""
+    return 4 + sum(_entry_size(k, v) for k, v in h.items())
+
+
+def fit(h: Dict[str, Any]) -> Dict[str, Any]:
+    """The headers a publish sends: ``h`` when its table is at most
+    TABLE_MAX bytes; else without the largest foreign headers (not
+    ``backstop-*``, not ``x-death``), largest first, until it fits, their
+    names listed in ``backstop-dropped-headers`` (comma-separated, at most
+    DROPPED_MAX bytes: the names that fit), so that the publish cannot
+    close the connection (frame_too_large)."""
+    if table_size(h) <= TABLE_MAX:
+        return h
+    out = dict(h)
+    size = table_size(out)
+    foreign = sorted((k for k in out if not k.startswith("backstop-") and k != "x-death"),
+                     key=lambda k: (-_entry_size(k, out[k]), k))
+    dropped: List[str] = []
+    for k in foreign:
+        if size + _entry_size(H_DROPPED, _dropped_list(dropped)) <= TABLE_MAX:
+            break
+        size -= _entry_size(k, out.pop(k))
+        dropped.append(k)
+    if dropped:
+        out[H_DROPPED] = _dropped_list(dropped)
+    return out
+
+
+def _dropped_list(names: List[str]) -> str:
+    out = ""
+    for k in names:
+        n = k if not out else out + "," + k
+        if len(n.encode("utf-8", "replace")) > DROPPED_MAX:
+            break
+        out = n
+    return out
+
+
 def _own(h: Mapping[str, Any]) -> Dict[str, Any]:
     """The headers a message takes to its next place: every one (the job
     type, others' headers) but the broker's."""
@@ -320,11 +420,35 @@ def enqueue_headers(q: str, job_type: Optional[str], now: int) -> Dict[str, Any]
     return h
 
 
+def enqueued(q: str, job_id: str, job_type: Optional[str], delay_ms: int, now: int) -> Publish:
+    """Job ``job_id``'s first message: to ``q``, or after ``delay_ms``
+    through ``Q.delay``."""
+    h = enqueue_headers(q, job_type, now)
+    return delayed(q, h, delay_ms, now, job_id) if delay_ms > 0 else Publish("", q, h, job_id)
+
+
+def delay_ms(who: str, v: Any) -> int:
+    """``enqueue``'s ``delay`` (seconds, or a timedelta; None: none) in ms,
+    rounded up; refused past 30 days (the longest due time a worker
+    accepts), naming the option."""
+    if v is None:
+        return 0
+    if isinstance(v, timedelta):
+        v = v.total_seconds()
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
+        raise ValueError("%s: delay must be a number of seconds >= 0 or a timedelta (got %r)" % (who, v))
+    if v * 1000 > MAX_DUE_AHEAD_MS:
+        raise ValueError("%s: delay must be at most 30 days (got %r s)" % (who, v))
+    return -(-int(v * 1000 * 1000) // 1000)  # µs, then ms rounded up: never early
+
+
 def _job_headers(job: Job) -> Dict[str, Any]:
     """The headers a job's message takes to its next place: its own (not
     the broker's), with backstop's attempt and first-enqueued time, which
     a plain message had not."""
     h = _own(job.headers)
+    if H_LAST_ERROR in h:  # written before errors were bounded
+        h[H_LAST_ERROR] = bounded_error(_text(h[H_LAST_ERROR]))
     h.setdefault(H_ATTEMPT, str(job.attempt))
     h.setdefault(H_FIRST, str(job.first_enqueued_ms))
     return h
@@ -337,8 +461,10 @@ def delayed(q: str, h: Dict[str, Any], delay_ms: int, now: int, message_id: str 
 
 
 def dead_letter(q: str, job: Job, reason: str, error: str, now: int) -> Publish:
-    h = dict(job.headers) if job.malformed else _job_headers(job)
-    h.update({H_REASON: reason, H_ERROR: error, H_DL_MS: str(now)})
+    # A malformed message keeps the broker's headers (x-death: where it
+    # was), for a person to read; never x-delivery-count.
+    h = {k: v for k, v in job.headers.items() if k != "x-delivery-count"} if job.malformed else _job_headers(job)
+    h.update({H_REASON: reason, H_ERROR: bounded_error(error), H_DL_MS: str(now)})
     if not job.malformed:
         h.setdefault(H_DEST, q)
     return Publish("", q + ".dlq", h, job.id)
@@ -354,7 +480,7 @@ def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
     h = _job_headers(job)
     h[H_LAST_REASON] = reason
     if text:  # a deferral the breaker made before the job ran keeps the last error
-        h[H_LAST_ERROR] = text
+        h[H_LAST_ERROR] = bounded_error(text)
     if action == "retry":
         h.update({H_ATTEMPT: str(job.attempt + 1), H_PREV_DELAY: str(delay)})
     return delayed(q, h, delay, now, job.id)
@@ -363,6 +489,17 @@ def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
 def early(q: str, job: Job, now: int) -> Publish:
     """A job that arrived before it is due, delayed again for the rest."""
     return Publish(q + ".delay", routing_key(job.due_ms - now), dict(_job_headers(job), **{H_DEST: q}), job.id)
+
+
+def adopted(q: str, job: Job) -> Publish:
+    """A plain message without a message id published again to ``q`` with
+    an id of its own, ``amqp-`` and 32 random lowercase hex digits (two
+    events with one body are two jobs), its headers (but the broker's
+    ``x-delivery-count``), properties and body unchanged: the copy runs as
+    the job's attempt 1 once the broker confirmed it and the original is
+    acked (a crash in between duplicates, never loses)."""
+    h = {k: v for k, v in job.headers.items() if k != "x-delivery-count"}
+    return Publish("", q, h, "amqp-" + secrets.token_hex(16))
 
 
 def crash_loop(job: Job, max_deliveries: int) -> _decide.Plan:
@@ -422,7 +559,67 @@ def moved(n: int, key: str, headers: Optional[Mapping[str, Any]]) -> Publish:
     return Publish(next_exchange(n), key, {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"})
 
 
+def unroutable_error(dest: str) -> str:
+    return 'no route to queue "%s": it was deleted or never declared' % dest
+
+
+def refused_error(dest: str, refusals: int) -> str:
+    return 'move refused by the broker %d times (queue "%s" full, or a level)' % (refusals, dest)
+
+
+def _move_dead_letters(headers: Optional[Mapping[str, Any]], error: str, now: int) -> List[Publish]:
+    """A delayed message the mover cannot move on, dead-lettered with reason
+    ``unroutable``: to ``Q.dlq`` (Q its destination), or when that returns
+    too, or it has none, to UNROUTABLE."""
+    h = {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"}
+    h.update({H_REASON: "unroutable", H_ERROR: bounded_error(error), H_DL_MS: str(now)})
+    dest = _text(h.get(H_DEST))
+    return ([Publish("", dest + ".dlq", h)] if dest else []) + [Publish("", UNROUTABLE, dict(h))]
+
+
+def move_returned(headers: Optional[Mapping[str, Any]], now: int) -> List[Publish]:
+    """What the mover publishes, in turn until one is confirmed, for a move
+    the broker returned (no route: its work queue is gone)."""
+    return _move_dead_letters(headers, unroutable_error(_text((headers or {}).get(H_DEST))), now)
+
+
+def move_refused(headers: Optional[Mapping[str, Any]], now: int) -> List[Publish]:
+    """What the mover publishes for a move the broker refused (nack: a full
+    work queue or level): the message enters the delay again for 10 s,
+    ``backstop-move-refusals`` + 1, so that it does not hold a place in
+    the mover's prefetch; at the 30th refusal, a dead letter
+    (``unroutable``)."""
+    h = {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"}
+    n = (_num(h.get(H_REFUSALS)) or 0) + 1
+    if n >= MAX_MOVE_REFUSALS:
+        return _move_dead_letters(dict(h, **{H_REFUSALS: str(n)}), refused_error(_text(h.get(H_DEST)), n), now)
+    h.update({H_REFUSALS: str(n), H_DUE: str(now + MOVE_REENTER_MS)})
+    return [Publish(ENTER, routing_key(MOVE_REENTER_MS), h)]
+
+
+def after_move(n: int, pub: Publish, result: str, headers: Optional[Mapping[str, Any]], now: int) -> Optional[List[Publish]]:
+    """What a mover of ``hold.L<n>`` publishes next, in turn until one is
+    confirmed, after ``pub`` was ``"returned"`` (no route) or ``"refused"``
+    (nack): for the move itself, its dead letters (returned) or its
+    re-entry into the delay (refused); for a dead letter returned, the
+    next one in turn ([]). None: the message is held and its move tried
+    again after MOVE_RETRY_S (a re-entry or dead letter refused: a
+    cluster electing a leader)."""
+    if pub.exchange == next_exchange(n):
+        return move_returned(headers, now) if result == "returned" else move_refused(headers, now)
+    return [] if result == "returned" else None
+
+
 # -- the worker's decisions, broker aside -------------------------------------
+
+
+def blocked_message(reason: Any) -> str:
+    """The log line of a connection the broker blocked (a memory or disk
+    alarm: publishes wait, their confirms with them)."""
+    return "rabbitmq connection blocked: %s" % _text(reason)
+
+
+UNBLOCKED = "rabbitmq connection unblocked"
 
 
 class Backoff:
@@ -479,24 +676,39 @@ class Step(NamedTuple):
     early: bool  # due later: delay again, count nothing
     kept: bool  # an outcome kept from a lost channel (decided and counted before)
     published: bool  # ... whose message was confirmed: only the ack is left
+    adopt: bool = False  # plain without a message id: published again with one (adopted), count nothing
 
 
 def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) -> Step:
     """The README's order: malformed, an outcome kept from a lost channel,
-    a crash loop, early, the breaker's refusal; else run."""
+    a crash loop, a plain message without an id to adopt, early, the
+    breaker's refusal; else run."""
     if job.malformed:
-        return Step(_decide.plan(job, None, policy, _no_classify, MALFORMED, now), False, False, False, False)
+        return Step(_decide.plan(job, None, policy, _no_classify, job.malformed_error or MALFORMED, now),
+                    False, False, False, False)
     k = kept.take(job)
     if k is not None:
         return Step(k[0], False, False, True, k[1])
     if job.delivery_count >= max_deliveries:
         return Step(crash_loop(job, max_deliveries), False, False, False, False)
+    if not job.id:
+        return Step(None, False, False, False, False, True)
     if job.due_ms > now:
         return Step(None, False, True, False, False)
     g = _decide.gate(job, policy)
     if g is not None:
         return Step(g, True, False, False, False)
     return Step(None, False, False, False, False)
+
+
+def before_run(q: str, job: Job, step: Step, now: int) -> Optional[Publish]:
+    """The publish of a delivery that does not run, nothing counted: an
+    adoption or an early one's delay for the rest (None: neither)."""
+    if step.adopt:
+        return adopted(q, job)
+    if step.early:
+        return early(q, job, now)
+    return None
 
 
 def _no_classify(exc: BaseException) -> Dict[str, Any]:  # pragma: no cover - never called for a malformed job
