@@ -156,6 +156,12 @@ func (b *Broker) dialURL(ctx context.Context, url string) (*amqp.Connection, err
 // setConn installs a new connection and watches it.
 func (b *Broker) setConn(conn *amqp.Connection) {
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	b.wg.Add(1)
+	go func() { // ends when conn closes (blocked is closed with it)
+		defer b.wg.Done()
+		b.logBlocked(blocked)
+	}()
 	b.mu.Lock()
 	b.conn, b.pub = conn, nil
 	b.gen++
@@ -170,6 +176,23 @@ func (b *Broker) setConn(conn *amqp.Connection) {
 		case <-b.closed:
 		}
 	}()
+}
+
+// logBlocked logs each change of the connection's blocked state once: the
+// broker blocks a connection that publishes while a memory or disk alarm is
+// on, and the worker's and mover's confirms wait meanwhile (README, "A
+// confirm is never timed out").
+func (b *Broker) logBlocked(blocked <-chan amqp.Blocking) {
+	was := false
+	for bl := range blocked {
+		switch {
+		case bl.Active && !was:
+			b.cfg.log.Warn("rabbitmq connection blocked", "reason", bl.Reason)
+		case !bl.Active && was:
+			b.cfg.log.Info("rabbitmq connection unblocked")
+		}
+		was = bl.Active
+	}
 }
 
 // reconnect dials until it succeeds or the Broker is closed.

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 )
 
 // The inputs of the shared RabbitMQ cases (testdata/rabbitmq/cases.json);
@@ -144,6 +145,19 @@ func buildRabbitCases() []rabbitCase {
 		c.Delivery.Returns = r
 		add(c)
 	}
+	// A first delivery (not redelivered) whose x-delivery-count another
+	// publisher copied runs: the count is the broker's on a redelivery only;
+	// and backstop's next message does not carry it.
+	add(handleCase("crash-loop/first-delivery-foreign-count", hdrs("2", "x-delivery-count", map[string]any{"int": "99"}), nil))
+	add(handleCase("crash-loop/first-delivery-foreign-count-retried", hdrs("2", "x-delivery-count", map[string]any{"int": "99"}), httpErr(503)))
+	// An error text over 8192 bytes is truncated on a character boundary
+	// with its marker, in a retry's last error and a dead letter's error.
+	huge := &caseError{Message: strings.Repeat("€", 3000) + " the end"}
+	add(handleCase("bounds/huge-error-retried", hdrs("1"), huge))
+	add(handleCase("bounds/huge-error-dead-lettered", hdrs("4"), huge))
+	// A header table over 64 KiB loses its largest foreign headers, named.
+	add(handleCase("bounds/foreign-headers-over-64k", hdrs("1", "big-a", strings.Repeat("a", 40000),
+		"big-b", strings.Repeat("b", 30000), "small", "kept"), httpErr(503)))
 	// Early deliveries are delayed again for the rest, without an attempt.
 	// The offsets end in 999 ms so that the rounding up to whole seconds
 	// gives one answer while the case takes under a second.
@@ -151,6 +165,9 @@ func buildRabbitCases() []rabbitCase {
 	add(handleCase("early/due-in-3h", hdrs("1", "backstop-due-ms", "{now+10800999}"), nil))
 	add(handleCase("early/due-passed", hdrs("2", "backstop-due-ms", "{now-1000}"), nil))
 	add(handleCase("early/due-garbage", hdrs("2", "backstop-due-ms", "soon"), nil))
+	// Due more than 30 days ahead: malformed, never cycling the levels.
+	add(handleCase("early/due-1e17-malformed", hdrs("2", "backstop-due-ms", "100000000000000000"), nil))
+	add(handleCase("early/due-31-days-malformed", hdrs("2", "backstop-due-ms", "{now+2678400000}"), nil))
 	// A breaker refusal defers the job without spending an attempt.
 	for _, a := range []string{"1", "4"} {
 		c := handleCase("refused/circuit-open/attempt-"+a, hdrs(a, "backstop-job-type", "send_email"), nil)
@@ -194,8 +211,9 @@ func buildRabbitCases() []rabbitCase {
 
 // plainCases: messages a publisher that knows nothing of backstop sent (no
 // backstop-attempt nor backstop-first-enqueued-ms) run as attempt 1, their
-// id the message_id or the body's SHA-256, first enqueued at their
-// timestamp or on receipt.
+// id the message_id, first enqueued at their timestamp or on receipt; one
+// without message_id is adopted first (published again with an id
+// "amqp-" + 32 hex digits, written {adopted_id} in the file).
 func plainCases(add func(rabbitCase)) {
 	plain := func(id string, ts int64, h map[string]any) json.RawMessage {
 		m := map[string]any{"content_type": "application/json", "delivery_mode": 2, "body": `{"to":"a"}`}
@@ -222,6 +240,8 @@ func plainCases(add func(rabbitCase)) {
 		{"other-headers", "m1", 0, map[string]any{"__TypeId__": "com.example.Mail", "spring_listener": "x"}},
 		{"typed", "m1", 0, map[string]any{"backstop-job-type": "send_email"}},
 		{"old-timestamp", "m1", 1700000000, nil},
+		{"no-message-id-other-headers", "", 0, map[string]any{"__TypeId__": "com.example.Mail"}},
+		{"foreign-delivery-count", "m1", 0, map[string]any{"x-delivery-count": map[string]any{"int": "99"}}},
 	} {
 		for _, e := range []struct {
 			name string

@@ -36,7 +36,8 @@ func JobType(t string) EnqueueOption { return func(c *enqueueConfig) { c.jobType
 func ContentType(ct string) EnqueueOption { return func(c *enqueueConfig) { c.contentType = ct } }
 
 // Delay makes the job's first attempt wait d (rounded up to whole
-// seconds) in the delay levels.
+// seconds) in the delay levels; at most MaxDueAhead (30 days): a worker
+// dead-letters a message due later as malformed.
 func Delay(d time.Duration) EnqueueOption { return func(c *enqueueConfig) { c.delay = d } }
 
 // Enqueue adds a job: id is its stable identity (message_id, the
@@ -66,8 +67,8 @@ func (q *Queue) Enqueue(ctx context.Context, id string, payload []byte, opts ...
 			return fmt.Errorf("rabbitmq: enqueue to %s: JobType: %w", q.name, err)
 		}
 	}
-	if c.delay < 0 {
-		return fmt.Errorf("rabbitmq: enqueue to %s: Delay: must not be negative, got %v", q.name, c.delay)
+	if c.delay < 0 || c.delay > MaxDueAhead {
+		return fmt.Errorf("rabbitmq: enqueue to %s: Delay: must be in 0..%v (30 days), got %v", q.name, MaxDueAhead, c.delay)
 	}
 	if err := q.validate(); err != nil {
 		return err
@@ -172,4 +173,16 @@ func waitConfirm(ctx context.Context, ch *amqp.Channel, dc *amqp.DeferredConfirm
 		return amqp.ErrClosed
 	}
 	return ErrRejected
+}
+
+// afterGrace returns a context that is done grace after ctx is done (and
+// when stop is called): confirms are awaited with no timeout while a worker
+// runs, and for at most grace once it stops.
+func afterGrace(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return g, func() {
+		stop()
+		cancel()
+	}
 }

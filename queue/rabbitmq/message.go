@@ -1,12 +1,12 @@
 package rabbitmq
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -28,7 +28,31 @@ const (
 	HeaderReason          = "backstop-reason"
 	HeaderError           = "backstop-error"
 	HeaderDeadLetteredMs  = "backstop-dead-lettered-ms"
+	// HeaderDroppedHeaders lists the foreign headers dropped to keep a
+	// message's header table under MaxHeaderBytes (comma-separated, at most
+	// 1024 bytes).
+	HeaderDroppedHeaders = "backstop-dropped-headers"
+	// HeaderMoveRefusals counts the moves of a delayed message the broker
+	// refused (nack) in a row; at maxMoveRefusals it is dead-lettered
+	// (unroutable).
+	HeaderMoveRefusals = "backstop-move-refusals"
 )
+
+// The bounds on what backstop writes into a message's headers (README,
+// "Headers"): an error text at most MaxErrorBytes (with its truncation
+// marker), the whole header table at most MaxHeaderBytes, under the
+// broker's frame_max (128 KiB by default), which a header frame must not
+// exceed; and a due time at most MaxDueAhead ahead.
+const (
+	MaxErrorBytes   = 8192
+	MaxHeaderBytes  = 65536
+	maxDroppedBytes = 1024
+	MaxDueAhead     = 30 * 24 * time.Hour
+)
+
+// DueTooFarError is the error a delivery whose backstop-due-ms lies more
+// than MaxDueAhead ahead is dead-lettered with (reason "malformed").
+const DueTooFarError = "malformed message: backstop-due-ms is more than 30 days ahead"
 
 // MalformedError is the error a malformed delivery is dead-lettered with
 // (reason "malformed").
@@ -112,17 +136,14 @@ func headerString(h amqp.Table, k string) string {
 //
 // A plain message (neither backstop-attempt nor backstop-first-enqueued-ms:
 // one a publisher that knows nothing of backstop sent) is attempt 1 of a
-// job: its id the message_id, or "sha256:" and the body's SHA-256 in hex
-// without one; first enqueued at its timestamp property, or now without one.
+// job: its id the message_id (empty without one: the worker adopts such a
+// message first, giving it an id of its own, README "Headers"); first
+// enqueued at its timestamp property, or now without one.
 func Decode(d amqp.Delivery) queue.Job {
 	j := queue.Job{ID: d.MessageId, Payload: d.Body}
 	h := d.Headers
 	j.Type = headerString(h, HeaderJobType)
 	if plain(h) {
-		if j.ID == "" {
-			sum := sha256.Sum256(d.Body)
-			j.ID = "sha256:" + hex.EncodeToString(sum[:])
-		}
 		j.Attempt, j.FirstEnqueuedMs = 1, time.Now().UnixMilli()
 		if d.Timestamp.Unix() > 0 {
 			j.FirstEnqueuedMs = d.Timestamp.UnixMilli()
@@ -220,13 +241,16 @@ func copyHeaders(h amqp.Table) amqp.Table {
 
 // next is the message that carries a delivery to its next place, with
 // headers set as given (nil deletes one): the body, message_id, content
-// type and every other header kept. With stripBroker the broker's own
-// headers (x-death, x-delivery-count: they describe the old place) go; a
-// malformed message keeps them, for a person to read.
+// type and every other header kept, within the bounds (boundHeaders). With
+// stripBroker the broker's own headers (x-death: they describe the old
+// place) go; a malformed message keeps them, for a person to read.
+// x-delivery-count always goes: the next queue's worker would read it as
+// its own count (crash loops).
 func next(d amqp.Delivery, set map[string]any, stripBroker bool) amqp.Publishing {
 	h := copyHeaders(d.Headers)
+	delete(h, "x-delivery-count")
 	for _, k := range []string{"x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
-		"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-delivery-count"} {
+		"x-last-death-exchange", "x-last-death-queue", "x-last-death-reason"} {
 		if stripBroker {
 			delete(h, k)
 		}
@@ -238,11 +262,132 @@ func next(d amqp.Delivery, set map[string]any, stripBroker bool) amqp.Publishing
 			h[k] = v
 		}
 	}
+	boundHeaders(h)
 	return amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-		DeliveryMode: amqp.Persistent, MessageId: d.MessageId, CorrelationId: d.CorrelationId,
-		Type: d.Type, AppId: d.AppId, Timestamp: d.Timestamp, Body: d.Body,
+		DeliveryMode: amqp.Persistent, Priority: d.Priority, MessageId: d.MessageId, CorrelationId: d.CorrelationId,
+		ReplyTo: d.ReplyTo, Type: d.Type, AppId: d.AppId, Timestamp: d.Timestamp, Body: d.Body,
 	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// truncateError bounds an error text written into a header to
+// MaxErrorBytes: a longer one is cut on a character boundary and ends with
+// the marker " …[truncated: N bytes]", N its full length in bytes, the
+// marker counted inside the bound.
+func truncateError(s string) string {
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	marker := " …[truncated: " + strconv.Itoa(len(s)) + " bytes]"
+	cut := MaxErrorBytes - len(marker)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + marker
+}
+
+// boundHeaders keeps h, a header table about to be published, within the
+// bounds (README, "Headers"): the error headers truncated (truncateError);
+// then, while the encoded table exceeds MaxHeaderBytes, the foreign headers
+// (neither backstop-* nor x-death) are dropped, largest first, and their
+// names listed in backstop-dropped-headers, so that no publish can exceed
+// the broker's frame_max (which closes the connection).
+func boundHeaders(h amqp.Table) {
+	for _, k := range []string{HeaderLastError, HeaderError} {
+		if s, ok := h[k].(string); ok {
+			h[k] = truncateError(s)
+		}
+	}
+	size := tableSize(h)
+	if size <= MaxHeaderBytes {
+		return
+	}
+	type field struct {
+		name string
+		size int
+	}
+	var foreign []field
+	for k, v := range h {
+		if !strings.HasPrefix(k, "backstop-") && k != "x-death" {
+			foreign = append(foreign, field{k, fieldSize(k, v)})
+		}
+	}
+	sort.Slice(foreign, func(i, j int) bool {
+		if foreign[i].size != foreign[j].size {
+			return foreign[i].size > foreign[j].size
+		}
+		return foreign[i].name < foreign[j].name
+	})
+	var dropped []string
+	if prev, ok := h[HeaderDroppedHeaders]; ok { // rewritten below, with the new names
+		size -= fieldSize(HeaderDroppedHeaders, prev)
+		delete(h, HeaderDroppedHeaders)
+		if s := headerString(amqp.Table{"v": prev}, "v"); s != "" {
+			dropped = append(dropped, s)
+		}
+	}
+	// Room for the list of dropped names, at its largest.
+	limit := MaxHeaderBytes - fieldSize(HeaderDroppedHeaders, strings.Repeat(" ", maxDroppedBytes))
+	for _, f := range foreign {
+		if size <= limit {
+			break
+		}
+		delete(h, f.name)
+		size -= f.size
+		dropped = append(dropped, f.name)
+	}
+	list := strings.Join(dropped, ",")
+	for len(list) > maxDroppedBytes {
+		// Whole names only: drop the last until the list fits.
+		list = list[:strings.LastIndexByte(list[:maxDroppedBytes+1], ',')+1]
+		list = strings.TrimSuffix(list, ",")
+	}
+	h[HeaderDroppedHeaders] = list
+}
+
+// tableSize is the size of h encoded as an AMQP field table (the 4-byte
+// length and the fields), as amqp091-go writes it.
+func tableSize(h amqp.Table) int {
+	n := 4
+	for k, v := range h {
+		n += fieldSize(k, v)
+	}
+	return n
+}
+
+// fieldSize is the encoded size of one field of a table: its name and its
+// typed value.
+func fieldSize(k string, v any) int { return 1 + len(k) + valueSize(v) }
+
+// valueSize is the encoded size of a field value with its type byte.
+func valueSize(v any) int {
+	switch x := v.(type) {
+	case bool, byte, int8:
+		return 2
+	case int16:
+		return 3
+	case int, int32, float32:
+		return 5
+	case int64, float64, time.Time:
+		return 9
+	case amqp.Decimal:
+		return 6
+	case string:
+		return 5 + len(x)
+	case []byte:
+		return 5 + len(x)
+	case amqp.Table:
+		return 1 + tableSize(x)
+	case []any:
+		n := 5
+		for _, e := range x {
+			n += valueSize(e)
+		}
+		return n
+	case nil:
+		return 1
+	}
+	return 1 // a type the client refuses to encode anyway
+}

@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +22,21 @@ import (
 // movePrefetch is how many deliveries a mover holds per level at once.
 const movePrefetch = 1000
 
-// moveRetry is the pause before a move the broker refused is tried again.
-const moveRetry = 10 * time.Second
+// moveRetry is the pause before a move the broker refused is tried again,
+// and the delay a refused move re-enters the levels for; maxMoveRefusals
+// is the refusal at which it is dead-lettered (unroutable).
+const (
+	moveRetry       = 10 * time.Second
+	maxMoveRefusals = 30
+)
+
+// moveGrace is how long a pending confirm is awaited once the mover stops.
+const moveGrace = 10 * time.Second
+
+// UnroutableQueue is the shared quorum queue where a delayed message goes
+// when neither its work queue nor that queue's DLQ exists (README, "The
+// moves between levels are the workers'"); declared with the levels.
+const UnroutableQueue = "backstop.unroutable"
 
 // move runs the mover for q's broker until ctx is done, on channels of its
 // own, consuming again after a lost channel.
@@ -58,9 +72,12 @@ func (q *Queue) moveSession(ctx context.Context) error {
 	lost := ch.NotifyClose(make(chan *amqp.Error, 1))
 	// A move publishes with mandatory: the broker returns one it cannot
 	// route (its work queue is gone) before it confirms it, and the move
-	// is then tried again instead of acked (lost).
+	// is then dead-lettered (unroutable) instead of acked (lost).
 	returns := ch.NotifyReturn(make(chan amqp.Return, 16))
 	sctx, cancel := context.WithCancel(ctx)
+	// Confirms are awaited while ch lives, and moveGrace after ctx is done.
+	grace, stopGrace := afterGrace(ctx, moveGrace)
+	defer stopGrace()
 	due := make(chan held, movePrefetch)
 	var (
 		mu        sync.Mutex
@@ -133,9 +150,9 @@ func (q *Queue) moveSession(ctx context.Context) error {
 		case h := <-due:
 			// One at a time: a level's moves are few per second, and a
 			// confirm is a round trip on loopback.
-			if err := moveOne(sctx, ch, h, returns); err != nil {
-				if ch.IsClosed() {
-					continue // lost: the next loop turn returns
+			if err := moveOne(grace, ch, h, returns); err != nil {
+				if ch.IsClosed() || ctx.Err() != nil {
+					continue // lost or stopping: the next loop turn returns
 				}
 				q.b.cfg.log.Warn("rabbitmq delay move refused; trying again", "level", h.n, "job", h.d.MessageId, "in", moveRetry, "err", err)
 				hold(h, time.Now().Add(moveRetry))
@@ -144,41 +161,92 @@ func (q *Queue) moveSession(ctx context.Context) error {
 	}
 }
 
-// errUnroutable is a move the broker returned: no queue is bound for it.
-var errUnroutable = errors.New("rabbitmq: no route for the delayed message (its work queue was deleted?)")
+// errUnroutable is a publish the broker returned: no queue is bound for it.
+var errUnroutable = errors.New("rabbitmq: no route for the message")
 
-// moveOne publishes h to its next exchange, waits for the confirm and acks
-// it; a move the broker returned (returns) is not acked. The moves of a
-// channel are one at a time, so a return seen before the confirm is this
-// move's: the client reads a return before the confirm that follows it.
+// moveOne moves h to its next exchange and acks it (README, "The moves
+// between levels are the workers'"): a move the broker returns is
+// dead-lettered (unroutable), one it refuses re-enters the delay for
+// moveRetry (dead-lettered at its maxMoveRefusals-th refusal); then h is
+// acked. The error says h is to be held and tried again (its re-entry or
+// dead letter was refused too), or the channel was lost.
 func moveOne(ctx context.Context, ch *amqp.Channel, h held, returns <-chan amqp.Return) error {
 	d := h.d
-	next := deliverXchg
+	to := deliverXchg
 	if h.n > 0 {
-		next = delayExchange + strconv.Itoa(h.n-1)
+		to = delayExchange + strconv.Itoa(h.n-1)
 	}
-	for drained := false; !drained; { // a timed-out move's late return
+	// Unchanged, but x-delivery-count (the hold queue's own count: the work
+	// queue's worker would read it as its own), within the bounds.
+	err := publishMandatory(ctx, ch, returns, to, d.RoutingKey, next(d, nil, false))
+	switch {
+	case errors.Is(err, errUnroutable):
+		dest := headerString(d.Headers, HeaderDestination)
+		why := "no route for a delayed message without backstop-destination"
+		if dest != "" {
+			why = fmt.Sprintf("no route to queue %q: it was deleted or never declared", dest)
+		}
+		err = deadLetterMove(ctx, ch, returns, d, why)
+	case errors.Is(err, ErrRejected):
+		err = reenter(ctx, ch, returns, d, err)
+	}
+	if err != nil {
+		return err
+	}
+	return d.Ack(false)
+}
+
+// reenter publishes d, whose move the broker refused, to the delay again for
+// moveRetry (or the rest of its own due time, if later), counting the
+// refusal; at maxMoveRefusals it dead-letters it (unroutable) instead.
+func reenter(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, d amqp.Delivery, refused error) error {
+	n, _, _ := headerDigits(d.Headers[HeaderMoveRefusals])
+	if n++; n >= maxMoveRefusals {
+		return deadLetterMove(ctx, ch, returns, d, fmt.Sprintf(
+			"the broker refused the delayed message's move %d times (a full queue or delay level): %v", n, refused))
+	}
+	now := time.Now().UnixMilli()
+	due := max(dueMs(d.Headers), now+moveRetry.Milliseconds())
+	msg := next(d, map[string]any{HeaderDueMs: itoa(due), HeaderMoveRefusals: itoa(n)}, false)
+	key := delayRoutingKey(delaySeconds(time.Duration(due-now) * time.Millisecond))
+	return publishMandatory(ctx, ch, returns, enterXchg, key, msg)
+}
+
+// deadLetterMove dead-letters d, a delayed message that cannot be moved,
+// with reason unroutable and error why: to its work queue's DLQ, or when
+// that is gone too or it names no work queue, to UnroutableQueue.
+func deadLetterMove(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, d amqp.Delivery, why string) error {
+	msg := next(d, map[string]any{HeaderReason: "unroutable", HeaderError: why,
+		HeaderDeadLetteredMs: itoa(time.Now().UnixMilli()), HeaderMoveRefusals: nil}, true)
+	err := errUnroutable
+	if dest := headerString(d.Headers, HeaderDestination); dest != "" {
+		err = publishMandatory(ctx, ch, returns, "", dest+".dlq", msg)
+	}
+	if errors.Is(err, errUnroutable) {
+		err = publishMandatory(ctx, ch, returns, "", UnroutableQueue, msg)
+	}
+	return err
+}
+
+// publishMandatory publishes msg with mandatory on ch and waits for its
+// confirm, with no timeout of its own while ch lives (until ctx is done):
+// errUnroutable when the broker returned it, ErrRejected for a negative
+// confirm, amqp.ErrClosed when ch went first. The publishes of a channel
+// are one at a time, so a return seen before the confirm is this
+// message's: the client reads a return before the confirm that follows it.
+func publishMandatory(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.Return, exchange, key string, msg amqp.Publishing) error {
+	for drained := false; !drained; { // a late return of a move given up at shutdown
 		select {
 		case <-returns:
 		default:
 			drained = true
 		}
 	}
-	headers := copyHeaders(d.Headers)
-	// The hold queue's own count of redeliveries: the work queue's worker
-	// reads x-delivery-count as its own (crash loops).
-	delete(headers, "x-delivery-count")
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	dc, err := ch.PublishWithDeferredConfirmWithContext(pctx, next, d.RoutingKey, true, false, amqp.Publishing{
-		Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo,
-		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
-	})
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
 		return err
 	}
-	if err := waitConfirm(pctx, ch, dc); err != nil {
+	if err := waitConfirm(ctx, ch, dc); err != nil {
 		return err
 	}
 	select {
@@ -188,7 +256,7 @@ func moveOne(ctx context.Context, ch *amqp.Channel, h held, returns <-chan amqp.
 		}
 	default:
 	}
-	return d.Ack(false)
+	return nil
 }
 
 // releaseAt is when a delivery of hold.L<n> received at now leaves its

@@ -221,6 +221,11 @@ func declareLevels(ch *amqp.Channel) error {
 			return err
 		}
 	}
+	// Where the movers dead-letter a delayed message whose work queue and
+	// DLQ are both gone (mover.go).
+	if _, err := ch.QueueDeclare(UnroutableQueue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return err
+	}
 	// A delay of 0 s (no bit set) goes straight to its queue.
 	return ch.ExchangeBind(deliverXchg, delayRoutingKey(0), enterXchg, false, nil)
 }

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -241,9 +242,13 @@ func (w *worker) session(ctx context.Context, n int) error {
 	}
 	acks := make(chan pending, w.cfg.prefetch)
 	acked := make(chan struct{})
+	// Confirms are awaited while ch lives, and at shutdown up to the apply
+	// timeout.
+	grace, stopGrace := afterGrace(ctx, w.cfg.applyTimeout)
+	defer stopGrace()
 	go func() {
 		defer close(acked)
-		w.acker(ch, acks)
+		w.acker(grace, ch, acks)
 	}()
 	// After the handlers (below): the outcomes they published are
 	// confirmed and acked before ch closes.
@@ -316,6 +321,7 @@ func (w *worker) waitPause(ctx context.Context) bool {
 type move struct {
 	queue.Outcome
 	early bool // due in the future: delayed again for the remainder, counted nowhere
+	adopt bool // plain without message_id: published again with an id of its own, counted nowhere
 }
 
 // handle decides one delivery's move and publishes its next message; the
@@ -325,7 +331,7 @@ func (w *worker) handle(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, 
 	key := j.ID + "\x00" + strconv.FormatInt(j.Attempt, 10)
 	p := pending{d: d, j: j, key: key}
 	published := false
-	if k, ok := w.known.take(key); ok && !j.Malformed {
+	if k, ok := w.known.take(key); ok && !j.Malformed && j.ID != "" {
 		// Decided before the channel went: apply it, do not run again.
 		p.m, published, p.refusals = k.m, k.published, k.refusals
 	} else {
@@ -345,15 +351,26 @@ func (w *worker) handle(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, 
 	acks <- p
 }
 
+// decide is what to do with delivery d of job j: adopt it (plain without
+// message_id), dead-letter it (malformed, a crash loop, a due time past
+// MaxDueAhead), delay it again (early), or run it.
 func (w *worker) decide(ctx context.Context, d amqp.Delivery, j queue.Job) move {
 	if j.Malformed {
 		return move{Outcome: queue.Outcome{Action: "dead_letter", Reason: "malformed", LastError: MalformedError}}
 	}
-	if n, _, ok := headerDigits(d.Headers["x-delivery-count"]); ok && n >= int64(w.q.maxDeliveries) {
+	if j.ID == "" { // plain, without message_id: Decode
+		return move{adopt: true}
+	}
+	// x-delivery-count is the broker's only on a redelivery: on a first
+	// delivery it is a copy (a shovel's, another publisher's).
+	if n, _, ok := headerDigits(d.Headers["x-delivery-count"]); ok && d.Redelivered && n >= int64(w.q.maxDeliveries) {
 		return move{Outcome: queue.Outcome{Action: "dead_letter", Reason: "crash_loop",
 			LastError: fmt.Sprintf("crash loop: delivered %d times without an outcome (max deliveries %d)", n+1, w.q.maxDeliveries)}}
 	}
 	if due := dueMs(d.Headers); due > 0 {
+		if due > time.Now().Add(MaxDueAhead).UnixMilli() {
+			return move{Outcome: queue.Outcome{Action: "dead_letter", Reason: "malformed", LastError: DueTooFarError}}
+		}
 		if rest := time.Until(time.UnixMilli(due)); rest > 0 {
 			return move{Outcome: queue.Outcome{Action: "defer", Delay: rest}, early: true}
 		}
@@ -371,7 +388,7 @@ type pending struct {
 	m        move
 	dc       *amqp.DeferredConfirmation
 	dest     string    // "exchange %q, key %q", for a rejection's error
-	deadline time.Time // for the confirm and the ack
+	deadline time.Time // for the publish
 	refusals int       // how often the broker refused this outcome's next message before
 }
 
@@ -381,13 +398,13 @@ type pending struct {
 // prefetch lets the broker send) while the broker syncs the messages
 // already published, instead of one round trip and one disk sync per job.
 // When the channel is lost first, an outcome is kept for the message's
-// return.
-func (w *worker) acker(ch *amqp.Channel, acks <-chan pending) {
+// return. A confirm is waited for with no timeout while ch lives (a
+// blocked connection only delays it: README, "A confirm is never timed
+// out"), until grace is done (shutdown plus the apply timeout).
+func (w *worker) acker(grace context.Context, ch *amqp.Channel, acks <-chan pending) {
 	for p := range acks {
 		if p.dc != nil {
-			ctx, cancel := context.WithDeadline(context.Background(), p.deadline)
-			err := waitConfirm(ctx, ch, p.dc)
-			cancel()
+			err := waitConfirm(grace, ch, p.dc)
 			if errors.Is(err, ErrRejected) {
 				err = fmt.Errorf("%w: %s of job %q to %s", err, p.m.Action, p.j.ID, p.dest)
 			}
@@ -434,7 +451,7 @@ func refusedPause(n int) time.Duration {
 // message published or not, and refused by the broker the n-th time in a
 // row (0: not refused; the channel went).
 func (w *worker) keep(key string, m move, published bool, j queue.Job, err error, n int) {
-	if !j.Malformed {
+	if !j.Malformed && j.ID != "" { // an adoption is done again: its key is no job's
 		w.known.put(key, knownMove{m: m, published: published, refusals: n})
 	}
 	w.q.b.cfg.log.Warn("rabbitmq outcome not applied; kept for the message's return", "queue", w.q.name,
@@ -448,6 +465,16 @@ func (w *worker) publishNext(ctx context.Context, ch *amqp.Channel, p *pending) 
 	now := time.Now().UnixMilli()
 	var exchange, key string
 	var msg amqp.Publishing
+	if m.adopt {
+		// The same message with an id of its own, at the back of Q: run
+		// as attempt 1 when it comes (still plain).
+		msg = next(d, nil, false)
+		msg.MessageId = newJobID()
+		p.dest = fmt.Sprintf("exchange \"\", key %q", q.name)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q.name, false, false, msg)
+		p.dc = dc
+		return err
+	}
 	switch m.Action {
 	case "ack":
 		return nil
@@ -493,11 +520,11 @@ func (w *worker) publishNext(ctx context.Context, ch *amqp.Channel, p *pending) 
 
 // count records an applied outcome in the queue families.
 func (w *worker) count(j queue.Job, m move) {
-	if w.metrics == nil || m.early {
+	if w.metrics == nil || m.early || m.adopt {
 		return
 	}
 	mj := queuemetrics.Job{Type: j.Type, ValidType: queue.ValidJobType(j.Type) == nil, Attempt: j.Attempt}
-	if j.Malformed {
+	if j.Malformed || m.Reason == "malformed" { // a due time past the bound too
 		mj.Attempt = 0
 	}
 	switch m.Action {
@@ -563,4 +590,14 @@ func (k *known) take(key string) (knownMove, bool) {
 		// order keeps the key until put compacts it.
 	}
 	return v, ok
+}
+
+// newJobID is the id a plain message without message_id is adopted with:
+// "amqp-" and 32 random lowercase hex digits.
+func newJobID() string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	return "amqp-" + hex.EncodeToString(b[:])
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -823,5 +824,77 @@ func TestRefusedOutcomeIsRetriedWithoutRunningAgain(t *testing.T) {
 	}
 	if n := ran.Load(); n != 1 {
 		t.Errorf("the job ran %d times, want once: a refused outcome is kept, not decided again", n)
+	}
+}
+
+// An error text over MaxErrorBytes is cut on a character boundary and
+// marked with its full length; the marker counts inside the bound.
+func TestTruncateError(t *testing.T) {
+	if s := strings.Repeat("x", MaxErrorBytes); truncateError(s) != s {
+		t.Errorf("an error of exactly %d bytes was changed", MaxErrorBytes)
+	}
+	for _, s := range []string{strings.Repeat("x", 200_000), strings.Repeat("€", 3000), "a" + strings.Repeat("☃", 5000)} {
+		got := truncateError(s)
+		marker := fmt.Sprintf(" …[truncated: %d bytes]", len(s))
+		if len(got) > MaxErrorBytes || !strings.HasSuffix(got, marker) || !utf8.ValidString(got) ||
+			!strings.HasPrefix(s, strings.TrimSuffix(got, marker)) || len(got) < MaxErrorBytes-3 {
+			t.Errorf("truncateError(%d bytes) = %d bytes, ends %q", len(s), len(got), got[max(0, len(got)-40):])
+		}
+	}
+}
+
+// A header table over MaxHeaderBytes loses its largest foreign headers
+// first, named in backstop-dropped-headers; backstop's own and x-death
+// stay; the error headers are truncated.
+func TestBoundHeaders(t *testing.T) {
+	if n := tableSize(amqp.Table{"ab": "xyz", "n": int64(1), "t": amqp.Table{"k": true}}); n != 4+(1+2+5+3)+(1+1+9)+(1+1+1+4+(1+1+2)) {
+		t.Errorf("tableSize = %d", n)
+	}
+	small := amqp.Table{"a": "b", HeaderAttempt: "1"}
+	boundHeaders(small)
+	if _, ok := small[HeaderDroppedHeaders]; ok || len(small) != 2 {
+		t.Errorf("a small table changed: %v", small)
+	}
+	h := amqp.Table{
+		"big-a": strings.Repeat("a", 40_000), "big-b": []byte(strings.Repeat("b", 30_000)), "small": "s",
+		HeaderAttempt: "2", HeaderLastError: strings.Repeat("e", 20_000), "x-death": []any{amqp.Table{"reason": "expired"}},
+		HeaderDroppedHeaders: "earlier",
+	}
+	boundHeaders(h)
+	if n := tableSize(h); n > MaxHeaderBytes {
+		t.Errorf("bounded table is %d bytes", n)
+	}
+	if _, ok := h["big-a"]; ok {
+		t.Error("the largest foreign header stayed")
+	}
+	if h["small"] != "s" || h["big-b"] == nil || h[HeaderAttempt] != "2" || h["x-death"] == nil {
+		t.Errorf("headers that fit were dropped: %v", h[HeaderDroppedHeaders])
+	}
+	if h[HeaderDroppedHeaders] != "earlier,big-a" {
+		t.Errorf("dropped = %q, want earlier,big-a", h[HeaderDroppedHeaders])
+	}
+	if len(h[HeaderLastError].(string)) > MaxErrorBytes {
+		t.Error("the last error was not truncated")
+	}
+	// Many foreign headers: the list of names stays within 1024 bytes.
+	many := amqp.Table{}
+	for i := range 400 {
+		many[fmt.Sprintf("header-%03d", i)] = strings.Repeat("v", 1000)
+	}
+	boundHeaders(many)
+	if n, l := tableSize(many), len(many[HeaderDroppedHeaders].(string)); n > MaxHeaderBytes || l > 1024 || l < 900 {
+		t.Errorf("400 headers: table %d bytes, dropped list %d bytes", n, l)
+	}
+}
+
+// A plain message without message_id has no id of its own yet (the worker
+// adopts it); the crash-loop count is read on a redelivery only.
+func TestDecodePlainWithoutID(t *testing.T) {
+	j := Decode(amqp.Delivery{Body: []byte("x")})
+	if j.Malformed || j.ID != "" || j.Attempt != 1 {
+		t.Errorf("Decode(plain, no message_id) = %+v, want id \"\", attempt 1", j)
+	}
+	if id := newJobID(); len(id) != 37 || !strings.HasPrefix(id, "amqp-") || strings.Trim(id[5:], "0123456789abcdef") != "" || id == newJobID() {
+		t.Errorf("newJobID() = %q", id)
 	}
 }

@@ -306,7 +306,7 @@ func readLedger(t *testing.T, path string) ledgerSummary {
 }
 
 // enqueueAll enqueues the jobs with Enqueue from a few goroutines.
-func enqueueAll(t *testing.T, b *rabbitmq.Broker, q *rabbitmq.Queue, ids []string) {
+func enqueueAll(t *testing.T, b *rabbitmq.Broker, q *rabbitmq.Queue, ids []string, opts ...rabbitmq.EnqueueOption) {
 	t.Helper()
 	ctx := context.Background()
 	const writers = 8
@@ -314,7 +314,7 @@ func enqueueAll(t *testing.T, b *rabbitmq.Broker, q *rabbitmq.Queue, ids []strin
 	for w := range writers {
 		go func() {
 			for i := w; i < len(ids); i += writers {
-				if err := q.Enqueue(ctx, ids[i], []byte(`{"job":"`+ids[i]+`"}`)); err != nil {
+				if err := q.Enqueue(ctx, ids[i], []byte(`{"job":"`+ids[i]+`"}`), opts...); err != nil {
 					errs <- err
 					return
 				}
