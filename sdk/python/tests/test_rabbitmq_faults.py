@@ -45,32 +45,39 @@ def test_an_error_is_bounded_with_a_marker_cut_on_a_character_boundary():
         assert len(b) <= _core.ERROR_MAX and got.endswith(marker)
         assert text.startswith(got[:-len(marker)])  # whole characters of the start
         assert len(b) > _core.ERROR_MAX - 4  # as much as fits
-    # Every error header a worker writes is bounded.
+    # Every error header a worker publishes is bounded (fit: at the publish).
     job = _core.job_from("q", "j", {"backstop-attempt": "1", "backstop-first-enqueued-ms": "5",
                                     "backstop-last-error": "old " * 10_000}, b"", None)
     big = "boom " * 40_000
-    retry = _core.move("q", job, ("retry", "transient", None, big, 1000), 10)
-    dead = _core.move("q", job, ("dead_letter", "permanent_error", None, big, 0), 10)
-    defer = _core.move("q", job, ("defer", "circuit_open", None, "", 1000), 10)
-    assert retry.headers["backstop-last-error"] == _core.bounded_error(big)
-    assert dead.headers["backstop-error"] == _core.bounded_error(big)
-    assert len(defer.headers["backstop-last-error"].encode()) <= _core.ERROR_MAX  # one written before the bound
+    retry = _core.fit(_core.move("q", job, ("retry", "transient", None, big, 1000), 10).headers)
+    dead = _core.fit(_core.move("q", job, ("dead_letter", "permanent_error", None, big, 0), 10).headers)
+    defer = _core.fit(_core.move("q", job, ("defer", "circuit_open", None, "", 1000), 10).headers)
+    assert retry["backstop-last-error"] == _core.bounded_error(big)
+    assert dead["backstop-error"] == _core.bounded_error(big)
+    assert defer["backstop-last-error"] == _core.bounded_error("old " * 10_000)  # one written before the bound
 
 
 def test_a_header_table_over_64_kib_drops_the_largest_foreign_headers():
     small = {"backstop-attempt": "1", "a": "x" * 100}
-    assert _core.fit(small) is small
+    assert _core.fit(small) == small
     h = {"backstop-attempt": "2", "backstop-last-error": "e" * 8000, "x-death": [{"reason": "expired"}],
          "big": "b" * 70_000, "mid": bytearray(b"m" * 40_000), "keep": "k" * 20_000, "tiny": 7}
     got = _core.fit(h)
     assert _core.table_size(got) <= _core.TABLE_MAX < _core.table_size(h)
     assert got["backstop-dropped-headers"] == "big,mid"
     assert {k: got[k] for k in h if k in got} == {k: v for k, v in h.items() if k not in ("big", "mid")}
-    # The list of names is bounded too: the names that fit in 1024 bytes.
+    # Room is kept for the list at its largest: 65536 - 1054 bytes at most.
+    edge = {"f%03d" % i: "v" * 650 for i in range(101)}  # 660 bytes a field, 66664 in all
+    assert _core.table_size(edge) == 66664
+    assert _core.fit(edge)["backstop-dropped-headers"] == "f000,f001,f002,f003"  # 2 would fit 65536
+    # Ties by name; an earlier list comes first.
+    tie = {"backstop-dropped-headers": "old", "y": "v" * 40_000, "x": "v" * 40_000}
+    assert _core.fit(tie)["backstop-dropped-headers"] == "old,x"
+    # The list keeps whole names within 1024 bytes.
     many = {"h%04d-%s" % (i, "n" * 200): "v" * 400 for i in range(200)}
     got = _core.fit(many)
     listed = got["backstop-dropped-headers"]
-    assert _core.table_size(got) <= _core.TABLE_MAX and len(listed.encode()) <= _core.DROPPED_MAX
+    assert _core.table_size(got) <= _core.TABLE_MAX and 1024 - 206 < len(listed.encode()) <= _core.DROPPED_MAX
     assert all(k in many and k not in got for k in listed.split(","))
     # The size is the encoded table's (pamqp's here), numbers at their widest.
     from pamqp import encode
@@ -96,18 +103,22 @@ def test_x_delivery_count_is_the_brokers_on_a_redelivery_only():
 def test_a_due_time_more_than_30_days_ahead_is_malformed():
     now = 1_700_000_000_000
     h = {"backstop-attempt": "1", "backstop-first-enqueued-ms": "5", "custom": "c"}
-    ok = _core.job_from("q", "j", dict(h, **{"backstop-due-ms": str(now + _core.MAX_DUE_AHEAD_MS)}), b"", None,
-                        received_ms=now)
-    far = _core.job_from("q", "j", dict(h, **{"backstop-due-ms": str(10**17)}), b"", None, received_ms=now)
-    plain = _core.job_from("q", "p", {"backstop-due-ms": str(10**17)}, b"", None, received_ms=now)
-    assert not ok.malformed and far.malformed and plain.malformed
+    ok = _core.job_from("q", "j", dict(h, **{"backstop-due-ms": str(now + _core.MAX_DUE_AHEAD_MS)}), b"", None)
+    far = _core.job_from("q", "j", dict(h, **{"backstop-due-ms": str(10**17), "x-death": []}), b"", None)
+    plain = _core.job_from("q", "p", {"backstop-due-ms": str(10**17)}, b"", None)
     assert _core.MAX_DUE_AHEAD_MS == 2_592_000_000
     with backstop.load_policy(FAST) as policy:
-        step = _core.triage(far, policy, 5, _core.Kept(), now)
-    assert step.plan[:2] == ("dead_letter", "malformed") and "backstop-due-ms" in step.plan[3]
+        assert _core.triage(ok, policy, 5, _core.Kept(), now).early
+        for job in (far, plain):
+            step = _core.triage(job, policy, 5, _core.Kept(), now)
+            assert step.plan == ("dead_letter", "malformed", None, _core.DUE_TOO_FAR, 0)
+            assert "backstop-due-ms" in _core.DUE_TOO_FAR
     pub = _core.move("q", far, step.plan, now)
+    # A dead letter as any other: the broker's headers left out, the rest kept.
+    pub = _core.move("q", far, _core.triage(far, policy, 5, _core.Kept(), now).plan, now)
     assert (pub.exchange, pub.routing_key, pub.headers["backstop-error"], pub.headers["custom"]) == (
         "", "q.dlq", _core.DUE_TOO_FAR, "c")
+    assert "x-death" not in pub.headers
     # enqueue's delay: at most 30 days.
     assert _core.delay_ms("enqueue", None) == 0
     assert _core.delay_ms("enqueue", 1.5) == 1500 and _core.delay_ms("enqueue", timedelta(days=30)) == 2_592_000_000
@@ -121,7 +132,8 @@ def test_a_due_time_more_than_30_days_ahead_is_malformed():
 
 def test_a_returned_move_is_dead_lettered_and_a_refused_one_enters_the_delay_again():
     now = 1_700_000_000_000
-    h = {"backstop-destination": "gone", "backstop-attempt": "2", "backstop-due-ms": "5", "x-delivery-count": 3}
+    h = {"backstop-destination": "gone", "backstop-attempt": "2", "backstop-due-ms": "5", "x-delivery-count": 3,
+         "x-death": [{"reason": "expired"}], "backstop-move-refusals": "2"}
     move = _core.moved(0, key(1), h)
     assert move.exchange == _core.DELIVER
     dl = _core.after_move(0, move, "returned", h, now)
@@ -129,22 +141,31 @@ def test_a_returned_move_is_dead_lettered_and_a_refused_one_enters_the_delay_aga
     for p in dl:
         assert (p.headers["backstop-reason"], p.headers["backstop-error"], p.headers["backstop-dead-lettered-ms"]) == (
             "unroutable", 'no route to queue "gone": it was deleted or never declared', str(now))
-        assert p.headers["backstop-attempt"] == "2" and "x-delivery-count" not in p.headers
+        assert p.headers["backstop-attempt"] == "2" and p.headers["backstop-due-ms"] == "5"
+        assert not {"x-delivery-count", "x-death", "backstop-move-refusals"} & set(p.headers)
     # Returned too: the next in turn; none left: held, tried again later.
     assert _core.after_move(0, dl[0], "returned", h, now) == []
     assert _core.after_move(0, dl[0], "refused", h, now) is None
     # No destination: the shared queue at once.
-    assert [p.routing_key for p in _core.after_move(0, move, "returned", {}, now)] == ["backstop.unroutable"]
+    [p] = _core.after_move(0, move, "returned", {}, now)
+    assert (p.routing_key, p.headers["backstop-error"]) == (
+        "backstop.unroutable", "no route for a delayed message without backstop-destination")
 
     [again] = _core.after_move(3, _core.moved(3, key(9), h), "refused", h, now)
     assert (again.exchange, again.routing_key) == (_core.ENTER, key(10))
-    assert again.headers["backstop-due-ms"] == str(now + 10_000) and again.headers["backstop-move-refusals"] == "1"
+    assert again.headers["backstop-due-ms"] == str(now + 10_000) and again.headers["backstop-move-refusals"] == "3"
+    assert "x-delivery-count" not in again.headers
+    # Due later than that: at its own due time, for the rest of it.
+    later = dict(h, **{"backstop-due-ms": str(now + 25_500)})
+    [again] = _core.after_move(3, _core.moved(3, key(9), later), "refused", later, now)
+    assert (again.routing_key, again.headers["backstop-due-ms"]) == (key(26), str(now + 25_500))
     assert _core.after_move(3, again, "refused", h, now) is None  # the re-entry refused: held
     h29 = dict(h, **{"backstop-move-refusals": "29"})
     last = _core.after_move(0, move, "refused", h29, now)
     assert [p.routing_key for p in last] == ["gone.dlq", "backstop.unroutable"]
-    assert last[0].headers["backstop-reason"] == "unroutable" and "30" in last[0].headers["backstop-error"]
-    assert "refused" in last[0].headers["backstop-error"]
+    assert last[0].headers["backstop-reason"] == "unroutable" and last[0].headers["backstop-error"] == (
+        "the broker refused the delayed message's move 30 times (a full queue or delay level): "
+        "rabbitmq: the broker rejected the message")
     assert dict(_core.SHARED.queues)["backstop.unroutable"] == {"x-queue-type": "quorum"}
 
 

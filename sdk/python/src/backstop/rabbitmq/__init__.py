@@ -550,8 +550,7 @@ async def _publish(ch: AbstractChannel, pub: _core.Publish, src: Any, body: Opti
         props = dict(src)
     else:
         body = src.body
-        props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
-                                               "type", "app_id", "timestamp")}
+        props = {k: getattr(src, k) for k in _core.PROPERTIES}
     if pub.message_id:
         props["message_id"] = pub.message_id  # the job id (a plain message may have none)
     msg = aio_pika.Message(body or b"", headers=_amqp_table(_core.fit(pub.headers)),

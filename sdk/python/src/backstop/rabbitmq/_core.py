@@ -10,6 +10,7 @@ import secrets
 import re
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
@@ -176,10 +177,9 @@ class Job:
     ``attempt`` is the 1-based number of this execution and ``id`` (the
     message id) the job's stable identity, its idempotency key.
     ``malformed`` marks a message without an id, a whole ``attempt`` >= 1
-    or a first-enqueued time, or with a ``backstop-due-ms`` more than 30
-    days ahead: the worker dead-letters it (reason ``malformed``, error
-    ``malformed_error``) without running it; ``headers`` holds every
-    header to see why. ``delivery_count`` is the broker's
+    or a first-enqueued time: the worker dead-letters it (reason
+    ``malformed``) without running it; ``headers`` holds every header to
+    see why. ``delivery_count`` is the broker's
     ``x-delivery-count`` (deliveries that ended without an ack), read on
     a redelivery only: on a first delivery the header is another
     publisher's (a shovel copies it), 0.
@@ -207,7 +207,6 @@ class Job:
     delivery_count: int = 0
     malformed: bool = False
     headers: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    malformed_error: str = field(default="", compare=False, repr=False)
 
     @property
     def first_enqueued(self) -> datetime:
@@ -226,28 +225,21 @@ def job_from(queue: str, message_id: Optional[str], headers: Optional[Mapping[st
     h = dict(headers or {})
     jid = _text(message_id)
     prev = _num(h.get(H_PREV_DELAY)) or 0
-    received = now_ms() if received_ms is None else received_ms
-    error = ""
     if H_ATTEMPT not in h and H_FIRST not in h:
         # Plain: not malformed, its first attempt (no delay before it).
         attempt, malformed, prev = 1, False, 0
         ts = _seconds(timestamp)
-        first: Optional[int] = ts * 1000 if ts else received
+        first: Optional[int] = ts * 1000 if ts else (now_ms() if received_ms is None else received_ms)
     else:
         n, first = _num(h.get(H_ATTEMPT)), _num(h.get(H_FIRST))
         a = h.get(H_ATTEMPT)
         malformed = (not message_id or n is None or not _ATTEMPT.match(str(n)) or first is None
                      or (isinstance(a, str) and a != str(n)))  # "01": a leading zero
         attempt = n or 0
-        error = MALFORMED if malformed else ""
-    due = _num(h.get(H_DUE)) or 0
-    if not malformed and due > received + MAX_DUE_AHEAD_MS:
-        # It would cycle through the levels for ever, never run, never seen.
-        malformed, error = True, DUE_TOO_FAR
     count = (_num(h.get("x-delivery-count")) or 0) if redelivered else 0
     return Job(jid, attempt, first or 0, bytes(body), queue, content_type or "",
                _text(h.get(H_TYPE)), _text(h.get(H_LAST_REASON)), _text(h.get(H_LAST_ERROR)),
-               prev, due, count, malformed, h, error)
+               prev, _num(h.get(H_DUE)) or 0, count, malformed, h)
 
 
 @dataclass(frozen=True)
@@ -326,6 +318,11 @@ class Publish(_Publish):
         return self
 
 
+# The properties a message takes to its next place (with its body and
+# headers): every one a publisher may set but the expiration and user_id.
+PROPERTIES = ("message_id", "content_type", "content_encoding", "correlation_id", "type", "app_id", "timestamp",
+              "priority", "reply_to")
+
 # The broker's own headers: they describe the message's old place, and go
 # when it moves (a malformed one keeps them, for a person to read).
 _BROKER = frozenset(("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
@@ -347,21 +344,23 @@ def bounded_error(text: str) -> str:
 
 
 def _value_size(v: Any) -> int:
-    """The bytes of a field value in an AMQP table (type octet included;
-    an integer at its widest)."""
+    """The bytes of a field value in an AMQP table, type octet included (a
+    number at its widest: its type on the wire is the client's)."""
     if v is None:
         return 1
     if isinstance(v, bool):
         return 2
     if isinstance(v, (int, float, datetime)):
         return 9
+    if isinstance(v, Decimal):
+        return 6
     if isinstance(v, (bytes, bytearray, memoryview)):
         return 5 + len(bytes(v))
     if isinstance(v, Mapping):
         return 1 + table_size(v)
     if isinstance(v, (list, tuple)):
         return 5 + sum(_value_size(x) for x in v)
-    return 5 + len(_text(v).encode("utf-8", "replace"))  # a long string (a Decimal: less)
+    return 5 + len(_text(v).encode("utf-8", "replace"))  # a long string
 
 
 def _entry_size(k: str, v: Any) -> int:
@@ -374,36 +373,40 @@ def table_size(h: Mapping[str, Any]) -> int:
 
 
 def fit(h: Dict[str, Any]) -> Dict[str, Any]:
-    """The headers a publish sends: ``h`` when its table is at most
-    TABLE_MAX bytes; else without the largest foreign headers (not
-    ``backstop-*``, not ``x-death``), largest first, until it fits, their
-    names listed in ``backstop-dropped-headers`` (comma-separated, at most
-    DROPPED_MAX bytes: the names that fit), so that the publish cannot
-    close the connection (frame_too_large)."""
-    if table_size(h) <= TABLE_MAX:
-        return h
+    """The headers a publish sends, within the README's bounds (so that no
+    publish exceeds the broker's frame_max, which closes the connection):
+    the error headers bounded (``bounded_error``); then, if the table is
+    over TABLE_MAX bytes, foreign headers (not ``backstop-*``, not
+    ``x-death``) dropped, largest first (ties by name), while it exceeds
+    TABLE_MAX less the room of the list at its largest, their names
+    appended to ``backstop-dropped-headers`` (after an earlier list),
+    whole names within DROPPED_MAX bytes."""
     out = dict(h)
+    for k in (H_LAST_ERROR, H_ERROR):
+        if isinstance(out.get(k), str):
+            out[k] = bounded_error(out[k])
     size = table_size(out)
-    foreign = sorted((k for k in out if not k.startswith("backstop-") and k != "x-death"),
-                     key=lambda k: (-_entry_size(k, out[k]), k))
+    if size <= TABLE_MAX:
+        return out
+    foreign = sorted(((_entry_size(k, v), k) for k, v in out.items() if not k.startswith("backstop-") and k != "x-death"),
+                     key=lambda f: (-f[0], f[1].encode("utf-8", "replace")))
     dropped: List[str] = []
-    for k in foreign:
-        if size + _entry_size(H_DROPPED, _dropped_list(dropped)) <= TABLE_MAX:
+    if H_DROPPED in out:  # rewritten below, with the new names
+        prev = out.pop(H_DROPPED)
+        size -= _entry_size(H_DROPPED, prev)
+        if _text(prev):
+            dropped.append(_text(prev))
+    limit = TABLE_MAX - _entry_size(H_DROPPED, " " * DROPPED_MAX)
+    for n, k in foreign:
+        if size <= limit:
             break
-        size -= _entry_size(k, out.pop(k))
+        del out[k]
+        size -= n
         dropped.append(k)
-    if dropped:
-        out[H_DROPPED] = _dropped_list(dropped)
-    return out
-
-
-def _dropped_list(names: List[str]) -> str:
-    out = ""
-    for k in names:
-        n = k if not out else out + "," + k
-        if len(n.encode("utf-8", "replace")) > DROPPED_MAX:
-            break
-        out = n
+    listed = ",".join(dropped).encode("utf-8", "replace")
+    if len(listed) > DROPPED_MAX:
+        listed = listed[:max(0, listed.rfind(b",", 0, DROPPED_MAX + 1))]  # whole names only
+    out[H_DROPPED] = listed.decode("utf-8", "replace")
     return out
 
 
@@ -447,8 +450,6 @@ def _job_headers(job: Job) -> Dict[str, Any]:
     the broker's), with backstop's attempt and first-enqueued time, which
     a plain message had not."""
     h = _own(job.headers)
-    if H_LAST_ERROR in h:  # written before errors were bounded
-        h[H_LAST_ERROR] = bounded_error(_text(h[H_LAST_ERROR]))
     h.setdefault(H_ATTEMPT, str(job.attempt))
     h.setdefault(H_FIRST, str(job.first_enqueued_ms))
     return h
@@ -464,7 +465,7 @@ def dead_letter(q: str, job: Job, reason: str, error: str, now: int) -> Publish:
     # A malformed message keeps the broker's headers (x-death: where it
     # was), for a person to read; never x-delivery-count.
     h = {k: v for k, v in job.headers.items() if k != "x-delivery-count"} if job.malformed else _job_headers(job)
-    h.update({H_REASON: reason, H_ERROR: bounded_error(error), H_DL_MS: str(now)})
+    h.update({H_REASON: reason, H_ERROR: error, H_DL_MS: str(now)})
     if not job.malformed:
         h.setdefault(H_DEST, q)
     return Publish("", q + ".dlq", h, job.id)
@@ -480,7 +481,7 @@ def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
     h = _job_headers(job)
     h[H_LAST_REASON] = reason
     if text:  # a deferral the breaker made before the job ran keeps the last error
-        h[H_LAST_ERROR] = bounded_error(text)
+        h[H_LAST_ERROR] = text
     if action == "retry":
         h.update({H_ATTEMPT: str(job.attempt + 1), H_PREV_DELAY: str(delay)})
     return delayed(q, h, delay, now, job.id)
@@ -560,19 +561,23 @@ def moved(n: int, key: str, headers: Optional[Mapping[str, Any]]) -> Publish:
 
 
 def unroutable_error(dest: str) -> str:
+    if not dest:
+        return "no route for a delayed message without backstop-destination"
     return 'no route to queue "%s": it was deleted or never declared' % dest
 
 
-def refused_error(dest: str, refusals: int) -> str:
-    return 'move refused by the broker %d times (queue "%s" full, or a level)' % (refusals, dest)
+def refused_error(refusals: int, why: str) -> str:
+    return "the broker refused the delayed message's move %d times (a full queue or delay level): %s" % (refusals, why)
 
 
 def _move_dead_letters(headers: Optional[Mapping[str, Any]], error: str, now: int) -> List[Publish]:
     """A delayed message the mover cannot move on, dead-lettered with reason
-    ``unroutable``: to ``Q.dlq`` (Q its destination), or when that returns
-    too, or it has none, to UNROUTABLE."""
-    h = {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"}
-    h.update({H_REASON: "unroutable", H_ERROR: bounded_error(error), H_DL_MS: str(now)})
+    ``unroutable`` (the broker's headers and the refusal count left out):
+    to ``Q.dlq`` (Q its destination), or when that returns too, or it has
+    none, to UNROUTABLE."""
+    h = _own(headers or {})
+    h.pop(H_REFUSALS, None)
+    h.update({H_REASON: "unroutable", H_ERROR: error, H_DL_MS: str(now)})
     dest = _text(h.get(H_DEST))
     return ([Publish("", dest + ".dlq", h)] if dest else []) + [Publish("", UNROUTABLE, dict(h))]
 
@@ -583,18 +588,20 @@ def move_returned(headers: Optional[Mapping[str, Any]], now: int) -> List[Publis
     return _move_dead_letters(headers, unroutable_error(_text((headers or {}).get(H_DEST))), now)
 
 
-def move_refused(headers: Optional[Mapping[str, Any]], now: int) -> List[Publish]:
+def move_refused(headers: Optional[Mapping[str, Any]], now: int,
+                 why: str = "rabbitmq: the broker rejected the message") -> List[Publish]:
     """What the mover publishes for a move the broker refused (nack: a full
-    work queue or level): the message enters the delay again for 10 s,
-    ``backstop-move-refusals`` + 1, so that it does not hold a place in
-    the mover's prefetch; at the 30th refusal, a dead letter
-    (``unroutable``)."""
+    work queue or level): the message enters the delay again, due at the
+    later of its own due time and now + 10 s, ``backstop-move-refusals`` +
+    1, so that it does not hold a place in the mover's prefetch; at the
+    30th refusal, its dead letters (``unroutable``)."""
     h = {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"}
     n = (_num(h.get(H_REFUSALS)) or 0) + 1
     if n >= MAX_MOVE_REFUSALS:
-        return _move_dead_letters(dict(h, **{H_REFUSALS: str(n)}), refused_error(_text(h.get(H_DEST)), n), now)
-    h.update({H_REFUSALS: str(n), H_DUE: str(now + MOVE_REENTER_MS)})
-    return [Publish(ENTER, routing_key(MOVE_REENTER_MS), h)]
+        return _move_dead_letters(h, refused_error(n, why), now)
+    due = max(_num(h.get(H_DUE)) or 0, now + MOVE_REENTER_MS)
+    h.update({H_REFUSALS: str(n), H_DUE: str(due)})
+    return [Publish(ENTER, routing_key(due - now), h)]
 
 
 def after_move(n: int, pub: Publish, result: str, headers: Optional[Mapping[str, Any]], now: int) -> Optional[List[Publish]]:
@@ -681,18 +688,21 @@ class Step(NamedTuple):
 
 def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) -> Step:
     """The README's order: malformed, an outcome kept from a lost channel,
-    a crash loop, a plain message without an id to adopt, early, the
-    breaker's refusal; else run."""
+    a plain message without an id to adopt, a crash loop (a redelivery's
+    count), a due time past the bound (dead-lettered as malformed: it
+    would cycle through the levels for ever), early, the breaker's
+    refusal; else run."""
     if job.malformed:
-        return Step(_decide.plan(job, None, policy, _no_classify, job.malformed_error or MALFORMED, now),
-                    False, False, False, False)
+        return Step(_decide.plan(job, None, policy, _no_classify, MALFORMED, now), False, False, False, False)
     k = kept.take(job)
     if k is not None:
         return Step(k[0], False, False, True, k[1])
-    if job.delivery_count >= max_deliveries:
-        return Step(crash_loop(job, max_deliveries), False, False, False, False)
     if not job.id:
         return Step(None, False, False, False, False, True)
+    if job.delivery_count >= max_deliveries:
+        return Step(crash_loop(job, max_deliveries), False, False, False, False)
+    if job.due_ms > now + MAX_DUE_AHEAD_MS:
+        return Step(("dead_letter", "malformed", None, DUE_TOO_FAR, 0), False, False, False, False)
     if job.due_ms > now:
         return Step(None, False, True, False, False)
     g = _decide.gate(job, policy)

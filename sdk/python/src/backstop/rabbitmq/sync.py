@@ -153,8 +153,7 @@ def _publish(ch: BlockingChannel, pub: _core.Publish, body: bytes, src: Optional
     (UnroutableError, mandatory), or the connection was lost (the outcome
     unknown)."""
     if src is not None:
-        props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
-                                               "type", "app_id", "timestamp")}
+        props = {k: getattr(src, k) for k in _core.PROPERTIES}
     if pub.message_id:
         props["message_id"] = pub.message_id  # the job id (a plain message may have none)
     p = pika.BasicProperties(headers=_core.fit(pub.headers), delivery_mode=2, **{k: v for k, v in props.items() if v})
