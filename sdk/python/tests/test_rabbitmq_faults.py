@@ -20,7 +20,7 @@ import backstop
 from backstop.rabbitmq import _core, sync
 
 from conftest import RABBIT_BIN, until, until_async
-from test_rabbitmq import FAST, qname, raw, run, stop
+from test_rabbitmq import FAST, HTTPError, qname, raw, run, stop
 from test_rabbitmq_sync import Worker
 
 ONCE = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "1s", "cap": "1s"}, "jitter": {"mode": "none"}}
@@ -92,7 +92,7 @@ def test_x_delivery_count_is_the_brokers_on_a_redelivery_only():
     again = _core.job_from("q", "j", h, b"", None, redelivered=True)
     assert (first.delivery_count, again.delivery_count) == (0, 99)
     with backstop.load_policy(FAST) as policy:
-        assert _core.triage(first, policy, 5, _core.Kept(), 10) == (None, False, False, False, False, False)
+        assert _core.triage(first, policy, 5, _core.Kept(), 10) == (None, False, False, False, False, False, 0)
         assert _core.triage(again, policy, 5, _core.Kept(), 10).plan[1] == "crash_loop"
     # Nothing backstop publishes carries it, a malformed dead letter included.
     bad = _core.job_from("q", "", dict(h), b"", None, redelivered=True)
@@ -182,27 +182,36 @@ def broker(rabbit):
     b.close()
 
 
-def work_until(rabbit, worker, name, policy, handler, what, done, during=None, timeout=60, **options):
+def work_until(rabbit, worker, name, policy, handler, what, done, during=None, timeout=60, max_deliveries=5,
+               **options):
     """Runs the ``worker`` ("async" or "sync") of queue ``name`` until
     ``done()`` (polled), then stops it gracefully; ``during()``, when given,
     runs meanwhile in a thread of its own once the worker started, and
-    must end before it is stopped."""
-    t = None
+    must end (its failure is the test's) before it is stopped."""
+    t, failed = None, []
+
+    def guarded():
+        try:
+            during()
+        except BaseException as e:  # noqa: B902 - raised by finish()
+            failed.append(e)
 
     def start():
         nonlocal t
         if during is not None:
-            t = threading.Thread(target=during, daemon=True)
+            t = threading.Thread(target=guarded, daemon=True)
             t.start()
 
     def finish():
         if t is not None:
             t.join(120)
             assert not t.is_alive()
+            if failed:
+                raise failed[0]
 
     if worker == "async":
         async def body(b):
-            w = asyncio.ensure_future(b.queue(name).work(policy, handler, **options))
+            w = asyncio.ensure_future(b.queue(name, max_deliveries=max_deliveries).work(policy, handler, **options))
             start()
             await until_async(what, done, timeout)
             await asyncio.to_thread(finish)
@@ -212,7 +221,7 @@ def work_until(rabbit, worker, name, policy, handler, what, done, during=None, t
     else:
         b = sync.connect(rabbit.url)
         try:
-            w = Worker(b.queue(name), policy, handler, **options)
+            w = Worker(b.queue(name, max_deliveries=max_deliveries), policy, handler, **options)
             start()
             until(what, done, timeout)
             finish()
@@ -447,3 +456,41 @@ def test_a_deleted_queue_does_not_stall_the_delays_of_another(rabbit, broker, wo
     assert len(dls) == n_gone
     assert {(h.get("backstop-reason"), h.get("backstop-error")) for h in dls} == {
         ("unroutable", 'no route to queue "%s": it was deleted or never declared' % gone.name)}
+
+
+@WORKERS
+def test_a_refused_outcome_is_kept_and_handed_back_after_a_pause(rabbit, broker, worker, caplog):
+    # Issue 40, 3: only a nack is a refusal: the outcome is kept (the job
+    # not run again) and the delivery handed back after a pause (20 ms
+    # doubling to 5 s), not held for as long as the channel lives
+    # (asyncio) nor taken for a lost connection (sync: it reconnected).
+    ran = []
+    q = broker.queue(qname("refused"), max_deliveries=50)
+    q.declare()
+    for i in range(2):  # over the limit set below: the dead letter is refused
+        raw(rabbit, q.name + ".dlq", b"", message_id="filler%d" % i)
+    q.enqueue("j", b"")
+    policy_name = q.name + "-full"
+    ctl(rabbit, "set_policy", "--apply-to", "queues", policy_name, "^%s\\.dlq$" % re.escape(q.name),
+        '{"max-length": 1, "overflow": "reject-publish"}')
+    caplog.set_level(logging.WARNING, "backstop.rabbitmq")
+
+    def permanent(job):
+        ran.append(job)
+        raise HTTPError(400)
+
+    def refused_twice():
+        until("two refusals", lambda: sum("refused by the broker" in r.getMessage() for r in caplog.records) >= 2)
+        assert len(drain(rabbit, q.name + ".dlq")) == 2  # room again
+
+    try:
+        with backstop.load_policy(FAST) as policy:
+            work_until(rabbit, worker, q.name, policy, permanent, "the dead letter",
+                       lambda: depth(rabbit, q.name + ".dlq") == 1, refused_twice, max_deliveries=50)
+    finally:
+        subprocess.run([str(RABBIT_BIN / "rabbitmqctl"), "-n", rabbit.nodename, "clear_policy", policy_name],
+                       env=rabbit.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    assert [j.attempt for j in ran] == [1]  # run once, its outcome applied on a later delivery
+    assert not [r for r in caplog.records if "connection lost" in r.getMessage()]  # no reconnection for it
+    [dl] = q.inspect()
+    assert (dl.id, dl.reason) == ("j", "permanent_error")

@@ -282,15 +282,30 @@ class Queue:
         name = self.name
 
         async def apply(msg: AbstractIncomingMessage, job: Job, plan: Optional[_decide.Plan],
-                        pub: Optional[_core.Publish], published: bool) -> bool:
+                        pub: Optional[_core.Publish], published: bool, refusals: int = 0) -> bool:
             """Publishes (confirmed), then acks; whether both happened. An
-            outcome the lost channel stopped halfway is kept."""
+            outcome the broker refused (its ``refusals``-th time before) is
+            kept and the delivery handed back after a pause; one the lost
+            channel stopped halfway is kept."""
             try:
                 if pub is not None and not published:
                     await _publish(ch, pub, msg)
                     published = True
                 await msg.ack()
                 return True
+            except aiormq.exceptions.DeliveryError as e:
+                n = refusals + 1
+                if plan is not None:
+                    kept.keep(job, plan, published, n)
+                pause = _core.refused_pause(n)
+                log.warning("queue %s: outcome of job %s (attempt %d) refused by the broker, kept; handed back in "
+                            "%.2fs: %s", name, job.id, job.attempt, pause, e)
+                await asyncio.sleep(pause)
+                try:
+                    await msg.nack(requeue=True)
+                except Exception:
+                    pass  # the channel went meanwhile: the delivery went back with it
+                return False
             except Exception as e:
                 if plan is not None:
                     kept.keep(job, plan, published)
@@ -330,7 +345,7 @@ class Queue:
                 elif step.gated:
                     runner.count(client, policy, job, plan, True)
                 pub = _core.move(name, job, plan, _core.now_ms())
-                if await apply(msg, job, plan, pub, step.published) and qm is not None:
+                if await apply(msg, job, plan, pub, step.published, step.refusals) and qm is not None:
                     qm.observe(job, plan)
             except Exception:
                 # Returned now rather than held until the channel closes; a

@@ -648,27 +648,40 @@ class Backoff:
         return d * (0.5 + random.random() / 2)
 
 
+def refused_pause(n: int) -> float:
+    """Seconds a delivery whose outcome the broker refused (nack) ``n``
+    times in a row waits before it is handed back: 20 ms doubling to 5 s,
+    jittered (half to all of it). Not at once: while a cluster elects a
+    leader the refusals come back to back, and each return counts in
+    x-delivery-count (a crash loop for a job that only needed a retry)."""
+    d = min(5.0, 0.02 * (1 << min(n - 1, 10)))
+    return d / 2 + random.random() * d / 2
+
+
 class Kept:
-    """Outcomes known but not yet applied (the channel was lost before the
-    publish was confirmed or the delivery acked), by (job id, attempt): the
-    broker delivers the message again and the worker applies the outcome
-    without running the job twice. Bounded: the oldest are forgotten."""
+    """Outcomes known but not yet applied (the broker refused the publish,
+    or the channel was lost before it was confirmed or the delivery
+    acked), by (job id, attempt): the broker delivers the message again
+    and the worker applies the outcome without running the job twice.
+    Bounded: the oldest are forgotten."""
 
     def __init__(self, size: int = 10000) -> None:
-        self._d: "collections.OrderedDict[Tuple[str, int], Tuple[_decide.Plan, bool]]" = collections.OrderedDict()
+        self._d: "collections.OrderedDict[Tuple[str, int], Tuple[_decide.Plan, bool, int]]" = collections.OrderedDict()
         self.size = size
 
-    def keep(self, job: Job, plan: _decide.Plan, published: bool) -> None:
+    def keep(self, job: Job, plan: _decide.Plan, published: bool, refusals: int = 0) -> None:
         """Keeps ``plan``; ``published``: its message was confirmed, only the
-        ack is left (publishing it again would duplicate the job)."""
+        ack is left (publishing it again would duplicate the job);
+        ``refusals``: how often in a row the broker refused it (0: the
+        channel went)."""
         if job.malformed or not job.id:
             return
-        self._d[(job.id, job.attempt)] = (plan, published)
+        self._d[(job.id, job.attempt)] = (plan, published, refusals)
         self._d.move_to_end((job.id, job.attempt))
         while len(self._d) > self.size:
             self._d.popitem(last=False)
 
-    def take(self, job: Job) -> Optional[Tuple[_decide.Plan, bool]]:
+    def take(self, job: Job) -> Optional[Tuple[_decide.Plan, bool, int]]:
         return None if job.malformed else self._d.pop((job.id, job.attempt), None)
 
     def __len__(self) -> int:
@@ -684,6 +697,7 @@ class Step(NamedTuple):
     kept: bool  # an outcome kept from a lost channel (decided and counted before)
     published: bool  # ... whose message was confirmed: only the ack is left
     adopt: bool = False  # plain without a message id: published again with one (adopted), count nothing
+    refusals: int = 0  # ... (kept) how often in a row the broker refused it
 
 
 def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) -> Step:
@@ -696,7 +710,7 @@ def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) 
         return Step(_decide.plan(job, None, policy, _no_classify, MALFORMED, now), False, False, False, False)
     k = kept.take(job)
     if k is not None:
-        return Step(k[0], False, False, True, k[1])
+        return Step(k[0], False, False, True, k[1], False, k[2])
     if not job.id:
         return Step(None, False, False, False, False, True)
     if job.delivery_count >= max_deliveries:

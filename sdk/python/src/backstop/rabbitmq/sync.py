@@ -310,6 +310,17 @@ class Queue:
                 _publish(ch, pub, body, props)
                 published = True
             ch.basic_ack(method.delivery_tag)
+        except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
+            # Refused: kept, and the delivery handed back after a pause (as
+            # the asyncio worker's), not held while the channel lives.
+            n = step.refusals + 1
+            if plan is not None:
+                kept.keep(job, plan, published, n)
+            pause = _core.refused_pause(n)
+            log.warning("queue %s: outcome of job %s (attempt %d) refused by the broker, kept; handed back in "
+                        "%.2fs: %s", name, job.id, job.attempt, pause, e)
+            conn.call_later(pause, lambda: ch.basic_nack(method.delivery_tag, requeue=True) if ch.is_open else None)
+            return
         except _LOST:
             if plan is not None:
                 kept.keep(job, plan, published)
