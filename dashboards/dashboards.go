@@ -294,7 +294,7 @@ func Queue() Dashboard {
 				q(fmt.Sprintf("sum by (outcome) (rate(backstop_attempts_total{%s}[$__rate_interval]))", sel), "{{outcome}}")),
 			ts("Retries by reason", "transient, uncertain (HTTP 500 and the like), retry_after (the server set the wait).", "ops",
 				q(fmt.Sprintf("sum by (reason) (rate(backstop_retries_total{%s}[$__rate_interval]))", sel), "{{reason}}")),
-			ts("Dead letters by reason", "Why jobs were given up: permanent_error, max_attempts_reached, not_idempotent, crash_loop…", "ops",
+			ts("Dead letters by reason", "Why jobs were given up: permanent_error, max_attempts_reached, not_idempotent, crash_loop, unroutable…", "ops",
 				q(fmt.Sprintf("sum by (reason) (rate(backstop_dead_letters_total{%s}[$__rate_interval]))", sel), "{{reason}}")),
 			ts("Retry-After share", "Share of retries whose wait the server set (Retry-After or grpc-retry-pushback-ms): throttling.", "percentunit",
 				q(fmt.Sprintf("sum(rate(backstop_retries_total{%s, reason=\"retry_after\"}[$__rate_interval]))\n/\nsum(rate(backstop_retries_total{%s}[$__rate_interval]))", sel, sel), "retry_after")),

@@ -307,7 +307,7 @@ func newDiscardFlags(action queue.DiscardAction) *discardFlags {
 	} else {
 		empty := ""
 		f.id = &empty
-		f.reason = f.fs.String("dead-letter-reason", "", "discard only dead letters with this reason (crash_loop, malformed, ...)")
+		f.reason = f.fs.String("dead-letter-reason", "", "discard only dead letters with this reason (crash_loop, malformed, unroutable, ...)")
 		f.jobType = f.fs.String("type", "", "discard only dead letters of this job type")
 		f.limit = f.fs.Int("limit", 0, "discard at most N dead letters (default: every one that matches)")
 	}

@@ -128,7 +128,9 @@ func (q *Queue) Replay(ctx context.Context, o ReplayOptions) (int, error) {
 }
 
 // Inspect returns the first n (oldest) dead letters of Q.dlq: a peek, every
-// message stays in the DLQ. n is at most 100,000.
+// message stays in the DLQ, and looking does not use it up (a quorum
+// queue's delivery limit: README, "The DLQ workflow"); the headers shown
+// leave out x-delivery-count. n is at most 100,000.
 func (q *Queue) Inspect(ctx context.Context, n int) ([]DeadLetter, error) {
 	conn, err := q.adminConn(ctx, "inspect")
 	if err != nil {
@@ -252,7 +254,7 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 		dc *amqp.DeferredConfirmation
 	}
 	var (
-		held    []uint64 // looked at, not moved: returned at the end
+		held    []amqp.Delivery // looked at, not moved: returned at the end
 		batch   []published
 		moved   int
 		paced   int // published since the pacer's last wait
@@ -273,7 +275,7 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 				return err
 			}
 			if !acked {
-				held = append(held, pb.d.DeliveryTag)
+				held = append(held, pb.d)
 				refused = fmt.Errorf("the broker refused (nack) the %s of job %q", m.what, pb.d.MessageId)
 				continue
 			}
@@ -296,7 +298,7 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 			break
 		}
 		if !m.match(d) {
-			held = append(held, d.DeliveryTag)
+			held = append(held, d)
 			continue
 		}
 		if paced == p.Batch() && m.rate > 0 {
@@ -306,18 +308,18 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 				return moved, err
 			}
 			if err := p.Wait(ctx); err != nil {
-				held = append(held, d.DeliveryTag)
+				held = append(held, d)
 				return moved, err
 			}
 			paced = 0
 			if refused != nil {
-				held = append(held, d.DeliveryTag)
+				held = append(held, d)
 				break
 			}
 		}
 		dest, pub, err := m.publishing(d)
 		if err != nil {
-			held = append(held, d.DeliveryTag)
+			held = append(held, d)
 			refused = err
 			break
 		}
@@ -336,12 +338,59 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 	if err := flush(); err != nil {
 		return moved, err
 	}
-	for _, tag := range held {
-		if err := ch.Nack(tag, false, true); err != nil {
-			return moved, err
-		}
+	if err := giveBack(ctx, ch, from, held); err != nil {
+		return moved, err
 	}
 	return moved, refused
+}
+
+// refreshAt is the x-delivery-count at which a dead letter looked at is
+// given back as a fresh copy rather than returned (giveBack).
+const refreshAt = 10
+
+// giveBack returns dead letters looked at (by inspect, or a replay or
+// discard that did not take them) to their queue on ch, in order, so that
+// looking never uses them up (README, "The DLQ workflow"): RabbitMQ 3.10
+// to 4.2 count every return in x-delivery-count (basic.nack, basic.reject,
+// a closed channel alike: measured on 3.10.8), and 4.x quorum queues drop
+// a message at a delivery limit of 20 by default. They are returned with
+// basic.nack (requeue), the one 4.3 does not count; but when one of them
+// has been delivered refreshAt times or more, each is instead published
+// again to the queue, unchanged but for x-delivery-count (confirmed; ch
+// must be in confirm mode), and then acked: the copies start at 0. A crash
+// in between leaves a dead letter twice, never none.
+func giveBack(ctx context.Context, ch *amqp.Channel, queueName string, ds []amqp.Delivery) error {
+	refresh := false
+	for _, d := range ds {
+		if n, _, ok := headerDigits(d.Headers["x-delivery-count"]); ok && n >= refreshAt {
+			refresh = true
+		}
+	}
+	if !refresh {
+		for _, d := range ds {
+			if err := d.Nack(false, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	dcs := make([]*amqp.DeferredConfirmation, len(ds))
+	for i, d := range ds {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queueName, false, false, next(d, nil, false))
+		if err != nil {
+			return err
+		}
+		dcs[i] = dc
+	}
+	for i, d := range ds {
+		if err := waitConfirm(ctx, ch, dcs[i]); err != nil {
+			return err // the originals come back when ch closes
+		}
+		if err := d.Ack(false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // The audit queue's headers, before the dead letter's own: what was done
@@ -509,10 +558,14 @@ func inspectDeadLetters(ctx context.Context, conn *amqp.Connection, name string,
 	if err != nil {
 		return nil, fail(err)
 	}
-	// Nothing is acked: closing the channel returns every message looked at.
+	// Closing the channel returns every message looked at and not given
+	// back.
 	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return nil, fail(err)
+	}
 	var out []DeadLetter
-	var last uint64
+	var seen []amqp.Delivery
 	for len(out) < n {
 		if err := ctx.Err(); err != nil {
 			return out, fail(err)
@@ -524,14 +577,12 @@ func inspectDeadLetters(ctx context.Context, conn *amqp.Connection, name string,
 		if !ok {
 			break
 		}
-		last = d.DeliveryTag
+		seen = append(seen, d)
 		out = append(out, deadLetterOf(d))
 	}
-	if last != 0 {
-		// Returned at once, in order, rather than when the channel closes.
-		if err := ch.Nack(last, true, true); err != nil {
-			return out, fail(err)
-		}
+	// Returned at once, in order, rather than when the channel closes.
+	if err := giveBack(ctx, ch, name+".dlq", seen); err != nil {
+		return out, fail(err)
 	}
 	return out, nil
 }
@@ -565,6 +616,9 @@ func deadLetterOf(d amqp.Delivery) DeadLetter {
 	}
 	dl.Payload = string(p)
 	for k, v := range h {
+		if k == "x-delivery-count" {
+			continue // the broker's count of looks, not the dead letter's
+		}
 		if s := headerString(h, k); s != "" {
 			dl.Headers[k] = s
 		} else if _, s, ok := headerDigits(v); ok {

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -19,6 +20,53 @@ func TestDLQWorkflow(t *testing.T) {
 	ctx := context.Background()
 	t.Run("DiscardToTheAudit", func(t *testing.T) { testDiscardToTheAudit(t, ctx, conn) })
 	t.Run("ReplayByIDAndPaced", func(t *testing.T) { testReplayByIDAndPaced(t, ctx, conn) })
+	t.Run("LooksDoNotUseUpADeadLetter", func(t *testing.T) { testLooksDoNotUseUpADeadLetter(t, ctx, conn) })
+}
+
+// Issue 40: 25 inspects, and 25 replays that match nothing, leave the dead
+// letters in place with their headers, and what inspect shows does not
+// change. The DLQ is declared with x-delivery-limit 20, the default of
+// RabbitMQ 4.x's quorum queues, which 3.10 to 4.2 compare with a count
+// that every return raises (basic.nack, basic.reject, a closed channel:
+// measured on 3.10.8): returned after each look, the dead letters were
+// dropped at the 20th.
+func testLooksDoNotUseUpADeadLetter(t *testing.T, ctx context.Context, conn *amqp.Connection) {
+	ch, _ := conn.Channel()
+	defer ch.Close()
+	if _, err := ch.QueueDeclare("looked.dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(20)}); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"look-a", "look-b", "look-c"}
+	for _, id := range ids {
+		publishConfirmed(t, conn, "", "looked.dlq", deadLetter("looked", id, "permanent_error", 2))
+	}
+	first, err := inspectDeadLetters(ctx, conn, "looked", 10)
+	if err != nil || len(first) != len(ids) {
+		t.Fatalf("inspect: %d dead letters, %v", len(first), err)
+	}
+	want, _ := json.Marshal(first)
+	for i := range 25 {
+		got, err := inspectDeadLetters(ctx, conn, "looked", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, _ := json.Marshal(got); string(g) != string(want) {
+			t.Fatalf("inspect %d shows\n %s\nthe first showed\n %s", i+2, g, want)
+		}
+		if _, err := replayDeadLetters(ctx, conn, "looked", ReplayOptions{Limit: 1, Reason: "transient"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := drain(t, conn, "looked.dlq")
+	if len(left) != len(ids) {
+		t.Fatalf("%d dead letters left of %d", len(left), len(ids))
+	}
+	for i, d := range left {
+		n, _, _ := headerDigits(d.Headers["x-delivery-count"])
+		if d.MessageId != ids[i] || headerString(d.Headers, HeaderReason) != "permanent_error" || headerString(d.Headers, HeaderError) == "" || n > refreshAt {
+			t.Errorf("dead letter %d: %s, x-delivery-count %d, headers %v", i, d.MessageId, n, d.Headers)
+		}
+	}
 }
 
 func testDiscardToTheAudit(t *testing.T, ctx context.Context, conn *amqp.Connection) {

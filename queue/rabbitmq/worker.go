@@ -93,10 +93,15 @@ func WithPolicies(m map[string]backstop.Decider) WorkOption {
 // the README's moves: it runs h (after asking the policy's breaker) and
 // publishes the next message — a retry or a deferral to Q.delay, a dead
 // letter to Q.dlq — with publisher confirms, and only then acks the
-// delivery. A malformed delivery is dead-lettered (malformed), one
+// delivery; a confirm is awaited with no timeout while the channel lives
+// (a memory alarm only delays it). A malformed delivery is dead-lettered
+// (malformed; so is one due more than MaxDueAhead ahead), a redelivery
 // delivered max-deliveries times already (x-delivery-count) as a crash
 // loop without running, one that arrives before its backstop-due-ms is
-// delayed again for the remainder.
+// delayed again for the remainder, and a plain message without message_id
+// is first adopted (published again with an id of its own). Error texts
+// and header tables are bounded below the broker's frame_max (README,
+// "Headers").
 //
 // While it runs, it also moves delayed messages down the delay levels
 // (README, "The moves between levels are the workers'"), for every queue of
@@ -388,7 +393,7 @@ type pending struct {
 	m        move
 	dc       *amqp.DeferredConfirmation
 	dest     string    // "exchange %q, key %q", for a rejection's error
-	deadline time.Time // for the publish
+	deadline time.Time // for the publish; for the confirm once the worker stops
 	refusals int       // how often the broker refused this outcome's next message before
 }
 
@@ -400,11 +405,18 @@ type pending struct {
 // When the channel is lost first, an outcome is kept for the message's
 // return. A confirm is waited for with no timeout while ch lives (a
 // blocked connection only delays it: README, "A confirm is never timed
-// out"), until grace is done (shutdown plus the apply timeout).
+// out"), until grace is done (shutdown plus the apply timeout) and the
+// outcome's own apply timeout has passed.
 func (w *worker) acker(grace context.Context, ch *amqp.Channel, acks <-chan pending) {
 	for p := range acks {
 		if p.dc != nil {
-			err := waitConfirm(grace, ch, p.dc)
+			// A job that finished after the shutdown still has its apply
+			// timeout from its decision.
+			ctx, cancel := context.WithCancel(context.Background())
+			stop := context.AfterFunc(grace, func() { time.AfterFunc(time.Until(p.deadline), cancel) })
+			err := waitConfirm(ctx, ch, p.dc)
+			stop()
+			cancel()
 			if errors.Is(err, ErrRejected) {
 				err = fmt.Errorf("%w: %s of job %q to %s", err, p.m.Action, p.j.ID, p.dest)
 			}
