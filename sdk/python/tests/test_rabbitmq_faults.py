@@ -494,3 +494,46 @@ def test_a_refused_outcome_is_kept_and_handed_back_after_a_pause(rabbit, broker,
     assert not [r for r in caplog.records if "connection lost" in r.getMessage()]  # no reconnection for it
     [dl] = q.inspect()
     assert (dl.id, dl.reason) == ("j", "permanent_error")
+
+
+@WORKERS
+def test_looking_at_a_dead_letter_does_not_use_it_up(rabbit, broker, worker):
+    # Issue 40, 10: each look (basic.get, returned) raised the dead letters'
+    # x-delivery-count; RabbitMQ 4.x quorum queues default to a delivery
+    # limit of 20, which drops them (Q.dlq has no dead-letter exchange):
+    # here the limit is set by a policy, as 4.x would have it.
+    q = broker.queue(qname("looked"))
+    q.declare()
+    ids = ["look-a", "look-b", "look-c"]
+    for i in ids:
+        raw(rabbit, q.name + ".dlq", b"p-" + i.encode(), message_id=i, headers={
+            "backstop-attempt": "2", "backstop-first-enqueued-ms": "1700000000000", "backstop-destination": q.name,
+            "backstop-reason": "permanent_error", "backstop-error": "HTTP 400",
+            "backstop-dead-lettered-ms": "1700000001000"})
+    policy_name = q.name + "-limit"
+    ctl(rabbit, "set_policy", "--apply-to", "queues", policy_name, "^%s\\.dlq$" % re.escape(q.name),
+        '{"delivery-limit": 20}')
+    try:
+        if worker == "async":
+            async def looks(b):
+                aq = b.queue(q.name)
+                shown = []
+                for _ in range(26):
+                    shown.append([(d, dict(d.headers)) for d in await aq.inspect(10)])
+                    assert await aq.replay(limit=1, reason="transient") == 0  # looked at, not taken
+                return shown
+
+            shown = run(rabbit, looks)
+        else:
+            shown = []
+            for _ in range(26):
+                shown.append([(d, dict(d.headers)) for d in q.inspect(10)])
+                assert q.replay(limit=1, reason="transient") == 0
+    finally:
+        ctl(rabbit, "clear_policy", policy_name)
+    left = drain(rabbit, q.name + ".dlq")  # all there, with their headers
+    assert [(h["backstop-reason"], h["backstop-error"]) for h in left] == [("permanent_error", "HTTP 400")] * 3
+    assert all((h.get("x-delivery-count") or 0) <= _core.REFRESH_AT for h in left)
+    first = shown[0]
+    assert [d.id for d, _ in first] == ids and all("x-delivery-count" not in h for _, h in first)
+    assert all(s == first for s in shown)  # 25 more looks show the same

@@ -409,14 +409,16 @@ class Queue:
                 await _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), msg)
                 await msg.ack()
                 moved += 1
-            for msg in held:
-                await msg.nack(requeue=True)
+            await _give_back(ch, self.name + ".dlq", held)
         finally:
             await ch.close()
         return moved
 
     async def inspect(self, n: int = 20) -> List[DeadLetter]:
-        """A peek at the first ``n`` dead letters: each is returned to the DLQ."""
+        """A peek at the first ``n`` dead letters: each is given back to the
+        DLQ, in order, without being used up by the looks (``_core.refresh``;
+        README, "The DLQ workflow"); ``headers`` leave out
+        ``x-delivery-count``."""
         _core.check_int("inspect", "n", n, 1, 10000)
 
         async def run(ch: AbstractChannel) -> List[DeadLetter]:
@@ -429,8 +431,7 @@ class Queue:
                     break
                 held.append(msg)
                 out.append(_core.dead_letter_from(msg.message_id, msg.headers, msg.body))
-            for msg in held:
-                await msg.nack(requeue=True)
+            await _give_back(ch, self.name + ".dlq", held)
             return out
 
         return list(await self._op(run))
@@ -594,6 +595,18 @@ def _log_blocked(conn: AbstractConnection) -> None:
             await orig(frame)
 
         setattr(under, name, wrapped)
+
+
+async def _give_back(ch: AbstractChannel, dlq: str, msgs: List[AbstractIncomingMessage]) -> None:
+    """Gives dead letters looked at back to ``dlq`` as ``_core.refresh``
+    says: returned in order, or published again (confirmed) and acked."""
+    if not _core.refresh([m.headers for m in msgs]):
+        for m in msgs:
+            await m.nack(requeue=True)
+        return
+    for m in msgs:
+        await _publish(ch, _core.refreshed(dlq, m.headers), m)
+        await m.ack()
 
 
 def _alive(conn: AbstractConnection) -> bool:

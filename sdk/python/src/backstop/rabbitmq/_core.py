@@ -274,7 +274,10 @@ def _reason(h: Mapping[str, Any]) -> str:
 
 
 def dead_letter_from(message_id: Optional[str], headers: Optional[Mapping[str, Any]], body: bytes) -> DeadLetter:
-    h = dict(headers or {})
+    """The dead letter a DLQ message is, as inspect shows it: without
+    ``x-delivery-count`` (the broker's count of looks, not the dead
+    letter's)."""
+    h = {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"}
     reason = _reason(h)
     return DeadLetter(_text(message_id), reason, _text(h.get(H_ERROR)), _num(h.get(H_ATTEMPT)) or 0,
                       _num(h.get(H_FIRST)) or 0, _num(h.get(H_DL_MS)) or 0, bytes(body), _text(h.get(H_TYPE)),
@@ -768,6 +771,27 @@ def replay_args(limit: Any, reason: Any, scan: Any) -> Tuple[int, str, int]:
         scan = 10 * limit
     check_int("replay", "scan", scan, limit)
     return limit, reason or "", scan
+
+
+REFRESH_AT = 10  # a dead letter looked at this often is given back as a fresh copy
+
+
+def refresh(headers: List[Optional[Mapping[str, Any]]]) -> bool:
+    """How dead letters looked at (by inspect, or a replay that did not take
+    them) go back to the DLQ so that looking never uses them up (README,
+    "The DLQ workflow"): RabbitMQ 3.10 to 4.2 count every return in
+    x-delivery-count, and 4.x quorum queues drop a message at a delivery
+    limit of 20 by default. False: each is returned with basic.nack
+    (requeue), one by one in the order taken; True (one of them has an
+    x-delivery-count of REFRESH_AT or more): each is published again
+    (``refreshed``), confirmed, then acked: the copies start at 0."""
+    return any((_num((h or {}).get("x-delivery-count")) or 0) >= REFRESH_AT for h in headers)
+
+
+def refreshed(dlq: str, headers: Optional[Mapping[str, Any]]) -> Publish:
+    """A dead letter's fresh copy at the back of ``dlq``: unchanged but for
+    ``x-delivery-count`` (with the properties of the delivery)."""
+    return Publish("", dlq, {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"})
 
 
 def matches(d: DeadLetter, reason: str) -> bool:

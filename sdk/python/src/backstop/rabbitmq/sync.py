@@ -336,7 +336,7 @@ class Queue:
         limit, reason, scan = _core.replay_args(limit, reason, scan)
 
         def run(ch: BlockingChannel) -> int:
-            held: List[int] = []
+            held: List[Any] = []
             moved = 0
             for _ in range(scan):
                 if moved >= limit:
@@ -346,13 +346,12 @@ class Queue:
                     break
                 d = _core.dead_letter_from(props.message_id, props.headers, body)
                 if not _core.matches(d, reason):
-                    held.append(method.delivery_tag)
+                    held.append((method, props, body))
                     continue
                 _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), body, props)
                 ch.basic_ack(method.delivery_tag)
                 moved += 1
-            for tag in held:
-                ch.basic_nack(tag, requeue=True)
+            _give_back(ch, self.name + ".dlq", held)
             return moved
 
         return int(self._op(run))
@@ -363,15 +362,14 @@ class Queue:
 
         def run(ch: BlockingChannel) -> List[DeadLetter]:
             out: List[DeadLetter] = []
-            last = 0
+            held: List[Any] = []
             for _ in range(n):
                 method, props, body = ch.basic_get(self.name + ".dlq", auto_ack=False)
                 if method is None:
                     break
-                last = method.delivery_tag
+                held.append((method, props, body))
                 out.append(_core.dead_letter_from(props.message_id, props.headers, body))
-            if last:
-                ch.basic_nack(last, multiple=True, requeue=True)
+            _give_back(ch, self.name + ".dlq", held)
             return out
 
         return list(self._op(run))
@@ -394,6 +392,18 @@ class Queue:
             finally:
                 if ch.is_open:
                     ch.close()
+
+
+def _give_back(ch: BlockingChannel, dlq: str, held: List[Any]) -> None:
+    """``backstop.rabbitmq._give_back`` on a channel in confirm mode:
+    ``held`` the (method, properties, body) of dead letters looked at."""
+    if not _core.refresh([props.headers for _, props, _ in held]):
+        for method, _, _ in held:
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        return
+    for method, props, body in held:
+        _publish(ch, _core.refreshed(dlq, props.headers), body, props)
+        ch.basic_ack(method.delivery_tag)
 
 
 def _run(conn: pika.BlockingConnection, fn: Callable[[], Any], timeout: float) -> Any:
