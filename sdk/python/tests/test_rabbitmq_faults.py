@@ -537,3 +537,48 @@ def test_looking_at_a_dead_letter_does_not_use_it_up(rabbit, broker, worker):
     first = shown[0]
     assert [d.id for d, _ in first] == ids and all("x-delivery-count" not in h for _, h in first)
     assert all(s == first for s in shown)  # 25 more looks show the same
+
+
+def test_a_worker_stopped_under_a_memory_alarm_waits_for_its_confirms_a_bounded_time(rabbit, broker, caplog):
+    # SPEC-40 item 3, asyncio: at shutdown the pending confirms are awaited
+    # up to the apply timeout (10 s), then the channel is closed: the
+    # outcomes are unknown (kept; the messages come back), never lost.
+    # Before, a worker cancelled during an alarm waited as long as the alarm.
+    n = 20
+    seen = []
+    q = broker.queue(qname("stopalarm"))
+    for i in range(n):
+        q.enqueue("j%d" % i, b"")
+    alarm = None
+
+    async def handle(job):
+        seen.append((job.id, job.attempt))
+        if job.attempt == 1:
+            if alarm is not None:
+                await alarm.wait()  # the retry is published during the alarm
+            raise TimeoutError("once")
+
+    caplog.set_level(logging.WARNING, "backstop.rabbitmq")
+
+    async def body(b):
+        nonlocal alarm
+        alarm = asyncio.Event()
+        w = asyncio.ensure_future(b.queue(q.name).work(policy, handle, prefetch=4))
+        await until_async("jobs in hand", lambda: len(seen) == 4)
+        await asyncio.to_thread(ctl, rabbit, "set_vm_memory_high_watermark", "0.0001")
+        try:
+            alarm.set()
+            await until_async("the connection blocked", lambda: any(
+                r.getMessage().startswith("rabbitmq connection blocked") for r in caplog.records))
+            w.cancel()
+            await until_async("the worker's stop, alarm or not", w.done, 60)
+        finally:
+            await asyncio.to_thread(ctl, rabbit, "set_vm_memory_high_watermark", "0.4")
+
+    with backstop.load_policy(ONCE) as policy:
+        run(rabbit, body)
+        assert any("no confirm within 10s of the worker's stop" in r.getMessage() for r in caplog.records)
+        # Nothing lost: every job reaches its second attempt.
+        alarm = None
+        work_until(rabbit, "async", q.name, policy, handle, "every job's second attempt",
+                   lambda: {i for i, a in seen if a == 2} == {"j%d" % i for i in range(n)}, timeout=90)

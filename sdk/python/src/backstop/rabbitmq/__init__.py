@@ -278,6 +278,7 @@ class Queue:
         ch = await self.broker._channel(prefetch)
         lost = asyncio.Event()
         ch.close_callbacks.add(lambda *_: lost.set())
+        stopping = asyncio.Event()  # cancelled: confirms are awaited APPLY_GRACE_S more at most
         inflight: Set["asyncio.Task[Any]"] = set()
         name = self.name
 
@@ -289,7 +290,7 @@ class Queue:
             channel stopped halfway is kept."""
             try:
                 if pub is not None and not published:
-                    await _publish(ch, pub, msg)
+                    await _until_stopped(_publish(ch, pub, msg), stopping)
                     published = True
                 await msg.ack()
                 return True
@@ -364,21 +365,18 @@ class Queue:
             try:
                 await lost.wait()
             except asyncio.CancelledError:
-                # Graceful: no new deliveries; the ones in flight finish.
-                try:
-                    await asyncio.shield(q.cancel(tag))
-                except Exception:
-                    pass
+                # Graceful: no new deliveries; the ones in flight finish,
+                # their confirms awaited APPLY_GRACE_S more at most (then
+                # the channel closes: their outcomes are unknown, kept).
+                stopping.set()
+                await _within_grace(q.cancel(tag))
                 while inflight:
                     await asyncio.shield(asyncio.wait(set(inflight)))
                 raise
             raise ConnectionError("channel closed")
         finally:
             if not ch.is_closed:
-                try:
-                    await asyncio.shield(ch.close())
-                except Exception:
-                    pass
+                await _within_grace(ch.close())
 
     async def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
                      scan: Optional[int] = None) -> int:
@@ -520,10 +518,7 @@ class _Mover:
             for t in list(self.held):
                 t.cancel()
             if not ch.is_closed:
-                try:
-                    await asyncio.shield(ch.close())  # the held deliveries go back
-                except Exception:
-                    pass
+                await _within_grace(ch.close())  # the held deliveries go back
 
     async def _hold(self, ch: AbstractChannel, n: int, msg: AbstractIncomingMessage, received: int) -> None:
         key = msg.routing_key or ""
@@ -595,6 +590,34 @@ def _log_blocked(conn: AbstractConnection) -> None:
             await orig(frame)
 
         setattr(under, name, wrapped)
+
+
+async def _within_grace(aw: Awaitable[Any]) -> None:
+    """Awaits ``aw`` (an RPC on the way out: a consumer's cancel, a
+    channel's close) in a task of its own, APPLY_GRACE_S at most, and
+    drops what it raises: a connection the broker blocked (an alarm)
+    answers no RPC until the alarm ends, and a stopping worker does not
+    wait for that (its deliveries go back when the connection closes)."""
+    t = asyncio.ensure_future(aw)
+    t.add_done_callback(lambda t: t.cancelled() or t.exception())
+    await asyncio.wait({t}, timeout=_core.APPLY_GRACE_S)
+
+
+async def _until_stopped(aw: Awaitable[Any], stopping: asyncio.Event) -> Any:
+    """Awaits ``aw`` (a publish and its confirm) with no timeout of its own
+    while the worker runs (a connection blocked by an alarm only delays
+    it: README, "A confirm is never timed out"); once ``stopping`` is set,
+    APPLY_GRACE_S more at most, then raises TimeoutError."""
+    t = asyncio.ensure_future(aw)
+    s = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({t, s}, return_when=asyncio.FIRST_COMPLETED)
+        if not t.done() and not (await asyncio.wait({t}, timeout=_core.APPLY_GRACE_S))[0]:
+            t.cancel()
+            raise TimeoutError("no confirm within %gs of the worker's stop" % _core.APPLY_GRACE_S)
+        return t.result()
+    finally:
+        s.cancel()
 
 
 async def _give_back(ch: AbstractChannel, dlq: str, msgs: List[AbstractIncomingMessage]) -> None:

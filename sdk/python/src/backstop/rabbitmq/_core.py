@@ -30,6 +30,7 @@ ERROR_MAX = 8192  # bytes of UTF-8 in backstop-last-error and backstop-error, ma
 TABLE_MAX = 65536  # bytes of an encoded header table, far below RabbitMQ's frame_max (128 KiB)
 DROPPED_MAX = 1024  # bytes of the backstop-dropped-headers list
 MAX_DUE_AHEAD_MS = 30 * 24 * 3600 * 1000  # a backstop-due-ms further ahead than this is malformed
+APPLY_GRACE_S = 10.0  # how long a stopping worker still waits for its confirms
 # A delayed message enters at its highest set bit's level, not L17: each
 # exchange-to-exchange hop costs the publishing channel a topic match.
 ENTER = "backstop.delay.enter"
