@@ -582,3 +582,35 @@ def test_a_worker_stopped_under_a_memory_alarm_waits_for_its_confirms_a_bounded_
         alarm = None
         work_until(rabbit, "async", q.name, policy, handle, "every job's second attempt",
                    lambda: {i for i, a in seen if a == 2} == {"j%d" % i for i in range(n)}, timeout=90)
+
+
+@WORKERS
+def test_a_refused_move_enters_the_delay_again_instead_of_holding_its_level(rabbit, broker, worker):
+    # Issue 40, 5: a move the broker refuses (its work queue over its
+    # max-length) is published to the delay again for 10 s, counted in
+    # backstop-move-refusals, not held in the mover's prefetch. The queue
+    # has no worker of its own: another queue's worker runs the mover.
+    full, other = broker.queue(qname("full")), broker.queue(qname("mover"))
+    full.declare()
+    other.declare()
+    for i in range(2):  # over the limit set below: the move is refused
+        raw(rabbit, full.name, b"", message_id="filler%d" % i)
+    policy_name = full.name + "-full"
+    ctl(rabbit, "set_policy", "--apply-to", "queues", policy_name, "^%s$" % re.escape(full.name),
+        '{"max-length": 1, "overflow": "reject-publish"}')
+    full.enqueue("late", b"", delay=1)
+    room = threading.Event()
+
+    def room_after_a_refusal():
+        time.sleep(3)  # the move, due in 1 s, refused meanwhile (not a wait for a result)
+        assert len(drain(rabbit, full.name)) == 2
+        room.set()
+
+    try:
+        with backstop.load_policy(FAST) as policy:
+            work_until(rabbit, worker, other.name, policy, lambda job: None, "the delayed job in its queue",
+                       lambda: room.is_set() and depth(rabbit, full.name) == 1, room_after_a_refusal)
+    finally:
+        ctl(rabbit, "clear_policy", policy_name)
+    [h] = drain(rabbit, full.name)
+    assert (h["backstop-attempt"], h["backstop-move-refusals"]) == ("1", "1")
