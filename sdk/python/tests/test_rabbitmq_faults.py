@@ -614,3 +614,25 @@ def test_a_refused_move_enters_the_delay_again_instead_of_holding_its_level(rabb
         ctl(rabbit, "clear_policy", policy_name)
     [h] = drain(rabbit, full.name)
     assert (h["backstop-attempt"], h["backstop-move-refusals"]) == ("1", "1")
+
+
+def test_moves_of_one_message_id_do_not_take_each_others_return(rabbit, broker):
+    # The asyncio mover publishes side by side on one channel, and aiormq
+    # matches a return to its publish by message id: one job id delayed on
+    # two queues, one of them deleted, must land in the other queue and in
+    # the deleted one's DLQ, never swapped (a routable move dead-lettered,
+    # a returned one acked as moved: lost).
+    n = 20
+    gone, alive, other = broker.queue(qname("gone")), broker.queue(qname("alive")), broker.queue(qname("mover"))
+    for q in (gone, alive, other):
+        q.declare()
+    for i in range(n):
+        gone.enqueue("same%d" % i, b"gone", delay=1)
+        alive.enqueue("same%d" % i, b"alive", delay=1)
+    delete_queue(rabbit, gone.name)
+    with backstop.load_policy(FAST) as policy:
+        work_until(rabbit, "async", other.name, policy, lambda job: None, "every move",
+                   lambda: depth(rabbit, gone.name + ".dlq") + depth(rabbit, alive.name) + depth(
+                       rabbit, alive.name + ".dlq") >= 2 * n)
+    assert (depth(rabbit, gone.name + ".dlq"), depth(rabbit, alive.name), depth(rabbit, alive.name + ".dlq")) == (
+        n, n, 0)

@@ -279,6 +279,7 @@ class Queue:
         lost = asyncio.Event()
         ch.close_callbacks.add(lambda *_: lost.set())
         stopping = asyncio.Event()  # cancelled: confirms are awaited APPLY_GRACE_S more at most
+        alone = _ByMessageId()
         inflight: Set["asyncio.Task[Any]"] = set()
         name = self.name
 
@@ -290,7 +291,8 @@ class Queue:
             channel stopped halfway is kept."""
             try:
                 if pub is not None and not published:
-                    await _until_stopped(_publish(ch, pub, msg), stopping)
+                    mid = pub.message_id or msg.message_id or ""
+                    await _until_stopped(alone.run(mid, lambda: _publish(ch, pub, msg)), stopping)
                     published = True
                 await msg.ack()
                 return True
@@ -466,12 +468,16 @@ class _Mover:
     (``_core.after_move``), and only what is refused after that is held
     and tried again after 10 s. A lost channel returns the held
     deliveries to the broker by itself; the mover consumes again with
-    backoff."""
+    backoff.
+
+    Its moves run side by side on one channel, but one at a time per
+    message id (``_ByMessageId``)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.channel: Optional[AbstractChannel] = None
         self.held: Dict["asyncio.Task[Any]", AbstractIncomingMessage] = {}  # a task per delivery held
+        self.alone = _ByMessageId()
         self.task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
@@ -531,7 +537,7 @@ class _Mover:
             while pubs:
                 pub = pubs.pop(0)
                 try:
-                    await _publish(ch, pub, msg)
+                    await self.alone.run(msg.message_id or "", lambda: _publish(ch, pub, msg))
                     await msg.ack()
                     return
                 except aiormq.exceptions.DeliveryError as e:
@@ -590,6 +596,29 @@ def _log_blocked(conn: AbstractConnection) -> None:
             await orig(frame)
 
         setattr(under, name, wrapped)
+
+
+class _ByMessageId:
+    """Publishes on one channel one at a time per message id: aiormq
+    matches a return to its publish by message id, and two publishes of
+    one id in flight (a job id reused by another queue, a duplicate) could
+    take each other's return: a routable move dead-lettered, a returned
+    one acked as moved (lost)."""
+
+    def __init__(self) -> None:
+        self._busy: Dict[str, "asyncio.Future[None]"] = {}  # message id -> its publish in flight ends
+
+    async def run(self, mid: str, publish: Callable[[], Awaitable[None]]) -> None:
+        """publish() (a message with id ``mid``) once no other of ``mid`` is
+        in flight."""
+        while mid in self._busy:
+            await asyncio.shield(self._busy[mid])
+        done = self._busy[mid] = asyncio.get_running_loop().create_future()
+        try:
+            await publish()
+        finally:
+            del self._busy[mid]
+            done.set_result(None)
 
 
 async def _within_grace(aw: Awaitable[Any]) -> None:
