@@ -4,11 +4,13 @@ attempt of a job, and the fields JSON a plain entry without a payload
 field gets as its payload."""
 import asyncio
 import datetime
-import hashlib
 import json
+import re
 
 import pytest
 import redis.asyncio
+
+import backstop
 
 from backstop.queue import AsyncQueue, Job, Queue, _fields_json
 from backstop.rabbitmq import _core
@@ -131,11 +133,22 @@ def test_a_plain_message_is_the_first_attempt_of_its_message_id():
         "m1", 1, 1733370000123, b'{"to":"a"}', False)
 
 
-def test_a_plain_message_without_an_id_is_known_by_its_bodys_sha256():
+def test_a_plain_message_without_an_id_is_adopted_under_an_id_of_its_own():
+    # Issue 40: the sha256-of-body id made two events with one body one job.
     body = b'{"to":"a"}'
-    job = _core.job_from("q", None, None, body, None, None, 5)
-    assert job.id == "sha256:" + hashlib.sha256(body).hexdigest() and len(job.id) == 7 + 64 and not job.malformed
-    assert _core.job_from("q", "", {}, body, None).id == job.id
+    h = {"x-delivery-count": 3, "other": "o"}
+    job = _core.job_from("q", None, h, body, None, None, 5)
+    assert (job.id, job.attempt, job.malformed) == ("", 1, False)
+    assert _core.job_from("q", "", {}, body, None).id == ""
+    with backstop.load_policy({"max_attempts": 2}) as policy:
+        step = _core.triage(job, policy, 5, _core.Kept(), 10)
+    assert step.adopt and step.plan is None
+    a, b = _core.before_run("q", job, step, 10), _core.adopted("q", job)
+    # To the work queue, with its headers but the broker's count, and a new id.
+    assert (a.exchange, a.routing_key, a.headers) == ("", "q", {"other": "o"})
+    assert re.fullmatch(r"amqp-[0-9a-f]{32}", a.message_id) and a.message_id != b.message_id
+    again = _core.job_from("q", a.message_id, a.headers, body, None, None, 5)
+    assert (again.id, again.attempt, again.malformed) == (a.message_id, 1, False)
 
 
 def test_a_plain_messages_timestamp_is_its_first_enqueued_time():
@@ -161,7 +174,7 @@ def test_a_message_with_one_of_the_headers_or_bad_ones_stays_malformed(headers):
 
 
 def _plain():
-    return _core.job_from("q", None, {"x-delivery-count": 1, "other": "o"}, b"body", None, None, 1733370000000)
+    return _core.job_from("q", "m1", {"x-delivery-count": 1, "other": "o"}, b"body", None, None, 1733370000000)
 
 
 def test_every_move_of_a_plain_message_carries_the_job_id_and_backstops_headers():

@@ -364,7 +364,7 @@ def test_kept_outcome_is_applied_without_running_again():
     kept.keep(job, plan, False)
     with backstop.load_policy(FAST) as policy:
         step = _core.triage(job, policy, 5, kept, 10)
-        assert step == (plan, False, False, True, False)
+        assert step == (plan, False, False, True, False, False, 0)
         assert _core.triage(job, policy, 5, kept, 10).plan is None  # applied once
     for i in range(3):
         kept.keep(_core.job_from("q", "k%d" % i, {"backstop-attempt": "1", "backstop-first-enqueued-ms": "1"}, b"",

@@ -116,6 +116,7 @@ class Broker:
                     if clean is e:
                         raise
                     raise clean from None
+                _log_blocked(self._conn)
                 self._shared_declared = False
             return self._conn
 
@@ -207,20 +208,21 @@ class Queue:
             await self._declare_on(ch)
 
     async def enqueue(self, job_id: str, payload: _core.Payload = b"", job_type: Optional[str] = None, *,
-                      content_type: Optional[str] = None) -> None:
+                      content_type: Optional[str] = None, delay: Union[None, float, timedelta] = None) -> None:
         """Publishes job ``job_id`` (its stable identity, the idempotency
         key) as attempt 1, first enqueued now, and returns once the broker
-        confirmed it."""
+        confirmed it; with ``delay`` (seconds or a timedelta, at most 30
+        days) it runs no earlier than that from now."""
         _core.check_name("enqueue", "job_id", job_id)
         body = _core.payload_bytes(payload)
         if job_type is not None:
             _decide.check_job_type("enqueue", "job_type", job_type)
+        wait = _core.delay_ms("enqueue", delay)
 
         async def run(ch: AbstractChannel) -> None:
             await self._ensure(ch)
-            h = _core.enqueue_headers(self.name, job_type, _core.now_ms())
-            await _publish(ch, _core.Publish("", self.name, h), {"message_id": job_id, "content_type": content_type},
-                           body)
+            pub = _core.enqueued(self.name, job_id, job_type, wait, _core.now_ms())
+            await _publish(ch, pub, {"content_type": content_type}, body)
 
         await self._op(run)
 
@@ -282,19 +284,37 @@ class Queue:
         ch = await self.broker._channel(prefetch)
         lost = asyncio.Event()
         ch.close_callbacks.add(lambda *_: lost.set())
+        stopping = asyncio.Event()  # cancelled: confirms are awaited APPLY_GRACE_S more at most
+        alone = _ByMessageId()
         inflight: Set["asyncio.Task[Any]"] = set()
         name = self.name
 
         async def apply(msg: AbstractIncomingMessage, job: Job, plan: Optional[_decide.Plan],
-                        pub: Optional[_core.Publish], published: bool) -> bool:
+                        pub: Optional[_core.Publish], published: bool, refusals: int = 0) -> bool:
             """Publishes (confirmed), then acks; whether both happened. An
-            outcome the lost channel stopped halfway is kept."""
+            outcome the broker refused (its ``refusals``-th time before) is
+            kept and the delivery handed back after a pause; one the lost
+            channel stopped halfway is kept."""
             try:
                 if pub is not None and not published:
-                    await _publish(ch, pub, msg)
+                    mid = pub.message_id or msg.message_id or ""
+                    await _until_stopped(alone.run(mid, lambda: _publish(ch, pub, msg)), stopping)
                     published = True
                 await msg.ack()
                 return True
+            except aiormq.exceptions.DeliveryError as e:
+                n = refusals + 1
+                if plan is not None:
+                    kept.keep(job, plan, published, n)
+                pause = _core.refused_pause(n)
+                log.warning("queue %s: outcome of job %s (attempt %d) refused by the broker, kept; handed back in "
+                            "%.2fs: %s", name, job.id, job.attempt, pause, e)
+                await asyncio.sleep(pause)
+                try:
+                    await msg.nack(requeue=True)
+                except Exception:
+                    pass  # the channel went meanwhile: the delivery went back with it
+                return False
             except Exception as e:
                 if plan is not None:
                     kept.keep(job, plan, published)
@@ -312,11 +332,13 @@ class Queue:
 
         async def deliver(msg: AbstractIncomingMessage) -> None:
             try:
-                job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type, msg.timestamp)
+                job = _core.job_from(name, msg.message_id, msg.headers, msg.body, msg.content_type, msg.timestamp,
+                                     redelivered=bool(msg.redelivered))
                 policy, client = runner.policy_for(job)
                 step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
-                if step.early:
-                    await apply(msg, job, None, _core.early(name, job, _core.now_ms()), False)
+                first = _core.before_run(name, job, step, _core.now_ms())
+                if first is not None:
+                    await apply(msg, job, None, first, False)
                     return
                 plan = step.plan
                 if plan is None:
@@ -332,7 +354,7 @@ class Queue:
                 elif step.gated:
                     runner.count(client, policy, job, plan, True)
                 pub = _core.move(name, job, plan, _core.now_ms())
-                if await apply(msg, job, plan, pub, step.published) and qm is not None:
+                if await apply(msg, job, plan, pub, step.published, step.refusals) and qm is not None:
                     qm.observe(job, plan)
             except Exception:
                 # Returned now rather than held until the channel closes; a
@@ -351,21 +373,18 @@ class Queue:
             try:
                 await lost.wait()
             except asyncio.CancelledError:
-                # Graceful: no new deliveries; the ones in flight finish.
-                try:
-                    await asyncio.shield(q.cancel(tag))
-                except Exception:
-                    pass
+                # Graceful: no new deliveries; the ones in flight finish,
+                # their confirms awaited APPLY_GRACE_S more at most (then
+                # the channel closes: their outcomes are unknown, kept).
+                stopping.set()
+                await _within_grace(q.cancel(tag))
                 while inflight:
                     await asyncio.shield(asyncio.wait(set(inflight)))
                 raise
             raise ConnectionError("channel closed")
         finally:
             if not ch.is_closed:
-                try:
-                    await asyncio.shield(ch.close())
-                except Exception:
-                    pass
+                await _within_grace(ch.close())
 
     async def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
                      scan: Optional[int] = None) -> int:
@@ -396,14 +415,16 @@ class Queue:
                 await _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), msg)
                 await msg.ack()
                 moved += 1
-            for msg in held:
-                await msg.nack(requeue=True)
+            await _give_back(ch, self.name + ".dlq", held)
         finally:
             await ch.close()
         return moved
 
     async def inspect(self, n: int = 20) -> List[DeadLetter]:
-        """A peek at the first ``n`` dead letters: each is returned to the DLQ."""
+        """A peek at the first ``n`` dead letters: each is given back to the
+        DLQ, in order, without being used up by the looks (``_core.refresh``;
+        README, "The DLQ workflow"); ``headers`` leave out
+        ``x-delivery-count``."""
         _core.check_int("inspect", "n", n, 1, 10000)
 
         async def run(ch: AbstractChannel) -> List[DeadLetter]:
@@ -416,8 +437,7 @@ class Queue:
                     break
                 held.append(msg)
                 out.append(_core.dead_letter_from(msg.message_id, msg.headers, msg.body))
-            for msg in held:
-                await msg.nack(requeue=True)
+            await _give_back(ch, self.name + ".dlq", held)
             return out
 
         return list(await self._op(run))
@@ -449,14 +469,21 @@ class _Mover:
     workers'"): on a channel of its own in confirm mode it consumes
     ``hold.L0..L10`` and holds each delivery until ``_core.release_ms``,
     then publishes it unchanged to its next exchange, waits for the
-    confirm and acks it; a move the broker returns or refuses is tried
-    again after 10 s. A lost channel returns the held deliveries to the
-    broker by itself; the mover consumes again with backoff."""
+    confirm and acks it; a move the broker returns is dead-lettered
+    (``unroutable``), one it refuses enters the delay again for 10 s
+    (``_core.after_move``), and only what is refused after that is held
+    and tried again after 10 s. A lost channel returns the held
+    deliveries to the broker by itself; the mover consumes again with
+    backoff.
+
+    Its moves run side by side on one channel, but one at a time per
+    message id (``_ByMessageId``)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.channel: Optional[AbstractChannel] = None
         self.held: Dict["asyncio.Task[Any]", AbstractIncomingMessage] = {}  # a task per delivery held
+        self.alone = _ByMessageId()
         self.task = asyncio.ensure_future(self._run())
 
     async def stop(self) -> None:
@@ -503,46 +530,141 @@ class _Mover:
             for t in list(self.held):
                 t.cancel()
             if not ch.is_closed:
-                try:
-                    await asyncio.shield(ch.close())  # the held deliveries go back
-                except Exception:
-                    pass
+                await _within_grace(ch.close())  # the held deliveries go back
 
     async def _hold(self, ch: AbstractChannel, n: int, msg: AbstractIncomingMessage, received: int) -> None:
         key = msg.routing_key or ""
         await asyncio.sleep(max(0, _core.release_ms(n, key, msg.headers, received) - _core.now_ms()) / 1000)
-        pub = _core.moved(n, key, msg.headers)
         while True:
-            try:
-                await _publish(ch, pub, msg)
-                await msg.ack()
-                return
-            except Exception as e:
-                if ch.is_closed:
-                    return  # the delivery went back with the channel
-                log.warning("delay mover: move of %s from %s refused, trying again in %gs: %s", msg.message_id,
-                            _core.hold(n), _core.MOVE_RETRY_S, e)
-                await asyncio.sleep(_core.MOVE_RETRY_S)
+            # The move; one returned is dead-lettered (unroutable), one
+            # refused enters the delay again: neither keeps a place in the
+            # prefetch. Only what is refused after that is held here.
+            pubs = [_core.moved(n, key, msg.headers)]
+            while pubs:
+                pub = pubs.pop(0)
+                try:
+                    await self.alone.run(msg.message_id or "", lambda: _publish(ch, pub, msg))
+                    await msg.ack()
+                    return
+                except aiormq.exceptions.DeliveryError as e:
+                    result = "returned" if isinstance(e, aiormq.exceptions.PublishError) else "refused"
+                    more = _core.after_move(n, pub, result, msg.headers, _core.now_ms())
+                except Exception as e:
+                    if ch.is_closed:
+                        return  # the delivery went back with the channel
+                    result, more = "failed: %s" % e, None
+                if more is None:
+                    break
+                pubs = more + pubs
+            log.warning("delay mover: move of %s from %s %s, trying again in %gs", msg.message_id, _core.hold(n),
+                        result, _core.MOVE_RETRY_S)
+            await asyncio.sleep(_core.MOVE_RETRY_S)
 
 
 async def _publish(ch: AbstractChannel, pub: _core.Publish, src: Any, body: Optional[bytes] = None) -> None:
     """Publishes pub with the body and properties of ``src`` (a delivery,
-    or for enqueue a dict: message_id, content_type), persistent, and
-    waits for the broker's confirm; an unroutable message raises."""
+    or for enqueue a dict: content_type), persistent, its headers fitted
+    below the frame size (``_core.fit``), and waits for the broker's
+    confirm, however long (a blocked connection: a memory alarm), never
+    taking a wait for a refusal: an unroutable message raises
+    ``PublishError``, a refused one (nack) ``DeliveryError``, a channel
+    closed meanwhile (the outcome unknown) its own error."""
     if isinstance(src, dict):
         props = dict(src)
     else:
         body = src.body
-        props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
-                                               "type", "app_id", "timestamp")}
+        props = {k: getattr(src, k) for k in _core.PROPERTIES}
     if pub.message_id:
         props["message_id"] = pub.message_id  # the job id (a plain message may have none)
-    msg = aio_pika.Message(body or b"", headers=_amqp_table(pub.headers), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+    msg = aio_pika.Message(body or b"", headers=_amqp_table(_core.fit(pub.headers)),
+                           delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                            **{k: v for k, v in props.items() if v})
     if not props.get("message_id"):
         msg.message_id = _NO_ID
     x = ch.default_exchange if pub.exchange == "" else await ch.get_exchange(pub.exchange, ensure=False)
     await x.publish(msg, pub.routing_key, mandatory=True)
+
+
+def _log_blocked(conn: AbstractConnection) -> None:
+    """Logs once when the broker blocks the connection (with its reason)
+    and once when it unblocks it. aiormq has no callback for it: its two
+    frame handlers are wrapped on the instance (private names; without
+    them aiormq's own warning remains)."""
+    under = getattr(getattr(conn, "transport", None), "connection", None)
+    for name, line in (("_Connection__handle_connection_blocked", None),
+                       ("_Connection__handle_connection_unblocked", _core.UNBLOCKED)):
+        orig = getattr(under, name, None)
+        if orig is None:
+            continue
+
+        async def wrapped(frame: Any, orig: Any = orig, line: Optional[str] = line) -> None:
+            log.warning(line or _core.blocked_message(getattr(frame, "reason", "")))
+            await orig(frame)
+
+        setattr(under, name, wrapped)
+
+
+class _ByMessageId:
+    """Publishes on one channel one at a time per message id: aiormq
+    matches a return to its publish by message id, and two publishes of
+    one id in flight (a job id reused by another queue, a duplicate) could
+    take each other's return: a routable move dead-lettered, a returned
+    one acked as moved (lost)."""
+
+    def __init__(self) -> None:
+        self._busy: Dict[str, "asyncio.Future[None]"] = {}  # message id -> its publish in flight ends
+
+    async def run(self, mid: str, publish: Callable[[], Awaitable[None]]) -> None:
+        """publish() (a message with id ``mid``) once no other of ``mid`` is
+        in flight."""
+        while mid in self._busy:
+            await asyncio.shield(self._busy[mid])
+        done = self._busy[mid] = asyncio.get_running_loop().create_future()
+        try:
+            await publish()
+        finally:
+            del self._busy[mid]
+            done.set_result(None)
+
+
+async def _within_grace(aw: Awaitable[Any]) -> None:
+    """Awaits ``aw`` (an RPC on the way out: a consumer's cancel, a
+    channel's close) in a task of its own, APPLY_GRACE_S at most, and
+    drops what it raises: a connection the broker blocked (an alarm)
+    answers no RPC until the alarm ends, and a stopping worker does not
+    wait for that (its deliveries go back when the connection closes)."""
+    t = asyncio.ensure_future(aw)
+    t.add_done_callback(lambda t: t.cancelled() or t.exception())
+    await asyncio.wait({t}, timeout=_core.APPLY_GRACE_S)
+
+
+async def _until_stopped(aw: Awaitable[Any], stopping: asyncio.Event) -> Any:
+    """Awaits ``aw`` (a publish and its confirm) with no timeout of its own
+    while the worker runs (a connection blocked by an alarm only delays
+    it: README, "A confirm is never timed out"); once ``stopping`` is set,
+    APPLY_GRACE_S more at most, then raises TimeoutError."""
+    t = asyncio.ensure_future(aw)
+    s = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({t, s}, return_when=asyncio.FIRST_COMPLETED)
+        if not t.done() and not (await asyncio.wait({t}, timeout=_core.APPLY_GRACE_S))[0]:
+            t.cancel()
+            raise TimeoutError("no confirm within %gs of the worker's stop" % _core.APPLY_GRACE_S)
+        return t.result()
+    finally:
+        s.cancel()
+
+
+async def _give_back(ch: AbstractChannel, dlq: str, msgs: List[AbstractIncomingMessage]) -> None:
+    """Gives dead letters looked at back to ``dlq`` as ``_core.refresh``
+    says: returned in order, or published again (confirmed) and acked."""
+    if not _core.refresh([m.headers for m in msgs]):
+        for m in msgs:
+            await m.nack(requeue=True)
+        return
+    for m in msgs:
+        await _publish(ch, _core.refreshed(dlq, m.headers), m)
+        await m.ack()
 
 
 def _alive(conn: AbstractConnection) -> bool:

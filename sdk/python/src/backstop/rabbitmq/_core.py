@@ -5,12 +5,13 @@ dead letters read from them, and the message each outcome publishes."""
 from __future__ import annotations
 
 import collections
-import hashlib
 import random
+import secrets
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from decimal import Decimal
+from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .. import _decide
@@ -22,10 +23,19 @@ MAX_HOP_S = (1 << HOLD_LEVELS) - 1  # 34 min in one pass: no hold outlasts the c
 DELIVER = "backstop.delay.deliver"
 MOVE_PREFETCH = 1000  # deliveries a mover holds per hold queue
 MOVE_RETRY_S = 10.0  # the pause before a move the broker refused is tried again
+MOVE_REENTER_MS = 10_000  # a move the broker refused waits this long in the delay again
+MAX_MOVE_REFUSALS = 30  # refusals of one delayed message before it is dead-lettered as unroutable
+UNROUTABLE = "backstop.unroutable"  # dead letters of moves with no queue to go to
+ERROR_MAX = 8192  # bytes of UTF-8 in backstop-last-error and backstop-error, marker included
+TABLE_MAX = 65536  # bytes of an encoded header table, far below RabbitMQ's frame_max (128 KiB)
+DROPPED_MAX = 1024  # bytes of the backstop-dropped-headers list
+MAX_DUE_AHEAD_MS = 30 * 24 * 3600 * 1000  # a backstop-due-ms further ahead than this is malformed
+APPLY_GRACE_S = 10.0  # how long a stopping worker still waits for its confirms
 # A delayed message enters at its highest set bit's level, not L17: each
 # exchange-to-exchange hop costs the publishing channel a topic match.
 ENTER = "backstop.delay.enter"
 MALFORMED = "malformed message: needs message_id, backstop-attempt >= 1 and backstop-first-enqueued-ms"
+DUE_TOO_FAR = "malformed message: backstop-due-ms is more than 30 days ahead"
 
 H_ATTEMPT = "backstop-attempt"
 H_FIRST = "backstop-first-enqueued-ms"
@@ -38,6 +48,8 @@ H_TYPE = "backstop-job-type"
 H_REASON = "backstop-reason"
 H_ERROR = "backstop-error"
 H_DL_MS = "backstop-dead-lettered-ms"
+H_DROPPED = "backstop-dropped-headers"
+H_REFUSALS = "backstop-move-refusals"
 
 _ATTEMPT = re.compile(r"[1-9][0-9]{0,13}\Z")
 _DIGITS = re.compile(r"[0-9]{1,18}\Z")  # as Go's headerDigits: fits an int64
@@ -104,6 +116,7 @@ def _shared() -> Topology:
         # Bound before the TTL queue is unbound: a message routed meanwhile
         # goes to both (a duplicate), never to neither.
         qb.append((hold(n), level(n), _pattern(n, "1"), {}))
+    queues.append((UNROUTABLE, {"x-queue-type": "quorum"}))
     eb += [(level(n), ENTER, _enter_pattern(n), {}) for n in range(LEVELS)]
     eb.append((DELIVER, ENTER, routing_key(0), {}))  # no bit set: straight to the queue
     return Topology(exchanges, queues, qb, eb, tuple((level(n), level(n), _pattern(n, "1")) for n in range(HOLD_LEVELS)))
@@ -167,17 +180,19 @@ class Job:
     ``malformed`` marks a message without an id, a whole ``attempt`` >= 1
     or a first-enqueued time: the worker dead-letters it (reason
     ``malformed``) without running it; ``headers`` holds every header to
-    see why. ``delivery_count`` is the broker's ``x-delivery-count``
-    (deliveries that ended without an ack).
+    see why. ``delivery_count`` is the broker's
+    ``x-delivery-count`` (deliveries that ended without an ack), read on
+    a redelivery only: on a first delivery the header is another
+    publisher's (a shovel copies it), 0.
 
     A plain message, with neither ``backstop-attempt`` nor
     ``backstop-first-enqueued-ms`` (a producer that knows nothing of
-    backstop), is the job's first attempt: its id the message id, or
-    without one ``"sha256:"`` and the hex SHA-256 of the body; first
+    backstop), is the job's first attempt: its id the message id; first
     enqueued at its timestamp property, or without one when it was
-    received. Every message the worker publishes for a job (retry, defer,
-    dead letter) carries the job id as message id and backstop's headers,
-    so it is plain once only."""
+    received. One without a message id has ``id`` "": the worker adopts it
+    (``adopted``) before it runs. Every message the worker publishes for
+    a job (retry, defer, dead letter) carries the job id as message id
+    and backstop's headers, so it is plain once only."""
 
     id: str
     attempt: int
@@ -201,17 +216,19 @@ class Job:
 
 
 def job_from(queue: str, message_id: Optional[str], headers: Optional[Mapping[str, Any]], body: bytes,
-             content_type: Optional[str], timestamp: Any = None, received_ms: Optional[int] = None) -> Job:
+             content_type: Optional[str], timestamp: Any = None, received_ms: Optional[int] = None,
+             redelivered: bool = False) -> Job:
     """The job of a delivery: its message id, headers, body, content type
     and timestamp property; ``received_ms`` (default now) the time of
-    receipt, a plain message's first-enqueued time without a timestamp."""
+    receipt, a plain message's first-enqueued time without a timestamp;
+    ``redelivered`` the delivery's flag (only then is ``x-delivery-count``
+    the broker's)."""
     h = dict(headers or {})
     jid = _text(message_id)
     prev = _num(h.get(H_PREV_DELAY)) or 0
     if H_ATTEMPT not in h and H_FIRST not in h:
         # Plain: not malformed, its first attempt (no delay before it).
         attempt, malformed, prev = 1, False, 0
-        jid = jid or "sha256:" + hashlib.sha256(bytes(body)).hexdigest()
         ts = _seconds(timestamp)
         first: Optional[int] = ts * 1000 if ts else (now_ms() if received_ms is None else received_ms)
     else:
@@ -220,9 +237,10 @@ def job_from(queue: str, message_id: Optional[str], headers: Optional[Mapping[st
         malformed = (not message_id or n is None or not _ATTEMPT.match(str(n)) or first is None
                      or (isinstance(a, str) and a != str(n)))  # "01": a leading zero
         attempt = n or 0
+    count = (_num(h.get("x-delivery-count")) or 0) if redelivered else 0
     return Job(jid, attempt, first or 0, bytes(body), queue, content_type or "",
                _text(h.get(H_TYPE)), _text(h.get(H_LAST_REASON)), _text(h.get(H_LAST_ERROR)),
-               prev, _num(h.get(H_DUE)) or 0, _num(h.get("x-delivery-count")) or 0, malformed, h)
+               prev, _num(h.get(H_DUE)) or 0, count, malformed, h)
 
 
 @dataclass(frozen=True)
@@ -257,7 +275,10 @@ def _reason(h: Mapping[str, Any]) -> str:
 
 
 def dead_letter_from(message_id: Optional[str], headers: Optional[Mapping[str, Any]], body: bytes) -> DeadLetter:
-    h = dict(headers or {})
+    """The dead letter a DLQ message is, as inspect shows it: without
+    ``x-delivery-count`` (the broker's count of looks, not the dead
+    letter's)."""
+    h = {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"}
     reason = _reason(h)
     return DeadLetter(_text(message_id), reason, _text(h.get(H_ERROR)), _num(h.get(H_ATTEMPT)) or 0,
                       _num(h.get(H_FIRST)) or 0, _num(h.get(H_DL_MS)) or 0, bytes(body), _text(h.get(H_TYPE)),
@@ -301,10 +322,96 @@ class Publish(_Publish):
         return self
 
 
+# The properties a message takes to its next place (with its body and
+# headers): every one a publisher may set but the expiration and user_id.
+PROPERTIES = ("message_id", "content_type", "content_encoding", "correlation_id", "type", "app_id", "timestamp",
+              "priority", "reply_to")
+
 # The broker's own headers: they describe the message's old place, and go
 # when it moves (a malformed one keeps them, for a person to read).
 _BROKER = frozenset(("x-death", "x-first-death-exchange", "x-first-death-queue", "x-first-death-reason",
                      "x-last-death-exchange", "x-last-death-queue", "x-last-death-reason", "x-delivery-count"))
+
+
+def bounded_error(text: str) -> str:
+    """An error as ``backstop-last-error`` and ``backstop-error`` carry it:
+    at most ERROR_MAX bytes of UTF-8, a longer one cut on a character
+    boundary and ended by `` …[truncated: N bytes]`` (N its full length;
+    the marker counts in the bound), so that no handler's error can make
+    a header frame the broker refuses."""
+    b = text.encode("utf-8", "replace")
+    if len(b) <= ERROR_MAX:
+        return text
+    marker = " …[truncated: %d bytes]" % len(b)
+    keep = ERROR_MAX - len(marker.encode("utf-8"))
+    return b[:keep].decode("utf-8", "ignore") + marker
+
+
+def _value_size(v: Any) -> int:
+    """The bytes of a field value in an AMQP table, type octet included (a
+    number at its widest: its type on the wire is the client's)."""
+    if v is None:
+        return 1
+    if isinstance(v, bool):
+        return 2
+    if isinstance(v, (int, float, datetime)):
+        return 9
+    if isinstance(v, Decimal):
+        return 6
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return 5 + len(bytes(v))
+    if isinstance(v, Mapping):
+        return 1 + table_size(v)
+    if isinstance(v, (list, tuple)):
+        return 5 + sum(_value_size(x) for x in v)
+    return 5 + len(_text(v).encode("utf-8", "replace"))  # a long string
+
+
+def _entry_size(k: str, v: Any) -> int:
+    return 1 + len(k.encode("utf-8", "replace")) + _value_size(v)
+
+
+def table_size(h: Mapping[str, Any]) -> int:
+    """The bytes of ``h`` encoded as an AMQP field table."""
+    return 4 + sum(_entry_size(k, v) for k, v in h.items())
+
+
+def fit(h: Dict[str, Any]) -> Dict[str, Any]:
+    """The headers a publish sends, within the README's bounds (so that no
+    publish exceeds the broker's frame_max, which closes the connection):
+    the error headers bounded (``bounded_error``); then, if the table is
+    over TABLE_MAX bytes, foreign headers (not ``backstop-*``, not
+    ``x-death``) dropped, largest first (ties by name), while it exceeds
+    TABLE_MAX less the room of the list at its largest, their names
+    appended to ``backstop-dropped-headers`` (after an earlier list),
+    whole names within DROPPED_MAX bytes."""
+    out = dict(h)
+    for k in (H_LAST_ERROR, H_ERROR):
+        if isinstance(out.get(k), str):
+            out[k] = bounded_error(out[k])
+    size = table_size(out)
+    if size <= TABLE_MAX:
+        return out
+    foreign = sorted(((_entry_size(k, v), k) for k, v in out.items() if not k.startswith("backstop-") and k != "x-death"),
+                     key=lambda f: (-f[0], f[1].encode("utf-8", "replace")))
+    dropped: List[str] = []
+    if H_DROPPED in out:  # rewritten below, with the new names
+        prev = out.pop(H_DROPPED)
+        size -= _entry_size(H_DROPPED, prev)
+        if _text(prev):
+            dropped.append(_text(prev))
+    limit = TABLE_MAX - _entry_size(H_DROPPED, " " * DROPPED_MAX)
+    for n, k in foreign:
+        if size <= limit:
+            break
+        del out[k]
+        size -= n
+        dropped.append(k)
+    listed = ",".join(dropped).encode("utf-8", "replace")
+    if len(listed) > DROPPED_MAX:
+        listed = listed[:max(0, listed.rfind(b",", 0, DROPPED_MAX + 1))]  # whole names only
+    out[H_DROPPED] = listed.decode("utf-8", "replace")
+    return out
 
 
 def _own(h: Mapping[str, Any]) -> Dict[str, Any]:
@@ -318,6 +425,28 @@ def enqueue_headers(q: str, job_type: Optional[str], now: int) -> Dict[str, Any]
     if job_type:
         h[H_TYPE] = job_type
     return h
+
+
+def enqueued(q: str, job_id: str, job_type: Optional[str], delay_ms: int, now: int) -> Publish:
+    """Job ``job_id``'s first message: to ``q``, or after ``delay_ms``
+    through ``Q.delay``."""
+    h = enqueue_headers(q, job_type, now)
+    return delayed(q, h, delay_ms, now, job_id) if delay_ms > 0 else Publish("", q, h, job_id)
+
+
+def delay_ms(who: str, v: Any) -> int:
+    """``enqueue``'s ``delay`` (seconds, or a timedelta; None: none) in ms,
+    rounded up; refused past 30 days (the longest due time a worker
+    accepts), naming the option."""
+    if v is None:
+        return 0
+    if isinstance(v, timedelta):
+        v = v.total_seconds()
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0:
+        raise ValueError("%s: delay must be a number of seconds >= 0 or a timedelta (got %r)" % (who, v))
+    if v * 1000 > MAX_DUE_AHEAD_MS:
+        raise ValueError("%s: delay must be at most 30 days (got %r s)" % (who, v))
+    return -(-int(v * 1000 * 1000) // 1000)  # µs, then ms rounded up: never early
 
 
 def _job_headers(job: Job) -> Dict[str, Any]:
@@ -337,7 +466,9 @@ def delayed(q: str, h: Dict[str, Any], delay_ms: int, now: int, message_id: str 
 
 
 def dead_letter(q: str, job: Job, reason: str, error: str, now: int) -> Publish:
-    h = dict(job.headers) if job.malformed else _job_headers(job)
+    # A malformed message keeps the broker's headers (x-death: where it
+    # was), for a person to read; never x-delivery-count.
+    h = {k: v for k, v in job.headers.items() if k != "x-delivery-count"} if job.malformed else _job_headers(job)
     h.update({H_REASON: reason, H_ERROR: error, H_DL_MS: str(now)})
     if not job.malformed:
         h.setdefault(H_DEST, q)
@@ -363,6 +494,17 @@ def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
 def early(q: str, job: Job, now: int) -> Publish:
     """A job that arrived before it is due, delayed again for the rest."""
     return Publish(q + ".delay", routing_key(job.due_ms - now), dict(_job_headers(job), **{H_DEST: q}), job.id)
+
+
+def adopted(q: str, job: Job) -> Publish:
+    """A plain message without a message id published again to ``q`` with
+    an id of its own, ``amqp-`` and 32 random lowercase hex digits (two
+    events with one body are two jobs), its headers (but the broker's
+    ``x-delivery-count``), properties and body unchanged: the copy runs as
+    the job's attempt 1 once the broker confirmed it and the original is
+    acked (a crash in between duplicates, never loses)."""
+    h = {k: v for k, v in job.headers.items() if k != "x-delivery-count"}
+    return Publish("", q, h, "amqp-" + secrets.token_hex(16))
 
 
 def crash_loop(job: Job, max_deliveries: int) -> _decide.Plan:
@@ -422,7 +564,73 @@ def moved(n: int, key: str, headers: Optional[Mapping[str, Any]]) -> Publish:
     return Publish(next_exchange(n), key, {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"})
 
 
+def unroutable_error(dest: str) -> str:
+    if not dest:
+        return "no route for a delayed message without backstop-destination"
+    return 'no route to queue "%s": it was deleted or never declared' % dest
+
+
+def refused_error(refusals: int, why: str) -> str:
+    return "the broker refused the delayed message's move %d times (a full queue or delay level): %s" % (refusals, why)
+
+
+def _move_dead_letters(headers: Optional[Mapping[str, Any]], error: str, now: int) -> List[Publish]:
+    """A delayed message the mover cannot move on, dead-lettered with reason
+    ``unroutable`` (the broker's headers and the refusal count left out):
+    to ``Q.dlq`` (Q its destination), or when that returns too, or it has
+    none, to UNROUTABLE."""
+    h = _own(headers or {})
+    h.pop(H_REFUSALS, None)
+    h.update({H_REASON: "unroutable", H_ERROR: error, H_DL_MS: str(now)})
+    dest = _text(h.get(H_DEST))
+    return ([Publish("", dest + ".dlq", h)] if dest else []) + [Publish("", UNROUTABLE, dict(h))]
+
+
+def move_returned(headers: Optional[Mapping[str, Any]], now: int) -> List[Publish]:
+    """What the mover publishes, in turn until one is confirmed, for a move
+    the broker returned (no route: its work queue is gone)."""
+    return _move_dead_letters(headers, unroutable_error(_text((headers or {}).get(H_DEST))), now)
+
+
+def move_refused(headers: Optional[Mapping[str, Any]], now: int,
+                 why: str = "rabbitmq: the broker rejected the message") -> List[Publish]:
+    """What the mover publishes for a move the broker refused (nack: a full
+    work queue or level): the message enters the delay again, due at the
+    later of its own due time and now + 10 s, ``backstop-move-refusals`` +
+    1, so that it does not hold a place in the mover's prefetch; at the
+    30th refusal, its dead letters (``unroutable``)."""
+    h = {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"}
+    n = (_num(h.get(H_REFUSALS)) or 0) + 1
+    if n >= MAX_MOVE_REFUSALS:
+        return _move_dead_letters(h, refused_error(n, why), now)
+    due = max(_num(h.get(H_DUE)) or 0, now + MOVE_REENTER_MS)
+    h.update({H_REFUSALS: str(n), H_DUE: str(due)})
+    return [Publish(ENTER, routing_key(due - now), h)]
+
+
+def after_move(n: int, pub: Publish, result: str, headers: Optional[Mapping[str, Any]], now: int) -> Optional[List[Publish]]:
+    """What a mover of ``hold.L<n>`` publishes next, in turn until one is
+    confirmed, after ``pub`` was ``"returned"`` (no route) or ``"refused"``
+    (nack): for the move itself, its dead letters (returned) or its
+    re-entry into the delay (refused); for a dead letter returned, the
+    next one in turn ([]). None: the message is held and its move tried
+    again after MOVE_RETRY_S (a re-entry or dead letter refused: a
+    cluster electing a leader)."""
+    if pub.exchange == next_exchange(n):
+        return move_returned(headers, now) if result == "returned" else move_refused(headers, now)
+    return [] if result == "returned" else None
+
+
 # -- the worker's decisions, broker aside -------------------------------------
+
+
+def blocked_message(reason: Any) -> str:
+    """The log line of a connection the broker blocked (a memory or disk
+    alarm: publishes wait, their confirms with them)."""
+    return "rabbitmq connection blocked: %s" % _text(reason)
+
+
+UNBLOCKED = "rabbitmq connection unblocked"
 
 
 class Backoff:
@@ -444,27 +652,40 @@ class Backoff:
         return d * (0.5 + random.random() / 2)
 
 
+def refused_pause(n: int) -> float:
+    """Seconds a delivery whose outcome the broker refused (nack) ``n``
+    times in a row waits before it is handed back: 20 ms doubling to 5 s,
+    jittered (half to all of it). Not at once: while a cluster elects a
+    leader the refusals come back to back, and each return counts in
+    x-delivery-count (a crash loop for a job that only needed a retry)."""
+    d = min(5.0, 0.02 * (1 << min(n - 1, 10)))
+    return d / 2 + random.random() * d / 2
+
+
 class Kept:
-    """Outcomes known but not yet applied (the channel was lost before the
-    publish was confirmed or the delivery acked), by (job id, attempt): the
-    broker delivers the message again and the worker applies the outcome
-    without running the job twice. Bounded: the oldest are forgotten."""
+    """Outcomes known but not yet applied (the broker refused the publish,
+    or the channel was lost before it was confirmed or the delivery
+    acked), by (job id, attempt): the broker delivers the message again
+    and the worker applies the outcome without running the job twice.
+    Bounded: the oldest are forgotten."""
 
     def __init__(self, size: int = 10000) -> None:
-        self._d: "collections.OrderedDict[Tuple[str, int], Tuple[_decide.Plan, bool]]" = collections.OrderedDict()
+        self._d: "collections.OrderedDict[Tuple[str, int], Tuple[_decide.Plan, bool, int]]" = collections.OrderedDict()
         self.size = size
 
-    def keep(self, job: Job, plan: _decide.Plan, published: bool) -> None:
+    def keep(self, job: Job, plan: _decide.Plan, published: bool, refusals: int = 0) -> None:
         """Keeps ``plan``; ``published``: its message was confirmed, only the
-        ack is left (publishing it again would duplicate the job)."""
+        ack is left (publishing it again would duplicate the job);
+        ``refusals``: how often in a row the broker refused it (0: the
+        channel went)."""
         if job.malformed or not job.id:
             return
-        self._d[(job.id, job.attempt)] = (plan, published)
+        self._d[(job.id, job.attempt)] = (plan, published, refusals)
         self._d.move_to_end((job.id, job.attempt))
         while len(self._d) > self.size:
             self._d.popitem(last=False)
 
-    def take(self, job: Job) -> Optional[Tuple[_decide.Plan, bool]]:
+    def take(self, job: Job) -> Optional[Tuple[_decide.Plan, bool, int]]:
         return None if job.malformed else self._d.pop((job.id, job.attempt), None)
 
     def __len__(self) -> int:
@@ -479,24 +700,43 @@ class Step(NamedTuple):
     early: bool  # due later: delay again, count nothing
     kept: bool  # an outcome kept from a lost channel (decided and counted before)
     published: bool  # ... whose message was confirmed: only the ack is left
+    adopt: bool = False  # plain without a message id: published again with one (adopted), count nothing
+    refusals: int = 0  # ... (kept) how often in a row the broker refused it
 
 
 def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) -> Step:
     """The README's order: malformed, an outcome kept from a lost channel,
-    a crash loop, early, the breaker's refusal; else run."""
+    a plain message without an id to adopt, a crash loop (a redelivery's
+    count), a due time past the bound (dead-lettered as malformed: it
+    would cycle through the levels for ever), early, the breaker's
+    refusal; else run."""
     if job.malformed:
         return Step(_decide.plan(job, None, policy, _no_classify, MALFORMED, now), False, False, False, False)
     k = kept.take(job)
     if k is not None:
-        return Step(k[0], False, False, True, k[1])
+        return Step(k[0], False, False, True, k[1], False, k[2])
+    if not job.id:
+        return Step(None, False, False, False, False, True)
     if job.delivery_count >= max_deliveries:
         return Step(crash_loop(job, max_deliveries), False, False, False, False)
+    if job.due_ms > now + MAX_DUE_AHEAD_MS:
+        return Step(("dead_letter", "malformed", None, DUE_TOO_FAR, 0), False, False, False, False)
     if job.due_ms > now:
         return Step(None, False, True, False, False)
     g = _decide.gate(job, policy)
     if g is not None:
         return Step(g, True, False, False, False)
     return Step(None, False, False, False, False)
+
+
+def before_run(q: str, job: Job, step: Step, now: int) -> Optional[Publish]:
+    """The publish of a delivery that does not run, nothing counted: an
+    adoption or an early one's delay for the rest (None: neither)."""
+    if step.adopt:
+        return adopted(q, job)
+    if step.early:
+        return early(q, job, now)
+    return None
 
 
 def _no_classify(exc: BaseException) -> Dict[str, Any]:  # pragma: no cover - never called for a malformed job
@@ -532,6 +772,27 @@ def replay_args(limit: Any, reason: Any, scan: Any) -> Tuple[int, str, int]:
         scan = 10 * limit
     check_int("replay", "scan", scan, limit)
     return limit, reason or "", scan
+
+
+REFRESH_AT = 10  # a dead letter looked at this often is given back as a fresh copy
+
+
+def refresh(headers: List[Optional[Mapping[str, Any]]]) -> bool:
+    """How dead letters looked at (by inspect, or a replay that did not take
+    them) go back to the DLQ so that looking never uses them up (README,
+    "The DLQ workflow"): RabbitMQ 3.10 to 4.2 count every return in
+    x-delivery-count, and 4.x quorum queues drop a message at a delivery
+    limit of 20 by default. False: each is returned with basic.nack
+    (requeue), one by one in the order taken; True (one of them has an
+    x-delivery-count of REFRESH_AT or more): each is published again
+    (``refreshed``), confirmed, then acked: the copies start at 0."""
+    return any((_num((h or {}).get("x-delivery-count")) or 0) >= REFRESH_AT for h in headers)
+
+
+def refreshed(dlq: str, headers: Optional[Mapping[str, Any]]) -> Publish:
+    """A dead letter's fresh copy at the back of ``dlq``: unchanged but for
+    ``x-delivery-count`` (with the properties of the delivery)."""
+    return Publish("", dlq, {k: v for k, v in (headers or {}).items() if k != "x-delivery-count"})
 
 
 def matches(d: DeadLetter, reason: str) -> bool:

@@ -63,7 +63,7 @@ class QueueMetrics:
         stats hash."""
         action, reason = plan[0], plan[1]
         f, q, t = self._fam, self.queue, self._type(job.job_type)
-        attempt = 0 if job.malformed else job.attempt
+        attempt = 0 if job.malformed or reason == "malformed" else job.attempt  # a due time past the bound too
         if action == "ack":
             f["attempts"].labels(q, t, "success").inc()
             self._finished(t, "success", attempt)

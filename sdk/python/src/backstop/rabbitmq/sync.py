@@ -106,7 +106,7 @@ class Broker:
         if self._closed:
             raise RuntimeError("rabbitmq: the broker connection is closed")
         if self._conn is None or not self._conn.is_open:
-            self._conn = pika.BlockingConnection(self._params)
+            self._conn = _open(self._params)
             self._declared = set()
         return self._conn
 
@@ -114,6 +114,17 @@ class Broker:
         ch = self._connection().channel()
         ch.confirm_delivery()
         return ch
+
+
+def _open(params: pika.URLParameters) -> pika.BlockingConnection:
+    """A connection that logs once when the broker blocks it (a memory or
+    disk alarm: publishes and their confirms wait) and once when it
+    unblocks it."""
+    conn = pika.BlockingConnection(params)
+    conn.add_on_connection_blocked_callback(
+        lambda _, frame: log.warning(_core.blocked_message(getattr(frame.method, "reason", ""))))
+    conn.add_on_connection_unblocked_callback(lambda *_: log.warning(_core.UNBLOCKED))
+    return conn
 
 
 def _declare(ch: BlockingChannel, topo: _core.Topology) -> None:
@@ -141,15 +152,17 @@ def _declare_queue(ch: BlockingChannel, declared: Set[str], name: str, max_deliv
 def _publish(ch: BlockingChannel, pub: _core.Publish, body: bytes, src: Optional[pika.BasicProperties] = None,
              **props: Any) -> None:
     """Publishes pub with ``body`` and the properties of ``src`` (a
-    delivery's; else ``props``), persistent. Confirm mode: returns once the
-    broker confirmed; raises when it refused (NackError) or could not route
-    (UnroutableError, mandatory)."""
+    delivery's; else ``props``), persistent, its headers fitted below the
+    frame size (``_core.fit``). Confirm mode: returns once the broker
+    confirmed, however long that takes (a blocked connection: a memory
+    alarm); raises when it refused (NackError) or could not route
+    (UnroutableError, mandatory), or the connection was lost (the outcome
+    unknown)."""
     if src is not None:
-        props = {k: getattr(src, k) for k in ("message_id", "content_type", "content_encoding", "correlation_id",
-                                               "type", "app_id", "timestamp")}
+        props = {k: getattr(src, k) for k in _core.PROPERTIES}
     if pub.message_id:
         props["message_id"] = pub.message_id  # the job id (a plain message may have none)
-    p = pika.BasicProperties(headers=pub.headers, delivery_mode=2, **{k: v for k, v in props.items() if v})
+    p = pika.BasicProperties(headers=_core.fit(pub.headers), delivery_mode=2, **{k: v for k, v in props.items() if v})
     ch.basic_publish(pub.exchange, pub.routing_key, body, properties=p, mandatory=True)
 
 
@@ -186,14 +199,14 @@ class Queue:
         self._op(lambda ch: None)
 
     def enqueue(self, job_id: str, payload: _core.Payload = b"", job_type: Optional[str] = None, *,
-                content_type: Optional[str] = None) -> None:
+                content_type: Optional[str] = None, delay: Union[None, float, timedelta] = None) -> None:
         """See ``backstop.rabbitmq.Queue.enqueue``."""
         _core.check_name("enqueue", "job_id", job_id)
         body = _core.payload_bytes(payload)
         if job_type is not None:
             _decide.check_job_type("enqueue", "job_type", job_type)
-        h = _core.enqueue_headers(self.name, job_type, _core.now_ms())
-        self._op(lambda ch: _publish(ch, _core.Publish("", self.name, h), body, message_id=job_id,
+        wait = _core.delay_ms("enqueue", delay)
+        self._op(lambda ch: _publish(ch, _core.enqueued(self.name, job_id, job_type, wait, _core.now_ms()), body,
                                      content_type=content_type))
 
     def work(self, policy: Policy, handler: Handler, *, stop: Optional[threading.Event] = None, prefetch: int = 16,
@@ -239,7 +252,7 @@ class Queue:
 
     def _consume(self, runner: _decide.Runner, handler: Handler, stop: threading.Event, prefetch: int, timeout: float,
                  qm: Optional[QueueMetrics], kept: _core.Kept, backoff: _core.Backoff) -> None:
-        conn = pika.BlockingConnection(self.broker._params)
+        conn = _open(self.broker._params)
         try:
             ch = conn.channel()
             ch.confirm_delivery()
@@ -279,13 +292,13 @@ class Queue:
                  runner: _decide.Runner, handler: Handler, timeout: float, qm: Optional[QueueMetrics],
                  kept: _core.Kept) -> None:
         name = self.name
-        job = _core.job_from(name, props.message_id, props.headers, body, props.content_type, props.timestamp)
+        job = _core.job_from(name, props.message_id, props.headers, body, props.content_type, props.timestamp,
+                             redelivered=bool(method.redelivered))
         policy, client = runner.policy_for(job)
         step = _core.triage(job, policy, self.max_deliveries, kept, _core.now_ms())
         plan: Optional[_decide.Plan] = step.plan
-        if step.early:
-            pub: Optional[_core.Publish] = _core.early(name, job, _core.now_ms())
-        else:
+        pub: Optional[_core.Publish] = _core.before_run(name, job, step, _core.now_ms())
+        if pub is None:
             if plan is None:
                 exc: Optional[Exception] = None
                 try:
@@ -303,6 +316,17 @@ class Queue:
                 _publish(ch, pub, body, props)
                 published = True
             ch.basic_ack(method.delivery_tag)
+        except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
+            # Refused: kept, and the delivery handed back after a pause (as
+            # the asyncio worker's), not held while the channel lives.
+            n = step.refusals + 1
+            if plan is not None:
+                kept.keep(job, plan, published, n)
+            pause = _core.refused_pause(n)
+            log.warning("queue %s: outcome of job %s (attempt %d) refused by the broker, kept; handed back in "
+                        "%.2fs: %s", name, job.id, job.attempt, pause, e)
+            conn.call_later(pause, lambda: ch.basic_nack(method.delivery_tag, requeue=True) if ch.is_open else None)
+            return
         except _LOST:
             if plan is not None:
                 kept.keep(job, plan, published)
@@ -318,7 +342,7 @@ class Queue:
         limit, reason, scan = _core.replay_args(limit, reason, scan)
 
         def run(ch: BlockingChannel) -> int:
-            held: List[int] = []
+            held: List[Any] = []
             moved = 0
             for _ in range(scan):
                 if moved >= limit:
@@ -328,13 +352,12 @@ class Queue:
                     break
                 d = _core.dead_letter_from(props.message_id, props.headers, body)
                 if not _core.matches(d, reason):
-                    held.append(method.delivery_tag)
+                    held.append((method, props, body))
                     continue
                 _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), body, props)
                 ch.basic_ack(method.delivery_tag)
                 moved += 1
-            for tag in held:
-                ch.basic_nack(tag, requeue=True)
+            _give_back(ch, self.name + ".dlq", held)
             return moved
 
         return int(self._op(run))
@@ -345,15 +368,14 @@ class Queue:
 
         def run(ch: BlockingChannel) -> List[DeadLetter]:
             out: List[DeadLetter] = []
-            last = 0
+            held: List[Any] = []
             for _ in range(n):
                 method, props, body = ch.basic_get(self.name + ".dlq", auto_ack=False)
                 if method is None:
                     break
-                last = method.delivery_tag
+                held.append((method, props, body))
                 out.append(_core.dead_letter_from(props.message_id, props.headers, body))
-            if last:
-                ch.basic_nack(last, multiple=True, requeue=True)
+            _give_back(ch, self.name + ".dlq", held)
             return out
 
         return list(self._op(run))
@@ -376,6 +398,18 @@ class Queue:
             finally:
                 if ch.is_open:
                     ch.close()
+
+
+def _give_back(ch: BlockingChannel, dlq: str, held: List[Any]) -> None:
+    """``backstop.rabbitmq._give_back`` on a channel in confirm mode:
+    ``held`` the (method, properties, body) of dead letters looked at."""
+    if not _core.refresh([props.headers for _, props, _ in held]):
+        for method, _, _ in held:
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        return
+    for method, props, body in held:
+        _publish(ch, _core.refreshed(dlq, props.headers), body, props)
+        ch.basic_ack(method.delivery_tag)
 
 
 def _run(conn: pika.BlockingConnection, fn: Callable[[], Any], timeout: float) -> Any:
@@ -407,9 +441,10 @@ class _Mover:
     ``hold.L0..L10`` (confirm mode, manual acks), holds each delivery until
     ``_core.release_ms`` (a timer of the connection), publishes it
     unchanged to its next exchange, waits for the confirm and acks it; a
-    move the broker returns or refuses is tried again after 10 s. A lost
-    connection returns the held deliveries by itself; the mover connects
-    again with backoff until ``stop``."""
+    move the broker returns or refuses goes on as ``_core.after_move``
+    says (as the asyncio mover's). A lost connection returns the held
+    deliveries by itself; the mover connects again with backoff until
+    ``stop``."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -440,7 +475,7 @@ class _Mover:
                 self._stop.wait(backoff.next())
 
     def _session(self, backoff: _core.Backoff) -> None:
-        conn = pika.BlockingConnection(self.broker._params)
+        conn = _open(self.broker._params)
         self.conn, self.held = conn, 0
         try:
             ch = conn.channel()
@@ -470,17 +505,29 @@ class _Mover:
             at = _core.release_ms(n, key, props.headers, _core.now_ms())
 
             def move() -> None:
-                if not ch.is_open:
-                    return  # the delivery went back with the channel
-                try:
-                    _publish(ch, pub, body, props)
-                except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
-                    log.warning("delay mover: move of %s from %s refused, trying again in %gs: %s",
-                                props.message_id, _core.hold(n), _core.MOVE_RETRY_S, e)
-                    conn.call_later(_core.MOVE_RETRY_S, move)
+                # The move; one returned is dead-lettered (unroutable), one
+                # refused enters the delay again: neither keeps a place in
+                # the prefetch. Only what is refused after that is held.
+                pubs = [pub]
+                while pubs:
+                    if not ch.is_open:
+                        return  # the delivery went back with the channel
+                    p = pubs.pop(0)
+                    try:
+                        _publish(ch, p, body, props)
+                    except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
+                        result = "refused" if isinstance(e, pika.exceptions.NackError) else "returned"
+                        more = _core.after_move(n, p, result, props.headers, _core.now_ms())
+                        if more is None:
+                            break
+                        pubs = more + pubs
+                        continue
+                    ch.basic_ack(method.delivery_tag)
+                    self.held -= 1
                     return
-                ch.basic_ack(method.delivery_tag)
-                self.held -= 1
+                log.warning("delay mover: move of %s from %s %s, trying again in %gs", props.message_id,
+                            _core.hold(n), result, _core.MOVE_RETRY_S)
+                conn.call_later(_core.MOVE_RETRY_S, move)
 
             self.held += 1
             conn.call_later(max(0, at - _core.now_ms()) / 1000, move)
