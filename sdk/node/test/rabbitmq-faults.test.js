@@ -421,3 +421,50 @@ test('an outcome the broker refuses (a full DLQ) is handed back after a pause an
     await server.ctl('clear_policy', 'dlq-full').catch(() => {});
   }
 });
+
+// The mover publishes its moves side by side on one channel and matches a
+// basic.return to its move by exchange, routing key and message id: one
+// job id delayed on two queues, one of them deleted, must land in the
+// other queue and in the deleted one's DLQ, never swapped (a routable
+// move dead-lettered unroutable, a returned one acked as moved: lost).
+test('moves of one message id do not take each other\'s return', LIMIT, async () => {
+  const { broker } = await counted();
+  const n = 20;
+  const gone = broker.queue('swap-gone');
+  const alive = broker.queue('swap-alive');
+  await gone.declare();
+  await alive.declare();
+  const ch = await raw.createConfirmChannel();
+  await ch.deleteQueue('swap-gone');
+  // Each pair in the last level, due at one instant: the mover publishes
+  // them side by side, the routable move first.
+  const due = String(Date.now() + 1000);
+  for (let i = 0; i < n; i++) {
+    for (const dest of ['swap-alive', 'swap-gone']) {
+      const headers = { 'backstop-attempt': '1', 'backstop-first-enqueued-ms': due, 'backstop-due-ms': due, 'backstop-destination': dest };
+      ch.publish(levelName(0), delayRoutingKey(1), Buffer.from(dest), { persistent: true, messageId: `same${i}`, headers });
+    }
+  }
+  await ch.waitForConfirms();
+  await ch.close();
+  const depths = async () => {
+    const c = await raw.createChannel();
+    try {
+      const out = [];
+      for (const name of ['swap-gone.dlq', 'swap-alive', 'swap-alive.dlq']) out.push((await c.checkQueue(name)).messageCount);
+      return out;
+    } finally {
+      await c.close();
+    }
+  };
+  const w = work(broker.queue('swap-mover'), fast, () => {}); // a mover
+  try {
+    // A swapped pair loses a job: then the 2n never all arrive, and the depths say how many swapped.
+    await until('every move', async () => (await depths()).reduce((a, b) => a + b) >= 2 * n).catch(() => {});
+  } finally {
+    await w.stop();
+  }
+  assert.deepEqual(await depths(), [n, n, 0], '[swap-gone.dlq, swap-alive, swap-alive.dlq]');
+  for (const m of await drain('swap-alive')) assert.equal(m.content.toString(), 'swap-alive');
+  for (const m of await drain('swap-gone.dlq')) assert.equal(m.content.toString(), 'swap-gone');
+});

@@ -16,8 +16,9 @@ const MAX_MOVE_REFUSALS = 30;
 // The moves between delay levels (README, "The moves between levels are the
 // workers', not the broker's"): on a confirm channel of its own, the mover
 // consumes hold.L0..L10, holds each delivery until its time (releaseAt),
-// publishes it unchanged to the next exchange (mandatory), and acks it once
-// confirmed. A move the broker returns (no route: its work queue is gone)
+// publishes it unchanged to the next exchange (mandatory; side by side,
+// but one at a time per job id and route: moveSession's routed), and acks
+// it once confirmed. A move the broker returns (no route: its work queue is gone)
 // is dead-lettered at once (reason unroutable); one it refuses (a full work
 // queue) re-enters the delay for 10 s, and is dead-lettered at its 30th
 // refusal; neither stays in the mover's hands, where it would hold up the
@@ -57,12 +58,17 @@ async function moveSession(core, ch, stop) {
   }));
   const timers = new Set();
   const moving = new Set(); // moves awaiting their confirm
-  // Mandatory moves the broker could not route, matched to the move by
-  // exchange, routing key and job id (a return comes before its confirm).
+  // The mandatory publish in flight per exchange, routing key and job id
+  // (idOf), marked when the broker returns it: a return names no publish,
+  // but comes before its confirm, and publishes of one idOf go one at a
+  // time (routed), so a return is that one's. (Matched to any of several
+  // side by side, one job id delayed on two queues, one of them deleted,
+  // took the other's return: the routable move dead-lettered, the returned
+  // one acked as moved, lost.)
   const unconfirmed = new Map();
   const idOf = (exchange, key, p) => `${exchange}\u0000${key}\u0000${p.messageId ?? ''}`;
   ch.on('return', (msg) => {
-    const m = unconfirmed.get(idOf(msg.fields.exchange, msg.fields.routingKey, msg.properties))?.find((x) => !x.returned);
+    const m = unconfirmed.get(idOf(msg.fields.exchange, msg.fields.routingKey, msg.properties));
     if (m) m.returned = true;
   });
   const hold = (n, msg, at) => {
@@ -75,19 +81,20 @@ async function moveSession(core, ch, stop) {
     t.unref?.();
     timers.add(t);
   };
-  // Publishes (mandatory, confirmed) and resolves to whether it was routed.
+  // Publishes (mandatory, confirmed) and resolves to whether it was
+  // routed; once no other publish of its idOf is in flight.
   const routed = async (exchange, key, content, p) => {
     const id = idOf(exchange, key, p);
-    const m = { returned: false };
-    const list = unconfirmed.get(id) ?? [];
-    list.push(m);
-    unconfirmed.set(id, list);
+    while (unconfirmed.has(id)) await unconfirmed.get(id).done;
+    let settle;
+    const m = { returned: false, done: new Promise((resolve) => { settle = resolve; }) };
+    unconfirmed.set(id, m);
     try {
       await publish(ch, exchange, key, content, { ...p, mandatory: true });
       return !m.returned;
     } finally {
-      list.splice(list.indexOf(m), 1);
-      if (list.length === 0) unconfirmed.delete(id);
+      unconfirmed.delete(id);
+      settle();
     }
   };
   // Dead-letters msg (reason unroutable, error): to Q.dlq, Q its
