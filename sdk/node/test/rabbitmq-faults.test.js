@@ -12,6 +12,7 @@ import { connect, delayRoutingKey, levelName } from '../lib/rabbitmq.js';
 import { boundError, fitHeaders, MAX_ERROR_BYTES, MAX_TABLE_BYTES, tableSize } from '../lib/rabbitmq/message.js';
 import { publishFrames } from '../test-support/amqp-frames.js';
 import { until } from '../test-support/eventually.js';
+import { publishRaw, work } from '../test-support/rabbitmq-work.js';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
 
 // A hang fails its test instead of the run (a worker that never stops).
@@ -52,35 +53,6 @@ async function counted() {
   const broker = await connect(server.url, { amqplib, onError: (err) => errors.push(err) });
   brokers.push(broker);
   return { broker, conns, errors };
-}
-
-// Runs q's worker; returns {runs, outcomes, stop()}: runs has each job with the time it ran.
-function work(q, policy, handler, options = {}) {
-  const ac = new AbortController();
-  const runs = [];
-  const outcomes = [];
-  const done = q.work(policy, async (job) => {
-    runs.push({ job, at: Date.now() });
-    return handler(job);
-  }, { signal: ac.signal, onError: () => {}, onOutcome: (o, job) => outcomes.push({ ...o, job }), ...options });
-  return {
-    runs,
-    outcomes,
-    stop: async () => {
-      ac.abort();
-      await done;
-    },
-  };
-}
-
-async function publishRaw(exchange, key, body, props) {
-  const ch = await raw.createConfirmChannel();
-  try {
-    await new Promise((resolve, reject) =>
-      ch.publish(exchange, key, Buffer.from(body), { persistent: true, ...props }, (err) => (err ? reject(err) : resolve())));
-  } finally {
-    await ch.close();
-  }
 }
 
 async function drain(queue) {
@@ -270,7 +242,7 @@ test('a move the broker refuses (a full work queue) re-enters the delay for 10 s
   // Full: at its max-length, with reject-publish (the work queue's own x-overflow).
   await server.ctl('set_policy', 'full', '^full$', '{"max-length":1}', '--apply-to', 'queues');
   // (The policy and the queue's length take effect a little later: filled until a publish is refused.)
-  await until('the queue full', () => publishRaw('', 'full', 'filler', { messageId: 'filler' }).then(() => false, () => true));
+  await until('the queue full', () => publishRaw(raw, '', 'full', 'filler', { messageId: 'filler' }).then(() => false, () => true));
   const w = work(broker.queue('mover-only'), fast, () => {}); // a mover
   try {
     const now = Date.now();
@@ -281,7 +253,7 @@ test('a move the broker refuses (a full work queue) re-enters the delay for 10 s
         'backstop-destination': 'full', ...(refusals === undefined ? {} : { 'backstop-move-refusals': refusals }),
       },
     });
-    await publishRaw(levelName(0), delayRoutingKey(1), 'last', job('last', '29'));
+    await publishRaw(raw, levelName(0), delayRoutingKey(1), 'last', job('last', '29'));
     await until('the 30th refusal dead-lettered', async () => (await q.stats()).dlq === 1);
     const [dl] = await q.inspect(1);
     assert.deepEqual([dl.id, dl.reason, dl.destination], ['last', 'unroutable', 'full']);
@@ -289,7 +261,7 @@ test('a move the broker refuses (a full work queue) re-enters the delay for 10 s
     assert.equal(dl.headers['backstop-move-refusals'], undefined);
 
     const at = Date.now();
-    await publishRaw(levelName(0), delayRoutingKey(1), 'first', job('first'));
+    await publishRaw(raw, levelName(0), delayRoutingKey(1), 'first', job('first'));
     // Refused, it waits in the levels again, not in the mover: once the
     // queue takes messages, it arrives with its refusal counted.
     await until('the refusal', () => errors.some((e) => /job "first" to queue "full" was refused; delayed again/.test(e.message)));
@@ -318,9 +290,9 @@ test('a foreign x-delivery-count on a first delivery is ignored; an absurd backs
   const q = broker.queue('foreign');
   await q.declare();
   const now = String(Date.now());
-  await publishRaw('', 'foreign', 'p', { messageId: 'plain', headers: { 'x-delivery-count': 99 } });
-  await publishRaw('', 'foreign', 'j', { messageId: 'job', headers: { 'x-delivery-count': 99, 'backstop-attempt': '1', 'backstop-first-enqueued-ms': now } });
-  await publishRaw('', 'foreign', 'd', { messageId: 'far', headers: { 'backstop-attempt': '1', 'backstop-first-enqueued-ms': now, 'backstop-due-ms': '100000000000000000' } });
+  await publishRaw(raw, '', 'foreign', 'p', { messageId: 'plain', headers: { 'x-delivery-count': 99 } });
+  await publishRaw(raw, '', 'foreign', 'j', { messageId: 'job', headers: { 'x-delivery-count': 99, 'backstop-attempt': '1', 'backstop-first-enqueued-ms': now } });
+  await publishRaw(raw, '', 'foreign', 'd', { messageId: 'far', headers: { 'backstop-attempt': '1', 'backstop-first-enqueued-ms': now, 'backstop-due-ms': '100000000000000000' } });
   const w = work(q, fast, () => {});
   await until('three outcomes', () => w.outcomes.length === 3);
   await w.stop();
@@ -341,8 +313,8 @@ test('25 inspects and 25 replays that take nothing leave a dead letter in place,
   await ch.assertQueue('looked.dlq', { durable: true, arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': 20 } });
   await ch.close();
   const headers = { 'backstop-attempt': '3', 'backstop-first-enqueued-ms': '1700000000000', 'backstop-reason': 'max_attempts_reached', 'backstop-error': 'boom', other: 'kept' };
-  await publishRaw('', 'looked.dlq', 'one', { messageId: 'dead-1', headers });
-  await publishRaw('', 'looked.dlq', 'two', { messageId: 'dead-2', headers });
+  await publishRaw(raw, '', 'looked.dlq', 'one', { messageId: 'dead-1', headers });
+  await publishRaw(raw, '', 'looked.dlq', 'two', { messageId: 'dead-2', headers });
   const q = broker.queue('looked');
   const first = await q.inspect(10);
   assert.deepEqual(first.map((d) => [d.id, d.reason, d.headers.other, d.headers['x-delivery-count']]), [
@@ -354,7 +326,7 @@ test('25 inspects and 25 replays that take nothing leave a dead letter in place,
   // A replay's dead letters that do not match, on the library's own DLQ.
   const r = broker.queue('replayed');
   await r.declare();
-  await publishRaw('', 'replayed.dlq', 'x', { messageId: 'dead-3', headers });
+  await publishRaw(raw, '', 'replayed.dlq', 'x', { messageId: 'dead-3', headers });
   for (let i = 0; i < 25; i++) assert.equal(await r.replay({ reason: 'crash_loop' }), 0);
   const [msg] = await drain('replayed.dlq');
   assert.equal(msg.properties.messageId, 'dead-3');
@@ -402,7 +374,7 @@ test('an outcome the broker refuses (a full DLQ) is handed back after a pause an
   await q.declare();
   await server.ctl('set_policy', 'dlq-full', '^dlq-full\\.dlq$', '{"max-length":1,"overflow":"reject-publish"}', '--apply-to', 'queues');
   try {
-    await until('the DLQ full', () => publishRaw('', 'dlq-full.dlq', 'filler', { messageId: 'filler' }).then(() => false, () => true));
+    await until('the DLQ full', () => publishRaw(raw, '', 'dlq-full.dlq', 'filler', { messageId: 'filler' }).then(() => false, () => true));
     await q.enqueue('bad', 'b');
     const refusals = [];
     const w = work(q, fast, () => {

@@ -12,6 +12,7 @@ import amqp from 'amqplib';
 import { loadPolicy } from '../index.js';
 import { connect, delayRoutingKey, holdName, levelName } from '../lib/rabbitmq.js';
 import { until } from '../test-support/eventually.js';
+import { publishRaw, work } from '../test-support/rabbitmq-work.js';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
 
 // A hang fails its test instead of the run (a worker that never stops).
@@ -40,40 +41,10 @@ after(async () => {
   await server?.stop();
 });
 
-// Runs q's worker; returns {runs, outcomes, stop()}; runs has each job with the time it ran.
-function work(q, policy, handler, options = {}) {
-  const ac = new AbortController();
-  const runs = [];
-  const outcomes = [];
-  const done = q.work(policy, async (job) => {
-    runs.push({ job, at: Date.now() });
-    return handler(job);
-  }, { signal: ac.signal, onError: () => {}, onOutcome: (o, job) => outcomes.push({ ...o, job }), ...options });
-  return {
-    runs,
-    outcomes,
-    stop: async () => {
-      ac.abort();
-      await done;
-    },
-  };
-}
-
 async function depth(name) {
   const ch = await raw.createChannel();
   try {
     return (await ch.checkQueue(name)).messageCount;
-  } finally {
-    await ch.close();
-  }
-}
-
-// Publishes with a confirm on the raw connection.
-async function publishRaw(exchange, key, body, props) {
-  const ch = await raw.createConfirmChannel();
-  try {
-    await new Promise((resolve, reject) =>
-      ch.publish(exchange, key, Buffer.from(body), { persistent: true, ...props }, (err) => (err ? reject(err) : resolve())));
   } finally {
     await ch.close();
   }
@@ -108,7 +79,7 @@ test('stats() counts the hold queues and the first topology\'s level queues', LI
   await q.enqueue('later', '', { delayMs: 60_000 }); // no worker: it waits in hold.L5
   assert.equal(await depth(holdName(5)), 1);
   assert.equal((await q.stats()).delayLevels, before + 1);
-  await publishRaw('', levelName(12), 'old', { messageId: 'old' }); // delayed before an upgrade
+  await publishRaw(raw, '', levelName(12), 'old', { messageId: 'old' }); // delayed before an upgrade
   assert.equal((await q.stats()).delayLevels, before + 2);
 });
 
@@ -156,7 +127,7 @@ test('the cap: a delay above 2^11 - 1 s routes as 2047 s, and arrives early to b
 
   // A job due in 1 h, arriving now (as after its 2047 s): delayed again, capped, not run.
   const headers = { 'backstop-attempt': '2', 'backstop-first-enqueued-ms': String(now), 'backstop-due-ms': String(now + 3_600_000), 'backstop-destination': 'capped' };
-  await publishRaw('', 'capped', 'h', { messageId: 'hour', headers });
+  await publishRaw(raw, '', 'capped', 'h', { messageId: 'hour', headers });
   const w = work(q, fast, () => {});
   await until('the hour job re-delayed', async () => (await ch.checkQueue('capped')).messageCount === 0 && (await depth(holdName(10))) === 0);
   await new Promise((resolve) => setTimeout(resolve, 500));
@@ -171,7 +142,7 @@ test('the cap: a delay above 2^11 - 1 s routes as 2047 s, and arrives early to b
   // The same path, short: the key 2 s, the due time 4.5 s away. It hops for 2 s,
   // arrives early, is delayed again for the rest and runs once, never early.
   const due = Date.now() + 4500;
-  await publishRaw('capped.delay', delayRoutingKey(2000), 's', { messageId: 'short', headers: { ...headers, 'backstop-due-ms': String(due) } });
+  await publishRaw(raw, 'capped.delay', delayRoutingKey(2000), 's', { messageId: 'short', headers: { ...headers, 'backstop-due-ms': String(due) } });
   const w2 = work(q, fast, () => {});
   await until('the short job', () => w2.outcomes.length === 1, 60_000);
   await w2.stop();
@@ -228,7 +199,7 @@ test('a move the broker returns (no route: no work queue, no DLQ) is dead-letter
   const w = work(b.queue('elsewhere'), fast, () => {});
   const now = Date.now();
   // Due now, for a queue that does not exist: hold.L0 and straight on.
-  await publishRaw(levelName(0), delayRoutingKey(1), 'g', {
+  await publishRaw(raw, levelName(0), delayRoutingKey(1), 'g', {
     messageId: 'ghost',
     headers: { 'backstop-attempt': '1', 'backstop-first-enqueued-ms': String(now), 'backstop-due-ms': String(now), 'backstop-destination': 'ghost' },
   });
