@@ -257,17 +257,8 @@ func runCalls(t *testing.T, ctx context.Context, rdb *redis.Client, q *redisqueu
 // after the scan began stays now: J runs once, by whichever moved it
 // first.
 func TestRunByIDDoesNotRunAPromotedJobTwice(t *testing.T) {
-	rdb := redistest.Start(t).Client()
+	rdb, q := queueWithFillers(t, "run-race")
 	ctx := context.Background()
-	q := redisqueue.New(rdb, "run-race")
-	runMust(t, q.EnsureGroup(ctx))
-	// A set that takes several calls to scan.
-	pipe := rdb.Pipeline()
-	for i := range 30000 {
-		pipe.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: float64(1e13 + i), Member: fmt.Sprintf(`{"id":"filler-%d","attempt":2,"first_enqueued_ms":"1"}`, i)})
-	}
-	_, err := pipe.Exec(ctx)
-	runMust(t, err)
 	for k := range 10 {
 		id := fmt.Sprint("target-", k)
 		// Due now: promote and run race for it.
@@ -305,16 +296,8 @@ func TestRunByIDDoesNotRunAPromotedJobTwice(t *testing.T) {
 // Issue 40: `queue run --id` racing the workers' promote loop, for real:
 // each job due at once is moved by one of them and runs once.
 func TestRunByIDRacingPromote(t *testing.T) {
-	rdb := redistest.Start(t).Client()
+	rdb, q := queueWithFillers(t, "run-promote")
 	ctx := context.Background()
-	q := redisqueue.New(rdb, "run-promote")
-	runMust(t, q.EnsureGroup(ctx))
-	pipe := rdb.Pipeline()
-	for i := range 30000 {
-		pipe.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: float64(1e13 + i), Member: fmt.Sprintf(`{"id":"filler-%d","attempt":2,"first_enqueued_ms":"1"}`, i)})
-	}
-	_, err := pipe.Exec(ctx)
-	runMust(t, err)
 	p := nativePolicy(t, `{"max_attempts": 5, "backoff": {"strategy": "constant", "base": "1h", "cap": "1h"}, "jitter": {"mode": "none"}}`)
 	var mu sync.Mutex
 	runs := map[string]int{}
@@ -357,4 +340,22 @@ func TestRunByIDRacingPromote(t *testing.T) {
 		t.Errorf("force_run %d + promoted %d, want %d (run moved %d)", c["force_run"], c["promoted"], rounds, forced)
 	}
 	t.Logf("run moved %d of %d, promote the rest", forced, rounds)
+}
+
+// queueWithFillers is queue name on a new redis-server, its group made and
+// its delayed set holding 30,000 members due in centuries: a set that takes
+// `queue run --id` several calls to scan.
+func queueWithFillers(t *testing.T, name string) (*redis.Client, *redisqueue.Queue) {
+	t.Helper()
+	rdb := redistest.Start(t).Client()
+	ctx := context.Background()
+	q := redisqueue.New(rdb, name)
+	runMust(t, q.EnsureGroup(ctx))
+	pipe := rdb.Pipeline()
+	for i := range 30000 {
+		pipe.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: float64(1e13 + i), Member: fmt.Sprintf(`{"id":"filler-%d","attempt":2,"first_enqueued_ms":"1"}`, i)})
+	}
+	_, err := pipe.Exec(ctx)
+	runMust(t, err)
+	return rdb, q
 }
