@@ -135,8 +135,8 @@ func decider(t *testing.T, js string) backstop.Decider {
 
 // run is what the handler saw of one attempt.
 type seen struct {
-	Attempt              int64
-	Type, Payload        string
+	Attempt               int64
+	Type, Payload         string
 	LastError, LastReason string
 }
 
