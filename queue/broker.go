@@ -232,8 +232,11 @@ type DiscardOptions struct {
 	Note, Actor string
 }
 
+// MaxRunLimit is the most delayed jobs one Run moves by due time.
+const MaxRunLimit = 10000
+
 // RunOptions select the delayed jobs Run moves: ID, or DueBefore with
-// Limit.
+// Limit (1..MaxRunLimit).
 type RunOptions struct {
 	// ID runs the delayed job with this job id.
 	ID string

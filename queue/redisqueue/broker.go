@@ -74,6 +74,10 @@ type brokerQueue struct {
 
 func (b *brokerQueue) Name() string { return b.q.name }
 
+// Redis returns the Queue itself, for what only Redis has (job type
+// counters, its keys).
+func (b *brokerQueue) Redis() *Queue { return b.q }
+
 func (b *brokerQueue) Names() queue.Names {
 	k := b.q.keys
 	return queue.Names{Jobs: k.Jobs, Delayed: k.Delayed, DLQ: k.DLQ, Stats: k.Stats, Audit: k.Audit()}

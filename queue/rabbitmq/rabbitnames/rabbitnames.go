@@ -5,6 +5,8 @@
 // rabbitmq.NamesFor).
 package rabbitnames
 
+import "strconv"
+
 // Names are the parts of one work queue.
 type Names struct {
 	Queue string // the work queue Q (quorum)
@@ -18,3 +20,18 @@ type Names struct {
 func For(q string) Names {
 	return Names{Queue: q, DLQ: q + ".dlq", Delay: q + ".delay", Due: q + ".due", Audit: q + ".audit"}
 }
+
+// The delay levels every work queue of a virtual host shares: level n
+// (2^n s) is the exchange and first-topology TTL queue DelayLevel(n), 0..17,
+// and, for the levels the workers' movers empty, the hold queue
+// HoldLevel(n), 0..10.
+const (
+	DelayLevelPrefix = "backstop.delay.L"
+	HoldLevelPrefix  = "backstop.hold.L"
+)
+
+// DelayLevel names delay level n's exchange and TTL queue.
+func DelayLevel(n int) string { return DelayLevelPrefix + strconv.Itoa(n) }
+
+// HoldLevel names delay level n's hold queue.
+func HoldLevel(n int) string { return HoldLevelPrefix + strconv.Itoa(n) }
