@@ -57,7 +57,7 @@ func WithRabbitMQVHost(vhost string) Option {
 // queues of WithQueues, every work queue of the virtual host whose whole
 // name matches the regular expression re (RE2 syntax). A work queue is
 // one declared with backstop's topology: its x-dead-letter-routing-key is
-// its name + ".dlq", which leaves out the DLQs, the delay levels and
+// its DLQ (rabbitnames.For), which leaves out the DLQs, the delay levels and
 // queues of other software. Discovery costs nothing more: the scrape
 // reads every queue of the virtual host in one request anyway.
 func WithRabbitMQPattern(re string) Option {

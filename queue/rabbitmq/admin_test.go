@@ -18,11 +18,11 @@ import (
 // parts Replay, Inspect and Stats read), with a small delivery limit.
 func adminQueue(t *testing.T, ch *amqp.Channel, q string, deliveryLimit int) {
 	t.Helper()
-	if _, err := ch.QueueDeclare(q+".dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+	if _, err := ch.QueueDeclare(NamesFor(q).DLQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum",
-		"x-delivery-limit": int64(deliveryLimit), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": q + ".dlq",
+		"x-delivery-limit": int64(deliveryLimit), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": NamesFor(q).DLQ,
 		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}); err != nil {
 		t.Fatal(err)
 	}
