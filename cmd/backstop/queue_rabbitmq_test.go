@@ -136,7 +136,7 @@ oldest:
 	// RabbitMQ cannot do, where they dialled Redis before.
 	check("enqueued job \"job-e\" (type send_email) to orders\n",
 		"queue", "enqueue", "--queue", "orders", "--id", "job-e", "--type", "send_email", url)
-	if dl := drainQueue(t, ch, "orders"); len(dl) == 0 || dl[len(dl)-1].MessageId != "job-e" || dl[len(dl)-1].Headers["backstop-job-type"] != "send_email" {
+	if dl := rabbittest.Drain(t, ch, "orders"); len(dl) == 0 || dl[len(dl)-1].MessageId != "job-e" || dl[len(dl)-1].Headers["backstop-job-type"] != "send_email" {
 		t.Errorf("queue enqueue: the queue's last message is not job-e of type send_email: %d messages", len(dl))
 	}
 	for _, c := range []struct {
@@ -149,21 +149,5 @@ oldest:
 		if _, err := runCLI(t, "", c.args...); !errors.Is(err, queue.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want queue.ErrUnsupported: %q", c.args, err, c.want)
 		}
-	}
-}
-
-// drainQueue takes every message of q (acked).
-func drainQueue(t *testing.T, ch *amqp.Channel, q string) []amqp.Delivery {
-	t.Helper()
-	var out []amqp.Delivery
-	for {
-		d, ok, err := ch.Get(q, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 )
 
 // adminQueue declares q and q.dlq as the README's topology does (the
@@ -87,17 +88,7 @@ func drain(t *testing.T, conn *amqp.Connection, q string) []amqp.Delivery {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	var out []amqp.Delivery
-	for {
-		d, ok, err := ch.Get(q, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d)
-	}
+	return rabbittest.Drain(t, ch, q)
 }
 
 // The admin tests, on the package's shared broker, each on its own queues.
