@@ -102,7 +102,9 @@ func (d *discovery) refresh(done chan struct{}) {
 	d.err = err
 	d.running = nil
 	d.mu.Unlock()
-	close(done)
+	// Logged before the scrape waiting for it goes on: what the scrape
+	// reports, the log has said.
+	defer close(done)
 	if err != nil {
 		d.log.Error("queue discovery failed", "pattern", d.pattern, "err", err)
 		return
