@@ -94,9 +94,11 @@ var (
 	countNames         = [...]string{"none", "success", "retry", "dead_letter", "refused"}
 )
 
-func (e Event) String() string         { return enumName(eventNames[:], int(e), "event") }
-func (a OutcomeAction) String() string { return enumName(outcomeActionNames[:], int(a), "outcome_action") }
-func (c Count) String() string         { return enumName(countNames[:], int(c), "count") }
+func (e Event) String() string { return enumName(eventNames[:], int(e), "event") }
+func (a OutcomeAction) String() string {
+	return enumName(outcomeActionNames[:], int(a), "outcome_action")
+}
+func (c Count) String() string { return enumName(countNames[:], int(c), "count") }
 
 func (e Event) MarshalText() ([]byte, error)         { return []byte(e.String()), nil }
 func (a OutcomeAction) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
