@@ -377,10 +377,14 @@ func (p *Policy) Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome
 			}
 			return invalidOutcome, err
 		}
-	case !p.stateful && e.Failure.NowMs >= 0 && e.Event == policy.EventBefore:
-		return policy.Outcome{Action: policy.OutcomeRun}, p.checkOpen()
-	case !p.stateful && e.Failure.NowMs >= 0 && e.Event == policy.EventSuccess:
-		return policy.Outcome{Action: policy.OutcomeAck, Reason: policy.Success, Count: policy.CountSuccess}, p.checkOpen()
+	case !p.stateful && e.Failure.NowMs >= 0 && (e.Event == policy.EventBefore || e.Event == policy.EventSuccess):
+		if err := p.checkOpen(); err != nil {
+			return policy.Outcome{}, err
+		}
+		if e.Event == policy.EventBefore {
+			return policy.Outcome{Action: policy.OutcomeRun}, nil
+		}
+		return policy.Outcome{Action: policy.OutcomeAck, Reason: policy.Success, Count: policy.CountSuccess}, nil
 	}
 	in, h, err := p.acquire(ctx)
 	if err != nil {
