@@ -272,10 +272,10 @@ func (in *instance) decideOne(ctx context.Context, h int32, f *policy.Failure) (
 		return 0, in.dead
 	}
 	s := in.stack[:12]
-	s[0] = api.EncodeI32(h)
 	if err := in.failureArgs(ctx, s[1:], f); err != nil {
 		return 0, err
 	}
+	s[0] = api.EncodeI32(h) // after failureArgs, whose growing the buffer is a call
 	return in.callStack(ctx, in.decide, s)
 }
 
@@ -287,7 +287,6 @@ func (in *instance) outcomeOne(ctx context.Context, h int32, e *policy.JobEvent)
 		return 0, in.dead
 	}
 	s := in.stack[:15]
-	s[0], s[1] = api.EncodeI32(h), api.EncodeI32(int32(e.Event))
 	if e.Event == policy.EventFailure {
 		if err := in.failureArgs(ctx, s[2:13], &e.Failure); err != nil {
 			return 0, err
@@ -296,12 +295,16 @@ func (in *instance) outcomeOne(ctx context.Context, h int32, e *policy.JobEvent)
 		clear(s[2:13])
 		s[6] = api.EncodeI64(e.Failure.NowMs)
 	}
+	// After failureArgs, whose growing the buffer is a call on the stack.
+	s[0], s[1] = api.EncodeI32(h), api.EncodeI32(int32(e.Event))
 	s[13], s[14] = api.EncodeI64(e.Deliveries), api.EncodeI64(e.MaxDeliveries)
 	return in.callStack(ctx, in.outcome, s)
 }
 
 // failureArgs writes f's strings to the buffer (only when present) and its
-// fields to s (11 values, decide's after the handle).
+// fields to s (11 values, decide's after the handle). Growing the buffer
+// calls the module, which overwrites the stack's first values: the caller
+// fills what comes before s afterwards.
 func (in *instance) failureArgs(ctx context.Context, s []uint64, f *policy.Failure) error {
 	hs, flags := hint(f)
 	ml, kl, hl := len(f.Method), len(f.ErrorKind), len(hs)

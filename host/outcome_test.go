@@ -54,3 +54,30 @@ func TestOutcomeErrors(t *testing.T) {
 		}
 	}
 }
+
+// A failure whose strings grow the module's buffer (a call of its own
+// before outcome's) is asked as any other: on a fresh instance, whose
+// buffer is the smallest, the native core and the module agree.
+func TestOutcomeGrowsTheBuffer(t *testing.T) {
+	ctx := context.Background()
+	rt, err := host.New(ctx, host.SharedCache(), host.WithPoolSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	p, err := rt.Load(ctx, []byte(statefulPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	native, err := policy.Parse([]byte(statefulPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := policy.JobEvent{Event: policy.EventFailure, Failure: policy.Failure{Attempt: 1, HTTPStatus: 503,
+		ErrorKind: strings.Repeat("k", 60_000), NowMs: 1_700_000_000_000, Random: 0.5}}
+	got, err := p.Outcome(ctx, e)
+	want, _ := native.Outcome(e)
+	if err != nil || got != want {
+		t.Fatalf("Outcome = %+v, %v; native %+v", got, err, want)
+	}
+}
