@@ -5,7 +5,6 @@ import (
 	"strconv"
 )
 
-
 // Reasons lists every reason a decision carries, retry reasons first.
 func Reasons() []string { return append([]string(nil), decisionReasonNames...) }
 
@@ -39,5 +38,3 @@ func parseEnum(names []string, b []byte, what string, dst *uint8) error {
 	}
 	return errors.New("unknown " + what + " " + strconv.Quote(string(b)))
 }
-
-
