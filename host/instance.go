@@ -242,15 +242,9 @@ func (in *instance) words(n int) []int64 {
 
 // hint picks the ABI's one hint string: Retry-After wins, as in the policy.
 func hint(f *policy.Failure) (string, uint32) {
-	var flags uint32
+	flags := abi.BoolFlags(f)
 	if f.IdempotencyKey != "" {
-		flags = abi.FlagIdempotencyKey
-	}
-	if f.RetriedDownstream {
-		flags |= abi.FlagRetriedDown
-	}
-	if f.ServerDeclined {
-		flags |= abi.FlagServerDeclined
+		flags |= abi.FlagIdempotencyKey
 	}
 	if f.RetryAfter == "" && f.RetryPushback != "" {
 		return f.RetryPushback, flags | abi.FlagPushback
@@ -275,7 +269,7 @@ func (in *instance) decideOne(ctx context.Context, h int32, f *policy.Failure) (
 	if err := in.failureArgs(ctx, s[1:], f); err != nil {
 		return 0, err
 	}
-	s[0] = api.EncodeI32(h) // after failureArgs, whose growing the buffer is a call
+	s[0] = api.EncodeI32(h) // after failureArgs: growing the buffer is a call on the same stack
 	return in.callStack(ctx, in.decide, s)
 }
 
@@ -295,7 +289,7 @@ func (in *instance) outcomeOne(ctx context.Context, h int32, e *policy.JobEvent)
 		clear(s[2:13])
 		s[6] = api.EncodeI64(e.Failure.NowMs)
 	}
-	// After failureArgs, whose growing the buffer is a call on the stack.
+	// After failureArgs: growing the buffer is a call on the same stack.
 	s[0], s[1] = api.EncodeI32(h), api.EncodeI32(int32(e.Event))
 	s[13], s[14] = api.EncodeI64(e.Deliveries), api.EncodeI64(e.MaxDeliveries)
 	return in.callStack(ctx, in.outcome, s)
@@ -303,8 +297,8 @@ func (in *instance) outcomeOne(ctx context.Context, h int32, e *policy.JobEvent)
 
 // failureArgs writes f's strings to the buffer (only when present) and its
 // fields to s (11 values, decide's after the handle). Growing the buffer
-// calls the module, which overwrites the stack's first values: the caller
-// fills what comes before s afterwards.
+// calls the module on in.stack: the caller fills the rest of the stack
+// after this returns.
 func (in *instance) failureArgs(ctx context.Context, s []uint64, f *policy.Failure) error {
 	hs, flags := hint(f)
 	ml, kl, hl := len(f.Method), len(f.ErrorKind), len(hs)
@@ -346,7 +340,7 @@ func (in *instance) callStack(ctx context.Context, fn api.Function, s []uint64) 
 // must fit the record's u16 lengths. Others are decided one by one.
 func batchFits(f *policy.Failure) bool {
 	hs, _ := hint(f)
-	return len(f.Method) <= abi.MaxStrLen && len(f.ErrorKind) <= abi.MaxStrLen && len(hs) <= abi.MaxStrLen
+	return len(f.Method) <= abi.MaxString && len(f.ErrorKind) <= abi.MaxString && len(hs) <= abi.MaxString
 }
 
 // decideChunk decides fs (all batchFits) in one decide_batch call and
