@@ -61,16 +61,16 @@ func TestPack(t *testing.T) {
 		for r := range len(policy.Reasons()) {
 			for c := range 3 {
 				d := policy.Decision{Action: policy.Action(a), Reason: policy.Reason(r), Class: policy.Class(c), DelayMs: abi.MaxDelayMs}
-				w := abi.Pack(d)
-				if w < 0 || abi.Unpack(w) != d {
-					t.Fatalf("%+v -> %d -> %+v", d, w, abi.Unpack(w))
+				w := abi.PackDecision(d)
+				if w < 0 || abi.UnpackDecision(w) != d {
+					t.Fatalf("%+v -> %d -> %+v", d, w, abi.UnpackDecision(w))
 				}
 			}
 		}
 	}
 	// ABI.md's example bits: 54 action, 52-53 class, 48-51 reason.
 	d := policy.Decision{Action: policy.DeadLetter, Reason: policy.Reason(3), Class: policy.Class(1), DelayMs: 0}
-	if w, want := abi.Pack(d), int64(1<<54|1<<52|3<<48); w != want {
+	if w, want := abi.PackDecision(d), int64(1<<54|1<<52|3<<48); w != want {
 		t.Errorf("Pack(%+v) = %#x, want %#x", d, w, want)
 	}
 }
@@ -114,5 +114,32 @@ func TestPackPermit(t *testing.T) {
 	}
 	if got := abi.UnpackPermit(abi.PackPermit(policy.Permit{RetryInMs: math.MaxInt64, State: policy.BreakerOpen})); got.RetryInMs != abi.MaxDelayMs || got.State != policy.BreakerOpen {
 		t.Errorf("a wait past MaxDelayMs: %+v, want it clamped", got)
+	}
+}
+
+// PackOutcome and UnpackOutcome round-trip every action, reason and count
+// with the largest delay and both bits, an outcome is never negative, and
+// the bits are ABI.md's.
+func TestPackOutcome(t *testing.T) {
+	for a := range 5 {
+		for r := range 19 {
+			for c := range 5 {
+				for bits := range 4 {
+					o := policy.Outcome{Action: policy.OutcomeAction(a), Reason: policy.Reason(r), Count: policy.Count(c),
+						DelayMs: abi.MaxDelayMs, Pause: bits&1 != 0, Invalid: bits&2 != 0}
+					w := abi.PackOutcome(o)
+					if w < 0 || abi.UnpackOutcome(w) != o {
+						t.Fatalf("%+v -> %#x -> %+v", o, w, abi.UnpackOutcome(w))
+					}
+				}
+			}
+		}
+	}
+	o := policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter, Invalid: true, Pause: true, DelayMs: 7}
+	if w, want := abi.PackOutcome(o), int64(1<<61|3<<58|1<<57|4<<54|17<<48|7); w != want {
+		t.Errorf("PackOutcome(%+v) = %#x, want %#x", o, w, want)
+	}
+	if w := abi.PackOutcome(policy.Outcome{DelayMs: -5}); w != 0 {
+		t.Errorf("a negative delay packs as %#x, want 0", w)
 	}
 }
