@@ -36,7 +36,7 @@ public final class Policy implements AutoCloseable {
   private final byte[] bytes; // kept to load a stateless policy again after a trap
   private final boolean preset;
   private final boolean stateful;
-  private final boolean deadLetterOnOpen;
+  private final OnOpen onOpen;
   private final boolean boundsAttempts;
   private final Ref ref;
   private final Cleaner.Cleanable cleanable;
@@ -74,11 +74,11 @@ public final class Policy implements AutoCloseable {
       ref.in = in;
       ref.handle = h;
       try {
-        this.stateful = in.stateful(h);
-        this.deadLetterOnOpen = in.onOpen(h) == 1;
+        this.stateful = in.call("policy_stateful", h) == 1;
+        this.onOpen = OnOpen.of(in.call("policy_on_open", h));
         // attempt_timeout reads no state, and is 0 at every elapsed time
         // when it is 0 at the start (wasm/ABI.md, "attempt_timeout").
-        this.boundsAttempts = in.attemptTimeout(h, 0) != 0;
+        this.boundsAttempts = in.call("attempt_timeout", h, 0) != 0;
       } catch (RuntimeException e) {
         if (in.dead == null) in.free(h);
         throw e;
@@ -122,9 +122,19 @@ public final class Policy implements AutoCloseable {
     return stateful;
   }
 
-  /** True when the policy's {@code on_open} is {@code dead_letter} (else {@code defer}). */
+  /** The policy's {@code on_open}: what a queue does with a job the breaker or the budget refused. */
+  public OnOpen onOpen() {
+    return onOpen;
+  }
+
+  /**
+   * True when the policy's {@code on_open} is {@code dead_letter} (else {@code defer}).
+   *
+   * @deprecated {@link #onOpen()}, as the other hosts name it
+   */
+  @Deprecated
   public boolean deadLetterOnOpen() {
-    return deadLetterOnOpen;
+    return onOpen == OnOpen.DEAD_LETTER;
   }
 
   static IllegalStateException closedError() {
@@ -187,10 +197,19 @@ public final class Policy implements AutoCloseable {
    *     {@code attempt: must be >= 1 (got 0)}); no state changes
    */
   public Decision decide(Failure failure) {
-    long now = failure.nowMs != null ? failure.nowMs : System.currentTimeMillis();
-    double random = failure.random != null ? failure.random : ThreadLocalRandom.current().nextDouble();
-    long packed = call((in, h) -> in.decide(h, failure, now, random));
-    return Decision.unpack(packed);
+    long now = now(failure);
+    double random = random(failure);
+    return Decision.unpack(call((in, h) -> in.decide("decide", failure, now, random, new long[] {h})));
+  }
+
+  /** The failure's nowMs, or the clock's. */
+  private static long now(Failure f) {
+    return f.nowMs != null ? f.nowMs : System.currentTimeMillis();
+  }
+
+  /** The failure's random, or a uniform draw in [0, 1). */
+  private static double random(Failure f) {
+    return f.random != null ? f.random : ThreadLocalRandom.current().nextDouble();
   }
 
   /**
@@ -208,9 +227,8 @@ public final class Policy implements AutoCloseable {
     long[] nows = new long[n];
     double[] randoms = new double[n];
     for (int i = 0; i < n; i++) {
-      Failure f = failures.get(i);
-      nows[i] = f.nowMs != null ? f.nowMs : System.currentTimeMillis();
-      randoms[i] = f.random != null ? f.random : ThreadLocalRandom.current().nextDouble();
+      nows[i] = now(failures.get(i));
+      randoms[i] = random(failures.get(i));
     }
     Decision[] out = new Decision[n];
     InputException first = null;
@@ -238,10 +256,7 @@ public final class Policy implements AutoCloseable {
 
   /** Reports a successful call at nowMs (Unix ms) to the budget and the breaker. */
   public void recordSuccess(long nowMs) {
-    call((in, h) -> {
-      in.recordSuccess(h, nowMs);
-      return null;
-    });
+    call((in, h) -> in.call("record_success", h, nowMs));
   }
 
   /** {@link #recordSuccess(long)} now. */
@@ -251,7 +266,7 @@ public final class Policy implements AutoCloseable {
 
   /** The breaker's state at nowMs ({@code CLOSED} without a breaker). */
   public CircuitState circuitState(long nowMs) {
-    return CircuitState.of(call((in, h) -> in.circuitState(h, nowMs)));
+    return CircuitState.of(call((in, h) -> in.call("circuit_state", h, nowMs)));
   }
 
   /** {@link #circuitState(long)} now. */
@@ -266,7 +281,7 @@ public final class Policy implements AutoCloseable {
    * @throws InputException when nowMs is negative, or 0 on a stateful policy
    */
   public Permit acquire(long nowMs) {
-    return Permit.unpack(call((in, h) -> in.acquire(h, nowMs)));
+    return Permit.unpack(call((in, h) -> in.call("acquire", h, nowMs)));
   }
 
   /** {@link #acquire(long)} now. */
@@ -280,9 +295,8 @@ public final class Policy implements AutoCloseable {
    * empty when the policy has no budget.
    */
   public OptionalDouble budgetTokens(long nowMs) {
-    long w = call((in, h) -> in.budgetTokens(h, nowMs));
-    if (((w >>> 48) & 1) == 0) return OptionalDouble.empty();
-    return OptionalDouble.of((w & 0xffffffffffffL) / 1000.0);
+    long w = call((in, h) -> in.call("budget_tokens", h, nowMs));
+    return Contract.budgetPresent(w) ? OptionalDouble.of(Contract.budgetMilli(w) / 1000.0) : OptionalDouble.empty();
   }
 
   /** {@link #budgetTokens(long)} now. */
@@ -298,7 +312,7 @@ public final class Policy implements AutoCloseable {
    * @throws InputException when elapsedMs is negative
    */
   public long attemptTimeout(long elapsedMs) {
-    return call((in, h) -> in.attemptTimeout(h, elapsedMs));
+    return call((in, h) -> in.call("attempt_timeout", h, elapsedMs));
   }
 
   /** True when {@link #attemptTimeout} may be other than 0: the retry loop asks it only then. */
