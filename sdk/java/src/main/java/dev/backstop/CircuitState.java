@@ -18,11 +18,11 @@ public enum CircuitState {
 
   /** Its code in the module's words. */
   final int code;
-  private final String name;
+  private final String wire;
 
-  CircuitState(int code, String name) {
+  CircuitState(int code, String wire) {
     this.code = code;
-    this.name = name;
+    this.wire = wire;
   }
 
   /** The circuit_state of a code; an unknown one means the module is newer than this package. */
@@ -36,6 +36,6 @@ public enum CircuitState {
 
   @Override
   public String toString() {
-    return name;
+    return wire;
   }
 }

@@ -65,17 +65,17 @@ final class Contract {
 
   /** The method slot: the request's HTTP method (the first set of its fields). */
   static byte[] method(Failure f) {
-    return f.method.length > 0 ? f.method : Failure.EMPTY;
+    return f.method;
   }
 
   /** The kind slot: the error kind (the first set of its fields). */
   static byte[] kind(Failure f) {
-    return f.errorKind.length > 0 ? f.errorKind : Failure.EMPTY;
+    return f.errorKind;
   }
 
   /** The hint slot: the Retry-After or grpc-retry-pushback-ms value (the first set of its fields). */
   static byte[] hint(Failure f) {
-    return f.retryAfter.length > 0 ? f.retryAfter : f.grpcRetryPushbackMs.length > 0 ? f.grpcRetryPushbackMs : Failure.EMPTY;
+    return f.retryAfter.length > 0 ? f.retryAfter : f.grpcRetryPushbackMs;
   }
 
   /** The bytes f's strings take in the shared buffer. */

@@ -31,11 +31,11 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
     /** Its code in the module's words. */
     final int code;
-    private final String name;
+    private final String wire;
 
-    Action(int code, String name) {
+    Action(int code, String wire) {
       this.code = code;
-      this.name = name;
+      this.wire = wire;
     }
 
     /** The action of a code; an unknown one means the module is newer than this package. */
@@ -49,7 +49,7 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
     @Override
     public String toString() {
-      return name;
+      return wire;
     }
   }
 
@@ -96,11 +96,11 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
     /** Its code in the module's words. */
     final int code;
-    private final String name;
+    private final String wire;
 
-    Reason(int code, String name) {
+    Reason(int code, String wire) {
       this.code = code;
-      this.name = name;
+      this.wire = wire;
     }
 
     /** The reason of a code; an unknown one means the module is newer than this package. */
@@ -114,7 +114,7 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
     @Override
     public String toString() {
-      return name;
+      return wire;
     }
   }
 
@@ -135,11 +135,11 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
     /** Its code in the module's words. */
     final int code;
-    private final String name;
+    private final String wire;
 
-    FailureClass(int code, String name) {
+    FailureClass(int code, String wire) {
       this.code = code;
-      this.name = name;
+      this.wire = wire;
     }
 
     /** The class of a code; an unknown one means the module is newer than this package. */
@@ -153,7 +153,7 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
     @Override
     public String toString() {
-      return name;
+      return wire;
     }
   }
 

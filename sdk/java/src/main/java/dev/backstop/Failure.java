@@ -193,8 +193,8 @@ public final class Failure {
     b.method = FailureReader.string(m.get("method"), "method");
     b.idempotencyKey = FailureReader.key(m.get("idempotency_key"), "idempotency_key");
     b.elapsedMs = FailureReader.int64(m.get("elapsed_ms"), "elapsed_ms", true);
-    b.nowMs = m.get("now_ms") == null ? absentNow : FailureReader.int64(m.get("now_ms"), "now_ms", true);
-    b.random = m.get("random") == null ? absentRandom : FailureReader.random(m.get("random"), "random");
+    b.nowMs = m.get("now_ms") == null ? absentNow : Long.valueOf(FailureReader.int64(m.get("now_ms"), "now_ms", true));
+    b.random = m.get("random") == null ? absentRandom : Double.valueOf(FailureReader.random(m.get("random"), "random"));
     b.prevDelayMs = FailureReader.int64(m.get("prev_delay_ms"), "prev_delay_ms", true);
     b.retriedDownstream = FailureReader.bool(m.get("retried_downstream"), "retried_downstream");
     b.serverDeclined = FailureReader.bool(m.get("server_declined"), "server_declined");

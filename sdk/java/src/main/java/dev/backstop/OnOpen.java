@@ -16,11 +16,11 @@ public enum OnOpen {
 
   /** Its code in the module's words. */
   final int code;
-  private final String name;
+  private final String wire;
 
-  OnOpen(int code, String name) {
+  OnOpen(int code, String wire) {
     this.code = code;
-    this.name = name;
+    this.wire = wire;
   }
 
   /** The on_open of a code; an unknown one means the module is newer than this package. */
@@ -34,6 +34,6 @@ public enum OnOpen {
 
   @Override
   public String toString() {
-    return name;
+    return wire;
   }
 }

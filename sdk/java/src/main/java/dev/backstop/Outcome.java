@@ -37,11 +37,11 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
     /** Its code in the module's words. */
     final int code;
-    private final String name;
+    private final String wire;
 
-    Event(int code, String name) {
+    Event(int code, String wire) {
       this.code = code;
-      this.name = name;
+      this.wire = wire;
     }
 
     /** The event of a code; an unknown one means the module is newer than this package. */
@@ -55,7 +55,7 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
     @Override
     public String toString() {
-      return name;
+      return wire;
     }
   }
 
@@ -80,11 +80,11 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
     /** Its code in the module's words. */
     final int code;
-    private final String name;
+    private final String wire;
 
-    Action(int code, String name) {
+    Action(int code, String wire) {
       this.code = code;
-      this.name = name;
+      this.wire = wire;
     }
 
     /** The outcome_action of a code; an unknown one means the module is newer than this package. */
@@ -98,7 +98,7 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
     @Override
     public String toString() {
-      return name;
+      return wire;
     }
   }
 
@@ -123,11 +123,11 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
     /** Its code in the module's words. */
     final int code;
-    private final String name;
+    private final String wire;
 
-    Count(int code, String name) {
+    Count(int code, String wire) {
       this.code = code;
-      this.name = name;
+      this.wire = wire;
     }
 
     /** The count of a code; an unknown one means the module is newer than this package. */
@@ -141,7 +141,7 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
     @Override
     public String toString() {
-      return name;
+      return wire;
     }
   }
 
