@@ -29,7 +29,9 @@ final class ModuleInstance {
   private static final List<String> EXPORTS = List.of("buffer", "policy_load", "policy_preset", "policy_free",
       "policy_stateful", "decide", "decide_batch", "record_success", "circuit_state", "error_message", "acquire",
       "policy_on_open", "budget_tokens", "attempt_timeout");
-  private static final Pattern INPUT = Pattern.compile("^(?:record \\d+: )?(?:invalid failure: )?([^:]*): (.*)$",
+  /** Exports added within version 1 (wasm/ABI.md): looked up, and missing only from an older module. */
+  private static final List<String> ADDED = List.of("outcome");
+  private static final Pattern INPUT = Pattern.compile("^(?:record \\d+: )?(?:invalid (?:failure|event): )?([^:]*): (.*)$",
       Pattern.DOTALL);
 
   final ReentrantLock lock = new ReentrantLock();
@@ -81,6 +83,9 @@ final class ModuleInstance {
       }
       exports.put(name, instance.export(name));
     }
+    for (String name : ADDED) {
+      if (exported.contains(name)) exports.put(name, instance.export(name));
+    }
     decide = exports.get("decide");
     reserve(Contract.MIN_BUFFER);
   }
@@ -92,6 +97,10 @@ final class ModuleInstance {
    */
   private long call(ExportFunction f, String name, boolean step, long... args) {
     if (dead != null) throw dead;
+    if (f == null) {
+      throw new BackstopException("backstop.wasm: the module has no " + name + " export: it is older than this"
+          + " package; use the module built for it");
+    }
     if (step) wasi.tick();
     try {
       return f.apply(args)[0];
@@ -199,13 +208,15 @@ final class ModuleInstance {
   /** The exception for an error code: an InputException for ERR_INPUT. */
   private RuntimeException error(int code, String export) {
     if (code == Contract.ERR_HANDLE) return Policy.closedError();
+    if (code == Contract.ERR_INPUT) return inputError();
+    return new BackstopException("backstop.wasm: " + export + ": " + lastError() + " (code " + code + ")");
+  }
+
+  /** The last error, an invalid input's, as its field and reason ("record 0: invalid failure: attempt: must be >= 1 (got 0)"). */
+  InputException inputError() {
     String msg = lastError();
-    if (code == Contract.ERR_INPUT) {
-      // "record 0: invalid failure: attempt: must be >= 1 (got 0)"
-      Matcher m = INPUT.matcher(msg);
-      return m.matches() ? new InputException(m.group(1), m.group(2)) : new InputException("failure", msg);
-    }
-    return new BackstopException("backstop.wasm: " + export + ": " + msg + " (code " + code + ")");
+    Matcher m = INPUT.matcher(msg);
+    return m.matches() ? new InputException(m.group(1), m.group(2)) : new InputException("failure", msg);
   }
 
   /** Test seam: the buffer export, as the module answers it (the address, or -4). */

@@ -150,6 +150,16 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
     return Duration.ofMillis(delayMs);
   }
 
+  /** The outcome as the shared cases write it (testdata/outcomes): {@code {"action":…,"reason":…,"delay_ms":…,"pause":…,"count":…,"invalid":…}}. */
+  public String toJson() {
+    StringBuilder b = new StringBuilder(112);
+    b.append("{\"action\":");
+    Json.quote(b, action.toString()).append(",\"reason\":");
+    Json.quote(b, reason.toString()).append(",\"delay_ms\":").append(delayMs).append(",\"pause\":").append(pause);
+    b.append(",\"count\":");
+    return Json.quote(b, count.toString()).append(",\"invalid\":").append(invalid).append('}').toString();
+  }
+
   /** Unpacks a packed outcome (wasm/ABI.md), with the module's message for an invalid failure (else null). */
   static Outcome unpack(long w, String error) {
     return new Outcome(Outcome.Action.of(w >>> 54 & 0x7), Decision.Reason.of(w >>> 48 & 0x3f), w & 0xffffffffffffL, (w >>> 57 & 1) != 0, Outcome.Count.of(w >>> 58 & 0x7), (w >>> 61 & 1) != 0, error);

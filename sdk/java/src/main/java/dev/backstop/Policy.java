@@ -254,6 +254,43 @@ public final class Policy implements AutoCloseable {
 
   private static final int BATCH = 256;
 
+  /**
+   * What a queue worker does about one event of a job, decided by the core
+   * as in every language (wasm/ABI.md, "outcome"; the shared cases
+   * testdata/outcomes): run the job, ack it, retry it, defer it (pause: take
+   * no job of this policy for the delay) or dead-letter it, and which client
+   * metric to count. An invalid failure is an outcome, not an exception: it
+   * is dead-lettered ({@code malformed}) with {@code invalid} and the
+   * message in {@code error}.
+   *
+   * @param failure {@code FAILURE}: the failure with the job's facts
+   *     (attempt, elapsed, previous delay, its id as the key); every event:
+   *     its {@code nowMs} (unset: the clock)
+   * @param deliveries {@code DELIVERED}: the broker's count of deliveries
+   * @param maxDeliveries {@code DELIVERED}: the worker's limit, 0 none
+   * @throws InputException for an invalid event: a negative count, or for
+   *     {@code BEFORE} and {@code SUCCESS} a nowMs below 0, or 0 on a
+   *     stateful policy; no state changes
+   */
+  public Outcome outcome(Outcome.Event event, Failure failure, long deliveries, long maxDeliveries) {
+    long now = now(failure);
+    double random = random(failure);
+    return call((in, h) -> {
+      long w = in.decide("outcome", failure, now, random, new long[] {h, event.code}, deliveries, maxDeliveries);
+      return Outcome.unpack(w, Contract.outcomeInvalid(w) ? in.inputError().getMessage() : null);
+    });
+  }
+
+  /** {@link #outcome(Outcome.Event, Failure, long, long)} of a {@code FAILURE} (or another event at the failure's nowMs). */
+  public Outcome outcome(Outcome.Event event, Failure failure) {
+    return outcome(event, failure, 0, 0);
+  }
+
+  /** {@link #outcome(Outcome.Event, Failure, long, long)} of a {@code BEFORE} or {@code SUCCESS} event at nowMs. */
+  public Outcome outcome(Outcome.Event event, long nowMs) {
+    return outcome(event, Failure.builder().nowMs(nowMs).build(), 0, 0);
+  }
+
   /** Reports a successful call at nowMs (Unix ms) to the budget and the breaker. */
   public void recordSuccess(long nowMs) {
     call((in, h) -> in.call("record_success", h, nowMs));
