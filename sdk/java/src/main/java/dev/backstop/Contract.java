@@ -98,16 +98,16 @@ final class Contract {
 
   /**
    * Writes decide's failure arguments (FAILURE_ARGS of them) into a from
-   * index at: its fields, the flags and the string lengths; nowMs and
-   * random are the values the host chose when unset.
+   * index at: its fields (the clock and a draw for those unset), the flags
+   * and the string lengths.
    */
-  static void putArgs(long[] a, int at, Failure f, long nowMs, double random) {
+  static void putArgs(long[] a, int at, Failure f) {
     a[at++] = f.attempt;
     a[at++] = f.httpStatus;
     a[at++] = f.grpcCode;
     a[at++] = f.elapsedMs;
-    a[at++] = nowMs;
-    a[at++] = Double.doubleToRawLongBits(random);
+    a[at++] = f.nowMsOrClock();
+    a[at++] = Double.doubleToRawLongBits(f.randomOrDraw());
     a[at++] = f.prevDelayMs;
     a[at++] = flags(f);
     a[at++] = method(f).length;
@@ -115,12 +115,12 @@ final class Contract {
     a[at++] = hint(f).length;
   }
 
-  /** Writes f as a decide_batch record at addr, its strings at strOff (a buffer offset). */
-  static void putRecord(Memory m, int addr, Failure f, long nowMs, double random, int strOff) {
+  /** Writes f as a decide_batch record at addr (the clock and a draw for fields unset), its strings at strOff (a buffer offset). */
+  static void putRecord(Memory m, int addr, Failure f, int strOff) {
     m.writeLong(addr + 0, f.attempt);
     m.writeLong(addr + 8, f.elapsedMs);
-    m.writeLong(addr + 16, nowMs);
-    m.writeF64(addr + 24, random);
+    m.writeLong(addr + 16, f.nowMsOrClock());
+    m.writeF64(addr + 24, f.randomOrDraw());
     m.writeLong(addr + 32, f.prevDelayMs);
     m.writeI32(addr + 40, f.httpStatus);
     m.writeI32(addr + 44, f.grpcCode);

@@ -6,6 +6,7 @@ import java.util.Map;
 import java.util.OptionalDouble;
 import java.util.OptionalLong;
 import java.util.Set;
+import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * One failed attempt, as the policy sees it: the fields of the vectors'
@@ -154,6 +155,16 @@ public final class Failure {
   /** The server asked not to be retried (X-Envoy-Overloaded): given up (server_declined), as is a negative or unparseable grpc-retry-pushback-ms (gRFC A6). */
   public boolean serverDeclined() {
     return serverDeclined;
+  }
+
+  /** nowMs, or the host's clock when unset: what decide sends. */
+  long nowMsOrClock() {
+    return nowMs != null ? nowMs : System.currentTimeMillis();
+  }
+
+  /** random, or a uniform draw in [0, 1) when unset: what decide sends. */
+  double randomOrDraw() {
+    return random != null ? random : ThreadLocalRandom.current().nextDouble();
   }
 
   @Override

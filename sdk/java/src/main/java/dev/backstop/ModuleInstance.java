@@ -156,7 +156,7 @@ final class ModuleInstance {
    * arguments (Contract.putArgs) between before and after: the result, or
    * the exception for its error code.
    */
-  long decide(String name, Failure f, long nowMs, double random, long[] before, long... after) {
+  long decide(String name, Failure f, long[] before, long... after) {
     int n = Contract.stringBytes(f);
     if (n > 0) {
       reserve(n);
@@ -164,7 +164,7 @@ final class ModuleInstance {
     }
     long[] args = new long[before.length + Contract.FAILURE_ARGS + after.length];
     System.arraycopy(before, 0, args, 0, before.length);
-    Contract.putArgs(args, before.length, f, nowMs, random);
+    Contract.putArgs(args, before.length, f);
     System.arraycopy(after, 0, args, before.length + Contract.FAILURE_ARGS, after.length);
     boolean hot = name.equals("decide");
     long r = call(hot ? decide : exports.get(name), name, !hot, args);
@@ -174,35 +174,35 @@ final class ModuleInstance {
 
   /**
    * Decides n failures (from, in order) in one decide_batch call (wasm/ABI.md,
-   * "decide_batch"): n packed decisions or negative error codes, and the
-   * error of the first bad record (or null).
+   * "decide_batch") into out (null for an invalid one): the error of the
+   * first invalid one, or null.
    */
-  long[] decideBatch(int h, List<Failure> failures, int from, int n, long[] nows, double[] randoms,
-      InputException[] firstError) {
-    int out = n * Contract.RECORD_SIZE;
-    int str = out + n * Contract.RESULT_SIZE;
+  InputException decideBatch(int h, List<Failure> failures, int from, int n, Decision[] out) {
+    int results = n * Contract.RECORD_SIZE;
+    int str = results + n * Contract.RESULT_SIZE;
     int strings = 0;
     for (int i = from; i < from + n; i++) strings += Contract.stringBytes(failures.get(i));
     reserve(str + strings);
     for (int j = 0; j < n; j++) {
       Failure f = failures.get(from + j);
-      Contract.putRecord(memory, base + j * Contract.RECORD_SIZE, f, nows[from + j], randoms[from + j], str);
+      Contract.putRecord(memory, base + j * Contract.RECORD_SIZE, f, str);
       Contract.putStrings(memory, base + str, f);
       str += Contract.stringBytes(f);
     }
-    long got = call(exports.get("decide_batch"), "decide_batch", false, h, 0, n, out);
+    long got = call(exports.get("decide_batch"), "decide_batch", false, h, 0, n, results);
     if (got != n) throw error((int) got, "decide_batch");
-    long[] results = new long[n];
+    InputException first = null;
     for (int j = 0; j < n; j++) {
-      results[j] = memory.readLong(base + out + Contract.RESULT_SIZE * j);
-      if (results[j] < 0 && firstError[0] == null) {
+      long r = memory.readLong(base + results + Contract.RESULT_SIZE * j);
+      out[from + j] = r >= 0 ? Decision.unpack(r) : null;
+      if (r < 0 && first == null) {
         // the module keeps the message of the first bad record of a call
-        RuntimeException e = error((int) results[j], "decide_batch");
+        RuntimeException e = error((int) r, "decide_batch");
         if (!(e instanceof InputException)) throw e;
-        firstError[0] = (InputException) e;
+        first = (InputException) e;
       }
     }
-    return results;
+    return first;
   }
 
   /** The exception for an error code: an InputException for ERR_INPUT. */

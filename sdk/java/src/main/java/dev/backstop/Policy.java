@@ -1,8 +1,10 @@
 package dev.backstop;
 
 import java.lang.ref.Cleaner;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
 import java.util.OptionalDouble;
-import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * A retry policy loaded into backstop.wasm: the same decisions as the Go,
@@ -197,19 +199,7 @@ public final class Policy implements AutoCloseable {
    *     {@code attempt: must be >= 1 (got 0)}); no state changes
    */
   public Decision decide(Failure failure) {
-    long now = now(failure);
-    double random = random(failure);
-    return Decision.unpack(call((in, h) -> in.decide("decide", failure, now, random, new long[] {h})));
-  }
-
-  /** The failure's nowMs, or the clock's. */
-  private static long now(Failure f) {
-    return f.nowMs != null ? f.nowMs : System.currentTimeMillis();
-  }
-
-  /** The failure's random, or a uniform draw in [0, 1). */
-  private static double random(Failure f) {
-    return f.random != null ? f.random : ThreadLocalRandom.current().nextDouble();
+    return Decision.unpack(call((in, h) -> in.decide("decide", failure, new long[] {h})));
   }
 
   /**
@@ -222,34 +212,24 @@ public final class Policy implements AutoCloseable {
    *     entry never stops the batch, and a stateful policy counts exactly the
    *     valid ones
    */
-  public java.util.List<Decision> decideMany(java.util.List<Failure> failures) {
+  public List<Decision> decideMany(List<Failure> failures) {
     int n = failures.size();
-    long[] nows = new long[n];
-    double[] randoms = new double[n];
-    for (int i = 0; i < n; i++) {
-      nows[i] = now(failures.get(i));
-      randoms[i] = random(failures.get(i));
-    }
     Decision[] out = new Decision[n];
     InputException first = null;
     int firstIndex = -1;
     for (int from = 0; from < n; from += BATCH) {
-      int k = Math.min(BATCH, n - from);
       int start = from;
-      InputException[] err = new InputException[1];
-      long[] results = call((in, h) -> in.decideBatch(h, failures, start, k, nows, randoms, err));
-      for (int j = 0; j < k; j++) {
-        if (results[j] >= 0) {
-          out[from + j] = Decision.unpack(results[j]);
-        } else if (first == null) {
-          first = err[0];
-          firstIndex = from + j;
-        }
+      int k = Math.min(BATCH, n - from);
+      InputException e = call((in, h) -> in.decideBatch(h, failures, start, k, out));
+      if (e != null && first == null) {
+        first = e;
+        firstIndex = from;
+        while (out[firstIndex] != null) firstIndex++; // this call's first invalid one
       }
     }
-    java.util.List<Decision> decisions = java.util.Arrays.asList(out);
+    List<Decision> decisions = Arrays.asList(out);
     if (first != null) throw new InputException(first, firstIndex, decisions);
-    return java.util.Collections.unmodifiableList(decisions);
+    return Collections.unmodifiableList(decisions);
   }
 
   private static final int BATCH = 256;
@@ -273,10 +253,8 @@ public final class Policy implements AutoCloseable {
    *     stateful policy; no state changes
    */
   public Outcome outcome(Outcome.Event event, Failure failure, long deliveries, long maxDeliveries) {
-    long now = now(failure);
-    double random = random(failure);
     return call((in, h) -> {
-      long w = in.decide("outcome", failure, now, random, new long[] {h, event.code}, deliveries, maxDeliveries);
+      long w = in.decide("outcome", failure, new long[] {h, event.code}, deliveries, maxDeliveries);
       return Outcome.unpack(w, Contract.outcomeInvalid(w) ? in.inputError().getMessage() : null);
     });
   }
