@@ -34,7 +34,7 @@ final class Contract {
   static final int MAX_HANDLES = 65536;
   /** The longest method, error kind or hint, in UTF-8 bytes (a batch record's u16). */
   static final int MAX_STRING = 65535;
-  /** How long a job the breaker refused waits when the policy cannot say how long. */
+  /** How long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long. */
   static final int OPEN_POLL_MS = 1000;
 
   /** Flag: the request carries an idempotency key. */
@@ -182,12 +182,12 @@ final class Contract {
     return Outcome.Action.of(w >>> 54 & 0x7);
   }
 
-  /** The reason of a packed outcome. */
+  /** The reason of a packed outcome: a decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run. */
   static Decision.Reason outcomeReason(long w) {
     return Decision.Reason.of(w >>> 48 & 0x3f);
   }
 
-  /** The delay_ms of a packed outcome: how long a retried or deferred job waits. */
+  /** The delay_ms of a packed outcome: how long a retried or deferred job waits, and how long a paused worker takes no job. */
   static long outcomeDelayMs(long w) {
     return w & 0xffffffffffffL;
   }
@@ -197,12 +197,12 @@ final class Contract {
     return (w >>> 57 & 1) != 0;
   }
 
-  /** The count of a packed outcome. */
+  /** The count of a packed outcome: the client metric the worker records. */
   static Outcome.Count outcomeCount(long w) {
     return Outcome.Count.of(w >>> 58 & 0x7);
   }
 
-  /** The invalid of a packed outcome: the failure was refused as invalid input (dead_letter malformed); error_message says why. */
+  /** The invalid of a packed outcome: the policy refused the failure as invalid input: the job is dead-lettered as malformed, and the error says why. */
   static boolean outcomeInvalid(long w) {
     return (w >>> 61 & 1) != 0;
   }

@@ -9,11 +9,11 @@ import java.time.Duration;
  * language's worker.
  *
  * @param action what a worker does with a job
- * @param reason why a decision or an outcome was taken: retry decisions carry transient, retry_after or uncertain; dead letters one of the others; codes 0 to 15 are the decision's, 16 and up only an outcome's
- * @param delayMs how long a retried or deferred job waits
+ * @param reason a decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run
+ * @param delayMs how long a retried or deferred job waits, and how long a paused worker takes no job
  * @param pause the breaker refused: the worker takes no job of this policy for delay_ms
- * @param count which client metric (backstop_client_*) a worker records for an outcome
- * @param invalid the failure was refused as invalid input (dead_letter malformed); error_message says why
+ * @param count the client metric the worker records
+ * @param invalid the policy refused the failure as invalid input: the job is dead-lettered as malformed, and the error says why
  * @param error for an invalid failure, the module's message ({@code attempt: must be >= 1 (got 0)}); else null
  */
 public record Outcome(Outcome.Action action, Decision.Reason reason, long delayMs, boolean pause, Outcome.Count count, boolean invalid, String error) {
@@ -104,15 +104,15 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
   /** Which client metric (backstop_client_*) a worker records for an outcome. Its {@link #toString()} is the name every backstop host uses. */
   public enum Count {
-    /** None. */
+    /** Nothing to count (the job runs, or a crash loop the broker's counters already see). */
     NONE(0, "none"),
-    /** An attempt, outcome success. */
+    /** Attempts_total{outcome="success"}. */
     SUCCESS(1, "success"),
-    /** An attempt, outcome retry, and a retry with its reason and delay. */
+    /** Attempts_total{outcome="retry"}, and retries_total{reason} with the delay. */
     RETRY(2, "retry"),
-    /** An attempt, outcome dead_letter. */
+    /** Attempts_total{outcome="dead_letter"}. */
     DEAD_LETTER(3, "dead_letter"),
-    /** A call the breaker refused (circuit_open). */
+    /** Calls_refused_total{reason}: the breaker refused the job before it ran. */
     REFUSED(4, "refused");
 
     private static final Count[] BY_CODE = new Count[5];
