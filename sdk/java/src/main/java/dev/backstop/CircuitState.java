@@ -3,11 +3,11 @@ package dev.backstop;
 
 /** The state of a policy's circuit breaker. Its {@link #toString()} is the name every backstop host uses. */
 public enum CircuitState {
-  /** Calls pass. */
+  /** {@code closed}: calls pass. */
   CLOSED(0, "closed"),
-  /** No call leaves until it half-opens. */
+  /** {@code open}: no call leaves until it half-opens. */
   OPEN(1, "open"),
-  /** A bounded number of trial calls pass. */
+  /** {@code half_open}: a bounded number of trial calls pass. */
   HALF_OPEN(2, "half_open");
 
   private static final CircuitState[] BY_CODE = new CircuitState[3];

@@ -18,9 +18,9 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
   /** What the policy decides after a failure. Its {@link #toString()} is the name every backstop host uses. */
   public enum Action {
-    /** Schedule another attempt after the decision's delay. */
+    /** {@code retry}: schedule another attempt after the decision's delay. */
     RETRY(0, "retry"),
-    /** Stop retrying; the reason says why. */
+    /** {@code dead_letter}: stop retrying; the reason says why. */
     DEAD_LETTER(1, "dead_letter");
 
     private static final Action[] BY_CODE = new Action[2];
@@ -55,37 +55,37 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
   /** Why a decision or an outcome was taken: retry decisions carry transient, retry_after or uncertain; dead letters one of the others; codes 0 to 15 are the decision's, 16 and up only an outcome's. Its {@link #toString()} is the name every backstop host uses. */
   public enum Reason {
-    /** A retryable failure, retried after the backoff. */
+    /** {@code transient}: a retryable failure, retried after the backoff. */
     TRANSIENT(0, "transient"),
-    /** Retried after the server's Retry-After (or pushback) hint. */
+    /** {@code retry_after}: retried after the server's Retry-After (or pushback) hint. */
     RETRY_AFTER(1, "retry_after"),
-    /** An uncertain failure, retried within the uncertain limit. */
+    /** {@code uncertain}: an uncertain failure, retried within the uncertain limit. */
     UNCERTAIN(2, "uncertain"),
-    /** A permanent failure: retrying would fail again. */
+    /** {@code permanent_error}: a permanent failure: retrying would fail again. */
     PERMANENT_ERROR(3, "permanent_error"),
-    /** The attempt limit is reached. */
+    /** {@code max_attempts_reached}: the attempt limit is reached. */
     MAX_ATTEMPTS_REACHED(4, "max_attempts_reached"),
-    /** The next attempt would start past the elapsed-time limit. */
+    /** {@code max_elapsed_exceeded}: the next attempt would start past the elapsed-time limit. */
     MAX_ELAPSED_EXCEEDED(5, "max_elapsed_exceeded"),
-    /** An uncertain failure past its own smaller limit. */
+    /** {@code uncertain_limit_reached}: an uncertain failure past its own smaller limit. */
     UNCERTAIN_LIMIT_REACHED(6, "uncertain_limit_reached"),
-    /** A non-idempotent request without an idempotency key that may have left. */
+    /** {@code not_idempotent}: a non-idempotent request without an idempotency key that may have left. */
     NOT_IDEMPOTENT(7, "not_idempotent"),
-    /** The retry budget is spent; the delay is the backoff the retry would have had (a queue defers by it). */
+    /** {@code budget_exhausted}: the retry budget is spent; the delay is the backoff the retry would have had (a queue defers by it). */
     BUDGET_EXHAUSTED(8, "budget_exhausted"),
-    /** The circuit breaker is open. */
+    /** {@code circuit_open}: the circuit breaker is open. */
     CIRCUIT_OPEN(9, "circuit_open"),
-    /** The server's hint exceeds the policy's cap and the policy says give_up, or it falls past the time budget. */
+    /** {@code retry_after_too_long}: the server's hint exceeds the policy's cap and the policy says give_up, or it falls past the time budget. */
     RETRY_AFTER_TOO_LONG(10, "retry_after_too_long"),
-    /** A layer below already retried and gave up (retry at one layer). */
+    /** {@code retried_downstream}: a layer below already retried and gave up (retry at one layer). */
     RETRIED_DOWNSTREAM(11, "retried_downstream"),
-    /** The server asked not to be retried. */
+    /** {@code server_declined}: the server asked not to be retried. */
     SERVER_DECLINED(12, "server_declined"),
-    /** An outcome's: the job succeeded. */
+    /** {@code success}: an outcome's: the job succeeded. */
     SUCCESS(16, "success"),
-    /** An outcome's: the job (or the failure it reported) is not well formed. */
+    /** {@code malformed}: an outcome's: the job (or the failure it reported) is not well formed. */
     MALFORMED(17, "malformed"),
-    /** An outcome's: the broker delivered the job its limit of times without an outcome. */
+    /** {@code crash_loop}: an outcome's: the broker delivered the job its limit of times without an outcome. */
     CRASH_LOOP(18, "crash_loop");
 
     private static final Reason[] BY_CODE = new Reason[19];
@@ -120,11 +120,11 @@ public record Decision(Decision.Action action, long delayMs, Decision.Reason rea
 
   /** The retry class of a failure. Its {@link #toString()} is the name every backstop host uses. */
   public enum FailureClass {
-    /** Transient and safe to retry. */
+    /** {@code retryable}: transient and safe to retry. */
     RETRYABLE(0, "retryable"),
-    /** Will fail again: never retried. */
+    /** {@code permanent}: will fail again: never retried. */
     PERMANENT(1, "permanent"),
-    /** May or may not have been applied (HTTP 500): retried only up to the smaller uncertain limit. */
+    /** {@code uncertain}: may or may not have been applied (HTTP 500): retried only up to the smaller uncertain limit. */
     UNCERTAIN(2, "uncertain");
 
     private static final FailureClass[] BY_CODE = new FailureClass[3];

@@ -3,9 +3,9 @@ package dev.backstop;
 
 /** What a queue does with a job the breaker or the budget refused (policy_on_open). Its {@link #toString()} is the name every backstop host uses. */
 public enum OnOpen {
-  /** It waits, without spending an attempt. */
+  /** {@code defer}: it waits, without spending an attempt. */
   DEFER(0, "defer"),
-  /** It is dead-lettered (circuit_open, budget_exhausted). */
+  /** {@code dead_letter}: it is dead-lettered (circuit_open, budget_exhausted). */
   DEAD_LETTER(1, "dead_letter");
 
   private static final OnOpen[] BY_CODE = new OnOpen[2];

@@ -20,13 +20,13 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
   /** What happened to a job that a worker asks the outcome of. Its {@link #toString()} is the name every backstop host uses. */
   public enum Event {
-    /** The job is about to run: the breaker's gate. */
+    /** {@code before}: the job is about to run: the breaker's gate. */
     BEFORE(0, "before"),
-    /** It ran and succeeded. */
+    /** {@code success}: it ran and succeeded. */
     SUCCESS(1, "success"),
-    /** It ran and failed: the failure says how. */
+    /** {@code failure}: it ran and failed: the failure says how. */
     FAILURE(2, "failure"),
-    /** A broker delivered it deliveries times without an outcome. */
+    /** {@code delivered}: a broker delivered it deliveries times without an outcome. */
     DELIVERED(3, "delivered");
 
     private static final Event[] BY_CODE = new Event[4];
@@ -61,15 +61,15 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
   /** What a worker does with a job. Its {@link #toString()} is the name every backstop host uses. */
   public enum Action {
-    /** Run the job's handler. */
+    /** {@code run}: run the job's handler. */
     RUN(0, "run"),
-    /** The job succeeded. */
+    /** {@code ack}: the job succeeded. */
     ACK(1, "ack"),
-    /** It failed and waits the delay before its next attempt. */
+    /** {@code retry}: it failed and waits the delay before its next attempt. */
     RETRY(2, "retry"),
-    /** The breaker or the budget refused it: it waits the delay without spending an attempt. */
+    /** {@code defer}: the breaker or the budget refused it: it waits the delay without spending an attempt. */
     DEFER(3, "defer"),
-    /** It goes to the dead letter queue. */
+    /** {@code dead_letter}: it goes to the dead letter queue. */
     DEAD_LETTER(4, "dead_letter");
 
     private static final Action[] BY_CODE = new Action[5];
@@ -104,15 +104,15 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
 
   /** Which client metric (backstop_client_*) a worker records for an outcome. Its {@link #toString()} is the name every backstop host uses. */
   public enum Count {
-    /** Nothing to count (the job runs, or a crash loop the broker's counters already see). */
+    /** {@code none}: nothing to count (the job runs, or a crash loop the broker's counters already see). */
     NONE(0, "none"),
-    /** Attempts_total{outcome="success"}. */
+    /** {@code success}: attempts_total{outcome="success"}. */
     SUCCESS(1, "success"),
-    /** Attempts_total{outcome="retry"}, and retries_total{reason} with the delay. */
+    /** {@code retry}: attempts_total{outcome="retry"}, and retries_total{reason} with the delay. */
     RETRY(2, "retry"),
-    /** Attempts_total{outcome="dead_letter"}. */
+    /** {@code dead_letter}: attempts_total{outcome="dead_letter"}. */
     DEAD_LETTER(3, "dead_letter"),
-    /** Calls_refused_total{reason}: the breaker refused the job before it ran. */
+    /** {@code refused}: calls_refused_total{reason}: the breaker refused the job before it ran. */
     REFUSED(4, "refused");
 
     private static final Count[] BY_CODE = new Count[5];
