@@ -261,25 +261,25 @@ public final class Failure {
 
     /** The name of a transport or application failure such as "timeout" or "connection_refused" (the error_kinds table). */
     public Builder errorKind(String value) {
-      this.errorKind = FailureReader.bytes(value, "error_kind");
+      this.errorKind = FailureReader.string(value, "error_kind");
       return this;
     }
 
     /** The raw Retry-After header value: delta-seconds or an HTTP-date. */
     public Builder retryAfter(String value) {
-      this.retryAfter = FailureReader.bytes(value, "retry_after");
+      this.retryAfter = FailureReader.string(value, "retry_after");
       return this;
     }
 
     /** The raw grpc-retry-pushback-ms metadata value. */
     public Builder grpcRetryPushbackMs(String value) {
-      this.grpcRetryPushbackMs = FailureReader.bytes(value, "grpc_retry_pushback_ms");
+      this.grpcRetryPushbackMs = FailureReader.string(value, "grpc_retry_pushback_ms");
       return this;
     }
 
     /** The HTTP method of the request, empty when not HTTP. */
     public Builder method(String value) {
-      this.method = FailureReader.bytes(value, "method");
+      this.method = FailureReader.string(value, "method");
       return this;
     }
 

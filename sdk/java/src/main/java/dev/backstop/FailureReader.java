@@ -95,11 +95,7 @@ final class FailureReader {
     return code;
   }
 
-  /** A builder's string: its UTF-8 bytes, null or empty absent. */
-  static byte[] bytes(String s, String field) {
-    return s == null || s.isEmpty() ? Failure.EMPTY : string(s, field);
-  }
-
+  /** A string: a String (as UTF-8) or bytes, null absent. */
   static byte[] string(Object v, String field) {
     if (v == null) return Failure.EMPTY;
     byte[] b;

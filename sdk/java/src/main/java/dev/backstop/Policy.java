@@ -139,17 +139,9 @@ public final class Policy implements AutoCloseable {
     return onOpen == OnOpen.DEAD_LETTER;
   }
 
-  static IllegalStateException closedError() {
-    return new ClosedException();
-  }
-
   /** The error of a call on a closed policy. */
-  private static final class ClosedException extends IllegalStateException {
-    private static final long serialVersionUID = 1L;
-
-    ClosedException() {
-      super("backstop: the policy is closed");
-    }
+  static IllegalStateException closedError() {
+    return new IllegalStateException("backstop: the policy is closed");
   }
 
   private interface Call<T> {
