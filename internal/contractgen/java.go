@@ -18,7 +18,7 @@ var javaEnums = map[string]string{
 }
 
 func init() {
-	funcs["jenum"] = func(name string) string {
+	funcs["javaEnum"] = func(name string) string {
 		t, ok := javaEnums[name]
 		if !ok {
 			panic("contractgen: no Java type for enum " + name + " (java.go, javaEnums)")
@@ -26,22 +26,22 @@ func init() {
 		return t
 	}
 	// jsimple is a Java type's simple name (Decision.Reason: Reason).
-	funcs["jsimple"] = func(t string) string { return t[strings.LastIndex(t, ".")+1:] }
-	funcs["jwire"] = jwire
-	funcs["jname"] = func(f Field) string { return camel(jwire(f)) }
-	funcs["jtype"] = jtype
-	funcs["jclock"] = jclock
-	funcs["jcomp"] = jcomp
-	funcs["jorder"] = jorder
-	funcs["junpack"] = junpack
-	funcs["jctx"] = func(kv ...any) map[string]any {
+	funcs["javaSimple"] = func(t string) string { return t[strings.LastIndex(t, ".")+1:] }
+	funcs["javaWire"] = jwire
+	funcs["javaName"] = func(f Field) string { return camel(jwire(f)) }
+	funcs["javaType"] = jtype
+	funcs["javaClock"] = jclock
+	funcs["javaComp"] = jcomp
+	funcs["javaOrder"] = jorder
+	funcs["javaUnpack"] = junpack
+	funcs["javaCtx"] = func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {
 			m[kv[i].(string)] = kv[i+1]
 		}
 		return m
 	}
-	funcs["jwtype"] = func(f WordField) string {
+	funcs["javaWtype"] = func(f WordField) string {
 		switch {
 		case f.Bool:
 			return "boolean"
@@ -52,7 +52,7 @@ func init() {
 	}
 	// jbefore are the fields before f that share its string slot: f fills
 	// the slot only when they are empty.
-	funcs["jbefore"] = func(s *Schema, f Field) []Field {
+	funcs["javaBefore"] = func(s *Schema, f Field) []Field {
 		var out []Field
 		for _, g := range s.Failure {
 			if g.Name == f.Name {
@@ -66,9 +66,9 @@ func init() {
 	}
 	// jtrunc: an int64 field in milliseconds drops a fraction; attempt
 	// (a count) refuses one (testdata/vectors/README.md, "Field values").
-	funcs["jtrunc"] = func(f Field) bool { return strings.HasSuffix(f.Name, "_ms") }
-	funcs["jfail"] = func(msg string) (string, error) { return "", fmt.Errorf("java: %s", msg) }
-	funcs["jslot"] = func(s *Schema, slot string) []Field {
+	funcs["javaTrunc"] = func(f Field) bool { return strings.HasSuffix(f.Name, "_ms") }
+	funcs["javaFail"] = func(msg string) (string, error) { return "", fmt.Errorf("java: %s", msg) }
+	funcs["javaSlot"] = func(s *Schema, slot string) []Field {
 		var out []Field
 		for _, f := range s.Failure {
 			if f.String == slot {
