@@ -1,4 +1,5 @@
 import type {Decision, FailureFields, Metrics, Policy} from './index.js';
+import type {HandlerContext} from './queue.js';
 
 export interface ConnectOptions {
 	/**
@@ -80,7 +81,7 @@ export interface Job {
 }
 
 /** Runs one job. Resolving is a success; throwing (or resolving to a failed fetch `Response`) is a failure that the policy decides. `signal` aborts when the worker stops and at the handler's deadline (`handlerTimeoutMs`): pass it to the calls the handler makes. */
-export type Handler = (job: Job, context: {readonly signal: AbortSignal}) => unknown;
+export type Handler = (job: Job, context: HandlerContext) => unknown;
 
 /** What a worker did with a delivery, once the broker confirmed it. */
 export interface Outcome {

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { loadPolicy, retry } from '../index.js';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { until } from '../test-support/eventually.js';
 import { counters, entries, serverNow } from '../test-support/queue-suite.js';

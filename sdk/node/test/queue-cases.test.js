@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { loadPolicy } from '../index.js';
 import { errorText } from '../lib/outcome.js';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 import { canonical, caseError, classify, deadlineError as workerDeadline, FIELDS, timesAsOffsets } from '../test-support/cases.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { serverNow } from '../test-support/queue-suite.js';
