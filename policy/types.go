@@ -117,9 +117,19 @@ var (
 
 func (a Action) String() string { return enumName(actionNames[:], int(a), "action") }
 func (c Class) String() string  { return enumName(classNames[:], int(c), "class") }
-func (r Reason) String() string { return enumName(reasonNames[:], int(r), "reason") }
+func (r Reason) String() string {
+	if r >= Success && r <= CrashLoop {
+		return outcomeReasonNames[r-Success]
+	}
+	return enumName(reasonNames[:], int(r), "reason")
+}
 
-// Reasons lists every reason name, retry reasons first.
+// outcomeReasonNames name the outcome-only reasons (Policy.Outcome), from
+// Success on.
+var outcomeReasonNames = [...]string{"success", "malformed", "crash_loop"}
+
+// Reasons lists every decision reason name, retry reasons first (not the
+// outcome-only Success, Malformed, CrashLoop).
 func Reasons() []string { return append([]string(nil), reasonNames[:]...) }
 
 func enumName(names []string, i int, what string) string {
@@ -140,6 +150,12 @@ func (c *Class) UnmarshalText(b []byte) error {
 	return parseEnum(classNames[:], b, "class", (*uint8)(c))
 }
 func (r *Reason) UnmarshalText(b []byte) error {
+	for i, n := range outcomeReasonNames {
+		if n == string(b) {
+			*r = Success + Reason(i)
+			return nil
+		}
+	}
 	return parseEnum(reasonNames[:], b, "reason", (*uint8)(r))
 }
 
