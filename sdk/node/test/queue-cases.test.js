@@ -40,12 +40,13 @@ after(async () => {
 function spy() {
   const s = {
     asked: null,
-    decide: (f) => {
-      s.asked = {};
-      for (const [k, f2] of FIELDS) if (f[f2]) s.asked[k] = f[f2];
-      return policy.decide(f);
+    outcome: (e) => {
+      if (e.event === 'failure') {
+        s.asked = {};
+        for (const [k, f2] of FIELDS) if (e[f2]) s.asked[k] = e[f2];
+      }
+      return policy.outcome(e);
     },
-    recordSuccess: (now) => policy.recordSuccess(now),
   };
   return s;
 }

@@ -34,10 +34,10 @@ function work(name, policy, handler, options) {
   };
 }
 
-// A policy that notes the error kinds it was asked about.
+// A policy that notes the error kinds of the failures it was asked about.
 function spied(policy) {
   const kinds = [];
-  return { kinds, decide: (f) => (kinds.push(f.errorKind), policy.decide(f)), recordSuccess: (now) => policy.recordSuccess(now) };
+  return { kinds, outcome: (e) => (e.event === 'failure' && kinds.push(e.errorKind), policy.outcome(e)) };
 }
 
 test('a handler running past minIdleMs runs once: its worker holds it, a second worker reclaims nothing', async () => {

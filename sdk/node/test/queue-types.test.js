@@ -26,7 +26,7 @@ function spied(policy) {
     ids,
     policy: new Proxy(policy, {
       get(target, prop) {
-        if (prop === 'decide') return (f) => { ids.add(f.idempotencyKey); return target.decide(f); };
+        if (prop === 'outcome') return (e) => { if (e.event === 'failure') ids.add(e.idempotencyKey); return target.outcome(e); };
         const v = Reflect.get(target, prop, target);
         return typeof v === 'function' ? v.bind(target) : v;
       },

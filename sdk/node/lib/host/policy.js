@@ -211,6 +211,41 @@ class Policy {
     return Number(this.wide('attempt_timeout', toBigInt(elapsedMs, 'elapsed_ms')));
   }
 
+  /**
+   * What a queue worker does about one event of a job (wasm/ABI.md,
+   * "outcome"): {event: 'before' | 'success' | 'failure' | 'delivered',
+   * nowMs, the failure's fields (failure), deliveries and maxDeliveries
+   * (delivered)} → {action, reason, delayMs, pause, count, invalid}, and
+   * error (an InputError) when invalid: a failure refused as invalid input
+   * is dead-lettered as malformed, not thrown.
+   */
+  outcome(e) {
+    if (this.h === 0) throw closed();
+    if (e === null || typeof e !== 'object') throw new TypeError(`Expected \`event\` to be an object (got ${describe(e)})`);
+    const { event, deliveries = 0, maxDeliveries = 0, ...failure } = e;
+    const code = EVENTS.indexOf(event);
+    if (code < 0) throw new TypeError(`Expected \`event\` to be one of ${EVENTS.join(', ')} (got ${describe(event)})`);
+    const inst = this.inst;
+    if (typeof inst.raw.outcome !== 'function') throw new Error('backstop.wasm: this module has no outcome export (it is older than this package)');
+    let end;
+    try {
+      end = writeFailure(inst, failure, 0, RECORD, undefined);
+    } catch (err) {
+      if (code !== FAILURE_EVENT || !(err instanceof InputError)) throw err;
+      return { action: 'dead_letter', reason: 'malformed', delayMs: 0, pause: false, count: 'dead_letter', invalid: true, error: err };
+    }
+    const dv = new DataView(inst.memory.buffer, inst.base);
+    const args = OUTCOME_PARAMS.map(([off, type]) => dv[`get${type}`](off, true));
+    inst.u8.copyWithin(inst.base, inst.base + RECORD, inst.base + end); // the strings, at offset 0
+    const d = toBigInt(deliveries, 'deliveries');
+    const max = toBigInt(maxDeliveries, 'max_deliveries');
+    const w = inst.call(() => inst.e.outcome(this.h, code, ...args, d, max));
+    if (w < 0n) throw w === BigInt(ERR_INPUT) ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(w));
+    const o = unpackOutcome(w);
+    if (o.invalid) o.error = this.recordError(ERR_INPUT, undefined);
+    return o;
+  }
+
   close() {
     if (this.h === 0) return;
     finalizer?.unregister(this);
@@ -245,7 +280,7 @@ class Policy {
     const msg = this.inst.lastError();
     if (code !== ERR_INPUT) return new Error(`backstop.wasm: decide: ${msg} (code ${code})`);
     // "record 0: invalid failure: attempt: must be >= 1 (got 0)"
-    const m = /^(?:record \d+: )?(?:invalid failure: )?([^:]*): ([^]*)$/.exec(msg);
+    const m = /^(?:record \d+: )?(?:invalid (?:failure|event): )?([^:]*): ([^]*)$/.exec(msg);
     return m ? new InputError(m[1], m[2], index) : new InputError('failure', msg, index);
   }
 
@@ -257,6 +292,28 @@ class Policy {
 
 function closed() {
   return new Error('backstop: the policy is closed');
+}
+
+// The outcome export's parameters after the event, read from a record
+// (offset, DataView type): decide's, in its order.
+const OUTCOME_PARAMS = [[0, 'BigInt64'], [40, 'Int32'], [44, 'Int32'], [8, 'BigInt64'], [16, 'BigInt64'], [24, 'Float64'],
+  [32, 'BigInt64'], [48, 'Int32'], [56, 'Uint16'], [58, 'Uint16'], [60, 'Uint16']];
+const EVENTS = ['before', 'success', 'failure', 'delivered'];
+const FAILURE_EVENT = 2;
+const OUTCOME_ACTIONS = ['run', 'ack', 'retry', 'defer', 'dead_letter'];
+const COUNTS = ['none', 'success', 'retry', 'dead_letter', 'refused'];
+const OUTCOME_REASONS = [...REASONS, 'success', 'malformed', 'crash_loop'];
+
+function unpackOutcome(w) {
+  const hi = Number(w >> 32n);
+  return {
+    action: OUTCOME_ACTIONS[(hi >>> 22) & 7] ?? `action(${(hi >>> 22) & 7})`,
+    reason: OUTCOME_REASONS[(hi >>> 16) & 63] ?? `reason(${(hi >>> 16) & 63})`,
+    delayMs: Number(w & 0xffffffffffffn),
+    pause: ((hi >>> 25) & 1) === 1,
+    count: COUNTS[(hi >>> 26) & 7] ?? `count(${(hi >>> 26) & 7})`,
+    invalid: ((hi >>> 29) & 1) === 1,
+  };
 }
 
 function unpack(lo, hi) {
