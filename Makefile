@@ -33,7 +33,7 @@ PY_CALL_TESTS := $(addprefix sdk/python/tests/,test_vectors.py test_inputs.py te
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all help build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
+.PHONY: all help build contract wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -54,6 +54,11 @@ demo:
 	@echo "make demo: compiling bin/backstop (the first time takes about a minute; then it starts at once)..."
 	@$(GO) build -ldflags '$(LDFLAGS)' -o bin/backstop ./cmd/backstop
 	bin/backstop demo
+
+## contract: generate every language's bindings of contract/abi.json (the ABI,
+## the failure, decision and outcome shapes) and wasm/ABI.md's tables
+contract:
+	$(GO) run ./internal/contractgen
 
 ## wasm: build the policy core into contract/backstop.wasm (embedded by the Go host)
 wasm:
@@ -132,9 +137,9 @@ java-test:
 mixin:
 	$(GO) test -count=1 -run '^TestShippedMixinIsGenerated$$' ./mixin -update
 
-## vectors: regenerate testdata/vectors from the native core
+## vectors: regenerate testdata/vectors and testdata/outcomes from the native core
 vectors:
-	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json
+	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json -outcomes testdata/outcomes/cases.json
 
 ## queue-cases: regenerate testdata/queue/cases.json: the cases' inputs
 ## (queue/redisqueue/cases_build_test.go) run through the Go worker against a real

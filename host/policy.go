@@ -137,7 +137,7 @@ func (p *Policy) Decide(ctx context.Context, f policy.Failure) (policy.Decision,
 	if err != nil {
 		return policy.Decision{}, err
 	}
-	return abi.Unpack(w), nil
+	return abi.UnpackDecision(w), nil
 }
 
 // DecideBatch decides failures in order, as Decide would one by one, and
@@ -197,7 +197,7 @@ func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out
 		for k, w := range words {
 			res[i+k] = policy.Decision{}
 			if w >= 0 {
-				res[i+k] = abi.Unpack(w)
+				res[i+k] = abi.UnpackDecision(w)
 			} else if first == nil {
 				first = p.batchErr(ctx, in, i+k, w)
 			}
@@ -219,13 +219,13 @@ func check(f *policy.Failure) error {
 		field, reason = "http_status", "must be a 32-bit integer (got "+strconv.Itoa(f.HTTPStatus)+")"
 	case f.GRPCCode != int(int32(f.GRPCCode)):
 		field, reason = "grpc_code", "must be a 32-bit integer or a status name (got "+strconv.Itoa(f.GRPCCode)+")"
-	case len(f.ErrorKind) > abi.MaxStrLen:
+	case len(f.ErrorKind) > abi.MaxString:
 		field, reason = "error_kind", tooLong(len(f.ErrorKind))
-	case len(f.RetryAfter) > abi.MaxStrLen:
+	case len(f.RetryAfter) > abi.MaxString:
 		field, reason = "retry_after", tooLong(len(f.RetryAfter))
-	case len(f.RetryPushback) > abi.MaxStrLen:
+	case len(f.RetryPushback) > abi.MaxString:
 		field, reason = "grpc_retry_pushback_ms", tooLong(len(f.RetryPushback))
-	case len(f.Method) > abi.MaxStrLen:
+	case len(f.Method) > abi.MaxString:
 		field, reason = "method", tooLong(len(f.Method))
 	default:
 		return nil
@@ -234,7 +234,7 @@ func check(f *policy.Failure) error {
 }
 
 func tooLong(n int) string {
-	return "must be at most " + strconv.Itoa(abi.MaxStrLen) + " bytes (got " + strconv.Itoa(n) + ")"
+	return "must be at most " + strconv.Itoa(abi.MaxString) + " bytes (got " + strconv.Itoa(n) + ")"
 }
 
 // batchErr builds the error of the first failed record of a batch. The
@@ -355,6 +355,56 @@ func (p *Policy) AttemptTimeout(ctx context.Context, elapsedMs int64) (int64, er
 	}
 	return int64(w), nil
 }
+
+// Outcome returns what a worker does about a job event, decided by the
+// module; see policy.Policy.Outcome for the rules. A stateless policy
+// answers the before and success events without calling the module (as
+// Acquire and RecordSuccess do).
+//
+// # Errors
+//
+// An invalid failure (EventFailure) returns the Outcome that dead-letters
+// it (Malformed, Invalid set) with an *InputError naming the field, as
+// Decide's; no state changes. An invalid event gives an *InputError
+// ("invalid event: …") and no Outcome. ErrStateLost when the instance
+// holding the budget and breaker trapped; ErrClosed after Close.
+func (p *Policy) Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome, error) {
+	switch {
+	case e.Event == policy.EventFailure:
+		if err := check(&e.Failure); err != nil {
+			if closed := p.checkOpen(); closed != nil {
+				return policy.Outcome{}, closed
+			}
+			return invalidOutcome, err
+		}
+	case !p.stateful && e.Failure.NowMs >= 0 && (e.Event == policy.EventBefore || e.Event == policy.EventSuccess):
+		if err := p.checkOpen(); err != nil {
+			return policy.Outcome{}, err
+		}
+		if e.Event == policy.EventBefore {
+			return policy.Outcome{Action: policy.OutcomeRun}, nil
+		}
+		return policy.Outcome{Action: policy.OutcomeAck, Reason: policy.Success, Count: policy.CountSuccess}, nil
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return policy.Outcome{}, err
+	}
+	defer p.rt.release(in)
+	w, err := in.outcomeOne(ctx, h, &e)
+	switch {
+	case err != nil:
+		return policy.Outcome{}, err
+	case w < 0:
+		return policy.Outcome{}, in.codeErr(ctx, "outcome", w)
+	case abi.UnpackOutcome(w).Invalid:
+		return abi.UnpackOutcome(w), &InputError{Index: -1, Message: in.message(ctx)}
+	}
+	return abi.UnpackOutcome(w), nil
+}
+
+// invalidOutcome dead-letters a failure refused as invalid input.
+var invalidOutcome = policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter, Invalid: true}
 
 // OnOpen returns what a queue does with a job refused by an open breaker
 // or an empty budget: policy.OnOpenDefer (the default) or

@@ -2,22 +2,6 @@ package policy
 
 import "strconv"
 
-// Event is what happened to a job that a worker asks the outcome of.
-type Event uint8
-
-const (
-	// EventBefore: the job is about to run: the breaker's gate (Acquire).
-	EventBefore Event = iota
-	// EventSuccess: the job ran and succeeded.
-	EventSuccess
-	// EventFailure: the job ran and failed; JobEvent.Failure says how.
-	EventFailure
-	// EventDelivered: a broker delivered the job Deliveries times without
-	// an outcome (a worker that crashed or was cut off mid-job).
-	EventDelivered
-	numEvents
-)
-
 // JobEvent is what a worker knows when it asks for a job's outcome.
 type JobEvent struct {
 	Event Event
@@ -29,109 +13,6 @@ type JobEvent struct {
 	// (RabbitMQ's x-delivery-count), and MaxDeliveries the worker's limit
 	// (0: none).
 	Deliveries, MaxDeliveries int64
-}
-
-// OutcomeAction is what a worker does with a job.
-type OutcomeAction uint8
-
-const (
-	// OutcomeRun: run the job's handler.
-	OutcomeRun OutcomeAction = iota
-	// OutcomeAck: the job succeeded.
-	OutcomeAck
-	// OutcomeRetry: the job failed and waits DelayMs before its next attempt.
-	OutcomeRetry
-	// OutcomeDefer: the breaker or the budget refused the job; it waits
-	// DelayMs without spending an attempt (not the job's fault).
-	OutcomeDefer
-	// OutcomeDeadLetter: the job goes to the dead letter queue.
-	OutcomeDeadLetter
-	numOutcomeActions
-)
-
-// Count is the client metric a worker records for an outcome
-// (backstop_client_*).
-type Count uint8
-
-const (
-	// CountNone: nothing to count (the job runs, or a crash loop the
-	// broker's counters already see).
-	CountNone Count = iota
-	// CountSuccess: attempts_total{outcome="success"}.
-	CountSuccess
-	// CountRetry: attempts_total{outcome="retry"}, and retries_total{reason}
-	// with the delay.
-	CountRetry
-	// CountDeadLetter: attempts_total{outcome="dead_letter"}.
-	CountDeadLetter
-	// CountRefused: calls_refused_total{reason}: the breaker refused the
-	// job before it ran.
-	CountRefused
-	numCounts
-)
-
-// Outcome-only reasons: an Outcome's Reason is a decision's, or one of
-// these. Codes 13 to 15 are kept for decision reasons to come.
-const (
-	// Success: the job succeeded (an ack).
-	Success Reason = 16 + iota
-	// Malformed: the job (or its failure) could not be decided.
-	Malformed
-	// CrashLoop: the broker delivered the job MaxDeliveries times without
-	// an outcome.
-	CrashLoop
-)
-
-// OpenPollMs is how long a job refused by the breaker waits, and the
-// worker pauses, when the policy cannot say how long: Acquire gave no
-// time, or let a call through after the failure found the breaker open.
-// A budget_exhausted deferral without a backoff waits as long.
-const OpenPollMs = 1000
-
-var (
-	eventNames         = [...]string{"before", "success", "failure", "delivered"}
-	outcomeActionNames = [...]string{"run", "ack", "retry", "defer", "dead_letter"}
-	countNames         = [...]string{"none", "success", "retry", "dead_letter", "refused"}
-)
-
-func (e Event) String() string { return enumName(eventNames[:], int(e), "event") }
-func (a OutcomeAction) String() string {
-	return enumName(outcomeActionNames[:], int(a), "outcome_action")
-}
-func (c Count) String() string { return enumName(countNames[:], int(c), "count") }
-
-func (e Event) MarshalText() ([]byte, error)         { return []byte(e.String()), nil }
-func (a OutcomeAction) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
-func (c Count) MarshalText() ([]byte, error)         { return []byte(c.String()), nil }
-
-func (e *Event) UnmarshalText(b []byte) error {
-	return parseEnum(eventNames[:], b, "event", (*uint8)(e))
-}
-func (a *OutcomeAction) UnmarshalText(b []byte) error {
-	return parseEnum(outcomeActionNames[:], b, "outcome action", (*uint8)(a))
-}
-func (c *Count) UnmarshalText(b []byte) error {
-	return parseEnum(countNames[:], b, "count", (*uint8)(c))
-}
-
-// Outcome is what a worker does about a job event: the policy's answer to
-// Policy.Outcome, the same in every language.
-type Outcome struct {
-	Action OutcomeAction `json:"action"`
-	// Reason is a decision's reason, or Success, Malformed, CrashLoop;
-	// 0 (meaningless) for OutcomeRun.
-	Reason Reason `json:"reason"`
-	// DelayMs is how long a retried or deferred job waits, and how long a
-	// paused worker takes no job.
-	DelayMs int64 `json:"delay_ms"`
-	// Pause is set when the breaker refused: the worker takes no job of
-	// this policy for DelayMs.
-	Pause bool `json:"pause"`
-	// Count is the client metric the worker records.
-	Count Count `json:"count"`
-	// Invalid is set when the policy refused the failure as invalid input:
-	// the job is dead-lettered as malformed, and the error says why.
-	Invalid bool `json:"invalid"`
 }
 
 // EventError reports an invalid JobEvent (not its failure: an invalid

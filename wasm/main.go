@@ -379,7 +379,7 @@ func decide(h int32, attempt int64, httpStatus, grpcCode int32,
 	if err != nil {
 		return int64(decideError(err))
 	}
-	return abi.Pack(d)
+	return abi.PackDecision(d)
 }
 
 // outcome decides what a worker does about a job event (ABI.md,
@@ -397,13 +397,13 @@ func outcome(h, event int32, attempt int64, httpStatus, grpcCode int32,
 		return int64(handleError(h))
 	}
 	p := policies[h-1]
-	if event < abi.EventBefore || event > abi.EventDelivered { // policy.Event is a byte: say what came
+	if event < int32(policy.EventBefore) || event > int32(policy.EventDelivered) { // policy.Event is a byte: say what came
 		return int64(fail(errInput, (&policy.EventError{Field: "event",
 			Reason: "must be 0 (before) to 3 (delivered) (got " + strconv.Itoa(int(event)) + ")"}).Error()))
 	}
 	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: nowMs},
 		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
-	if event == abi.EventFailure {
+	if event == int32(policy.EventFailure) {
 		ml, kl, hl := int64(methodLen), int64(kindLen), int64(hintLen)
 		if !stringsOK(uint32(flags), 0, ml, kl, hl) {
 			code := stringsError(uint32(flags), 0, ml, kl, hl)
@@ -457,8 +457,7 @@ func setStrings(f *policy.Failure, off, ml, kl, hl int64, flags uint32) {
 	if flags&flagIdempotencyKey != 0 {
 		f.IdempotencyKey = "1" // the policy only asks whether there is a key
 	}
-	f.RetriedDownstream = flags&abi.FlagRetriedDown != 0
-	f.ServerDeclined = flags&abi.FlagServerDeclined != 0
+	abi.SetBoolFlags(f, flags)
 }
 
 func handleError(h int32) int32 {
@@ -468,7 +467,7 @@ func handleError(h int32) int32 {
 func stringsError(flags uint32, off, ml, kl, hl int64) int32 {
 	switch {
 	case flags&^abi.Flags != 0:
-		return fail(errInput, "invalid failure: flags: only bits 0 to 3 may be set (got "+strconv.FormatUint(uint64(flags), 10)+")")
+		return fail(errInput, "invalid failure: flags: "+abi.FlagsError+" (got "+strconv.FormatUint(uint64(flags), 10)+")")
 	case ml < 0 || kl < 0 || hl < 0:
 		return fail(errInput, "invalid failure: string lengths must be >= 0")
 	}
@@ -543,7 +542,7 @@ func decide_batch(h int32, inOff, n, outOff int32) (r int32) {
 			badRecord(i, &firstBad)
 			continue
 		}
-		res[i] = abi.Pack(d)
+		res[i] = abi.PackDecision(d)
 	}
 	if firstBad >= 0 {
 		lastMsg = firstMsg

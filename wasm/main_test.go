@@ -36,15 +36,15 @@ func TestDecideMatchesNative(t *testing.T) {
 	got := decide(h, 2, 0, 0, 100, 1000, 0.5, 0, flagIdempotencyKey, 4, 7, 1)
 	want, err := native.Decide(policy.Failure{Attempt: 2, ElapsedMs: 100, NowMs: 1000, Random: 0.5,
 		Method: "POST", ErrorKind: "timeout", RetryAfter: "5", IdempotencyKey: "k"})
-	if err != nil || got != abi.Pack(want) {
-		t.Fatalf("decide = %v, native = %v (%v)", abi.Unpack(got), want, err)
+	if err != nil || got != abi.PackDecision(want) {
+		t.Fatalf("decide = %v, native = %v (%v)", abi.UnpackDecision(got), want, err)
 	}
 	// Same strings, pushback flag: the hint is read as milliseconds.
 	got = decide(h, 2, 0, 0, 100, 1000, 0.5, 0, flagIdempotencyKey|flagPushback, 4, 7, 1)
 	want, _ = native.Decide(policy.Failure{Attempt: 2, ElapsedMs: 100, NowMs: 1000, Random: 0.5,
 		Method: "POST", ErrorKind: "timeout", RetryPushback: "5", IdempotencyKey: "k"})
-	if got != abi.Pack(want) {
-		t.Fatalf("pushback: decide = %v, native = %v", abi.Unpack(got), want)
+	if got != abi.PackDecision(want) {
+		t.Fatalf("pushback: decide = %v, native = %v", abi.UnpackDecision(got), want)
 	}
 }
 
@@ -176,7 +176,7 @@ func putRecord(off, strOff int, f policy.Failure) {
 		flags |= flagIdempotencyKey
 	}
 	if f.RetriedDownstream {
-		flags |= abi.FlagRetriedDown
+		flags |= abi.FlagRetriedDownstream
 	}
 	if f.ServerDeclined {
 		flags |= abi.FlagServerDeclined
@@ -224,8 +224,8 @@ func TestBatch(t *testing.T) {
 			}
 			continue
 		}
-		if got != abi.Pack(want) {
-			t.Errorf("record %d: got %v, want %v", i, abi.Unpack(got), want)
+		if got != abi.PackDecision(want) {
+			t.Errorf("record %d: got %v, want %v", i, abi.UnpackDecision(got), want)
 		}
 	}
 }
@@ -440,9 +440,9 @@ func TestOutcomeMatchesNative(t *testing.T) {
 		now   int64
 		kind  bool
 	}{
-		{abi.EventBefore, t0, false}, {abi.EventFailure, t0, true}, {abi.EventFailure, t0 + 1, false},
-		{abi.EventBefore, t0 + 2, false}, {abi.EventBefore, t0 + 10_001, false}, {abi.EventSuccess, t0 + 10_002, false},
-		{abi.EventDelivered, 0, false},
+		{int32(policy.EventBefore), t0, false}, {int32(policy.EventFailure), t0, true}, {int32(policy.EventFailure), t0 + 1, false},
+		{int32(policy.EventBefore), t0 + 2, false}, {int32(policy.EventBefore), t0 + 10_001, false}, {int32(policy.EventSuccess), t0 + 10_002, false},
+		{int32(policy.EventDelivered), 0, false},
 	} {
 		var kl int32
 		f := policy.Failure{Attempt: 1, HTTPStatus: 503, ElapsedMs: 10, NowMs: c.now, Random: 0.5, IdempotencyKey: "k"}
@@ -455,7 +455,7 @@ func TestOutcomeMatchesNative(t *testing.T) {
 			t.Fatalf("step %d: outcome = %+v (%d), native = %+v (%v)", i, abi.UnpackOutcome(got), got, want, err)
 		}
 	}
-	if o := abi.UnpackOutcome(out(h, abi.EventBefore, 0, t0+10_003, 0, 0, 0, 0, 0, 0)); o.Action != policy.OutcomeRun {
+	if o := abi.UnpackOutcome(out(h, int32(policy.EventBefore), 0, t0+10_003, 0, 0, 0, 0, 0, 0)); o.Action != policy.OutcomeRun {
 		t.Errorf("closed again: %+v", o)
 	}
 }
@@ -472,14 +472,14 @@ func TestOutcomeErrors(t *testing.T) {
 		msg   string
 		isErr bool
 	}{
-		{"attempt 0", func() int64 { return out(h, abi.EventFailure, 0, 1, 0, 0, 0, 0, 0, 0) }, "invalid failure: attempt: must be >= 1 (got 0)", false},
-		{"flags", func() int64 { return out(h, abi.EventFailure, 1, 1, 16, 0, 0, 0, 0, 0) }, "invalid failure: flags: only bits 0 to 3 may be set (got 16)", false},
-		{"bad handle", func() int64 { return out(9999, abi.EventBefore, 1, 1, 0, 0, 0, 0, 0, 0) }, "unknown or freed policy handle 9999", true},
-		{"past buffer", func() int64 { return out(h, abi.EventFailure, 1, 1, 0, int32(len(buf)), 1, 0, 0, 0) }, "outside the buffer", true},
+		{"attempt 0", func() int64 { return out(h, int32(policy.EventFailure), 0, 1, 0, 0, 0, 0, 0, 0) }, "invalid failure: attempt: must be >= 1 (got 0)", false},
+		{"flags", func() int64 { return out(h, int32(policy.EventFailure), 1, 1, 16, 0, 0, 0, 0, 0) }, "invalid failure: flags: only bits 0 to 3 may be set (got 16)", false},
+		{"bad handle", func() int64 { return out(9999, int32(policy.EventBefore), 1, 1, 0, 0, 0, 0, 0, 0) }, "unknown or freed policy handle 9999", true},
+		{"past buffer", func() int64 { return out(h, int32(policy.EventFailure), 1, 1, 0, int32(len(buf)), 1, 0, 0, 0) }, "outside the buffer", true},
 		{"event", func() int64 { return out(h, 4, 1, 1, 0, 0, 0, 0, 0, 0) }, "invalid event: event: must be 0 (before) to 3 (delivered) (got 4)", true},
 		{"event -1", func() int64 { return out(h, -1, 1, 1, 0, 0, 0, 0, 0, 0) }, "(got -1)", true},
-		{"deliveries", func() int64 { return out(h, abi.EventDelivered, 1, 1, 0, 0, 0, 0, -1, 3) }, "invalid event: deliveries: must be >= 0 (got -1)", true},
-		{"now", func() int64 { return out(h, abi.EventBefore, 1, -1, 0, 0, 0, 0, 0, 0) }, "invalid event: now_ms: must be >= 0 (got -1)", true},
+		{"deliveries", func() int64 { return out(h, int32(policy.EventDelivered), 1, 1, 0, 0, 0, 0, -1, 3) }, "invalid event: deliveries: must be >= 0 (got -1)", true},
+		{"now", func() int64 { return out(h, int32(policy.EventBefore), 1, -1, 0, 0, 0, 0, 0, 0) }, "invalid event: now_ms: must be >= 0 (got -1)", true},
 	} {
 		w := c.call()
 		switch {
@@ -501,7 +501,7 @@ func TestOutcomeDoesNotAllocate(t *testing.T) {
 	now := int64(1_700_000_000_000)
 	allocs := testing.AllocsPerRun(1000, func() {
 		now++
-		for _, e := range []int32{abi.EventBefore, abi.EventFailure, abi.EventSuccess, abi.EventDelivered} {
+		for _, e := range []int32{int32(policy.EventBefore), int32(policy.EventFailure), int32(policy.EventSuccess), int32(policy.EventDelivered)} {
 			if r := out(h, e, 3, now, 0, 0, 7, 0, 1, 5); r < 0 {
 				t.Fatal(lastMsg)
 			}
