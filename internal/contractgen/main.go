@@ -38,6 +38,8 @@ var outputs = []output{
 	{"go_policy.tmpl", "policy/contract_gen.go"},
 	{"go_errkind.tmpl", "internal/errkind/fields_gen.go"},
 	{"abi_md.tmpl", "wasm/ABI.md"},
+	{"node_contract_js.tmpl", "sdk/node/lib/host/contract.gen.js"},
+	{"node_contract_dts.tmpl", "sdk/node/contract.gen.d.ts"},
 }
 
 func main() {

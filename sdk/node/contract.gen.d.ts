@@ -92,15 +92,15 @@ export interface Permit {
 export interface Outcome {
 	/** What a worker does with a job. */
 	readonly action: OutcomeAction;
-	/** Why a decision or an outcome was taken: retry decisions carry transient, retry_after or uncertain; dead letters one of the others; codes 0 to 15 are the decision's, 16 and up only an outcome's. */
+	/** A decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run. */
 	readonly reason: OutcomeReason;
-	/** How long a retried or deferred job waits. */
+	/** How long a retried or deferred job waits, and how long a paused worker takes no job. */
 	readonly delayMs: number;
 	/** The breaker refused: the worker takes no job of this policy for delay_ms. */
 	readonly pause: boolean;
-	/** Which client metric (backstop_client_*) a worker records for an outcome. */
+	/** The client metric the worker records. */
 	readonly count: Count;
-	/** The failure was refused as invalid input (dead_letter malformed); error_message says why. */
+	/** The policy refused the failure as invalid input: the job is dead-lettered as malformed, and the error says why. */
 	readonly invalid: boolean;
 	/** When `invalid`: why, as `decide` would have thrown it. */
 	readonly error?: InputError;

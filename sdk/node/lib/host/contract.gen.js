@@ -18,7 +18,7 @@ export const MAX_HANDLES = 65536;
 /** The longest method, error kind or hint, in UTF-8 bytes (a batch record's u16). */
 export const MAX_STRING = 65535;
 
-/** How long a job the breaker refused waits when the policy cannot say how long. */
+/** How long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long. */
 export const OPEN_POLL_MS = 1000;
 
 // Error codes: a negative result of the exports.
