@@ -23,12 +23,21 @@ isJobType('charge_card'); //=> true
 */
 export function isJobType(t: unknown): t is string;
 
+/** The policy's answer to a job's failure, as the core's outcome carries it: a retry with its delay, or a dead letter (a deferral's too) with its reason. */
+export interface JobDecision {
+	readonly action: DecisionAction;
+	readonly reason: Reason;
+	/** A retry's delay, a deferral's wait; 0 for a dead letter. */
+	readonly delayMs: number;
+}
+
 /** What a handler gets besides its job, on every broker. */
 export interface HandlerContext {
 	/** Aborts when the worker stops and at the handler's deadline (`handlerTimeoutMs`): pass it to the calls the handler makes. */
 	readonly signal: AbortSignal;
 }
 
+import type {DecisionAction, Reason} from './index.js';
 import * as redis from './redis.js';
 
 /** @deprecated Import `createQueue` from `backstop-policy/redis`. */

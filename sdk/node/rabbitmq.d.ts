@@ -1,5 +1,5 @@
-import type {Decision, FailureFields, Metrics, Policy} from './index.js';
-import type {HandlerContext} from './queue.js';
+import type {FailureFields, Metrics, Policy} from './index.js';
+import type {HandlerContext, JobDecision} from './queue.js';
 
 export interface ConnectOptions {
 	/**
@@ -89,7 +89,7 @@ export interface Outcome {
 	/** `success`, the retry or dead letter reason, `circuit_open` / `budget_exhausted` for a deferral, `malformed`, `crash_loop`. */
 	readonly reason: string;
 	/** The policy's decision, null when it was not asked (success, malformed, crash loop, refused by the breaker). */
-	readonly decision: Decision | null;
+	readonly decision: JobDecision | null;
 	readonly applied: true;
 	/** The delay of a retry or a deferral (ms). */
 	readonly delayMs?: number;

@@ -1,5 +1,5 @@
-import type {Decision, FailureFields, Policy, Reason} from './index.js';
-import type {HandlerContext} from './queue.js';
+import type {FailureFields, Policy, Reason} from './index.js';
+import type {HandlerContext, JobDecision} from './queue.js';
 
 /**
 A Redis client the queue can drive: an ioredis `Redis` or `Cluster` (version 5 or newer), or a node-redis (`redis`) v4+ client from `createClient` or `createCluster`. The client stays yours: the queue never connects, configures or closes it.
@@ -75,7 +75,7 @@ export type Outcome =
 	| {
 		readonly action: 'retry';
 		readonly reason: Reason;
-		readonly decision: Decision;
+		readonly decision: JobDecision;
 		readonly applied: boolean;
 		/** When the retry is due (unix ms, the server's clock); null when not applied. */
 		readonly dueMs: number | null;
@@ -85,7 +85,7 @@ export type Outcome =
 		readonly action: 'defer';
 		readonly reason: 'circuit_open' | 'budget_exhausted';
 		/** The decision after a failure; null when the breaker refused the job before it ran. */
-		readonly decision: Decision | null;
+		readonly decision: JobDecision | null;
 		readonly applied: boolean;
 		/** How long the job waits: until the breaker may half-open (`acquire().retryInMs`), or its backoff for the budget. */
 		readonly delayMs: number;
@@ -96,7 +96,7 @@ export type Outcome =
 		readonly action: 'dead_letter';
 		/** The decision's reason, or `malformed` (a malformed job, or a failure the policy refused; then `decision` is null). */
 		readonly reason: Reason | 'malformed';
-		readonly decision: Decision | null;
+		readonly decision: JobDecision | null;
 		readonly applied: boolean;
 		/** The DLQ entry id; null when not applied. */
 		readonly dlqId: string | null;
