@@ -3,7 +3,7 @@
 // Redis queue is backstop-policy/redis, and the Redis names the queue entry
 // point had at first still work there (deprecated aliases).
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import * as queue from 'backstop-policy/queue';
 import * as redis from 'backstop-policy/redis';
@@ -26,10 +26,13 @@ test('backstop-policy/queue: the broker-neutral names', () => {
   assert.equal(redis.ACTIONS, undefined, 'the broker-neutral names are not Redis ones');
 });
 
-test('every entry point has its types, and ships them', () => {
+test('every entry point has its types, and every type file ships', () => {
   for (const [entry, target] of Object.entries(pkg.exports)) {
     if (typeof target === 'string') continue;
     assert.ok(existsSync(new URL(`../${target.types}`, import.meta.url)), `${entry}: ${target.types}`);
-    assert.ok(pkg.files.includes(target.types.slice(2)), `${entry}: ${target.types} not in files`);
+  }
+  // The entry points' types import the others (contract.gen.d.ts among them).
+  for (const f of readdirSync(new URL('../', import.meta.url)).filter((n) => n.endsWith('.d.ts'))) {
+    assert.ok(pkg.files.includes(f), `${f} not in package.json files`);
   }
 });

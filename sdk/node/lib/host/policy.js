@@ -482,14 +482,12 @@ function int64(v, field, truncate, w, index) {
 }
 
 // An int64 parameter off the hot path (an i64 parameter would wrap a
-// BigInt past the int64 range), with the rules of the record's.
+// BigInt past the int64 range), with the rules of the record's, through
+// the scratch record.
 function toBigInt(v, field) {
-  let b;
-  if (typeof v === 'bigint') b = v;
-  else if (typeof v === 'number' && Number.isFinite(v)) b = BigInt(Math.trunc(v));
-  else throw new InputError(field, `must be an integer (got ${describe(v)})`);
-  if (b > INT64_MAX || b < INT64_MIN) throw new InputError(field, `must fit in 64 bits (got ${describe(v)})`);
-  return b;
+  if (v === undefined || v === null) throw new InputError(field, `must be an integer (got ${describe(v)})`);
+  int64(v, field, true, 0, undefined);
+  return BigInt.asIntN(64, (BigInt(s32[1]) << 32n) | BigInt(s32[0]));
 }
 
 function toInt32(v, field, reason, index) {
