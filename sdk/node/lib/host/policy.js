@@ -366,11 +366,15 @@ function writeFailure(inst, f, rec, str, index) {
   }
   // Reserving may move the buffer and grow memory, so views and base are
   // read after it.
-  if (total > 0) inst.reserve(str + total);
-  inst.views();
-  for (let s = 0; s < lens.length; s++) {
-    putString(inst.u8, slots[s], inst.base + str, lens[s]);
-    str += lens[s];
+  if (total > 0) {
+    inst.reserve(str + total);
+    inst.views();
+    for (let s = 0; s < lens.length; s++) {
+      putString(inst.u8, slots[s], inst.base + str, lens[s]);
+      str += lens[s];
+    }
+  } else {
+    inst.views();
   }
   inst.u32.set(s32, (inst.base + rec) >> 2);
   return str;
