@@ -106,6 +106,27 @@ export const FAILURE_FIELDS = Object.freeze([
   Object.freeze({ name: 'server_declined', js: 'serverDeclined', type: 'bool', record: -1, slot: -1, bit: 3 }),
 ]);
 
+/** The index in FAILURE_FIELDS of the field called name (either spelling), or -1. A switch: the encoder's hot path. */
+export function fieldIndex(name) {
+  switch (name) {
+    case 'attempt': return 0;
+    case 'http_status': case 'httpStatus': return 1;
+    case 'grpc_code': case 'grpcCode': return 2;
+    case 'error_kind': case 'errorKind': return 3;
+    case 'retry_after': case 'retryAfter': return 4;
+    case 'grpc_retry_pushback_ms': case 'grpcRetryPushbackMs': return 5;
+    case 'method': return 6;
+    case 'idempotency_key': case 'idempotencyKey': return 7;
+    case 'elapsed_ms': case 'elapsedMs': return 8;
+    case 'now_ms': case 'nowMs': return 9;
+    case 'random': return 10;
+    case 'prev_delay_ms': case 'prevDelayMs': return 11;
+    case 'retried_downstream': case 'retriedDownstream': return 12;
+    case 'server_declined': case 'serverDeclined': return 13;
+    default: return -1;
+  }
+}
+
 // The name of code in names, or what(code) for a code it does not know.
 function nameOf(names, code, what) {
   return names[code] ?? `${what}(${code})`;

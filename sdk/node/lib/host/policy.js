@@ -283,7 +283,6 @@ function now(v) {
 
 // The encoder's scratch, so the hot path allocates nothing: the value of
 // each field, the record being built, each string slot's value and length.
-const INDEX = new Map(FIELDS.flatMap((f, i) => [[f.name, i], [f.js, i]]));
 const [INT64, INT32, GRPC_CODE, RANDOM_T, KEY, BOOL, STRING, HINT] = [0, 1, 2, 3, 4, 5, 6, 7];
 const TYPES = { int64: INT64, int32: INT32, grpc_code: GRPC_CODE, random: RANDOM_T, key: KEY, bool: BOOL, string: STRING, hint: HINT };
 const TYPE = Uint8Array.from(FIELDS, (f) => TYPES[f.type]);
@@ -326,8 +325,8 @@ function writeFailure(inst, f, rec, str, index) {
   for (const name in f) {
     const v = f[name];
     if (v === undefined) continue;
-    const i = INDEX.get(name);
-    if (i !== undefined) {
+    const i = C.fieldIndex(name);
+    if (i >= 0) {
       values[i] = v;
       present |= 1 << i;
     } else {
