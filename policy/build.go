@@ -105,6 +105,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		defaultClass:         Class(indexOf(classNames[:], r.defaultClass)),
 		kinds:                map[string]Class{},
 		neverSent:            map[string]bool{},
+		lintIgnore:           r.lintIgnore,
 	}
 	if p.maxAttempts > 0 && p.uncertainMaxAttempts > p.maxAttempts {
 		p.uncertainMaxAttempts = p.maxAttempts

@@ -176,6 +176,8 @@ type rawPolicy struct {
 	onOpen  string
 
 	retriedDownstream string
+
+	lintIgnore map[string]string // lint code → the stated reason
 }
 
 type rule struct{ key, class string }
@@ -409,6 +411,7 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 		"retried_downstream": func(v *node, p string) {
 			d.enum(v, p, downstreamNames, &r.retriedDownstream)
 		},
+		"lint_ignore": func(v *node, p string) { d.lintIgnore(v, p, r) },
 		"uncertain": func(v *node, p string) {
 			d.fields(v, p, map[string]func(*node, string){
 				"max_attempts": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },
@@ -709,6 +712,40 @@ func (d *decoder) rules(v *node, p string, checkKey func(string) (string, string
 		}
 	}
 	return out
+}
+
+// lintIgnore reads lint_ignore: an object from lint code to the reason the
+// policy has for it. Codes add to those of the preset it extends.
+func (d *decoder) lintIgnore(v *node, p string, r *rawPolicy) {
+	if !d.object(v, p) {
+		return
+	}
+	out := map[string]string{}
+	for code, why := range r.lintIgnore {
+		out[code] = why
+	}
+	seen := map[string]bool{}
+	for _, e := range d.entries(v, p, nil) {
+		kp := join(p, e.key)
+		d.lines[kp], d.line = e.k.line, e.k.line
+		switch {
+		case seen[e.key]:
+			d.fail(kp, "duplicate key")
+			continue
+		case !isLintCode(e.key):
+			d.fail(kp, "unknown lint code (codes: "+strings.Join(lintCodes, ", ")+")")
+			continue
+		}
+		seen[e.key] = true
+		var why string
+		d.str(e.v, kp, &why)
+		if strings.TrimSpace(why) == "" && e.v.kind == scalarNode && e.v.tag == "!!str" {
+			d.fail(kp, "must state the reason the lint does not apply (got an empty string)")
+			continue
+		}
+		out[e.key] = why
+	}
+	r.lintIgnore = out
 }
 
 func httpKey(k string) (string, string) {
