@@ -192,10 +192,18 @@ type rawBudget struct {
 }
 
 type rawCircuit struct {
+	kind              string // "consecutive" (the default) or "failure_rate"
 	failureThreshold  int64
 	openForMs         int64
 	halfOpenSuccesses int64
 	halfOpenMaxCalls  int64
+
+	// failure_rate
+	rateThresholdPct int64
+	windowByTime     bool
+	windowSize       int64           // calls, or seconds
+	minimumCalls     int64           // 0: not written (the window's size, at most 100)
+	set              map[string]bool // the fields the file wrote, by name
 }
 
 func defaultRaw() rawPolicy {
@@ -468,13 +476,21 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 			})
 		},
 		"circuit_breaker": func(v *node, p string) {
-			c := &rawCircuit{failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1, halfOpenMaxCalls: 1}
+			c := &rawCircuit{kind: "consecutive", failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1, halfOpenMaxCalls: 1,
+				rateThresholdPct: 50, windowSize: 100, set: map[string]bool{}}
 			r.circuit = c
+			seen := func(name string, f func(*node, string)) func(*node, string) {
+				return func(v *node, p string) { c.set[name] = true; f(v, p) }
+			}
 			d.fields(v, p, map[string]func(*node, string){
-				"failure_threshold":   func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) },
-				"open_for":            func(v *node, p string) { d.duration(v, p, &c.openForMs) },
-				"half_open_successes": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
-				"half_open_max_calls": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenMaxCalls) },
+				"type":                   func(v *node, p string) { d.enum(v, p, []string{"consecutive", "failure_rate"}, &c.kind) },
+				"failure_threshold":      seen("failure_threshold", func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) }),
+				"open_for":               func(v *node, p string) { d.duration(v, p, &c.openForMs) },
+				"half_open_successes":    func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
+				"half_open_max_calls":    func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenMaxCalls) },
+				"failure_rate_threshold": seen("failure_rate_threshold", func(v *node, p string) { d.integer(v, p, 1, 100, &c.rateThresholdPct) }),
+				"minimum_calls":          seen("minimum_calls", func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.minimumCalls) }),
+				"sliding_window":         seen("sliding_window", func(v *node, p string) { d.slidingWindow(v, p, c) }),
 			})
 		},
 	})
@@ -712,6 +728,36 @@ func (d *decoder) rules(v *node, p string, checkKey func(string) (string, string
 		}
 	}
 	return out
+}
+
+// slidingWindow reads circuit_breaker.sliding_window: {type: count, size:
+// N calls} or {type: time, size: a duration in whole seconds}. The size is
+// read once the type is known, whatever the order of the two.
+func (d *decoder) slidingWindow(v *node, p string, c *rawCircuit) {
+	kind := "count"
+	var size *node
+	d.fields(v, p, map[string]func(*node, string){
+		"type": func(v *node, p string) { d.enum(v, p, []string{"count", "time"}, &kind) },
+		"size": func(v *node, p string) { size = v },
+	})
+	c.windowByTime = kind == "time"
+	sp := join(p, "size")
+	switch {
+	case size == nil:
+		d.fail(sp, "required: the last N calls (type count) or a duration such as 60s (type time)")
+	case kind == "count":
+		d.integer(size, sp, 1, MaxWindowCalls, &c.windowSize)
+	default:
+		var win int64 = -1
+		d.duration(size, sp, &win)
+		switch {
+		case win < 0: // reported
+		case win%1000 != 0 || win < 1000 || win > MaxWindowSeconds*1000:
+			d.fail(sp, "must be a whole number of seconds in 1s.."+itoa(MaxWindowSeconds)+"s (got "+size.value+")")
+		default:
+			c.windowSize = win / 1000
+		}
+	}
 }
 
 // lintIgnore reads lint_ignore: an object from lint code to the reason the
