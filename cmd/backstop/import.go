@@ -50,7 +50,7 @@ func policyImport(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	var out importedPolicy
 	switch kind {
 	case "cloud-tasks":
-		out, err = fromCloudTasks(keys, *prefix)
+		out, err = fromCloudTasks(keys, *prefix, stderr)
 	case "spring":
 		out, err = fromSpring(keys, *prefix, stderr)
 	default:
@@ -280,9 +280,18 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
+// cloudTasksDefaults are what Cloud Tasks gives a queue created without a
+// field of its RetryConfig (the reference's documented defaults), keyed
+// by lastField's spelling.
+var cloudTasksDefaults = map[string]string{"maxattempts": "100", "minbackoff": "0.100s", "maxbackoff": "3600s", "maxdoublings": "16"}
+
+var upperRE = regexp.MustCompile(`([A-Z])`)
+
 // fromCloudTasks maps a RetryConfig onto the cloud_tasks strategy. The
 // reference: https://cloud.google.com/tasks/docs/reference/rest/v2/RetryConfig
-func fromCloudTasks(keys []flatValue, prefix string) (importedPolicy, error) {
+// A field the file leaves out takes Cloud Tasks' default, and the command
+// says so on stderr.
+func fromCloudTasks(keys []flatValue, prefix string, stderr io.Writer) (importedPolicy, error) {
 	var out importedPolicy
 	m, p, err := pickPrefix(keys, cloudTasksFields, prefix, false)
 	if err != nil {
@@ -292,12 +301,22 @@ func fromCloudTasks(keys []flatValue, prefix string) (importedPolicy, error) {
 	fail := func(f flatValue, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", f.key, fmt.Sprintf(format, a...)))
 	}
+	snake := false // spell a missing field as the file spells the others
+	for _, v := range m {
+		snake = snake || strings.Contains(v.key[strings.LastIndex(v.key, ".")+1:], "_")
+	}
 	required := func(name, camel string) (flatValue, bool) {
-		v, ok := m[name]
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: required: write it out (the API leaves out a 0, and Cloud Tasks picks its own default for a queue created without it)", keyJoin(p, camel)))
+		if v, ok := m[name]; ok {
+			return v, true
 		}
-		return v, ok
+		spelled := camel
+		if snake {
+			spelled = strings.ToLower(upperRE.ReplaceAllString(camel, "_$1"))
+		}
+		v := flatValue{key: keyJoin(p, spelled), text: cloudTasksDefaults[name]}
+		fmt.Fprintf(stderr, "backstop: %s not set: Cloud Tasks' default, %s\n", v.key, v.text)
+		m[name] = v
+		return v, true
 	}
 	if v, ok := required("maxattempts", "maxAttempts"); ok {
 		n, err := strconv.ParseInt(v.text, 10, 32)
