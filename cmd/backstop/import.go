@@ -305,9 +305,9 @@ func fromCloudTasks(keys []flatValue, prefix string, stderr io.Writer) (imported
 	for _, v := range m {
 		snake = snake || strings.Contains(v.key[strings.LastIndex(v.key, ".")+1:], "_")
 	}
-	required := func(name, camel string) (flatValue, bool) {
+	field := func(name, camel string) flatValue {
 		if v, ok := m[name]; ok {
-			return v, true
+			return v
 		}
 		spelled := camel
 		if snake {
@@ -316,42 +316,36 @@ func fromCloudTasks(keys []flatValue, prefix string, stderr io.Writer) (imported
 		v := flatValue{key: keyJoin(p, spelled), text: cloudTasksDefaults[name]}
 		fmt.Fprintf(stderr, "backstop: %s not set: Cloud Tasks' default, %s\n", v.key, v.text)
 		m[name] = v
-		return v, true
+		return v
 	}
-	if v, ok := required("maxattempts", "maxAttempts"); ok {
-		n, err := strconv.ParseInt(v.text, 10, 32)
-		switch {
-		case err != nil:
-			fail(v, "must be an integer (got %q)", v.text)
-		case n == -1:
-			out.MaxAttempts = 0 // unlimited
-		case n < 1 || n > 1_000_000:
-			fail(v, "must be -1 (unlimited) or in 1..1000000 (got %d)", n)
-		default:
-			out.MaxAttempts = n
-		}
+	attempts, minB, maxB, doublings := field("maxattempts", "maxAttempts"), field("minbackoff", "minBackoff"),
+		field("maxbackoff", "maxBackoff"), field("maxdoublings", "maxDoublings")
+	n, err := strconv.ParseInt(attempts.text, 10, 32)
+	switch {
+	case err != nil:
+		fail(attempts, "must be an integer (got %q)", attempts.text)
+	case n == -1:
+		out.MaxAttempts = 0 // unlimited
+	case n < 1 || n > 1_000_000:
+		fail(attempts, "must be -1 (unlimited) or in 1..1000000 (got %d)", n)
+	default:
+		out.MaxAttempts = n
 	}
-	minMs, maxMs := int64(-1), int64(-1)
-	if v, ok := required("minbackoff", "minBackoff"); ok {
-		if minMs = ctDuration(v, fail); minMs == 0 {
-			fail(v, "must be > 0 (got %s)", v.text)
-		}
+	minMs, maxMs := ctDuration(minB, fail), ctDuration(maxB, fail)
+	if minMs == 0 {
+		fail(minB, "must be > 0 (got %s)", minB.text)
 	}
-	if v, ok := required("maxbackoff", "maxBackoff"); ok {
-		if maxMs = ctDuration(v, fail); maxMs >= 0 && minMs > 0 && maxMs < minMs {
-			fail(v, "must be >= %s (got %s < %s)", m["minbackoff"].key, v.text, m["minbackoff"].text)
-		}
+	if maxMs >= 0 && minMs > 0 && maxMs < minMs {
+		fail(maxB, "must be >= %s (got %s < %s)", minB.key, maxB.text, minB.text)
 	}
-	if v, ok := required("maxdoublings", "maxDoublings"); ok {
-		n, err := strconv.ParseInt(v.text, 10, 32)
-		switch {
-		case err != nil:
-			fail(v, "must be an integer (got %q)", v.text)
-		case n < 0 || n > 1000:
-			fail(v, "must be in 0..1000 (got %d)", n)
-		default:
-			out.Backoff.MaxDoublings = n
-		}
+	n, err = strconv.ParseInt(doublings.text, 10, 32)
+	switch {
+	case err != nil:
+		fail(doublings, "must be an integer (got %q)", doublings.text)
+	case n < 0 || n > 1000:
+		fail(doublings, "must be in 0..1000 (got %d)", n)
+	default:
+		out.Backoff.MaxDoublings = n
 	}
 	var durMs int64
 	if v, ok := m["maxretryduration"]; ok { // absent: 0, as the API prints it
