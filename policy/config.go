@@ -740,6 +740,9 @@ func (d *decoder) slidingWindow(v *node, p string, c *rawCircuit) {
 		"type": func(v *node, p string) { d.enum(v, p, []string{"count", "time"}, &kind) },
 		"size": func(v *node, p string) { size = v },
 	})
+	if v.kind != mappingNode {
+		return // reported by fields
+	}
 	c.windowByTime = kind == "time"
 	sp := join(p, "size")
 	switch {

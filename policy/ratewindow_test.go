@@ -167,6 +167,7 @@ func TestFailureRateBreakerIsValidated(t *testing.T) {
 		{`{"circuit_breaker": {"type": "failure_rate", "failure_rate_threshold": 0}}`, "circuit_breaker.failure_rate_threshold", "must be in 1..100"},
 		{`{"circuit_breaker": {"type": "failure_rate", "failure_rate_threshold": 101}}`, "circuit_breaker.failure_rate_threshold", "must be in 1..100"},
 		{`{"circuit_breaker": {"type": "failure_rate", "sliding_window": {"type": "count"}}}`, "circuit_breaker.sliding_window.size", "required"},
+		{`{"circuit_breaker": {"type": "failure_rate", "sliding_window": 20}}`, "circuit_breaker.sliding_window", "must be an object"},
 		{`{"circuit_breaker": {"type": "failure_rate", "sliding_window": {"type": "count", "size": 1001}}}`, "circuit_breaker.sliding_window.size", "must be in 1..1000"},
 		{`{"circuit_breaker": {"type": "failure_rate", "sliding_window": {"type": "count", "size": "10s"}}}`, "circuit_breaker.sliding_window.size", "must be an integer"},
 		{`{"circuit_breaker": {"type": "failure_rate", "sliding_window": {"type": "time", "size": 10}}}`, "circuit_breaker.sliding_window.size", "must be a duration"},
