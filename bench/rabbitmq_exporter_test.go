@@ -13,6 +13,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
+	"github.com/backstop-dev/backstop/queue/rabbitmq"
 )
 
 // BenchmarkRabbitMQExporterScrape runs the real backstop-exporter binary
@@ -136,10 +137,10 @@ func declareBenchQueues(b *testing.B, conn *amqp.Connection, from, to int) {
 	for i := from; i < to; i++ {
 		q := fmt.Sprintf("bq%d", i)
 		for _, err := range []error{
-			qDeclare(ch, q, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": q + ".dlq"}),
-			qDeclare(ch, q+".dlq", amqp.Table{"x-queue-type": "quorum"}),
-			ch.ExchangeDeclare(q+".delay", "fanout", true, false, false, true, nil),
-			ch.ExchangeDeclare(q+".due", "fanout", true, false, false, true, nil),
+			qDeclare(ch, q, amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "", "x-dead-letter-routing-key": rabbitmq.NamesFor(q).DLQ}),
+			qDeclare(ch, rabbitmq.NamesFor(q).DLQ, amqp.Table{"x-queue-type": "quorum"}),
+			ch.ExchangeDeclare(rabbitmq.NamesFor(q).Delay, "fanout", true, false, false, true, nil),
+			ch.ExchangeDeclare(rabbitmq.NamesFor(q).Due, "fanout", true, false, false, true, nil),
 		} {
 			if err != nil {
 				b.Fatal(err)

@@ -188,7 +188,7 @@ func backstopRabbitCycle(b *testing.B, url string, conn *amqp.Connection, n, con
 		b.Fatal(err)
 	}
 	defer ch.Close()
-	for _, q := range []string{name, name + ".dlq"} {
+	for _, q := range []string{name, rabbitmq.NamesFor(name).DLQ} {
 		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
 			b.Fatal(err)
 		}

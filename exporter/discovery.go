@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/backstop-dev/backstop/queue/redisqueue"
+	"github.com/backstop-dev/backstop/queue/redisqueue/rediskeys"
 )
 
 // discovery finds queues by SCAN MATCH on every master and caches their
@@ -102,7 +102,9 @@ func (d *discovery) refresh(done chan struct{}) {
 	d.err = err
 	d.running = nil
 	d.mu.Unlock()
-	close(done)
+	// Logged before the scrape waiting for it goes on: what the scrape
+	// reports, the log has said.
+	defer close(done)
 	if err != nil {
 		d.log.Error("queue discovery failed", "pattern", d.pattern, "err", err)
 		return
@@ -178,7 +180,7 @@ func (d *discovery) scan(ctx context.Context) (*found, error) {
 
 // queueOfKey returns the queue whose key, in the default layout, is key:
 // key must be exactly {Q}:jobs, {Q}:delayed, {Q}:dlq or {Q}:stats
-// (redisqueue.KeysFor), with {Q} the key's hash tag as Redis Cluster reads it,
+// (rediskeys.For), with {Q} the key's hash tag as Redis Cluster reads it,
 // from the first '{' to the first '}' after it. So {a}x}:jobs (tag a, and
 // {a}:jobs is another key), {}:jobs (no tag), x{a}:jobs and {a}:jobs:old
 // name no queue. Q must also be a valid queue name (validName): it becomes
@@ -192,7 +194,7 @@ func queueOfKey(key string) (string, bool) {
 	if end < 0 || validName(name) != nil {
 		return "", false
 	}
-	switch k := redisqueue.KeysFor(name); key {
+	switch k := rediskeys.For(name); key {
 	case k.Jobs, k.Delayed, k.DLQ, k.Stats:
 		return name, true
 	}

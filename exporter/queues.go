@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/backstop-dev/backstop/queue/redisqueue"
+	"github.com/backstop-dev/backstop/queue/redisqueue/rediskeys"
 )
 
 // defaultGroup is the consumer group reported when a Queue names none: the
@@ -26,14 +26,14 @@ const defaultGroup = "workers"
 // no delayed metrics. Groups defaults to ["workers"] when empty.
 type Queue struct {
 	Name   string
-	Keys   redisqueue.Keys
+	Keys   rediskeys.Keys
 	Groups []string
 }
 
-// QueueFor returns queue name in the default layout (redisqueue.KeysFor) with
+// QueueFor returns queue name in the default layout (rediskeys.For) with
 // the group "workers".
 func QueueFor(name string) Queue {
-	return Queue{Name: name, Keys: redisqueue.KeysFor(name), Groups: []string{defaultGroup}}
+	return Queue{Name: name, Keys: rediskeys.For(name), Groups: []string{defaultGroup}}
 }
 
 // withDefaults returns q with its defaults filled in, or an error naming

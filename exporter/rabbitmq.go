@@ -19,6 +19,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/ctxtime"
 	"github.com/backstop-dev/backstop/internal/redact"
+	"github.com/backstop-dev/backstop/queue/rabbitmq/rabbitnames"
 	"github.com/prometheus/client_golang/prometheus/collectors/version"
 )
 
@@ -56,7 +57,7 @@ func WithRabbitMQVHost(vhost string) Option {
 // queues of WithQueues, every work queue of the virtual host whose whole
 // name matches the regular expression re (RE2 syntax). A work queue is
 // one declared with backstop's topology: its x-dead-letter-routing-key is
-// its name + ".dlq", which leaves out the DLQs, the delay levels and
+// its DLQ (rabbitnames.For), which leaves out the DLQs, the delay levels and
 // queues of other software. Discovery costs nothing more: the scrape
 // reads every queue of the virtual host in one request anyway.
 func WithRabbitMQPattern(re string) Option {
@@ -247,8 +248,6 @@ type mgmtExchange struct {
 const (
 	queueColumns    = "name,messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,arguments,message_stats.publish,message_stats.ack,message_stats.get_no_ack,message_stats.deliver_no_ack"
 	exchangeColumns = "name,message_stats.publish_in"
-	delayLevelQueue = "backstop.delay.L" // the first topology's TTL levels, 0..17
-	holdLevelQueue  = "backstop.hold.L"  // the levels the workers' movers empty, 0..10
 )
 
 // errRabbitAuth is a 401 from the management API.
@@ -338,7 +337,7 @@ func (r *rabbitSource) read(ctx context.Context) (*rabbitState, error) {
 // dead-letters to its own DLQ.
 func isWorkQueue(q *mgmtQueue) bool {
 	rk, _ := q.Arguments["x-dead-letter-routing-key"].(string)
-	return rk == q.Name+".dlq"
+	return rk == rabbitnames.For(q.Name).DLQ
 }
 
 // delayedEstimate is how many messages of work queue q are in the delay,
@@ -361,13 +360,14 @@ func isWorkQueue(q *mgmtQueue) bool {
 // until the delayed messages of before the restart have arrived; the
 // exact total of the virtual host is backstop_rabbitmq_delay_messages.
 func (st *rabbitState) delayedEstimate(q string) (int64, bool) {
-	delay, ok := st.exchanges[q+".delay"]
+	names := rabbitnames.For(q)
+	delay, ok := st.exchanges[names.Delay]
 	if !ok {
 		return 0, false
 	}
 	work := st.queues[q]
 	var dlqIn int64
-	if dlq := st.queues[q+".dlq"]; dlq != nil {
+	if dlq := st.queues[names.DLQ]; dlq != nil {
 		dlqIn = dlq.Messages + dlq.Stats.removed() - dlq.Stats.Publish
 	}
 	in := work.Messages + work.Stats.removed() + max(dlqIn, 0)
@@ -413,11 +413,11 @@ func (r *rabbitSource) scrape(ctx context.Context, s *sink) int {
 		if q.HeadTS != nil {
 			s.gauge(rabbitHeadAgeDesc, max(now.Sub(time.Unix(int64(*q.HeadTS), 0)).Seconds(), 0), name)
 		}
-		if dlq := st.queues[name+".dlq"]; dlq != nil {
+		if dlq := st.queues[rabbitnames.For(name).DLQ]; dlq != nil {
 			s.gauge(dlqSizeDesc, float64(dlq.Messages), name)
 			s.counter(dlqIngestedDesc, float64(dlq.Stats.Publish), name)
 		}
-		if audit := st.queues[name+".audit"]; audit != nil {
+		if audit := st.queues[rabbitnames.For(name).Audit]; audit != nil {
 			s.counter(discardedDesc, float64(audit.Stats.Publish), name)
 		}
 		if n, ok := st.delayedEstimate(name); ok {
@@ -425,7 +425,7 @@ func (r *rabbitSource) scrape(ctx context.Context, s *sink) int {
 		}
 	}
 	for level := 0; level < 64; level++ {
-		lq, hq := st.queues[delayLevelQueue+strconv.Itoa(level)], st.queues[holdLevelQueue+strconv.Itoa(level)]
+		lq, hq := st.queues[rabbitnames.DelayLevel(level)], st.queues[rabbitnames.HoldLevel(level)]
 		if lq == nil && hq == nil {
 			break // the levels are declared together, 0 up
 		}
@@ -466,7 +466,7 @@ func (r *rabbitSource) dlqIngestion(ctx context.Context) ([]DLQIngestion, error)
 	}
 	var out []DLQIngestion
 	for _, name := range st.work {
-		if dlq := st.queues[name+".dlq"]; dlq != nil {
+		if dlq := st.queues[rabbitnames.For(name).DLQ]; dlq != nil {
 			out = append(out, DLQIngestion{Queue: name, Ingested: dlq.Stats.Publish, Known: true, Size: dlq.Messages})
 		}
 	}

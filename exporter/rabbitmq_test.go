@@ -18,6 +18,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/logbuf"
 	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
+	"github.com/backstop-dev/backstop/queue/rabbitmq/rabbitnames"
 )
 
 // declareTopology declares queue q's part of the topology of
@@ -45,15 +46,15 @@ func declareTopology(t testing.TB, ch *amqp.Channel, q string, deliveryLimit int
 		must(t, ch.ExchangeBind(next, key(n, "0"), ex, false, nil))
 	}
 	_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": int64(deliveryLimit),
-		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": q + ".dlq", "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": rabbitnames.For(q).DLQ, "x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"})
 	must(t, err)
-	_, err = ch.QueueDeclare(q+".dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	_, err = ch.QueueDeclare(rabbitnames.For(q).DLQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
 	must(t, err)
-	must(t, ch.ExchangeDeclare(q+".delay", "fanout", true, false, false, false, nil))
-	must(t, ch.ExchangeBind("backstop.delay.L17", "", q+".delay", false, nil))
-	must(t, ch.ExchangeDeclare(q+".due", "fanout", true, false, false, false, nil))
-	must(t, ch.QueueBind(q, "", q+".due", false, nil))
-	must(t, ch.ExchangeBind(q+".due", "", "backstop.delay.deliver", false, amqp.Table{"x-match": "all", "backstop-destination": q}))
+	must(t, ch.ExchangeDeclare(rabbitnames.For(q).Delay, "fanout", true, false, false, false, nil))
+	must(t, ch.ExchangeBind("backstop.delay.L17", "", rabbitnames.For(q).Delay, false, nil))
+	must(t, ch.ExchangeDeclare(rabbitnames.For(q).Due, "fanout", true, false, false, false, nil))
+	must(t, ch.QueueBind(q, "", rabbitnames.For(q).Due, false, nil))
+	must(t, ch.ExchangeBind(rabbitnames.For(q).Due, "", "backstop.delay.deliver", false, amqp.Table{"x-match": "all", "backstop-destination": q}))
 }
 
 // delayKey is the routing key of a delay of sec seconds: its 18 bits,

@@ -9,7 +9,9 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/backstop-dev/backstop/contract"
 	"github.com/backstop-dev/backstop/host"
+	"github.com/backstop-dev/backstop/internal/abi"
 )
 
 // tinyModule is a hand-assembled module that exports only abi_version,
@@ -79,5 +81,27 @@ func TestImports(t *testing.T) {
 	}
 	if n := len(cm.ImportedMemories()); n != 0 {
 		t.Errorf("%d imported memories", n)
+	}
+}
+
+// The module exports nothing the schema (contract/abi.json, abi.Exports)
+// does not list, beside what every reactor has: a new export is documented
+// and checked in every host, or the build says so here.
+func TestEveryExportIsInTheSchema(t *testing.T) {
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	cm, err := rt.CompileModule(ctx, contract.Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{"_initialize": true}
+	for _, e := range abi.Exports {
+		listed[e.Name] = true
+	}
+	for name := range cm.ExportedFunctions() {
+		if !listed[name] {
+			t.Errorf("backstop.wasm exports %s, which contract/abi.json does not list", name)
+		}
 	}
 }

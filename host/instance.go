@@ -21,26 +21,21 @@ const (
 	batchBytes = 256 << 10
 )
 
-// exports are the functions of ABI version 1 with their signatures, checked
-// once when a Runtime starts so a wrong module fails early and clearly.
-var exports = map[string][2][]api.ValueType{
-	"abi_version":     {nil, {i32}},
-	"buffer":          {{i32}, {i32}},
-	"policy_load":     {{i32}, {i32}},
-	"policy_preset":   {{i32}, {i32}},
-	"policy_free":     {{i32}, {i32}},
-	"policy_stateful": {{i32}, {i32}},
-	"decide":          {{i32, i64, i32, i32, i64, i64, f64, i64, i32, i32, i32, i32}, {i64}},
-	"decide_batch":    {{i32, i32, i32, i32}, {i32}},
-	"record_success":  {{i32, i64}, {i32}},
-	"circuit_state":   {{i32, i64}, {i32}},
-	"acquire":         {{i32, i64}, {i64}},
-	"policy_on_open":  {{i32}, {i32}},
-	"budget_tokens":   {{i32, i64}, {i64}},
-	"attempt_timeout": {{i32, i64}, {i64}},
-	"outcome":         {{i32, i32, i64, i32, i32, i64, i64, f64, i64, i32, i32, i32, i32, i64, i64}, {i64}},
-	"error_message":   {nil, {i64}},
-}
+// exports are the functions of the ABI (contract/abi.json, generated into
+// abi.Exports) with their signatures, checked once when a Runtime starts
+// so a wrong module fails early and clearly.
+var exports = func() map[string][2][]api.ValueType {
+	types := map[string]api.ValueType{"i32": i32, "i64": i64, "f64": f64}
+	m := map[string][2][]api.ValueType{}
+	for _, e := range abi.Exports {
+		var params []api.ValueType
+		for _, p := range e.Params {
+			params = append(params, types[p])
+		}
+		m[e.Name] = [2][]api.ValueType{params, {types[e.Result]}}
+	}
+	return m
+}()
 
 const (
 	i32 = api.ValueTypeI32

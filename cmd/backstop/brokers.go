@@ -2,141 +2,167 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
 
+	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
-// A cliQueue is one queue on one broker as the queue and dlq commands use
-// it: redisCLI or rabbitCLI. A command parses its flags, picks the broker
-// (queueFlags.broker), checks what does not need the broker, and writes
-// the same lines whatever the broker; only the reads and the moves differ.
-type cliQueue interface {
-	// where names the queue's jobs, dead letters and audit, as the
-	// commands' lines say where things went.
-	where() queueNames
-	// stats and inspect are queue stats and dlq inspect: a broker's own
-	// figures, checked and printed its own way.
-	stats(ctx context.Context, stdout, stderr io.Writer) error
-	inspect(ctx context.Context, newest int, scan int64, stdout, stderr io.Writer) error
-	// preflight runs before a move of dead letters with reason ("" = any):
-	// Redis warns of a queue or a reason it has never seen; RabbitMQ
-	// connects, and refuses a queue that does not exist.
-	preflight(ctx context.Context, reason string, stderr io.Writer) error
-	// replay and discard move dead letters; their options are the Redis
-	// contract's (the reference), which RabbitMQ's mirror.
-	replay(ctx context.Context, o redisqueue.ReplayOptions) (int, error)
-	discard(ctx context.Context, o redisqueue.DiscardOptions) (int, error)
-	close()
+// The queue and dlq commands reach a broker through queue.Queue alone: a
+// command parses its flags, picks the broker (queueFlags.broker), checks
+// what does not need the broker, and writes the same lines whatever the
+// broker. This file is where a broker is chosen and opened, and where the
+// figures only one broker has are printed.
+
+// cliQueue is the queue a command works on, opened at its first use.
+type cliQueue struct {
+	f    *queueFlags
+	kind cliBroker
+	q    queue.Queue // nil until opened
+	// open reaches the broker: at once for Redis (a client connects at
+	// its first command), at the first use for RabbitMQ.
+	open func(ctx context.Context) (queue.Queue, func(), error)
+	done func()
 }
 
-// queueNames are where a queue's jobs, dead letters and discard audit live.
-type queueNames struct{ name, jobs, dlq, audit string }
+// cliBroker is what the commands' lines say of a broker.
+type cliBroker struct {
+	kind    string // queue.Broker's Kind
+	name    string // "Redis", "RabbitMQ"
+	urlFlag string // the flag that says where it is
+}
 
 var (
-	_ cliQueue = (*redisCLI)(nil)
-	_ cliQueue = (*rabbitCLI)(nil)
+	redisBroker  = cliBroker{kind: "redis", name: "Redis", urlFlag: "--redis.url"}
+	rabbitBroker = cliBroker{kind: "rabbitmq", name: "RabbitMQ", urlFlag: "--amqp.url"}
 )
 
 // broker parses args and returns the queue on the broker they name
-// (RabbitMQ with --amqp.url, else Redis). A Redis client is made at once
-// (it connects at its first command); RabbitMQ is reached by the first
-// method that needs it.
-func (f *queueFlags) broker(args []string) (cliQueue, error) {
+// (RabbitMQ with --amqp.url, else Redis).
+func (f *queueFlags) broker(args []string) (*cliQueue, error) {
 	rabbit, err := f.useRabbit(args)
 	if err != nil {
 		return nil, err
 	}
 	if rabbit {
-		return &rabbitCLI{f: f}, nil
+		return &cliQueue{f: f, kind: rabbitBroker, open: f.openRabbit}, nil
 	}
-	q, done, err := f.open(args)
+	b, done, err := f.openRedis(args)
 	if err != nil {
 		return nil, err
 	}
-	return &redisCLI{f: f, q: q, done: done}, nil
-}
-
-// redisCLI is a queue of a Redis.
-type redisCLI struct {
-	f    *queueFlags
-	q    *redisqueue.Queue
-	done func()
-}
-
-func (r *redisCLI) where() queueNames {
-	k := r.q.Keys()
-	return queueNames{name: r.q.Name(), jobs: k.Jobs, dlq: k.DLQ, audit: r.q.AuditKey()}
-}
-
-func (r *redisCLI) preflight(ctx context.Context, reason string, stderr io.Writer) error {
-	r.f.warnMissing(ctx, r.q, stderr)
-	if reason != "" {
-		warnReason(ctx, r.q, reason, stderr)
+	q, err := b.Open(*f.name)
+	if err != nil {
+		done()
+		return nil, err
 	}
+	return &cliQueue{f: f, kind: redisBroker, q: q, done: done}, nil
+}
+
+// queue returns the queue, reaching the broker once.
+func (c *cliQueue) queue(ctx context.Context) (queue.Queue, error) {
+	if c.q != nil {
+		return c.q, nil
+	}
+	q, done, err := c.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.q, c.done = q, done
+	return q, nil
+}
+
+func (c *cliQueue) close() {
+	if c.done != nil {
+		c.done()
+	}
+}
+
+// stats reads the queue's figures, warning on stderr when none of its
+// parts exists: a misspelt name would otherwise read as an empty queue.
+func (c *cliQueue) stats(ctx context.Context, stderr io.Writer) (queue.Queue, queue.Stats, error) {
+	q, err := c.queue(ctx)
+	if err != nil {
+		return nil, queue.Stats{}, err
+	}
+	s, err := q.Stats(ctx)
+	if err != nil {
+		return q, s, err
+	}
+	if !s.Found {
+		n := q.Names()
+		var parts []string
+		for _, p := range []string{n.Jobs, n.Delayed, n.DLQ, n.Stats} {
+			if p != "" {
+				parts = append(parts, p)
+			}
+		}
+		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this %s (none of %s exists): check --queue and %s\n",
+			q.Name(), c.kind.name, strings.Join(parts, ", "), c.kind.urlFlag)
+	}
+	return q, s, nil
+}
+
+// preflight runs before a move of dead letters with reason ("" = any): a
+// queue that does not exist is an error or a warning (as its broker reads
+// it), and so is a reason the queue's counters have never seen.
+func (c *cliQueue) preflight(ctx context.Context, reason string, stderr io.Writer) error {
+	q, s, err := c.stats(ctx, stderr)
+	if err != nil || reason == "" || s.Counters == nil || s.Counters["dead_letters:"+reason] > 0 {
+		return err
+	}
+	var seen []string
+	for k := range s.Counters {
+		if r, ok := strings.CutPrefix(k, "dead_letters:"); ok {
+			seen = append(seen, r)
+		}
+	}
+	slices.Sort(seen)
+	fmt.Fprintf(stderr, "backstop: warning: queue %s has no dead letters with reason %q (its reasons: %s)\n",
+		q.Name(), reason, strings.Join(append(seen, "none")[:max(1, len(seen))], ", "))
 	return nil
 }
 
-func (r *redisCLI) replay(ctx context.Context, o redisqueue.ReplayOptions) (int, error) {
-	return r.q.ReplayDeadLetters(ctx, o)
-}
-
-func (r *redisCLI) discard(ctx context.Context, o redisqueue.DiscardOptions) (int, error) {
-	return r.q.Discard(ctx, o)
-}
-
-func (r *redisCLI) close() { r.done() }
-
-// rabbitCLI is a queue of a RabbitMQ virtual host.
-type rabbitCLI struct {
-	f    *queueFlags
-	q    *rabbitmq.Queue // nil until connect
-	done func()
-}
-
-// connect reaches the broker, once.
-func (r *rabbitCLI) connect(ctx context.Context) error {
-	if r.q != nil {
+// printStats prints queue stats: the figures its broker has, its own way
+// (the same --json as the broker's package returns).
+func printStats(w io.Writer, name string, s queue.Stats, jsonOut bool) error {
+	if jsonOut {
+		return json.NewEncoder(w).Encode(s.Raw)
+	}
+	switch r := s.Raw.(type) {
+	case redisqueue.Stats:
+		fmt.Fprintf(w, "queue %s: %d jobs (%d pending), %d delayed, %d dead letters\n", name, r.Jobs, r.Pending, r.Delayed, r.DLQ)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, row := range statsRows(r.Counters) {
+			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		return printTypeStats(w, r.Types)
+	case rabbitmq.Stats:
+		fmt.Fprintf(w, "queue %s: %d jobs (%s unacked), %d dead letters\n", name, s.Jobs, orUnknown(r.Unacked), r.DLQ)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "  ready\t%d\n", r.Ready)
+		fmt.Fprintf(tw, "  consumers\t%d\n", r.Consumers)
+		fmt.Fprintf(tw, "  delay levels\t%d\t(delayed jobs of every queue of the vhost: RabbitMQ counts no delayed jobs per queue)\n", r.DelayLevels)
+		tw.Flush()
+		if r.Unacked == nil {
+			fmt.Fprintln(w, "  (unacked comes from the management API: --rabbitmq.management-url)")
+		}
 		return nil
 	}
-	q, done, err := r.f.openRabbit(ctx)
-	if err != nil {
-		return err
+	// A broker the CLI has no lines of its own for: the shared figures.
+	fmt.Fprintf(w, "queue %s: %d jobs (%s held), %s delayed, %d dead letters\n", name, s.Jobs, orUnknown(s.Held), orUnknown(s.Delayed), s.DeadLetters)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, row := range statsRows(s.Counters) {
+		fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[1])
 	}
-	r.q, r.done = q, done
-	return nil
-}
-
-func (r *rabbitCLI) where() queueNames {
-	n := *r.f.name
-	return queueNames{name: n, jobs: n, dlq: n + ".dlq", audit: n + ".audit"}
-}
-
-func (r *rabbitCLI) preflight(ctx context.Context, _ string, _ io.Writer) error {
-	if err := r.connect(ctx); err != nil {
-		return err
-	}
-	// A misspelt queue is an error before anything moves.
-	_, err := r.q.Stats(ctx)
-	return err
-}
-
-func (r *rabbitCLI) replay(ctx context.Context, o redisqueue.ReplayOptions) (int, error) {
-	ro := rabbitmq.ReplayOptions{Limit: o.Limit, Reason: o.Reason, JobType: o.JobType, ID: o.ID, KeepAttempts: o.KeepAttempts, Rate: o.Rate}
-	if ro.ID != "" && ro.Limit == 0 {
-		ro.Limit, ro.Scan = maxRabbitPeek, maxRabbitPeek // every dead letter of the job
-	}
-	return r.q.Replay(ctx, ro)
-}
-
-func (r *rabbitCLI) discard(ctx context.Context, o redisqueue.DiscardOptions) (int, error) {
-	return r.q.Discard(ctx, rabbitmq.DiscardOptions{Action: string(o.Action), ID: o.ID, Reason: o.Reason,
-		JobType: o.JobType, Limit: o.Limit, Note: o.Note, Actor: o.Actor})
-}
-
-func (r *rabbitCLI) close() {
-	if r.done != nil {
-		r.done()
-	}
+	return tw.Flush()
 }

@@ -216,14 +216,22 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer rt.Close(context.Background())
 
-	var qs []*redisqueue.Queue
+	// The queues through the broker-neutral interface, their workers
+	// quick to promote and reclaim (a demo's seconds are short). The demo
+	// closes rdb itself: the exporter reads it too.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	br := redisqueue.NewBroker(rdb, redisqueue.WithWorkOptions(redisqueue.WithBatch(16, 100*time.Millisecond),
+		redisqueue.WithPromote(50*time.Millisecond, 500), redisqueue.WithReclaim(time.Second, 5*time.Second, 5),
+		redisqueue.WithConsumer("demo")))
+	var qs []queue.Queue
 	var eqs []exporter.Queue
 	for _, dq := range demoQueues {
-		q := redisqueue.New(rdb, "demo-"+dq.name)
-		rdb.Del(ctx, q.Keys().Jobs, q.Keys().Delayed, q.Keys().DLQ, q.Keys().Stats)
-		if err := q.EnsureGroup(ctx); err != nil {
+		q, err := br.Open("demo-" + dq.name)
+		if err != nil {
 			return err
 		}
+		n := q.Names()
+		rdb.Del(ctx, n.Jobs, n.Delayed, n.DLQ, n.Stats)
 		qs = append(qs, q)
 		eqs = append(eqs, exporter.QueueFor(q.Name()))
 	}
@@ -268,7 +276,6 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		go func() { defer wg.Done(); demoProduce(wctx, qs, produced) }()
 		go func() { defer wg.Done(); demoOutages(wctx, &down) }()
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for k, q := range qs {
 		p, err := rt.Load(ctx, []byte(demoQueues[k].policy))
 		if err != nil {
@@ -280,28 +287,22 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		dq := demoQueues[k]
 		flaky := k == 0
-		opts := []redisqueue.WorkOption{redisqueue.WithBatch(16, 100*time.Millisecond),
-			redisqueue.WithPromote(50*time.Millisecond, 500), redisqueue.WithReclaim(time.Second, 5*time.Second, 5),
-			redisqueue.WithLogger(quiet)}
+		o := queue.WorkOptions{Concurrency: *workers, Logger: quiet}
 		if k == demoTyped {
 			// One stream, three job types: each decided by its own policy.
-			typed, err := demoPolicies(ctx, rt)
-			if err != nil {
+			if o.Policies, err = demoPolicies(ctx, rt); err != nil {
 				stopWorkers()
 				return err
 			}
-			opts = append(opts, redisqueue.WithPolicies(typed))
 		}
-		for w := 0; w < *workers; w++ {
-			wg.Add(1)
-			go func(q *redisqueue.Queue, w int) {
-				defer wg.Done()
-				q.Work(wctx, p, func(ctx context.Context, j queue.Job) error {
-					time.Sleep(time.Duration(1+len(j.ID)%4) * time.Millisecond) // the call
-					return demoDownstream(k, dq, j, flaky && down.Load())
-				}, append(opts[:len(opts):len(opts)], redisqueue.WithConsumer(fmt.Sprintf("demo-%d", w)))...)
-			}(q, w)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q.Work(wctx, p, func(ctx context.Context, j queue.Job) error {
+				time.Sleep(time.Duration(1+len(j.ID)%4) * time.Millisecond) // the call
+				return demoDownstream(k, dq, j, flaky && down.Load())
+			}, o)
+		}()
 	}
 
 	view := newDemoView(stdout, qs, produced, &down)
@@ -330,7 +331,7 @@ func demo(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // demoProduce enqueues a job per queue every demoTrickle until ctx ends.
-func demoProduce(ctx context.Context, qs []*redisqueue.Queue, produced []atomic.Int64) {
+func demoProduce(ctx context.Context, qs []queue.Queue, produced []atomic.Int64) {
 	t := time.NewTicker(demoTrickle)
 	defer t.Stop()
 	for i := 0; ; i++ {
@@ -473,7 +474,7 @@ func displayAddr(a net.Addr) string {
 type demoView struct {
 	w         io.Writer
 	rdb       redis.UniversalClient // nil: no deferred figure (the RabbitMQ view)
-	qs        []*redisqueue.Queue
+	qs        []queue.Queue
 	produced  []atomic.Int64
 	down      *atomic.Bool
 	breaker   *host.Policy
@@ -487,7 +488,7 @@ type demoView struct {
 	cols      int              // the terminal's width when it was drawn
 }
 
-func newDemoView(w io.Writer, qs []*redisqueue.Queue, produced []atomic.Int64, down *atomic.Bool) *demoView {
+func newDemoView(w io.Writer, qs []queue.Queue, produced []atomic.Int64, down *atomic.Bool) *demoView {
 	v := &demoView{w: w, qs: qs, produced: produced, down: down, start: time.Now(), lastRetry: make([]int64, len(qs))}
 	if f, ok := w.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
@@ -584,11 +585,11 @@ const demoDeferMax = 2000
 // deferred counts the queue's delayed jobs that the breaker (or the
 // budget) deferred rather than a failure delayed: their member's
 // last_reason is circuit_open or budget_exhausted (contract/scripts/defer.lua).
-func (v *demoView) deferred(ctx context.Context, q *redisqueue.Queue) string {
+func (v *demoView) deferred(ctx context.Context, q queue.Queue) string {
 	if v.rdb == nil {
 		return "-"
 	}
-	members, err := v.rdb.ZRange(ctx, q.Keys().Delayed, 0, demoDeferMax-1).Result()
+	members, err := v.rdb.ZRange(ctx, q.Names().Delayed, 0, demoDeferMax-1).Result()
 	if err != nil {
 		return "?"
 	}
@@ -633,12 +634,12 @@ func (v *demoView) refresh(ctx context.Context) bool {
 		deferred := v.deferred(ctx, q)
 		d, _ := strconv.ParseInt(strings.TrimSuffix(deferred, "+"), 10, 64)
 		t.row(q.Name(), demoQueues[i].policyName(), []string{n(produced), n(c["attempts:success"]), n(s.Jobs),
-			n(max(s.Delayed-d, 0)), deferred, n(rate), n(s.DLQ)}, byReason(c))
-		if i == demoTyped {
+			n(max(delayedOf(s)-d, 0)), deferred, n(rate), n(s.DeadLetters)}, byReason(c))
+		if r, ok := s.Raw.(redisqueue.Stats); ok && i == demoTyped {
 			if v.typeRetry == nil {
 				v.typeRetry = map[string]int64{}
 			}
-			demoTypeLines(t, s, v.typeRetry, demoQueues[i].policyName())
+			demoTypeLines(t, r.Types, v.typeRetry, demoQueues[i].policyName())
 		}
 		if c["attempts:success"]+c["attempts:dead_letter"] < produced {
 			drained = false
@@ -660,6 +661,14 @@ func (v *demoView) refresh(ctx context.Context) bool {
 	t.line("elapsed %s   (Ctrl-C stops)", time.Since(v.start).Round(time.Second))
 	v.draw(t.b.String())
 	return drained
+}
+
+// delayedOf is a queue's delayed jobs, 0 when its broker cannot count them.
+func delayedOf(s queue.Stats) int64 {
+	if s.Delayed == nil {
+		return 0
+	}
+	return *s.Delayed
 }
 
 func byReason(c map[string]int64) string {
@@ -688,7 +697,7 @@ func (v *demoView) final(ctx context.Context) {
 		retries += s.Counters["attempts:retry"]
 		queued += s.Jobs
 		d, _ := strconv.ParseInt(strings.TrimSuffix(v.deferred(ctx, q), "+"), 10, 64)
-		delayed += s.Delayed - d
+		delayed += delayedOf(s) - d
 		deferred += d
 	}
 	fmt.Fprintf(v.w, "\nsummary: %d produced, %d succeeded, %d dead-lettered, %d retries in %s\n",

@@ -86,15 +86,22 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 	defer rt.Close(context.Background())
 
 	quiet := slog.New(slog.DiscardHandler)
-	br, err := rabbitmq.Open(ctx, b.URL(), rabbitmq.WithLogger(quiet))
+	br, err := rabbitmq.Open(ctx, b.URL(), rabbitmq.WithLogger(quiet),
+		rabbitmq.WithWorkOptions(rabbitmq.WithPrefetch(2*o.workers)),
+		rabbitmq.WithStatsOptions(rabbitmq.WithManagementAPI(b.ManagementURL(), nil)))
 	if err != nil {
 		return err
 	}
 	defer br.Close()
-	var qs []*rabbitmq.Queue
+	var qs []queue.Queue
 	for _, dq := range demoQueues {
-		q := br.Queue("demo-" + dq.name)
-		if err := q.Declare(ctx); err != nil {
+		// Declared before the view reads them; then the broker-neutral
+		// interface.
+		if err := br.Queue("demo-" + dq.name).Declare(ctx); err != nil {
+			return err
+		}
+		q, err := br.Open("demo-" + dq.name)
+		if err != nil {
 			return err
 		}
 		qs = append(qs, q)
@@ -115,7 +122,7 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 
 	produced := make([]atomic.Int64, len(qs))
 	enqueue := func(k int, id string) error {
-		err := qs[k].Enqueue(ctx, id, []byte(`{"demo":true}`))
+		_, err := qs[k].Enqueue(ctx, id, []byte(`{"demo":true}`), queue.EnqueueOptions{})
 		if err == nil {
 			produced[k].Add(1)
 		}
@@ -133,7 +140,7 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 		}
 	}
 
-	view := newRabbitView(stdout, qs, produced, reg, b.ManagementURL())
+	view := newRabbitView(stdout, qs, produced, reg)
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var down atomic.Bool
@@ -183,7 +190,7 @@ func demoRabbitMQ(ctx context.Context, stdout io.Writer, o demoRun) error {
 				}
 				time.Sleep(time.Duration(1+len(j.ID)%4) * time.Millisecond) // the call
 				return dq.downstream(j.ID, j.Attempt, flaky && down.Load())
-			}, rabbitmq.WithConcurrency(o.workers), rabbitmq.WithPrefetch(2*o.workers), rabbitmq.WithMetrics(reg, dq.policyName()))
+			}, queue.WorkOptions{Concurrency: o.workers, Metrics: reg, PolicyName: dq.policyName()})
 		}()
 	}
 
@@ -229,20 +236,18 @@ func (m *maxWait) take() time.Duration { return time.Duration(m.ns.Swap(0)) }
 // metrics (outcomes), and each queue's wait.
 type rabbitView struct {
 	*demoView
-	rqs       []*rabbitmq.Queue
+	rqs       []queue.Queue
 	reg       *prometheus.Registry
-	mgmt      []rabbitmq.StatsOption
 	wait      []maxWait
 	lastWait  []time.Duration
 	worstWait []time.Duration
 	backlog   bool // demo-emails has a marketing backlog
 }
 
-func newRabbitView(w io.Writer, qs []*rabbitmq.Queue, produced []atomic.Int64, reg *prometheus.Registry, mgmtURL string) *rabbitView {
+func newRabbitView(w io.Writer, qs []queue.Queue, produced []atomic.Int64, reg *prometheus.Registry) *rabbitView {
 	dv := newDemoView(w, nil, produced, nil)
 	dv.lastRetry = make([]int64, len(qs))
 	return &rabbitView{demoView: dv, rqs: qs, reg: reg,
-		mgmt: []rabbitmq.StatsOption{rabbitmq.WithManagementAPI(mgmtURL, nil)},
 		wait: make([]maxWait, len(qs)), lastWait: make([]time.Duration, len(qs)), worstWait: make([]time.Duration, len(qs))}
 }
 
@@ -292,17 +297,16 @@ func (v *rabbitView) refresh(ctx context.Context) bool {
 	for i, q := range v.rqs {
 		produced := v.produced[i].Load()
 		c := counts[q.Name()]
-		s, err := q.Stats(ctx, v.mgmt...)
+		st, err := q.Stats(ctx)
 		if err != nil {
 			t.line("%-15s stats: %v", q.Name(), err)
 			drained = false
 			continue
 		}
-		queued := s.Ready
-		if s.Unacked != nil {
-			queued += *s.Unacked
+		queued := st.Jobs // ready and unacked
+		if r, ok := st.Raw.(rabbitmq.Stats); ok {
+			levels = r.DelayLevels // the same for every queue of the vhost
 		}
-		levels = s.DelayLevels // the same for every queue of the vhost
 		rate := c["attempts:retry"] - v.lastRetry[i]
 		v.lastRetry[i] = c["attempts:retry"]
 		// The longest first attempt's wait since the last frame; the last
@@ -311,7 +315,7 @@ func (v *rabbitView) refresh(ctx context.Context) bool {
 			v.lastWait[i] = w
 			v.worstWait[i] = max(v.worstWait[i], w)
 		}
-		t.row(q.Name(), demoQueues[i].policyName(), []string{n(produced), n(c["attempts:success"]), n(queued), n(rate), n(s.DLQ),
+		t.row(q.Name(), demoQueues[i].policyName(), []string{n(produced), n(c["attempts:success"]), n(queued), n(rate), n(st.DeadLetters),
 			v.lastWait[i].Round(time.Millisecond).String()}, byReason(c))
 		if c["attempts:success"]+c["attempts:dead_letter"] < produced {
 			drained = false

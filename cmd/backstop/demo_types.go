@@ -35,12 +35,12 @@ var demoJobTypes = []demoJobType{
 
 // demoEnqueue adds the i-th job of queue k as id; on the typed queue the
 // jobs take the three types in turn.
-func demoEnqueue(ctx context.Context, q *redisqueue.Queue, k, i int, id string) (string, error) {
-	var opts []redisqueue.EnqueueOption
+func demoEnqueue(ctx context.Context, q queue.Queue, k, i int, id string) (string, error) {
+	var o queue.EnqueueOptions
 	if k == demoTyped {
-		opts = append(opts, redisqueue.WithJobType(demoJobTypes[i%len(demoJobTypes)].name))
+		o.Type = demoJobTypes[i%len(demoJobTypes)].name
 	}
-	return q.Enqueue(ctx, id, []byte(`{"demo":true}`), opts...)
+	return q.Enqueue(ctx, id, []byte(`{"demo":true}`), o)
 }
 
 // demoPolicies loads the typed queue's policies per job type (WithPolicies).
@@ -75,14 +75,14 @@ func demoDownstream(k int, dq demoQueue, j queue.Job, down bool) error {
 // demoTypeLines writes the typed queue's per-type figures (its stats
 // hash's t:<type>:... fields), one row per type under the queue's: the
 // figures a stats hash counts per type (succeeded, retries, dead letters).
-func demoTypeLines(t *demoTable, s redisqueue.Stats, lastRetry map[string]int64, queuePolicy string) {
-	types := make([]string, 0, len(s.Types.ByType))
-	for t := range s.Types.ByType {
+func demoTypeLines(t *demoTable, ts redisqueue.TypeStats, lastRetry map[string]int64, queuePolicy string) {
+	types := make([]string, 0, len(ts.ByType))
+	for t := range ts.ByType {
 		types = append(types, t)
 	}
 	sort.Strings(types)
 	for _, typ := range types {
-		c := s.Types.ByType[typ]
+		c := ts.ByType[typ]
 		pol := queuePolicy
 		for _, jt := range demoJobTypes {
 			if jt.name == typ && jt.policy != "" {

@@ -22,11 +22,11 @@ func queueEnqueue(ctx context.Context, args []string, stdout io.Writer) error {
 	id := f.fs.String("id", "", "the job's stable id, its idempotency key (required)")
 	payload := f.fs.String("payload", "", `the job's payload; "-" reads it from stdin`)
 	jobType := f.fs.String("type", "", "the job type, 1..64 of [A-Za-z0-9_./-] (default: untyped)")
-	q, done, err := f.open(args)
+	b, err := f.broker(args)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer b.close()
 	if *id == "" {
 		return fmt.Errorf("%w: --id is required", errUsage)
 	}
@@ -41,14 +41,22 @@ func queueEnqueue(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("--payload -: %w", err)
 		}
 	}
-	entry, err := q.Enqueue(ctx, *id, body, redisqueue.WithJobType(*jobType))
+	q, err := b.queue(ctx)
+	if err != nil {
+		return err
+	}
+	entry, err := q.Enqueue(ctx, *id, body, queue.EnqueueOptions{Type: *jobType})
 	if err != nil {
 		return err
 	}
 	if *f.jsonOut {
 		return json.NewEncoder(stdout).Encode(map[string]any{"queue": q.Name(), "entry_id": entry, "id": *id, "type": *jobType})
 	}
-	fmt.Fprintf(stdout, "enqueued job %q (type %s) to %s as entry %s\n", *id, showType(*jobType), q.Keys().Jobs, entry)
+	fmt.Fprintf(stdout, "enqueued job %q (type %s) to %s", *id, showType(*jobType), q.Names().Jobs)
+	if entry != "" { // RabbitMQ gives a message no id of its own
+		fmt.Fprintf(stdout, " as entry %s", entry)
+	}
+	fmt.Fprintln(stdout)
 	return nil
 }
 
@@ -57,11 +65,16 @@ func queueEnqueue(ctx context.Context, args []string, stdout io.Writer) error {
 func queueTypes(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newQueueFlags("queue types")
 	limit := f.fs.Int("limit", 0, fmt.Sprintf("set how many job types the queue counts by name; the others count as \"other\" (default of a queue: %d)", redisqueue.DefaultTypeLimit))
-	q, done, err := f.open(args)
+	b, err := f.broker(args)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer b.close()
+	raw, ok := b.q.(interface{ Redis() *redisqueue.Queue })
+	if !ok {
+		return queue.Unsupported(b.kind.kind, *f.name, "job types", "RabbitMQ keeps no counters: its workers export them per job type (rabbitmq.WithMetrics)")
+	}
+	q := raw.Redis()
 	limitSet := false
 	f.fs.Visit(func(fl *flag.Flag) { limitSet = limitSet || fl.Name == "limit" })
 	if limitSet {

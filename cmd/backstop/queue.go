@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -57,7 +56,9 @@ func envOr(k, def string) string {
 	return def
 }
 
-func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
+// openRedis parses args and returns the Redis they name as a broker, its
+// queues in the consumer group --group.
+func (f *queueFlags) openRedis(args []string) (*redisqueue.Broker, func(), error) {
 	if _, err := parseFlags(f.fs, args); err != nil {
 		return nil, nil, err
 	}
@@ -83,48 +84,22 @@ func (f *queueFlags) open(args []string) (*redisqueue.Queue, func(), error) {
 	// An unreachable Redis is one clear error at the first command, not
 	// the client's retries of it.
 	rdb.AddHook(&reachHook{addrs: addrs, flagName: flagName})
-	f.rdb = rdb
-	return redisqueue.New(rdb, *f.name, redisqueue.WithGroup(*f.group)), func() { rdb.Close() }, nil
-}
-
-// warnMissing warns on stderr when none of the queue's keys exists: a
-// misspelt name would otherwise read as an empty queue.
-func (f *queueFlags) warnMissing(ctx context.Context, q *redisqueue.Queue, stderr io.Writer) {
-	k := q.Keys()
-	if n, err := f.rdb.Exists(ctx, k.Jobs, k.Delayed, k.DLQ, k.Stats).Result(); err == nil && n == 0 {
-		fmt.Fprintf(stderr, "backstop: warning: no queue %q in this Redis (none of %s, %s, %s, %s exists): check --queue and --redis.url\n",
-			q.Name(), k.Jobs, k.Delayed, k.DLQ, k.Stats)
-	}
+	b := redisqueue.NewBroker(rdb, redisqueue.WithQueueOptions(redisqueue.WithGroup(*f.group)))
+	return b, func() { b.Close() }, nil
 }
 
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	b, err := newQueueFlags("queue stats").broker(args)
+	f := newQueueFlags("queue stats")
+	b, err := f.broker(args)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	return b.stats(ctx, stdout, stderr)
-}
-
-func (r *redisCLI) stats(ctx context.Context, stdout, stderr io.Writer) error {
-	q := r.q
-	r.f.warnMissing(ctx, q, stderr)
-	s, err := q.Stats(ctx)
+	q, s, err := b.stats(ctx, stderr)
 	if err != nil {
 		return err
 	}
-	if *r.f.jsonOut {
-		return json.NewEncoder(stdout).Encode(s)
-	}
-	fmt.Fprintf(stdout, "queue %s: %d jobs (%d pending), %d delayed, %d dead letters\n", q.Name(), s.Jobs, s.Pending, s.Delayed, s.DLQ)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	for _, r := range statsRows(s.Counters) {
-		fmt.Fprintf(tw, "  %s\t%s\n", r[0], r[1])
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return printTypeStats(stdout, s.Types)
+	return printStats(stdout, q.Name(), s, *f.jsonOut)
 }
 
 // maxNewest bounds dlq inspect --newest: a table longer than anyone reads,
@@ -140,43 +115,63 @@ func dlqInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer b.close()
-	return b.inspect(ctx, *newest, *scan, stdout, stderr)
-}
-
-func (r *redisCLI) inspect(ctx context.Context, newest int, scan int64, stdout, stderr io.Writer) error {
-	q, f := r.q, r.f
-	// The newest come in one reply, each with all its fields: bound them.
-	// The scan reads in pages and keeps only a count per reason.
-	if newest < 0 || newest > maxNewest {
-		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, newest)
+	// The listed ones come in one reply, each with all its fields: bound
+	// them. The scan reads in pages and keeps only a count per reason.
+	if *newest < 0 || *newest > maxNewest {
+		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, *newest)
 	}
-	if scan < 0 {
-		return fmt.Errorf("--scan: must be >= 0 (got %d)", scan)
+	if *scan < 0 {
+		return fmt.Errorf("--scan: must be >= 0 (got %d)", *scan)
 	}
-	f.warnMissing(ctx, q, stderr)
-	rep, err := q.InspectDLQ(ctx, newest, scan)
+	scanSet := false
+	f.fs.Visit(func(fl *flag.Flag) { scanSet = scanSet || fl.Name == "scan" })
+	if !scanSet {
+		*scan = queue.ScanDefault
+	}
+	q, err := b.queue(ctx)
 	if err != nil {
 		return err
 	}
+	rep, err := q.Inspect(ctx, queue.InspectOptions{Letters: *newest, Scan: *scan})
+	if err != nil {
+		return err
+	}
+	if rep.Size == 0 {
+		if _, _, err := b.stats(ctx, stderr); err != nil { // a misspelt queue: warned of
+			return err
+		}
+	}
 	if *f.jsonOut {
-		return json.NewEncoder(stdout).Encode(rep)
+		return json.NewEncoder(stdout).Encode(rep.Raw)
 	}
 	printDLQSummary(stdout, q.Name(), rep)
-	if len(rep.Newest) > 0 {
-		fmt.Fprintln(stdout, "\nnewest:")
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  entry\tjob\ttype\tattempt\treason\terror")
-		for _, d := range rep.Newest {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", d.EntryID, d.JobID, showType(d.Type), d.Attempt, d.Reason, oneLine(d.Error, 80))
-		}
-		tw.Flush()
+	if len(rep.Letters) == 0 {
+		return nil
 	}
-	return nil
+	// Redis lists the newest, with their entry ids; RabbitMQ the oldest
+	// (a queue is read from its head).
+	entries := rep.Letters[0].EntryID != ""
+	fmt.Fprintln(stdout, map[bool]string{true: "\nnewest:", false: "\noldest:"}[rep.Newest])
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	head := "  job\ttype\tattempt\treason\terror"
+	if entries {
+		head = "  entry\tjob\ttype\tattempt\treason\terror"
+	}
+	fmt.Fprintln(tw, head)
+	for _, d := range rep.Letters {
+		if entries {
+			fmt.Fprintf(tw, "  %s\t", d.EntryID)
+		} else {
+			fmt.Fprint(tw, "  ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.JobID, showType(d.Type), d.Attempt, d.Reason, oneLine(d.Error, 80))
+	}
+	return tw.Flush()
 }
 
 // printDLQSummary prints dlq inspect's first lines: the size, and the
 // dead letters by reason (Redis and RabbitMQ alike).
-func printDLQSummary(w io.Writer, name string, r redisqueue.DLQReport) {
+func printDLQSummary(w io.Writer, name string, r queue.DLQReport) {
 	fmt.Fprintf(w, "queue %s: %d dead letters", name, r.Size)
 	if r.Scanned < r.Size {
 		fmt.Fprintf(w, " (reasons counted over the oldest %d)", r.Scanned)
@@ -187,24 +182,6 @@ func printDLQSummary(w io.Writer, name string, r redisqueue.DLQReport) {
 		fmt.Fprintf(tw, "  %s\t%d\n", reason, r.ByReason[reason])
 	}
 	tw.Flush()
-}
-
-// warnReason warns on stderr when the queue has never dead-lettered a job
-// with reason (its counters say so): a misspelt reason replays nothing.
-func warnReason(ctx context.Context, q *redisqueue.Queue, reason string, stderr io.Writer) {
-	s, err := q.Stats(ctx)
-	if err != nil || s.Counters["dead_letters:"+reason] > 0 {
-		return
-	}
-	var seen []string
-	for k := range s.Counters {
-		if r, ok := strings.CutPrefix(k, "dead_letters:"); ok {
-			seen = append(seen, r)
-		}
-	}
-	sort.Strings(seen)
-	fmt.Fprintf(stderr, "backstop: warning: queue %s has no dead letters with reason %q (its reasons: %s)\n",
-		q.Name(), reason, strings.Join(append(seen, "none")[:max(1, len(seen))], ", "))
 }
 
 func oneLine(s string, n int) string {
@@ -243,17 +220,21 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := b.preflight(ctx, *reason, stderr); err != nil {
 		return err
 	}
-	n, err := b.replay(ctx, redisqueue.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
+	q, err := b.queue(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := q.Replay(ctx, queue.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
 		KeepAttempts: *keep, Rate: rate})
 	attempts := "attempt count reset"
 	if *keep {
 		attempts = "attempt count kept"
 	}
-	w := b.where()
-	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s (%s)\n", n, w.name, w.jobs, attempts)
+	w := q.Names()
+	fmt.Fprintf(stdout, "replayed %d dead letters of queue %s to %s (%s)\n", n, q.Name(), w.Jobs, attempts)
 	if err == nil && *id != "" && n == 0 {
 		// An exit status a script can test: the job was not moved.
-		return fmt.Errorf("queue %s: no dead letter of job %q in %s that can be replayed, nothing moved", w.name, *id, w.dlq)
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s that can be replayed, nothing moved", q.Name(), *id, w.DLQ)
 	}
 	return err
 }
@@ -355,18 +336,22 @@ func dlqDiscard(ctx context.Context, f *discardFlags, args []string, stdout, std
 	if err := b.preflight(ctx, *f.reason, stderr); err != nil {
 		return err
 	}
-	n, err := b.discard(ctx, redisqueue.DiscardOptions{Action: f.action, ID: *f.id, Reason: *f.reason, JobType: *f.jobType,
+	q, err := b.queue(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := q.Discard(ctx, queue.DiscardOptions{Action: f.action, ID: *f.id, Reason: *f.reason, JobType: *f.jobType,
 		Limit: *f.limit, Note: *f.note, Actor: actor()})
-	w := b.where()
+	w := q.Names()
 	if *f.jsonOut {
-		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"queue": w.name, "discarded": n, "audit": w.audit}); jerr != nil && err == nil {
+		if jerr := json.NewEncoder(stdout).Encode(map[string]any{"queue": q.Name(), "discarded": n, "audit": w.Audit}); jerr != nil && err == nil {
 			err = jerr
 		}
 	} else {
-		fmt.Fprintf(stdout, "discarded %d dead letters of queue %s (recorded in %s)\n", n, w.name, w.audit)
+		fmt.Fprintf(stdout, "discarded %d dead letters of queue %s (recorded in %s)\n", n, q.Name(), w.Audit)
 	}
 	if err == nil && f.action == queue.DiscardDelete && n == 0 {
-		return fmt.Errorf("queue %s: no dead letter of job %q in %s, nothing discarded", w.name, *f.id, w.dlq)
+		return fmt.Errorf("queue %s: no dead letter of job %q in %s, nothing discarded", q.Name(), *f.id, w.DLQ)
 	}
 	return err
 }
@@ -377,13 +362,13 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newQueueFlags("queue run")
 	id := f.fs.String("id", "", "run the delayed job with this job id now")
 	before := f.fs.String("all-due-before", "", `run the delayed jobs due before this time now: RFC 3339 ("2026-12-01T14:00:00Z") or "now"`)
-	limit := f.fs.Int("limit", 0, fmt.Sprintf("with --all-due-before: run at most N jobs, 1..%d (required)", redisqueue.MaxRunLimit))
-	q, done, err := f.open(args)
+	limit := f.fs.Int("limit", 0, fmt.Sprintf("with --all-due-before: run at most N jobs, 1..%d (required)", queue.MaxRunLimit))
+	b, err := f.broker(args)
 	if err != nil {
 		return err
 	}
-	defer done()
-	var opts []redisqueue.RunOption
+	defer b.close()
+	var o queue.RunOptions
 	switch {
 	case (*id == "") == (*before == ""):
 		return fmt.Errorf("%w: give --id or --all-due-before, one of them", errUsage)
@@ -391,7 +376,7 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 		if *limit != 0 {
 			return fmt.Errorf("%w: --limit goes with --all-due-before, not --id", errUsage)
 		}
-		opts = []redisqueue.RunOption{redisqueue.RunID(*id)}
+		o.ID = *id
 	default:
 		t := time.Now()
 		if *before != "now" {
@@ -399,12 +384,16 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 				return fmt.Errorf("%w: --all-due-before must be an RFC 3339 time or \"now\", got %q", errUsage, *before)
 			}
 		}
-		if *limit < 1 || *limit > redisqueue.MaxRunLimit {
-			return fmt.Errorf("%w: --limit must be in 1..%d with --all-due-before, got %d", errUsage, redisqueue.MaxRunLimit, *limit)
+		if *limit < 1 || *limit > queue.MaxRunLimit {
+			return fmt.Errorf("%w: --limit must be in 1..%d with --all-due-before, got %d", errUsage, queue.MaxRunLimit, *limit)
 		}
-		opts = []redisqueue.RunOption{redisqueue.RunDueBefore(t), redisqueue.RunLimit(*limit)}
+		o.DueBefore, o.Limit = t, *limit
 	}
-	r, err := q.Run(ctx, opts...)
+	q, err := b.queue(ctx)
+	if err != nil {
+		return err
+	}
+	r, err := q.Run(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -413,15 +402,16 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	w := q.Names()
 	switch {
 	case *id != "" && r.Moved == 0:
 		// An exit status a script can test: the job was not moved.
-		return fmt.Errorf("queue %s: no delayed job with id %q in %s, nothing moved (is it in the jobs stream or the DLQ already? backstop queue stats --queue %s)", q.Name(), *id, q.Keys().Delayed, q.Name())
+		return fmt.Errorf("queue %s: no delayed job with id %q in %s, nothing moved (is it in the jobs stream or the DLQ already? backstop queue stats --queue %s)", q.Name(), *id, w.Delayed, q.Name())
 	case *f.jsonOut:
 	case *id != "":
-		fmt.Fprintf(stdout, "moved job %q of queue %s from %s to %s\n", *id, q.Name(), q.Keys().Delayed, q.Keys().Jobs)
+		fmt.Fprintf(stdout, "moved job %q of queue %s from %s to %s\n", *id, q.Name(), w.Delayed, w.Jobs)
 	default:
-		fmt.Fprintf(stdout, "moved %d delayed jobs of queue %s to %s; %d more due before %s\n", r.Moved, q.Name(), q.Keys().Jobs, r.Left, *before)
+		fmt.Fprintf(stdout, "moved %d delayed jobs of queue %s to %s; %d more due before %s\n", r.Moved, q.Name(), w.Jobs, r.Left, *before)
 	}
 	return nil
 }

@@ -2,20 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/backstop-dev/backstop/internal/redact"
+	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
-	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // rabbitFlags are what the queue commands take for RabbitMQ, the
@@ -61,7 +58,7 @@ func (f *queueFlags) useRabbit(args []string) (bool, error) {
 }
 
 // openRabbit connects to RabbitMQ for a queue command.
-func (f *queueFlags) openRabbit(ctx context.Context) (*rabbitmq.Queue, func(), error) {
+func (f *queueFlags) openRabbit(ctx context.Context) (queue.Queue, func(), error) {
 	if *f.name == "" {
 		return nil, nil, fmt.Errorf("%w: --queue is required", errUsage)
 	}
@@ -81,113 +78,28 @@ func (f *queueFlags) openRabbit(ctx context.Context) (*rabbitmq.Queue, func(), e
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
 		return nil, nil, fmt.Errorf("--amqp.url: want amqp://user:password@host:5672/vhost or amqps://…, got %q", redact.URL(*f.rabbit.amqp))
 	}
-	b, err := rabbitmq.Open(ctx, *f.rabbit.amqp, rabbitmq.WithLogger(slog.New(slog.DiscardHandler)))
+	opts := []rabbitmq.Option{rabbitmq.WithLogger(slog.New(slog.DiscardHandler))}
+	if *f.rabbit.mgmt != "" {
+		// The figures only the management API has (unacked).
+		opts = append(opts, rabbitmq.WithStatsOptions(rabbitmq.WithManagementAPI(*f.rabbit.mgmt, nil)))
+	}
+	b, err := rabbitmq.Open(ctx, *f.rabbit.amqp, opts...)
 	if err != nil {
 		// One clear line, as for Redis: where, why, what to check.
 		return nil, nil, fmt.Errorf("cannot reach RabbitMQ at %s: %w (check --amqp.url or BACKSTOP_AMQP_URL)", u.Host, errors.Unwrap(err))
 	}
-	return b.Queue(*f.name), func() { b.Close() }, nil
-}
-
-func (f *queueFlags) rabbitStatsOptions() []rabbitmq.StatsOption {
-	if *f.rabbit.mgmt == "" {
-		return nil
+	q, err := b.Open(*f.name)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
 	}
-	return []rabbitmq.StatsOption{rabbitmq.WithManagementAPI(*f.rabbit.mgmt, nil)}
+	return q, func() { b.Close() }, nil
 }
 
-// orUnknown prints a figure only the management API gives.
+// orUnknown prints a figure a broker may not have.
 func orUnknown(n *int64) string {
 	if n == nil {
 		return "?"
 	}
 	return strconv.FormatInt(*n, 10)
-}
-
-func (r *rabbitCLI) stats(ctx context.Context, stdout, _ io.Writer) error {
-	if err := r.connect(ctx); err != nil {
-		return err
-	}
-	q, f := r.q, r.f
-	s, err := q.Stats(ctx, f.rabbitStatsOptions()...)
-	if err != nil {
-		return err
-	}
-	if *f.jsonOut {
-		return json.NewEncoder(stdout).Encode(s)
-	}
-	// The Redis line's columns: jobs counts those a worker holds too.
-	jobs := s.Ready
-	if s.Unacked != nil {
-		jobs += *s.Unacked
-	}
-	fmt.Fprintf(stdout, "queue %s: %d jobs (%s unacked), %d dead letters\n", q.Name(), jobs, orUnknown(s.Unacked), s.DLQ)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  ready\t%d\n", s.Ready)
-	fmt.Fprintf(tw, "  consumers\t%d\n", s.Consumers)
-	fmt.Fprintf(tw, "  delay levels\t%d\t(delayed jobs of every queue of the vhost: RabbitMQ counts no delayed jobs per queue)\n", s.DelayLevels)
-	tw.Flush()
-	if s.Unacked == nil {
-		fmt.Fprintln(stdout, "  (unacked comes from the management API: --rabbitmq.management-url)")
-	}
-	return nil
-}
-
-// maxRabbitPeek bounds dlq inspect --scan with --amqp.url: a peek holds
-// every message it looks at until it has counted them all.
-const maxRabbitPeek = 100_000
-
-// rabbitInspectReport is dlq inspect --json with --amqp.url: the Redis
-// report's keys, with the oldest dead letters (a queue is read from its head).
-type rabbitInspectReport struct {
-	Size     int64                 `json:"size"`
-	Scanned  int64                 `json:"scanned"`
-	ByReason map[string]int64      `json:"by_reason"`
-	Oldest   []rabbitmq.DeadLetter `json:"oldest"`
-}
-
-func (r *rabbitCLI) inspect(ctx context.Context, newest int, scan int64, stdout, _ io.Writer) error {
-	f := r.f
-	if newest < 0 || newest > maxNewest {
-		return fmt.Errorf("--newest: must be in 0..%d (got %d)", maxNewest, newest)
-	}
-	if scan < 0 || scan > maxRabbitPeek {
-		return fmt.Errorf("--scan: must be in 0..%d with --amqp.url (got %d)", maxRabbitPeek, scan)
-	}
-	scanSet := false
-	f.fs.Visit(func(fl *flag.Flag) { scanSet = scanSet || fl.Name == "scan" })
-	if !scanSet {
-		scan = 1000 // each one is a round trip (basic.get): a default that answers at once
-	}
-	if err := r.connect(ctx); err != nil {
-		return err
-	}
-	q := r.q
-	s, err := q.Stats(ctx)
-	if err != nil {
-		return err
-	}
-	dls, err := q.Inspect(ctx, int(max(scan, int64(newest))))
-	if err != nil {
-		return err
-	}
-	rep := rabbitInspectReport{Size: s.DLQ, Scanned: int64(len(dls)), ByReason: map[string]int64{}}
-	for _, d := range dls {
-		rep.ByReason[d.Reason]++
-	}
-	rep.Oldest = dls[:min(newest, len(dls))]
-	if *f.jsonOut {
-		return json.NewEncoder(stdout).Encode(rep)
-	}
-	printDLQSummary(stdout, q.Name(), redisqueue.DLQReport{Size: rep.Size, Scanned: rep.Scanned, ByReason: rep.ByReason})
-	if len(rep.Oldest) > 0 {
-		fmt.Fprintln(stdout, "\noldest:")
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  job\ttype\tattempt\treason\terror")
-		for _, d := range rep.Oldest {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", d.JobID, showType(d.JobType), d.Attempt, d.Reason, oneLine(d.Error, 80))
-		}
-		tw.Flush()
-	}
-	return nil
 }

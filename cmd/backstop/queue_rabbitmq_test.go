@@ -12,6 +12,7 @@ import (
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
+	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
 )
 
@@ -127,6 +128,26 @@ oldest:
 	} {
 		if _, err := runCLI(t, "", args...); !errors.Is(err, errUsage) {
 			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+
+	// Issue 41: every command reaches the broker through queue.Queue: queue
+	// enqueue works on RabbitMQ too, and queue run and queue types say what
+	// RabbitMQ cannot do, where they dialled Redis before.
+	check("enqueued job \"job-e\" (type send_email) to orders\n",
+		"queue", "enqueue", "--queue", "orders", "--id", "job-e", "--type", "send_email", url)
+	if dl := rabbittest.Drain(t, ch, "orders"); len(dl) == 0 || dl[len(dl)-1].MessageId != "job-e" || dl[len(dl)-1].Headers["backstop-job-type"] != "send_email" {
+		t.Errorf("queue enqueue: the queue's last message is not job-e of type send_email: %d messages", len(dl))
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"queue", "run", "--queue", "orders", "--id", "job-e", url}, "queue orders: run: not supported by rabbitmq"},
+		{[]string{"queue", "types", "--queue", "orders", url}, "queue orders: job types: not supported by rabbitmq"},
+	} {
+		if _, err := runCLI(t, "", c.args...); !errors.Is(err, queue.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want queue.ErrUnsupported: %q", c.args, err, c.want)
 		}
 	}
 }

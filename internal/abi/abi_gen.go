@@ -221,3 +221,32 @@ func UnpackOutcome(w int64) policy.Outcome {
 		Invalid: w>>61&1 != 0,
 	}
 }
+
+// Export is one function the module exports, with its wasm value types
+// ("i32", "i64", "f64").
+type Export struct {
+	Name   string
+	Params []string
+	Result string
+}
+
+// Exports are every function of the module: hosts check them against the
+// module when they start, so a module and its hosts cannot disagree.
+var Exports = []Export{
+	{"abi_version", []string{}, "i32"},
+	{"buffer", []string{"i32"}, "i32"},
+	{"policy_load", []string{"i32"}, "i32"},
+	{"policy_preset", []string{"i32"}, "i32"},
+	{"policy_free", []string{"i32"}, "i32"},
+	{"policy_stateful", []string{"i32"}, "i32"},
+	{"decide", []string{"i32", "i64", "i32", "i32", "i64", "i64", "f64", "i64", "i32", "i32", "i32", "i32"}, "i64"},
+	{"decide_batch", []string{"i32", "i32", "i32", "i32"}, "i32"},
+	{"record_success", []string{"i32", "i64"}, "i32"},
+	{"circuit_state", []string{"i32", "i64"}, "i32"},
+	{"acquire", []string{"i32", "i64"}, "i64"},
+	{"budget_tokens", []string{"i32", "i64"}, "i64"},
+	{"policy_on_open", []string{"i32"}, "i32"},
+	{"attempt_timeout", []string{"i32", "i64"}, "i64"},
+	{"outcome", []string{"i32", "i32", "i64", "i32", "i32", "i64", "i64", "f64", "i64", "i32", "i32", "i32", "i32", "i64", "i64"}, "i64"},
+	{"error_message", []string{}, "i64"},
+}

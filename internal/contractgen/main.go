@@ -38,6 +38,13 @@ var outputs = []output{
 	{"go_policy.tmpl", "policy/contract_gen.go"},
 	{"go_errkind.tmpl", "internal/errkind/fields_gen.go"},
 	{"abi_md.tmpl", "wasm/ABI.md"},
+	{"java_contract.tmpl", "sdk/java/src/main/java/dev/backstop/Contract.java"},
+	{"java_failure.tmpl", "sdk/java/src/main/java/dev/backstop/Failure.java"},
+	{"java_decision.tmpl", "sdk/java/src/main/java/dev/backstop/Decision.java"},
+	{"java_outcome.tmpl", "sdk/java/src/main/java/dev/backstop/Outcome.java"},
+	{"java_permit.tmpl", "sdk/java/src/main/java/dev/backstop/Permit.java"},
+	{"java_circuit_state.tmpl", "sdk/java/src/main/java/dev/backstop/CircuitState.java"},
+	{"java_on_open.tmpl", "sdk/java/src/main/java/dev/backstop/OnOpen.java"},
 }
 
 func main() {

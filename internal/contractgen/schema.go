@@ -19,6 +19,32 @@ type Schema struct {
 	Record  Record    `json:"record"`
 	Enums   []*Enum   `json:"enums"`
 	Words   []*Word   `json:"words"`
+	Exports []Export  `json:"exports"`
+}
+
+// Export is one function the module exports: its parameters and result
+// (wasm value types), and what it returns. Hosts check every signature
+// against the module when they start.
+type Export struct {
+	Name    string  `json:"name"`
+	Params  []Param `json:"params"`
+	Result  string  `json:"result"`
+	Returns string  `json:"returns"`
+}
+
+// Param is one parameter of an Export.
+type Param struct {
+	Name string `json:"name"`
+	Type string `json:"type"` // i32 i64 f64
+}
+
+// Signature is the export's signature as ABI.md writes it.
+func (e Export) Signature() string {
+	ps := make([]string, len(e.Params))
+	for i, p := range e.Params {
+		ps[i] = p.Name + " " + p.Type
+	}
+	return "(" + strings.Join(ps, ", ") + ") -> " + e.Result
 }
 
 // Limit is a named constant of the ABI.
@@ -205,6 +231,13 @@ func (s *Schema) check() error {
 			return fmt.Errorf("failure: %s: a bool field needs a flag bit", f.Name)
 		}
 	}
+	for _, e := range s.Exports {
+		for _, t := range append([]string{e.Result}, typesOf(e.Params)...) {
+			if t != "i32" && t != "i64" && t != "f64" {
+				return fmt.Errorf("exports: %s: unknown value type %q", e.Name, t)
+			}
+		}
+	}
 	enums := map[string]*Enum{}
 	for _, e := range s.Enums {
 		enums[e.Name] = e
@@ -349,6 +382,14 @@ func (e *Enum) Dense() []string {
 	out := make([]string, e.Top()+1)
 	for _, v := range e.Values {
 		out[v.Code] = v.Name
+	}
+	return out
+}
+
+func typesOf(ps []Param) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Type
 	}
 	return out
 }

@@ -206,7 +206,7 @@ func replayDeadLetters(ctx context.Context, conn *amqp.Connection, name string, 
 		},
 		what: "replay",
 	}
-	n, err := m.run(ctx, conn, name+".dlq")
+	n, err := m.run(ctx, conn, NamesFor(name).DLQ)
 	if err != nil {
 		return n, fail(err)
 	}
@@ -473,11 +473,11 @@ func discardDeadLetters(ctx context.Context, conn *amqp.Connection, name string,
 				(o.ID == "" || d.MessageId == o.ID)
 		},
 		publishing: func(d amqp.Delivery) (string, amqp.Publishing, error) {
-			return name + ".audit", next(d, map[string]any{HeaderAuditAction: o.Action, HeaderAuditNote: o.Note,
+			return NamesFor(name).Audit, next(d, map[string]any{HeaderAuditAction: o.Action, HeaderAuditNote: o.Note,
 				HeaderAuditActor: o.Actor, HeaderAuditAtMs: at}, false), nil
 		},
 	}
-	n, err := m.run(ctx, conn, name+".dlq")
+	n, err := m.run(ctx, conn, NamesFor(name).DLQ)
 	if err != nil {
 		return n, fail(err)
 	}
@@ -492,11 +492,11 @@ func declareAudit(conn *amqp.Connection, name string) error {
 		return err
 	}
 	defer ch.Close()
-	_, err = ch.QueueDeclare(name+".audit", true, false, false, false, amqp.Table{
+	_, err = ch.QueueDeclare(NamesFor(name).Audit, true, false, false, false, amqp.Table{
 		"x-queue-type": "quorum", "x-max-length": int64(AuditMaxLength), "x-overflow": "drop-head",
 	})
 	if err != nil {
-		return fmt.Errorf("declare the audit queue %s.audit: %w", name, err)
+		return fmt.Errorf("declare the audit queue %s: %w", NamesFor(name).Audit, err)
 	}
 	return nil
 }
@@ -571,7 +571,7 @@ func inspectDeadLetters(ctx context.Context, conn *amqp.Connection, name string,
 		if err := ctx.Err(); err != nil {
 			return out, fail(err)
 		}
-		d, ok, err := ch.Get(name+".dlq", false)
+		d, ok, err := ch.Get(NamesFor(name).DLQ, false)
 		if err != nil {
 			return out, fail(err)
 		}
@@ -582,7 +582,7 @@ func inspectDeadLetters(ctx context.Context, conn *amqp.Connection, name string,
 		out = append(out, deadLetterOf(d))
 	}
 	// Returned at once, in order, rather than when the channel closes.
-	if err := giveBack(ctx, ch, name+".dlq", seen); err != nil {
+	if err := giveBack(ctx, ch, NamesFor(name).DLQ, seen); err != nil {
 		return out, fail(err)
 	}
 	return out, nil
@@ -676,7 +676,7 @@ func queueStats(ctx context.Context, conn *amqp.Connection, name string, opts ..
 		}
 		return st, err
 	}
-	for _, q := range []string{name, name + ".dlq"} {
+	for _, q := range []string{name, NamesFor(name).DLQ} {
 		if err := ctx.Err(); err != nil {
 			return s, fail(err)
 		}

@@ -12,17 +12,18 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 )
 
 // adminQueue declares q and q.dlq as the README's topology does (the
 // parts Replay, Inspect and Stats read), with a small delivery limit.
 func adminQueue(t *testing.T, ch *amqp.Channel, q string, deliveryLimit int) {
 	t.Helper()
-	if _, err := ch.QueueDeclare(q+".dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+	if _, err := ch.QueueDeclare(NamesFor(q).DLQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum",
-		"x-delivery-limit": int64(deliveryLimit), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": q + ".dlq",
+		"x-delivery-limit": int64(deliveryLimit), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": NamesFor(q).DLQ,
 		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,17 +88,7 @@ func drain(t *testing.T, conn *amqp.Connection, q string) []amqp.Delivery {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	var out []amqp.Delivery
-	for {
-		d, ok, err := ch.Get(q, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			return out
-		}
-		out = append(out, d)
-	}
+	return rabbittest.Drain(t, ch, q)
 }
 
 // The admin tests, on the package's shared broker, each on its own queues.

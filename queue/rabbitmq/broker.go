@@ -58,6 +58,9 @@ type brokerConfig struct {
 	backoffBase time.Duration
 	backoffCap  time.Duration
 	amqp        amqp.Config
+	queue       []QueueOption // Open's (queue.Broker): WithQueueOptions
+	work        []WorkOption  // WithWorkOptions
+	stats       []StatsOption // WithStatsOptions
 }
 
 // Option configures Open.

@@ -240,11 +240,11 @@ func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
 	ch, err := h.conn.Channel()
 	fail("channel", err)
 	defer ch.Close()
-	for _, q := range []string{name, name + ".dlq"} {
+	for _, q := range []string{name, rabbitmq.NamesFor(name).DLQ} {
 		_, err := ch.QueueDelete(q, false, false, false)
 		fail("delete "+q, err)
 	}
-	for _, x := range []string{name + ".delay", name + ".due"} {
+	for _, x := range []string{rabbitmq.NamesFor(name).Delay, rabbitmq.NamesFor(name).Due} {
 		fail("delete "+x, ch.ExchangeDelete(x, false, false))
 	}
 	q := h.b.Queue(name, rabbitmq.WithMaxDeliveries(h.file.MaxDeliveries))
@@ -268,7 +268,7 @@ func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
 		return msg
 	}
 	for _, m := range c.DLQ {
-		publish(name+".dlq", m)
+		publish(rabbitmq.NamesFor(name).DLQ, m)
 	}
 	// The delivery's own due time: a re-delay for the rest of it keeps it.
 	var ownDue string
@@ -305,7 +305,7 @@ func (h *caseHarness) run(c *rabbitCase) json.RawMessage {
 
 	expect := map[string]any{"reply": reply}
 	expect["work"] = h.drain(ch, name)
-	expect["dlq"] = h.drain(ch, name+".dlq")
+	expect["dlq"] = h.drain(ch, rabbitmq.NamesFor(name).DLQ)
 	var delayed []any
 	for n := 0; n < delayLevels; n++ {
 		for _, m := range h.drainDeliveries(ch, levelQueue(n)) {
@@ -369,7 +369,7 @@ func (h *caseHarness) handle(c *rabbitCase, q *rabbitmq.Queue, reg *prometheus.R
 		done <- q.Work(ctx, s, handler, opts...)
 	}()
 	defer close(overrun)
-	watch := append([]string{q.Name() + ".dlq"}, func() []string {
+	watch := append([]string{rabbitmq.NamesFor(q.Name()).DLQ}, func() []string {
 		var ls []string
 		for n := 0; n < delayLevels; n++ {
 			ls = append(ls, levelQueue(n))

@@ -81,7 +81,7 @@ func (q *Queue) Enqueue(ctx context.Context, id string, payload []byte, opts ...
 	exchange, key := "", q.name
 	if c.delay > 0 {
 		secs := delaySeconds(c.delay)
-		exchange, key = q.name+".delay", delayRoutingKey(secs)
+		exchange, key = NamesFor(q.name).Delay, delayRoutingKey(secs)
 		h[HeaderDueMs] = itoa(now + c.delay.Milliseconds())
 	}
 	msg := amqp.Publishing{Headers: h, ContentType: c.contentType, DeliveryMode: amqp.Persistent,

@@ -117,10 +117,10 @@ func TestEnqueueConcurrentIntoNewQueue(t *testing.T) {
 		if n := depth(t, ch, name); n != producers*each {
 			t.Errorf("round %d: %s holds %d jobs, want %d", round, name, n, producers*each)
 		}
-		for _, x := range []string{name, name + ".dlq"} {
+		for _, x := range []string{name, NamesFor(name).DLQ} {
 			ch.QueueDelete(x, false, false, false)
 		}
-		for _, x := range []string{name + ".delay", name + ".due"} {
+		for _, x := range []string{NamesFor(name).Delay, NamesFor(name).Due} {
 			ch.ExchangeDelete(x, false, false)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/rabbitmq/rabbitnames"
 )
 
 // The headers every job carries (README, "Headers"). Numbers are written as
@@ -69,10 +70,10 @@ const (
 	delayBits     = 18
 	holdLevels    = 11
 	maxDelaySecs  = 1<<holdLevels - 1
-	delayExchange = "backstop.delay.L"       // + level: the exchanges, and the first topology's TTL queues
-	holdQueue     = "backstop.hold.L"        // + level: the queues the movers hold messages from
-	deliverXchg   = "backstop.delay.deliver" // headers exchange, by destination
-	enterXchg     = "backstop.delay.enter"   // topic exchange, to the highest set bit's level
+	delayExchange = rabbitnames.DelayLevelPrefix // + level: the exchanges, and the first topology's TTL queues
+	holdQueue     = rabbitnames.HoldLevelPrefix  // + level: the queues the movers hold messages from
+	deliverXchg   = "backstop.delay.deliver"     // headers exchange, by destination
+	enterXchg     = "backstop.delay.enter"       // topic exchange, to the highest set bit's level
 )
 
 // headerDigits reads a numeric header: a string of decimal digits or an

@@ -263,7 +263,7 @@ func deadLetterMove(ctx context.Context, ch *amqp.Channel, returns <-chan amqp.R
 		HeaderDeadLetteredMs: itoa(time.Now().UnixMilli()), HeaderMoveRefusals: nil}, true)
 	err := errUnroutable
 	if dest := headerString(d.Headers, HeaderDestination); dest != "" {
-		err = publishMandatory(ctx, ch, returns, "", dest+".dlq", msg)
+		err = publishMandatory(ctx, ch, returns, "", NamesFor(dest).DLQ, msg)
 	}
 	if errors.Is(err, errUnroutable) {
 		err = publishMandatory(ctx, ch, returns, "", UnroutableQueue, msg)

@@ -122,38 +122,38 @@ func (q *Queue) declareOn(conn *amqp.Connection, gen uint64) error {
 }
 
 func (q *Queue) declareQueue(ch *amqp.Channel) error {
-	n := q.name
+	n, names := q.name, NamesFor(q.name)
 	if _, err := ch.QueueDeclare(n, true, false, false, false, amqp.Table{
 		"x-queue-type":              "quorum",
 		"x-delivery-limit":          int64(q.maxDeliveries + 2),
 		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": n + ".dlq",
+		"x-dead-letter-routing-key": names.DLQ,
 		"x-dead-letter-strategy":    "at-least-once",
 		"x-overflow":                "reject-publish",
 	}); err != nil {
 		return err
 	}
-	if _, err := ch.QueueDeclare(n+".dlq", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+	if _, err := ch.QueueDeclare(names.DLQ, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return err
 	}
-	for _, x := range []string{n + ".delay", n + ".due"} {
+	for _, x := range []string{names.Delay, names.Due} {
 		if err := ch.ExchangeDeclare(x, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 			return err
 		}
 	}
-	if err := ch.ExchangeBind(enterXchg, "", n+".delay", false, nil); err != nil {
+	if err := ch.ExchangeBind(enterXchg, "", names.Delay, false, nil); err != nil {
 		return err
 	}
 	// The topology before backstop.delay.enter bound Q.delay to L17: with
 	// both, the broker routes each message once (to a set of queues) but
 	// still walks the slow path. Unbinding one that is not there is a no-op.
-	if err := ch.ExchangeUnbind(delayExchange+strconv.Itoa(delayBits-1), "", n+".delay", false, nil); err != nil {
+	if err := ch.ExchangeUnbind(delayExchange+strconv.Itoa(delayBits-1), "", names.Delay, false, nil); err != nil {
 		return err
 	}
-	if err := ch.QueueBind(n, "", n+".due", false, nil); err != nil {
+	if err := ch.QueueBind(n, "", names.Due, false, nil); err != nil {
 		return err
 	}
-	return ch.ExchangeBind(n+".due", "", deliverXchg, false, amqp.Table{"x-match": "all", HeaderDestination: n})
+	return ch.ExchangeBind(names.Due, "", deliverXchg, false, amqp.Table{"x-match": "all", HeaderDestination: n})
 }
 
 // declareLevels declares the delay levels every queue of the virtual host

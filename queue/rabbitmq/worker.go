@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -35,6 +36,7 @@ type workConfig struct {
 	applyTimeout   time.Duration // per attempt at publishing and acking an outcome
 	known          int           // outcomes kept across a lost channel
 	noMover        bool          // tests that look at the levels: nothing moves them
+	log            *slog.Logger  // the Runner's (nil: the Broker's): queue.WorkOptions.Logger
 }
 
 // WithPrefetch sets how many unacked deliveries the broker sends this
@@ -159,7 +161,10 @@ func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, o
 	case h == nil:
 		return fmt.Errorf("rabbitmq: work %s: handler: must not be nil", q.name)
 	}
-	ropts := []queue.Option{queue.WithLogger(q.b.cfg.log), queue.WithHandlerTimeout(c.handlerTimeout)}
+	if c.log == nil {
+		c.log = q.b.cfg.log
+	}
+	ropts := []queue.Option{queue.WithLogger(c.log), queue.WithHandlerTimeout(c.handlerTimeout)}
 	if c.policies != nil {
 		ropts = append(ropts, queue.WithPolicies(c.policies))
 	}
@@ -507,14 +512,14 @@ func (w *worker) publishNext(ctx context.Context, ch *amqp.Channel, p *pending) 
 			set[HeaderAttempt] = itoa(j.Attempt + 1)
 			set[HeaderPrevDelayMs] = itoa(m.Delay.Milliseconds())
 		}
-		exchange, key = q.name+".delay", delayRoutingKey(delaySeconds(m.Delay))
+		exchange, key = NamesFor(q.name).Delay, delayRoutingKey(delaySeconds(m.Delay))
 		msg = next(d, set, true)
 	default: // dead_letter
 		set := map[string]any{HeaderReason: m.Reason, HeaderError: m.LastError, HeaderDeadLetteredMs: itoa(now)}
 		if _, ok := d.Headers[HeaderDestination]; !ok && !j.Malformed {
 			set[HeaderDestination] = q.name
 		}
-		exchange, key = "", q.name+".dlq"
+		exchange, key = "", NamesFor(q.name).DLQ
 		msg = next(d, set, !j.Malformed)
 	}
 	if plain(d.Headers) {

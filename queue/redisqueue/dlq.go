@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -22,31 +21,11 @@ const AuditMaxLen = 10000
 // {Q}:audit for the default keys (beside {Q}:dlq, so in its hash slot); for
 // another layout the DLQ's key with its ":dlq" suffix replaced by ":audit"
 // (or ":audit" appended).
-func (q *Queue) AuditKey() string {
-	if base, ok := strings.CutSuffix(q.keys.DLQ, ":dlq"); ok {
-		return base + ":audit"
-	}
-	return q.keys.DLQ + ":audit"
-}
+func (q *Queue) AuditKey() string { return q.keys.Audit() }
 
-// DiscardOptions selects the dead letters Discard removes and says why.
-type DiscardOptions struct {
-	// Action is DiscardDelete (ID required) or DiscardPurge.
-	Action queue.DiscardAction
-	// ID discards only the dead letters of this job id ("" = any; required
-	// for DiscardDelete).
-	ID string
-	// Reason discards only dead letters with this reason ("" = any).
-	Reason string
-	// JobType discards only dead letters of this job type ("" = any).
-	JobType string
-	// Limit is the most dead letters discarded; 0 = every one that matches.
-	Limit int
-	// Note is why (1..1024 bytes, required): recorded with each one.
-	Note string
-	// Actor is who (1..256 bytes, required), e.g. user@host.
-	Actor string
-}
+// DiscardOptions selects the dead letters Discard removes and says why
+// (queue.DiscardOptions: every broker's).
+type DiscardOptions = queue.DiscardOptions
 
 // Discard removes dead letters from the DLQ for good, each recorded first
 // in the audit stream (AuditKey: fields action, note, actor, at_ms, then the
@@ -84,23 +63,10 @@ func (q *Queue) Discard(ctx context.Context, o DiscardOptions) (int, error) {
 	return moved, nil
 }
 
-// ReplayOptions selects the dead letters ReplayDeadLetters moves and how.
-type ReplayOptions struct {
-	// Limit is the most dead letters moved: required (at least 1) unless ID
-	// is given; 0 with an ID = every dead letter of that job.
-	Limit int
-	// Reason, JobType and ID move only the dead letters with this reason,
-	// of this job type, of this job id ("" = any).
-	Reason, JobType, ID string
-	// KeepAttempts keeps each dead letter's attempt and first_enqueued_ms
-	// (the time budget) instead of starting the job afresh. A dead letter
-	// whose attempt or first_enqueued_ms is not well-formed stays then in
-	// the DLQ.
-	KeepAttempts bool
-	// Rate paces the replay: at most Rate dead letters a second on average,
-	// in batches (Pacer); 0 = as fast as Redis takes them.
-	Rate float64
-}
+// ReplayOptions selects the dead letters ReplayDeadLetters moves and how
+// (queue.ReplayOptions: every broker's). With KeepAttempts, a dead letter
+// whose attempt or first_enqueued_ms is not well-formed stays in the DLQ.
+type ReplayOptions = queue.ReplayOptions
 
 // ReplayDeadLetters is Replay with every option: by job id, with the
 // attempts kept, paced. It returns how many moved, also with an error

@@ -3,11 +3,12 @@ package redisqueue
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/backstop-dev/backstop/queue"
 )
 
 // Stats is a queue's state: sizes read live, counters from the stats hash.
@@ -112,18 +113,6 @@ func (q *Queue) InspectDLQ(ctx context.Context, newest int, maxScan int64) (DLQR
 }
 
 // Reasons returns the report's reasons, most frequent first.
-func (r DLQReport) Reasons() []string {
-	out := make([]string, 0, len(r.ByReason))
-	for k := range r.ByReason {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if r.ByReason[out[i]] != r.ByReason[out[j]] {
-			return r.ByReason[out[i]] > r.ByReason[out[j]]
-		}
-		return out[i] < out[j]
-	})
-	return out
-}
+func (r DLQReport) Reasons() []string { return queue.DLQReport{ByReason: r.ByReason}.Reasons() }
 
 func str(m map[string]any, k string) string { s, _ := m[k].(string); return s }

@@ -15,27 +15,21 @@ import (
 	"time"
 
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue/rediskeys"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Keys names the Redis keys of one queue. KeysFor gives the default layout,
-// where every key shares the hash tag {name} so the scripts work on a Redis
-// Cluster; set the fields by hand to drive an existing layout (keys of one
-// queue must still hash to one slot on a cluster).
-type Keys struct {
-	Jobs    string // stream of work
-	Delayed string // sorted set of cold retries, score = due time (unix ms)
-	DLQ     string // stream of dead letters
-	Stats   string // hash of counters
-}
+// Keys names the Redis keys of one queue (package rediskeys: the layout
+// without the client). KeysFor gives the default layout, where every key
+// shares the hash tag {name} so the scripts work on a Redis Cluster; set
+// the fields by hand to drive an existing layout (keys of one queue must
+// still hash to one slot on a cluster).
+type Keys = rediskeys.Keys
 
 // KeysFor returns the default keys of queue name: {name}:jobs, {name}:delayed,
 // {name}:dlq and {name}:stats.
-func KeysFor(name string) Keys {
-	tag := "{" + name + "}"
-	return Keys{Jobs: tag + ":jobs", Delayed: tag + ":delayed", DLQ: tag + ":dlq", Stats: tag + ":stats"}
-}
+func KeysFor(name string) Keys { return rediskeys.For(name) }
 
 // Queue is one queue in Redis. It is safe for concurrent use.
 type Queue struct {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/backstop-dev/backstop/queue"
 )
 
 // MaxRunLimit is the most delayed jobs one Run moves by due time.
-const MaxRunLimit = 10000
+const MaxRunLimit = queue.MaxRunLimit
 
 // RunOption selects the delayed jobs Run moves: RunID, or RunDueBefore
 // with RunLimit.

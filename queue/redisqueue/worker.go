@@ -143,9 +143,8 @@ func WithPolicies(m map[string]backstop.Decider) WorkOption {
 // spending an attempt. A policy with on_open: dead_letter dead-letters such
 // jobs instead (the behaviour before deferral).
 func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, opts ...WorkOption) error {
-	host, _ := os.Hostname()
 	w := &worker{
-		consumer: fmt.Sprintf("%s-%d", host, os.Getpid()), batch: 16, block: time.Second,
+		consumer: defaultConsumer(), batch: 16, block: time.Second,
 		promoteEvery: time.Second, promoteLimit: 500,
 		reclaimEvery: 30 * time.Second, minIdle: time.Minute, maxDeliveries: 5,
 		outcomeWait: 10 * time.Second, applyBase: 20 * time.Millisecond, applyCap: 2 * time.Second,
@@ -186,6 +185,12 @@ func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, o
 	err = q.readLoop(ctx, w, h)
 	wg.Wait()
 	return err
+}
+
+// defaultConsumer is a worker's name in the consumer group: hostname-pid.
+func defaultConsumer() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
 }
 
 func (q *Queue) readLoop(ctx context.Context, w *worker, h queue.Handler) error {

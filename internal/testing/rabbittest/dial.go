@@ -31,3 +31,20 @@ func (b *Broker) Channel(t testing.TB) *amqp.Channel {
 	}
 	return ch
 }
+
+// Drain takes every message of queue q on ch (acked), in order, and
+// returns them; it fails the test on a broker error.
+func Drain(t testing.TB, ch *amqp.Channel, q string) []amqp.Delivery {
+	t.Helper()
+	var out []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(q, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return out
+		}
+		out = append(out, d)
+	}
+}

@@ -169,7 +169,7 @@ func runCrash(t *testing.T, setup crashSetup) {
 	if err := eventually.Wait(90*time.Second, func() bool {
 		f.revive()
 		got = readLedger(t, ledger)
-		if got.final < setup.jobs || depth(queueName+".dlq") < wantDead || depth(queueName) != 0 {
+		if got.final < setup.jobs || depth(rabbitmq.NamesFor(queueName).DLQ) < wantDead || depth(queueName) != 0 {
 			return false
 		}
 		for _, l := range levels() {
@@ -192,7 +192,7 @@ func runCrash(t *testing.T, setup crashSetup) {
 	dead := map[string]int{}
 	byReason := map[string]int{}
 	for {
-		d, ok, err := ch.Get(queueName+".dlq", true)
+		d, ok, err := ch.Get(rabbitmq.NamesFor(queueName).DLQ, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +226,7 @@ func runCrash(t *testing.T, setup crashSetup) {
 			deadDups += n - 1
 		}
 	}
-	for _, name := range []string{queueName, queueName + ".dlq"} {
+	for _, name := range []string{queueName, rabbitmq.NamesFor(queueName).DLQ} {
 		if n := depth(name); n != 0 {
 			t.Errorf("%s holds %d messages after the run", name, n)
 		}

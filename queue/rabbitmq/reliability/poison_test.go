@@ -48,7 +48,7 @@ func TestPoisonMessageReachesTheDLQ(t *testing.T) {
 	eventually.True(t, 60*time.Second, "the poison in the DLQ and the other jobs done", func() bool {
 		f.revive()
 		if dl.MessageId == "" {
-			d, ok, err := ch.Get(queueName+".dlq", true)
+			d, ok, err := ch.Get(rabbitmq.NamesFor(queueName).DLQ, true)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -89,7 +89,7 @@ public final class Main {
           randomArg = value;
         }
       } else {
-        throw new Exit("unexpected argument " + Failure.FailureReader.quote(a) + "\n" + USAGE, 2);
+        throw new Exit("unexpected argument " + FailureReader.quote(a) + "\n" + USAGE, 2);
       }
     }
     DoubleSupplier absentRandom = absentRandom(randomArg);
@@ -110,7 +110,7 @@ public final class Main {
     if (flag.equals("draw")) return () -> ThreadLocalRandom.current().nextDouble();
     double r = NUMBER.matcher(flag).matches() ? Double.parseDouble(flag) : Double.NaN;
     if (!(r >= 0 && r < 1)) {
-      throw new Exit("--random must be draw or a number in [0, 1), got " + Failure.FailureReader.quote(flag)
+      throw new Exit("--random must be draw or a number in [0, 1), got " + FailureReader.quote(flag)
           + "\n" + USAGE, 2);
     }
     return () -> r;
@@ -120,10 +120,10 @@ public final class Main {
     try {
       return Files.readAllBytes(Path.of(arg));
     } catch (NoSuchFileException e) {
-      throw new Exit("open " + arg + ": no such file or directory (and " + Failure.FailureReader.quote(arg)
+      throw new Exit("open " + arg + ": no such file or directory (and " + FailureReader.quote(arg)
           + " is not a preset: " + String.join(", ", PRESETS) + ")", 1);
     } catch (IOException | RuntimeException e) {
-      throw new Exit(e.getMessage() + " (and " + Failure.FailureReader.quote(arg) + " is not a preset: "
+      throw new Exit(e.getMessage() + " (and " + FailureReader.quote(arg) + " is not a preset: "
           + String.join(", ", PRESETS) + ")", 1);
     }
   }
@@ -211,7 +211,7 @@ public final class Main {
     }
     if (!(input instanceof Map)) return bad("expected a JSON object");
     try {
-      Failure f = Failure.FailureReader.read(input, 0L, null);
+      Failure f = Failure.read(input, 0L, null);
       if (f.random == null) f = f.toBuilder().random(absentRandom.getAsDouble()).build();
       return policy.decide(f).toJson();
     } catch (InputException e) {

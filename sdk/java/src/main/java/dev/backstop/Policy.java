@@ -1,8 +1,10 @@
 package dev.backstop;
 
 import java.lang.ref.Cleaner;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
 import java.util.OptionalDouble;
-import java.util.concurrent.ThreadLocalRandom;
 
 /**
  * A retry policy loaded into backstop.wasm: the same decisions as the Go,
@@ -36,7 +38,7 @@ public final class Policy implements AutoCloseable {
   private final byte[] bytes; // kept to load a stateless policy again after a trap
   private final boolean preset;
   private final boolean stateful;
-  private final boolean deadLetterOnOpen;
+  private final OnOpen onOpen;
   private final boolean boundsAttempts;
   private final Ref ref;
   private final Cleaner.Cleanable cleanable;
@@ -74,11 +76,11 @@ public final class Policy implements AutoCloseable {
       ref.in = in;
       ref.handle = h;
       try {
-        this.stateful = in.stateful(h);
-        this.deadLetterOnOpen = in.onOpen(h) == 1;
+        this.stateful = in.call("policy_stateful", h) == 1;
+        this.onOpen = OnOpen.of(in.call("policy_on_open", h));
         // attempt_timeout reads no state, and is 0 at every elapsed time
         // when it is 0 at the start (wasm/ABI.md, "attempt_timeout").
-        this.boundsAttempts = in.attemptTimeout(h, 0) != 0;
+        this.boundsAttempts = in.call("attempt_timeout", h, 0) != 0;
       } catch (RuntimeException e) {
         if (in.dead == null) in.free(h);
         throw e;
@@ -122,22 +124,24 @@ public final class Policy implements AutoCloseable {
     return stateful;
   }
 
-  /** True when the policy's {@code on_open} is {@code dead_letter} (else {@code defer}). */
-  public boolean deadLetterOnOpen() {
-    return deadLetterOnOpen;
+  /** The policy's {@code on_open}: what a queue does with a job the breaker or the budget refused. */
+  public OnOpen onOpen() {
+    return onOpen;
   }
 
-  static IllegalStateException closedError() {
-    return new ClosedException();
+  /**
+   * True when the policy's {@code on_open} is {@code dead_letter} (else {@code defer}).
+   *
+   * @deprecated {@link #onOpen()}, as the other hosts name it
+   */
+  @Deprecated
+  public boolean deadLetterOnOpen() {
+    return onOpen == OnOpen.DEAD_LETTER;
   }
 
   /** The error of a call on a closed policy. */
-  private static final class ClosedException extends IllegalStateException {
-    private static final long serialVersionUID = 1L;
-
-    ClosedException() {
-      super("backstop: the policy is closed");
-    }
+  static IllegalStateException closedError() {
+    return new IllegalStateException("backstop: the policy is closed");
   }
 
   private interface Call<T> {
@@ -187,10 +191,7 @@ public final class Policy implements AutoCloseable {
    *     {@code attempt: must be >= 1 (got 0)}); no state changes
    */
   public Decision decide(Failure failure) {
-    long now = failure.nowMs != null ? failure.nowMs : System.currentTimeMillis();
-    double random = failure.random != null ? failure.random : ThreadLocalRandom.current().nextDouble();
-    long packed = call((in, h) -> in.decide(h, failure, now, random));
-    return Decision.unpack(packed);
+    return Decision.unpack(call((in, h) -> in.decide("decide", failure, new long[] {h})));
   }
 
   /**
@@ -203,45 +204,66 @@ public final class Policy implements AutoCloseable {
    *     entry never stops the batch, and a stateful policy counts exactly the
    *     valid ones
    */
-  public java.util.List<Decision> decideMany(java.util.List<Failure> failures) {
+  public List<Decision> decideMany(List<Failure> failures) {
     int n = failures.size();
-    long[] nows = new long[n];
-    double[] randoms = new double[n];
-    for (int i = 0; i < n; i++) {
-      Failure f = failures.get(i);
-      nows[i] = f.nowMs != null ? f.nowMs : System.currentTimeMillis();
-      randoms[i] = f.random != null ? f.random : ThreadLocalRandom.current().nextDouble();
-    }
     Decision[] out = new Decision[n];
     InputException first = null;
     int firstIndex = -1;
     for (int from = 0; from < n; from += BATCH) {
-      int k = Math.min(BATCH, n - from);
       int start = from;
-      InputException[] err = new InputException[1];
-      long[] results = call((in, h) -> in.decideBatch(h, failures, start, k, nows, randoms, err));
-      for (int j = 0; j < k; j++) {
-        if (results[j] >= 0) {
-          out[from + j] = Decision.unpack(results[j]);
-        } else if (first == null) {
-          first = err[0];
-          firstIndex = from + j;
-        }
+      int k = Math.min(BATCH, n - from);
+      InputException e = call((in, h) -> in.decideBatch(h, failures, start, k, out));
+      if (e != null && first == null) {
+        first = e;
+        firstIndex = from;
+        while (out[firstIndex] != null) firstIndex++; // this call's first invalid one
       }
     }
-    java.util.List<Decision> decisions = java.util.Arrays.asList(out);
+    List<Decision> decisions = Arrays.asList(out);
     if (first != null) throw new InputException(first, firstIndex, decisions);
-    return java.util.Collections.unmodifiableList(decisions);
+    return Collections.unmodifiableList(decisions);
   }
 
   private static final int BATCH = 256;
 
+  /**
+   * What a queue worker does about one event of a job, decided by the core
+   * as in every language (wasm/ABI.md, "outcome"; the shared cases
+   * testdata/outcomes): run the job, ack it, retry it, defer it (pause: take
+   * no job of this policy for the delay) or dead-letter it, and which client
+   * metric to count. An invalid failure is an outcome, not an exception: it
+   * is dead-lettered ({@code malformed}) with {@code invalid} and the
+   * message in {@code error}.
+   *
+   * @param failure {@code FAILURE}: the failure with the job's facts
+   *     (attempt, elapsed, previous delay, its id as the key); every event:
+   *     its {@code nowMs} (unset: the clock)
+   * @param deliveries {@code DELIVERED}: the broker's count of deliveries
+   * @param maxDeliveries {@code DELIVERED}: the worker's limit, 0 none
+   * @throws InputException for an invalid event: a negative count, or for
+   *     {@code BEFORE} and {@code SUCCESS} a nowMs below 0, or 0 on a
+   *     stateful policy; no state changes
+   */
+  public Outcome outcome(Outcome.Event event, Failure failure, long deliveries, long maxDeliveries) {
+    return call((in, h) -> {
+      long w = in.decide("outcome", failure, new long[] {h, event.code}, deliveries, maxDeliveries);
+      return Outcome.unpack(w, Contract.outcomeInvalid(w) ? in.inputError().getMessage() : null);
+    });
+  }
+
+  /** {@link #outcome(Outcome.Event, Failure, long, long)} of a {@code FAILURE} (or another event at the failure's nowMs). */
+  public Outcome outcome(Outcome.Event event, Failure failure) {
+    return outcome(event, failure, 0, 0);
+  }
+
+  /** {@link #outcome(Outcome.Event, Failure, long, long)} of a {@code BEFORE} or {@code SUCCESS} event at nowMs. */
+  public Outcome outcome(Outcome.Event event, long nowMs) {
+    return outcome(event, Failure.builder().nowMs(nowMs).build(), 0, 0);
+  }
+
   /** Reports a successful call at nowMs (Unix ms) to the budget and the breaker. */
   public void recordSuccess(long nowMs) {
-    call((in, h) -> {
-      in.recordSuccess(h, nowMs);
-      return null;
-    });
+    call((in, h) -> in.call("record_success", h, nowMs));
   }
 
   /** {@link #recordSuccess(long)} now. */
@@ -251,7 +273,7 @@ public final class Policy implements AutoCloseable {
 
   /** The breaker's state at nowMs ({@code CLOSED} without a breaker). */
   public CircuitState circuitState(long nowMs) {
-    return CircuitState.of(call((in, h) -> in.circuitState(h, nowMs)));
+    return CircuitState.of(call((in, h) -> in.call("circuit_state", h, nowMs)));
   }
 
   /** {@link #circuitState(long)} now. */
@@ -266,7 +288,7 @@ public final class Policy implements AutoCloseable {
    * @throws InputException when nowMs is negative, or 0 on a stateful policy
    */
   public Permit acquire(long nowMs) {
-    return Permit.unpack(call((in, h) -> in.acquire(h, nowMs)));
+    return Permit.unpack(call((in, h) -> in.call("acquire", h, nowMs)));
   }
 
   /** {@link #acquire(long)} now. */
@@ -280,9 +302,8 @@ public final class Policy implements AutoCloseable {
    * empty when the policy has no budget.
    */
   public OptionalDouble budgetTokens(long nowMs) {
-    long w = call((in, h) -> in.budgetTokens(h, nowMs));
-    if (((w >>> 48) & 1) == 0) return OptionalDouble.empty();
-    return OptionalDouble.of((w & 0xffffffffffffL) / 1000.0);
+    long w = call((in, h) -> in.call("budget_tokens", h, nowMs));
+    return Contract.budgetPresent(w) ? OptionalDouble.of(Contract.budgetMilli(w) / 1000.0) : OptionalDouble.empty();
   }
 
   /** {@link #budgetTokens(long)} now. */
@@ -298,7 +319,7 @@ public final class Policy implements AutoCloseable {
    * @throws InputException when elapsedMs is negative
    */
   public long attemptTimeout(long elapsedMs) {
-    return call((in, h) -> in.attemptTimeout(h, elapsedMs));
+    return call((in, h) -> in.call("attempt_timeout", h, elapsedMs));
   }
 
   /** True when {@link #attemptTimeout} may be other than 0: the retry loop asks it only then. */

@@ -36,7 +36,7 @@ class InputsTest {
 
   private static String answer(Policy p, Object value) {
     try {
-      return p.decide(Failure.FailureReader.read(value, null, null)).toJson();
+      return p.decide(Failure.read(value, null, null)).toJson();
     } catch (InputException e) {
       return Json.quote(new StringBuilder("{\"error\":"), e.getMessage()).append('}').toString();
     }

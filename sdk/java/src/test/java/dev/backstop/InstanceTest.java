@@ -50,9 +50,9 @@ class InstanceTest {
     try (PolicyRuntime rt = PolicyRuntime.builder().maxInstances(1).build()) {
       ModuleInstance in = rt.slot(0);
       int page = 64 << 10;
-      for (int n = page; n <= ModuleInstance.MAX_BUFFER; n += page) assertTrue(in.rawBuffer(n) > 0, "buffer(" + n + ")");
-      assertTrue(in.pages() <= 3 * ModuleInstance.MAX_BUFFER / page, in.pages() + " pages for a 64 MiB buffer");
-      assertEquals(-4, in.rawBuffer(ModuleInstance.MAX_BUFFER + 1));
+      for (int n = page; n <= Contract.MAX_BUFFER; n += page) assertTrue(in.rawBuffer(n) > 0, "buffer(" + n + ")");
+      assertTrue(in.pages() <= 3 * Contract.MAX_BUFFER / page, in.pages() + " pages for a 64 MiB buffer");
+      assertEquals(-4, in.rawBuffer(Contract.MAX_BUFFER + 1));
       assertTrue(in.lastError().contains("size must be in 0..67108864 (got 67108865)"), in.lastError());
     }
   }

@@ -90,7 +90,10 @@ class PolicyTest {
     try (Policy p = Policy.preset("default")) {
       assertTrue(p.budgetTokens(NOW).isEmpty());
       assertEquals(0, p.attemptTimeout(0));
-      assertFalse(p.deadLetterOnOpen());
+      assertEquals(OnOpen.DEFER, p.onOpen());
+    }
+    try (Policy p = Policy.load("{\"on_open\": \"dead_letter\"}")) {
+      assertEquals("dead_letter", p.onOpen().toString()); // the name Go's OnOpen(), Node's onOpen and Python's on_open give
     }
   }
 
@@ -122,7 +125,7 @@ class PolicyTest {
     String[][] cases = {{"2.0390160703272852e18", "2039016070327285200"}, {"1e21", "1e+21"}, {"1.5e-7", "1.5e-7"},
         {"0.000001", "0.000001"}, {"123", "123"}, {"-0.5", "-0.5"}, {"5e-324", "5e-324"},
         {"1.7976931348623157e308", "1.7976931348623157e+308"}, {"0.1", "0.1"}, {"100", "100"}};
-    for (String[] c : cases) assertEquals(c[1], Failure.FailureReader.esFormat(Double.parseDouble(c[0])), c[0]);
+    for (String[] c : cases) assertEquals(c[1], FailureReader.esFormat(Double.parseDouble(c[0])), c[0]);
     InputException e = assertThrows(InputException.class,
         () -> Failure.fromMap(java.util.Map.of("attempt", 1L, "http_status", 1.5)));
     assertEquals("http_status: must be a 32-bit integer (got 1.5)", e.getMessage());

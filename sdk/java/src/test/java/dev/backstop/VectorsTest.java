@@ -18,7 +18,7 @@ class VectorsTest {
   @Test
   void abiVersion() {
     assertEquals(1L, VECTORS.get("abi_version"));
-    assertEquals(ModuleInstance.ABI_VERSION, ((Long) VECTORS.get("abi_version")).intValue());
+    assertEquals(Contract.ABI_VERSION, ((Long) VECTORS.get("abi_version")).intValue());
   }
 
   @SuppressWarnings("unchecked")
