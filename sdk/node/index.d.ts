@@ -1,25 +1,5 @@
-/**
-The reason a decision was taken. Retries carry `transient`, `retry_after` or `uncertain`; dead letters carry one of the others.
-*/
-export type Reason =
-	| 'transient'
-	| 'retry_after'
-	| 'uncertain'
-	| 'permanent_error'
-	| 'max_attempts_reached'
-	| 'max_elapsed_exceeded'
-	| 'uncertain_limit_reached'
-	| 'not_idempotent'
-	| 'budget_exhausted'
-	| 'circuit_open'
-	| 'retry_after_too_long'
-	| 'retried_downstream'
-	| 'server_declined';
-
-/**
-The retry class of a failure: `retryable` (transient), `permanent` (never retried) or `uncertain` (may have been applied, such as HTTP 500: retried up to the policy's smaller uncertain limit).
-*/
-export type FailureClass = 'retryable' | 'permanent' | 'uncertain';
+export * from './contract.gen.js';
+import type {CircuitState, Decision, Failure, JobEvent, OnOpen, Outcome, Permit, Reason} from './contract.gen.js';
 
 /**
 A gRPC status name, accepted in any letter case by `grpcCode`.
@@ -46,142 +26,6 @@ export type GrpcStatusName =
 An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`.
 */
 export type Int64 = number | bigint;
-
-/**
-One failed execution. Every field is optional except `attempt`; absent (`undefined` or `null`) means none (or 0). Each field is also accepted in the snake_case of the shared vectors (`http_status`, `grpc_code`, `error_kind`, `retry_after`, `grpc_retry_pushback_ms`, `idempotency_key`, `elapsed_ms`, `now_ms`, `prev_delay_ms`, `retried_downstream`, `server_declined`). Any other name is an `InputError` (`http_stauts: unknown field`), as in every backstop host. A string field also takes bytes (a `Uint8Array`, such as a `Buffer`), passed as they are; a string is written as UTF-8, a lone surrogate as U+FFFD.
-*/
-export interface Failure {
-	/**
-	The 1-based number of the execution that just failed: the first execution is attempt 1.
-
-	@example 1
-	*/
-	readonly attempt: Int64;
-
-	/**
-	The response's HTTP status.
-
-	@default undefined (no HTTP response)
-	@example 503
-	*/
-	readonly httpStatus?: number;
-
-	/**
-	The gRPC status code (1..16) or its name.
-
-	@default undefined (no gRPC status)
-	@example 'UNAVAILABLE'
-	*/
-	readonly grpcCode?: number | GrpcStatusName | Lowercase<GrpcStatusName>;
-
-	/**
-	A transport or application failure such as `timeout`, `connection_refused`, `connection_reset`, `dns_temporary`, or any name the policy's `classify.error_kinds` knows.
-
-	@default undefined
-	@example 'timeout'
-	*/
-	readonly errorKind?: string | Uint8Array;
-
-	/**
-	The raw `Retry-After` header: delta-seconds or an HTTP-date. Honoured as a floor on the delay. A number is seconds, rounded up to an integer.
-
-	@default undefined
-	@example response.headers.get('retry-after')
-	*/
-	readonly retryAfter?: string | number | bigint | Uint8Array | null;
-
-	/**
-	The raw `grpc-retry-pushback-ms` value, used only when there is no `retryAfter`. A number is milliseconds, rounded up to an integer.
-
-	@default undefined
-	@example '250'
-	*/
-	readonly grpcRetryPushbackMs?: string | number | bigint | Uint8Array | null;
-
-	/**
-	The request's HTTP method. Non-idempotent methods (POST, PATCH by default) are not retried without an idempotency key.
-
-	@default undefined (not HTTP)
-	@example 'POST'
-	*/
-	readonly method?: string | Uint8Array;
-
-	/**
-	The request's idempotency key, or `true` when it has one.
-
-	@default undefined
-	@example 'order-7f3a'
-	*/
-	readonly idempotencyKey?: string | boolean | Uint8Array;
-
-	/**
-	Milliseconds since the first execution started. Fractions are dropped.
-
-	@default 0
-	@example performance.now() - start
-	*/
-	readonly elapsedMs?: Int64;
-
-	/**
-	The current Unix time in milliseconds, for HTTP-date hints, the retry budget and the circuit breaker.
-
-	@default Date.now()
-	@example 1767225600000
-	*/
-	readonly nowMs?: Int64;
-
-	/**
-	The jitter draw in [0, 1). Values outside it (and NaN) are clamped.
-
-	@default Math.random()
-	@example 0.5
-	*/
-	readonly random?: number;
-
-	/**
-	The previous delay in milliseconds (the decorrelated strategy uses it).
-
-	@default 0
-	@example 2000
-	*/
-	readonly prevDelayMs?: Int64;
-
-	/**
-	A layer below already retried this failure and gave up (an inner retry loop's error, a response with `Backstop-No-Retry`): the policy gives up too (`retried_downstream`), unless it says `retried_downstream: retry` (docs/layers.md). Only a boolean: `1` or `'true'` is an `InputError`.
-
-	@default false
-	*/
-	readonly retriedDownstream?: boolean | null;
-
-	/**
-	The server asked not to be retried (a response with `X-Envoy-Overloaded`): the policy gives up (`server_declined`). Only a boolean.
-
-	@default false
-	*/
-	readonly serverDeclined?: boolean | null;
-}
-
-/**
-The policy's answer for one failure.
-*/
-export interface Decision {
-	/** Retry after `delayMs`, or stop (`dead_letter`) because of `reason`. */
-	readonly action: 'retry' | 'dead_letter';
-	/** Milliseconds to wait before the next attempt; 0 for a dead letter. */
-	readonly delayMs: number;
-	readonly reason: Reason;
-	readonly class: FailureClass;
-}
-
-/** The answer of `Policy.acquire`. */
-export interface Permit {
-	/** True when the call may be made (in half-open: as a trial, whose outcome must be reported). */
-	readonly allowed: boolean;
-	/** When refused, milliseconds until the breaker may admit a call; 0 when allowed. */
-	readonly retryInMs: number;
-	/** The breaker's state when asked; `closed` when the policy has none. */
-	readonly state: 'closed' | 'open' | 'half_open';
-}
 
 /**
 A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
@@ -224,7 +68,7 @@ export interface Policy {
 
 	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
 	*/
-	circuitState(nowMs?: Int64): 'closed' | 'open' | 'half_open';
+	circuitState(nowMs?: Int64): CircuitState;
 
 	/**
 	Asks permission for one call before it is made. While the breaker is open every call is refused; half-open admits at most `circuit_breaker.half_open_max_calls` trial calls (default 1) until they report back: a success with `recordSuccess`, a failure with `decide` (it reopens the breaker). A trial that has not reported back within `open_for` counts as failed. A policy without a breaker always allows. The retry budget is not consulted: it limits retries, through `decide`.
@@ -274,11 +118,27 @@ export interface Policy {
 
 	@default 'defer'
 	*/
-	readonly onOpen: 'defer' | 'dead_letter';
+	readonly onOpen: OnOpen;
+
+	/**
+	What a queue worker does about one event of a job, decided by the core (wasm/ABI.md, "outcome"): before it runs (the breaker's gate), after a success or a failure (with the failure's fields and the job's own facts: its attempt, elapsed time, previous delay, its id as `idempotencyKey`), or once a broker delivered it `deliveries` times without an outcome (`maxDeliveries`: the limit, 0 none). The queue workers ask it; a failure it refuses as invalid input is dead-lettered as `malformed` (`invalid`, with the `InputError` as `error`), not thrown.
+
+	@throws {InputError} For an invalid event: a `nowMs` that is negative or `0` on a stateful policy (before, success), a negative `deliveries` or `maxDeliveries`.
+
+	@example
+	```
+	policy.outcome({event: 'failure', attempt: 2, httpStatus: 503, idempotencyKey: job.id});
+	//=> {action: 'retry', reason: 'transient', delayMs: 2000, pause: false, count: 'retry', invalid: false}
+	```
+	*/
+	outcome(event: OutcomeEvent): Outcome;
 
 	/** Frees the handle. Using the policy afterwards throws. Policies that are garbage collected are freed too. */
 	close(): void;
 }
+
+/** What `Policy.outcome` takes: the event, its time (`nowMs`, default `Date.now()`), a failure's fields, a delivery count. */
+export type OutcomeEvent = {readonly event: JobEvent; readonly deliveries?: Int64; readonly maxDeliveries?: Int64} & Partial<Failure>;
 
 /** A compiled `WebAssembly.Module`, where the TypeScript libs in use declare it. */
 type CompiledModule = typeof globalThis extends {WebAssembly: {Module: {prototype: infer M}}} ? M : object;

@@ -1,4 +1,5 @@
-import type {Decision, FailureFields, Metrics, Policy} from './index.js';
+import type {FailureFields, Metrics, Policy} from './index.js';
+import type {HandlerContext, JobDecision} from './queue.js';
 
 export interface ConnectOptions {
 	/**
@@ -80,7 +81,7 @@ export interface Job {
 }
 
 /** Runs one job. Resolving is a success; throwing (or resolving to a failed fetch `Response`) is a failure that the policy decides. `signal` aborts when the worker stops and at the handler's deadline (`handlerTimeoutMs`): pass it to the calls the handler makes. */
-export type Handler = (job: Job, context: {readonly signal: AbortSignal}) => unknown;
+export type Handler = (job: Job, context: HandlerContext) => unknown;
 
 /** What a worker did with a delivery, once the broker confirmed it. */
 export interface Outcome {
@@ -88,7 +89,7 @@ export interface Outcome {
 	/** `success`, the retry or dead letter reason, `circuit_open` / `budget_exhausted` for a deferral, `malformed`, `crash_loop`. */
 	readonly reason: string;
 	/** The policy's decision, null when it was not asked (success, malformed, crash loop, refused by the breaker). */
-	readonly decision: Decision | null;
+	readonly decision: JobDecision | null;
 	readonly applied: true;
 	/** The delay of a retry or a deferral (ms). */
 	readonly delayMs?: number;

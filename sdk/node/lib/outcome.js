@@ -1,39 +1,34 @@
 // What a queue worker does about the outcome of a job, shared by the Redis
 // worker (redis/worker.js) and the RabbitMQ one (rabbitmq/worker.js),
-// through the Runner (runner.js) and the Redis queue's apply(): classify the
-// error as retry() does, decide with the job's own facts, defer what the
-// breaker or the budget refused. Pure apart from the policy's state: the
-// brokers only move what this decides.
-import { InputError } from './host/errors.js';
+// through the Runner (runner.js) and the Redis queue's apply(). The core
+// decides it (policy.outcome(), wasm/ABI.md "outcome": ack, retry, defer or
+// dead-letter, the delay, the pause, what to count); this gives it the
+// error, classified as retry() does, with the job's own facts. The brokers
+// only move what it decides.
 import { failureOf, isFailedResponse } from './retry.js';
-
-// Decisions that defer a job instead of dead-lettering it (on_open: defer).
-export const DEFERRED = new Set(['circuit_open', 'budget_exhausted']);
-// A refused job's wait when the policy cannot say how long.
-export const OPEN_POLL_MS = 1000;
 
 /**
  * The plan for the outcome of running job ({id, attempt, firstEnqueuedMs,
- * prevDelayMs, malformed}): {action: ack|retry|defer|dead_letter, reason,
- * decision, msg, delayMs}. error is what the handler threw (or a failed
- * Response), null or undefined for a success. malformed is the text a
- * malformed job is dead-lettered with (each broker names its own fields).
- * enqueueNowMs is now on the clock that stamped job.firstEnqueuedMs (the
- * Redis server's: the job's elapsed time is measured on it; default nowMs).
+ * prevDelayMs, malformed}): the core's outcome ({action: ack|retry|defer|
+ * dead_letter, reason, delayMs, pause, count}) with decision (the policy's
+ * answer to a failure: {action, reason, delayMs}, else null) and msg (the
+ * error's text). error is what the handler threw (or a failed Response),
+ * null or undefined for a success. malformed is the text a malformed job is
+ * dead-lettered with (each broker names its own fields). enqueueNowMs is
+ * now on the clock that stamped job.firstEnqueuedMs (the Redis server's:
+ * the job's elapsed time is measured on it; default nowMs).
  */
 export function planOutcome(job, error, policy, { classify, nowMs, random, malformed, enqueueNowMs }) {
+  const failed = error !== undefined && error !== null;
   const wellFormed = typeof job.id === 'string' && job.id !== '' && Number.isSafeInteger(job.attempt) && job.attempt >= 1;
   if (job.malformed || !wellFormed || job.attempt >= 1e14) {
     // The same text in every language (testdata/queue): the dead letter keeps
     // every field of the job, so the text repeats none.
-    let msg = malformed;
-    if (error !== undefined && error !== null) msg += ` (${errorText(error)})`;
-    return { action: 'dead_letter', reason: 'malformed', decision: null, msg };
+    const msg = failed ? `${malformed} (${errorText(error)})` : malformed;
+    return { action: 'dead_letter', reason: 'malformed', decision: null, msg, delayMs: 0, pause: false, count: 'dead_letter' };
   }
-  if (error === undefined || error === null) {
-    policy.recordSuccess(nowMs);
-    return { action: 'ack', reason: 'success', decision: null };
-  }
+  const now = nowMs ?? Date.now();
+  if (!failed) return { ...policy.outcome({ event: 'success', nowMs: now }), decision: null };
   // A RetryError is a retry() inside the handler giving up (failureOf): its
   // last failure says what failed, and it is marked retriedDownstream
   // (unless circuit_open: no call made), so the job is dead-lettered with
@@ -43,7 +38,7 @@ export function planOutcome(job, error, policy, { classify, nowMs, random, malfo
   // queue job has no method: it is not gated (docs/policy.md), in every
   // language (testdata/queue: method/*).
   for (const f of ['attempt', 'idempotency_key', 'elapsed_ms', 'now_ms', 'prev_delay_ms', 'method']) delete failure[f];
-  const now = nowMs ?? Date.now();
+  failure.event = 'failure';
   failure.attempt = job.attempt;
   failure.idempotencyKey = job.id;
   failure.nowMs = now;
@@ -53,69 +48,14 @@ export function planOutcome(job, error, policy, { classify, nowMs, random, malfo
   failure.prevDelayMs = Number.isSafeInteger(job.prevDelayMs) && job.prevDelayMs > 0 ? job.prevDelayMs : 0;
   if (random !== undefined) failure.random = random;
   const msg = errorText(error);
-  let decision;
-  try {
-    decision = policy.decide(failure);
-  } catch (err) {
-    if (!(err instanceof InputError || err?.name === 'InputError')) throw err;
-    return { action: 'dead_letter', reason: 'malformed', decision: null, msg: `${msg} (policy refused the failure: ${err.message})` };
-  }
-  if (decision.action === 'retry') return { action: 'retry', reason: decision.reason, decision, msg, delayMs: decision.delayMs };
-  if (DEFERRED.has(decision.reason) && policy.onOpen !== 'dead_letter') {
-    // Not the job's fault: it waits (until the breaker may half-open, or
-    // its backoff for the budget, which budget_exhausted carries; 0 only
-    // without a backoff: poll rather than spin) without spending an attempt.
-    let delayMs = decision.delayMs > 0 ? decision.delayMs : OPEN_POLL_MS;
-    if (decision.reason === 'circuit_open') delayMs = refusedFor(policy, now) ?? OPEN_POLL_MS;
-    return { action: 'defer', reason: decision.reason, decision, msg, delayMs };
-  }
-  return { action: 'dead_letter', reason: decision.reason, decision, msg };
-}
-
-/**
- * The plan for a job the breaker refused before its handler ran (acquire):
- * deferred for retryInMs, or dead-lettered with on_open: dead_letter.
- */
-export function refusedPlan(policy, retryInMs) {
-  return policy.onOpen === 'dead_letter'
-    ? { action: 'dead_letter', reason: 'circuit_open', decision: null, msg: 'circuit breaker open: the job was not run' }
-    : { action: 'defer', reason: 'circuit_open', decision: null, msg: '', delayMs: retryInMs };
-}
-
-/**
- * Counts a plan in the process metrics (createMetrics): the families
- * retry() uses, target = the queue.
- */
-export function countPlan(metrics, plan, policy) {
-  if (plan.action === 'ack') metrics.attempt('success');
-  else if (plan.action === 'retry' || plan.action === 'defer') {
-    metrics.attempt('retry');
-    metrics.retry(plan.reason, plan.delayMs ?? 0);
-  } else metrics.attempt('dead_letter');
-  if (policy.stateful === true && typeof policy.circuitState === 'function') metrics.state(policy.circuitState());
-  if (policy.stateful === true && typeof policy.budgetTokens === 'function') metrics.budget(policy.budgetTokens());
-}
-
-/**
- * How long the policy's breaker refuses a call at nowMs (acquire), or null
- * when it allows one. A policy that cannot answer allows: its decision
- * after the call still applies.
- */
-export function refusedFor(policy, nowMs, metrics) {
-  if (typeof policy.acquire !== 'function') return null;
-  let permit;
-  try {
-    permit = policy.acquire(nowMs);
-  } catch {
-    return null;
-  }
-  metrics?.state(permit.state);
-  if (permit.allowed) return null;
-  return permit.retryInMs > 0 ? permit.retryInMs : OPEN_POLL_MS;
+  const o = policy.outcome(failure);
+  if (o.invalid) return { ...o, decision: null, msg: `${msg} (policy refused the failure: ${o.error.message})` };
+  const decision = { action: o.action === 'retry' ? 'retry' : 'dead_letter', reason: o.reason, delayMs: o.action === 'dead_letter' ? 0 : o.delayMs };
+  return { ...o, decision, msg };
 }
 
 export function checkPolicy(policy) {
-  if (!policy || typeof policy.decide !== 'function' || typeof policy.recordSuccess !== 'function') {
+  if (typeof policy?.outcome !== 'function') {
     throw new TypeError('Expected `policy` to be a Policy from loadPolicy()');
   }
 }

@@ -1,16 +1,15 @@
 // The broker-neutral part of a queue worker, as Go's queue.Runner
-// (queue/runner.go, queue/policies.go): before a job it asks the breaker
-// (acquire), runs the handler within its deadline, decides the outcome
-// (outcome.js: a success feeds the budget and the breaker), counts the
-// client metrics, and holds new jobs back while the breaker refuses them;
-// the jobs of a type with a policy of its own (work()'s `policies`) run
-// with it. It touches no broker: the Redis worker (redis/worker.js) and the
+// (queue/runner.go, queue/policies.go): it asks the core before a job (the
+// breaker), runs the handler within its deadline, asks the core the outcome
+// (outcome.js), counts what the core says, and holds new jobs back while the
+// breaker refuses them; the jobs of a type with a policy of its own
+// (work()'s `policies`) run with it. It touches no broker: the Redis worker (redis/worker.js) and the
 // RabbitMQ one (rabbitmq/worker.js) read deliveries and apply the plans it
 // returns through their own moves.
 import { checkSignal, checkWhole } from './args.js';
 import { startDeadline } from './deadline.js';
 import { typedPolicies } from './jobtypes.js';
-import { checkPolicy, countPlan, planOutcome, refusedFor, refusedPlan } from './outcome.js';
+import { checkPolicy, planOutcome } from './outcome.js';
 import { isFailedResponse } from './retry.js';
 
 /** Checks what every broker's work(policy, handler, options) takes first. */
@@ -93,11 +92,12 @@ export class Runner {
 
   /**
    * Runs job (not malformed: the broker dead-letters those), of job type
-   * type, and resolves to its plan (outcome.js): the breaker asked first
-   * (refused, the handler does not run), the handler run until its deadline
-   * or until stop aborts, the outcome decided and counted. Resolves to null
-   * when the policy could not decide (reported): the broker leaves the job
-   * to be delivered again.
+   * type, and resolves to its plan (outcome.js), as the core decides it:
+   * the breaker asked first (refused, the handler does not run), the
+   * handler run until its deadline or until stop aborts, the outcome
+   * decided, counted and, when the breaker refused, the worker paused.
+   * Resolves to null when the policy could not decide (reported): the
+   * broker leaves the job to be delivered again.
    */
   async run(job, type, stop) {
     // A job type with its own policy runs with it, and its metrics
@@ -106,33 +106,51 @@ export class Runner {
     const own = this.#typed.get(type);
     const policy = own?.policy ?? this.#policy;
     const metrics = own ? own.metrics : this.#o.metrics;
-    // The breaker protects the dependency before the call: refused, the
-    // handler does not run, the job is deferred (or dead-lettered with
-    // on_open: dead_letter) and the worker takes no job until then.
-    const retryInMs = refusedFor(policy, Date.now(), metrics);
-    if (retryInMs !== null) {
-      metrics?.refused('circuit_open');
-      if (!own) this.#pause(retryInMs);
-      return refusedPlan(policy, retryInMs);
+    let plan = this.#before(policy, metrics);
+    if (plan === null) {
+      const error = await runHandler(this.#handler, job, stop, this.#o.handlerTimeoutMs, (err) => this.report(this.#o.error(`job ${job.id}`, err), job));
+      try {
+        plan = planOutcome(job, error, policy, { classify: this.#o.classify, malformed: this.#o.malformed, enqueueNowMs: this.#o.enqueueClock?.() });
+      } catch (err) {
+        this.report(err, job);
+        return null;
+      }
     }
-    const error = await runHandler(this.#handler, job, stop, this.#o.handlerTimeoutMs, (err) => this.report(this.#o.error(`job ${job.id}`, err), job));
-    let plan;
-    try {
-      plan = planOutcome(job, error, policy, {
-        classify: this.#o.classify, malformed: this.#o.malformed, enqueueNowMs: this.#o.enqueueClock?.(),
-      });
-    } catch (err) {
-      this.report(err, job);
-      return null;
-    }
-    if (!own && plan.action === 'defer' && plan.reason === 'circuit_open') this.#pause(plan.delayMs);
-    if (metrics !== undefined) countPlan(metrics, plan, policy);
+    // The breaker refused (before the job, or its failure found it open):
+    // the worker takes no job until it may half-open.
+    if (!own && plan.pause) this.#pausedUntil = Math.max(this.#pausedUntil, Date.now() + plan.delayMs);
+    if (metrics !== undefined) count(metrics, plan, policy);
     return plan;
   }
 
-  // Holds new jobs back for ms from now (a later pause wins).
-  #pause(ms) {
-    this.#pausedUntil = Math.max(this.#pausedUntil, Date.now() + ms);
+  // The breaker protects the dependency before the call: the plan of a job
+  // it refuses (deferred, or dead-lettered with on_open: dead_letter), or
+  // null to run it. A policy that cannot answer lets it run: its decision
+  // after the call still applies.
+  #before(policy, metrics) {
+    const now = Date.now();
+    let o;
+    try {
+      o = policy.outcome({ event: 'before', nowMs: now });
+      metrics?.state(policy.stateful ? policy.circuitState(now) : 'closed');
+    } catch {
+      return null;
+    }
+    if (o.action === 'run') return null;
+    return { ...o, decision: null, msg: o.action === 'dead_letter' ? 'circuit breaker open: the job was not run' : '' };
+  }
+}
+
+// Counts a plan in the process metrics (createMetrics: the families retry()
+// uses, target = the queue) as the core says (count), then the breaker's
+// state and the budget left.
+function count(metrics, plan, policy) {
+  if (plan.count === 'refused') return metrics.refused(plan.reason);
+  if (plan.count !== 'none') metrics.attempt(plan.count);
+  if (plan.count === 'retry') metrics.retry(plan.reason, plan.delayMs);
+  if (policy.stateful === true) {
+    metrics.state(policy.circuitState());
+    metrics.budget(policy.budgetTokens());
   }
 }
 

@@ -4,7 +4,7 @@
 // queue's back with a separate raw ioredis client.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 
 /** The whole time of the server, in unix ms. */
 export async function serverNow(raw) {

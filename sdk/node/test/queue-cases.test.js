@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { after, before, test } from 'node:test';
 import { loadPolicy } from '../index.js';
 import { errorText } from '../lib/outcome.js';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 import { canonical, caseError, classify, deadlineError as workerDeadline, FIELDS, timesAsOffsets } from '../test-support/cases.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { serverNow } from '../test-support/queue-suite.js';
@@ -40,12 +40,13 @@ after(async () => {
 function spy() {
   const s = {
     asked: null,
-    decide: (f) => {
-      s.asked = {};
-      for (const [k, f2] of FIELDS) if (f[f2]) s.asked[k] = f[f2];
-      return policy.decide(f);
+    outcome: (e) => {
+      if (e.event === 'failure') {
+        s.asked = {};
+        for (const [k, f2] of FIELDS) if (e[f2]) s.asked[k] = e[f2];
+      }
+      return policy.outcome(e);
     },
-    recordSuccess: (now) => policy.recordSuccess(now),
   };
   return s;
 }

@@ -1,4 +1,4 @@
-// backstop-policy/queue on a real 3-master Redis Cluster: the scripts through
+// backstop-policy/redis on a real 3-master Redis Cluster: the scripts through
 // the cluster clients, which route every command by the queue's hash tag.
 import { after } from 'node:test';
 import { cluster, inspector } from '../test-support/clients.js';

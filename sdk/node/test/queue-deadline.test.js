@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { loadPolicy } from '../index.js';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 import { inspector } from '../test-support/clients.js';
 import { until } from '../test-support/eventually.js';
 import { counters } from '../test-support/queue-suite.js';
@@ -34,10 +34,10 @@ function work(name, policy, handler, options) {
   };
 }
 
-// A policy that notes the error kinds it was asked about.
+// A policy that notes the error kinds of the failures it was asked about.
 function spied(policy) {
   const kinds = [];
-  return { kinds, decide: (f) => (kinds.push(f.errorKind), policy.decide(f)), recordSuccess: (now) => policy.recordSuccess(now) };
+  return { kinds, outcome: (e) => (e.event === 'failure' && kinds.push(e.errorKind), policy.outcome(e)) };
 }
 
 test('a handler running past minIdleMs runs once: its worker holds it, a second worker reclaims nothing', async () => {

@@ -1,4 +1,4 @@
-// backstop-policy/queue when Redis refuses writes: under maxmemory with
+// backstop-policy/redis when Redis refuses writes: under maxmemory with
 // noeviction Redis refuses ack, retry and dead_letter (their first write is
 // flagged denyoom) but not XCLAIM, so reclaim could hand out a job whose
 // outcome a worker knows. The worker keeps the outcome and holds the job
@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { loadPolicy } from '../index.js';
-import { createQueue, scriptSource } from '../lib/queue.js';
+import { createQueue, scriptSource } from '../lib/redis.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { until } from '../test-support/eventually.js';
 import { counters, serverNow } from '../test-support/queue-suite.js';

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { loadPolicy } from '../index.js';
 import { fieldsJSON } from '../lib/redis/plain.js';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { entries } from '../test-support/queue-suite.js';
 import { startRedis } from '../test-support/redis-server.js';

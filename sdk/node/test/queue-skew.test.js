@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, mock, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { loadPolicy } from '../index.js';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 import { inspector } from '../test-support/clients.js';
 import { until } from '../test-support/eventually.js';
 import { startRedis } from '../test-support/redis-server.js';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { loadPolicy } from '../index.js';
-import { createQueue } from '../lib/queue.js';
+import { createQueue } from '../lib/redis.js';
 import { inspector } from '../test-support/clients.js';
 import { until } from '../test-support/eventually.js';
 import { counters, entries } from '../test-support/queue-suite.js';
@@ -26,7 +26,7 @@ function spied(policy) {
     ids,
     policy: new Proxy(policy, {
       get(target, prop) {
-        if (prop === 'decide') return (f) => { ids.add(f.idempotencyKey); return target.decide(f); };
+        if (prop === 'outcome') return (e) => { if (e.event === 'failure') ids.add(e.idempotencyKey); return target.outcome(e); };
         const v = Reflect.get(target, prop, target);
         return typeof v === 'function' ? v.bind(target) : v;
       },

@@ -1,9 +1,9 @@
-// backstop-policy/queue against a real redis-server: every script of the
+// backstop-policy/redis against a real redis-server: every script of the
 // queue contract through every supported client (test-support/queue-suite.js),
 // and the client adapter's own behaviour.
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
-import { createQueue, keysFor, scriptSource } from '../lib/queue.js';
+import { createQueue, keysFor, scriptSource } from '../lib/redis.js';
 import { inspector, standalone } from '../test-support/clients.js';
 import { scriptSuite } from '../test-support/queue-suite.js';
 import { startRedis } from '../test-support/redis-server.js';

@@ -171,23 +171,26 @@ async function counters(registry) {
 
 // -- one case -------------------------------------------------------------------------
 
-// The policy, reporting the failure it was asked about and its answer; with
+// The policy, reporting the failure it was asked about and its decision
+// (the outcome's: a retry, else a dead letter with its reason); with
 // refuse, its breaker refuses every job.
 function spy(refuse) {
   const s = {
     asked: null,
     decision: null,
-    decide(f) {
-      const d = policy.decide(f);
-      s.asked = { attempt: f.attempt };
-      for (const [k, f2] of [...FIELDS, ['prev_delay_ms', 'prevDelayMs']]) if (f[f2]) s.asked[k] = f[f2];
-      s.decision = { action: d.action, reason: d.reason };
-      if (d.action === 'retry') s.decision.delay_ms = d.delayMs;
-      return d;
+    outcome(e) {
+      if (e.event === 'before' && refuse) {
+        return { action: 'defer', reason: 'circuit_open', delayMs: refuse.retry_in_ms, pause: true, count: 'refused', invalid: false };
+      }
+      const o = policy.outcome(e);
+      if (e.event !== 'failure') return o;
+      s.asked = { attempt: e.attempt };
+      for (const [k, f2] of [...FIELDS, ['prev_delay_ms', 'prevDelayMs']]) if (e[f2]) s.asked[k] = e[f2];
+      s.decision = { action: o.action === 'retry' ? 'retry' : 'dead_letter', reason: o.reason };
+      if (o.action === 'retry') s.decision.delay_ms = o.delayMs;
+      return o;
     },
-    recordSuccess: (now) => policy.recordSuccess(now),
   };
-  if (refuse) s.acquire = () => ({ allowed: false, retryInMs: refuse.retry_in_ms, state: 'open' });
   return s;
 }
 

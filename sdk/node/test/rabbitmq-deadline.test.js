@@ -64,7 +64,7 @@ test('a handler past handlerTimeoutMs is retried once through the delay levels, 
   const q = broker.queue('deadline-timeout');
   await q.enqueue('job-1', 'x');
   const kinds = [];
-  const spy = { decide: (f) => (kinds.push(f.errorKind), policy.decide(f)), recordSuccess: (now) => policy.recordSuccess(now) };
+  const spy = { outcome: (e) => (e.event === 'failure' && kinds.push(e.errorKind), policy.outcome(e)) };
   // The first attempt never returns (it ignores its signal); the second succeeds.
   const w = work(q, spy, (job) => (job.attempt === 1 ? new Promise(() => {}) : 'ok'), { handlerTimeoutMs: 300 });
   try {

@@ -1,17 +1,19 @@
 // Policy handles and the hot path. A decision goes through decide_batch with
-// one 64-byte record: every parameter is an i32, so no BigInt is created
-// (i64 parameters would need one each, and BigInts are slow).
+// one record: every parameter is an i32, so no BigInt is created (i64
+// parameters would need one each, and BigInts are slow). The failure's
+// fields, where each goes and the packed words come from the contract
+// (contract.gen.js); this file converts each *type* of field.
+import * as C from './contract.gen.js';
 import { InputError } from './errors.js';
 import { getInstance } from './instance.js';
 
-const ACTIONS = ['retry', 'dead_letter'];
-const CLASSES = ['retryable', 'permanent', 'uncertain', 'class(3)'];
-const REASONS = [
-  'transient', 'retry_after', 'uncertain', 'permanent_error', 'max_attempts_reached',
-  'max_elapsed_exceeded', 'uncertain_limit_reached', 'not_idempotent', 'budget_exhausted',
-  'circuit_open', 'retry_after_too_long', 'retried_downstream', 'server_declined', 'reason(13)', 'reason(14)', 'reason(15)',
-];
-const CIRCUIT = ['closed', 'open', 'half_open'];
+const { ERR_HANDLE, ERR_INPUT, FAILURE_FIELDS: FIELDS, MAX_STRING } = C;
+const { size: RECORD, resultSize: RESULT, fields: R } = C.RECORD;
+const BATCH = 256; // records per decide_batch call in decideMany
+const TWO32 = 4294967296;
+const TWO63 = 9223372036854775808;
+const INT64_MAX = 0x7fffffffffffffffn;
+const INT64_MIN = -0x8000000000000000n;
 
 export const GRPC_CODES = new Map(
   [
@@ -21,16 +23,8 @@ export const GRPC_CODES = new Map(
   ].map((name, code) => [name, code]),
 );
 
-const ERR_HANDLE = -1;
-const ERR_INPUT = -3;
-const RECORD = 64;
-const RESULT = 8;
-const MAX_STRING = 0xffff; // string lengths are u16 in a record
-const BATCH = 256; // records per decide_batch call in decideMany
-const INT64_MAX = 0x7fffffffffffffffn;
-const INT64_MIN = -0x8000000000000000n;
-const TWO32 = 4294967296;
-const TWO63 = 9223372036854775808;
+// policy.MaxFileBytes (docs/policy.md, "Limits"); a test pins it to the module's.
+export const MAX_POLICY_BYTES = 64 << 10;
 
 const encoder = new TextEncoder();
 
@@ -50,9 +44,6 @@ const finalizer =
  * Loads a policy: a preset name, a JSON or YAML string, a plain object or
  * bytes. Each call returns a new handle with its own budget and breaker.
  */
-// policy.MaxFileBytes (docs/policy.md, "Limits"); a test pins it to the module's.
-export const MAX_POLICY_BYTES = 64 << 10;
-
 export async function loadPolicy(config, options = {}, loadDefault) {
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
   // The module refuses a policy over MAX_POLICY_BYTES with a PolicyError;
@@ -83,8 +74,8 @@ class Policy {
     this.inst = inst;
     this.h = h;
     this.stateful = inst.call(() => inst.e.policy_stateful(h)) === 1;
-    // on_open never changes: read once. 0 defer, 1 dead_letter.
-    this.onOpen = inst.call(() => inst.e.policy_on_open(h)) === 1 ? 'dead_letter' : 'defer';
+    // on_open never changes: read once.
+    this.onOpen = C.ON_OPEN_NAMES[inst.call(() => inst.e.policy_on_open(h))];
     finalizer?.register(this, { inst, h }, this);
   }
 
@@ -103,7 +94,7 @@ class Policy {
     const w = (inst.base + RECORD) >> 2;
     const hi = inst.u32[w + 1];
     if (hi > 0x7fffffff) throw this.recordError(inst.i32[w], undefined);
-    return unpack(inst.u32[w], hi);
+    return C.unpackDecision(inst.u32[w], hi);
   }
 
   decideMany(failures) {
@@ -112,6 +103,10 @@ class Policy {
     const inst = this.inst;
     const out = new Array(failures.length);
     let first; // the InputError of the first invalid failure
+    const fail = (i, err) => {
+      out[i] = null;
+      if (first === undefined || i < first.index) first = err;
+    };
     for (let start = 0; start < failures.length; start += BATCH) {
       const n = Math.min(BATCH, failures.length - start);
       let str = n * (RECORD + RESULT);
@@ -125,36 +120,32 @@ class Policy {
           at.push(i);
         } catch (err) {
           if (!(err instanceof InputError)) throw err;
-          out[i] = null;
-          if (first === undefined || i < first.index) first = err;
+          fail(i, err);
         }
       }
-      const k = at.length;
-      if (k === 0) continue;
+      if (at.length === 0) continue;
       let got;
       try {
-        got = inst.e.decide_batch(this.h, 0, k, n * RECORD);
+        got = inst.e.decide_batch(this.h, 0, at.length, n * RECORD);
       } catch (err) {
         throw inst.crashed(err);
       }
-      if (got !== k) throw this.callError(got);
+      if (got !== at.length) throw this.callError(got);
       inst.views();
-      const u32 = inst.u32;
       const w = (inst.base + n * RECORD) >> 2;
       let named = false;
-      for (let j = 0; j < k; j++) {
-        const hi = u32[w + 2 * j + 1];
+      for (let j = 0; j < at.length; j++) {
+        const hi = inst.u32[w + 2 * j + 1];
         if (hi <= 0x7fffffff) {
-          out[at[j]] = unpack(u32[w + 2 * j], hi);
-          continue;
-        }
-        out[at[j]] = null;
-        // The module keeps the message of the first bad record of a call.
-        if (!named) {
+          out[at[j]] = C.unpackDecision(inst.u32[w + 2 * j], hi);
+        } else if (named) {
+          out[at[j]] = null;
+        } else {
+          // The module keeps the message of the first bad record of a call.
           named = true;
           const err = this.recordError(inst.i32[w + 2 * j], at[j]);
           if (!(err instanceof InputError)) throw err;
-          if (first === undefined || at[j] < first.index) first = err;
+          fail(at[j], err);
         }
       }
     }
@@ -166,11 +157,11 @@ class Policy {
   }
 
   recordSuccess(nowMs) {
-    this.scalar('record_success', nowMs);
+    this.#call('record_success', now(nowMs));
   }
 
   circuitState(nowMs) {
-    return CIRCUIT[this.scalar('circuit_state', nowMs)];
+    return C.CIRCUIT_STATE_NAMES[this.#call('circuit_state', now(nowMs))];
   }
 
   /**
@@ -181,9 +172,8 @@ class Policy {
   budgetTokens(nowMs) {
     if (this.h === 0) throw closed();
     if (!this.stateful) return null;
-    const w = this.wide('budget_tokens', nowMs);
-    if (((w >> 48n) & 1n) === 0n) return null;
-    return Number(w & 0xffffffffffffn) / 1000;
+    const b = C.unpackBudget(...halves(this.#call('budget_tokens', now(nowMs))));
+    return b.present ? b.milli / 1000 : null;
   }
 
   /**
@@ -193,12 +183,7 @@ class Policy {
    * reported (recordSuccess, or decide for a failure).
    */
   acquire(nowMs) {
-    const w = this.wide('acquire', nowMs);
-    return {
-      allowed: ((w >> 50n) & 1n) === 1n,
-      retryInMs: Number(w & 0xffffffffffffn),
-      state: CIRCUIT[Number((w >> 48n) & 3n)],
-    };
+    return C.unpackPermit(...halves(this.#call('acquire', now(nowMs))));
   }
 
   /**
@@ -208,7 +193,41 @@ class Policy {
    */
   attemptTimeout(elapsedMs) {
     if (this.h === 0) throw closed();
-    return Number(this.wide('attempt_timeout', toBigInt(elapsedMs, 'elapsed_ms')));
+    return Number(this.#call('attempt_timeout', toBigInt(elapsedMs, 'elapsed_ms')));
+  }
+
+  /**
+   * What a queue worker does about one event of a job (wasm/ABI.md,
+   * "outcome"): {event: 'before' | 'success' | 'failure' | 'delivered',
+   * nowMs, the failure's fields (failure), deliveries and maxDeliveries
+   * (delivered)} → {action, reason, delayMs, pause, count, invalid}, and
+   * error (an InputError) when invalid: a failure refused as invalid input
+   * is dead-lettered as malformed, not thrown.
+   */
+  outcome(e) {
+    if (this.h === 0) throw closed();
+    if (e === null || typeof e !== 'object') throw new TypeError(`Expected \`event\` to be an object (got ${describe(e)})`);
+    const { event, deliveries = 0, maxDeliveries = 0, ...failure } = e;
+    const code = C.EVENT_NAMES.indexOf(event);
+    if (code < 0) throw new TypeError(`Expected \`event\` to be one of ${C.EVENT_NAMES.join(', ')} (got ${describe(event)})`);
+    const inst = this.inst;
+    if (typeof inst.raw.outcome !== 'function') throw new Error('backstop.wasm: this module has no outcome export (it is older than this package)');
+    let end;
+    try {
+      end = writeFailure(inst, failure, 0, RECORD, undefined);
+    } catch (err) {
+      if (event !== 'failure' || !(err instanceof InputError)) throw err;
+      return { action: 'dead_letter', reason: 'malformed', delayMs: 0, pause: false, count: 'dead_letter', invalid: true, error: err };
+    }
+    // outcome takes decide's parameters: read them back from the record,
+    // and move the strings to offset 0, where decide reads them.
+    const dv = new DataView(inst.memory.buffer, inst.base);
+    const args = DECIDE_PARAMS.map((name) => dv[GETTERS[R[name].type]](R[name].offset, true));
+    inst.u8.copyWithin(inst.base, inst.base + RECORD, inst.base + end);
+    const extra = [toBigInt(deliveries, 'deliveries'), toBigInt(maxDeliveries, 'max_deliveries')];
+    const o = C.unpackOutcome(...halves(this.#call('outcome', code, ...args, ...extra)));
+    if (o.invalid) o.error = this.recordError(ERR_INPUT, undefined);
+    return o;
   }
 
   close() {
@@ -220,32 +239,21 @@ class Policy {
     if (!inst.dead) inst.call(() => inst.e.policy_free(h));
   }
 
-  // Calls an (h, now_ms i64) export; BigInt is fine off the hot path.
-  scalar(name, nowMs) {
+  // Calls export name off the hot path (BigInt is fine there); an invalid
+  // input (-3) is an InputError.
+  #call(name, ...args) {
     if (this.h === 0) throw closed();
-    const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
     const inst = this.inst;
-    const r = inst.call(() => inst.e[name](this.h, now));
-    if (r < 0) throw this.callError(r);
+    const r = inst.call(() => inst.e[name](this.h, ...args));
+    if (r < 0) throw Number(r) === ERR_INPUT ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(r));
     return r;
-  }
-
-  // wide is scalar for the exports answering an i64 (acquire,
-  // budget_tokens, attempt_timeout), whose bad input is an InputError.
-  wide(name, nowMs) {
-    if (this.h === 0) throw closed();
-    const now = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
-    const inst = this.inst;
-    const w = inst.call(() => inst.e[name](this.h, now));
-    if (w < 0n) throw w === BigInt(ERR_INPUT) ? this.recordError(ERR_INPUT, undefined) : this.callError(Number(w));
-    return w;
   }
 
   recordError(code, index) {
     const msg = this.inst.lastError();
     if (code !== ERR_INPUT) return new Error(`backstop.wasm: decide: ${msg} (code ${code})`);
     // "record 0: invalid failure: attempt: must be >= 1 (got 0)"
-    const m = /^(?:record \d+: )?(?:invalid failure: )?([^:]*): ([^]*)$/.exec(msg);
+    const m = /^(?:record \d+: )?(?:invalid (?:failure|event): )?([^:]*): ([^]*)$/.exec(msg);
     return m ? new InputError(m[1], m[2], index) : new InputError('failure', msg, index);
   }
 
@@ -255,132 +263,154 @@ class Policy {
   }
 }
 
+// decide's parameters after the handle, by record field (outcome's too).
+const DECIDE_PARAMS = ['attempt', 'http_status', 'grpc_code', 'elapsed_ms', 'now_ms', 'random', 'prev_delay_ms', 'flags', 'method_len', 'kind_len', 'hint_len'];
+const GETTERS = { i64: 'getBigInt64', f64: 'getFloat64', i32: 'getInt32', u32: 'getUint32', u16: 'getUint16' };
+
 function closed() {
   return new Error('backstop: the policy is closed');
 }
 
-function unpack(lo, hi) {
-  return {
-    action: ACTIONS[(hi >>> 22) & 1],
-    delayMs: (hi & 0xffff) * TWO32 + lo,
-    reason: REASONS[(hi >>> 16) & 15],
-    class: CLASSES[(hi >>> 20) & 3],
-  };
+// A packed word's low and high 32 bits.
+function halves(w) {
+  return [Number(w & 0xffffffffn), Number(w >> 32n)];
 }
 
-// Converted int64 fields, as little-endian uint32 pairs: attempt, elapsed,
-// now, prev. A scratch area, so the hot path allocates nothing.
-const ints = new Uint32Array(8);
+// now_ms of the calls off the hot path: default the host's clock.
+function now(v) {
+  return v === undefined ? BigInt(Date.now()) : toBigInt(v, 'now_ms');
+}
+
+// The encoder's scratch, so the hot path allocates nothing: the value of
+// each field, the record being built, each string slot's value and length.
+const [INT64, INT32, GRPC_CODE, RANDOM_T, KEY, BOOL, STRING, HINT] = [0, 1, 2, 3, 4, 5, 6, 7];
+const TYPES = { int64: INT64, int32: INT32, grpc_code: GRPC_CODE, random: RANDOM_T, key: KEY, bool: BOOL, string: STRING, hint: HINT };
+const TYPE = Uint8Array.from(FIELDS, (f) => TYPES[f.type]);
+const AT = Int32Array.from(FIELDS, (f) => f.record);
+const SLOT = Int32Array.from(FIELDS, (f) => f.slot);
+const BIT = Int32Array.from(FIELDS, (f) => f.bit);
+const NOW = FIELDS.findIndex((f) => f.name === 'now_ms'); // absent: the host's clock
+const RANDOM = FIELDS.findIndex((f) => f.type === 'random'); // absent: Math.random()
+const TIME = FIELDS.map((f) => f.name.endsWith('_ms')); // a time drops its fraction
+const values = new Array(FIELDS.length);
+const scratch = new ArrayBuffer(RECORD);
+const s32 = new Uint32Array(scratch);
+const ZERO = new Uint32Array(s32.length);
+const si32 = new Int32Array(scratch);
+const s16 = new Uint16Array(scratch);
+const sf64 = new Float64Array(scratch);
+const slots = new Array(C.STRINGS.length);
+const lens = new Uint32Array(C.STRINGS.length);
+const LEN_AT = C.STRINGS.map((s) => R[`${s}_len`].offset >> 1); // each slot's length, in s16
+const FLAGS_AT = R.flags.offset >> 2;
+const STR_AT = R.str_off.offset >> 2;
 
 /**
  * Writes failure f as the record at buffer offset rec, its strings at str,
  * and returns the offset after the strings. An absent now_ms or random comes
  * from the host's clock and Math.random: hosts own time and randomness.
  * Throws the InputError of the first invalid field, in the order of every
- * host, before writing anything. Written for speed: the common call has no
- * strings and small numbers.
+ * host (the contract's), before writing anything.
  */
 function writeFailure(inst, f, rec, str, index) {
   if (f === null || typeof f !== 'object' || Array.isArray(f)) {
     throw new InputError('failure', `must be an object (got ${describe(f)})`, index);
   }
   // One pass over the keys the object has: much faster than probing both
-  // spellings of every field when failures come in many shapes, which makes
-  // property loads megamorphic. null means absent, as undefined; a name
-  // with an undefined value is not there at all.
-  let attempt, elapsed, now, random, prev, http, grpc, method, kind, hint, pushback, key, down, declined, unknown;
+  // spellings of every field. null means absent, as undefined; a name with
+  // an undefined value is not there at all. present has a bit per field
+  // found, so the common failure (a few fields) converts only those.
+  let unknown;
+  let present = 0;
   for (const name in f) {
     const v = f[name];
     if (v === undefined) continue;
-    switch (name) {
-      case 'attempt': attempt = v; break;
-      case 'http_status': case 'httpStatus': http = v; break;
-      case 'grpc_code': case 'grpcCode': grpc = v; break;
-      case 'error_kind': case 'errorKind': kind = v; break;
-      case 'retry_after': case 'retryAfter': hint = v; break;
-      case 'grpc_retry_pushback_ms': case 'grpcRetryPushbackMs': pushback = v; break;
-      case 'method': method = v; break;
-      case 'idempotency_key': case 'idempotencyKey': key = v; break;
-      case 'elapsed_ms': case 'elapsedMs': elapsed = v; break;
-      case 'now_ms': case 'nowMs': now = v; break;
-      case 'random': random = v; break;
-      case 'prev_delay_ms': case 'prevDelayMs': prev = v; break;
-      case 'retried_downstream': case 'retriedDownstream': down = v; break;
-      case 'server_declined': case 'serverDeclined': declined = v; break;
-      default: {
-        const u = name.toWellFormed();
-        if (unknown === undefined || codePointLess(u, unknown)) unknown = u;
-      }
+    const i = C.fieldIndex(name);
+    if (i >= 0) {
+      values[i] = v;
+      present |= 1 << i;
+    } else {
+      const u = name.toWellFormed();
+      if (unknown === undefined || codePointLess(u, unknown)) unknown = u;
     }
   }
-  if (unknown !== undefined) throw new InputError(unknown, 'unknown field', index);
-
-  // Convert every field, in order, before writing anything.
-  int64(attempt, 'attempt', false, 0, index);
-  const httpStatus = toInt32(http, 'http_status', 'must be a 32-bit integer', index);
-  const grpcStatus =
-    typeof grpc === 'string' ? grpcCode(grpc, index) : toInt32(grpc, 'grpc_code', 'must be a 32-bit integer or a status name', index);
-  let kl = 0;
-  let hl = 0;
-  let pl = 0;
-  let ml = 0;
-  if (kind !== undefined || hint !== undefined || pushback !== undefined || method !== undefined) {
-    kind = toStr(kind, 'error_kind', index);
-    kl = byteLength(kind, 'error_kind', index);
-    hint = toHint(hint, 'retry_after', index);
-    hl = byteLength(hint, 'retry_after', index);
-    pushback = toHint(pushback, 'grpc_retry_pushback_ms', index);
-    pl = byteLength(pushback, 'grpc_retry_pushback_ms', index);
-    method = toStr(method, 'method', index);
-    ml = byteLength(method, 'method', index);
+  if (unknown !== undefined) {
+    values.fill(undefined);
+    throw new InputError(unknown, 'unknown field', index);
   }
-  let flags = key === undefined ? 0 : hasKey(key, index);
-  int64(elapsed, 'elapsed_ms', true, 2, index);
-  if (now === undefined || now === null) now = Date.now();
-  int64(now, 'now_ms', true, 4, index);
-  random = toRandom(random, index);
-  int64(prev, 'prev_delay_ms', true, 6, index);
-  if (down !== undefined && down !== null && down !== false) flags |= flag(down, 'retried_downstream', 4, index);
-  if (declined !== undefined && declined !== null && declined !== false) flags |= flag(declined, 'server_declined', 8, index);
-  if (hl === 0 && pl > 0) {
-    hint = pushback;
-    hl = pl;
-    flags |= 2;
+  if (values[NOW] === undefined || values[NOW] === null) {
+    values[NOW] = Date.now();
+    present |= 1 << NOW;
   }
 
-  const strOff = str;
-  if (ml + kl + hl > 0) {
-    // This may move the buffer and grow memory, so views and base are read
-    // after it.
-    inst.reserve(str + ml + kl + hl);
+  // Convert every field found, in the contract's order, before writing
+  // anything; each writes its part of the scratch record, absent ones are 0
+  // (random: a fresh draw).
+  s32.set(ZERO);
+  if ((present & (1 << RANDOM)) === 0) sf64[AT[RANDOM] >> 3] = Math.random();
+  for (let s = 0; s < lens.length; s++) lens[s] = 0;
+  let flags;
+  try {
+    flags = convert(present, index);
+  } catch (err) {
+    values.fill(undefined); // the fields after the invalid one
+    throw err;
+  }
+  s32[FLAGS_AT] = flags;
+  s32[STR_AT] = str;
+  let total = 0;
+  for (let s = 0; s < lens.length; s++) {
+    s16[LEN_AT[s]] = lens[s];
+    total += lens[s];
+  }
+  // Reserving may move the buffer and grow memory, so views and base are
+  // read after it.
+  if (total > 0) {
+    inst.reserve(str + total);
     inst.views();
-    const at = inst.base + str;
-    putString(inst.u8, method, at, ml);
-    putString(inst.u8, kind, at + ml, kl);
-    putString(inst.u8, hint, at + ml + kl, hl);
-    str += ml + kl + hl;
+    for (let s = 0; s < lens.length; s++) {
+      putString(inst.u8, slots[s], inst.base + str, lens[s]);
+      str += lens[s];
+    }
   } else {
     inst.views();
   }
-
-  const u32 = inst.u32;
-  const w = (inst.base + rec) >> 2;
-  u32[w] = ints[0];
-  u32[w + 1] = ints[1];
-  u32[w + 2] = ints[2];
-  u32[w + 3] = ints[3];
-  u32[w + 4] = ints[4];
-  u32[w + 5] = ints[5];
-  inst.f64[(w >> 1) + 3] = random;
-  u32[w + 8] = ints[6];
-  u32[w + 9] = ints[7];
-  inst.i32[w + 10] = httpStatus;
-  inst.i32[w + 11] = grpcStatus;
-  u32[w + 12] = flags;
-  u32[w + 13] = strOff;
-  u32[w + 14] = ml | (kl << 16);
-  u32[w + 15] = hl; // and the reserved u16, 0
+  inst.u32.set(s32, (inst.base + rec) >> 2);
   return str;
+}
+
+// Converts the fields of present (a bit each) from values into the scratch
+// record and string slots, in the contract's order; returns the flags.
+function convert(present, index) {
+  let flags = 0;
+  for (let m = present; m !== 0; m &= m - 1) {
+    const i = 31 - Math.clz32(m & -m);
+    const v = values[i];
+    values[i] = undefined;
+    switch (TYPE[i]) {
+      case INT64: int64(v, FIELDS[i].name, TIME[i], AT[i] >> 2, index); break;
+      case INT32: si32[AT[i] >> 2] = toInt32(v, FIELDS[i].name, 'must be a 32-bit integer', index); break;
+      case GRPC_CODE:
+        si32[AT[i] >> 2] = typeof v === 'string' ? grpcCode(v, FIELDS[i].name, index) : toInt32(v, FIELDS[i].name, 'must be a 32-bit integer or a status name', index);
+        break;
+      case RANDOM_T: sf64[AT[i] >> 3] = toRandom(v, FIELDS[i].name, index); break;
+      case KEY: if (hasKey(v, FIELDS[i].name, index)) flags |= 1 << BIT[i]; break;
+      case BOOL: if (v !== undefined && v !== null && v !== false) flags |= 1 << flag(v, FIELDS[i].name, BIT[i], index); break;
+      default: {
+        if (v === undefined || v === null) break;
+        // string and hint: a string slot. The first field to fill a slot
+        // wins (a Retry-After over a pushback) and sets its flag bit.
+        const s = TYPE[i] === HINT ? toHint(v, FIELDS[i].name, index) : toStr(v, FIELDS[i].name, index);
+        const n = byteLength(s, FIELDS[i].name, index);
+        if (n > 0 && lens[SLOT[i]] === 0) {
+          slots[SLOT[i]] = s;
+          lens[SLOT[i]] = n;
+          if (BIT[i] >= 0) flags |= 1 << BIT[i];
+        }
+      }
+    }
+  }
+  return flags;
 }
 
 /**
@@ -426,48 +456,41 @@ export function codePointLess(a, b) {
   return a.length < b.length;
 }
 
-// Converts an int64 field into ints[slot], ints[slot + 1]: an integral
-// Number or a BigInt; times (truncate set) drop fractions, as they often
-// come from performance.now.
-function int64(v, field, truncate, slot, index) {
-  if (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Math.floor(v) === v) {
-    ints[slot] = v >>> 0;
-    ints[slot + 1] = (v / TWO32) >>> 0;
-  } else {
-    int64Slow(v, field, truncate, slot, index);
-  }
-}
+// -- one converter per type of field ------------------------------------------
 
-function int64Slow(v, field, truncate, slot, index) {
-  if (v === undefined || v === null) {
-    ints[slot] = 0;
-    ints[slot + 1] = 0;
+// int64: an integral Number or a BigInt, into s32[w], s32[w + 1]; a time
+// (truncate) drops its fraction, as it often comes from performance.now.
+function int64(v, field, truncate, w, index) {
+  if (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Math.floor(v) === v) {
+    s32[w] = v >>> 0;
+    s32[w + 1] = (v / TWO32) >>> 0;
+  } else if (v === undefined || v === null) {
+    s32[w] = 0;
+    s32[w + 1] = 0;
   } else if (typeof v === 'number') {
     if (!Number.isFinite(v) || (!truncate && !Number.isInteger(v))) {
       throw new InputError(field, `must be an integer (got ${describe(v)})`, index);
     }
     const t = Math.trunc(v);
     if (t >= TWO63 || t < -TWO63) throw new InputError(field, `must fit in 64 bits (got ${describe(v)})`, index);
-    ints[slot] = t >>> 0; // ToUint32 is exact modular arithmetic
-    ints[slot + 1] = Math.floor(t / TWO32) >>> 0;
+    s32[w] = t >>> 0; // ToUint32 is exact modular arithmetic
+    s32[w + 1] = Math.floor(t / TWO32) >>> 0;
   } else if (typeof v === 'bigint') {
     if (v > INT64_MAX || v < INT64_MIN) throw new InputError(field, `must fit in 64 bits (got ${v})`, index);
-    ints[slot] = Number(v & 0xffffffffn);
-    ints[slot + 1] = Number((v >> 32n) & 0xffffffffn);
+    s32[w] = Number(v & 0xffffffffn);
+    s32[w + 1] = Number((v >> 32n) & 0xffffffffn);
   } else {
     throw new InputError(field, `must be an integer (got ${describe(v)})`, index);
   }
 }
 
-// A time for recordSuccess and circuitState, with the rules of decide's
-// now_ms (an i64 parameter would wrap a BigInt past the int64 range).
+// An int64 parameter off the hot path (an i64 parameter would wrap a
+// BigInt past the int64 range), with the rules of the record's, through
+// the scratch record.
 function toBigInt(v, field) {
-  let b;
-  if (typeof v === 'bigint') b = v;
-  else if (typeof v === 'number' && Number.isFinite(v)) b = BigInt(Math.trunc(v));
-  else throw new InputError(field, `must be an integer (got ${describe(v)})`);
-  if (b > INT64_MAX || b < INT64_MIN) throw new InputError(field, `must fit in 64 bits (got ${describe(v)})`);
-  return b;
+  if (v === undefined || v === null) throw new InputError(field, `must be an integer (got ${describe(v)})`);
+  int64(v, field, true, 0, undefined);
+  return BigInt.asIntN(64, (BigInt(s32[1]) << 32n) | BigInt(s32[0]));
 }
 
 function toInt32(v, field, reason, index) {
@@ -477,22 +500,22 @@ function toInt32(v, field, reason, index) {
   throw new InputError(field, `${reason} (got ${describe(v)})`, index);
 }
 
-// A gRPC status name in any ASCII letter case: only ASCII letters fold, as
-// in every host.
-function grpcCode(v, index) {
+// grpc_code as a status name, in any ASCII letter case: only ASCII letters
+// fold, as in every host.
+function grpcCode(v, field, index) {
   const code = /^[\x00-\x7f]*$/.test(v) ? GRPC_CODES.get(v.toUpperCase()) : undefined;
-  if (code === undefined) throw new InputError('grpc_code', `unknown gRPC status name ${quote(v)}`, index);
+  if (code === undefined) throw new InputError(field, `unknown gRPC status name ${quote(v)}`, index);
   return code;
 }
 
-// A string field: a string or bytes (a Uint8Array, such as a Buffer).
+// string: a string or bytes (a Uint8Array, such as a Buffer).
 function toStr(v, field, index) {
   if (v === undefined || v === null) return '';
   if (typeof v === 'string' || v instanceof Uint8Array) return v;
   throw new InputError(field, `must be a string (got ${describe(v)})`, index);
 }
 
-// A hint: the raw value (a string or bytes), or a number of seconds
+// hint: the raw value (a string or bytes), or a number of seconds
 // (retry_after) or milliseconds (pushback), written as the integer it
 // rounds up to; "NaN", "Infinity", "-Infinity" stay malformed.
 function toHint(v, field, index) {
@@ -508,18 +531,31 @@ function toHint(v, field, index) {
   return toStr(v, field, index);
 }
 
-// retried_downstream and server_declined: true (the flag bit), false or
-// absent; nothing else, not 1 nor "true", as in every host.
+// bool: true (the flag bit), false or absent; nothing else, not 1 nor
+// "true", as in every host.
 function flag(v, field, bit, index) {
   if (v === true) return bit;
   throw new InputError(field, `must be a boolean (got ${describe(v)})`, index);
 }
 
-function hasKey(key, index) {
-  if (key === undefined || key === null || key === false || key === '') return 0;
-  if (key === true || typeof key === 'string') return 1;
-  if (key instanceof Uint8Array) return key.length > 0 ? 1 : 0;
-  throw new InputError('idempotency_key', `must be a string or a boolean (got ${describe(key)})`, index);
+// key: whether there is one (the module sees no more).
+function hasKey(key, field, index) {
+  if (key === undefined || key === null || key === false || key === '') return false;
+  if (key === true || typeof key === 'string') return true;
+  if (key instanceof Uint8Array) return key.length > 0;
+  throw new InputError(field, `must be a string or a boolean (got ${describe(key)})`, index);
+}
+
+// random: a number (the module clamps it into [0, 1), NaN too), or the
+// vectors' "NaN" / "Infinity" / "-Infinity"; absent, Math.random().
+function toRandom(v, field, index) {
+  if (typeof v === 'number') return v;
+  if (v === undefined || v === null) return Math.random();
+  if (typeof v === 'bigint') return Number(v);
+  if (v === 'NaN') return NaN;
+  if (v === 'Infinity' || v === '+Infinity') return Infinity;
+  if (v === '-Infinity') return -Infinity;
+  throw new InputError(field, `must be a number, "NaN", "Infinity" or "-Infinity" (got ${describe(v)})`, index);
 }
 
 // The UTF-8 length of a string field (a lone surrogate becomes U+FFFD, 3
@@ -556,16 +592,4 @@ function putString(u8, v, at, len) {
   } else {
     encoder.encodeInto(v, u8.subarray(at, at + len));
   }
-}
-
-// The jitter draw: a number (the module clamps it into [0, 1), NaN too), or
-// the vectors' "NaN" / "Infinity" / "-Infinity".
-function toRandom(v, index) {
-  if (typeof v === 'number') return v;
-  if (v === undefined || v === null) return Math.random();
-  if (typeof v === 'bigint') return Number(v);
-  if (v === 'NaN') return NaN;
-  if (v === 'Infinity' || v === '+Infinity') return Infinity;
-  if (v === '-Infinity') return -Infinity;
-  throw new InputError('random', `must be a number, "NaN", "Infinity" or "-Infinity" (got ${describe(v)})`, index);
 }

@@ -193,11 +193,11 @@ class Worker {
     // its own (adoptedId), then acked; the copy runs as attempt 1.
     if (job.adopt) return { action: 'adopt', reason: 'adopt', decision: null };
     if (job.malformed) return planOutcome(job, null, this.policy, { malformed: MALFORMED });
-    if (job.deliveryCount >= q.maxDeliveries) {
-      return {
-        action: 'dead_letter', reason: 'crash_loop', decision: null,
-        msg: `crash loop: delivered ${job.deliveryCount + 1} times without an outcome (max deliveries ${q.maxDeliveries})`,
-      };
+    // Delivered maxDeliveries times without an outcome: the core says whether that is a crash loop.
+    const delivered = this.policy.outcome({ event: 'delivered', deliveries: job.deliveryCount, maxDeliveries: q.maxDeliveries });
+    if (delivered.action === 'dead_letter') {
+      const msg = `crash loop: delivered ${job.deliveryCount + 1} times without an outcome (max deliveries ${q.maxDeliveries})`;
+      return { ...delivered, decision: null, msg };
     }
     if (job.dueMs !== null && job.dueMs > Date.now() + MAX_DUE_AHEAD_MS) {
       // It would cycle through the delay levels for ever.
