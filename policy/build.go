@@ -77,8 +77,11 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 			}
 		}
 	}
-	if c := r.circuit; c != nil && c.openForMs == 0 {
-		d.fail("circuit_breaker.open_for", "must be > 0")
+	if c := r.circuit; c != nil {
+		if c.openForMs == 0 {
+			d.fail("circuit_breaker.open_for", "must be > 0")
+		}
+		checkCircuitKind(d, c)
 	}
 	if len(d.problems) > 0 {
 		return nil, &Error{Problems: d.problems, More: d.more}
@@ -105,6 +108,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		defaultClass:         Class(indexOf(classNames[:], r.defaultClass)),
 		kinds:                map[string]Class{},
 		neverSent:            map[string]bool{},
+		lintIgnore:           r.lintIgnore,
 	}
 	if p.maxAttempts > 0 && p.uncertainMaxAttempts > p.maxAttempts {
 		p.uncertainMaxAttempts = p.maxAttempts
@@ -145,12 +149,41 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 	if c := r.circuit; c != nil {
 		p.circuit = &circuit{threshold: c.failureThreshold, openMs: c.openForMs, needSuccesses: c.halfOpenSuccesses,
 			maxTrials: c.halfOpenMaxCalls}
+		if c.kind == "failure_rate" {
+			p.circuit.rate = newRateWindow(c.windowByTime, c.windowSize, c.minimumCalls, c.rateThresholdPct)
+		}
 	}
 	p.stateful = p.budget != nil || p.circuit != nil
 	p.onOpen = r.onOpen
 	p.retryDownstream = r.retriedDownstream == DownstreamRetry
 	p.fastPath = strat == strategyExponential && p.multMilli == 2000 && jit == jitterFull && !p.stopAll
 	return p, nil
+}
+
+// checkCircuitKind refuses the fields of the other kind of breaker, so a
+// file never believes it set what does not apply, and settles
+// minimum_calls.
+func checkCircuitKind(d *decoder, c *rawCircuit) {
+	if c.kind != "failure_rate" {
+		for _, f := range []string{"failure_rate_threshold", "sliding_window", "minimum_calls"} {
+			if c.set[f] {
+				d.fail("circuit_breaker."+f, "applies to type failure_rate only (add type: failure_rate; the default, consecutive, counts failure_threshold failures in a row)")
+			}
+		}
+		return
+	}
+	if c.set["failure_threshold"] {
+		d.fail("circuit_breaker.failure_threshold", "applies to type consecutive only: a failure_rate breaker opens at failure_rate_threshold percent")
+	}
+	if c.minimumCalls == 0 {
+		c.minimumCalls = 100 // Resilience4j's minimumNumberOfCalls
+		if !c.windowByTime {
+			c.minimumCalls = min(100, c.windowSize)
+		}
+	}
+	if !c.windowByTime && c.minimumCalls > c.windowSize {
+		d.fail("circuit_breaker.minimum_calls", "must be <= sliding_window.size (got "+itoa(c.minimumCalls)+" > "+itoa(c.windowSize)+"): a window of "+itoa(c.windowSize)+" calls never holds more")
+	}
 }
 
 // defaultTables fills the classification tables with backstop's defaults.

@@ -1,9 +1,11 @@
 package policy
 
-// circuit is a consecutive-failures breaker. It opens after threshold
-// retryable failures in a row, stays open for openMs (failures then dead
-// letter with circuit_open), then goes half-open: a failure re-opens it,
-// needSuccesses successes close it.
+// circuit is a breaker. A consecutive-failures one (the default) opens
+// after threshold retryable failures in a row; a failure_rate one (rate
+// set) when its sliding window's failure rate reaches its threshold. It
+// stays open for openMs (failures then dead letter with circuit_open),
+// then goes half-open: a failure re-opens it, needSuccesses successes
+// close it.
 //
 // Callers that ask before each call (Policy.Acquire) get at most maxTrials
 // trial calls admitted in half-open until they report back (a success
@@ -17,6 +19,7 @@ type circuit struct {
 	openMs        int64
 	needSuccesses int64
 	maxTrials     int64
+	rate          *rateWindow // failure_rate: the sliding window; nil: consecutive
 
 	open       bool
 	openUntil  int64
@@ -73,6 +76,12 @@ func (c *circuit) onFailure(nowMs int64) {
 	c.expire(nowMs)
 	switch c.state(nowMs) {
 	case BreakerClosed:
+		if c.rate != nil {
+			if c.rate.record(nowMs, true) {
+				c.trip(nowMs)
+			}
+			return
+		}
 		c.failures++
 		if c.failures >= c.threshold {
 			c.trip(nowMs)
@@ -87,13 +96,21 @@ func (c *circuit) onSuccess(nowMs int64) {
 	switch c.state(nowMs) {
 	case BreakerClosed:
 		c.failures = 0
+		// The rate is checked after every call, as Resilience4j does: the
+		// call that brings the window to minimum_calls may be a success.
+		if c.rate != nil && c.rate.record(nowMs, false) {
+			c.trip(nowMs)
+		}
 	case BreakerHalfOpen:
 		c.successes++
 		if c.inFlight > 0 {
 			c.inFlight--
 		}
 		if c.successes >= c.needSuccesses {
-			*c = circuit{threshold: c.threshold, openMs: c.openMs, needSuccesses: c.needSuccesses, maxTrials: c.maxTrials}
+			*c = circuit{threshold: c.threshold, openMs: c.openMs, needSuccesses: c.needSuccesses, maxTrials: c.maxTrials, rate: c.rate}
+			if c.rate != nil {
+				c.rate.reset()
+			}
 		}
 	}
 }
@@ -114,4 +131,7 @@ func (c *circuit) trip(atMs int64) {
 	c.failures = 0
 	c.successes = 0
 	c.inFlight = 0
+	if c.rate != nil {
+		c.rate.reset()
+	}
 }

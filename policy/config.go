@@ -176,6 +176,8 @@ type rawPolicy struct {
 	onOpen  string
 
 	retriedDownstream string
+
+	lintIgnore map[string]string // lint code → the stated reason
 }
 
 type rule struct{ key, class string }
@@ -190,10 +192,18 @@ type rawBudget struct {
 }
 
 type rawCircuit struct {
+	kind              string // "consecutive" (the default) or "failure_rate"
 	failureThreshold  int64
 	openForMs         int64
 	halfOpenSuccesses int64
 	halfOpenMaxCalls  int64
+
+	// failure_rate
+	rateThresholdPct int64
+	windowByTime     bool
+	windowSize       int64           // calls, or seconds
+	minimumCalls     int64           // 0: not written (the window's size, at most 100)
+	set              map[string]bool // the fields the file wrote, by name
 }
 
 func defaultRaw() rawPolicy {
@@ -409,6 +419,7 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 		"retried_downstream": func(v *node, p string) {
 			d.enum(v, p, downstreamNames, &r.retriedDownstream)
 		},
+		"lint_ignore": func(v *node, p string) { d.lintIgnore(v, p, r) },
 		"uncertain": func(v *node, p string) {
 			d.fields(v, p, map[string]func(*node, string){
 				"max_attempts": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &r.uncertainMaxAttempts) },
@@ -465,13 +476,21 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 			})
 		},
 		"circuit_breaker": func(v *node, p string) {
-			c := &rawCircuit{failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1, halfOpenMaxCalls: 1}
+			c := &rawCircuit{kind: "consecutive", failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1, halfOpenMaxCalls: 1,
+				rateThresholdPct: 50, windowSize: 100, set: map[string]bool{}}
 			r.circuit = c
+			seen := func(name string, f func(*node, string)) func(*node, string) {
+				return func(v *node, p string) { c.set[name] = true; f(v, p) }
+			}
 			d.fields(v, p, map[string]func(*node, string){
-				"failure_threshold":   func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) },
-				"open_for":            func(v *node, p string) { d.duration(v, p, &c.openForMs) },
-				"half_open_successes": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
-				"half_open_max_calls": func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenMaxCalls) },
+				"type":                   func(v *node, p string) { d.enum(v, p, []string{"consecutive", "failure_rate"}, &c.kind) },
+				"failure_threshold":      seen("failure_threshold", func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.failureThreshold) }),
+				"open_for":               func(v *node, p string) { d.duration(v, p, &c.openForMs) },
+				"half_open_successes":    func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenSuccesses) },
+				"half_open_max_calls":    func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.halfOpenMaxCalls) },
+				"failure_rate_threshold": seen("failure_rate_threshold", func(v *node, p string) { d.integer(v, p, 1, 100, &c.rateThresholdPct) }),
+				"minimum_calls":          seen("minimum_calls", func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.minimumCalls) }),
+				"sliding_window":         seen("sliding_window", func(v *node, p string) { d.slidingWindow(v, p, c) }),
 			})
 		},
 	})
@@ -709,6 +728,73 @@ func (d *decoder) rules(v *node, p string, checkKey func(string) (string, string
 		}
 	}
 	return out
+}
+
+// slidingWindow reads circuit_breaker.sliding_window: {type: count, size:
+// N calls} or {type: time, size: a duration in whole seconds}. The size is
+// read once the type is known, whatever the order of the two.
+func (d *decoder) slidingWindow(v *node, p string, c *rawCircuit) {
+	kind := "count"
+	var size *node
+	d.fields(v, p, map[string]func(*node, string){
+		"type": func(v *node, p string) { d.enum(v, p, []string{"count", "time"}, &kind) },
+		"size": func(v *node, p string) { size = v },
+	})
+	if v.kind != mappingNode {
+		return // reported by fields
+	}
+	c.windowByTime = kind == "time"
+	sp := join(p, "size")
+	switch {
+	case size == nil:
+		d.fail(sp, "required: the last N calls (type count) or a duration such as 60s (type time)")
+	case kind == "count":
+		d.integer(size, sp, 1, MaxWindowCalls, &c.windowSize)
+	default:
+		var win int64 = -1
+		d.duration(size, sp, &win)
+		switch {
+		case win < 0: // reported
+		case win%1000 != 0 || win < 1000 || win > MaxWindowSeconds*1000:
+			d.fail(sp, "must be a whole number of seconds in 1s.."+itoa(MaxWindowSeconds)+"s (got "+size.value+")")
+		default:
+			c.windowSize = win / 1000
+		}
+	}
+}
+
+// lintIgnore reads lint_ignore: an object from lint code to the reason the
+// policy has for it. Codes add to those of the preset it extends.
+func (d *decoder) lintIgnore(v *node, p string, r *rawPolicy) {
+	if !d.object(v, p) {
+		return
+	}
+	out := map[string]string{}
+	for code, why := range r.lintIgnore {
+		out[code] = why
+	}
+	seen := map[string]bool{}
+	for _, e := range d.entries(v, p, nil) {
+		kp := join(p, e.key)
+		d.lines[kp], d.line = e.k.line, e.k.line
+		switch {
+		case seen[e.key]:
+			d.fail(kp, "duplicate key")
+			continue
+		case !isLintCode(e.key):
+			d.fail(kp, "unknown lint code (codes: "+strings.Join(lintCodes, ", ")+")")
+			continue
+		}
+		seen[e.key] = true
+		var why string
+		d.str(e.v, kp, &why)
+		if strings.TrimSpace(why) == "" && e.v.kind == scalarNode && e.v.tag == "!!str" {
+			d.fail(kp, "must state the reason the lint does not apply (got an empty string)")
+			continue
+		}
+		out[e.key] = why
+	}
+	r.lintIgnore = out
 }
 
 func httpKey(k string) (string, string) {

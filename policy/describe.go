@@ -48,8 +48,14 @@ func (p *Policy) String() string {
 			b.WriteString("; retry budget " + fmtFixed(p.budget.ratioPPM, 6) + " of requests over " + itoa(p.budget.windowSec) + "s (+" + itoa(p.budget.minPerSec) + "/s)")
 		}
 	}
-	if p.circuit != nil {
-		b.WriteString("; circuit breaker opens after " + itoa(p.circuit.threshold) + " failures for " + ms(p.circuit.openMs))
+	if c := p.circuit; c != nil && c.rate != nil {
+		window := "the last " + itoa(c.rate.size) + " calls"
+		if c.rate.byTime {
+			window = "the calls of the last " + itoa(c.rate.size) + "s"
+		}
+		b.WriteString("; circuit breaker opens at " + itoa(c.rate.thresholdPct) + "% failures of " + window + " (at least " + itoa(c.rate.minCalls) + ") for " + ms(c.openMs))
+	} else if c != nil {
+		b.WriteString("; circuit breaker opens after " + itoa(c.threshold) + " failures for " + ms(c.openMs))
 	}
 	if p.retryDownstream { // the default, give_up, is said by docs/layers.md, not on every line
 		b.WriteString("; a failure a layer below already retried is retried here")

@@ -42,6 +42,11 @@
 //		}
 //	}
 //
+// A valid policy may still break the retry guidance (an immediate retry,
+// backoff without jitter, more than 10 retries…): Lints lists what it
+// breaks, each with a stable code, and `backstop policy check --strict`
+// fails on them.
+//
 // Most Go code reaches a policy through backstop.Decider (backstop.Native
 // over a *Policy, or a *host.Policy running in backstop.wasm), which
 // retry.Do and the queue workers take.

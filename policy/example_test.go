@@ -128,3 +128,49 @@ func ExamplePreset() {
 	// critical 3
 	// [batch critical default fast-transient]
 }
+
+// Lints warn of a valid policy's anti-patterns; lint_ignore silences one
+// with the policy's reason.
+func ExamplePolicy_Lints() {
+	p, err := policy.Parse([]byte(`
+max_attempts: 20
+jitter: {mode: none}
+attempt_timeout: 5s
+lint_ignore: {BP003: "the nightly export may wait out an hour of maintenance"}
+`))
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range p.Lints() {
+		fmt.Println(l.Code, l.Field)
+	}
+	// Output:
+	// BP002 jitter.mode
+	// BP004 attempt_timeout
+}
+
+// A failure_rate breaker opens on the share of failures in its window: 8
+// failures in the last 10 calls, where one success every five calls keeps
+// a consecutive-failures breaker closed.
+func ExampleParse_failureRateBreaker() {
+	p, err := policy.Parse([]byte(`
+circuit_breaker:
+  type: failure_rate
+  failure_rate_threshold: 50
+  sliding_window: {type: count, size: 20}
+  minimum_calls: 10
+  open_for: 30s
+`))
+	if err != nil {
+		panic(err)
+	}
+	for i := int64(0); i < 10; i++ {
+		if i%5 == 4 {
+			p.RecordSuccess(t1 + i)
+		} else {
+			p.Decide(policy.Failure{Attempt: 1, HTTPStatus: 503, NowMs: t1 + i})
+		}
+	}
+	fmt.Println(p.CircuitState(t1 + 10))
+	// Output: open
+}

@@ -34,6 +34,10 @@ func FuzzParse(f *testing.F) {
 		"idempotency: {idempotent_methods: [" + strings.Repeat("A,", 101) + "]}\n",
 		"{" + strings.Repeat("a: 0,", 30) + "}",
 		"backoff: {base: 2562047h, cap: 2562047h}\nmax_elapsed: 2562047h\nmax_attempts: 0\n",
+		// The failure_rate breaker and lint_ignore.
+		`{"circuit_breaker": {"type": "failure_rate", "sliding_window": {"type": "time", "size": "600s"}, "minimum_calls": 1}}`,
+		`{"circuit_breaker": {"type": "failure_rate", "failure_rate_threshold": 1, "sliding_window": {"size": 1000}}}`,
+		`{"backoff": {"strategy": "none"}, "max_attempts": 0, "max_elapsed": "1s", "lint_ignore": {"BP001": "x", "BP005": ""}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -50,6 +54,11 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 			return
+		}
+		for _, l := range p.Lints() {
+			if l.Code == "" || l.Field == "" || l.Message == "" || strings.Contains(l.Message, "\n") {
+				t.Fatalf("lint %+v", l)
+			}
 		}
 		// A policy that parses decides sanely.
 		d, err := p.Decide(policy.Failure{Attempt: 3, HTTPStatus: 503, Random: 0.5, NowMs: 1767225600000})
@@ -72,10 +81,11 @@ func FuzzDecide(f *testing.F) {
 		`{"max_attempts": 6, "max_elapsed": "40s", "backoff": {"base": "100ms", "cap": "10s"}}`,
 		`{"max_attempts": 0, "max_elapsed": "1h", "backoff": {"strategy": "decorrelated", "base": "1s", "cap": "1m"}, "jitter": {"mode": "decorrelated"}, "retry_after": {"mode": "hint", "on_exceed": "clamp", "cap": "30s"}}`,
 		`{"retry_budget": {"type": "ratio"}, "circuit_breaker": {"failure_threshold": 2}, "jitter": {"mode": "proportional", "ratio": 1}}`,
+		`{"circuit_breaker": {"type": "failure_rate", "sliding_window": {"type": "time", "size": "5s"}, "minimum_calls": 2}}`,
 	} {
 		pols = append(pols, mustParse(f, src))
 	}
-	caps := []int64{10_000, 60_000, 300_000}
+	caps := []int64{10_000, 60_000, 300_000, 300_000}
 	f.Fuzz(func(t *testing.T, attempt int64, status, grpc int, kind, retryAfter, pushback, method, key string, elapsed, now int64, random float64, prev int64) {
 		fl := policy.Failure{Attempt: attempt, HTTPStatus: status, GRPCCode: grpc, ErrorKind: kind,
 			RetryAfter: retryAfter, RetryPushback: pushback, Method: method, IdempotencyKey: key,

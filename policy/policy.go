@@ -47,6 +47,8 @@ type Policy struct {
 
 	onOpen          string // OnOpenDefer or OnOpenDeadLetter
 	retryDownstream bool   // retried_downstream: retry
+
+	lintIgnore map[string]string // lint code → the reason the file states
 }
 
 // Name returns the policy's name ("" when the file gave none).

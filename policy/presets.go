@@ -27,6 +27,9 @@ uncertain: {max_attempts: 3}
 backoff: {strategy: exponential, base: 10s, multiplier: 2, cap: 1h}
 jitter: {mode: full}
 retry_after: {cap: 6h, on_exceed: clamp}
+lint_ignore:
+  BP003: "nobody is waiting: 25 attempts spread over at most 24h (max_elapsed) ride out an outage of hours"
+  BP005: "nobody is waiting: an uncertain failure (a 500, an unknown error) gets a second retry within the day"
 `,
 	// fast-transient: blips such as a leader election; retry quickly, briefly.
 	"fast-transient": `name: fast-transient

@@ -26,9 +26,9 @@ type command struct {
 // commands are the commands with subcommand words as keys. A command
 // missing here still answers -h with its flags (see printHelp).
 var commands = map[string]command{
-	"policy check": {synopsis: "policy check [--chart] [--rows N] FILE|PRESET",
-		desc:    "Validate a policy file (JSON or YAML) or a preset and print its retry schedule.",
-		example: "backstop policy check --chart critical"},
+	"policy check": {synopsis: "policy check [--chart] [--rows N] [--strict] FILE|PRESET",
+		desc:    "Validate a policy file (JSON or YAML) or a preset, print its retry schedule, and warn on stderr of each lint (an anti-pattern of the retry guidance: docs/policy.md, \"Lints\"). --strict exits 1 when a lint fires.",
+		example: "backstop policy check --strict policy.yaml"},
 	"policy presets": {synopsis: "policy presets", noFlags: true,
 		desc:    "List the named presets, one line each.",
 		example: "backstop policy presets"},

@@ -50,7 +50,7 @@ func policyImport(args []string, stdin io.Reader, stdout, stderr io.Writer) erro
 	var out importedPolicy
 	switch kind {
 	case "cloud-tasks":
-		out, err = fromCloudTasks(keys, *prefix)
+		out, err = fromCloudTasks(keys, *prefix, stderr)
 	case "spring":
 		out, err = fromSpring(keys, *prefix, stderr)
 	default:
@@ -280,9 +280,18 @@ func orNone(names []string) string {
 	return strings.Join(names, ", ")
 }
 
+// cloudTasksDefaults are what Cloud Tasks gives a queue created without a
+// field of its RetryConfig (the reference's documented defaults), keyed
+// by lastField's spelling.
+var cloudTasksDefaults = map[string]string{"maxattempts": "100", "minbackoff": "0.100s", "maxbackoff": "3600s", "maxdoublings": "16"}
+
+var upperRE = regexp.MustCompile(`([A-Z])`)
+
 // fromCloudTasks maps a RetryConfig onto the cloud_tasks strategy. The
 // reference: https://cloud.google.com/tasks/docs/reference/rest/v2/RetryConfig
-func fromCloudTasks(keys []flatValue, prefix string) (importedPolicy, error) {
+// A field the file leaves out takes Cloud Tasks' default, and the command
+// says so on stderr.
+func fromCloudTasks(keys []flatValue, prefix string, stderr io.Writer) (importedPolicy, error) {
 	var out importedPolicy
 	m, p, err := pickPrefix(keys, cloudTasksFields, prefix, false)
 	if err != nil {
@@ -292,47 +301,51 @@ func fromCloudTasks(keys []flatValue, prefix string) (importedPolicy, error) {
 	fail := func(f flatValue, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", f.key, fmt.Sprintf(format, a...)))
 	}
-	required := func(name, camel string) (flatValue, bool) {
-		v, ok := m[name]
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: required: write it out (the API leaves out a 0, and Cloud Tasks picks its own default for a queue created without it)", keyJoin(p, camel)))
-		}
-		return v, ok
+	snake := false // spell a missing field as the file spells the others
+	for _, v := range m {
+		snake = snake || strings.Contains(v.key[strings.LastIndex(v.key, ".")+1:], "_")
 	}
-	if v, ok := required("maxattempts", "maxAttempts"); ok {
-		n, err := strconv.ParseInt(v.text, 10, 32)
-		switch {
-		case err != nil:
-			fail(v, "must be an integer (got %q)", v.text)
-		case n == -1:
-			out.MaxAttempts = 0 // unlimited
-		case n < 1 || n > 1_000_000:
-			fail(v, "must be -1 (unlimited) or in 1..1000000 (got %d)", n)
-		default:
-			out.MaxAttempts = n
+	field := func(name, camel string) flatValue {
+		if v, ok := m[name]; ok {
+			return v
 		}
+		spelled := camel
+		if snake {
+			spelled = strings.ToLower(upperRE.ReplaceAllString(camel, "_$1"))
+		}
+		v := flatValue{key: keyJoin(p, spelled), text: cloudTasksDefaults[name]}
+		fmt.Fprintf(stderr, "backstop: %s not set: Cloud Tasks' default, %s\n", v.key, v.text)
+		m[name] = v
+		return v
 	}
-	minMs, maxMs := int64(-1), int64(-1)
-	if v, ok := required("minbackoff", "minBackoff"); ok {
-		if minMs = ctDuration(v, fail); minMs == 0 {
-			fail(v, "must be > 0 (got %s)", v.text)
-		}
+	attempts, minB, maxB, doublings := field("maxattempts", "maxAttempts"), field("minbackoff", "minBackoff"),
+		field("maxbackoff", "maxBackoff"), field("maxdoublings", "maxDoublings")
+	n, err := strconv.ParseInt(attempts.text, 10, 32)
+	switch {
+	case err != nil:
+		fail(attempts, "must be an integer (got %q)", attempts.text)
+	case n == -1:
+		out.MaxAttempts = 0 // unlimited
+	case n < 1 || n > 1_000_000:
+		fail(attempts, "must be -1 (unlimited) or in 1..1000000 (got %d)", n)
+	default:
+		out.MaxAttempts = n
 	}
-	if v, ok := required("maxbackoff", "maxBackoff"); ok {
-		if maxMs = ctDuration(v, fail); maxMs >= 0 && minMs > 0 && maxMs < minMs {
-			fail(v, "must be >= %s (got %s < %s)", m["minbackoff"].key, v.text, m["minbackoff"].text)
-		}
+	minMs, maxMs := ctDuration(minB, fail), ctDuration(maxB, fail)
+	if minMs == 0 {
+		fail(minB, "must be > 0 (got %s)", minB.text)
 	}
-	if v, ok := required("maxdoublings", "maxDoublings"); ok {
-		n, err := strconv.ParseInt(v.text, 10, 32)
-		switch {
-		case err != nil:
-			fail(v, "must be an integer (got %q)", v.text)
-		case n < 0 || n > 1000:
-			fail(v, "must be in 0..1000 (got %d)", n)
-		default:
-			out.Backoff.MaxDoublings = n
-		}
+	if maxMs >= 0 && minMs > 0 && maxMs < minMs {
+		fail(maxB, "must be >= %s (got %s < %s)", minB.key, maxB.text, minB.text)
+	}
+	n, err = strconv.ParseInt(doublings.text, 10, 32)
+	switch {
+	case err != nil:
+		fail(doublings, "must be an integer (got %q)", doublings.text)
+	case n < 0 || n > 1000:
+		fail(doublings, "must be in 0..1000 (got %d)", n)
+	default:
+		out.Backoff.MaxDoublings = n
 	}
 	var durMs int64
 	if v, ok := m["maxretryduration"]; ok { // absent: 0, as the API prints it

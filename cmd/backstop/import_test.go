@@ -157,6 +157,35 @@ spring.cloud.stream.bindings.orders-in-0.consumer.back-off-max-interval=20000
 	}
 }
 
+// Issue 43: a RetryConfig that leaves fields out takes Cloud Tasks'
+// documented defaults (max_attempts 100, min_backoff 0.1s, max_backoff
+// 3600s, max_doublings 16), and the command names each on stderr, spelled
+// as the file spells its fields. Before, the import refused it.
+func TestImportCloudTasksFillsItsDefaults(t *testing.T) {
+	for _, c := range []struct{ in, want, stderr string }{
+		{"retryConfig:\n  maxAttempts: 5\n  minBackoff: 1s\n",
+			`"max_attempts": 5, "backoff": {"strategy": "cloud_tasks", "base": "1s", "cap": "1h", "max_doublings": 16}`,
+			"backstop: retryConfig.maxBackoff not set: Cloud Tasks' default, 3600s\n" +
+				"backstop: retryConfig.maxDoublings not set: Cloud Tasks' default, 16\n"},
+		{`{"values": {"retry_config": [{"max_doublings": 3}]}}`,
+			`"max_attempts": 100, "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "1h", "max_doublings": 3}`,
+			"backstop: values.retry_config.max_attempts not set: Cloud Tasks' default, 100\n" +
+				"backstop: values.retry_config.min_backoff not set: Cloud Tasks' default, 0.100s\n" +
+				"backstop: values.retry_config.max_backoff not set: Cloud Tasks' default, 3600s\n"},
+	} {
+		out, stderr, err := runImport(t, c.in, "--from", "cloud-tasks", "-")
+		if err != nil {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		if got, want := strings.Join(strings.Fields(out), " "), "{ "+strings.Join(strings.Fields(strings.NewReplacer("{", "{ ", "}", " }").Replace(c.want)), " ")+", \"jitter\": { \"mode\": \"none\" } }"; got != want {
+			t.Errorf("%s:\ngot  %s\nwant %s", c.in, got, want)
+		}
+		if stderr != c.stderr {
+			t.Errorf("%s: stderr\n%s\nwant\n%s", c.in, stderr, c.stderr)
+		}
+	}
+}
+
 // Every error names the field as the file spells it, and the reason.
 func TestImportErrorsNameTheField(t *testing.T) {
 	for _, c := range []struct {
@@ -169,8 +198,9 @@ func TestImportErrorsNameTheField(t *testing.T) {
 			`retryConfig.minBackoff: must be a duration such as "0.100s" or "3600s" (got 10)`,
 			"retryConfig.maxDoublings: must be in 0..1000 (got -3)"}},
 		{`{"retryConfig": {"maxAttempts": 3, "minBackoff": "10s", "maxBackoff": "1s"}}`, nil, []string{
-			"retryConfig.maxBackoff: must be >= retryConfig.minBackoff (got 1s < 10s)",
-			"retryConfig.maxDoublings: required"}},
+			"retryConfig.maxBackoff: must be >= retryConfig.minBackoff (got 1s < 10s)"}},
+		{`{"retryConfig": {"minBackoff": "2h"}}`, nil, []string{ // maxBackoff's default, 3600s, is below
+			"retryConfig.maxBackoff: must be >= retryConfig.minBackoff (got 3600s < 2h)"}},
 		{`{"retryConfig": {"maxAttempts": -1, "minBackoff": "1s", "maxBackoff": "10s", "maxDoublings": 2}}`, nil, []string{
 			"retryConfig.maxAttempts: -1 (unlimited) with no maxRetryDuration", "set retryConfig.maxRetryDuration"}},
 		{`{"retryConfig": {"maxAttempts": 3, "minBackoff": "0.0001s", "maxBackoff": "-1s", "maxDoublings": 2}}`, nil, []string{

@@ -1,6 +1,6 @@
 // Command backstop checks retry policies and asks them for decisions.
 //
-//	backstop policy check FILE|PRESET   validate and print the schedule
+//	backstop policy check FILE|PRESET   validate, print the schedule and the lints
 //	backstop policy presets             list the presets
 //	backstop policy show PRESET         print a preset's policy file
 //	backstop policy import FILE         a Cloud Tasks or Spring Retry config as a policy
@@ -34,8 +34,9 @@ import (
 const usage = `usage: backstop <command> [arguments]
 
 commands:
-  policy check [--chart] FILE|PRESET
-                              validate a policy and print its retry schedule
+  policy check [--chart] [--strict] FILE|PRESET
+                              validate a policy, print its retry schedule and
+                              its lints (--strict: exit 1 when one fires)
   policy presets              list the named presets
   policy show PRESET          print a preset's policy file
   policy plot FILE|PRESET --out FILE.svg|.png [--compare FILE|PRESET,...]
@@ -121,7 +122,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		switch args[1] {
 		case "check":
-			return policyCheck(args[2:], stdout)
+			return policyCheck(args[2:], stdout, stderr)
 		case "presets":
 			return policyPresets(stdout)
 		case "show":

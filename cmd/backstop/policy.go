@@ -60,10 +60,11 @@ func problems(name string, err error) error {
 // jitter the schedule never ends, so --rows is all that stops it.)
 const maxRows = 10_000
 
-func policyCheck(args []string, stdout io.Writer) error {
+func policyCheck(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("policy check")
 	rows := fs.Int("rows", 30, fmt.Sprintf("at most this many schedule rows (1..%d)", maxRows))
 	chart := fs.Bool("chart", false, "draw the median and max delays as a text chart under the table")
+	strict := fs.Bool("strict", false, "exit non-zero when a lint fires (for CI)")
 	pos, err := parseFlags(fs, args, "FILE|PRESET")
 	if err != nil {
 		return err
@@ -85,6 +86,13 @@ func policyCheck(args []string, stdout io.Writer) error {
 	if *chart {
 		fmt.Fprintln(stdout)
 		plot.Bars(stdout, steps, 50)
+	}
+	lints := p.Lints()
+	for _, l := range lints {
+		fmt.Fprintf(stderr, "warning: %s\n", l)
+	}
+	if *strict && len(lints) > 0 {
+		return fmt.Errorf("%s: %d %s (--strict): fix the policy, or state why in lint_ignore (docs/policy.md, \"Lints\")", name, len(lints), map[bool]string{true: "lint", false: "lints"}[len(lints) == 1])
 	}
 	return nil
 }

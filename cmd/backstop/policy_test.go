@@ -127,3 +127,30 @@ func TestPolicyCheckYAMLDocumentsAndAliases(t *testing.T) {
 		t.Errorf("alias: %v", err)
 	}
 }
+
+// Issue 43: policy check warns of each lint on stderr and passes; --strict
+// fails on one, for CI.
+func TestPolicyCheckWarnsOfLints(t *testing.T) {
+	path := writePolicyFile(t, "herd.yaml", "max_attempts: 20\njitter: {mode: none}\n")
+	out, stderr, err := runCLIStderr(t, "policy", "check", "--rows", "2", path)
+	if err != nil {
+		t.Fatalf("a lint failed the check without --strict: %v", err)
+	}
+	if !strings.Contains(out, "herd.yaml: valid") {
+		t.Errorf("stdout:\n%s", out)
+	}
+	want := "warning: jitter.mode: BP002: jitter none with exponential backoff: clients that failed together retry together; backoff without jitter is the classic herd, use full\n" +
+		"warning: max_attempts: BP003: 20 attempts are 19 retries: more than 10 retries needs a reason; state it in lint_ignore.BP003\n"
+	if stderr != want {
+		t.Errorf("stderr:\n%s\nwant:\n%s", stderr, want)
+	}
+	_, _, err = runCLIStderr(t, "policy", "check", "--strict", "--rows", "2", path)
+	if err == nil || !strings.Contains(err.Error(), "herd.yaml: 2 lints (--strict)") {
+		t.Errorf("--strict: %v", err)
+	}
+	for _, preset := range []string{"default", "batch", "critical", "fast-transient"} {
+		if _, stderr, err := runCLIStderr(t, "policy", "check", "--strict", "--rows", "1", preset); err != nil || stderr != "" {
+			t.Errorf("--strict %s: %v %q", preset, err, stderr)
+		}
+	}
+}

@@ -452,8 +452,70 @@ func circuitGroups() []vector.Group {
 	t += 10
 	step(503) // closed again: counts from zero
 	step(503)
-	return []vector.Group{{Name: "circuit", Policy: raw(`{"circuit_breaker": {"failure_threshold": 3, "open_for": "2s", "half_open_successes": 2}}`), Cases: cs},
-		acquireGroup(), acquireDefaultGroup(), acquirePermanentGroup()}
+	return append([]vector.Group{{Name: "circuit", Policy: raw(`{"circuit_breaker": {"failure_threshold": 3, "open_for": "2s", "half_open_successes": 2}}`), Cases: cs},
+		acquireGroup(), acquireDefaultGroup(), acquirePermanentGroup()}, failureRateGroups()...)
+}
+
+// failureRateGroups pin the failure_rate breaker (issue 43). The same
+// calls, 80 % failing with a success every fifth, leave a consecutive
+// breaker closed and open a failure_rate one; then half-open, a fresh
+// window after closing, a time window whose old calls fall out, and
+// permanent failures that count on neither side.
+func failureRateGroups() []vector.Group {
+	var eighty []vector.Case
+	t := int64(now)
+	for i := int64(0); i < 20; i++ {
+		if i%5 == 4 {
+			eighty = append(eighty, success(t+i))
+		} else {
+			eighty = append(eighty, decide(vector.Input{Attempt: 1, HTTPStatus: 503, NowMs: t + i, Random: 0.5})...)
+		}
+		eighty = append(eighty, acquire(t+i))
+	}
+	var cs []vector.Case
+	cs = append(cs, eighty...)
+	fail := func(at int64, status int) {
+		cs = append(cs, decide(vector.Input{Attempt: 1, HTTPStatus: status, NowMs: at, Random: 0.5})...)
+	}
+	// Opened at t+9 for 1s: half-open at t+1009, a trial, its success
+	// closes it, and the window starts empty.
+	cs = append(cs, acquire(t+1008), acquire(t+1009), acquire(t+1010), success(t+1011))
+	// The 15th call after closing is the 10th counted (400s count on
+	// neither side): 10 failures of 10, it reopens.
+	for i := int64(0); i < 16; i++ {
+		fail(t+1012+i, []int{503, 500, 400}[i%3])
+		cs = append(cs, acquire(t+1012+i))
+	}
+	rate := vector.Group{Name: "circuit/failure_rate_count", Cases: cs, Policy: raw(`{"circuit_breaker": {"type": "failure_rate", "failure_rate_threshold": 50,
+ "sliding_window": {"type": "count", "size": 20}, "minimum_calls": 10, "open_for": "1s"}}`)}
+
+	var ts []vector.Case
+	step := func(at int64, failed bool) {
+		if failed {
+			ts = append(ts, decide(vector.Input{Attempt: 1, GRPCCode: 14, NowMs: at, Random: 0.5})...)
+		} else {
+			ts = append(ts, success(at))
+		}
+		ts = append(ts, acquire(at))
+	}
+	step(t, true)
+	step(t+1000, true)
+	step(t+2000, true) // under minimum_calls
+	step(t+13_000, false)
+	step(t+13_500, true) // the first three left the 10s window: 1 of 2
+	step(t+14_000, true)
+	step(t+15_999, true) // 3 of 4 (75 %) in the window: opens
+	step(t+16_000, true) // open: circuit_open
+	ts = append(ts, acquire(t+20_999), acquire(t+21_000))
+	step(t+21_001, true) // the trial fails: reopens
+	ts = append(ts, acquire(t+26_001))
+	time := vector.Group{Name: "circuit/failure_rate_time", Cases: ts, Policy: raw(`{"circuit_breaker": {"type": "failure_rate", "failure_rate_threshold": 75,
+ "sliding_window": {"type": "time", "size": "10s"}, "minimum_calls": 4, "open_for": "5s"}}`)}
+
+	return []vector.Group{
+		{Name: "circuit/consecutive_80pct", Cases: eighty, Policy: raw(`{"circuit_breaker": {"failure_threshold": 5, "open_for": "1s"}}`)},
+		rate, time,
+	}
 }
 
 // acquirePermanentGroup: a half-open trial answered with a permanent error
