@@ -223,6 +223,8 @@ type Outcome struct {
 	Action OutcomeAction `json:"action"`
 	// Reason is a decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run.
 	Reason Reason `json:"reason"`
+	// Class is the failure's class as the policy decided it, for a failure event; 0 (meaningless) otherwise and for an invalid failure.
+	Class Class `json:"class"`
 	// DelayMs is how long a retried or deferred job waits, and how long a paused worker takes no job.
 	DelayMs int64 `json:"delay_ms"`
 	// Pause is the breaker refused: the worker takes no job of this policy for delay_ms.

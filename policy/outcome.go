@@ -90,6 +90,14 @@ func (p *Policy) Outcome(e JobEvent) (Outcome, error) {
 // failureOutcome decides a failed run.
 func (p *Policy) failureOutcome(f *Failure) (Outcome, error) {
 	d, err := p.Decide(*f)
+	o, err := p.decidedOutcome(f, d, err)
+	o.Class = d.Class // the decision's, as a worker reports it (0 when invalid)
+	return o, err
+}
+
+// decidedOutcome is what a worker does with a failure the policy decided
+// as d (err: refused as invalid input).
+func (p *Policy) decidedOutcome(f *Failure, d Decision, err error) (Outcome, error) {
 	switch {
 	case err != nil:
 		return Outcome{Action: OutcomeDeadLetter, Reason: Malformed, Count: CountDeadLetter, Invalid: true}, err

@@ -126,7 +126,7 @@ func TestOutcomeBudgetExhausted(t *testing.T) {
 func TestOutcomeRetryAndDeadLetter(t *testing.T) {
 	p := mustParse(t, `{"max_attempts": 2, "backoff": {"strategy": "constant", "base": "100ms"}, "jitter": {"mode": "none"}}`)
 	wantOutcome(t, p, failed(t0, 503), retry100)
-	wantOutcome(t, p, failed(t0, 404), policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.PermanentError, Count: policy.CountDeadLetter})
+	wantOutcome(t, p, failed(t0, 404), policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.PermanentError, Class: policy.Permanent, Count: policy.CountDeadLetter})
 	e := failed(t0, 503)
 	e.Failure.Attempt = 2
 	wantOutcome(t, p, e, policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.MaxAttemptsReached, Count: policy.CountDeadLetter})

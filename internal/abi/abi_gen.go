@@ -133,17 +133,19 @@ const (
 	BudgetMilliMask      = 0xffffffffffff
 	BudgetPresentShift   = 48
 	BudgetPresentMask    = 0x1
-	OutcomeActionShift   = 54
+	OutcomeActionShift   = 55
 	OutcomeActionMask    = 0x7
 	OutcomeReasonShift   = 48
-	OutcomeReasonMask    = 0x3f
+	OutcomeReasonMask    = 0x1f
+	OutcomeClassShift    = 53
+	OutcomeClassMask     = 0x3
 	OutcomeDelayMsShift  = 0
 	OutcomeDelayMsMask   = 0xffffffffffff
-	OutcomePauseShift    = 57
+	OutcomePauseShift    = 58
 	OutcomePauseMask     = 0x1
-	OutcomeCountShift    = 58
+	OutcomeCountShift    = 59
 	OutcomeCountMask     = 0x7
-	OutcomeInvalidShift  = 61
+	OutcomeInvalidShift  = 62
 	OutcomeInvalidMask   = 0x1
 )
 
@@ -197,15 +199,16 @@ func UnpackPermit(w int64) policy.Permit {
 // its field's range is clamped into it.
 func PackOutcome(v policy.Outcome) int64 {
 	var w int64
-	w |= int64(v.Action) & 0x7 << 54
-	w |= int64(v.Reason) & 0x3f << 48
+	w |= int64(v.Action) & 0x7 << 55
+	w |= int64(v.Reason) & 0x1f << 48
+	w |= int64(v.Class) & 0x3 << 53
 	w |= min(max(v.DelayMs, 0), 0xffffffffffff) << 0
 	if v.Pause {
-		w |= 1 << 57
+		w |= 1 << 58
 	}
-	w |= int64(v.Count) & 0x7 << 58
+	w |= int64(v.Count) & 0x7 << 59
 	if v.Invalid {
-		w |= 1 << 61
+		w |= 1 << 62
 	}
 	return w
 }
@@ -213,12 +216,13 @@ func PackOutcome(v policy.Outcome) int64 {
 // UnpackOutcome decodes a word made by PackOutcome.
 func UnpackOutcome(w int64) policy.Outcome {
 	return policy.Outcome{
-		Action:  policy.OutcomeAction(w >> 54 & 0x7),
-		Reason:  policy.Reason(w >> 48 & 0x3f),
+		Action:  policy.OutcomeAction(w >> 55 & 0x7),
+		Reason:  policy.Reason(w >> 48 & 0x1f),
+		Class:   policy.Class(w >> 53 & 0x3),
 		DelayMs: w >> 0 & 0xffffffffffff,
-		Pause:   w>>57&1 != 0,
-		Count:   policy.Count(w >> 58 & 0x7),
-		Invalid: w>>61&1 != 0,
+		Pause:   w>>58&1 != 0,
+		Count:   policy.Count(w >> 59 & 0x7),
+		Invalid: w>>62&1 != 0,
 	}
 }
 

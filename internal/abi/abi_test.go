@@ -118,14 +118,14 @@ func TestPackPermit(t *testing.T) {
 }
 
 // PackOutcome and UnpackOutcome round-trip every action, reason and count
-// with the largest delay and both bits, an outcome is never negative, and
+// (with every class) with the largest delay and both bits, an outcome is never negative, and
 // the bits are ABI.md's.
 func TestPackOutcome(t *testing.T) {
 	for a := range 5 {
 		for r := range 19 {
 			for c := range 5 {
 				for bits := range 4 {
-					o := policy.Outcome{Action: policy.OutcomeAction(a), Reason: policy.Reason(r), Count: policy.Count(c),
+					o := policy.Outcome{Action: policy.OutcomeAction(a), Reason: policy.Reason(r), Class: policy.Class((r + c) % 3), Count: policy.Count(c),
 						DelayMs: abi.MaxDelayMs, Pause: bits&1 != 0, Invalid: bits&2 != 0}
 					w := abi.PackOutcome(o)
 					if w < 0 || abi.UnpackOutcome(w) != o {
@@ -135,8 +135,8 @@ func TestPackOutcome(t *testing.T) {
 			}
 		}
 	}
-	o := policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter, Invalid: true, Pause: true, DelayMs: 7}
-	if w, want := abi.PackOutcome(o), int64(1<<61|3<<58|1<<57|4<<54|17<<48|7); w != want {
+	o := policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Class: policy.Uncertain, Count: policy.CountDeadLetter, Invalid: true, Pause: true, DelayMs: 7}
+	if w, want := abi.PackOutcome(o), int64(1<<62|3<<59|1<<58|4<<55|2<<53|17<<48|7); w != want {
 		t.Errorf("PackOutcome(%+v) = %#x, want %#x", o, w, want)
 	}
 	if w := abi.PackOutcome(policy.Outcome{DelayMs: -5}); w != 0 {

@@ -54,6 +54,7 @@ type OutcomeStep struct {
 type OutcomeExpect struct {
 	Action  string `json:"action"`
 	Reason  string `json:"reason"`
+	Class   string `json:"class"` // a failure's, as decided; "retryable" (0, meaningless) otherwise
 	DelayMs int64  `json:"delay_ms"`
 	Pause   bool   `json:"pause"`
 	Count   string `json:"count"`
@@ -83,8 +84,8 @@ func (s *OutcomeStep) Answer(o policy.Outcome, err error) {
 			return
 		}
 	}
-	s.Expect = &OutcomeExpect{Action: o.Action.String(), Reason: o.Reason.String(), DelayMs: o.DelayMs,
-		Pause: o.Pause, Count: o.Count.String(), Invalid: o.Invalid}
+	s.Expect = &OutcomeExpect{Action: o.Action.String(), Reason: o.Reason.String(), Class: o.Class.String(),
+		DelayMs: o.DelayMs, Pause: o.Pause, Count: o.Count.String(), Invalid: o.Invalid}
 }
 
 // Format writes the file with one step per line.

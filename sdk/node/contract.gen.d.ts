@@ -94,6 +94,8 @@ export interface Outcome {
 	readonly action: OutcomeAction;
 	/** A decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run. */
 	readonly reason: OutcomeReason;
+	/** The failure's class as the policy decided it, for a failure event; 0 (meaningless) otherwise and for an invalid failure. */
+	readonly class: FailureClass;
 	/** How long a retried or deferred job waits, and how long a paused worker takes no job. */
 	readonly delayMs: number;
 	/** The breaker refused: the worker takes no job of this policy for delay_ms. */

@@ -23,10 +23,12 @@ isJobType('charge_card'); //=> true
 */
 export function isJobType(t: unknown): t is string;
 
-/** The policy's answer to a job's failure, as the core's outcome carries it: a retry with its delay, or a dead letter (a deferral's too) with its reason. */
+/** The policy's answer to a job's failure, as the core's outcome carries it: a retry with its delay, or a dead letter (a deferral's too) with its reason and the failure's class. */
 export interface JobDecision {
 	readonly action: DecisionAction;
 	readonly reason: Reason;
+	/** The failure's class, as the policy decided it. */
+	readonly class: FailureClass;
 	/** A retry's delay, a deferral's wait; 0 for a dead letter. */
 	readonly delayMs: number;
 }
@@ -37,7 +39,7 @@ export interface HandlerContext {
 	readonly signal: AbortSignal;
 }
 
-import type {DecisionAction, Reason} from './index.js';
+import type {DecisionAction, FailureClass, Reason} from './index.js';
 import * as redis from './redis.js';
 
 /** @deprecated Import `createQueue` from `backstop-policy/redis`. */

@@ -50,7 +50,7 @@ export function planOutcome(job, error, policy, { classify, nowMs, random, malfo
   const msg = errorText(error);
   const o = policy.outcome(failure);
   if (o.invalid) return { ...o, decision: null, msg: `${msg} (policy refused the failure: ${o.error.message})` };
-  const decision = { action: o.action === 'retry' ? 'retry' : 'dead_letter', reason: o.reason, delayMs: o.action === 'dead_letter' ? 0 : o.delayMs };
+  const decision = { action: o.action === 'retry' ? 'retry' : 'dead_letter', reason: o.reason, class: o.class, delayMs: o.action === 'dead_letter' ? 0 : o.delayMs };
   return { ...o, decision, msg };
 }
 

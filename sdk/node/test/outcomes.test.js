@@ -25,7 +25,7 @@ function answer(policy, step) {
     if (!(err instanceof InputError)) throw err;
     return { error: err.message };
   }
-  const got = { expect: { action: o.action, reason: o.reason, delay_ms: o.delayMs, pause: o.pause, count: o.count, invalid: o.invalid } };
+  const got = { expect: { action: o.action, reason: o.reason, class: o.class, delay_ms: o.delayMs, pause: o.pause, count: o.count, invalid: o.invalid } };
   if (o.invalid) got.error = o.error.message;
   return got;
 }

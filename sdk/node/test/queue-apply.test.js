@@ -79,7 +79,7 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         const outcome = await q.apply(job, httpError(503, 'upstream unavailable'), policies.steady);
         assert.deepEqual(outcome, {
           action: 'retry', reason: 'transient', applied: true, dueMs: outcome.dueMs,
-          decision: { action: 'retry', delayMs: 5000, reason: 'transient' },
+          decision: { action: 'retry', delayMs: 5000, reason: 'transient', class: 'retryable' },
         });
         assert.ok(outcome.dueMs >= t0 + 5000 && outcome.dueMs <= (await serverNow(raw)) + 5000, `due ${outcome.dueMs - t0} ms later`);
         const [member, score] = await raw('ZRANGE', q.keys.delayed, 0, -1, 'WITHSCORES');
@@ -112,7 +112,7 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         const outcome = await q.apply(job, httpError(400, 'bad request'), policies.steady);
         assert.deepEqual(outcome, {
           action: 'dead_letter', reason: 'permanent_error', applied: true, dlqId: outcome.dlqId,
-          decision: { action: 'dead_letter', delayMs: 0, reason: 'permanent_error' },
+          decision: { action: 'dead_letter', delayMs: 0, reason: 'permanent_error', class: 'permanent' },
         });
         const [dl] = await entries(raw, q.keys.dlq);
         assert.equal(dl.id, outcome.dlqId);
@@ -210,7 +210,7 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         assert.equal(inner.name, 'RetryError');
         const s = spy(policies.steady);
         const outcome = await q.apply(await enqueueRead(q, 'job-1'), inner, s);
-        assert.deepEqual([outcome.action, outcome.reason, outcome.decision.action], ['dead_letter', 'retried_downstream', 'dead_letter']);
+        assert.deepEqual([outcome.action, outcome.reason, outcome.decision.class], ['dead_letter', 'retried_downstream', 'retryable']);
         // classified by its last failure, and marked
         assert.equal(s.calls.decide[0].httpStatus, 503);
         assert.equal(s.calls.decide[0].retriedDownstream, true);
@@ -220,7 +220,7 @@ for (const name of ['ioredis 6', 'node-redis 6']) {
         const cold = await loadPolicy({ max_attempts: 3, retried_downstream: 'retry', backoff: { strategy: 'constant', base: '5s', cap: '5s' }, jitter: { mode: 'none' } });
         const retried = await q.apply(await enqueueRead(q, 'job-2'), inner, cold);
         cold.close();
-        assert.deepEqual([retried.action, retried.reason, retried.decision.action], ['retry', 'transient', 'retry']);
+        assert.deepEqual([retried.action, retried.reason, retried.decision.class], ['retry', 'transient', 'retryable']);
         const [member] = await raw('ZRANGE', q.keys.delayed, 0, -1);
         assert.equal(JSON.parse(member).last_error, 'RetryError: gave up after 1 attempt (max_attempts_reached): inner 503');
       });

@@ -162,11 +162,12 @@ export function unpackBudget(lo, hi) {
 /** What outcome returns: what a worker does with a job. lo and hi are the word's low and high 32 bits. */
 export function unpackOutcome(lo, hi) {
   return {
-    action: nameOf(OUTCOME_ACTION_NAMES, (hi >>> 22) & 0x7, 'outcome_action'),
-    reason: nameOf(REASON_NAMES, (hi >>> 16) & 0x3f, 'reason'),
+    action: nameOf(OUTCOME_ACTION_NAMES, (hi >>> 23) & 0x7, 'outcome_action'),
+    reason: nameOf(REASON_NAMES, (hi >>> 16) & 0x1f, 'reason'),
+    class: nameOf(CLASS_NAMES, (hi >>> 21) & 0x3, 'class'),
     delayMs: (hi & (2 ** 16 - 1)) * 2 ** 32 + (lo >>> 0),
-    pause: ((hi >>> 25) & 0x1) === 1,
-    count: nameOf(COUNT_NAMES, (hi >>> 26) & 0x7, 'count'),
-    invalid: ((hi >>> 29) & 0x1) === 1,
+    pause: ((hi >>> 26) & 0x1) === 1,
+    count: nameOf(COUNT_NAMES, (hi >>> 27) & 0x7, 'count'),
+    invalid: ((hi >>> 30) & 0x1) === 1,
   };
 }

@@ -179,12 +179,17 @@ final class Contract {
 
   /** The action of a packed outcome. */
   static Outcome.Action outcomeAction(long w) {
-    return Outcome.Action.of(w >>> 54 & 0x7);
+    return Outcome.Action.of(w >>> 55 & 0x7);
   }
 
   /** The reason of a packed outcome: a decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run. */
   static Decision.Reason outcomeReason(long w) {
-    return Decision.Reason.of(w >>> 48 & 0x3f);
+    return Decision.Reason.of(w >>> 48 & 0x1f);
+  }
+
+  /** The class of a packed outcome: the failure's class as the policy decided it, for a failure event; 0 (meaningless) otherwise and for an invalid failure. */
+  static Decision.FailureClass outcomeClass(long w) {
+    return Decision.FailureClass.of(w >>> 53 & 0x3);
   }
 
   /** The delay_ms of a packed outcome: how long a retried or deferred job waits, and how long a paused worker takes no job. */
@@ -194,16 +199,16 @@ final class Contract {
 
   /** The pause of a packed outcome: the breaker refused: the worker takes no job of this policy for delay_ms. */
   static boolean outcomePause(long w) {
-    return (w >>> 57 & 1) != 0;
+    return (w >>> 58 & 1) != 0;
   }
 
   /** The count of a packed outcome: the client metric the worker records. */
   static Outcome.Count outcomeCount(long w) {
-    return Outcome.Count.of(w >>> 58 & 0x7);
+    return Outcome.Count.of(w >>> 59 & 0x7);
   }
 
   /** The invalid of a packed outcome: the policy refused the failure as invalid input: the job is dead-lettered as malformed, and the error says why. */
   static boolean outcomeInvalid(long w) {
-    return (w >>> 61 & 1) != 0;
+    return (w >>> 62 & 1) != 0;
   }
 }

@@ -10,13 +10,14 @@ import java.time.Duration;
  *
  * @param action what a worker does with a job
  * @param reason a decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run
+ * @param failureClass the failure's class as the policy decided it, for a failure event; 0 (meaningless) otherwise and for an invalid failure
  * @param delayMs how long a retried or deferred job waits, and how long a paused worker takes no job
  * @param pause the breaker refused: the worker takes no job of this policy for delay_ms
  * @param count the client metric the worker records
  * @param invalid the policy refused the failure as invalid input: the job is dead-lettered as malformed, and the error says why
  * @param error for an invalid failure, the module's message ({@code attempt: must be >= 1 (got 0)}); else null
  */
-public record Outcome(Outcome.Action action, Decision.Reason reason, long delayMs, boolean pause, Outcome.Count count, boolean invalid, String error) {
+public record Outcome(Outcome.Action action, Decision.Reason reason, Decision.FailureClass failureClass, long delayMs, boolean pause, Outcome.Count count, boolean invalid, String error) {
 
   /** What happened to a job that a worker asks the outcome of. Its {@link #toString()} is the name every backstop host uses. */
   public enum Event {
@@ -150,18 +151,19 @@ public record Outcome(Outcome.Action action, Decision.Reason reason, long delayM
     return Duration.ofMillis(delayMs);
   }
 
-  /** The outcome as the shared cases write it (testdata/outcomes): {@code {"action":…,"reason":…,"delay_ms":…,"pause":…,"count":…,"invalid":…}}. */
+  /** The outcome as the shared cases write it (testdata/outcomes): {@code {"action":…,"reason":…,"class":…,"delay_ms":…,"pause":…,"count":…,"invalid":…}}. */
   public String toJson() {
     StringBuilder b = new StringBuilder(112);
     b.append("{\"action\":");
     Json.quote(b, action.toString()).append(",\"reason\":");
-    Json.quote(b, reason.toString()).append(",\"delay_ms\":").append(delayMs).append(",\"pause\":").append(pause);
+    Json.quote(b, reason.toString()).append(",\"class\":");
+    Json.quote(b, failureClass.toString()).append(",\"delay_ms\":").append(delayMs).append(",\"pause\":").append(pause);
     b.append(",\"count\":");
     return Json.quote(b, count.toString()).append(",\"invalid\":").append(invalid).append('}').toString();
   }
 
   /** Unpacks a packed outcome (wasm/ABI.md), with the module's message for an invalid failure (else null). */
   static Outcome unpack(long w, String error) {
-    return new Outcome(Outcome.Action.of(w >>> 54 & 0x7), Decision.Reason.of(w >>> 48 & 0x3f), w & 0xffffffffffffL, (w >>> 57 & 1) != 0, Outcome.Count.of(w >>> 58 & 0x7), (w >>> 61 & 1) != 0, error);
+    return new Outcome(Outcome.Action.of(w >>> 55 & 0x7), Decision.Reason.of(w >>> 48 & 0x1f), Decision.FailureClass.of(w >>> 53 & 0x3), w & 0xffffffffffffL, (w >>> 58 & 1) != 0, Outcome.Count.of(w >>> 59 & 0x7), (w >>> 62 & 1) != 0, error);
   }
 }

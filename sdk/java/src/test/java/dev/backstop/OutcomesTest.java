@@ -85,7 +85,7 @@ class OutcomesTest {
   @Test
   void theConveniencesAskTheSameQuestion() {
     try (Policy p = Policy.preset("default")) {
-      assertEquals("{\"action\":\"run\",\"reason\":\"transient\",\"delay_ms\":0,\"pause\":false,\"count\":\"none\","
+      assertEquals("{\"action\":\"run\",\"reason\":\"transient\",\"class\":\"retryable\",\"delay_ms\":0,\"pause\":false,\"count\":\"none\","
           + "\"invalid\":false}", p.outcome(Outcome.Event.BEFORE, 1L).toJson());
       Outcome ack = p.outcome(Outcome.Event.SUCCESS, 1L);
       assertEquals(Outcome.Action.ACK, ack.action());
