@@ -1,4 +1,4 @@
-"""backstop.queue against a real redis-server (see conftest.py): each
+"""backstop.redis against a real redis-server (see conftest.py): each
 script's semantics, apply with a real policy, the worker loop, client
 flavours (decode_responses, RESP3) and a real Redis Cluster."""
 
@@ -17,7 +17,7 @@ import redis.asyncio
 
 import backstop
 from backstop import RetryError
-from backstop.queue import AsyncQueue, Job, Keys, Outcome, Queue, script_source
+from backstop.redis import AsyncQueue, Job, Keys, Outcome, Queue, script_source
 
 # Deterministic delays: 250 ms, no jitter, three attempts.
 FIXED = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "250ms", "cap": "1s"}, "jitter": {"mode": "none"}}

@@ -18,7 +18,7 @@ import backstop
 from backstop import DeadlineExceeded, RetryError
 from backstop._policy import Decision
 from backstop._retry import classifier
-from backstop.queue import Job, Queue, _error_text
+from backstop.redis import Job, Queue, _error_text
 
 CASES = Path(os.environ.get("BACKSTOP_QUEUE_CASES",
                             Path(__file__).resolve().parents[3] / "testdata" / "queue" / "cases.json"))

@@ -23,7 +23,7 @@ import pytest
 
 import backstop
 from backstop import DeadlineExceeded, rabbitmq
-from backstop._decide import error_text
+from backstop.queue import error_text
 from backstop.rabbitmq import _core, sync
 
 import test_queue_cases as queue_cases

@@ -2,22 +2,19 @@
 (ack, retry, defer, dead letter) from the handler's outcome and the policy,
 the breaker's gate before a job runs, and the worker's metrics, with the
 ``Runner`` that takes these steps for each job. Shared by
-``backstop.queue`` (Redis) and ``backstop.rabbitmq``; imports no broker
+``backstop.redis`` and ``backstop.rabbitmq``; imports no broker
 client."""
 
 from __future__ import annotations
 
 import logging
-import math
-import random
-import re
-from datetime import timedelta
-from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ._deadline import DeadlineExceeded
 from ._errors import InputError
 from ._policy import Decision, Policy
 from .metrics import Metrics
+from .queue import JobLike, check_job_type, error_text
 
 #: (action, reason, decision, last error, delay ms): what to do about a job.
 Plan = Tuple[str, str, Optional[Decision], str, int]
@@ -25,47 +22,6 @@ Plan = Tuple[str, str, Optional[Decision], str, int]
 # Decisions that defer a job instead of dead-lettering it (on_open: defer).
 DEFERRED = frozenset(("circuit_open", "budget_exhausted"))
 OPEN_POLL_MS = 1000  # a refused job's wait when the policy cannot say how long
-# A handler's deadline by default: RabbitMQ's (below the broker's
-# consumer_timeout, 30 min), and Redis's without a min idle time.
-HANDLER_TIMEOUT_S = 300.0
-
-
-class JobLike(Protocol):
-    """What deciding needs of a job (``backstop.queue.Job``,
-    ``backstop.rabbitmq.Job``)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def first_enqueued_ms(self) -> int: ...
-    @property
-    def prev_delay_ms(self) -> int: ...
-    @property
-    def malformed(self) -> bool: ...
-    @property
-    def job_type(self) -> str: ...
-
-
-JOB_TYPE = re.compile(r"[A-Za-z0-9_./-]{1,64}\Z")
-
-
-def check_job_type(where: str, name: str, v: Any) -> None:
-    """A job type: 1..64 of [A-Za-z0-9_./-] (no ':', which separates the
-    stats fields t:<type>:<counter>), as enqueue.lua checks it."""
-    if not isinstance(v, str):
-        raise TypeError("%s: %s must be a string (got %r)" % (where, name, v))
-    if not JOB_TYPE.match(v):
-        raise ValueError("%s: %s must be 1..64 of [A-Za-z0-9_./-] (got %r)" % (where, name, v))
-
-
-def error_text(exc: Optional[BaseException]) -> str:
-    if exc is None:
-        return ""
-    s = str(exc)
-    name = type(exc).__name__
-    return "%s: %s" % (name, s) if s else name
 
 
 def plan(job: JobLike, exc: Optional[BaseException], policy: Policy,
@@ -174,12 +130,6 @@ def count(metrics: Any, policy: Policy, job: JobLike, p: Plan, gated: bool) -> N
         metrics.budget(policy.budget_tokens())
 
 
-def jitter(seconds: float) -> float:
-    """Spreads loop intervals ±20% so a fleet of workers does not poll the
-    broker in step."""
-    return seconds * (0.8 + 0.4 * random.random()) if seconds > 0 else 0.0
-
-
 def typed_policies(policies: Optional[Mapping[str, Policy]], metrics: Any) -> Dict[str, Tuple[Policy, Any]]:
     """work's ``policies``: job type -> (policy, metrics), checked; a type's
     policy is recorded under policy=<type> in the worker's families."""
@@ -199,17 +149,6 @@ def typed_policies(policies: Optional[Mapping[str, Policy]], metrics: Any) -> Di
     return out
 
 
-def handler_timeout(v: Any, default: float) -> float:
-    """work's ``handler_timeout`` in seconds (a number or a timedelta), or
-    ``default`` for None."""
-    if v is None:
-        return default
-    t = v.total_seconds() if isinstance(v, timedelta) else v
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        raise ValueError("work: handler_timeout must be a number of seconds > 0 or a timedelta (got %r)" % (v,))
-    return float(t)
-
-
 def deadline_passed(log: logging.Logger, queue: str, job: JobLike, e: DeadlineExceeded) -> None:
     """Logs a handler that did not end by its deadline (the job fails as a
     timeout): once, and whether it still runs."""
@@ -223,7 +162,7 @@ class Runner:
     the job's policy and metrics (its type's own, ``policies=``), the
     breaker's gate before the handler runs, the handler's failure (a
     missed deadline logged), the plan for its outcome, and the count in
-    the worker's metrics. No I/O: ``backstop.queue`` and both
+    the worker's metrics. No I/O: ``backstop.redis`` and both
     ``backstop.rabbitmq`` workers run the handler and apply the plan."""
 
     def __init__(self, log: logging.Logger, queue: str, policy: Policy, metrics: Any,
