@@ -33,7 +33,7 @@ PY_CALL_TESTS := $(addprefix sdk/python/tests/,test_vectors.py test_inputs.py te
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s
 FUZZTIME  ?= 30s
 
-.PHONY: all help build wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
+.PHONY: all help build contract wasm deps test vectors queue-cases idempotency-cases rabbitmq-cases layers-cases bench fuzz demo clean
 
 # apt-get needs root; CI and these machines run as root, elsewhere sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -54,6 +54,11 @@ demo:
 	@echo "make demo: compiling bin/backstop (the first time takes about a minute; then it starts at once)..."
 	@$(GO) build -ldflags '$(LDFLAGS)' -o bin/backstop ./cmd/backstop
 	bin/backstop demo
+
+## contract: generate every language's bindings of contract/abi.json (the ABI,
+## the failure, decision and outcome shapes) and wasm/ABI.md's tables
+contract:
+	$(GO) run ./internal/contractgen
 
 ## wasm: build the policy core into contract/backstop.wasm (embedded by the Go host)
 wasm:

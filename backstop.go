@@ -77,16 +77,17 @@ func (n native) OnOpen() string { return n.p.OnOpen() }
 
 func (n native) Stateful() bool { return n.p.Stateful() }
 
-// Failure wraps an error with what the policy needs to classify it: return
-// one from a queue Handler or a retry Operation to say "the downstream
-// answered 503 with Retry-After: 7", or that an error is of a kind.
+// Failure is the one failure type (policy.Failure, generated from
+// contract/abi.json with every field's doc): the policy decides on it, and
+// a *Failure is the error a queue Handler or a retry Operation returns to
+// say how it failed, "the downstream answered 503 with Retry-After: 7":
 //
 //	return &backstop.Failure{HTTPStatus: 503, RetryAfter: "7", Err: err}
 //
-// Its fields are Err (the error), HTTPStatus, GRPCCode, ErrorKind and
-// RetryAfter (the raw Retry-After header value). Errors without one are
-// classified by ClassifyError.
-type Failure = errkind.Failure
+// What it says about the failure (the fields marked error in the schema:
+// status, code, kind, hints, signals) is what ClassifyError copies; errors
+// without one are classified by the table.
+type Failure = policy.Failure
 
 // ClassifyError fills the classification fields of a policy failure from an
 // error: a *Failure anywhere in its chain, else by the table every language

@@ -241,15 +241,9 @@ func (in *instance) words(n int) []int64 {
 
 // hint picks the ABI's one hint string: Retry-After wins, as in the policy.
 func hint(f *policy.Failure) (string, uint32) {
-	var flags uint32
+	flags := abi.BoolFlags(f)
 	if f.IdempotencyKey != "" {
-		flags = abi.FlagIdempotencyKey
-	}
-	if f.RetriedDownstream {
-		flags |= abi.FlagRetriedDown
-	}
-	if f.ServerDeclined {
-		flags |= abi.FlagServerDeclined
+		flags |= abi.FlagIdempotencyKey
 	}
 	if f.RetryAfter == "" && f.RetryPushback != "" {
 		return f.RetryPushback, flags | abi.FlagPushback
@@ -305,7 +299,7 @@ func (in *instance) decideOne(ctx context.Context, h int32, f *policy.Failure) (
 // must fit the record's u16 lengths. Others are decided one by one.
 func batchFits(f *policy.Failure) bool {
 	hs, _ := hint(f)
-	return len(f.Method) <= abi.MaxStrLen && len(f.ErrorKind) <= abi.MaxStrLen && len(hs) <= abi.MaxStrLen
+	return len(f.Method) <= abi.MaxString && len(f.ErrorKind) <= abi.MaxString && len(hs) <= abi.MaxString
 }
 
 // decideChunk decides fs (all batchFits) in one decide_batch call and

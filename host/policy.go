@@ -137,7 +137,7 @@ func (p *Policy) Decide(ctx context.Context, f policy.Failure) (policy.Decision,
 	if err != nil {
 		return policy.Decision{}, err
 	}
-	return abi.Unpack(w), nil
+	return abi.UnpackDecision(w), nil
 }
 
 // DecideBatch decides failures in order, as Decide would one by one, and
@@ -197,7 +197,7 @@ func (p *Policy) DecideBatch(ctx context.Context, failures []policy.Failure, out
 		for k, w := range words {
 			res[i+k] = policy.Decision{}
 			if w >= 0 {
-				res[i+k] = abi.Unpack(w)
+				res[i+k] = abi.UnpackDecision(w)
 			} else if first == nil {
 				first = p.batchErr(ctx, in, i+k, w)
 			}
@@ -219,13 +219,13 @@ func check(f *policy.Failure) error {
 		field, reason = "http_status", "must be a 32-bit integer (got "+strconv.Itoa(f.HTTPStatus)+")"
 	case f.GRPCCode != int(int32(f.GRPCCode)):
 		field, reason = "grpc_code", "must be a 32-bit integer or a status name (got "+strconv.Itoa(f.GRPCCode)+")"
-	case len(f.ErrorKind) > abi.MaxStrLen:
+	case len(f.ErrorKind) > abi.MaxString:
 		field, reason = "error_kind", tooLong(len(f.ErrorKind))
-	case len(f.RetryAfter) > abi.MaxStrLen:
+	case len(f.RetryAfter) > abi.MaxString:
 		field, reason = "retry_after", tooLong(len(f.RetryAfter))
-	case len(f.RetryPushback) > abi.MaxStrLen:
+	case len(f.RetryPushback) > abi.MaxString:
 		field, reason = "grpc_retry_pushback_ms", tooLong(len(f.RetryPushback))
-	case len(f.Method) > abi.MaxStrLen:
+	case len(f.Method) > abi.MaxString:
 		field, reason = "method", tooLong(len(f.Method))
 	default:
 		return nil
@@ -234,7 +234,7 @@ func check(f *policy.Failure) error {
 }
 
 func tooLong(n int) string {
-	return "must be at most " + strconv.Itoa(abi.MaxStrLen) + " bytes (got " + strconv.Itoa(n) + ")"
+	return "must be at most " + strconv.Itoa(abi.MaxString) + " bytes (got " + strconv.Itoa(n) + ")"
 }
 
 // batchErr builds the error of the first failed record of a batch. The

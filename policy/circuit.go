@@ -1,18 +1,5 @@
 package policy
 
-// CircuitState is the state of a policy's circuit breaker.
-type CircuitState uint8
-
-const (
-	BreakerClosed CircuitState = iota
-	BreakerOpen
-	BreakerHalfOpen
-)
-
-func (s CircuitState) String() string {
-	return enumName([]string{"closed", "open", "half_open"}, int(s), "circuit_state")
-}
-
 // circuit is a consecutive-failures breaker. It opens after threshold
 // retryable failures in a row, stays open for openMs (failures then dead
 // letter with circuit_open), then goes half-open: a failure re-opens it,

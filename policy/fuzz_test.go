@@ -106,8 +106,8 @@ func FuzzDecide(f *testing.F) {
 			if i == 0 && d.Action == policy.Retry && (elapsed+d.DelayMs > 40_000 || attempt >= 6) {
 				t.Fatalf("retry past a limit: %+v for %+v", d, fl)
 			}
-			if got := abi.Unpack(abi.Pack(d)); got != d || abi.Pack(d) < 0 {
-				t.Fatalf("Pack/Unpack: %+v -> %d -> %+v", d, abi.Pack(d), got)
+			if got := abi.UnpackDecision(abi.PackDecision(d)); got != d || abi.PackDecision(d) < 0 {
+				t.Fatalf("Pack/Unpack: %+v -> %d -> %+v", d, abi.PackDecision(d), got)
 			}
 		}
 	})

@@ -1,18 +1,5 @@
 package policy
 
-// Permit is the answer of Acquire: whether a call may leave now.
-type Permit struct {
-	// Allowed is true when the call may be made. In half-open it is a
-	// trial: report its outcome (RecordSuccess, or Decide for a failure).
-	Allowed bool
-	// RetryInMs, when refused, is the time until something may change: the
-	// breaker half-opens, or (half-open with every trial out) the round's
-	// trials time out. 0 when allowed.
-	RetryInMs int64
-	// State is the breaker's state at the time of asking.
-	State CircuitState
-}
-
 // On-open behaviours of a queue (Policy.OnOpen).
 const (
 	// OnOpenDefer puts a job refused by an open breaker or an empty budget

@@ -52,7 +52,7 @@ func FuzzDecide(f *testing.F) {
 		r := decide(h, attempt, status, grpc, elapsed, now, random, prev, flags, ml, kl, hl)
 		noInternal(t, "decide", r)
 		if r >= 0 {
-			d := abi.Unpack(r)
+			d := abi.UnpackDecision(r)
 			if d.DelayMs < 0 || (d.Action == policy.DeadLetter) != (d.Reason > policy.UncertainRetry) {
 				t.Fatalf("decide = %+v", d)
 			}

@@ -379,7 +379,7 @@ func decide(h int32, attempt int64, httpStatus, grpcCode int32,
 	if err != nil {
 		return int64(decideError(err))
 	}
-	return abi.Pack(d)
+	return abi.PackDecision(d)
 }
 
 // stringsOK reports whether the flags are known and the strings (lengths
@@ -409,8 +409,7 @@ func setStrings(f *policy.Failure, off, ml, kl, hl int64, flags uint32) {
 	if flags&flagIdempotencyKey != 0 {
 		f.IdempotencyKey = "1" // the policy only asks whether there is a key
 	}
-	f.RetriedDownstream = flags&abi.FlagRetriedDown != 0
-	f.ServerDeclined = flags&abi.FlagServerDeclined != 0
+	abi.SetBoolFlags(f, flags)
 }
 
 func handleError(h int32) int32 {
@@ -420,7 +419,7 @@ func handleError(h int32) int32 {
 func stringsError(flags uint32, off, ml, kl, hl int64) int32 {
 	switch {
 	case flags&^abi.Flags != 0:
-		return fail(errInput, "invalid failure: flags: only bits 0 to 3 may be set (got "+strconv.FormatUint(uint64(flags), 10)+")")
+		return fail(errInput, "invalid failure: flags: "+abi.FlagsError+" (got "+strconv.FormatUint(uint64(flags), 10)+")")
 	case ml < 0 || kl < 0 || hl < 0:
 		return fail(errInput, "invalid failure: string lengths must be >= 0")
 	}
@@ -495,7 +494,7 @@ func decide_batch(h int32, inOff, n, outOff int32) (r int32) {
 			badRecord(i, &firstBad)
 			continue
 		}
-		res[i] = abi.Pack(d)
+		res[i] = abi.PackDecision(d)
 	}
 	if firstBad >= 0 {
 		lastMsg = firstMsg

@@ -36,15 +36,15 @@ func TestDecideMatchesNative(t *testing.T) {
 	got := decide(h, 2, 0, 0, 100, 1000, 0.5, 0, flagIdempotencyKey, 4, 7, 1)
 	want, err := native.Decide(policy.Failure{Attempt: 2, ElapsedMs: 100, NowMs: 1000, Random: 0.5,
 		Method: "POST", ErrorKind: "timeout", RetryAfter: "5", IdempotencyKey: "k"})
-	if err != nil || got != abi.Pack(want) {
-		t.Fatalf("decide = %v, native = %v (%v)", abi.Unpack(got), want, err)
+	if err != nil || got != abi.PackDecision(want) {
+		t.Fatalf("decide = %v, native = %v (%v)", abi.UnpackDecision(got), want, err)
 	}
 	// Same strings, pushback flag: the hint is read as milliseconds.
 	got = decide(h, 2, 0, 0, 100, 1000, 0.5, 0, flagIdempotencyKey|flagPushback, 4, 7, 1)
 	want, _ = native.Decide(policy.Failure{Attempt: 2, ElapsedMs: 100, NowMs: 1000, Random: 0.5,
 		Method: "POST", ErrorKind: "timeout", RetryPushback: "5", IdempotencyKey: "k"})
-	if got != abi.Pack(want) {
-		t.Fatalf("pushback: decide = %v, native = %v", abi.Unpack(got), want)
+	if got != abi.PackDecision(want) {
+		t.Fatalf("pushback: decide = %v, native = %v", abi.UnpackDecision(got), want)
 	}
 }
 
@@ -176,7 +176,7 @@ func putRecord(off, strOff int, f policy.Failure) {
 		flags |= flagIdempotencyKey
 	}
 	if f.RetriedDownstream {
-		flags |= abi.FlagRetriedDown
+		flags |= abi.FlagRetriedDownstream
 	}
 	if f.ServerDeclined {
 		flags |= abi.FlagServerDeclined
@@ -224,8 +224,8 @@ func TestBatch(t *testing.T) {
 			}
 			continue
 		}
-		if got != abi.Pack(want) {
-			t.Errorf("record %d: got %v, want %v", i, abi.Unpack(got), want)
+		if got != abi.PackDecision(want) {
+			t.Errorf("record %d: got %v, want %v", i, abi.UnpackDecision(got), want)
 		}
 	}
 }

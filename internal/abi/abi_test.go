@@ -61,16 +61,16 @@ func TestPack(t *testing.T) {
 		for r := range len(policy.Reasons()) {
 			for c := range 3 {
 				d := policy.Decision{Action: policy.Action(a), Reason: policy.Reason(r), Class: policy.Class(c), DelayMs: abi.MaxDelayMs}
-				w := abi.Pack(d)
-				if w < 0 || abi.Unpack(w) != d {
-					t.Fatalf("%+v -> %d -> %+v", d, w, abi.Unpack(w))
+				w := abi.PackDecision(d)
+				if w < 0 || abi.UnpackDecision(w) != d {
+					t.Fatalf("%+v -> %d -> %+v", d, w, abi.UnpackDecision(w))
 				}
 			}
 		}
 	}
 	// ABI.md's example bits: 54 action, 52-53 class, 48-51 reason.
 	d := policy.Decision{Action: policy.DeadLetter, Reason: policy.Reason(3), Class: policy.Class(1), DelayMs: 0}
-	if w, want := abi.Pack(d), int64(1<<54|1<<52|3<<48); w != want {
+	if w, want := abi.PackDecision(d), int64(1<<54|1<<52|3<<48); w != want {
 		t.Errorf("Pack(%+v) = %#x, want %#x", d, w, want)
 	}
 }

@@ -3,8 +3,8 @@
 // (contract/errorkinds.json; Node and Python copy it into their
 // packages and test theirs against it). It lives apart from package queue
 // so that package retry classifies errors without importing the queue
-// (and go-redis); backstop.ClassifyError and backstop.Failure (the module's
-// root package) are this package's Classify and Failure.
+// (and go-redis); backstop.ClassifyError (the module's root package) is
+// this package's Classify.
 package errkind
 
 import (
@@ -17,32 +17,6 @@ import (
 	"github.com/backstop-dev/backstop/contract"
 	"github.com/backstop-dev/backstop/policy"
 )
-
-// Failure wraps an error with what the policy needs to classify it: return
-// one to say "the downstream answered 503 with Retry-After: 7". Errors
-// without it are classified by Classify. Exported as backstop.Failure.
-type Failure struct {
-	Err        error
-	HTTPStatus int
-	GRPCCode   int
-	ErrorKind  string
-	RetryAfter string // raw Retry-After header value
-	// RetriedDownstream says a layer below already retried this failure
-	// and gave up (its response had Backstop-No-Retry): docs/layers.md.
-	RetriedDownstream bool
-	// ServerDeclined says the server asked not to be retried
-	// (X-Envoy-Overloaded).
-	ServerDeclined bool
-}
-
-func (f *Failure) Error() string {
-	if f.Err != nil {
-		return f.Err.Error()
-	}
-	return "failure"
-}
-
-func (f *Failure) Unwrap() error { return f.Err }
 
 // gaveUp is what *retry.Error has (package retry imports this one, so
 // not the other way round): true when an inner loop retried and stopped.
@@ -102,10 +76,8 @@ func Classify(err error, f *policy.Failure) {
 		*f = *g
 		return
 	}
-	if bf, ok := first[*Failure](err); ok {
-		f.HTTPStatus, f.GRPCCode, f.ErrorKind, f.RetryAfter = bf.HTTPStatus, bf.GRPCCode, bf.ErrorKind, bf.RetryAfter
-		f.RetriedDownstream = f.RetriedDownstream || bf.RetriedDownstream
-		f.ServerDeclined = bf.ServerDeclined
+	if bf, ok := first[*policy.Failure](err); ok {
+		copyErrorFields(f, bf)
 		return
 	}
 	if k := kindOf(err); k != "" {

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Schema is contract/abi.json, the one source of the ABI and of the
+// failure, decision and outcome shapes; the templates render it.
+type Schema struct {
+	Version int       `json:"version"`
+	Limits  []Limit   `json:"limits"`
+	Errors  []ErrCode `json:"errors"`
+	Failure []Field   `json:"failure"`
+	Flags   []Flag    `json:"flags"`
+	Strings []Named   `json:"strings"`
+	Record  Record    `json:"record"`
+	Enums   []*Enum   `json:"enums"`
+	Words   []*Word   `json:"words"`
+}
+
+// Limit is a named constant of the ABI.
+type Limit struct {
+	Name  string `json:"name"`
+	Value int64  `json:"value"`
+	Doc   string `json:"doc"`
+}
+
+// ErrCode is a negative result of the exports.
+type ErrCode struct {
+	Name string `json:"name"`
+	Code int    `json:"code"`
+	Doc  string `json:"doc"`
+}
+
+// Field is one field of a failure: its type says how a host converts it
+// (int64, int32, grpc_code, string, hint, key, random, bool), and where it
+// goes: Record names its batch-record field (and decide parameter),
+// String its string slot, Flag the flag bit it sets.
+type Field struct {
+	Name   string `json:"name"`
+	Type   string `json:"type"`
+	Record string `json:"record,omitempty"`
+	String string `json:"string,omitempty"`
+	Flag   string `json:"flag,omitempty"`
+	// Error marks what an error returned by the caller's code says about
+	// the failure (its status, kind, hints, signals), as opposed to the
+	// caller's own facts (attempt, method, key, times).
+	Error bool   `json:"error,omitempty"`
+	Doc   string `json:"doc"`
+	// Bit is the flag's bit (filled from Flags; -1 without a flag).
+	Bit int `json:"-"`
+}
+
+// Flag is one bit of decide's flags and a batch record's.
+type Flag struct {
+	Name string `json:"name"`
+	Bit  int    `json:"bit"`
+	Doc  string `json:"doc"`
+}
+
+// Named is a name with a doc.
+type Named struct {
+	Name string `json:"name"`
+	Doc  string `json:"doc"`
+}
+
+// Record is decide_batch's input record.
+type Record struct {
+	Size       int           `json:"size"`
+	ResultSize int           `json:"result_size"`
+	Fields     []RecordField `json:"fields"`
+}
+
+// RecordField is one little-endian field of a record.
+type RecordField struct {
+	Name   string `json:"name"`
+	Type   string `json:"type"` // i64 f64 i32 u32 u16
+	Offset int    `json:"offset"`
+	Doc    string `json:"doc"`
+}
+
+// Enum is a closed set of codes and names.
+type Enum struct {
+	Name   string  `json:"name"`
+	Go     string  `json:"go"` // the policy package's type ("" none)
+	Doc    string  `json:"doc"`
+	Values []Value `json:"values"`
+}
+
+// Value is one member of an Enum.
+type Value struct {
+	Code    int    `json:"code"`
+	Name    string `json:"name"`
+	Go      string `json:"go"`
+	Action  string `json:"action,omitempty"`  // reasons: the decision's action
+	Outcome bool   `json:"outcome,omitempty"` // reasons: an outcome's only
+	Doc     string `json:"doc"`
+}
+
+// Word is a packed i64 result: bit fields, never negative.
+type Word struct {
+	Name   string      `json:"name"`
+	Go     string      `json:"go"` // the policy package's struct ("" none)
+	Doc    string      `json:"doc"`
+	Fields []WordField `json:"fields"`
+}
+
+// WordField is a bit field of a Word: a value, an Enum's code or a bool.
+type WordField struct {
+	Name string `json:"name"`
+	Lo   int    `json:"lo"`
+	Bits int    `json:"bits"`
+	Enum string `json:"enum,omitempty"`
+	Bool bool   `json:"bool,omitempty"`
+	// Decision limits a reason field to the decision's reasons (an
+	// outcome's own do not fit it).
+	Decision bool   `json:"decision,omitempty"`
+	Doc      string `json:"doc"`
+	// E is the Enum named by Enum (filled on load).
+	E *Enum `json:"-"`
+}
+
+// Values are the codes the field holds.
+func (f WordField) Values() []Value {
+	if f.Decision {
+		return f.E.DecisionReasons()
+	}
+	return f.E.Values
+}
+
+// Hi is the field's highest bit.
+func (f WordField) Hi() int { return f.Lo + f.Bits - 1 }
+
+// Mask is the field's mask before shifting.
+func (f WordField) Mask() uint64 { return 1<<f.Bits - 1 }
+
+func parse(data []byte) (*Schema, error) {
+	// Strict decoding, so a misspelt key fails; "$comment" is for readers.
+	var s Schema
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, err
+	}
+	delete(raw, "$comment")
+	clean, _ := json.Marshal(raw)
+	dec := json.NewDecoder(strings.NewReader(string(clean)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, err
+	}
+	return &s, s.check()
+}
+
+// check refuses a schema whose parts do not fit together, so that a
+// mistake fails `make contract`, not a host at run time.
+func (s *Schema) check() error {
+	bits := map[string]int{}
+	used := map[int]string{}
+	for _, f := range s.Flags {
+		if f.Bit < 0 || f.Bit > 31 || used[f.Bit] != "" {
+			return fmt.Errorf("flags: %s: bit %d is out of range or taken", f.Name, f.Bit)
+		}
+		used[f.Bit], bits[f.Name] = f.Name, f.Bit
+	}
+	recs := map[string]bool{}
+	end := 0
+	for _, r := range s.Record.Fields {
+		recs[r.Name] = true
+		if r.Offset < end || r.Offset%size(r.Type) != 0 {
+			return fmt.Errorf("record: %s: offset %d overlaps or is misaligned", r.Name, r.Offset)
+		}
+		end = r.Offset + size(r.Type)
+	}
+	if end != s.Record.Size {
+		return fmt.Errorf("record: fields end at %d, not at size %d", end, s.Record.Size)
+	}
+	slots := map[string]bool{}
+	for _, st := range s.Strings {
+		slots[st.Name] = true
+	}
+	types := map[string]bool{"int64": true, "int32": true, "grpc_code": true, "string": true, "hint": true, "key": true, "random": true, "bool": true}
+	for i := range s.Failure {
+		f := &s.Failure[i]
+		f.Bit = -1
+		if !types[f.Type] {
+			return fmt.Errorf("failure: %s: unknown type %q", f.Name, f.Type)
+		}
+		if f.Record != "" && !recs[f.Record] {
+			return fmt.Errorf("failure: %s: no record field %q", f.Name, f.Record)
+		}
+		if f.String != "" && !slots[f.String] {
+			return fmt.Errorf("failure: %s: no string slot %q", f.Name, f.String)
+		}
+		if f.Flag != "" {
+			b, ok := bits[f.Flag]
+			if !ok {
+				return fmt.Errorf("failure: %s: no flag %q", f.Name, f.Flag)
+			}
+			f.Bit = b
+		}
+		if f.Type == "bool" && f.Flag == "" {
+			return fmt.Errorf("failure: %s: a bool field needs a flag bit", f.Name)
+		}
+	}
+	enums := map[string]*Enum{}
+	for _, e := range s.Enums {
+		enums[e.Name] = e
+		sort.SliceStable(e.Values, func(i, j int) bool { return e.Values[i].Code < e.Values[j].Code })
+	}
+	for _, w := range s.Words {
+		taken := uint64(0)
+		for i := range w.Fields {
+			f := &w.Fields[i]
+			if f.Enum != "" {
+				if f.E = enums[f.Enum]; f.E == nil {
+					return fmt.Errorf("words: %s.%s: no enum %q", w.Name, f.Name, f.Enum)
+				}
+				if top := f.Values()[len(f.Values())-1].Code; uint64(top) > f.Mask() {
+					return fmt.Errorf("words: %s.%s: %d bits cannot hold %s %d", w.Name, f.Name, f.Bits, f.Enum, top)
+				}
+			}
+			m := f.Mask() << f.Lo
+			if f.Hi() > 62 || taken&m != 0 {
+				return fmt.Errorf("words: %s.%s: bits %d-%d overlap or reach the sign bit", w.Name, f.Name, f.Lo, f.Hi())
+			}
+			taken |= m
+		}
+	}
+	return nil
+}
+
+func size(t string) int {
+	switch t {
+	case "i64", "f64":
+		return 8
+	case "i32", "u32":
+		return 4
+	case "u16":
+		return 2
+	}
+	return 1 << 30
+}
+
+// ByBits are the fields from the lowest bit up.
+func (w *Word) ByBits() []WordField {
+	out := append([]WordField(nil), w.Fields...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Lo < out[j].Lo })
+	return out
+}
+
+// Top is the word's highest used bit.
+func (w *Word) Top() int {
+	top := 0
+	for _, f := range w.Fields {
+		top = max(top, f.Hi())
+	}
+	return top
+}
+
+// Enum returns the enum named name.
+func (s *Schema) Enum(name string) *Enum {
+	for _, e := range s.Enums {
+		if e.Name == name {
+			return e
+		}
+	}
+	panic("contractgen: no enum " + name)
+}
+
+// Word returns the word named name.
+func (s *Schema) Word(name string) *Word {
+	for _, w := range s.Words {
+		if w.Name == name {
+			return w
+		}
+	}
+	panic("contractgen: no word " + name)
+}
+
+// Limit returns the value of the limit named name.
+func (s *Schema) Limit(name string) int64 {
+	for _, l := range s.Limits {
+		if l.Name == name {
+			return l.Value
+		}
+	}
+	panic("contractgen: no limit " + name)
+}
+
+// FlagMask is every known flag bit.
+func (s *Schema) FlagMask() uint32 {
+	var m uint32
+	for _, f := range s.Flags {
+		m |= 1 << f.Bit
+	}
+	return m
+}
+
+// MaxFlagBit is the highest flag bit (flags must be below 2^(MaxFlagBit+1)).
+func (s *Schema) MaxFlagBit() int {
+	top := 0
+	for _, f := range s.Flags {
+		top = max(top, f.Bit)
+	}
+	return top
+}
+
+// BoolFields are the failure's bool fields: each sets its own flag bit.
+func (s *Schema) BoolFields() []Field {
+	var out []Field
+	for _, f := range s.Failure {
+		if f.Type == "bool" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// DecisionReasons are the reasons a decision carries (not an outcome's
+// only).
+func (e *Enum) DecisionReasons() []Value {
+	var out []Value
+	for _, v := range e.Values {
+		if !v.Outcome {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Top is the largest code.
+func (e *Enum) Top() int { return e.Values[len(e.Values)-1].Code }
+
+// Dense returns the names indexed by code, "" in the gaps.
+func (e *Enum) Dense() []string {
+	out := make([]string, e.Top()+1)
+	for _, v := range e.Values {
+		out[v.Code] = v.Name
+	}
+	return out
+}
