@@ -38,6 +38,7 @@ var outputs = []output{
 	{"go_policy.tmpl", "policy/contract_gen.go"},
 	{"go_errkind.tmpl", "internal/errkind/fields_gen.go"},
 	{"abi_md.tmpl", "wasm/ABI.md"},
+	{"python_contract.tmpl", "sdk/python/src/backstop/_host/_contract.py"},
 }
 
 func main() {

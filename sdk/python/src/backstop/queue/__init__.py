@@ -6,7 +6,7 @@ This module holds what does not depend on one: the shape of a job a
 worker decides about (``JobLike``, which ``backstop.redis.Job`` and
 ``backstop.rabbitmq.Job`` both have), the actions a worker applies
 (``ACTIONS``), the job-type check every ``enqueue`` makes, and the worker's
-``handler_timeout`` and loop jitter.
+``handler_timeout``, ``policies`` and ``metrics`` checks and loop jitter.
 
 Deprecated: ``backstop.queue`` used to be the Redis queue. Its names
 (``from backstop.queue import Queue, AsyncQueue, Job, ...``) still work,
@@ -22,7 +22,10 @@ import random
 import re
 import warnings
 from datetime import timedelta
-from typing import Any, Optional, Protocol
+from typing import Any, Dict, Mapping, Optional, Protocol, Tuple
+
+from .._policy import Policy
+from ..metrics import Metrics
 
 #: What a worker does with a job (``Outcome.action`` of ``Policy.outcome``):
 #: run it, ack it, retry it later (attempt + 1), defer it (attempt
@@ -87,6 +90,35 @@ def jitter(seconds: float) -> float:
     """Spreads loop intervals ±20% so a fleet of workers does not poll the
     broker in step."""
     return seconds * (0.8 + 0.4 * random.random()) if seconds > 0 else 0.0
+
+
+def check_metrics(queue: str, metrics: Any) -> None:
+    """work's ``metrics``: from ``backstop.metrics.create_metrics``, with the queue's name as target."""
+    if metrics is None:
+        return
+    if not callable(getattr(metrics, "attempt", None)):
+        raise TypeError("work: metrics must come from backstop.metrics.create_metrics (got %r)" % (metrics,))
+    if metrics.target != queue:
+        raise ValueError("work: metrics must have target %r, the queue's name (got %r)" % (queue, metrics.target))
+
+
+def typed_policies(policies: Optional[Mapping[str, Policy]], metrics: Any) -> Dict[str, Tuple[Policy, Any]]:
+    """work's ``policies``: job type -> (policy, metrics), checked; a type's
+    policy is recorded under policy=<type> in the worker's families."""
+    if policies is None:
+        return {}
+    if not isinstance(policies, Mapping):
+        raise TypeError("work: policies must be a mapping of job type to Policy (got %s)" % type(policies).__name__)
+    out: Dict[str, Tuple[Policy, Any]] = {}
+    for t, p in policies.items():
+        check_job_type("work", "policies key", t)
+        if not isinstance(p, Policy):
+            raise TypeError("work: policies[%r] must be a Policy (got %s)" % (t, type(p).__name__))
+        m = metrics
+        if isinstance(metrics, Metrics):
+            m = Metrics(t, metrics.target, metrics._fam)
+        out[t] = (p, m)
+    return out
 
 
 # The Redis queue's names, from when this module was the Redis queue.

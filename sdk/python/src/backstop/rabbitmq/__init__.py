@@ -351,9 +351,9 @@ class Queue:
                     except Exception as e:
                         exc = runner.failure(job, e)
                     plan = runner.plan(job, exc, policy, _core.now_ms())
-                    runner.count(client, policy, job, plan, False)
+                    runner.count(client, policy, job, plan)
                 elif step.gated:
-                    runner.count(client, policy, job, plan, True)
+                    runner.count(client, policy, job, plan)
                 pub = _core.move(name, job, plan, _core.now_ms())
                 if await apply(msg, job, plan, pub, step.published, step.refusals) and qm is not None:
                     qm.observe(job, plan)

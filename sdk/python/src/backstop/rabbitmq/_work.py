@@ -35,5 +35,5 @@ def setup(log: logging.Logger, name: str, policy: Policy, handler: Any, prefetch
     if not callable(handler):
         raise TypeError("work: handler must be callable (got %r)" % (handler,))
     client, qm = worker_metrics(registry, metrics_policy, name)
-    runner = _decide.Runner(log, name, policy, client, _decide.typed_policies(policies, client), cls, _core.MALFORMED)
+    runner = _decide.Runner(log, name, policy, client, _queue.typed_policies(policies, client), cls, _core.MALFORMED)
     return Setup(runner, timeout, qm, _core.Kept(), _core.Backoff())

@@ -307,9 +307,9 @@ class Queue:
                 except Exception as e:
                     exc = runner.failure(job, e)
                 plan = runner.plan(job, exc, policy, _core.now_ms())
-                runner.count(client, policy, job, plan, False)
+                runner.count(client, policy, job, plan)
             elif step.gated:
-                runner.count(client, policy, job, plan, True)
+                runner.count(client, policy, job, plan)
             pub = _core.move(name, job, plan, _core.now_ms())
         published = step.published
         try:

@@ -524,7 +524,7 @@ class _Base:
 
     def _move_steps(self, job: Job, plan: _decide.Plan) -> Steps[Outcome]:
         """One attempt at applying a plan (``_plan``)."""
-        action, reason, d, text, delay = plan
+        action, reason, d, text, delay = plan[:5]
         if action == "ack":
             return Outcome("ack", reason, None, (yield from self._ack_steps(job)))
         if action == "retry":
@@ -576,7 +576,6 @@ class _Base:
             own = runner.own(job)
             jpolicy, jmetrics = runner.policy_for(job)
             plan = runner.gate(job, jpolicy)
-            gated = plan is not None
             if plan is None:
                 if not job.malformed:
                     try:
@@ -591,7 +590,7 @@ class _Base:
                     # The entry stays pending; reclaim delivers it again.
                     log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
                     return
-            runner.count(jmetrics, jpolicy, job, plan, gated)
+            runner.count(jmetrics, jpolicy, job, plan)
             if plan[0] == "defer" and plan[1] == "circuit_open" and not own:
                 paused[0] = max(paused[0], clock() + plan[4] / 1000)
             settle = _Settle(self, job, plan, waiting, min_idle_ms)
@@ -830,7 +829,7 @@ def _replay_type(job_type: Optional[str]) -> str:
     return job_type
 
 
-_typed_policies = _decide.typed_policies
+_typed_policies = _queue.typed_policies
 
 
 def _replay_args(limit: int, reason: Optional[str]) -> str:
@@ -866,7 +865,7 @@ def _default_consumer() -> str:
 
 
 _jitter = _queue.jitter
-_check_metrics = _decide.check_metrics
+_check_metrics = _queue.check_metrics
 
 
 def _paused(until: float, promote_every: float, next_promote: float, now: float) -> float:
