@@ -19,8 +19,6 @@ from ._retry import BeforeSleep, Classify, retrying
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
-_DEFAULTS = abi._DEFAULTS
-_NFIELDS = abi._NFIELDS
 # What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
 _INVALID = Outcome(action="dead_letter", reason="malformed", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 
@@ -71,7 +69,7 @@ class Policy:
         changes then. StateLostError when the instance holding the breaker
         trapped.
         """
-        return C.permit(self._at("acquire", now_ms))
+        return C.permit(self._call("acquire", abi.at(now_ms)))
 
     def decide(self, failure: Mapping[str, Any] = _NO_FAILURE, /, **fields: Any) -> Decision:  # type: ignore[assignment]
         """Decides a failure given as a dict, as keyword fields, or both
@@ -91,10 +89,10 @@ class Policy:
         try:
             if failure is not _NO_FAILURE:
                 fields = {**failure, **fields} if fields else failure  # type: ignore[assignment]
-            d = {**_DEFAULTS, **fields}
+            d = {**abi._DEFAULTS, **fields}
         except TypeError:  # not a mapping
             raise abi.not_object(failure) from None
-        if len(d) != _NFIELDS:
+        if len(d) != abi._NFIELDS:
             abi.merge(fields)  # raises for the unknown field
         with self._inst.lock:
             return C.decision(abi.decide(self._inst, self._h, d, None))
@@ -125,7 +123,7 @@ class Policy:
         retry budget and the circuit breaker. A no-op for a stateless policy."""
         if not self._stateful:
             return
-        self._at("record_success", now_ms)
+        self._call("record_success", abi.at(now_ms))
 
     def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
         """What is left of the retry budget at now_ms (default: the host's
@@ -136,7 +134,7 @@ class Policy:
         Raises InputError for a now_ms that is not an integer or negative."""
         if not self._stateful:
             return None
-        milli, present = C.budget(self._at("budget_tokens", now_ms))
+        milli, present = C.budget(self._call("budget_tokens", abi.at(now_ms)))
         return milli / 1000 if present else None
 
     def circuit_state(self, now_ms: Optional[int] = None) -> str:
@@ -145,7 +143,7 @@ class Policy:
         ``"half_open"``."""
         if not self._stateful:
             return "closed"
-        return C.CIRCUIT_STATE_NAMES[self._at("circuit_state", now_ms)]
+        return C.CIRCUIT_STATE_NAMES[self._call("circuit_state", abi.at(now_ms))]
 
     def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int:
         """How long the attempt starting ``elapsed_ms`` after the first one
@@ -187,16 +185,10 @@ class Policy:
                     e.outcome = e.outcome or _INVALID
                 raise
 
-    def _at(self, export: str, now_ms: Optional[int]) -> int:
-        """Calls the module's export (acquire, record_success,
-        budget_tokens, circuit_state) on this policy at now_ms (default:
-        the host's clock) and returns its result (see _call)."""
-        return self._call(export, abi.at(now_ms))
-
     def _call(self, export: str, arg: int) -> int:
         """Calls the module's export with this policy's handle and one i64
-        and returns its result; a negative one raises its error (read
-        under the lock, as every call into the module)."""
+        (now_ms: abi.at) and returns its result; a negative one raises its
+        error (read under the lock, as every call into the module)."""
         inst = self._inst
         with inst.lock:
             return abi.call(inst, self._h, export, arg)

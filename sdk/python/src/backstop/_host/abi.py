@@ -31,9 +31,7 @@ GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEED
               "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
               "UNAUTHENTICATED")
 _GRPC_BY_NAME = {n: i for i, n in enumerate(GRPC_CODES)}
-_I64 = (-(1 << 63), (1 << 63) - 1)
-_I32 = (-(1 << 31), (1 << 31) - 1)
-_TWO63 = 2.0 ** 63
+_I32 = "must be a 32-bit integer"
 _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 
@@ -127,44 +125,30 @@ def _convert(d: Dict[str, Any]) -> Tuple[Dict[str, Any], int, bytes, Tuple[int, 
 def int64(name: str, v: Any, truncate: bool) -> int:
     """An int64 field: an integer (or an integral float); times (truncate
     set) drop fractions and also take a timedelta."""
+    if truncate and isinstance(v, timedelta):
+        v = v // timedelta(milliseconds=1)
+    return _integer(name, v, 63, truncate, "must be an integer")
+
+
+def _integer(name: str, v: Any, bits: int, truncate: bool, reason: str) -> int:
+    """An integer that fits in bits + 1 (signed): an int, or a float that is
+    one (or, truncate set, any finite one); an int64 says when it does not
+    fit, an int32 only what it must be."""
     if v is None:
         return 0
     if v.__class__ is not bool:
         if isinstance(v, float):
-            if not math.isfinite(v) or (not truncate and not v.is_integer()):
-                raise InputError(name, "must be an integer (got %s)" % _es_format(v))
-            if not -_TWO63 <= math.trunc(v) < _TWO63:
-                raise InputError(name, "must fit in 64 bits (got %s)" % _es_format(v))
-            return int(v)
-        if truncate and isinstance(v, timedelta):
-            v = v // timedelta(milliseconds=1)
-        try:
-            i = operator.index(v)
-        except TypeError:
-            pass
-        else:
-            if not _I64[0] <= i <= _I64[1]:
-                raise InputError(name, "must fit in 64 bits (got %s)" % _decimal(i))
-            return i
-    raise InputError(name, "must be an integer (got %s)" % _describe(v))
-
-
-def _int32(name: str, v: Any, reason: str = "must be a 32-bit integer") -> int:
-    """An i32 field: an integer (or an integral float) that fits in 32 bits."""
-    if v is None:
-        return 0
-    if v.__class__ is not bool:
-        if isinstance(v, float):
-            if v.is_integer() and _I32[0] <= v <= _I32[1]:
-                return int(v)
+            i, shown = (math.trunc(v) if math.isfinite(v) and (truncate or v.is_integer()) else None), _es_format(v)
         else:
             try:
-                i = operator.index(v)
+                i, shown = operator.index(v), None
             except TypeError:
-                pass
-            else:
-                if _I32[0] <= i <= _I32[1]:
-                    return i
+                i = None
+        if i is not None:
+            if -(1 << bits) <= i < 1 << bits:
+                return i
+            if bits == 63:
+                raise InputError(name, "must fit in 64 bits (got %s)" % (shown or _decimal(i)))
     raise InputError(name, "%s (got %s)" % (reason, _describe(v)))
 
 
@@ -179,7 +163,7 @@ def _grpc(name: str, v: Any) -> int:
     value = getattr(v, "value", None)  # grpc.StatusCode: value is (14, "unavailable")
     if isinstance(value, tuple) and value:
         v = value[0]
-    return _int32(name, v, "must be a 32-bit integer or a status name")
+    return _integer(name, v, 31, False, "must be a 32-bit integer or a status name")
 
 
 def _text(name: str, v: Any) -> bytes:
@@ -220,22 +204,15 @@ def _hint(f: C.Field, v: Any) -> bytes:
     raise InputError(f.name, "must be a string or a number (got %s)" % _describe(v))
 
 
-def _key(name: str, v: Any) -> bool:
-    """Whether there is an idempotency key: a string or bytes (present when
-    not empty), or a boolean."""
+def _flag(name: str, v: Any, key: bool) -> bool:
+    """A flag's field: True, False or absent; an idempotency key (key set)
+    also a string or bytes, present when not empty; nothing else, not 1 nor
+    "true", as in every host."""
     if v is None or v is True or v is False:
         return bool(v)
-    if isinstance(v, (str, bytes, bytearray, memoryview)):
+    if key and isinstance(v, (str, bytes, bytearray, memoryview)):
         return len(v) > 0
-    raise InputError(name, "must be a string or a boolean (got %s)" % _describe(v))
-
-
-def _bool(name: str, v: Any) -> bool:
-    """retried_downstream, server_declined: True, False or absent; nothing
-    else, not 1 nor "true", as in every host."""
-    if v is None or v is True or v is False:
-        return bool(v)
-    raise InputError(name, "must be a boolean (got %s)" % _describe(v))
+    raise InputError(name, "must be a %s (got %s)" % ("string or a boolean" if key else "boolean", _describe(v)))
 
 
 def _random(name: str, v: Any) -> float:
@@ -265,10 +242,10 @@ def _random(name: str, v: Any) -> float:
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
 _CONVERT: Dict[str, Callable[[C.Field, Any], Any]] = {
-    "int64": lambda f, v: int64(f.name, v, f.ms), "int32": lambda f, v: _int32(f.name, v),
+    "int64": lambda f, v: int64(f.name, v, f.ms), "int32": lambda f, v: _integer(f.name, v, 31, False, _I32),
     "grpc_code": lambda f, v: _grpc(f.name, v), "string": lambda f, v: _text(f.name, v), "hint": _hint,
-    "key": lambda f, v: _key(f.name, v), "random": lambda f, v: _random(f.name, v),
-    "bool": lambda f, v: _bool(f.name, v)}
+    "key": lambda f, v: _flag(f.name, v, True), "random": lambda f, v: _random(f.name, v),
+    "bool": lambda f, v: _flag(f.name, v, False)}
 
 
 # -- calls into the module (the caller holds inst.lock unless said) -----------
@@ -535,31 +512,19 @@ _10_4000 = 10 ** 4000
 
 def _es_format(f: float) -> str:
     """f as JavaScript's String(f) writes it (ECMAScript Number::toString):
-    the shortest digits that round-trip, in plain notation from 1e-7 to
-    1e21, else with an exponent ("1e+21", "1.5e-7")."""
-    if f != f:
-        return "NaN"
-    if f in (math.inf, -math.inf):
-        return "Infinity" if f > 0 else "-Infinity"
-    if f == 0:
-        return "0"
-    if f < 0:
-        return "-" + _es_format(-f)
-    r = repr(f)  # the shortest round-trip digits: "123.45", "1e-07", "1.5e+300"
-    mant, _, exp = r.partition("e")
-    whole, _, frac = mant.partition(".")
-    digits = (whole + frac).lstrip("0")
-    n = len(whole) + (int(exp) if exp else 0) - (len(whole + frac) - len((whole + frac).lstrip("0")))
-    digits = digits.rstrip("0")
-    k = len(digits)
-    if k <= n <= 21:
-        return digits + "0" * (n - k)
-    if 0 < n <= 21:
-        return digits[:n] + "." + digits[n:]
-    if -6 < n <= 0:
-        return "0." + "0" * -n + digits
-    e = n - 1
-    return (digits if k == 1 else digits[0] + "." + digits[1:]) + "e" + ("+" if e >= 0 else "-") + str(abs(e))
+    the shortest digits that round-trip (Python's repr), in plain notation
+    from 1e-7 to 1e21, else with an exponent ("1e+21", "1.5e-7")."""
+    if not math.isfinite(f):
+        return "NaN" if f != f else "Infinity" if f > 0 else "-Infinity"
+    sign, (mant, _, exp) = "-" if f < 0 else "", repr(abs(f)).partition("e")
+    if not exp:
+        return sign + (mant[:-2] if mant.endswith(".0") else mant)
+    e, digits = int(exp), mant.replace(".", "")
+    if 0 <= e < 21:
+        return sign + digits + "0" * (e + 1 - len(digits))
+    if -7 < e < 0:
+        return sign + "0." + "0" * (-e - 1) + digits
+    return sign + mant + ("e+" if e > 0 else "e-") + str(abs(e))
 
 
 def well_formed(s: str) -> str:
