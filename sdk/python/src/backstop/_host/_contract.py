@@ -6,6 +6,7 @@ into the typed shapes ``Decision``, ``Permit`` and ``Outcome``."""
 
 from __future__ import annotations
 
+import operator
 import struct
 from dataclasses import dataclass
 from datetime import timedelta
@@ -85,6 +86,117 @@ RECORD = struct.Struct("<qqqdqiiIIHHHH")
 RECORD_SIZE = 64
 RESULT_SIZE = 8
 RECORD_FIELDS = ("attempt", "elapsed_ms", "now_ms", "random", "prev_delay_ms", "http_status", "grpc_code", "flags", "str_off", "method_len", "kind_len", "hint_len", "reserved")
+
+
+class Unusual(Exception):
+    """A failure the fast path (encode) leaves to the host's converters."""
+
+
+_values = operator.itemgetter("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "grpc_retry_pushback_ms", "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms", "retried_downstream", "server_declined")
+
+
+def decide_args(d: Dict[str, Any]) -> Tuple[Tuple[Any, ...], bytes]:
+    """The fast path of decide (and outcome): its arguments after the
+    handle, and the strings to write into the buffer, of a merged failure
+    whose every value has its common type: no bool for a number, a str for
+    a string, a str or a bool for a key. Numbers are not checked: the
+    struct of the call does. Raises Unusual (or an error of encoding) for
+    anything else, which the host's converters then check."""
+    (attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined) = _values(d)
+    if (attempt.__class__ is bool
+            or http_status.__class__ is bool
+            or grpc_code.__class__ is bool
+            or error_kind.__class__ is not str
+            or retry_after.__class__ is not str
+            or grpc_retry_pushback_ms.__class__ is not str
+            or method.__class__ is not str
+            or (idempotency_key.__class__ is not str and idempotency_key.__class__ is not bool)
+            or elapsed_ms.__class__ is bool
+            or now_ms.__class__ is bool
+            or random.__class__ is bool
+            or prev_delay_ms.__class__ is bool
+            or retried_downstream.__class__ is not bool
+            or server_declined.__class__ is not bool):
+        raise Unusual
+    flags = 0
+    if idempotency_key:
+        flags |= FLAG_IDEMPOTENCY_KEY
+    if retried_downstream:
+        flags |= FLAG_RETRIED_DOWNSTREAM
+    if server_declined:
+        flags |= FLAG_SERVER_DECLINED
+    if error_kind or retry_after or grpc_retry_pushback_ms or method:
+        if method:
+            method_bytes = method.encode()
+        else:
+            method_bytes = b""
+        if error_kind:
+            kind_bytes = error_kind.encode()
+        else:
+            kind_bytes = b""
+        if retry_after:
+            hint_bytes = retry_after.encode()
+        elif grpc_retry_pushback_ms:
+            hint_bytes = grpc_retry_pushback_ms.encode()
+            flags |= FLAG_PUSHBACK
+        else:
+            hint_bytes = b""
+        if len(method_bytes) > MAX_STRING or len(kind_bytes) > MAX_STRING or len(hint_bytes) > MAX_STRING:
+            raise Unusual
+    else:
+        method_bytes = kind_bytes = hint_bytes = b""
+    return (attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, len(method_bytes), len(kind_bytes), len(hint_bytes)), method_bytes + kind_bytes + hint_bytes
+
+
+def pack_record(buf: bytearray, off: int, str_off: int, d: Dict[str, Any]) -> bytes:
+    """The fast path of decide_batch: packs the failure d (as decide_args
+    takes it) as the record at buf[off:], its strings at str_off, and
+    returns the strings."""
+    (attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined) = _values(d)
+    if (attempt.__class__ is bool
+            or http_status.__class__ is bool
+            or grpc_code.__class__ is bool
+            or error_kind.__class__ is not str
+            or retry_after.__class__ is not str
+            or grpc_retry_pushback_ms.__class__ is not str
+            or method.__class__ is not str
+            or (idempotency_key.__class__ is not str and idempotency_key.__class__ is not bool)
+            or elapsed_ms.__class__ is bool
+            or now_ms.__class__ is bool
+            or random.__class__ is bool
+            or prev_delay_ms.__class__ is bool
+            or retried_downstream.__class__ is not bool
+            or server_declined.__class__ is not bool):
+        raise Unusual
+    flags = 0
+    if idempotency_key:
+        flags |= FLAG_IDEMPOTENCY_KEY
+    if retried_downstream:
+        flags |= FLAG_RETRIED_DOWNSTREAM
+    if server_declined:
+        flags |= FLAG_SERVER_DECLINED
+    if error_kind or retry_after or grpc_retry_pushback_ms or method:
+        if method:
+            method_bytes = method.encode()
+        else:
+            method_bytes = b""
+        if error_kind:
+            kind_bytes = error_kind.encode()
+        else:
+            kind_bytes = b""
+        if retry_after:
+            hint_bytes = retry_after.encode()
+        elif grpc_retry_pushback_ms:
+            hint_bytes = grpc_retry_pushback_ms.encode()
+            flags |= FLAG_PUSHBACK
+        else:
+            hint_bytes = b""
+        if len(method_bytes) > MAX_STRING or len(kind_bytes) > MAX_STRING or len(hint_bytes) > MAX_STRING:
+            raise Unusual
+    else:
+        method_bytes = kind_bytes = hint_bytes = b""
+    RECORD.pack_into(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, str_off, len(method_bytes), len(kind_bytes), len(hint_bytes), 0)
+    return method_bytes + kind_bytes + hint_bytes
 
 
 class Failure(TypedDict, total=False):

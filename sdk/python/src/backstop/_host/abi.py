@@ -15,7 +15,6 @@ import re
 import struct
 from collections import deque
 from datetime import timedelta
-from itertools import product
 from random import random as _draw
 from time import time as _time
 from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
@@ -36,71 +35,40 @@ _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 
 
-class _Unusual(Exception):
-    """A failure the fast path leaves to _convert."""
-
-
-# What the fast path raises for a value it does not take as it is.
-_UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError, _Unusual)
+# What the fast path (_contract.encode and the struct of the call) raises
+# for a value it does not take as it is.
+_UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError, C.Unusual)
 
 # -- the field table, per type -------------------------------------------------
 
-# Each type's "absent" value, and the types the fast path passes as they are
-# (the struct of the call checks their ranges). None for now_ms and random
-# means "the host's clock / a fresh draw".
+# Each type's "absent" value; None for now_ms and random means "the host's
+# clock / a fresh draw".
 _ABSENT = {"int64": 0, "int32": 0, "grpc_code": 0, "string": "", "hint": "", "key": "", "random": None, "bool": False}
-_FAST = {"int64": (int,), "int32": (int,), "grpc_code": (int,), "string": (str,), "hint": (str,), "key": (str, bool),
-         "random": (float, int), "bool": (bool,)}
 _DEFAULTS: Dict[str, Any] = {f.name: _ABSENT[f.type] for f in C.FIELDS}
 _DEFAULTS["now_ms"] = None
 _NFIELDS = len(_DEFAULTS)
-_values = operator.itemgetter(*_DEFAULTS)
-_SIGNATURES = frozenset(product(*(_FAST[f.type] for f in C.FIELDS)))  # of the values, when each is as it is
 _by_record = {f.record: f.name for f in C.FIELDS if f.record}
 _decide_nums = operator.itemgetter(*(f.name for f in C.FIELDS if f.record))  # decide's order
 _record_nums = operator.itemgetter(*(_by_record[r] for r in C.RECORD_FIELDS if r in _by_record))
 _FLAGGED = [f for f in C.FIELDS if f.flag and not f.string]  # a key, a bool: a bit when present
-_flag_values = operator.itemgetter(*(f.name for f in _FLAGGED))
-_FLAG_BITS = [f.flag for f in _FLAGGED]
 _STRINGED = [f for f in C.FIELDS if f.string]
 _string_values = operator.itemgetter(*(f.name for f in _STRINGED))
 _SLOTS = [(C.STRINGS.index(f.string), f.flag) for f in _STRINGED]
-_NO_LENS = (0,) * len(C.STRINGS)
 # A record is the decide numbers, then flags, strings' offset, their lengths, a reserved 0.
 assert C.RECORD.size == C.RECORD_SIZE and C.RECORD_FIELDS[len(_by_record):] == (
     ("flags", "str_off") + tuple(s + "_len" for s in C.STRINGS) + ("reserved",)), "decide_batch's record changed"
 assert C.DECIDE_ARGS[len(_by_record):] == ("flags",) + tuple(s + "_len" for s in C.STRINGS), "decide's arguments changed"
 
 
-def _encode(d: Dict[str, Any]) -> Tuple[int, bytes, Tuple[int, ...]]:
-    """The fast path: the flags, strings and their lengths of a merged
-    failure whose every value has its common type (_FAST), with no check
-    of ranges (the struct of the call makes them); raises one of _UNUSUAL
-    for anything else, which _convert then checks and converts."""
-    if tuple(map(type, _values(d))) not in _SIGNATURES:
-        raise _Unusual
-    flags = 0
-    fv = _flag_values(d)
-    if any(fv):
-        for bit, v in zip(_FLAG_BITS, fv):
-            if v:
-                flags |= bit
-    sv = _string_values(d)
-    if not any(sv):
-        return flags, b"", _NO_LENS
-    return _layout(sv, flags)
-
-
-def _layout(sv: Tuple[Any, ...], flags: int) -> Tuple[int, bytes, Tuple[int, ...]]:
-    """The string fields as the ABI lays them out: each slot (method, error
-    kind, hint) holds the first field of it that is set (Retry-After wins
-    over the gRPC pushback), and sets that field's flag."""
+def _layout(sv: Tuple[bytes, ...], flags: int) -> Tuple[int, bytes, Tuple[int, ...]]:
+    """The converted string fields as the ABI lays them out, as
+    _contract.encode does: each slot (method, error kind, hint) holds the
+    first field of it that is set (Retry-After wins over the gRPC
+    pushback), and sets that field's flag."""
     parts = [b""] * len(C.STRINGS)
     for (slot, bit), v in zip(_SLOTS, sv):
         if v and not parts[slot]:
-            parts[slot] = b = v.encode() if v.__class__ is str else v
-            if len(b) > C.MAX_STRING:
-                raise _Unusual
+            parts[slot] = v
             flags |= bit
     return flags, b"".join(parts), tuple(map(len, parts))
 
@@ -110,7 +78,7 @@ def _convert(d: Dict[str, Any]) -> Tuple[Dict[str, Any], int, bytes, Tuple[int, 
     value, accepting the looser types the fast path does not, in the order
     every host checks them (testdata/vectors/README.md, "Field values"):
     the first invalid one raises InputError. Returns the numbers by field
-    name, then as _encode."""
+    name, then as _contract.encode."""
     out = {f.name: _CONVERT[f.type](f, d[f.name]) for f in C.FIELDS}
     flags = 0
     for f in _FLAGGED:
@@ -321,10 +289,10 @@ def _with_failure(inst: Instance, export: str, head: Tuple[int, ...], d: Dict[st
         d["random"] = _draw()
     fn = getattr(inst, export)
     try:
-        flags, strs, lens = _encode(d)
+        args, strs = C.decide_args(d)
         if strs:
             inst.ensure_buffer(len(strs))[:len(strs)] = strs
-        w = fn(*head, *_decide_nums(d), flags, *lens, *tail)  # its struct checks the ranges
+        w = fn(*head, *args, *tail)  # its struct checks the ranges
     except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
         nums, flags, strs, lens = _convert(d)
         if strs:
@@ -379,8 +347,7 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
     buf = bytearray(soff)
     off = 0
     # Locals, not globals, in the loop: this runs a million times a second.
-    pack, defaults, nfields, draw, encode, nums, size = C.RECORD.pack_into, _DEFAULTS, _NFIELDS, _draw, _encode, \
-        _record_nums, C.RECORD_SIZE
+    pack, defaults, nfields, draw, size = C.pack_record, _DEFAULTS, _NFIELDS, _draw, C.RECORD_SIZE
     for f in fs[lo:hi]:
         try:
             d = {**defaults, **f}
@@ -393,14 +360,13 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
         if d["random"] is None:
             d["random"] = draw()
         try:
-            flags, strs, lens = encode(d)
-            pack(buf, off, *nums(d), flags, soff, *lens, 0)
+            strs = pack(buf, off, soff, d)
         except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
             try:
                 conv, flags, strs, lens = _convert(d)
             except InputError:
                 break  # decided alone, which raises it
-            pack(buf, off, *nums(conv), flags, soff, *lens, 0)
+            C.RECORD.pack_into(buf, off, *_record_nums(conv), flags, soff, *lens, 0)
         if strs and off and soff + len(strs) > _BATCH_BYTES:
             break  # the chunk is full: this one goes alone (or starts the next)
         if strs:
