@@ -717,8 +717,9 @@ def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) 
         return Step(k[0], False, False, True, k[1], False, k[2])
     if not job.id:
         return Step(None, False, False, False, False, True)
-    # The core says when a redelivery's count is a crash loop.
-    if policy.outcome("delivered", deliveries=job.delivery_count, max_deliveries=max_deliveries).dead_letter:
+    # The core says when a redelivery's count is a crash loop (a first delivery never is).
+    if job.delivery_count and policy.outcome("delivered", deliveries=job.delivery_count,
+                                             max_deliveries=max_deliveries).dead_letter:
         return Step(crash_loop(job, max_deliveries), False, False, False, False)
     if job.due_ms > now + MAX_DUE_AHEAD_MS:
         return Step(_decide.Plan("dead_letter", "malformed", None, DUE_TOO_FAR, 0), False, False, False, False)
