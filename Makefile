@@ -137,9 +137,9 @@ java-test:
 mixin:
 	$(GO) test -count=1 -run '^TestShippedMixinIsGenerated$$' ./mixin -update
 
-## vectors: regenerate testdata/vectors from the native core
+## vectors: regenerate testdata/vectors and testdata/outcomes from the native core
 vectors:
-	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json
+	$(GO) run ./internal/vector/gen -o testdata/vectors/vectors.json -outcomes testdata/outcomes/cases.json
 
 ## queue-cases: regenerate testdata/queue/cases.json: the cases' inputs
 ## (queue/redisqueue/cases_build_test.go) run through the Go worker against a real

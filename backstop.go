@@ -40,6 +40,11 @@ type Decider interface {
 	OnOpen() string
 	// Stateful reports a breaker or a budget: state that successes feed.
 	Stateful() bool
+	// Outcome says what a queue worker does about a job event: before it
+	// runs (the breaker's gate), after it succeeded or failed, or when a
+	// broker delivered it too often (policy.Policy.Outcome). An invalid
+	// failure gives the Outcome that dead-letters it with the error.
+	Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome, error)
 }
 
 // Native adapts a native *policy.Policy to Decider.
@@ -76,6 +81,10 @@ func (n native) AttemptTimeout(_ context.Context, elapsedMs int64) (int64, error
 func (n native) OnOpen() string { return n.p.OnOpen() }
 
 func (n native) Stateful() bool { return n.p.Stateful() }
+
+func (n native) Outcome(_ context.Context, e policy.JobEvent) (policy.Outcome, error) {
+	return n.p.Outcome(e)
+}
 
 // Failure is the one failure type (policy.Failure, generated from
 // contract/abi.json with every field's doc): the policy decides on it, and

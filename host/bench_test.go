@@ -66,6 +66,64 @@ func BenchmarkDecide(b *testing.B) {
 	}
 }
 
+func TestOutcomeDoesNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	p, err := runtime(t).Load(ctx, []byte(statefulPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	f := policy.Failure{Attempt: 2, HTTPStatus: 429, Method: "GET", RetryAfter: "3", Random: 0.5, NowMs: 1_700_000_000_000}
+	if n := testing.AllocsPerRun(1000, func() {
+		p.Outcome(ctx, policy.JobEvent{Event: policy.EventBefore, Failure: policy.Failure{NowMs: f.NowMs}})
+		p.Outcome(ctx, policy.JobEvent{Event: policy.EventFailure, Failure: f})
+		p.Outcome(ctx, policy.JobEvent{Event: policy.EventSuccess, Failure: policy.Failure{NowMs: f.NowMs}})
+	}); n != 0 {
+		t.Errorf("Outcome allocates %v times per job", n)
+	}
+}
+
+// BenchmarkOutcome asks the outcome of one event per op, as a worker does
+// around each job: the failure of a job (as BenchmarkDecide's scalars),
+// and on a stateful policy the gate before it and a success.
+func BenchmarkOutcome(b *testing.B) {
+	ctx := context.Background()
+	rt := runtime(b)
+	const now = 1_700_000_000_000
+	failed := policy.JobEvent{Event: policy.EventFailure,
+		Failure: policy.Failure{Attempt: 2, HTTPStatus: 503, IdempotencyKey: "job-1", NowMs: now, Random: 0.5}}
+	for _, bc := range []struct {
+		name   string
+		policy string
+		e      policy.JobEvent
+	}{
+		{"failure", "default", failed},
+		{"failure-stateful", statefulPolicy, failed},
+		{"before-stateful", statefulPolicy, policy.JobEvent{Event: policy.EventBefore, Failure: policy.Failure{NowMs: now}}},
+		{"success-stateful", statefulPolicy, policy.JobEvent{Event: policy.EventSuccess, Failure: policy.Failure{NowMs: now}}},
+	} {
+		p, err := rt.Load(ctx, []byte(bc.policy))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("wasm/"+bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Outcome(ctx, bc.e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		native, _ := policy.Load([]byte(bc.policy))
+		b.Run("native/"+bc.name, func(b *testing.B) {
+			for b.Loop() {
+				native.Outcome(bc.e)
+			}
+		})
+		p.Close(ctx)
+	}
+}
+
 // BenchmarkDecideBatch decides 4,096 failures per op: "plain" ones (a
 // status code, no strings) and the varied ones of the parity tests (methods,
 // error kinds, Retry-After dates and garbage).

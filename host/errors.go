@@ -52,23 +52,33 @@ func (e *InputError) Error() string {
 	return "failures[" + strconv.Itoa(e.Index) + "]: " + e.Message
 }
 
-// As fills a *policy.InputError. The module's message is that error's own
-// text, "invalid failure: <field>: <reason>", so nothing is lost.
+// As fills a *policy.InputError, or for Outcome's invalid event a
+// *policy.EventError. The module's message is that error's own text,
+// "invalid failure: <field>: <reason>" ("invalid event: …"), so nothing
+// is lost.
 func (e *InputError) As(target any) bool {
-	t, ok := target.(**policy.InputError)
-	if !ok {
-		return false
+	switch t := target.(type) {
+	case **policy.InputError:
+		if field, reason, ok := e.cut("invalid failure: "); ok {
+			*t = &policy.InputError{Field: field, Reason: reason}
+			return true
+		}
+	case **policy.EventError:
+		if field, reason, ok := e.cut("invalid event: "); ok {
+			*t = &policy.EventError{Field: field, Reason: reason}
+			return true
+		}
 	}
-	rest, ok := strings.CutPrefix(e.Message, "invalid failure: ")
+	return false
+}
+
+// cut splits the message after prefix into its field and reason.
+func (e *InputError) cut(prefix string) (field, reason string, ok bool) {
+	rest, ok := strings.CutPrefix(e.Message, prefix)
 	if !ok {
-		return false
+		return "", "", false
 	}
-	field, reason, ok := strings.Cut(rest, ": ")
-	if !ok {
-		return false
-	}
-	*t = &policy.InputError{Field: field, Reason: reason}
-	return true
+	return strings.Cut(rest, ": ")
 }
 
 // codeError is an error code other than the typed ones above: a bug or a

@@ -38,6 +38,7 @@ var exports = map[string][2][]api.ValueType{
 	"policy_on_open":  {{i32}, {i32}},
 	"budget_tokens":   {{i32, i64}, {i64}},
 	"attempt_timeout": {{i32, i64}, {i64}},
+	"outcome":         {{i32, i32, i64, i32, i32, i64, i64, f64, i64, i32, i32, i32, i32, i64, i64}, {i64}},
 	"error_message":   {nil, {i64}},
 }
 
@@ -58,15 +59,15 @@ type instance struct {
 	clock   clock // the module's virtual time
 
 	// stack is reused by every call (CallWithStack), so a call allocates
-	// nothing; 12 is decide's parameter count, the most of any export.
-	stack [12]uint64
+	// nothing; 15 is outcome's parameter count, the most of any export.
+	stack [15]uint64
 
 	bufAddr, bufLen uint32  // the shared buffer, cached until it must grow
 	scratch         []int64 // batch result words, reused
 
 	abiVersion, buffer, policyLoad, policyPreset, policyFree, policyStateful,
 	decide, decideBatch, recordSuccess, circuitState, errorMessage,
-	acquire, policyOnOpen, budgetTokens, attemptTimeout api.Function
+	acquire, policyOnOpen, budgetTokens, attemptTimeout, outcome api.Function
 }
 
 // newInstance instantiates the compiled module and starts its Go runtime
@@ -103,7 +104,7 @@ func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModul
 		"decide_batch": &in.decideBatch, "record_success": &in.recordSuccess,
 		"circuit_state": &in.circuitState, "error_message": &in.errorMessage,
 		"acquire": &in.acquire, "policy_on_open": &in.policyOnOpen, "budget_tokens": &in.budgetTokens,
-		"attempt_timeout": &in.attemptTimeout,
+		"attempt_timeout": &in.attemptTimeout, "outcome": &in.outcome,
 	} {
 		*fn = mod.ExportedFunction(name)
 	}
@@ -264,32 +265,72 @@ func (in *instance) decideOne(ctx context.Context, h int32, f *policy.Failure) (
 	if in.dead != nil {
 		return 0, in.dead
 	}
+	s := in.stack[:12]
+	if err := in.failureArgs(ctx, s[1:], f); err != nil {
+		return 0, err
+	}
+	s[0] = api.EncodeI32(h) // after failureArgs: growing the buffer is a call on the same stack
+	return in.callStack(ctx, in.decide, s)
+}
+
+// outcomeOne asks the outcome of job event e: the failure's fields as
+// decide's (only for a failure: the module reads them for nothing else),
+// now_ms for every event, then the delivery count and its limit.
+func (in *instance) outcomeOne(ctx context.Context, h int32, e *policy.JobEvent) (int64, error) {
+	if in.dead != nil {
+		return 0, in.dead
+	}
+	s := in.stack[:15]
+	if e.Event == policy.EventFailure {
+		if err := in.failureArgs(ctx, s[2:13], &e.Failure); err != nil {
+			return 0, err
+		}
+	} else {
+		clear(s[2:13])
+		s[6] = api.EncodeI64(e.Failure.NowMs)
+	}
+	// After failureArgs: growing the buffer is a call on the same stack.
+	s[0], s[1] = api.EncodeI32(h), api.EncodeI32(int32(e.Event))
+	s[13], s[14] = api.EncodeI64(e.Deliveries), api.EncodeI64(e.MaxDeliveries)
+	return in.callStack(ctx, in.outcome, s)
+}
+
+// failureArgs writes f's strings to the buffer (only when present) and its
+// fields to s (11 values, decide's after the handle). Growing the buffer
+// calls the module on in.stack: the caller fills the rest of the stack
+// after this returns.
+func (in *instance) failureArgs(ctx context.Context, s []uint64, f *policy.Failure) error {
 	hs, flags := hint(f)
 	ml, kl, hl := len(f.Method), len(f.ErrorKind), len(hs)
 	if n := ml + kl + hl; n > 0 {
 		if err := in.grow(ctx, n); err != nil {
-			return 0, err
+			return err
 		}
 		in.mem.WriteString(in.bufAddr, f.Method)
 		in.mem.WriteString(in.bufAddr+uint32(ml), f.ErrorKind)
 		in.mem.WriteString(in.bufAddr+uint32(ml+kl), hs)
 	}
-	s := in.stack[:]
-	s[0] = api.EncodeI32(h)
-	s[1] = api.EncodeI64(f.Attempt)
-	s[2] = api.EncodeI32(sat32(f.HTTPStatus))
-	s[3] = api.EncodeI32(sat32(f.GRPCCode))
-	s[4] = api.EncodeI64(f.ElapsedMs)
-	s[5] = api.EncodeI64(f.NowMs)
-	s[6] = api.EncodeF64(f.Random)
-	s[7] = api.EncodeI64(f.PrevDelayMs)
-	s[8] = api.EncodeU32(flags)
-	s[9] = api.EncodeI32(int32(ml))
-	s[10] = api.EncodeI32(int32(kl))
-	s[11] = api.EncodeI32(int32(hl))
+	_ = s[10] // one bounds check
+	s[0] = api.EncodeI64(f.Attempt)
+	s[1] = api.EncodeI32(sat32(f.HTTPStatus))
+	s[2] = api.EncodeI32(sat32(f.GRPCCode))
+	s[3] = api.EncodeI64(f.ElapsedMs)
+	s[4] = api.EncodeI64(f.NowMs)
+	s[5] = api.EncodeF64(f.Random)
+	s[6] = api.EncodeI64(f.PrevDelayMs)
+	s[7] = api.EncodeU32(flags)
+	s[8] = api.EncodeI32(int32(ml))
+	s[9] = api.EncodeI32(int32(kl))
+	s[10] = api.EncodeI32(int32(hl))
+	return nil
+}
+
+// callStack calls fn on the stack s already filled and returns its i64
+// result; a trap marks the instance dead, as in call.
+func (in *instance) callStack(ctx context.Context, fn api.Function, s []uint64) (int64, error) {
 	in.clock.tick()
-	if err := in.decide.CallWithStack(ctx, s); err != nil {
-		in.dead = fmt.Errorf("backstop.wasm: decide: %w", err)
+	if err := fn.CallWithStack(ctx, s); err != nil {
+		in.dead = fmt.Errorf("backstop.wasm: %s: %w", exportName(fn), err)
 		return 0, in.dead
 	}
 	return int64(s[0]), nil

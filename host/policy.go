@@ -356,6 +356,56 @@ func (p *Policy) AttemptTimeout(ctx context.Context, elapsedMs int64) (int64, er
 	return int64(w), nil
 }
 
+// Outcome returns what a worker does about a job event, decided by the
+// module; see policy.Policy.Outcome for the rules. A stateless policy
+// answers the before and success events without calling the module (as
+// Acquire and RecordSuccess do).
+//
+// # Errors
+//
+// An invalid failure (EventFailure) returns the Outcome that dead-letters
+// it (Malformed, Invalid set) with an *InputError naming the field, as
+// Decide's; no state changes. An invalid event gives an *InputError
+// ("invalid event: …") and no Outcome. ErrStateLost when the instance
+// holding the budget and breaker trapped; ErrClosed after Close.
+func (p *Policy) Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome, error) {
+	switch {
+	case e.Event == policy.EventFailure:
+		if err := check(&e.Failure); err != nil {
+			if closed := p.checkOpen(); closed != nil {
+				return policy.Outcome{}, closed
+			}
+			return invalidOutcome, err
+		}
+	case !p.stateful && e.Failure.NowMs >= 0 && (e.Event == policy.EventBefore || e.Event == policy.EventSuccess):
+		if err := p.checkOpen(); err != nil {
+			return policy.Outcome{}, err
+		}
+		if e.Event == policy.EventBefore {
+			return policy.Outcome{Action: policy.OutcomeRun}, nil
+		}
+		return policy.Outcome{Action: policy.OutcomeAck, Reason: policy.Success, Count: policy.CountSuccess}, nil
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return policy.Outcome{}, err
+	}
+	defer p.rt.release(in)
+	w, err := in.outcomeOne(ctx, h, &e)
+	switch {
+	case err != nil:
+		return policy.Outcome{}, err
+	case w < 0:
+		return policy.Outcome{}, in.codeErr(ctx, "outcome", w)
+	case abi.UnpackOutcome(w).Invalid:
+		return abi.UnpackOutcome(w), &InputError{Index: -1, Message: in.message(ctx)}
+	}
+	return abi.UnpackOutcome(w), nil
+}
+
+// invalidOutcome dead-letters a failure refused as invalid input.
+var invalidOutcome = policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter, Invalid: true}
+
 // OnOpen returns what a queue does with a job refused by an open breaker
 // or an empty budget: policy.OnOpenDefer (the default) or
 // policy.OnOpenDeadLetter.

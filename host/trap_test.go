@@ -58,6 +58,9 @@ func TestTrapRetiresOnlyItsInstance(t *testing.T) {
 		if _, err := stateful.Acquire(ctx, f.NowMs); !errors.Is(err, host.ErrStateLost) {
 			t.Errorf("stateful Acquire after the trap: %v, want ErrStateLost", err)
 		}
+		if _, err := stateful.Outcome(ctx, policy.JobEvent{Event: policy.EventFailure, Failure: f}); !errors.Is(err, host.ErrStateLost) {
+			t.Errorf("stateful Outcome after the trap: %v, want ErrStateLost", err)
+		}
 	}
 	if err := stateful.Close(ctx); err != nil {
 		t.Errorf("Close of a lost policy: %v", err)

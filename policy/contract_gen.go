@@ -108,15 +108,15 @@ const (
 type Count uint8
 
 const (
-	// CountNone ("none"): none.
+	// CountNone ("none"): nothing to count (the job runs, or a crash loop the broker's counters already see).
 	CountNone Count = 0
-	// CountSuccess ("success"): an attempt, outcome success.
+	// CountSuccess ("success"): attempts_total{outcome="success"}.
 	CountSuccess Count = 1
-	// CountRetry ("retry"): an attempt, outcome retry, and a retry with its reason and delay.
+	// CountRetry ("retry"): attempts_total{outcome="retry"}, and retries_total{reason} with the delay.
 	CountRetry Count = 2
-	// CountDeadLetter ("dead_letter"): an attempt, outcome dead_letter.
+	// CountDeadLetter ("dead_letter"): attempts_total{outcome="dead_letter"}.
 	CountDeadLetter Count = 3
-	// CountRefused ("refused"): a call the breaker refused (circuit_open).
+	// CountRefused ("refused"): calls_refused_total{reason}: the breaker refused the job before it ran.
 	CountRefused Count = 4
 )
 
@@ -125,25 +125,55 @@ var actionNames = [...]string{"retry", "dead_letter"}
 
 func (v Action) String() string { return enumName(actionNames[:], int(v), "action") }
 
+func (v Action) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+func (v *Action) UnmarshalText(b []byte) error {
+	return parseEnum(actionNames[:], b, "action", (*uint8)(v))
+}
+
 // classNames are the class names by code ("" in a gap).
 var classNames = [...]string{"retryable", "permanent", "uncertain"}
 
 func (v Class) String() string { return enumName(classNames[:], int(v), "class") }
+
+func (v Class) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+func (v *Class) UnmarshalText(b []byte) error {
+	return parseEnum(classNames[:], b, "class", (*uint8)(v))
+}
 
 // reasonNames are the reason names by code ("" in a gap).
 var reasonNames = [...]string{"transient", "retry_after", "uncertain", "permanent_error", "max_attempts_reached", "max_elapsed_exceeded", "uncertain_limit_reached", "not_idempotent", "budget_exhausted", "circuit_open", "retry_after_too_long", "retried_downstream", "server_declined", "", "", "", "success", "malformed", "crash_loop"}
 
 func (v Reason) String() string { return enumName(reasonNames[:], int(v), "reason") }
 
+func (v Reason) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+func (v *Reason) UnmarshalText(b []byte) error {
+	return parseEnum(reasonNames[:], b, "reason", (*uint8)(v))
+}
+
 // circuitStateNames are the circuit_state names by code ("" in a gap).
 var circuitStateNames = [...]string{"closed", "open", "half_open"}
 
 func (v CircuitState) String() string { return enumName(circuitStateNames[:], int(v), "circuit_state") }
 
+func (v CircuitState) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+func (v *CircuitState) UnmarshalText(b []byte) error {
+	return parseEnum(circuitStateNames[:], b, "circuit_state", (*uint8)(v))
+}
+
 // eventNames are the event names by code ("" in a gap).
 var eventNames = [...]string{"before", "success", "failure", "delivered"}
 
 func (v Event) String() string { return enumName(eventNames[:], int(v), "event") }
+
+func (v Event) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+func (v *Event) UnmarshalText(b []byte) error {
+	return parseEnum(eventNames[:], b, "event", (*uint8)(v))
+}
 
 // outcomeActionNames are the outcome_action names by code ("" in a gap).
 var outcomeActionNames = [...]string{"run", "ack", "retry", "defer", "dead_letter"}
@@ -152,10 +182,22 @@ func (v OutcomeAction) String() string {
 	return enumName(outcomeActionNames[:], int(v), "outcome_action")
 }
 
+func (v OutcomeAction) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+func (v *OutcomeAction) UnmarshalText(b []byte) error {
+	return parseEnum(outcomeActionNames[:], b, "outcome_action", (*uint8)(v))
+}
+
 // countNames are the count names by code ("" in a gap).
 var countNames = [...]string{"none", "success", "retry", "dead_letter", "refused"}
 
 func (v Count) String() string { return enumName(countNames[:], int(v), "count") }
+
+func (v Count) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+func (v *Count) UnmarshalText(b []byte) error {
+	return parseEnum(countNames[:], b, "count", (*uint8)(v))
+}
 
 // Decision is the policy's answer for one failure: what decide returns (and decide_batch writes per record).
 type Decision struct {
@@ -179,15 +221,20 @@ type Permit struct {
 // Outcome is what outcome returns: what a worker does with a job.
 type Outcome struct {
 	Action OutcomeAction `json:"action"`
-	Reason Reason        `json:"reason"`
-	// DelayMs is how long a retried or deferred job waits.
+	// Reason is a decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run.
+	Reason Reason `json:"reason"`
+	// DelayMs is how long a retried or deferred job waits, and how long a paused worker takes no job.
 	DelayMs int64 `json:"delay_ms"`
 	// Pause is the breaker refused: the worker takes no job of this policy for delay_ms.
-	Pause bool  `json:"pause"`
+	Pause bool `json:"pause"`
+	// Count is the client metric the worker records.
 	Count Count `json:"count"`
-	// Invalid is the failure was refused as invalid input (dead_letter malformed); error_message says why.
+	// Invalid is the policy refused the failure as invalid input: the job is dead-lettered as malformed, and the error says why.
 	Invalid bool `json:"invalid"`
 }
+
+// OpenPollMs is how long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long.
+const OpenPollMs = 1000
 
 // decisionReasonNames are the reasons a decision carries, retry reasons
 // first (an outcome's own reasons are not among them).

@@ -15,20 +15,6 @@ func enumName(names []string, i int, what string) string {
 	return what + "(" + itoa(i) + ")"
 }
 
-func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
-func (c Class) MarshalText() ([]byte, error)  { return []byte(c.String()), nil }
-func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
-
-func (a *Action) UnmarshalText(b []byte) error {
-	return parseEnum(actionNames[:], b, "action", (*uint8)(a))
-}
-func (c *Class) UnmarshalText(b []byte) error {
-	return parseEnum(classNames[:], b, "class", (*uint8)(c))
-}
-func (r *Reason) UnmarshalText(b []byte) error {
-	return parseEnum(reasonNames[:], b, "reason", (*uint8)(r))
-}
-
 func parseEnum(names []string, b []byte, what string, dst *uint8) error {
 	for i, n := range names {
 		if n != "" && n == string(b) {

@@ -46,7 +46,7 @@ func (r *Runner) bindPolicies() error {
 		if r.policies[t] == nil {
 			return fmt.Errorf("queue: WithPolicies: policy of job type %q is nil", t)
 		}
-		tr := &Runner{p: r.policies[t], name: r.name, timeout: r.timeout, openPoll: r.openPoll, log: r.log, rand: r.rand, enqueueNow: r.enqueueNow}
+		tr := &Runner{p: r.policies[t], name: r.name, timeout: r.timeout, log: r.log, rand: r.rand, enqueueNow: r.enqueueNow}
 		if r.metrics != nil {
 			m, err := clientmetrics.Bind(r.metricsReg, t, r.name, "queue: WithPolicies")
 			if err != nil {

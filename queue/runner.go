@@ -93,18 +93,18 @@ func WithEnqueueClock(now func() time.Time) Option { return func(r *Runner) { r.
 // math/rand/v2's Float64): the shared cases pin it, as the vectors do.
 func WithRandom(f func() float64) Option { return func(r *Runner) { r.rand = f } }
 
-// Runner runs jobs with a policy and decides their outcomes, the same on
-// every broker: before the job it asks the breaker (Acquire), then runs the
-// handler within its deadline, feeds a success to the policy's budget and
-// breaker, decides a failure (classified by backstop.ClassifyError), and
-// records the client metrics (WithMetrics). It touches no broker.
+// Runner runs jobs with a policy, the same on every broker: it asks the
+// policy's Outcome before the job (the breaker's gate), runs the handler
+// within its deadline, asks the Outcome of its success or its failure
+// (classified by backstop.ClassifyError), pauses when the policy says so,
+// and records the client metrics the outcome names (WithMetrics). The
+// policy decides every outcome; the Runner touches no broker.
 type Runner struct {
 	p             backstop.Decider
 	name          string        // the queue's, for the logs and the metrics
 	timeout       time.Duration // WithHandlerTimeout (0: none)
 	timeoutSet    bool
-	pausedUntil   atomic.Int64  // unix ms: the breaker refused a job; take none before
-	openPoll      time.Duration // a refused job's wait when the policy cannot say how long
+	pausedUntil   atomic.Int64 // unix ms: the breaker refused a job; take none before
 	log           *slog.Logger
 	rand          func() float64
 	enqueueNow    func() time.Time // WithEnqueueClock: the clock of first_enqueued_ms
@@ -122,7 +122,7 @@ type Runner struct {
 // An invalid WithMetrics policy name or registry, an invalid WithPolicies
 // map, WithHandlerTimeout <= 0.
 func NewRunner(name string, p backstop.Decider, opts ...Option) (*Runner, error) {
-	r := &Runner{p: p, name: name, openPoll: time.Second, log: slog.Default(), rand: rand.Float64, enqueueNow: time.Now}
+	r := &Runner{p: p, name: name, log: slog.Default(), rand: rand.Float64, enqueueNow: time.Now}
 	for _, o := range opts {
 		o(r)
 	}
@@ -161,29 +161,62 @@ func (r *Runner) PausedUntil() time.Time {
 	return time.UnixMilli(ms)
 }
 
-// run asks the breaker, runs h on j and decides the outcome: the worker's
-// path from a delivery to an outcome, which the shared queue cases
-// (testdata/queue, testdata/rabbitmq) drive in every language.
+// run asks the breaker, runs h on j and asks the outcome: the worker's path
+// from a delivery to an outcome, which the shared queue cases
+// (testdata/queue, testdata/rabbitmq) drive in every language. Asking must
+// not see shutdown: a cancelled context would fail a wasm policy's call,
+// and a job that finished during shutdown still gets its outcome.
 func (r *Runner) run(ctx context.Context, h Handler, j Job) Outcome {
-	var err error
-	if allowed, retryIn := r.permit(ctx); !allowed {
+	dctx := context.WithoutCancel(ctx)
+	// A policy that cannot answer lets the job run: its outcome after the
+	// run still applies.
+	gate, err := r.p.Outcome(dctx, policy.JobEvent{Event: policy.EventBefore, Failure: policy.Failure{NowMs: time.Now().UnixMilli()}})
+	if err == nil && gate.Action != policy.OutcomeRun {
 		// The breaker protects the dependency before the call: the handler
-		// does not run, and the worker takes no job until it may half-open.
-		r.metrics.Refused("circuit_open")
-		r.pause(retryIn)
-		if r.onOpen() == "dead_letter" {
-			return Outcome{Action: DeadLetter, Reason: "circuit_open", LastError: "circuit breaker open: the job was not run"}
+		// does not run.
+		o := r.apply(dctx, gate)
+		if o.Action == DeadLetter {
+			o.LastError = "circuit breaker open: the job was not run"
 		}
-		return Outcome{Action: Defer, Reason: "circuit_open", Delay: retryIn}
+		return o
 	}
-	err = r.call(ctx, h, j)
-	// Deciding must not see shutdown either: a cancelled context would fail
-	// a wasm policy's call.
-	o := r.decide(context.WithoutCancel(ctx), j, err)
-	if r.metrics != nil {
-		r.count(context.WithoutCancel(ctx), o)
+	herr := r.call(ctx, h, j)
+	if herr == nil {
+		po, err := r.p.Outcome(dctx, policy.JobEvent{Event: policy.EventSuccess, Failure: policy.Failure{NowMs: time.Now().UnixMilli()}})
+		if err != nil { // the job succeeded all the same
+			po = policy.Outcome{Action: policy.OutcomeAck, Reason: policy.Success, Count: policy.CountSuccess}
+		}
+		return r.apply(dctx, po)
 	}
+	f := policy.Failure{
+		Attempt: j.Attempt, IdempotencyKey: j.ID, NowMs: time.Now().UnixMilli(), PrevDelayMs: max(0, j.PrevDelayMs),
+		ElapsedMs: max(0, r.enqueueNow().UnixMilli()-j.FirstEnqueuedMs), Random: r.rand(),
+	}
+	backstop.ClassifyError(herr, &f)
+	po, err := r.p.Outcome(dctx, policy.JobEvent{Event: policy.EventFailure, Failure: f})
+	if err != nil {
+		// Invalid input (po says so), or a policy that cannot answer.
+		po = policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter}
+		o := r.apply(dctx, po)
+		o.LastError = fmt.Sprintf("%v (policy refused the failure: %v)", herr, err)
+		return o
+	}
+	o := r.apply(dctx, po)
+	o.LastError = herr.Error()
 	return o
+}
+
+// Delivered is the outcome of job j, which a broker delivered deliveries
+// times without an outcome (a worker crashed or was cut off mid-job), when
+// that reaches maxDeliveries: a crash loop, dead-lettered. ok is false
+// when the job may run.
+func (r *Runner) Delivered(ctx context.Context, j Job, deliveries, maxDeliveries int64) (o Outcome, ok bool) {
+	po, err := r.forType(j.Type).p.Outcome(context.WithoutCancel(ctx),
+		policy.JobEvent{Event: policy.EventDelivered, Deliveries: deliveries, MaxDeliveries: maxDeliveries})
+	if err != nil || po.Action == policy.OutcomeRun {
+		return Outcome{}, false
+	}
+	return r.apply(ctx, po), true
 }
 
 // call runs h on j within the handler timeout (none when 0). The handler's
@@ -231,16 +264,30 @@ func (e *deadlineError) Error() string {
 }
 func (e *deadlineError) Unwrap() error { return context.DeadlineExceeded }
 
-// count records a job's outcome in the runner's metrics.
-func (r *Runner) count(ctx context.Context, o Outcome) {
-	switch o.Action {
-	case Ack:
+// apply pauses the worker and counts po in the metrics as the policy
+// says, and returns it as the worker's Outcome.
+func (r *Runner) apply(ctx context.Context, po policy.Outcome) Outcome {
+	delay := time.Duration(po.DelayMs) * time.Millisecond
+	if po.Pause {
+		r.pause(delay)
+	}
+	o := Outcome{Action: Action(po.Action.String()), Reason: po.Reason.String()}
+	if o.Action == Retry || o.Action == Defer {
+		o.Delay = delay
+	}
+	if r.metrics == nil || po.Count == policy.CountNone {
+		return o
+	}
+	switch po.Count {
+	case policy.CountSuccess:
 		r.metrics.Attempt(clientmetrics.OutcomeSuccess)
-	case Retry, Defer:
+	case policy.CountRetry:
 		r.metrics.Attempt(clientmetrics.OutcomeRetry)
 		r.metrics.Retry(o.Reason, o.Delay)
-	default:
+	case policy.CountDeadLetter:
 		r.metrics.Attempt(clientmetrics.OutcomeDeadLetter)
+	case policy.CountRefused:
+		r.metrics.Refused(o.Reason)
 	}
 	if s, err := r.p.CircuitState(ctx, time.Now().UnixMilli()); err == nil {
 		r.metrics.State(s)
@@ -248,75 +295,7 @@ func (r *Runner) count(ctx context.Context, o Outcome) {
 	if milli, ok, err := r.p.BudgetTokens(ctx, time.Now().UnixMilli()); err == nil && ok {
 		r.metrics.Budget(milli)
 	}
-}
-
-// decide turns the handler's result into an outcome, once: a success feeds
-// the policy's budget and breaker, a failure is decided by the policy.
-func (r *Runner) decide(ctx context.Context, j Job, herr error) Outcome {
-	if herr == nil {
-		// Feed the policy's budget and breaker: a queue is traffic too.
-		r.p.RecordSuccess(ctx, time.Now().UnixMilli())
-		return Outcome{Action: Ack, Reason: "success"} // the reason Node and Python report
-	}
-	now := time.Now().UnixMilli()
-	f := policy.Failure{
-		Attempt: j.Attempt, IdempotencyKey: j.ID, NowMs: now, PrevDelayMs: max(0, j.PrevDelayMs),
-		ElapsedMs: max(0, r.enqueueNow().UnixMilli()-j.FirstEnqueuedMs), Random: r.rand(),
-	}
-	backstop.ClassifyError(herr, &f)
-	d, err := r.p.Decide(ctx, f)
-	if err != nil {
-		return Outcome{Action: DeadLetter, Reason: "malformed", LastError: fmt.Sprintf("%v (policy refused the failure: %v)", herr, err)}
-	}
-	if d.Action == policy.Retry {
-		return Outcome{Action: Retry, Reason: d.Reason.String(), Delay: d.Delay(), LastError: herr.Error()}
-	}
-	if (d.Reason == policy.CircuitOpen || d.Reason == policy.BudgetExhausted) && r.onOpen() != "dead_letter" {
-		// Not the job's fault: it waits, without spending an attempt.
-		return Outcome{Action: Defer, Reason: d.Reason.String(), Delay: r.deferDelay(ctx, d), LastError: herr.Error()}
-	}
-	return Outcome{Action: DeadLetter, Reason: d.Reason.String(), LastError: herr.Error()}
-}
-
-// permit asks the policy whether a job may run now (Acquire: while the
-// breaker is open no job runs, half-open admits only its trials). A refusal
-// carries how long until that may change (openPoll when the policy cannot
-// say). A policy that cannot answer allows: its decision after the call
-// still applies.
-func (r *Runner) permit(ctx context.Context) (bool, time.Duration) {
-	ctx = context.WithoutCancel(ctx)
-	pm, err := r.p.Acquire(ctx, time.Now().UnixMilli())
-	if err == nil {
-		r.metrics.State(pm.State)
-	}
-	if err != nil || pm.Allowed {
-		return true, 0
-	}
-	if pm.RetryInMs <= 0 {
-		return false, r.openPoll
-	}
-	return false, time.Duration(pm.RetryInMs) * time.Millisecond
-}
-
-// deferDelay is how long a job refused by the breaker (until it may
-// half-open) or the budget (the policy's backoff for the attempt) waits.
-func (r *Runner) deferDelay(ctx context.Context, d policy.Decision) time.Duration {
-	if d.Reason == policy.CircuitOpen {
-		// The failure found (or made) the breaker open: Acquire refuses
-		// and says until when, without taking a trial slot.
-		allowed, retryIn := r.permit(ctx)
-		if allowed {
-			retryIn = r.openPoll
-		}
-		r.pause(retryIn)
-		return retryIn
-	}
-	// budget_exhausted carries the policy's backoff for the attempt; it is
-	// 0 only for a policy without one: wait openPoll rather than spin.
-	if d.DelayMs > 0 {
-		return d.Delay()
-	}
-	return r.openPoll
+	return o
 }
 
 // pause holds new jobs back for d from now (a later pause wins).
@@ -328,12 +307,4 @@ func (r *Runner) pause(d time.Duration) {
 			return
 		}
 	}
-}
-
-// onOpen is the policy's on_open: "defer" (the default) or "dead_letter".
-func (r *Runner) onOpen() string {
-	if r.p.OnOpen() == "dead_letter" {
-		return "dead_letter"
-	}
-	return "defer"
 }

@@ -382,6 +382,54 @@ func decide(h int32, attempt int64, httpStatus, grpcCode int32,
 	return abi.PackDecision(d)
 }
 
+// outcome decides what a worker does about a job event (ABI.md,
+// "outcome"): decide's parameters for the failure (read only for the
+// failure event; now_ms for every event), then the delivery count and its
+// limit. An invalid failure is not an error code: the word dead-letters
+// it (malformed, the invalid bit) and error_message says why.
+//
+//go:wasmexport outcome
+func outcome(h, event int32, attempt int64, httpStatus, grpcCode int32,
+	elapsedMs, nowMs int64, random float64, prevDelayMs int64,
+	flags, methodLen, kindLen, hintLen int32, deliveries, maxDeliveries int64) (r int64) {
+	defer guard64("outcome", &r)
+	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
+		return int64(handleError(h))
+	}
+	p := policies[h-1]
+	if event < int32(policy.EventBefore) || event > int32(policy.EventDelivered) { // policy.Event is a byte: say what came
+		return int64(fail(errInput, (&policy.EventError{Field: "event",
+			Reason: "must be 0 (before) to 3 (delivered) (got " + strconv.Itoa(int(event)) + ")"}).Error()))
+	}
+	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: nowMs},
+		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
+	if event == int32(policy.EventFailure) {
+		ml, kl, hl := int64(methodLen), int64(kindLen), int64(hintLen)
+		if !stringsOK(uint32(flags), 0, ml, kl, hl) {
+			code := stringsError(uint32(flags), 0, ml, kl, hl)
+			if uint32(flags)&^abi.Flags == 0 {
+				return int64(code) // the host's strings, not the failure
+			}
+			return abi.PackOutcome(policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed,
+				Count: policy.CountDeadLetter, Invalid: true})
+		}
+		e.Failure = policy.Failure{
+			Attempt: attempt, HTTPStatus: int(httpStatus), GRPCCode: int(grpcCode),
+			ElapsedMs: elapsedMs, NowMs: nowMs, Random: random, PrevDelayMs: prevDelayMs,
+		}
+		setStrings(&e.Failure, 0, ml, kl, hl, uint32(flags))
+	}
+	o, err := p.Outcome(e)
+	if err != nil {
+		if o.Invalid {
+			lastMsg = err.Error()
+			return abi.PackOutcome(o)
+		}
+		return int64(fail(errInput, err.Error()))
+	}
+	return abi.PackOutcome(o)
+}
+
 // stringsOK reports whether the flags are known and the strings (lengths
 // ml, kl, hl at off) lie inside the buffer. The int64 arithmetic cannot
 // wrap for any i32 or u32 the host passes.

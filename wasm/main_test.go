@@ -414,3 +414,100 @@ func TestAttemptTimeout(t *testing.T) {
 		t.Errorf("elapsed_ms -1: %d %q", w, lastMsg)
 	}
 }
+
+// out calls the outcome export with a failure of status 503 (strings from
+// the buffer: ml, kl, hl) at now.
+func out(h, event int32, attempt, now int64, flags, ml, kl, hl int32, deliveries, maxDeliveries int64) int64 {
+	return outcome(h, event, attempt, 503, 0, 10, now, 0.5, 0, flags, ml, kl, hl, deliveries, maxDeliveries)
+}
+
+// The export answers as policy.Outcome, event by event, on one stateful
+// policy (its breaker opens, refuses and half-opens), through the packed
+// word.
+func TestOutcomeMatchesNative(t *testing.T) {
+	const src = `{"backoff": {"strategy": "constant", "base": "100ms"}, "jitter": {"mode": "none"},
+		"circuit_breaker": {"failure_threshold": 2, "open_for": "10s"}}`
+	h := load(t, src)
+	native, err := policy.Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buffer(64)
+	copy(buf, "timeout")
+	const t0 = 1_700_000_000_000
+	for i, c := range []struct {
+		event int32
+		now   int64
+		kind  bool
+	}{
+		{int32(policy.EventBefore), t0, false}, {int32(policy.EventFailure), t0, true}, {int32(policy.EventFailure), t0 + 1, false},
+		{int32(policy.EventBefore), t0 + 2, false}, {int32(policy.EventBefore), t0 + 10_001, false}, {int32(policy.EventSuccess), t0 + 10_002, false},
+		{int32(policy.EventDelivered), 0, false},
+	} {
+		var kl int32
+		f := policy.Failure{Attempt: 1, HTTPStatus: 503, ElapsedMs: 10, NowMs: c.now, Random: 0.5, IdempotencyKey: "k"}
+		if c.kind {
+			kl, f.ErrorKind = 7, "timeout"
+		}
+		got := out(h, c.event, 1, c.now, flagIdempotencyKey, 0, kl, 0, 5, 5)
+		want, err := native.Outcome(policy.JobEvent{Event: policy.Event(c.event), Failure: f, Deliveries: 5, MaxDeliveries: 5})
+		if err != nil || got != abi.PackOutcome(want) {
+			t.Fatalf("step %d: outcome = %+v (%d), native = %+v (%v)", i, abi.UnpackOutcome(got), got, want, err)
+		}
+	}
+	if o := abi.UnpackOutcome(out(h, int32(policy.EventBefore), 0, t0+10_003, 0, 0, 0, 0, 0, 0)); o.Action != policy.OutcomeRun {
+		t.Errorf("closed again: %+v", o)
+	}
+}
+
+// An invalid failure is a word (dead_letter malformed, the invalid bit)
+// with its message; an invalid event is an error code.
+func TestOutcomeErrors(t *testing.T) {
+	h := load(t, "default")
+	buffer(minBuffer)
+	invalid := policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter, Invalid: true}
+	for _, c := range []struct {
+		name  string
+		call  func() int64
+		msg   string
+		isErr bool
+	}{
+		{"attempt 0", func() int64 { return out(h, int32(policy.EventFailure), 0, 1, 0, 0, 0, 0, 0, 0) }, "invalid failure: attempt: must be >= 1 (got 0)", false},
+		{"flags", func() int64 { return out(h, int32(policy.EventFailure), 1, 1, 16, 0, 0, 0, 0, 0) }, "invalid failure: flags: only bits 0 to 3 may be set (got 16)", false},
+		{"bad handle", func() int64 { return out(9999, int32(policy.EventBefore), 1, 1, 0, 0, 0, 0, 0, 0) }, "unknown or freed policy handle 9999", true},
+		{"past buffer", func() int64 { return out(h, int32(policy.EventFailure), 1, 1, 0, int32(len(buf)), 1, 0, 0, 0) }, "outside the buffer", true},
+		{"event", func() int64 { return out(h, 4, 1, 1, 0, 0, 0, 0, 0, 0) }, "invalid event: event: must be 0 (before) to 3 (delivered) (got 4)", true},
+		{"event -1", func() int64 { return out(h, -1, 1, 1, 0, 0, 0, 0, 0, 0) }, "(got -1)", true},
+		{"deliveries", func() int64 { return out(h, int32(policy.EventDelivered), 1, 1, 0, 0, 0, 0, -1, 3) }, "invalid event: deliveries: must be >= 0 (got -1)", true},
+		{"now", func() int64 { return out(h, int32(policy.EventBefore), 1, -1, 0, 0, 0, 0, 0, 0) }, "invalid event: now_ms: must be >= 0 (got -1)", true},
+	} {
+		w := c.call()
+		switch {
+		case c.isErr && w >= 0, !c.isErr && abi.UnpackOutcome(w) != invalid:
+			t.Errorf("%s: %#x (%+v)", c.name, w, abi.UnpackOutcome(w))
+		case !strings.Contains(lastMsg, c.msg):
+			t.Errorf("%s: message %q, want %q", c.name, lastMsg, c.msg)
+		}
+		if c.name == "bad handle" && w != errHandle || c.isErr && c.name != "bad handle" && w != errInput {
+			t.Errorf("%s: code %d", c.name, w)
+		}
+	}
+}
+
+func TestOutcomeDoesNotAllocate(t *testing.T) {
+	h := load(t, `{"circuit_breaker": {"failure_threshold": 1000000, "open_for": "1s"}, "max_attempts": 1000000}`)
+	buffer(64)
+	copy(buf, "timeout")
+	now := int64(1_700_000_000_000)
+	allocs := testing.AllocsPerRun(1000, func() {
+		now++
+		for _, e := range []int32{int32(policy.EventBefore), int32(policy.EventFailure), int32(policy.EventSuccess), int32(policy.EventDelivered)} {
+			if r := out(h, e, 3, now, 0, 0, 7, 0, 1, 5); r < 0 {
+				t.Fatal(lastMsg)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("outcome allocates %v times per job", allocs)
+	}
+}

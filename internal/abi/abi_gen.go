@@ -28,7 +28,7 @@ const (
 	MaxBuffer  = 67108864 // the largest buffer a host may ask for (64 MiB)
 	MaxHandles = 65536    // live policies per instance
 	MaxString  = 65535    // the longest method, error kind or hint, in UTF-8 bytes (a batch record's u16)
-	OpenPollMs = 1000     // how long a job the breaker refused waits when the policy cannot say how long
+	OpenPollMs = 1000     // how long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long
 )
 
 // OnOpen: what a queue does with a job the breaker or the budget refused (policy_on_open).

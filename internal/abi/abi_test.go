@@ -116,3 +116,30 @@ func TestPackPermit(t *testing.T) {
 		t.Errorf("a wait past MaxDelayMs: %+v, want it clamped", got)
 	}
 }
+
+// PackOutcome and UnpackOutcome round-trip every action, reason and count
+// with the largest delay and both bits, an outcome is never negative, and
+// the bits are ABI.md's.
+func TestPackOutcome(t *testing.T) {
+	for a := range 5 {
+		for r := range 19 {
+			for c := range 5 {
+				for bits := range 4 {
+					o := policy.Outcome{Action: policy.OutcomeAction(a), Reason: policy.Reason(r), Count: policy.Count(c),
+						DelayMs: abi.MaxDelayMs, Pause: bits&1 != 0, Invalid: bits&2 != 0}
+					w := abi.PackOutcome(o)
+					if w < 0 || abi.UnpackOutcome(w) != o {
+						t.Fatalf("%+v -> %#x -> %+v", o, w, abi.UnpackOutcome(w))
+					}
+				}
+			}
+		}
+	}
+	o := policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter, Invalid: true, Pause: true, DelayMs: 7}
+	if w, want := abi.PackOutcome(o), int64(1<<61|3<<58|1<<57|4<<54|17<<48|7); w != want {
+		t.Errorf("PackOutcome(%+v) = %#x, want %#x", o, w, want)
+	}
+	if w := abi.PackOutcome(policy.Outcome{DelayMs: -5}); w != 0 {
+		t.Errorf("a negative delay packs as %#x, want 0", w)
+	}
+}

@@ -290,6 +290,16 @@ func (s *Schema) Limit(name string) int64 {
 	panic("contractgen: no limit " + name)
 }
 
+// LimitDoc returns the doc of the limit named name.
+func (s *Schema) LimitDoc(name string) string {
+	for _, l := range s.Limits {
+		if l.Name == name {
+			return l.Doc
+		}
+	}
+	panic("contractgen: no limit " + name)
+}
+
 // FlagMask is every known flag bit.
 func (s *Schema) FlagMask() uint32 {
 	var m uint32

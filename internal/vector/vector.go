@@ -147,12 +147,17 @@ func FromDecision(d policy.Decision, err error) Expect {
 	return Expect{Action: d.Action.String(), DelayMs: d.DelayMs, Reason: d.Reason.String(), Class: d.Class.String()}
 }
 
-// errorText is an error in the vector shape: an *policy.InputError's field
-// and reason, without its "invalid failure: " prefix.
+// errorText is an error in the vector shape: an *policy.InputError's (or
+// *policy.EventError's) field and reason, without its "invalid failure: "
+// ("invalid event: ") prefix.
 func errorText(err error) string {
 	var ie *policy.InputError
 	if errors.As(err, &ie) {
 		return ie.Field + ": " + ie.Reason
+	}
+	var ee *policy.EventError
+	if errors.As(err, &ee) {
+		return ee.Field + ": " + ee.Reason
 	}
 	return err.Error()
 }

@@ -113,8 +113,20 @@ type spy struct {
 	decision map[string]any
 }
 
-func (s *spy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
-	d, err := s.Decider.Decide(ctx, f)
+// Outcome records the failure of a failed job and the policy's decision of
+// it (a deferral is the decision's dead_letter); with refuse set, the
+// breaker refuses the job before it runs, as the policy's outcome of a
+// refusal of retry_in_ms with on_open defer says.
+func (s *spy) Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome, error) {
+	if e.Event == policy.EventBefore && s.refuse != nil {
+		return policy.Outcome{Action: policy.OutcomeDefer, Reason: policy.CircuitOpen, DelayMs: s.refuse.RetryInMs,
+			Pause: true, Count: policy.CountRefused}, nil
+	}
+	o, err := s.Decider.Outcome(ctx, e)
+	if e.Event != policy.EventFailure {
+		return o, err
+	}
+	f := e.Failure
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.asked = map[string]any{"attempt": f.Attempt}
@@ -124,18 +136,11 @@ func (s *spy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, er
 			s.asked[k] = v
 		}
 	}
-	s.decision = map[string]any{"action": d.Action.String(), "reason": d.Reason.String()}
-	if d.Action == policy.Retry {
-		s.decision["delay_ms"] = d.DelayMs
+	s.decision = map[string]any{"action": "dead_letter", "reason": o.Reason.String()}
+	if o.Action == policy.OutcomeRetry {
+		s.decision["action"], s.decision["delay_ms"] = "retry", o.DelayMs
 	}
-	return d, err
-}
-
-func (s *spy) Acquire(_ context.Context, _ int64) (policy.Permit, error) {
-	if s.refuse != nil {
-		return *s.refuse, nil
-	}
-	return policy.Permit{Allowed: true}, nil
+	return o, err
 }
 
 func TestRabbitCases(t *testing.T) {

@@ -368,9 +368,11 @@ func (w *worker) decide(ctx context.Context, d amqp.Delivery, j queue.Job) move 
 	}
 	// x-delivery-count is the broker's only on a redelivery: on a first
 	// delivery it is a copy (a shovel's, another publisher's).
-	if n, _, ok := headerDigits(d.Headers["x-delivery-count"]); ok && d.Redelivered && n >= int64(w.q.maxDeliveries) {
-		return move{Outcome: queue.Outcome{Action: "dead_letter", Reason: "crash_loop",
-			LastError: fmt.Sprintf("crash loop: delivered %d times without an outcome (max deliveries %d)", n+1, w.q.maxDeliveries)}}
+	if n, _, ok := headerDigits(d.Headers["x-delivery-count"]); ok && d.Redelivered {
+		if o, loop := w.runner.Delivered(ctx, j, n, int64(w.q.maxDeliveries)); loop {
+			o.LastError = fmt.Sprintf("crash loop: delivered %d times without an outcome (max deliveries %d)", n+1, w.q.maxDeliveries)
+			return move{Outcome: o}
+		}
 	}
 	if due := dueMs(d.Headers); due > 0 {
 		if due > time.Now().Add(MaxDueAhead).UnixMilli() {

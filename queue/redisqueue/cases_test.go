@@ -120,7 +120,11 @@ type spyDecider struct {
 	asked map[string]any
 }
 
-func (s *spyDecider) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
+func (s *spyDecider) Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome, error) {
+	if e.Event != policy.EventFailure {
+		return s.Decider.Outcome(ctx, e)
+	}
+	f := e.Failure
 	s.asked = map[string]any{}
 	for k, v := range map[string]any{"http_status": f.HTTPStatus, "grpc_code": f.GRPCCode, "error_kind": f.ErrorKind,
 		"retry_after": f.RetryAfter, "method": f.Method, "retried_downstream": f.RetriedDownstream, "server_declined": f.ServerDeclined} {
@@ -128,7 +132,7 @@ func (s *spyDecider) Decide(ctx context.Context, f policy.Failure) (policy.Decis
 			s.asked[k] = v
 		}
 	}
-	return s.Decider.Decide(ctx, f)
+	return s.Decider.Outcome(ctx, e)
 }
 
 type caseExpect struct {

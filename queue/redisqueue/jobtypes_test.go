@@ -24,7 +24,7 @@ type typeSpy struct {
 	backstop.Decider // what the spy does not count
 	p                *policy.Policy
 	mu               sync.Mutex
-	// decided, acquired, succeeded count the calls.
+	// decided, acquired, success count the events (Outcome).
 	decided           map[string]int
 	acquired, success int
 }
@@ -38,26 +38,20 @@ func newSpy(t *testing.T, js string) *typeSpy {
 	return &typeSpy{Decider: backstop.Native(p), p: p, decided: map[string]int{}}
 }
 
-func (s *typeSpy) Decide(_ context.Context, f policy.Failure) (policy.Decision, error) {
+// Outcome counts the events: a failure by its job's id, the gates
+// (before) and the successes.
+func (s *typeSpy) Outcome(_ context.Context, e policy.JobEvent) (policy.Outcome, error) {
 	s.mu.Lock()
-	s.decided[f.IdempotencyKey]++
+	switch e.Event {
+	case policy.EventFailure:
+		s.decided[e.Failure.IdempotencyKey]++
+	case policy.EventBefore:
+		s.acquired++
+	case policy.EventSuccess:
+		s.success++
+	}
 	s.mu.Unlock()
-	return s.p.Decide(f)
-}
-
-func (s *typeSpy) Acquire(_ context.Context, nowMs int64) (policy.Permit, error) {
-	s.mu.Lock()
-	s.acquired++
-	s.mu.Unlock()
-	return s.p.Acquire(nowMs), nil
-}
-
-func (s *typeSpy) RecordSuccess(_ context.Context, nowMs int64) error {
-	s.mu.Lock()
-	s.success++
-	s.mu.Unlock()
-	s.p.RecordSuccess(nowMs)
-	return nil
+	return s.p.Outcome(e)
 }
 
 // kinds returns the job types (the ids' prefixes) of the jobs the spy decided.

@@ -94,7 +94,7 @@ func (e *nativeErr) Error() string { return e.msg }
 func (e *nativeErr) Unwrap() error { return e.err }
 
 // KindSpy is a policy that records the error kind of each failure it is
-// asked about, then lets D decide (and answer every other question): how a
+// asked the outcome of, then lets Decider decide (and answer every other question): how a
 // test sees how a worker classified a failure.
 type KindSpy struct {
 	backstop.Decider
@@ -102,11 +102,13 @@ type KindSpy struct {
 	kinds []string
 }
 
-func (s *KindSpy) Decide(ctx context.Context, f policy.Failure) (policy.Decision, error) {
-	s.mu.Lock()
-	s.kinds = append(s.kinds, f.ErrorKind)
-	s.mu.Unlock()
-	return s.Decider.Decide(ctx, f)
+func (s *KindSpy) Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome, error) {
+	if e.Event == policy.EventFailure {
+		s.mu.Lock()
+		s.kinds = append(s.kinds, e.Failure.ErrorKind)
+		s.mu.Unlock()
+	}
+	return s.Decider.Outcome(ctx, e)
 }
 
 // Kinds are the error kinds decided so far, in order.

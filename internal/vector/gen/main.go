@@ -22,9 +22,13 @@ const now = 1767225600000
 func main() {
 	out := flag.String("o", "testdata/vectors/vectors.json", "output file")
 	inputsOut := flag.String("inputs", "", "output file of the input-line cases (default: inputs.json beside -o)")
+	outcomesOut := flag.String("outcomes", "", "output file of the outcome cases (default: ../outcomes/cases.json from -o's folder)")
 	flag.Parse()
 	if *inputsOut == "" {
 		*inputsOut = filepath.Join(filepath.Dir(*out), "inputs.json")
+	}
+	if *outcomesOut == "" {
+		*outcomesOut = filepath.Join(filepath.Dir(*out), "..", "outcomes", "cases.json")
 	}
 	f := vector.File{
 		ABIVersion: 1,
@@ -55,6 +59,18 @@ func main() {
 		fail(err)
 	}
 	fmt.Fprintf(os.Stderr, "wrote %d input cases to %s\n", len(in.Cases), *inputsOut)
+
+	oc := outcomes()
+	if b, err = oc.Format(); err != nil {
+		fail(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(*outcomesOut), 0o755); err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(*outcomesOut, b, 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Fprintf(os.Stderr, "wrote %d outcome cases to %s\n", len(oc.Cases), *outcomesOut)
 }
 
 func fail(err error) {
