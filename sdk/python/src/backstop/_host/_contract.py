@@ -19,7 +19,7 @@ MIN_BUFFER = 4096  # the smallest buffer the module allocates
 MAX_BUFFER = 67108864  # the largest buffer a host may ask for (64 MiB)
 MAX_HANDLES = 65536  # live policies per instance
 MAX_STRING = 65535  # the longest method, error kind or hint, in UTF-8 bytes (a batch record's u16)
-OPEN_POLL_MS = 1000  # how long a job the breaker refused waits when the policy cannot say how long
+OPEN_POLL_MS = 1000  # how long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long
 
 # Error codes: the negative results of the exports.
 ERR_HANDLE = -1  # unknown or freed policy handle
@@ -368,19 +368,19 @@ class Outcome:
     """One of ``run``, ``ack``, ``retry``, ``defer``, ``dead_letter``."""
 
     reason: str
-    """One of ``transient``, ``retry_after``, ``uncertain``, ``permanent_error``, ``max_attempts_reached``, ``max_elapsed_exceeded``, ``uncertain_limit_reached``, ``not_idempotent``, ``budget_exhausted``, ``circuit_open``, ``retry_after_too_long``, ``retried_downstream``, ``server_declined``, ``success``, ``malformed``, ``crash_loop``."""
+    """A decision's reason, or success, malformed, crash_loop; 0 (meaningless) for run. One of ``transient``, ``retry_after``, ``uncertain``, ``permanent_error``, ``max_attempts_reached``, ``max_elapsed_exceeded``, ``uncertain_limit_reached``, ``not_idempotent``, ``budget_exhausted``, ``circuit_open``, ``retry_after_too_long``, ``retried_downstream``, ``server_declined``, ``success``, ``malformed``, ``crash_loop``."""
 
     delay_ms: int
-    """How long a retried or deferred job waits."""
+    """How long a retried or deferred job waits, and how long a paused worker takes no job."""
 
     pause: bool
     """The breaker refused: the worker takes no job of this policy for delay_ms."""
 
     count: str
-    """One of ``none``, ``success``, ``retry``, ``dead_letter``, ``refused``."""
+    """The client metric the worker records. One of ``none``, ``success``, ``retry``, ``dead_letter``, ``refused``."""
 
     invalid: bool
-    """The failure was refused as invalid input (dead_letter malformed); error_message says why."""
+    """The policy refused the failure as invalid input: the job is dead-lettered as malformed, and the error says why."""
 
     @property
     def delay(self) -> timedelta:
