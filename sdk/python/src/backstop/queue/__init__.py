@@ -24,13 +24,14 @@ import warnings
 from datetime import timedelta
 from typing import Any, Dict, Mapping, Optional, Protocol, Tuple
 
+from .._host._contract import OUTCOME_ACTION_NAMES
 from .._policy import Policy
 from ..metrics import Metrics
 
 #: What a worker does with a job (``Outcome.action`` of ``Policy.outcome``):
 #: run it, ack it, retry it later (attempt + 1), defer it (attempt
 #: unchanged) or dead-letter it.
-ACTIONS = ("run", "ack", "retry", "defer", "dead_letter")
+ACTIONS = OUTCOME_ACTION_NAMES
 
 # A handler's deadline by default: RabbitMQ's (below the broker's
 # consumer_timeout, 30 min), and Redis's without a min idle time.
