@@ -263,13 +263,13 @@ def decide(inst: Instance, handle: int, d: Dict[str, Any], now0: Optional[int]) 
     """Decides the merged failure d (``merge``) and returns the packed
     word. An absent now_ms is now0, or the host's clock without one; an
     absent random a fresh draw."""
-    return _with_failure(inst, "decide", (handle,), d, now0, ())
+    return _with_failure(inst, inst.decide, "decide", (handle,), d, now0, ())
 
 
 def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveries: Any, limit: Any) -> C.Outcome:
     """The core's outcome of a job's event (the merged failure d, as for
     ``decide``); an invalid failure raises InputError with the outcome."""
-    w = _with_failure(inst, "outcome", (handle, event), d, None,
+    w = _with_failure(inst, inst.outcome, "outcome", (handle, event), d, None,
                       (int64("deliveries", deliveries, False), int64("max_deliveries", limit, False)))
     o = C.outcome(w)
     if o.invalid:
@@ -279,20 +279,19 @@ def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveri
     return o
 
 
-def _with_failure(inst: Instance, export: str, head: Tuple[int, ...], d: Dict[str, Any], now0: Optional[int],
-                  tail: Tuple[int, ...]) -> int:
+def _with_failure(inst: Instance, fn: Callable[..., int], export: str, head: Tuple[int, ...], d: Dict[str, Any],
+                  now0: Optional[int], tail: Tuple[int, ...]) -> int:
     """Calls decide or outcome with the failure d encoded between head and
     tail; a negative result raises its error."""
     if d["now_ms"] is None:
         d["now_ms"] = now_ms() if now0 is None else now0
     if d["random"] is None:
         d["random"] = _draw()
-    fn = getattr(inst, export)
     try:
         args, strs = C.decide_args(d)
         if strs:
             inst.ensure_buffer(len(strs))[:len(strs)] = strs
-        w = fn(*head, *args, *tail)  # its struct checks the ranges
+        w = fn(*head, *args, *tail) if tail else fn(*head, *args)  # its struct checks the ranges
     except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
         nums, flags, strs, lens = _convert(d)
         if strs:
