@@ -27,7 +27,7 @@ PY_OLDEST := $(VENV_OLDEST)/.wasmtime-$(WASMTIME_OLDEST)
 # wasmtime with the fast path off (test_wasmtime compares the command's
 # answers on both paths; the queue tests add no call of their own).
 PY_CALL_TESTS := $(addprefix sdk/python/tests/,test_vectors.py test_inputs.py test_instance.py test_policy.py \
-	test_retry.py test_wasmtime.py)
+	test_retry.py test_wasmtime.py test_outcomes.py)
 # -buildvcs=false and -trimpath keep the module byte-for-byte reproducible,
 # so CI can check that the committed backstop.wasm matches its sources.
 GOFLAGS_WASM := -buildmode=c-shared -trimpath -buildvcs=false -ldflags=-s

@@ -47,6 +47,7 @@ var outputs = []output{
 	{"java_on_open.tmpl", "sdk/java/src/main/java/dev/backstop/OnOpen.java"},
 	{"node_contract_js.tmpl", "sdk/node/lib/host/contract.gen.js"},
 	{"node_contract_dts.tmpl", "sdk/node/contract.gen.d.ts"},
+	{"python_contract.tmpl", "sdk/python/src/backstop/_host/_contract.py"},
 }
 
 func main() {

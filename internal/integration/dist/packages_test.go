@@ -177,7 +177,7 @@ func TestPythonPackage(t *testing.T) {
 	// PYTHONPATH comes before the editable install of sdk/python in .venv.
 	got := run(t, out, []string{"PYTHONPATH=" + site}, python, "-c", `
 import json, sys, backstop
-from backstop.queue import script_source
+from backstop.redis import script_source
 assert backstop.__file__.startswith(sys.argv[2]), backstop.__file__
 d = backstop.load_policy(sys.argv[1]).decide(attempt=2, http_status=503)
 print(json.dumps({"action": d.action, "reason": d.reason, "script": script_source("retry")}))

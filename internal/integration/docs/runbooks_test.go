@@ -20,11 +20,11 @@ func TestRunbookLogLinesAreWritten(t *testing.T) {
 		alert, quote, source, literal string
 	}{
 		{"BackstopDelayedQueueStalled", "`queue promote failed`", "queue/redisqueue/worker.go", `"queue promote failed"`},
-		{"BackstopDelayedQueueStalled", "`queue Q: <the Redis error>`", "sdk/python/src/backstop/queue/_core.py", `log.warning("queue %s: %s", self.name, e)`},
+		{"BackstopDelayedQueueStalled", "`queue Q: <the Redis error>`", "sdk/python/src/backstop/redis/_core.py", `log.warning("queue %s: %s", self.name, e)`},
 		{"BackstopCrashLoopNotDeadLettered", "`queue crash\nloop not dead-lettered; it stays pending`", "queue/redisqueue/worker.go", `"queue crash loop not dead-lettered; it stays pending", "queue", q.name, "entry", s.EntryID, "err"`},
 		{"BackstopCrashLoopNotDeadLettered", "`queue Q: crash loop ID stays pending: not\ndead-lettered: …`", "sdk/node/lib/redis/worker.js", "`queue ${this.name}: crash loop ${entryId} stays pending: ${reason}`"},
 		{"BackstopCrashLoopNotDeadLettered", "`queue Q: crash loop ID stays pending: not\ndead-lettered: …`", "contract/scripts/reclaim.lua", `'not dead-lettered: ' ..`},
-		{"BackstopCrashLoopNotDeadLettered", "Python logs the same text", "sdk/python/src/backstop/queue/_core.py", `log.error("queue %s: crash loop %s stays pending: %s", queue, entry_id, why)`},
+		{"BackstopCrashLoopNotDeadLettered", "Python logs the same text", "sdk/python/src/backstop/redis/_core.py", `log.error("queue %s: crash loop %s stays pending: %s", queue, entry_id, why)`},
 		{"BackstopSourceDown", "`scrape failed` (error) with `kind=connection`", "exporter/health.go", `log.Error("scrape failed", "kind", kind, "err", err)`},
 		{"BackstopSourceDown", "`kind=connection`", "exporter/exporter.go", `kindConnection = "connection"`},
 		{"BackstopSourceDown", "`kind=auth`", "exporter/exporter.go", `kindAuth       = "auth"`},

@@ -12,7 +12,7 @@ import redis.asyncio
 
 import backstop
 
-from backstop.queue import AsyncQueue, Job, Queue, _fields_json
+from backstop.redis import AsyncQueue, Job, Queue, _fields_json
 from backstop.rabbitmq import _core
 
 

@@ -1,4 +1,4 @@
-"""backstop.queue against a real redis-server (see conftest.py): each
+"""backstop.redis against a real redis-server (see conftest.py): each
 script's semantics, apply with a real policy, the worker loop, client
 flavours (decode_responses, RESP3) and a real Redis Cluster."""
 
@@ -17,7 +17,7 @@ import redis.asyncio
 
 import backstop
 from backstop import RetryError
-from backstop.queue import AsyncQueue, Job, Keys, Outcome, Queue, script_source
+from backstop.redis import AsyncQueue, Job, Keys, Outcome, Queue, script_source
 
 # Deterministic delays: 250 ms, no jitter, three attempts.
 FIXED = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "250ms", "cap": "1s"}, "jitter": {"mode": "none"}}
@@ -382,7 +382,7 @@ def test_apply_503_goes_to_the_delayed_set_with_the_decided_delay(r, q, policy):
     before = server_ms(r)
     out = q.apply(job, HTTPError(503, {"Retry-After": "7"}), policy)
     assert (out.action, out.reason, out.applied) == ("retry", "retry_after", True)
-    assert (out.decision.delay_ms, out.decision.klass) == (7000, "retryable")
+    assert (out.decision.delay_ms, out.decision.count) == (7000, "retry")  # the core's outcome (no class)
     [(member, score)] = r.zrange(q.keys.delayed, 0, -1, withscores=True)
     assert score == out.due_ms and before + 7000 <= out.due_ms <= server_ms(r) + 7000
     assert json.loads(member)["last_error"] == "HTTPError: HTTP 503"
@@ -398,7 +398,7 @@ def test_apply_400_dead_letters_as_permanent(r, q, policy):
     q.enqueue("job-1", b"body")
     [job] = q.read("w1")
     out = q.apply(job, HTTPError(400), policy)
-    assert (out.action, out.reason, out.decision.klass, out.applied) == ("dead_letter", "permanent_error", "permanent", True)
+    assert (out.action, out.reason, out.decision.count, out.applied) == ("dead_letter", "permanent_error", "dead_letter", True)
     [(dlq_id, f)] = dlq(r, q)
     assert out.dlq_id == dlq_id
     assert (f["reason"], f["error"], f["id"], f["payload"]) == ("permanent_error", "HTTPError: HTTP 400", "job-1", "body")
@@ -423,11 +423,12 @@ def test_apply_until_max_attempts(r, q, policy):
 
 def test_apply_success_acks_and_reports_to_the_policy(r, q, monkeypatch, policy):
     calls = []
-    monkeypatch.setattr(policy, "record_success", lambda now_ms=None: calls.append(now_ms))
+    real = policy.outcome  # the core records the success (its breaker and budget) and acks
+    monkeypatch.setattr(policy, "outcome", lambda event, *a, **kw: calls.append(event) or real(event, *a, **kw))
     q.enqueue("job-1")
     [job] = q.read("w1")
     assert q.apply(job, None, policy) == Outcome("ack", "success", None, True)
-    assert calls == [None]
+    assert calls == ["success"]
     assert counters(q)["finished:success:1"] == 1
 
 
@@ -445,7 +446,7 @@ def test_apply_describes_like_the_decorator(r, q, policy):
     with pytest.raises(RetryError) as e:
         policy.retry(classify=lambda exc: "permanent")(lambda: (_ for _ in ()).throw(HTTPError(503)))()
     out = q.apply(jobs[1], e.value, policy)
-    assert (out.action, out.reason, out.decision.klass) == ("dead_letter", "retried_downstream", "retryable")
+    assert (out.action, out.reason, out.decision.count) == ("dead_letter", "retried_downstream", "dead_letter")
     # A policy with retried_downstream: retry (cold retries over hot ones) retries it.
     q.enqueue("job-cold")
     [cold_job] = q.read("w1")
@@ -455,7 +456,7 @@ def test_apply_describes_like_the_decorator(r, q, policy):
     # a queue job carries no method: a POST is not gated, the job id is its key
     assert q.apply(jobs[2], HTTPError(503, method="POST"), policy).reason == "transient"
     # network errors
-    assert q.apply(jobs[3], ConnectionRefusedError(), policy).decision.klass == "retryable"
+    assert q.apply(jobs[3], ConnectionRefusedError(), policy).decision.reason == "transient"
     # a failure the policy refuses: dead-lettered as malformed
     out = q.apply(jobs[4], ValueError("x"), policy, classify=lambda exc: {"http_status": 42})
     assert (out.action, out.reason, out.decision) == ("dead_letter", "malformed", None)

@@ -1,4 +1,4 @@
-"""backstop.queue.AsyncQueue over redis.asyncio, against a real
+"""backstop.redis.AsyncQueue over redis.asyncio, against a real
 redis-server and a real Redis Cluster (see conftest.py)."""
 
 import asyncio
@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio
 
 import backstop
-from backstop.queue import AsyncQueue, Outcome
+from backstop.redis import AsyncQueue, Outcome
 
 from test_queue import FIXED, HTTPError, LogUntil, check_skip_logged
 

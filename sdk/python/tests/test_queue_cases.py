@@ -18,7 +18,7 @@ import backstop
 from backstop import DeadlineExceeded, RetryError
 from backstop._policy import Decision
 from backstop._retry import classifier
-from backstop.queue import Job, Queue, _error_text
+from backstop.redis import Job, Queue, _error_text
 
 CASES = Path(os.environ.get("BACKSTOP_QUEUE_CASES",
                             Path(__file__).resolve().parents[3] / "testdata" / "queue" / "cases.json"))
@@ -83,12 +83,10 @@ class Spy:
     def __init__(self, policy: Any) -> None:
         self.policy, self.asked = policy, None
 
-    def decide(self, fields: Dict[str, Any]) -> Any:
-        self.asked = {k: fields[k] for k in FIELDS if fields.get(k)}
-        return self.policy.decide(fields)
-
-    def record_success(self, *args: Any) -> None:
-        self.policy.record_success(*args)
+    def outcome(self, event: str, fields: Any = None, **kw: Any) -> Any:
+        if event == "failure":
+            self.asked = {k: fields[k] for k in FIELDS if fields.get(k)}
+        return self.policy.outcome(event, fields, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import redis
 import redis.asyncio
 
 import backstop
-from backstop.queue import AsyncQueue, Queue
+from backstop.redis import AsyncQueue, Queue
 
 from conftest import until
 from test_queue import FIXED

@@ -8,7 +8,7 @@ import pytest
 
 import backstop
 from backstop.metrics import create_metrics
-from backstop.queue import Queue
+from backstop.redis import Queue
 from conftest import until
 from test_queue_defer import Worker
 

@@ -1,4 +1,4 @@
-"""backstop.queue when Redis refuses writes, against a real redis-server:
+"""backstop.redis when Redis refuses writes, against a real redis-server:
 under maxmemory with noeviction Redis refuses ack, retry and dead_letter
 (their first write is flagged denyoom) but not XCLAIM, so reclaim could hand
 out a job whose outcome a worker knows. The worker (sync and asyncio) keeps
@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import backstop
-from backstop.queue import AsyncQueue, Queue
+from backstop.redis import AsyncQueue, Queue
 from conftest import server_time_ms, until, until_async
 
 MIN_IDLE_MS = 400
@@ -329,7 +329,7 @@ def test_hold(r, redis_server):
                 await (c.aclose() if hasattr(c, "aclose") else c.close())
 
         assert asyncio.run(main()) == ([True, False], [])
-        hold = r.register_script(backstop.queue.script_source("hold"))
+        hold = r.register_script(backstop.redis.script_source("hold"))
         for bad in (["c1", "x-1"], ["c1", "5"], ["", ids[0]], ["c1"]):
             with pytest.raises(redis.exceptions.ResponseError, match="ERR backstop hold|backstop hold"):
                 hold(keys=[q.keys.jobs], args=[q.group, *bad])
@@ -344,7 +344,7 @@ def test_hold(r, redis_server):
 
 
 def test_which_errors_are_worth_sending_again(r, redis_server):
-    from backstop.queue import _write_refused
+    from backstop.redis import _write_refused
 
     # Without the client's own retries (redis-py retries LOADING and
     # connection errors itself).

@@ -8,7 +8,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from backstop.queue import AsyncQueue, Queue, Ran, script_source
+from backstop.redis import AsyncQueue, Queue, Ran, script_source
 
 
 def delay(q, *ids):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import backstop
-from backstop.queue import Queue
+from backstop.redis import Queue
 
 from conftest import server_time_ms, until
 from test_queue_defer import Worker, counters

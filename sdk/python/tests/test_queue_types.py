@@ -12,7 +12,7 @@ import redis
 import redis.asyncio
 
 import backstop
-from backstop.queue import AsyncQueue, Queue
+from backstop.redis import AsyncQueue, Queue
 
 from conftest import until
 
@@ -45,7 +45,7 @@ def test_enqueue_takes_a_job_type_and_refuses_a_bad_one(r):
         q.enqueue("bad", b"x", job_type=7)
     entries = r.xrange(q.keys.jobs)
     assert [f.get(b"type") for _, f in entries] == [b"send_email", None, None]
-    jobs = [backstop.queue.Job.from_entry(i, f) for i, f in entries]
+    jobs = [backstop.redis.Job.from_entry(i, f) for i, f in entries]
     assert [j.job_type for j in jobs] == ["send_email", "", ""]
     with pytest.raises(ValueError, match="job_type"):
         q.replay(1, job_type="a:b")

@@ -22,8 +22,8 @@ import prometheus_client
 import pytest
 
 import backstop
-from backstop import DeadlineExceeded, rabbitmq
-from backstop._decide import error_text
+from backstop import DeadlineExceeded, Outcome, rabbitmq
+from backstop.queue import error_text
 from backstop.rabbitmq import _core, sync
 
 import test_queue_cases as queue_cases
@@ -43,35 +43,28 @@ PROPS = ("message_id", "content_type", "content_encoding", "delivery_mode", "pri
          "expiration", "type", "user_id", "app_id")
 
 
-class Permit:
-    def __init__(self, allowed: bool, retry_in_ms: int = 0) -> None:
-        self.allowed, self.retry_in_ms = allowed, retry_in_ms
-
-
 class Spy:
     """The case's policy, reporting what it was asked and answered; its
-    breaker refuses when the case says so."""
+    breaker refuses when the case says so (as the core's outcome of a
+    refusal of retry_in_ms with on_open defer: defer, pause, count refused)."""
 
     def __init__(self, policy: Any, refuse: Optional[Dict[str, Any]]) -> None:
         self.policy, self.refuse = policy, refuse
         self.asked: Optional[Dict[str, Any]] = None
         self.decision: Optional[Dict[str, Any]] = None
 
-    def acquire(self) -> Permit:
-        if self.refuse:
-            return Permit(False, self.refuse.get("retry_in_ms", 0))
-        return Permit(True)
-
-    def decide(self, fields: Dict[str, Any]) -> Any:
-        self.asked = {k: fields[k] for k in FIELDS if fields.get(k)}
-        d = self.policy.decide(fields)
-        self.decision = {"action": d.action, "reason": d.reason}
-        if d.retry:
-            self.decision["delay_ms"] = d.delay_ms
-        return d
-
-    def record_success(self, *args: Any) -> None:
-        self.policy.record_success(*args)
+    def outcome(self, event: str, fields: Any = None, **kw: Any) -> Any:
+        if event == "before" and self.refuse:
+            return Outcome(action="defer", reason="circuit_open", delay_ms=self.refuse.get("retry_in_ms", 0), pause=True,
+                           count="refused", invalid=False)
+        o = self.policy.outcome(event, fields, **kw)
+        if event == "failure":
+            # The decision the outcome came from: a deferral was its dead_letter.
+            self.asked = {k: fields[k] for k in FIELDS if fields.get(k)}
+            self.decision = {"action": "retry" if o.action == "retry" else "dead_letter", "reason": o.reason}
+            if o.action == "retry":
+                self.decision["delay_ms"] = o.delay_ms
+        return o
 
 
 # -- header values as the README writes them -----------------------------------

@@ -111,7 +111,7 @@ def test_a_due_time_more_than_30_days_ahead_is_malformed():
         assert _core.triage(ok, policy, 5, _core.Kept(), now).early
         for job in (far, plain):
             step = _core.triage(job, policy, 5, _core.Kept(), now)
-            assert step.plan == ("dead_letter", "malformed", None, _core.DUE_TOO_FAR, 0)
+            assert step.plan[:5] == ("dead_letter", "malformed", None, _core.DUE_TOO_FAR, 0)
             assert "backstop-due-ms" in _core.DUE_TOO_FAR
     pub = _core.move("q", far, step.plan, now)
     # A dead letter as any other: the broker's headers left out, the rest kept.

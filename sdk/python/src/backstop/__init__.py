@@ -18,7 +18,7 @@ from ._deadline import DeadlineExceeded, attempt_time_left
 from ._errors import BackstopError, InputError, PolicyError, RetryError
 from ._layers import (OneLayerASGI, OneLayerWSGI, attempt_headers, current_attempt, grpc_attempt_metadata,
                       httpx_attempt_hook)
-from ._policy import Decision, Failure, Permit, Policy, load_policy
+from ._policy import Decision, Failure, Outcome, Permit, Policy, load_policy
 from ._retry import RetryState, describe
 from ._host import ABI_VERSION, StateLostError
 
@@ -31,6 +31,7 @@ __all__ = [
     "InputError",
     "OneLayerASGI",
     "OneLayerWSGI",
+    "Outcome",
     "Permit",
     "Policy",
     "PolicyError",

@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
 from ._errors import BackstopError, PolicyError
+from ._host._contract import FIELDS as _CONTRACT_FIELDS
 from ._host.abi import well_formed as _well_formed
 from ._policy import Policy, load_policy
 
-_FIELDS = ("attempt", "http_status", "grpc_code", "error_kind", "retry_after", "grpc_retry_pushback_ms",
-           "method", "idempotency_key", "elapsed_ms", "now_ms", "random", "prev_delay_ms", "retried_downstream",
-           "server_declined")
+_FIELDS = frozenset(f.name for f in _CONTRACT_FIELDS)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

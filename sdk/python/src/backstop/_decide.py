@@ -1,71 +1,30 @@
-"""What a queue worker decides about a job, whatever the broker: the plan
-(ack, retry, defer, dead letter) from the handler's outcome and the policy,
-the breaker's gate before a job runs, and the worker's metrics, with the
-``Runner`` that takes these steps for each job. Shared by
-``backstop.queue`` (Redis) and ``backstop.rabbitmq``; imports no broker
-client."""
+"""What a queue worker does about a job, whatever the broker: the core
+decides it (``Policy.outcome``, the module's ``outcome`` export) and the
+``Runner`` here only describes the job's event, asks, and counts what the
+answer says. Shared by ``backstop.redis`` and ``backstop.rabbitmq``;
+imports no broker client."""
 
 from __future__ import annotations
 
 import logging
-import math
-import random
-import re
-from datetime import timedelta
-from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ._deadline import DeadlineExceeded
 from ._errors import InputError
-from ._policy import Decision, Policy
-from .metrics import Metrics
-
-#: (action, reason, decision, last error, delay ms): what to do about a job.
-Plan = Tuple[str, str, Optional[Decision], str, int]
-
-# Decisions that defer a job instead of dead-lettering it (on_open: defer).
-DEFERRED = frozenset(("circuit_open", "budget_exhausted"))
-OPEN_POLL_MS = 1000  # a refused job's wait when the policy cannot say how long
-# A handler's deadline by default: RabbitMQ's (below the broker's
-# consumer_timeout, 30 min), and Redis's without a min idle time.
-HANDLER_TIMEOUT_S = 300.0
+from ._host._contract import Outcome
+from ._policy import Policy
+from .queue import JobLike, error_text
 
 
-class JobLike(Protocol):
-    """What deciding needs of a job (``backstop.queue.Job``,
-    ``backstop.rabbitmq.Job``)."""
+class Plan(NamedTuple):
+    """What to do about a job: the move a worker applies, and what it counts."""
 
-    @property
-    def id(self) -> str: ...
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def first_enqueued_ms(self) -> int: ...
-    @property
-    def prev_delay_ms(self) -> int: ...
-    @property
-    def malformed(self) -> bool: ...
-    @property
-    def job_type(self) -> str: ...
-
-
-JOB_TYPE = re.compile(r"[A-Za-z0-9_./-]{1,64}\Z")
-
-
-def check_job_type(where: str, name: str, v: Any) -> None:
-    """A job type: 1..64 of [A-Za-z0-9_./-] (no ':', which separates the
-    stats fields t:<type>:<counter>), as enqueue.lua checks it."""
-    if not isinstance(v, str):
-        raise TypeError("%s: %s must be a string (got %r)" % (where, name, v))
-    if not JOB_TYPE.match(v):
-        raise ValueError("%s: %s must be 1..64 of [A-Za-z0-9_./-] (got %r)" % (where, name, v))
-
-
-def error_text(exc: Optional[BaseException]) -> str:
-    if exc is None:
-        return ""
-    s = str(exc)
-    name = type(exc).__name__
-    return "%s: %s" % (name, s) if s else name
+    action: str  # ack, retry, defer or dead_letter
+    reason: str
+    decision: Optional[Outcome]  # the core's outcome of the handler's failure
+    error: str  # the job's last error
+    delay_ms: int
+    count: str = "none"  # the client metric (Outcome.count)
 
 
 def plan(job: JobLike, exc: Optional[BaseException], policy: Policy,
@@ -77,10 +36,10 @@ def plan(job: JobLike, exc: Optional[BaseException], policy: Policy,
     the clock that stamped ``first_enqueued_ms`` (the Redis server's): the
     job's elapsed time is measured on it (default ``now_ms``)."""
     if job.malformed:
-        return "dead_letter", "malformed", None, malformed + (" (%s)" % error_text(exc) if exc is not None else ""), 0
+        return Plan("dead_letter", "malformed", None, malformed + (" (%s)" % error_text(exc) if exc is not None else ""), 0)
     if exc is None:
-        policy.record_success()
-        return "ack", "success", None, "", 0
+        o = policy.outcome("success", now_ms=now_ms)
+        return Plan(o.action, o.reason, None, "", o.delay_ms, o.count)
     # A RetryError is a @policy.retry inside the handler giving up: classify
     # (classifier) reads its last exception and marks it retried_downstream
     # (unless circuit_open: no call made), so the job is dead-lettered with
@@ -94,127 +53,44 @@ def plan(job: JobLike, exc: Optional[BaseException], policy: Policy,
                   prev_delay_ms=job.prev_delay_ms)
     text = error_text(exc)
     try:
-        d = policy.decide(fields)
+        o = policy.outcome("failure", fields)
     except InputError as e:
-        return "dead_letter", "malformed", None, "%s (policy refused the failure: %s)" % (text, e), 0
-    if d.retry:
-        return "retry", d.reason, d, text, d.delay_ms
-    if d.reason in DEFERRED and on_open(policy) != "dead_letter":
-        # Not the job's fault: it waits (until the breaker may half-open, or
-        # its backoff for the budget, which budget_exhausted carries; 0 only
-        # without a backoff: poll rather than spin), spending no attempt.
-        delay = d.delay_ms if d.delay_ms > 0 else OPEN_POLL_MS
-        if d.reason == "circuit_open":
-            delay = refused_for(policy) or OPEN_POLL_MS
-        return "defer", d.reason, d, text, delay
-    return "dead_letter", d.reason, d, text, 0
+        return Plan("dead_letter", "malformed", None, "%s (policy refused the failure: %s)" % (text, e), 0, "dead_letter")
+    return Plan(o.action, o.reason, o, text, o.delay_ms, o.count)
 
 
 def gate(job: JobLike, policy: Policy) -> Optional[Plan]:
-    """The plan for a job the breaker refuses before it runs (acquire), or
-    None when it may run."""
+    """The plan for a job the breaker refuses before it runs, or None when
+    it may run. A policy that cannot answer allows: its outcome after the
+    call still applies."""
     if job.malformed:
         return None
-    retry_in = refused_for(policy)
-    if retry_in is None:
-        return None
-    if on_open(policy) == "dead_letter":
-        return "dead_letter", "circuit_open", None, "circuit breaker open: the job was not run", 0
-    return "defer", "circuit_open", None, "", retry_in
-
-
-def on_open(policy: Policy) -> str:
-    return getattr(policy, "on_open", "defer")
-
-
-def refused_for(policy: Policy) -> Optional[int]:
-    """How long (ms) the policy's breaker refuses a call now (acquire), or
-    None when it allows one. A policy that cannot answer allows: its
-    decision after the call still applies."""
-    acquire = getattr(policy, "acquire", None)
-    if acquire is None:
-        return None
     try:
-        permit = acquire()
+        o = policy.outcome("before")
     except Exception:
         return None
-    if permit.allowed:
+    if o.action == "run":
         return None
-    return permit.retry_in_ms if permit.retry_in_ms > 0 else OPEN_POLL_MS
+    text = "circuit breaker open: the job was not run" if o.action == "dead_letter" else ""
+    return Plan(o.action, o.reason, None, text, o.delay_ms, o.count)
 
 
-def check_metrics(queue: str, metrics: Any) -> None:
-    if metrics is None:
-        return
-    if not callable(getattr(metrics, "attempt", None)):
-        raise TypeError("work: metrics must come from backstop.metrics.create_metrics (got %r)" % (metrics,))
-    if metrics.target != queue:
-        raise ValueError("work: metrics must have target %r, the queue's name (got %r)" % (queue, metrics.target))
-
-
-def count(metrics: Any, policy: Policy, job: JobLike, p: Plan, gated: bool) -> None:
+def count(metrics: Any, policy: Policy, job: JobLike, p: Plan) -> None:
     """Counts a job's outcome in the worker's metrics (the families
-    @policy.retry exports; target = the queue): a job the breaker refused
-    before it ran is refused; a failed job deferred (the breaker opened, the
-    budget ran out) is a retry with that reason."""
+    @policy.retry exports; target = the queue), as the outcome's ``count``
+    says, then the breaker's state and the budget."""
     if metrics is None or job.malformed:
         return
-    action, reason = p[0], p[1]
-    if gated:
-        metrics.refused("circuit_open")
-    elif action == "ack":
-        metrics.attempt("success")
-    elif action in ("retry", "defer"):
+    if p.count == "refused":
+        metrics.refused(p.reason)
+    elif p.count == "retry":
         metrics.attempt("retry")
-        metrics.retry(reason, p[4])
-    else:
-        metrics.attempt("dead_letter")
+        metrics.retry(p.reason, p.delay_ms)
+    elif p.count != "none":
+        metrics.attempt(p.count)
     if getattr(policy, "stateful", False):
         metrics.state(policy.circuit_state())
         metrics.budget(policy.budget_tokens())
-
-
-def jitter(seconds: float) -> float:
-    """Spreads loop intervals ±20% so a fleet of workers does not poll the
-    broker in step."""
-    return seconds * (0.8 + 0.4 * random.random()) if seconds > 0 else 0.0
-
-
-def typed_policies(policies: Optional[Mapping[str, Policy]], metrics: Any) -> Dict[str, Tuple[Policy, Any]]:
-    """work's ``policies``: job type -> (policy, metrics), checked; a type's
-    policy is recorded under policy=<type> in the worker's families."""
-    if policies is None:
-        return {}
-    if not isinstance(policies, Mapping):
-        raise TypeError("work: policies must be a mapping of job type to Policy (got %s)" % type(policies).__name__)
-    out: Dict[str, Tuple[Policy, Any]] = {}
-    for t, p in policies.items():
-        check_job_type("work", "policies key", t)
-        if not isinstance(p, Policy):
-            raise TypeError("work: policies[%r] must be a Policy (got %s)" % (t, type(p).__name__))
-        m = metrics
-        if isinstance(metrics, Metrics):
-            m = Metrics(t, metrics.target, metrics._fam)
-        out[t] = (p, m)
-    return out
-
-
-def handler_timeout(v: Any, default: float) -> float:
-    """work's ``handler_timeout`` in seconds (a number or a timedelta), or
-    ``default`` for None."""
-    if v is None:
-        return default
-    t = v.total_seconds() if isinstance(v, timedelta) else v
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        raise ValueError("work: handler_timeout must be a number of seconds > 0 or a timedelta (got %r)" % (v,))
-    return float(t)
-
-
-def deadline_passed(log: logging.Logger, queue: str, job: JobLike, e: DeadlineExceeded) -> None:
-    """Logs a handler that did not end by its deadline (the job fails as a
-    timeout): once, and whether it still runs."""
-    log.warning("queue %s: job %s (attempt %d): %s, failed as a timeout%s", queue, job.id, job.attempt, e,
-                "; the handler still runs, abandoned" if e.abandoned else "")
 
 
 class Runner:
@@ -223,7 +99,7 @@ class Runner:
     the job's policy and metrics (its type's own, ``policies=``), the
     breaker's gate before the handler runs, the handler's failure (a
     missed deadline logged), the plan for its outcome, and the count in
-    the worker's metrics. No I/O: ``backstop.queue`` and both
+    the worker's metrics. No I/O: ``backstop.redis`` and both
     ``backstop.rabbitmq`` workers run the handler and apply the plan."""
 
     def __init__(self, log: logging.Logger, queue: str, policy: Policy, metrics: Any,
@@ -243,12 +119,14 @@ class Runner:
         return job.job_type in self.typed
 
     gate = staticmethod(gate)
+    count = staticmethod(count)
 
     def failure(self, job: JobLike, e: Exception) -> Exception:
         """The handler's exception, as the job's outcome; a missed deadline
-        is logged (once, and whether the handler still runs)."""
+        (failed as a timeout) is logged once, and whether the handler still runs."""
         if isinstance(e, DeadlineExceeded):
-            deadline_passed(self.log, self.queue, job, e)
+            self.log.warning("queue %s: job %s (attempt %d): %s, failed as a timeout%s", self.queue, job.id,
+                             job.attempt, e, "; the handler still runs, abandoned" if e.abandoned else "")
         return e
 
     def plan(self, job: JobLike, exc: Optional[BaseException], policy: Policy, now_ms: int,
@@ -256,5 +134,3 @@ class Runner:
         """What to do about the handler's outcome (``exc`` None: success);
         ``enqueue_now_ms`` as ``plan``'s."""
         return plan(job, exc, policy, self.classify, self.malformed, now_ms, enqueue_now_ms)
-
-    count = staticmethod(count)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from ._decision import Decision
+if TYPE_CHECKING:  # the host layer imports this module
+    from ._host._contract import Decision, Outcome
 
 
 class BackstopError(Exception):
@@ -38,7 +39,11 @@ class InputError(BackstopError, ValueError):
     failure (the message starts with ``failures[index]: ``) and ``decisions``
     holds the decisions of the whole batch, ``None`` at invalid positions:
     the valid failures were decided (and counted by a stateful policy).
+    From ``Policy.outcome``, ``outcome`` is the core's outcome of an
+    invalid failure: a dead letter, reason ``malformed``.
     """
+
+    outcome: Optional[Outcome] = None
 
     def __init__(self, field: str, reason: str, index: Optional[int] = None,
                  decisions: Optional[List[Optional[Decision]]] = None) -> None:
@@ -55,8 +60,9 @@ class InputError(BackstopError, ValueError):
         # "record N: " from decide_batch.
         if message.startswith("record "):
             message = message.split(": ", 1)[-1]
-        if message.startswith("invalid failure: "):
-            message = message[len("invalid failure: "):]
+        for prefix in ("invalid failure: ", "invalid event: "):
+            if message.startswith(prefix):
+                message = message[len(prefix):]
         field, reason = _split(message)
         return cls(field or "failure", reason, index)
 

@@ -7,42 +7,20 @@ import json
 import os
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, TypedDict, TypeVar, Union, overload
+from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, TypeVar, Union, overload
 
-from ._decision import Decision, Permit
+from ._errors import InputError
+from ._host import _contract as C
 from ._host import abi
+from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure: backstop's)
 from ._host.runtime import Instance, shared
 from ._retry import BeforeSleep, Classify, retrying
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
-_DEFAULTS = abi._DEFAULTS
-_NFIELDS = abi._NFIELDS
-
-
-class Failure(TypedDict, total=False):
-    """The fields of a failure, named as in the shared vectors. All are
-    optional; absent (or None) means zero or empty. Any other name is an
-    InputError. A string field also takes bytes, passed as they are."""
-
-    attempt: int  # 1-based number of the execution that just failed
-    http_status: Optional[int]
-    grpc_code: Union[int, str, Any, None]  # 14, "UNAVAILABLE" or grpc.StatusCode.UNAVAILABLE
-    error_kind: Union[str, bytes, None]  # "timeout", "connection_refused", ...
-    retry_after: Union[str, bytes, int, float, timedelta, None]  # raw header, or seconds (rounded up)
-    grpc_retry_pushback_ms: Union[str, bytes, int, float, None]  # raw value, or milliseconds (rounded up)
-    method: Union[str, bytes, None]
-    idempotency_key: Union[str, bytes, bool, None]  # the key, or True when there is one
-    elapsed_ms: Union[int, float, timedelta]  # fractions are dropped
-    now_ms: Union[int, float, None]  # default: the host's clock
-    random: Union[float, str, None]  # default: random.random(); also "NaN", "Infinity", "-Infinity"
-    prev_delay_ms: Union[int, float, timedelta]
-    # A layer below already retried and gave up (an inner RetryError, a
-    # Backstop-No-Retry response): given up as retried_downstream unless the
-    # policy says retried_downstream: retry (docs/layers.md). Only a bool.
-    retried_downstream: Optional[bool]
-    server_declined: Optional[bool]  # the server asked not to be retried (X-Envoy-Overloaded)
+# What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
+_INVALID = Outcome(action="dead_letter", reason="malformed", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 
 
 class Policy:
@@ -91,8 +69,7 @@ class Policy:
         changes then. StateLostError when the instance holding the breaker
         trapped.
         """
-        w = self._at("acquire", now_ms)
-        return abi.permit(w)
+        return C.permit(self._call("acquire", abi.at(now_ms)))
 
     def decide(self, failure: Mapping[str, Any] = _NO_FAILURE, /, **fields: Any) -> Decision:  # type: ignore[assignment]
         """Decides a failure given as a dict, as keyword fields, or both
@@ -112,13 +89,13 @@ class Policy:
         try:
             if failure is not _NO_FAILURE:
                 fields = {**failure, **fields} if fields else failure  # type: ignore[assignment]
-            d = {**_DEFAULTS, **fields}
+            d = {**abi._DEFAULTS, **fields}
         except TypeError:  # not a mapping
             raise abi.not_object(failure) from None
-        if len(d) != _NFIELDS:
+        if len(d) != abi._NFIELDS:
             abi.merge(fields)  # raises for the unknown field
         with self._inst.lock:
-            return abi.decision(abi.decide(self._inst, self._h, d, None))
+            return C.decision(abi.decide(self._inst, self._h, d, None))
 
     def decide_many(self, failures: Iterable[Mapping[str, Any]]) -> List[Decision]:
         """Decides many failures, in order, as ``decide`` would one by one,
@@ -146,7 +123,7 @@ class Policy:
         retry budget and the circuit breaker. A no-op for a stateless policy."""
         if not self._stateful:
             return
-        self._at("record_success", now_ms)
+        self._call("record_success", abi.at(now_ms))
 
     def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
         """What is left of the retry budget at now_ms (default: the host's
@@ -157,8 +134,8 @@ class Policy:
         Raises InputError for a now_ms that is not an integer or negative."""
         if not self._stateful:
             return None
-        w = self._at("budget_tokens", now_ms)
-        return abi.tokens(w)
+        milli, present = C.budget(self._call("budget_tokens", abi.at(now_ms)))
+        return milli / 1000 if present else None
 
     def circuit_state(self, now_ms: Optional[int] = None) -> str:
         """The circuit breaker's state at now_ms (default: the host's clock):
@@ -166,7 +143,7 @@ class Policy:
         ``"half_open"``."""
         if not self._stateful:
             return "closed"
-        return abi.circuit(self._at("circuit_state", now_ms))
+        return C.CIRCUIT_STATE_NAMES[self._call("circuit_state", abi.at(now_ms))]
 
     def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int:
         """How long the attempt starting ``elapsed_ms`` after the first one
@@ -180,16 +157,38 @@ class Policy:
         (``elapsed_ms: must be >= 0 (got -5)``)."""
         return self._call("attempt_timeout", abi.int64("elapsed_ms", elapsed_ms, True))
 
-    def _at(self, export: str, now_ms: Optional[int]) -> int:
-        """Calls the module's export (acquire, record_success,
-        budget_tokens, circuit_state) on this policy at now_ms (default:
-        the host's clock) and returns its result (see _call)."""
-        return self._call(export, abi.at(now_ms))
+    def outcome(self, event: str, failure: Optional[Mapping[str, Any]] = None, *, deliveries: int = 0,
+                max_deliveries: int = 0, now_ms: Optional[int] = None) -> Outcome:
+        """What a queue worker does about one event of a job, as the core
+        decides it for every language (wasm/ABI.md, "outcome"): ``"before"``
+        the job runs (the breaker's gate), ``"success"``, ``"failure"``
+        (``failure``: its fields as for ``decide``, with the job's attempt,
+        elapsed time, previous delay and id as the idempotency key) or
+        ``"delivered"`` (a broker delivered it ``deliveries`` times without
+        an outcome; ``max_deliveries`` 0 is no limit). ``now_ms`` is the
+        event's time (default: the failure's, else the host's clock).
+
+        Raises InputError for an invalid failure, as ``decide`` does, with
+        ``outcome`` the dead letter the core decides for it (``malformed``,
+        ``invalid``), and for an invalid event (``now_ms: must be >= 0``);
+        ValueError for an unknown event."""
+        if event not in C.EVENT_NAMES:
+            raise ValueError("outcome: event must be one of %s (got %r)" % (", ".join(C.EVENT_NAMES), event))
+        d = abi.merge({} if failure is None else failure)
+        if now_ms is not None:
+            d["now_ms"] = now_ms
+        with self._inst.lock:
+            try:
+                return abi.outcome(self._inst, self._h, C.EVENT_NAMES.index(event), d, deliveries, max_deliveries)
+            except InputError as e:
+                if event == "failure":
+                    e.outcome = e.outcome or _INVALID
+                raise
 
     def _call(self, export: str, arg: int) -> int:
         """Calls the module's export with this policy's handle and one i64
-        and returns its result; a negative one raises its error (read
-        under the lock, as every call into the module)."""
+        (now_ms: abi.at) and returns its result; a negative one raises its
+        error (read under the lock, as every call into the module)."""
         inst = self._inst
         with inst.lock:
             return abi.call(inst, self._h, export, arg)

@@ -18,7 +18,7 @@ from typing import (Any, Awaitable, Callable, Dict, List, Mapping, MutableMappin
                     TypeVar, Union)
 
 from ._deadline import DeadlineExceeded, await_within, run_within
-from ._decision import Decision, Permit
+from ._host._contract import Decision, Permit
 from ._errors import RetryError
 from ._layers import AttemptHeaders, _attempt, record_gave_up
 

@@ -33,6 +33,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq needs aio-pika: pip install 'backstop-policy[rabbitmq]'") from e
 
+from .. import queue as _queue
 from .. import _decide, _redact
 from .._deadline import await_within
 from .._policy import Policy
@@ -216,7 +217,7 @@ class Queue:
         _core.check_name("enqueue", "job_id", job_id)
         body = _core.payload_bytes(payload)
         if job_type is not None:
-            _decide.check_job_type("enqueue", "job_type", job_type)
+            _queue.check_job_type("enqueue", "job_type", job_type)
         wait = _core.delay_ms("enqueue", delay)
 
         async def run(ch: AbstractChannel) -> None:
@@ -245,7 +246,7 @@ class Queue:
         ``registry`` (prometheus_client), the worker counts
         ``backstop_client_*`` (policy label ``metrics_policy``) and the
         queue families of the README. ``policies`` maps a job type to its
-        own policy (as ``backstop.queue.Queue.work``'s): a job of that type
+        own policy (as ``backstop.redis.Queue.work``'s): a job of that type
         is gated, decided and counted (policy label = the type) by it.
 
         While it runs, the broker also runs a mover (one per connection, on
@@ -350,9 +351,9 @@ class Queue:
                     except Exception as e:
                         exc = runner.failure(job, e)
                     plan = runner.plan(job, exc, policy, _core.now_ms())
-                    runner.count(client, policy, job, plan, False)
+                    runner.count(client, policy, job, plan)
                 elif step.gated:
-                    runner.count(client, policy, job, plan, True)
+                    runner.count(client, policy, job, plan)
                 pub = _core.move(name, job, plan, _core.now_ms())
                 if await apply(msg, job, plan, pub, step.published, step.refusals) and qm is not None:
                     qm.observe(job, plan)

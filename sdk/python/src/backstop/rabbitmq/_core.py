@@ -477,7 +477,7 @@ def dead_letter(q: str, job: Job, reason: str, error: str, now: int) -> Publish:
 
 def move(q: str, job: Job, plan: _decide.Plan, now: int) -> Optional[Publish]:
     """The message a plan publishes before the ack (None for a success)."""
-    action, reason, _, text, delay = plan
+    action, reason, _, text, delay = plan[:5]
     if action == "ack":
         return None
     if action == "dead_letter":
@@ -508,8 +508,8 @@ def adopted(q: str, job: Job) -> Publish:
 
 
 def crash_loop(job: Job, max_deliveries: int) -> _decide.Plan:
-    return ("dead_letter", "crash_loop", None, "crash loop: delivered %d times without an outcome (max deliveries %d)"
-            % (job.delivery_count + 1, max_deliveries), 0)
+    return _decide.Plan("dead_letter", "crash_loop", None, "crash loop: delivered %d times without an outcome "
+                        "(max deliveries %d)" % (job.delivery_count + 1, max_deliveries), 0)
 
 
 def replayed(q: str, d: DeadLetter, keep_attempts: bool, now: int) -> Publish:
@@ -717,10 +717,12 @@ def triage(job: Job, policy: Policy, max_deliveries: int, kept: Kept, now: int) 
         return Step(k[0], False, False, True, k[1], False, k[2])
     if not job.id:
         return Step(None, False, False, False, False, True)
-    if job.delivery_count >= max_deliveries:
+    # The core says when a redelivery's count is a crash loop (a first delivery never is).
+    if job.delivery_count and policy.outcome("delivered", deliveries=job.delivery_count,
+                                             max_deliveries=max_deliveries).dead_letter:
         return Step(crash_loop(job, max_deliveries), False, False, False, False)
     if job.due_ms > now + MAX_DUE_AHEAD_MS:
-        return Step(("dead_letter", "malformed", None, DUE_TOO_FAR, 0), False, False, False, False)
+        return Step(_decide.Plan("dead_letter", "malformed", None, DUE_TOO_FAR, 0), False, False, False, False)
     if job.due_ms > now:
         return Step(None, False, True, False, False)
     g = _decide.gate(job, policy)

@@ -8,6 +8,7 @@ import threading
 import weakref
 from typing import Any, Dict, Optional, Set, Tuple
 
+from .. import queue as _queue
 from .. import _decide
 from ..metrics import Metrics, create_metrics, register_families
 from ._core import Job
@@ -48,7 +49,7 @@ class QueueMetrics:
     def _type(self, t: str) -> str:
         if not t:
             return ""
-        if not _decide.JOB_TYPE.match(t):
+        if not _queue.JOB_TYPE.match(t):
             return "other"
         with _lock:
             if t in self._types:

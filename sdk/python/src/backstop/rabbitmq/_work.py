@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, NamedTuple, Optional
 
+from .. import queue as _queue
 from .. import _decide
 from .._policy import Policy
 from .._retry import Classify, check_classify, classifier
@@ -29,10 +30,10 @@ def setup(log: logging.Logger, name: str, policy: Policy, handler: Any, prefetch
     and builds what the worker of queue ``name`` needs."""
     check_classify("work", classify)
     cls = classifier(classify)
-    timeout = _decide.handler_timeout(handler_timeout, _decide.HANDLER_TIMEOUT_S)
+    timeout = _queue.handler_timeout(handler_timeout, _queue.HANDLER_TIMEOUT_S)
     _core.check_int("work", "prefetch", prefetch, 1, 65535)
     if not callable(handler):
         raise TypeError("work: handler must be callable (got %r)" % (handler,))
     client, qm = worker_metrics(registry, metrics_policy, name)
-    runner = _decide.Runner(log, name, policy, client, _decide.typed_policies(policies, client), cls, _core.MALFORMED)
+    runner = _decide.Runner(log, name, policy, client, _queue.typed_policies(policies, client), cls, _core.MALFORMED)
     return Setup(runner, timeout, qm, _core.Kept(), _core.Backoff())

@@ -25,6 +25,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("backstop.rabbitmq.sync needs pika: pip install 'backstop-policy[rabbitmq]'") from e
 
+from .. import queue as _queue
 from .. import _decide, _redact
 from .._deadline import run_within
 from .._policy import Policy
@@ -204,7 +205,7 @@ class Queue:
         _core.check_name("enqueue", "job_id", job_id)
         body = _core.payload_bytes(payload)
         if job_type is not None:
-            _decide.check_job_type("enqueue", "job_type", job_type)
+            _queue.check_job_type("enqueue", "job_type", job_type)
         wait = _core.delay_ms("enqueue", delay)
         self._op(lambda ch: _publish(ch, _core.enqueued(self.name, job_id, job_type, wait, _core.now_ms()), body,
                                      content_type=content_type))
@@ -306,9 +307,9 @@ class Queue:
                 except Exception as e:
                     exc = runner.failure(job, e)
                 plan = runner.plan(job, exc, policy, _core.now_ms())
-                runner.count(client, policy, job, plan, False)
+                runner.count(client, policy, job, plan)
             elif step.gated:
-                runner.count(client, policy, job, plan, True)
+                runner.count(client, policy, job, plan)
             pub = _core.move(name, job, plan, _core.now_ms())
         published = step.published
         try:

@@ -1,4 +1,4 @@
-"""``backstop.queue.AsyncQueue``: the Redis queue over ``redis.asyncio``.
+"""``backstop.redis.AsyncQueue``: the Redis queue over ``redis.asyncio``.
 The I/O layer only: each coroutine runs an operation of the core
 (``_core.py``) by doing its steps with the client, the worker's handler as
 a task."""

@@ -1,4 +1,4 @@
-"""``backstop.queue.Queue``: the Redis queue over a synchronous redis-py
+"""``backstop.redis.Queue``: the Redis queue over a synchronous redis-py
 client. The I/O layer only: each method runs an operation of the core
 (``_core.py``) by doing its steps with the client, the worker's handler in
 a thread of its own."""

@@ -1,6 +1,6 @@
 """The Redis queue without I/O: what ``Queue`` and ``AsyncQueue`` share.
 
-The sans-I/O core of ``backstop.queue`` (as ``backstop.rabbitmq._core`` is
+The sans-I/O core of ``backstop.redis`` (as ``backstop.rabbitmq._core`` is
 RabbitMQ's): the jobs and replies, the arguments checked, every script call
 and command built, every reply read, and every operation, the worker's
 loop included, written once as a generator of *steps*. A step is one piece
@@ -33,8 +33,9 @@ try:
     import redis
     from redis.exceptions import ResponseError
 except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError("backstop.queue needs redis-py: pip install 'backstop-policy[redis]'") from e
+    raise ImportError("backstop.redis needs redis-py: pip install 'backstop-policy[redis]'") from e
 
+from .. import queue as _queue
 from .. import _decide
 from .._policy import Decision, Policy
 from .._retry import Classify, check_classify, classifier
@@ -325,7 +326,7 @@ class _Base:
         if not isinstance(group, str) or not group:
             raise ValueError("queue: group must be a non-empty string (got %r)" % (group,))
         if keys is not None and not isinstance(keys, Keys):
-            raise TypeError("queue: keys must be a backstop.queue.Keys (got %r)" % (keys,))
+            raise TypeError("queue: keys must be a backstop.redis.Keys (got %r)" % (keys,))
         self.client = client
         self.name = name
         self.keys = keys or Keys.for_queue(name)
@@ -437,7 +438,7 @@ class _Base:
         last error, delay ms). Deciding is local (backstop.wasm); only the
         move that follows talks to Redis."""
         if not isinstance(job, Job):
-            raise TypeError("apply: job must be a backstop.queue.Job (got %s)" % type(job).__name__)
+            raise TypeError("apply: job must be a backstop.redis.Job (got %s)" % type(job).__name__)
         return _decide.plan(job, exc, policy, classify, _MALFORMED, int(time.time() * 1000))
 
     # -- the operations, as steps (the public methods' docstrings are Queue's) --
@@ -523,7 +524,7 @@ class _Base:
 
     def _move_steps(self, job: Job, plan: _decide.Plan) -> Steps[Outcome]:
         """One attempt at applying a plan (``_plan``)."""
-        action, reason, d, text, delay = plan
+        action, reason, d, text, delay = plan[:5]
         if action == "ack":
             return Outcome("ack", reason, None, (yield from self._ack_steps(job)))
         if action == "retry":
@@ -575,7 +576,6 @@ class _Base:
             own = runner.own(job)
             jpolicy, jmetrics = runner.policy_for(job)
             plan = runner.gate(job, jpolicy)
-            gated = plan is not None
             if plan is None:
                 if not job.malformed:
                     try:
@@ -590,7 +590,7 @@ class _Base:
                     # The entry stays pending; reclaim delivers it again.
                     log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)
                     return
-            runner.count(jmetrics, jpolicy, job, plan, gated)
+            runner.count(jmetrics, jpolicy, job, plan)
             if plan[0] == "defer" and plan[1] == "circuit_open" and not own:
                 paused[0] = max(paused[0], clock() + plan[4] / 1000)
             settle = _Settle(self, job, plan, waiting, min_idle_ms)
@@ -819,7 +819,7 @@ def _delay(v: Any) -> int:
     return _ms("retry", "delay_ms", v)
 
 
-_check_job_type = _decide.check_job_type
+_check_job_type = _queue.check_job_type
 
 
 def _replay_type(job_type: Optional[str]) -> str:
@@ -829,7 +829,7 @@ def _replay_type(job_type: Optional[str]) -> str:
     return job_type
 
 
-_typed_policies = _decide.typed_policies
+_typed_policies = _queue.typed_policies
 
 
 def _replay_args(limit: int, reason: Optional[str]) -> str:
@@ -856,16 +856,16 @@ def _deadline_args(handler_timeout: Any, min_idle_ms: int) -> Tuple[float, float
     """work's handler deadline (seconds: default 5 x min_idle_ms, or 5 min
     without one) and the pause between two holds of a running job
     (min_idle_ms / 3, at least 10 ms)."""
-    default = 5 * min_idle_ms / 1000 if _is_int(min_idle_ms) and min_idle_ms > 0 else _decide.HANDLER_TIMEOUT_S
-    return _decide.handler_timeout(handler_timeout, default), max(min_idle_ms / 3000, 0.01)
+    default = 5 * min_idle_ms / 1000 if _is_int(min_idle_ms) and min_idle_ms > 0 else _queue.HANDLER_TIMEOUT_S
+    return _queue.handler_timeout(handler_timeout, default), max(min_idle_ms / 3000, 0.01)
 
 
 def _default_consumer() -> str:
     return "%s-%d" % (socket.gethostname(), os.getpid())
 
 
-_jitter = _decide.jitter
-_check_metrics = _decide.check_metrics
+_jitter = _queue.jitter
+_check_metrics = _queue.check_metrics
 
 
 def _paused(until: float, promote_every: float, next_promote: float, now: float) -> float:
@@ -979,4 +979,4 @@ def _stats(r: List[Any]) -> Stats:
     return Stats(int(r[0]), int(pending), int(r[2]), int(r[3]), {_text(k): int(v) for k, v in r[4].items()})
 
 
-_error_text = _decide.error_text
+_error_text = _queue.error_text
