@@ -60,5 +60,5 @@ def test_a_failure_the_host_refuses_has_the_invalid_outcome_too():
     with backstop.load_policy("default") as policy:
         with pytest.raises(InputError, match=r"attempt: must be an integer \(got 1\.5\)") as e:
             policy.outcome("failure", {"attempt": 1.5})
-    assert e.value.outcome == Outcome(action="dead_letter", reason="malformed", delay_ms=0, pause=False,
+    assert e.value.outcome == Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False,
                                       count="dead_letter", invalid=True)

@@ -382,7 +382,7 @@ def test_apply_503_goes_to_the_delayed_set_with_the_decided_delay(r, q, policy):
     before = server_ms(r)
     out = q.apply(job, HTTPError(503, {"Retry-After": "7"}), policy)
     assert (out.action, out.reason, out.applied) == ("retry", "retry_after", True)
-    assert (out.decision.delay_ms, out.decision.count) == (7000, "retry")  # the core's outcome (no class)
+    assert (out.decision.delay_ms, out.decision.klass) == (7000, "retryable")
     [(member, score)] = r.zrange(q.keys.delayed, 0, -1, withscores=True)
     assert score == out.due_ms and before + 7000 <= out.due_ms <= server_ms(r) + 7000
     assert json.loads(member)["last_error"] == "HTTPError: HTTP 503"
@@ -398,7 +398,7 @@ def test_apply_400_dead_letters_as_permanent(r, q, policy):
     q.enqueue("job-1", b"body")
     [job] = q.read("w1")
     out = q.apply(job, HTTPError(400), policy)
-    assert (out.action, out.reason, out.decision.count, out.applied) == ("dead_letter", "permanent_error", "dead_letter", True)
+    assert (out.action, out.reason, out.decision.klass, out.applied) == ("dead_letter", "permanent_error", "permanent", True)
     [(dlq_id, f)] = dlq(r, q)
     assert out.dlq_id == dlq_id
     assert (f["reason"], f["error"], f["id"], f["payload"]) == ("permanent_error", "HTTPError: HTTP 400", "job-1", "body")
@@ -446,7 +446,7 @@ def test_apply_describes_like_the_decorator(r, q, policy):
     with pytest.raises(RetryError) as e:
         policy.retry(classify=lambda exc: "permanent")(lambda: (_ for _ in ()).throw(HTTPError(503)))()
     out = q.apply(jobs[1], e.value, policy)
-    assert (out.action, out.reason, out.decision.count) == ("dead_letter", "retried_downstream", "dead_letter")
+    assert (out.action, out.reason, out.decision.klass) == ("dead_letter", "retried_downstream", "retryable")
     # A policy with retried_downstream: retry (cold retries over hot ones) retries it.
     q.enqueue("job-cold")
     [cold_job] = q.read("w1")
@@ -456,7 +456,7 @@ def test_apply_describes_like_the_decorator(r, q, policy):
     # a queue job carries no method: a POST is not gated, the job id is its key
     assert q.apply(jobs[2], HTTPError(503, method="POST"), policy).reason == "transient"
     # network errors
-    assert q.apply(jobs[3], ConnectionRefusedError(), policy).decision.reason == "transient"
+    assert q.apply(jobs[3], ConnectionRefusedError(), policy).decision.klass == "retryable"
     # a failure the policy refuses: dead-lettered as malformed
     out = q.apply(jobs[4], ValueError("x"), policy, classify=lambda exc: {"http_status": 42})
     assert (out.action, out.reason, out.decision) == ("dead_letter", "malformed", None)

@@ -55,7 +55,7 @@ class Spy:
 
     def outcome(self, event: str, fields: Any = None, **kw: Any) -> Any:
         if event == "before" and self.refuse:
-            return Outcome(action="defer", reason="circuit_open", delay_ms=self.refuse.get("retry_in_ms", 0), pause=True,
+            return Outcome(action="defer", reason="circuit_open", klass="retryable", delay_ms=self.refuse.get("retry_in_ms", 0), pause=True,
                            count="refused", invalid=False)
         o = self.policy.outcome(event, fields, **kw)
         if event == "failure":

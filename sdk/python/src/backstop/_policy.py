@@ -20,7 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
 # What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
-_INVALID = Outcome(action="dead_letter", reason="malformed", delay_ms=0, pause=False, count="dead_letter", invalid=True)
+_INVALID = Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 
 
 class Policy:
