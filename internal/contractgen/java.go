@@ -81,12 +81,7 @@ func init() {
 
 // jwire is a failure field's name in the vectors' input and every SDK's
 // API (the vectors' snake_case).
-func jwire(f Field) string {
-	if f.Name == "retry_pushback" {
-		return "grpc_retry_pushback_ms"
-	}
-	return f.Name
-}
+func jwire(f Field) string { return f.InputName() }
 
 // jclock is the Java default of a field a host fills when it is unset
 // ("clock" for now_ms, "draw" for random), or "".

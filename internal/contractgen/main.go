@@ -38,6 +38,7 @@ var outputs = []output{
 	{"go_policy.tmpl", "policy/contract_gen.go"},
 	{"go_errkind.tmpl", "internal/errkind/fields_gen.go"},
 	{"abi_md.tmpl", "wasm/ABI.md"},
+	{"go_vector.tmpl", "internal/vector/input_gen.go"},
 	{"java_contract.tmpl", "sdk/java/src/main/java/dev/backstop/Contract.java"},
 	{"java_failure.tmpl", "sdk/java/src/main/java/dev/backstop/Failure.java"},
 	{"java_decision.tmpl", "sdk/java/src/main/java/dev/backstop/Decision.java"},
@@ -187,6 +188,13 @@ var funcs = template.FuncMap{
 	"goType": func(t string) string {
 		return map[string]string{"int64": "int64", "int32": "int", "grpc_code": "int", "string": "string",
 			"hint": "string", "key": "string", "random": "float64", "bool": "bool"}[t]
+	},
+	// vecType is the Go type of a failure field in internal/vector's
+	// Input (numbers and codes that read from JSON as the vectors write
+	// them).
+	"vecType": func(t string) string {
+		return map[string]string{"int64": "int64", "int32": "int", "grpc_code": "GRPCCode", "string": "string",
+			"hint": "string", "key": "string", "random": "Float", "bool": "bool"}[t]
 	},
 	// recType is the Go type of a record field's type.
 	"recType": func(t string) string {

@@ -71,6 +71,9 @@ type Field struct {
 	Record string `json:"record,omitempty"`
 	String string `json:"string,omitempty"`
 	Flag   string `json:"flag,omitempty"`
+	// Input is the field's name in a failure's input (the vectors', and
+	// every SDK's), when it is not Name.
+	Input string `json:"input,omitempty"`
 	// Error marks what an error returned by the caller's code says about
 	// the failure (its status, kind, hints, signals), as opposed to the
 	// caller's own facts (attempt, method, key, times).
@@ -78,6 +81,15 @@ type Field struct {
 	Doc   string `json:"doc"`
 	// Bit is the flag's bit (filled from Flags; -1 without a flag).
 	Bit int `json:"-"`
+}
+
+// InputName is the field's name in a failure's input: the vectors' and
+// every SDK's (in its own case).
+func (f Field) InputName() string {
+	if f.Input != "" {
+		return f.Input
+	}
+	return f.Name
 }
 
 // Flag is one bit of decide's flags and a batch record's.

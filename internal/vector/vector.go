@@ -87,47 +87,6 @@ func FromPermit(p policy.Permit) Permit {
 	return Permit{Allowed: p.Allowed, RetryInMs: p.RetryInMs, State: p.State.String()}
 }
 
-// Input is a failure in the vector field names.
-type Input struct {
-	Attempt        int64    `json:"attempt"`
-	HTTPStatus     int      `json:"http_status,omitempty"`
-	GRPCCode       GRPCCode `json:"grpc_code,omitempty"`
-	ErrorKind      string   `json:"error_kind,omitempty"`
-	RetryAfter     string   `json:"retry_after,omitempty"`
-	RetryPushback  string   `json:"grpc_retry_pushback_ms,omitempty"`
-	Method         string   `json:"method,omitempty"`
-	IdempotencyKey string   `json:"idempotency_key,omitempty"`
-	ElapsedMs      int64    `json:"elapsed_ms,omitempty"`
-	NowMs          int64    `json:"now_ms,omitempty"`
-	Random         Float    `json:"random,omitempty"`
-	PrevDelayMs    int64    `json:"prev_delay_ms,omitempty"`
-
-	RetriedDownstream bool `json:"retried_downstream,omitempty"`
-	ServerDeclined    bool `json:"server_declined,omitempty"`
-}
-
-// Failure converts the input to the policy's Failure.
-func (in Input) Failure() policy.Failure {
-	return policy.Failure{
-		Attempt: in.Attempt, HTTPStatus: in.HTTPStatus, GRPCCode: int(in.GRPCCode),
-		ErrorKind: in.ErrorKind, RetryAfter: in.RetryAfter, RetryPushback: in.RetryPushback,
-		Method: in.Method, IdempotencyKey: in.IdempotencyKey,
-		ElapsedMs: in.ElapsedMs, NowMs: in.NowMs, Random: float64(in.Random), PrevDelayMs: in.PrevDelayMs,
-		RetriedDownstream: in.RetriedDownstream, ServerDeclined: in.ServerDeclined,
-	}
-}
-
-// FromFailure converts a Failure to the vector shape.
-func FromFailure(f policy.Failure) Input {
-	return Input{
-		Attempt: f.Attempt, HTTPStatus: f.HTTPStatus, GRPCCode: GRPCCode(f.GRPCCode),
-		ErrorKind: f.ErrorKind, RetryAfter: f.RetryAfter, RetryPushback: f.RetryPushback,
-		Method: f.Method, IdempotencyKey: f.IdempotencyKey,
-		ElapsedMs: f.ElapsedMs, NowMs: f.NowMs, Random: Float(f.Random), PrevDelayMs: f.PrevDelayMs,
-		RetriedDownstream: f.RetriedDownstream, ServerDeclined: f.ServerDeclined,
-	}
-}
-
 // Expect is a decision, or the error message of an invalid input.
 type Expect struct {
 	Action  string `json:"action,omitempty"`
