@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"fmt"
 	"errors"
 	"testing"
 
@@ -192,7 +193,8 @@ func TestOutcomeInvalidEvent(t *testing.T) {
 
 func TestOutcomeNames(t *testing.T) {
 	for r, name := range map[policy.Reason]string{policy.Success: "success", policy.Malformed: "malformed", policy.CrashLoop: "crash_loop",
-		policy.ServerDeclined: "server_declined", 13: "reason(13)", 19: "reason(19)"} {
+		policy.ServerDeclined: "server_declined", policy.Reason(len(policy.Reasons())): fmt.Sprintf("reason(%d)", len(policy.Reasons())),
+		19: "reason(19)"} {
 		if r.String() != name {
 			t.Errorf("Reason(%d) = %q, want %q", r, r, name)
 		}
@@ -201,8 +203,12 @@ func TestOutcomeNames(t *testing.T) {
 			t.Errorf("UnmarshalText(%q) = %d, %v", name, back, err)
 		}
 	}
-	if got := len(policy.Reasons()); got != 13 {
-		t.Errorf("Reasons() lists %d names, want the 13 decision reasons", got)
+	// Reasons lists the decision's reasons (codes 0 to 15), not an outcome's.
+	for i, name := range policy.Reasons() {
+		var r policy.Reason
+		if err := r.UnmarshalText([]byte(name)); err != nil || int(r) != i || r >= 16 {
+			t.Errorf("Reasons()[%d] = %q (%d, %v), want a decision reason of that code", i, name, r, err)
+		}
 	}
 	if policy.OutcomeDeadLetter.String() != "dead_letter" || policy.CountRefused.String() != "refused" || policy.EventDelivered.String() != "delivered" {
 		t.Error("outcome names")

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -75,7 +77,7 @@ func TestDecideErrors(t *testing.T) {
 		{"attempt 0", func() int64 { return decide(h, 0, 503, 0, 0, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: attempt: must be >= 1"},
 		{"grpc 99", func() int64 { return decide(h, 1, 0, 99, 0, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: grpc_code"},
 		{"elapsed", func() int64 { return decide(h, 1, 503, 0, -1, 0, 0, 0, 0, 0, 0, 0) }, errInput, "invalid failure: elapsed_ms"},
-		{"flags", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 16, 0, 0, 0) }, errInput, "flags: only bits 0 to 3"},
+		{"flags", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, unknownFlag, 0, 0, 0) }, errInput, "flags: " + abi.FlagsError},
 		{"negative length", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 0, -1, 0, 0) }, errInput, "lengths"},
 		{"past buffer", func() int64 { return decide(h, 1, 503, 0, 0, 0, 0, 0, 0, minBuffer, 1, 0) }, errInput, "outside the buffer"},
 		{"wrapping lengths", func() int64 {
@@ -473,7 +475,7 @@ func TestOutcomeErrors(t *testing.T) {
 		isErr bool
 	}{
 		{"attempt 0", func() int64 { return out(h, int32(policy.EventFailure), 0, 1, 0, 0, 0, 0, 0, 0) }, "invalid failure: attempt: must be >= 1 (got 0)", false},
-		{"flags", func() int64 { return out(h, int32(policy.EventFailure), 1, 1, 16, 0, 0, 0, 0, 0) }, "invalid failure: flags: only bits 0 to 3 may be set (got 16)", false},
+		{"flags", func() int64 { return out(h, int32(policy.EventFailure), 1, 1, unknownFlag, 0, 0, 0, 0, 0) }, "invalid failure: flags: " + abi.FlagsError + " (got " + strconv.Itoa(int(unknownFlag)) + ")", false},
 		{"bad handle", func() int64 { return out(9999, int32(policy.EventBefore), 1, 1, 0, 0, 0, 0, 0, 0) }, "unknown or freed policy handle 9999", true},
 		{"past buffer", func() int64 { return out(h, int32(policy.EventFailure), 1, 1, 0, int32(len(buf)), 1, 0, 0, 0) }, "outside the buffer", true},
 		{"event", func() int64 { return out(h, 4, 1, 1, 0, 0, 0, 0, 0, 0) }, "invalid event: event: must be 0 (before) to 3 (delivered) (got 4)", true},
@@ -511,3 +513,6 @@ func TestOutcomeDoesNotAllocate(t *testing.T) {
 		t.Errorf("outcome allocates %v times per job", allocs)
 	}
 }
+
+// unknownFlag is the lowest flag bit the contract does not define.
+var unknownFlag = int32(1) << bits.Len32(abi.Flags)

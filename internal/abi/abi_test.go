@@ -31,7 +31,7 @@ func TestRecordPut(t *testing.T) {
 		{"attempt", 0, 8, 1 << 40}, {"elapsed_ms", 8, 8, 2}, {"now_ms", 16, 8, uint64(1<<64 - 3)},
 		{"random", 24, 8, math.Float64bits(0.25)}, {"prev_delay_ms", 32, 8, 5},
 		{"http_status", 40, 4, 503}, {"grpc_code", 44, 4, uint64(uint32(1<<32 - 14))},
-		{"flags", 48, 4, 0xf}, {"str_off", 52, 4, 1 << 31},
+		{"flags", 48, 4, abi.Flags}, {"str_off", 52, 4, 1 << 31},
 		{"method_len", 56, 2, 7}, {"kind_len", 58, 2, 8}, {"hint_len", 60, 2, math.MaxUint16}, {"reserved", 62, 2, 9},
 	} {
 		var got uint64
