@@ -259,11 +259,20 @@ def call(inst: Instance, handle: int, export: str, *args: Any) -> int:
     return r  # type: ignore[no-any-return]
 
 
-def decide(inst: Instance, handle: int, d: Dict[str, Any], now0: Optional[int]) -> int:
-    """Decides the merged failure d (``merge``) and returns the packed
-    word. An absent now_ms is now0, or the host's clock without one; an
-    absent random a fresh draw."""
-    return _with_failure(inst, inst.decide, "decide", (handle,), d, now0, ())
+def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
+    """decide's slow path: the merged failure d (now_ms and random set) the
+    fast path did not take, checked and converted, and the call."""
+    nums, flags, strs, lens = _convert(d)
+    if strs:
+        inst.ensure_buffer(len(strs))[:len(strs)] = strs
+    return inst.decide(handle, *_decide_nums(nums), flags, *lens)  # type: ignore[no-any-return]
+
+
+# decide(inst, handle, d, now0) decides the merged failure d (``merge``)
+# and returns the packed word. An absent now_ms is now0, or the host's
+# clock without one; an absent random a fresh draw. Its fast path is the
+# generated code's, inline; the rest goes to _decide_slow.
+decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], int] = C.decider(now_ms, _draw, _decide_slow, _UNUSUAL)
 
 
 def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveries: Any, limit: Any) -> C.Outcome:
@@ -342,37 +351,21 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
     Stops before a failure that cannot go in a record (an invalid one, or
     one whose strings do not fit in _BATCH_BYTES any more), which the caller
     decides alone. Returns how many were packed, and the bytes."""
-    soff = (hi - lo) * C.RECORD_SIZE
-    buf = bytearray(soff)
-    off = 0
-    # Locals, not globals, in the loop: this runs a million times a second.
-    pack, defaults, nfields, draw, size = C.pack_record, _DEFAULTS, _NFIELDS, _draw, C.RECORD_SIZE
-    for f in fs[lo:hi]:
-        try:
-            d = {**defaults, **f}
-        except TypeError:  # not a mapping: decided alone, which raises
-            break
-        if len(d) != nfields:
-            break
-        if d["now_ms"] is None:
-            d["now_ms"] = now0
-        if d["random"] is None:
-            d["random"] = draw()
-        try:
-            strs = pack(buf, off, soff, d)
-        except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
-            try:
-                conv, flags, strs, lens = _convert(d)
-            except InputError:
-                break  # decided alone, which raises it
-            C.RECORD.pack_into(buf, off, *_record_nums(conv), flags, soff, *lens, 0)
-        if strs and off and soff + len(strs) > _BATCH_BYTES:
-            break  # the chunk is full: this one goes alone (or starts the next)
-        if strs:
-            buf += strs
-            soff += len(strs)
-        off += size
-    return off // size, buf
+    buf = bytearray((hi - lo) * C.RECORD_SIZE)
+    return C.pack_records(buf, fs[lo:hi], now0, _DEFAULTS, _draw, _pack_slow, _UNUSUAL, _BATCH_BYTES), buf
+
+
+def _pack_slow(buf: bytearray, off: int, soff: int, d: Dict[str, Any]) -> Optional[bytes]:
+    """pack_records' slow path: packs the merged failure d (now_ms and
+    random set) the fast path did not take, checked and converted, as the
+    record at buf[off:] with its strings at soff; returns the strings, or
+    None when d is invalid (decided alone, which raises)."""
+    try:
+        conv, flags, strs, lens = _convert(d)
+    except InputError:
+        return None
+    C.RECORD.pack_into(buf, off, *_record_nums(conv), flags, soff, *lens, 0)
+    return strs
 
 
 # Handles of collected policies not freed yet. The garbage collector runs
