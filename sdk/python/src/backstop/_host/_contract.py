@@ -118,7 +118,7 @@ def decide_args(d: Dict[str, Any]) -> Tuple[Tuple[Any, ...], bytes]:
                     or retried_downstream.__class__ is not bool
                     or server_declined.__class__ is not bool):
         raise Unusual
-    flags = (1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)
+    flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
     if error_kind or retry_after or grpc_retry_pushback_ms or method:
         method_bytes, kind_bytes, hint_bytes = (method.encode() if method else b""), (error_kind.encode() if error_kind else b""), (retry_after.encode() if retry_after else grpc_retry_pushback_ms.encode() if grpc_retry_pushback_ms else b"")
         flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
@@ -130,21 +130,23 @@ def decide_args(d: Dict[str, Any]) -> Tuple[Tuple[Any, ...], bytes]:
     return (attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, method_len, kind_len, hint_len), b""
 
 
-def decider(clock: Callable[[], int], draw: Callable[[], float], slow: Callable[[Any, int, Dict[str, Any]], int],
+def decider(time: Callable[[], float], draw: Callable[[], float], slow: Callable[[Any, int, Dict[str, Any]], int],
             unusual: Tuple[type, ...]) -> Callable[[Any, int, Dict[str, Any], Optional[int]], int]:
     """The host's decide(inst, handle, d, now0): decides the merged failure
     d and returns the packed word; a negative one raises its error. An
-    absent now_ms is now0, or clock() without one (both written into d), an
-    absent random draw(). The failure is encoded here, inline (a call per
+    absent now_ms is now0, or the clock time() (in seconds) in ms without
+    one, an absent random draw(), both written into d. The failure is encoded here, inline (a call per
     decision costs as much as the encoding); one the fast path does not
     take (an exception of unusual) goes to slow(inst, handle, d), the
     host's converters and the call."""
 
+    values = _values
+
     def decide(inst: Any, handle: int, d: Dict[str, Any], now0: Optional[int]) -> int:
         try:
-            attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = _values(d)
+            attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = values(d)
             if now_ms is None:
-                now_ms = d["now_ms"] = clock() if now0 is None else now0
+                now_ms = d["now_ms"] = int(time() * 1000) if now0 is None else now0
             if random is None:
                 random = d["random"] = draw()
             if (attempt.__class__ is bool
@@ -162,7 +164,7 @@ def decider(clock: Callable[[], int], draw: Callable[[], float], slow: Callable[
                     or retried_downstream.__class__ is not bool
                     or server_declined.__class__ is not bool):
                 raise Unusual
-            flags = (1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)
+            flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
             if error_kind or retry_after or grpc_retry_pushback_ms or method:
                 method_bytes, kind_bytes, hint_bytes = (method.encode() if method else b""), (error_kind.encode() if error_kind else b""), (retry_after.encode() if retry_after else grpc_retry_pushback_ms.encode() if grpc_retry_pushback_ms else b"")
                 flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
@@ -196,7 +198,8 @@ def pack_records(buf: bytearray, fs: List[Any], now0: int, defaults: Dict[str, A
     that is not a mapping, has an unknown field, is invalid, or whose
     strings would take buf's strings past limit bytes (unless it is the
     first): the caller decides it alone. Returns how many were packed."""
-    nfields, size, pack = len(defaults), RECORD_SIZE, RECORD.pack_into
+    # Locals, not globals, in the loop: it runs a million times a second.
+    nfields, size, pack, values = len(defaults), RECORD_SIZE, RECORD.pack_into, _values
     soff, off = len(fs) * size, 0
     for f in fs:
         try:
@@ -206,7 +209,7 @@ def pack_records(buf: bytearray, fs: List[Any], now0: int, defaults: Dict[str, A
         if len(d) != nfields:  # an unknown field
             break
         try:
-            attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = _values(d)
+            attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = values(d)
             if now_ms is None:
                 now_ms = d["now_ms"] = now0
             if random is None:
@@ -226,27 +229,30 @@ def pack_records(buf: bytearray, fs: List[Any], now0: int, defaults: Dict[str, A
                     or retried_downstream.__class__ is not bool
                     or server_declined.__class__ is not bool):
                 raise Unusual
-            flags = (1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)
+            flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
             if error_kind or retry_after or grpc_retry_pushback_ms or method:
                 method_bytes, kind_bytes, hint_bytes = (method.encode() if method else b""), (error_kind.encode() if error_kind else b""), (retry_after.encode() if retry_after else grpc_retry_pushback_ms.encode() if grpc_retry_pushback_ms else b"")
                 flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
                 if len(method_bytes) > MAX_STRING or len(kind_bytes) > MAX_STRING or len(hint_bytes) > MAX_STRING:
                     raise Unusual
                 strs = method_bytes + kind_bytes + hint_bytes
+                if off and soff + len(strs) > limit:
+                    break  # the chunk is full
                 method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+                pack(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, soff, method_len, kind_len, hint_len, 0)  # its struct checks the numbers
+                buf += strs
+                soff += len(strs)
             else:
-                strs = b""
-                method_len, kind_len, hint_len = 0, 0, 0
-            pack(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, soff, method_len, kind_len, hint_len, 0)  # its struct checks the numbers
+                pack(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, soff, 0, 0, 0, 0)
         except unusual:
             strs = slow(buf, off, soff, d)
             if strs is None:  # invalid
                 break
-        if strs:
-            if off and soff + len(strs) > limit:
-                break  # the chunk is full
-            buf += strs
-            soff += len(strs)
+            if strs:
+                if off and soff + len(strs) > limit:
+                    break
+                buf += strs
+                soff += len(strs)
         off += size
     return off // size
 

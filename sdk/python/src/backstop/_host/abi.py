@@ -272,7 +272,7 @@ def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
 # and returns the packed word. An absent now_ms is now0, or the host's
 # clock without one; an absent random a fresh draw. Its fast path is the
 # generated code's, inline; the rest goes to _decide_slow.
-decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], int] = C.decider(now_ms, _draw, _decide_slow, _UNUSUAL)
+decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], int] = C.decider(_time, _draw, _decide_slow, _UNUSUAL)
 
 
 def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveries: Any, limit: Any) -> C.Outcome:
