@@ -35,8 +35,8 @@ _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 
 
-# What the fast path (_contract.encode and the struct of the call) raises
-# for a value it does not take as it is.
+# What the fast path (_contract's generated encoding and the struct of the
+# call) raises for a value it does not take as it is.
 _UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError, C.Unusual)
 
 # -- the field table, per type -------------------------------------------------
@@ -61,10 +61,10 @@ assert C.DECIDE_ARGS[len(_by_record):] == ("flags",) + tuple(s + "_len" for s in
 
 
 def _layout(sv: Tuple[bytes, ...], flags: int) -> Tuple[int, bytes, Tuple[int, ...]]:
-    """The converted string fields as the ABI lays them out, as
-    _contract.encode does: each slot (method, error kind, hint) holds the
-    first field of it that is set (Retry-After wins over the gRPC
-    pushback), and sets that field's flag."""
+    """The converted string fields as the ABI lays them out, as _contract's
+    fast path does: each slot (method, error kind, hint) holds the first
+    field of it that is set (Retry-After wins over the gRPC pushback), and
+    sets that field's flag."""
     parts = [b""] * len(C.STRINGS)
     for (slot, bit), v in zip(_SLOTS, sv):
         if v and not parts[slot]:
@@ -78,7 +78,7 @@ def _convert(d: Dict[str, Any]) -> Tuple[Dict[str, Any], int, bytes, Tuple[int, 
     value, accepting the looser types the fast path does not, in the order
     every host checks them (testdata/vectors/README.md, "Field values"):
     the first invalid one raises InputError. Returns the numbers by field
-    name, then as _contract.encode."""
+    name, then the flags, the strings and their lengths."""
     out = {f.name: _CONVERT[f.type](f, d[f.name]) for f in C.FIELDS}
     flags = 0
     for f in _FLAGGED:
@@ -259,13 +259,18 @@ def call(inst: Instance, handle: int, export: str, *args: Any) -> int:
     return r  # type: ignore[no-any-return]
 
 
-def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
-    """decide's slow path: the merged failure d (now_ms and random set) the
-    fast path did not take, checked and converted, and the call."""
+def _slow_args(inst: Instance, d: Dict[str, Any]) -> Tuple[int, ...]:
+    """decide's (and outcome's) failure arguments for the merged failure d
+    (now_ms and random set) the fast path did not take: checked and
+    converted, its strings written into the buffer."""
     nums, flags, strs, lens = _convert(d)
     if strs:
         inst.ensure_buffer(len(strs))[:len(strs)] = strs
-    return inst.decide(handle, *_decide_nums(nums), flags, *lens)  # type: ignore[no-any-return]
+    return (*_decide_nums(nums), flags, *lens)
+
+
+def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
+    return inst.decide(handle, *_slow_args(inst, d))  # type: ignore[no-any-return]
 
 
 # decide(inst, handle, d, now0) decides the merged failure d (``merge``)
@@ -278,37 +283,26 @@ decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], int] = C.decide
 def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveries: Any, limit: Any) -> C.Outcome:
     """The core's outcome of a job's event (the merged failure d, as for
     ``decide``); an invalid failure raises InputError with the outcome."""
-    w = _with_failure(inst, inst.outcome, "outcome", (handle, event), d, None,
-                      (int64("deliveries", deliveries, False), int64("max_deliveries", limit, False)))
-    o = C.outcome(w)
-    if o.invalid:
-        e = InputError._from_module(inst.message())
-        e.outcome = o
-        raise e
-    return o
-
-
-def _with_failure(inst: Instance, fn: Callable[..., int], export: str, head: Tuple[int, ...], d: Dict[str, Any],
-                  now0: Optional[int], tail: Tuple[int, ...]) -> int:
-    """Calls decide or outcome with the failure d encoded between head and
-    tail; a negative result raises its error."""
+    tail = (int64("deliveries", deliveries, False), int64("max_deliveries", limit, False))
     if d["now_ms"] is None:
-        d["now_ms"] = now_ms() if now0 is None else now0
+        d["now_ms"] = now_ms()
     if d["random"] is None:
         d["random"] = _draw()
     try:
         args, strs = C.decide_args(d)
         if strs:
             inst.ensure_buffer(len(strs))[:len(strs)] = strs
-        w = fn(*head, *args, *tail) if tail else fn(*head, *args)  # its struct checks the ranges
+        w = inst.outcome(handle, event, *args, *tail)  # its struct checks the ranges
     except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
-        nums, flags, strs, lens = _convert(d)
-        if strs:
-            inst.ensure_buffer(len(strs))[:len(strs)] = strs
-        w = fn(*head, *_decide_nums(nums), flags, *lens, *tail)
+        w = inst.outcome(handle, event, *_slow_args(inst, d), *tail)
     if w < 0:
-        raise inst.error(export, w)
-    return w  # type: ignore[no-any-return]
+        raise inst.error("outcome", w)
+    o = C.outcome(w)
+    if o.invalid:
+        e = InputError._from_module(inst.message())
+        e.outcome = o
+        raise e
+    return o
 
 
 def decide_many(inst: Instance, handle: int, fs: List[Mapping[str, Any]],
