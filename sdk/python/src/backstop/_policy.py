@@ -96,7 +96,7 @@ class Policy:
         if len(d) != _NFIELDS:
             abi.merge(fields)  # raises for the unknown field
         with self._inst.lock:
-            return C.decision(abi.decide(self._inst, self._h, d, None))
+            return abi.decide(self._inst, self._h, d, None)
 
     def decide_many(self, failures: Iterable[Mapping[str, Any]]) -> List[Decision]:
         """Decides many failures, in order, as ``decide`` would one by one,

@@ -131,18 +131,18 @@ def decide_args(d: Dict[str, Any]) -> Tuple[Tuple[Any, ...], bytes]:
 
 
 def decider(time: Callable[[], float], draw: Callable[[], float], slow: Callable[[Any, int, Dict[str, Any]], int],
-            unusual: Tuple[type, ...]) -> Callable[[Any, int, Dict[str, Any], Optional[int]], int]:
+            unusual: Tuple[type, ...]) -> Callable[[Any, int, Dict[str, Any], Optional[int]], Decision]:
     """The host's decide(inst, handle, d, now0): decides the merged failure
-    d and returns the packed word; a negative one raises its error. An
+    d and returns its Decision; a negative word raises its error. An
     absent now_ms is now0, or the clock time() (in seconds) in ms without
     one, an absent random draw(), both written into d. The failure is encoded here, inline (a call per
     decision costs as much as the encoding); one the fast path does not
     take (an exception of unusual) goes to slow(inst, handle, d), the
     host's converters and the call."""
 
-    values = _values
+    values, heads = _values, _decision_heads
 
-    def decide(inst: Any, handle: int, d: Dict[str, Any], now0: Optional[int]) -> int:
+    def decide(inst: Any, handle: int, d: Dict[str, Any], now0: Optional[int]) -> Decision:
         try:
             attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = values(d)
             if now_ms is None:
@@ -180,7 +180,15 @@ def decider(time: Callable[[], float], draw: Callable[[], float], slow: Callable
             w = slow(inst, handle, d)
         if w < 0:
             raise inst.error("decide", w)
-        return w  # type: ignore[no-any-return]
+        # decision(w), inline: a call per decision costs as much.
+        t = heads.get(w >> 48)
+        if t is None:
+            return decision(w)  # caches the head
+        o = _new(Decision)
+        f = o.__dict__
+        f.update(t)
+        f["delay_ms"] = w & 0xffffffffffff
+        return o
 
     return decide
 

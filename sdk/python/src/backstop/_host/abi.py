@@ -274,10 +274,10 @@ def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
 
 
 # decide(inst, handle, d, now0) decides the merged failure d (``merge``)
-# and returns the packed word. An absent now_ms is now0, or the host's
-# clock without one; an absent random a fresh draw. Its fast path is the
+# and returns its Decision. An absent now_ms is now0, or the host's clock
+# without one; an absent random a fresh draw. Its fast path is the
 # generated code's, inline; the rest goes to _decide_slow.
-decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], int] = C.decider(_time, _draw, _decide_slow, _UNUSUAL)
+decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], Decision] = C.decider(_time, _draw, _decide_slow, _UNUSUAL)
 
 
 def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveries: Any, limit: Any) -> C.Outcome:
@@ -333,7 +333,7 @@ def decide_many(inst: Instance, handle: int, fs: List[Mapping[str, Any]],
             i += k
         if i < hi:  # fs[i] cannot go in a record (invalid, or a long string): alone
             try:
-                out[i] = C.decision(decide(inst, handle, merge(fs[i]), now0))
+                out[i] = decide(inst, handle, merge(fs[i]), now0)
             except InputError as e:
                 first = first or _at(e, i)
             i += 1
