@@ -19,6 +19,7 @@ from ._retry import BeforeSleep, Classify, retrying
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
+_DEFAULTS, _NFIELDS = abi._DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
 # What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
 _INVALID = Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 
@@ -89,13 +90,13 @@ class Policy:
         try:
             if failure is not _NO_FAILURE:
                 fields = {**failure, **fields} if fields else failure  # type: ignore[assignment]
-            d = {**abi._DEFAULTS, **fields}
+            d = {**_DEFAULTS, **fields}
         except TypeError:  # not a mapping
             raise abi.not_object(failure) from None
-        if len(d) != abi._NFIELDS:
+        if len(d) != _NFIELDS:
             abi.merge(fields)  # raises for the unknown field
         with self._inst.lock:
-            return C.decision(abi.decide(self._inst, self._h, d, None))
+            return abi.decide(self._inst, self._h, d, None)
 
     def decide_many(self, failures: Iterable[Mapping[str, Any]]) -> List[Decision]:
         """Decides many failures, in order, as ``decide`` would one by one,

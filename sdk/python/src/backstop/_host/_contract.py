@@ -10,7 +10,7 @@ import operator
 import struct
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Dict, NamedTuple, Optional, Tuple, TypedDict, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, TypedDict, Union
 
 ABI_VERSION = 1
 
@@ -96,107 +96,173 @@ _values = operator.itemgetter("attempt", "http_status", "grpc_code", "error_kind
 
 
 def decide_args(d: Dict[str, Any]) -> Tuple[Tuple[Any, ...], bytes]:
-    """The fast path of decide (and outcome): its arguments after the
-    handle, and the strings to write into the buffer, of a merged failure
+    """The fast path of outcome: its failure's arguments, and the strings
+    to write into the buffer, of a merged failure (now_ms and random set)
     whose every value has its common type: no bool for a number, a str for
     a string, a str or a bool for a key. Numbers are not checked: the
     struct of the call does. Raises Unusual (or an error of encoding) for
     anything else, which the host's converters then check."""
-    (attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined) = _values(d)
+    attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = _values(d)
     if (attempt.__class__ is bool
-            or http_status.__class__ is bool
-            or grpc_code.__class__ is bool
-            or error_kind.__class__ is not str
-            or retry_after.__class__ is not str
-            or grpc_retry_pushback_ms.__class__ is not str
-            or method.__class__ is not str
-            or (idempotency_key.__class__ is not str and idempotency_key.__class__ is not bool)
-            or elapsed_ms.__class__ is bool
-            or now_ms.__class__ is bool
-            or random.__class__ is bool
-            or prev_delay_ms.__class__ is bool
-            or retried_downstream.__class__ is not bool
-            or server_declined.__class__ is not bool):
+                    or http_status.__class__ is bool
+                    or grpc_code.__class__ is bool
+                    or error_kind.__class__ is not str
+                    or retry_after.__class__ is not str
+                    or grpc_retry_pushback_ms.__class__ is not str
+                    or method.__class__ is not str
+                    or (idempotency_key.__class__ is not str and idempotency_key.__class__ is not bool)
+                    or elapsed_ms.__class__ is bool
+                    or now_ms.__class__ is bool
+                    or random.__class__ is bool
+                    or prev_delay_ms.__class__ is bool
+                    or retried_downstream.__class__ is not bool
+                    or server_declined.__class__ is not bool):
         raise Unusual
-    flags = 0
-    if idempotency_key:
-        flags |= FLAG_IDEMPOTENCY_KEY
-    if retried_downstream:
-        flags |= FLAG_RETRIED_DOWNSTREAM
-    if server_declined:
-        flags |= FLAG_SERVER_DECLINED
+    flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
     if error_kind or retry_after or grpc_retry_pushback_ms or method:
-        if method:
-            method_bytes = method.encode()
-        else:
-            method_bytes = b""
-        if error_kind:
-            kind_bytes = error_kind.encode()
-        else:
-            kind_bytes = b""
-        if retry_after:
-            hint_bytes = retry_after.encode()
-        elif grpc_retry_pushback_ms:
-            hint_bytes = grpc_retry_pushback_ms.encode()
-            flags |= FLAG_PUSHBACK
-        else:
-            hint_bytes = b""
+        method_bytes, kind_bytes, hint_bytes = (method.encode() if method else b""), (error_kind.encode() if error_kind else b""), (retry_after.encode() if retry_after else grpc_retry_pushback_ms.encode() if grpc_retry_pushback_ms else b"")
+        flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
         if len(method_bytes) > MAX_STRING or len(kind_bytes) > MAX_STRING or len(hint_bytes) > MAX_STRING:
             raise Unusual
-    else:
-        method_bytes = kind_bytes = hint_bytes = b""
-    return (attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, len(method_bytes), len(kind_bytes), len(hint_bytes)), method_bytes + kind_bytes + hint_bytes
+        method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+        return (attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, method_len, kind_len, hint_len), method_bytes + kind_bytes + hint_bytes
+    method_len, kind_len, hint_len = 0, 0, 0
+    return (attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, method_len, kind_len, hint_len), b""
 
 
-def pack_record(buf: bytearray, off: int, str_off: int, d: Dict[str, Any]) -> bytes:
-    """The fast path of decide_batch: packs the failure d (as decide_args
-    takes it) as the record at buf[off:], its strings at str_off, and
-    returns the strings."""
-    (attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined) = _values(d)
-    if (attempt.__class__ is bool
-            or http_status.__class__ is bool
-            or grpc_code.__class__ is bool
-            or error_kind.__class__ is not str
-            or retry_after.__class__ is not str
-            or grpc_retry_pushback_ms.__class__ is not str
-            or method.__class__ is not str
-            or (idempotency_key.__class__ is not str and idempotency_key.__class__ is not bool)
-            or elapsed_ms.__class__ is bool
-            or now_ms.__class__ is bool
-            or random.__class__ is bool
-            or prev_delay_ms.__class__ is bool
-            or retried_downstream.__class__ is not bool
-            or server_declined.__class__ is not bool):
-        raise Unusual
-    flags = 0
-    if idempotency_key:
-        flags |= FLAG_IDEMPOTENCY_KEY
-    if retried_downstream:
-        flags |= FLAG_RETRIED_DOWNSTREAM
-    if server_declined:
-        flags |= FLAG_SERVER_DECLINED
-    if error_kind or retry_after or grpc_retry_pushback_ms or method:
-        if method:
-            method_bytes = method.encode()
-        else:
-            method_bytes = b""
-        if error_kind:
-            kind_bytes = error_kind.encode()
-        else:
-            kind_bytes = b""
-        if retry_after:
-            hint_bytes = retry_after.encode()
-        elif grpc_retry_pushback_ms:
-            hint_bytes = grpc_retry_pushback_ms.encode()
-            flags |= FLAG_PUSHBACK
-        else:
-            hint_bytes = b""
-        if len(method_bytes) > MAX_STRING or len(kind_bytes) > MAX_STRING or len(hint_bytes) > MAX_STRING:
-            raise Unusual
-    else:
-        method_bytes = kind_bytes = hint_bytes = b""
-    RECORD.pack_into(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, str_off, len(method_bytes), len(kind_bytes), len(hint_bytes), 0)
-    return method_bytes + kind_bytes + hint_bytes
+def decider(time: Callable[[], float], draw: Callable[[], float], slow: Callable[[Any, int, Dict[str, Any]], int],
+            unusual: Tuple[type, ...]) -> Callable[[Any, int, Dict[str, Any], Optional[int]], Decision]:
+    """The host's decide(inst, handle, d, now0): decides the merged failure
+    d and returns its Decision; a negative word raises its error. An
+    absent now_ms is now0, or the clock time() (in seconds) in ms without
+    one, an absent random draw(), both written into d. The failure is encoded here, inline (a call per
+    decision costs as much as the encoding); one the fast path does not
+    take (an exception of unusual) goes to slow(inst, handle, d), the
+    host's converters and the call."""
+
+    values, heads = _values, _decision_heads
+
+    def decide(inst: Any, handle: int, d: Dict[str, Any], now0: Optional[int]) -> Decision:
+        try:
+            attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = values(d)
+            if now_ms is None:
+                now_ms = d["now_ms"] = int(time() * 1000) if now0 is None else now0
+            if random is None:
+                random = d["random"] = draw()
+            if (attempt.__class__ is bool
+                    or http_status.__class__ is bool
+                    or grpc_code.__class__ is bool
+                    or error_kind.__class__ is not str
+                    or retry_after.__class__ is not str
+                    or grpc_retry_pushback_ms.__class__ is not str
+                    or method.__class__ is not str
+                    or (idempotency_key.__class__ is not str and idempotency_key.__class__ is not bool)
+                    or elapsed_ms.__class__ is bool
+                    or now_ms.__class__ is bool
+                    or random.__class__ is bool
+                    or prev_delay_ms.__class__ is bool
+                    or retried_downstream.__class__ is not bool
+                    or server_declined.__class__ is not bool):
+                raise Unusual
+            flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
+            if error_kind or retry_after or grpc_retry_pushback_ms or method:
+                method_bytes, kind_bytes, hint_bytes = (method.encode() if method else b""), (error_kind.encode() if error_kind else b""), (retry_after.encode() if retry_after else grpc_retry_pushback_ms.encode() if grpc_retry_pushback_ms else b"")
+                flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
+                if len(method_bytes) > MAX_STRING or len(kind_bytes) > MAX_STRING or len(hint_bytes) > MAX_STRING:
+                    raise Unusual
+                strs = method_bytes + kind_bytes + hint_bytes
+                inst.ensure_buffer(len(strs))[:len(strs)] = strs
+                method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+            else:
+                method_len, kind_len, hint_len = 0, 0, 0
+            w = inst.decide(handle, attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, method_len, kind_len, hint_len)  # its struct checks the numbers
+        except unusual:
+            w = slow(inst, handle, d)
+        if w < 0:
+            raise inst.error("decide", w)
+        # decision(w), inline: a call per decision costs as much.
+        t = heads.get(w >> 48)
+        if t is None:
+            return decision(w)  # caches the head
+        o = _new(Decision)
+        f = o.__dict__
+        f.update(t)
+        f["delay_ms"] = w & 0xffffffffffff
+        return o
+
+    return decide
+
+
+def pack_records(buf: bytearray, fs: List[Any], now0: int, defaults: Dict[str, Any], draw: Callable[[], float],
+                 slow: Callable[[bytearray, int, int, Dict[str, Any]], Optional[bytes]], unusual: Tuple[type, ...],
+                 limit: int) -> int:
+    """The host's decide_batch input: packs the failures fs (mappings,
+    merged over defaults: an absent now_ms is now0, an absent random
+    draw()) as records at the start of buf, which holds len(fs) of them,
+    and appends their strings to buf. The fast path is inline (no call per
+    failure); a failure it does not take (an exception of unusual) goes to
+    slow(buf, off, str_off, d), the host's converters, which pack it and
+    return its strings, or None when it is invalid. Stops before a failure
+    that is not a mapping, has an unknown field, is invalid, or whose
+    strings would take buf's strings past limit bytes (unless it is the
+    first): the caller decides it alone. Returns how many were packed."""
+    # Locals, not globals, in the loop: it runs a million times a second.
+    nfields, size, pack, values = len(defaults), RECORD_SIZE, RECORD.pack_into, _values
+    soff, off = len(fs) * size, 0
+    for f in fs:
+        try:
+            d = {**defaults, **f}
+        except TypeError:  # not a mapping
+            break
+        if len(d) != nfields:  # an unknown field
+            break
+        try:
+            attempt, http_status, grpc_code, error_kind, retry_after, grpc_retry_pushback_ms, method, idempotency_key, elapsed_ms, now_ms, random, prev_delay_ms, retried_downstream, server_declined = values(d)
+            if now_ms is None:
+                now_ms = d["now_ms"] = now0
+            if random is None:
+                random = d["random"] = draw()
+            if (attempt.__class__ is bool
+                    or http_status.__class__ is bool
+                    or grpc_code.__class__ is bool
+                    or error_kind.__class__ is not str
+                    or retry_after.__class__ is not str
+                    or grpc_retry_pushback_ms.__class__ is not str
+                    or method.__class__ is not str
+                    or (idempotency_key.__class__ is not str and idempotency_key.__class__ is not bool)
+                    or elapsed_ms.__class__ is bool
+                    or now_ms.__class__ is bool
+                    or random.__class__ is bool
+                    or prev_delay_ms.__class__ is bool
+                    or retried_downstream.__class__ is not bool
+                    or server_declined.__class__ is not bool):
+                raise Unusual
+            flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
+            if error_kind or retry_after or grpc_retry_pushback_ms or method:
+                method_bytes, kind_bytes, hint_bytes = (method.encode() if method else b""), (error_kind.encode() if error_kind else b""), (retry_after.encode() if retry_after else grpc_retry_pushback_ms.encode() if grpc_retry_pushback_ms else b"")
+                flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
+                if len(method_bytes) > MAX_STRING or len(kind_bytes) > MAX_STRING or len(hint_bytes) > MAX_STRING:
+                    raise Unusual
+                strs = method_bytes + kind_bytes + hint_bytes
+                if off and soff + len(strs) > limit:
+                    break  # the chunk is full
+                method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+                pack(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, soff, method_len, kind_len, hint_len, 0)  # its struct checks the numbers
+                buf += strs
+                soff += len(strs)
+            else:
+                pack(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, soff, 0, 0, 0, 0)
+        except unusual:
+            strs = slow(buf, off, soff, d)
+            if strs is None:  # invalid
+                break
+            if strs:
+                if off and soff + len(strs) > limit:
+                    break
+                buf += strs
+                soff += len(strs)
+        off += size
+    return off // size
 
 
 class Failure(TypedDict, total=False):
@@ -248,6 +314,8 @@ class Failure(TypedDict, total=False):
     server_declined: Optional[bool]
 
 
+_new = object.__new__  # the decoders' (they make one object a failure)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -295,13 +363,15 @@ _decision_heads: Dict[int, Dict[str, Any]] = {}
 
 def decision(w: int) -> Decision:
     """The Decision of a packed word. A new object's __dict__ filled from
-    the fields of its bits 48 and up (cached) makes the same frozen object
-    as Decision(...) in half the time (decide_many makes one a failure)."""
+    the fields of its bits 48 and up (cached; every field, in the class's
+    order, so that the dict keeps sharing the class's keys) makes the same
+    frozen object as Decision(...) in half the time (decide_many makes one a
+    failure)."""
     h = w >> 48
     t = _decision_heads.get(h)
     if t is None:
-        t = _decision_heads[h] = {"action": ACTION_NAMES[h >> 6 & 0x1], "reason": REASON_NAMES[h & 0xf], "klass": CLASS_NAMES[h >> 4 & 0x3], }
-    o = object.__new__(Decision)
+        t = _decision_heads[h] = {"action": ACTION_NAMES[h >> 6 & 0x1], "delay_ms": 0, "reason": REASON_NAMES[h & 0xf], "klass": CLASS_NAMES[h >> 4 & 0x3], }
+    o = _new(Decision)
     f = o.__dict__
     f.update(t)
     f["delay_ms"] = w & 0xffffffffffff
@@ -341,13 +411,15 @@ _permit_heads: Dict[int, Dict[str, Any]] = {}
 
 def permit(w: int) -> Permit:
     """The Permit of a packed word. A new object's __dict__ filled from
-    the fields of its bits 48 and up (cached) makes the same frozen object
-    as Permit(...) in half the time (decide_many makes one a failure)."""
+    the fields of its bits 48 and up (cached; every field, in the class's
+    order, so that the dict keeps sharing the class's keys) makes the same
+    frozen object as Permit(...) in half the time (decide_many makes one a
+    failure)."""
     h = w >> 48
     t = _permit_heads.get(h)
     if t is None:
-        t = _permit_heads[h] = {"allowed": bool(h >> 2 & 0x1), "state": CIRCUIT_STATE_NAMES[h & 0x3], }
-    o = object.__new__(Permit)
+        t = _permit_heads[h] = {"allowed": bool(h >> 2 & 0x1), "retry_in_ms": 0, "state": CIRCUIT_STATE_NAMES[h & 0x3], }
+    o = _new(Permit)
     f = o.__dict__
     f.update(t)
     f["retry_in_ms"] = w & 0xffffffffffff
@@ -430,13 +502,15 @@ _outcome_heads: Dict[int, Dict[str, Any]] = {}
 
 def outcome(w: int) -> Outcome:
     """The Outcome of a packed word. A new object's __dict__ filled from
-    the fields of its bits 48 and up (cached) makes the same frozen object
-    as Outcome(...) in half the time (decide_many makes one a failure)."""
+    the fields of its bits 48 and up (cached; every field, in the class's
+    order, so that the dict keeps sharing the class's keys) makes the same
+    frozen object as Outcome(...) in half the time (decide_many makes one a
+    failure)."""
     h = w >> 48
     t = _outcome_heads.get(h)
     if t is None:
-        t = _outcome_heads[h] = {"action": OUTCOME_ACTION_NAMES[h >> 7 & 0x7], "reason": REASON_NAMES[h & 0x1f], "klass": CLASS_NAMES[h >> 5 & 0x3], "pause": bool(h >> 10 & 0x1), "count": COUNT_NAMES[h >> 11 & 0x7], "invalid": bool(h >> 14 & 0x1), }
-    o = object.__new__(Outcome)
+        t = _outcome_heads[h] = {"action": OUTCOME_ACTION_NAMES[h >> 7 & 0x7], "reason": REASON_NAMES[h & 0x1f], "klass": CLASS_NAMES[h >> 5 & 0x3], "delay_ms": 0, "pause": bool(h >> 10 & 0x1), "count": COUNT_NAMES[h >> 11 & 0x7], "invalid": bool(h >> 14 & 0x1), }
+    o = _new(Outcome)
     f = o.__dict__
     f.update(t)
     f["delay_ms"] = w & 0xffffffffffff

@@ -35,8 +35,8 @@ _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 
 
-# What the fast path (_contract.encode and the struct of the call) raises
-# for a value it does not take as it is.
+# What the fast path (_contract's generated encoding and the struct of the
+# call) raises for a value it does not take as it is.
 _UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError, C.Unusual)
 
 # -- the field table, per type -------------------------------------------------
@@ -61,10 +61,10 @@ assert C.DECIDE_ARGS[len(_by_record):] == ("flags",) + tuple(s + "_len" for s in
 
 
 def _layout(sv: Tuple[bytes, ...], flags: int) -> Tuple[int, bytes, Tuple[int, ...]]:
-    """The converted string fields as the ABI lays them out, as
-    _contract.encode does: each slot (method, error kind, hint) holds the
-    first field of it that is set (Retry-After wins over the gRPC
-    pushback), and sets that field's flag."""
+    """The converted string fields as the ABI lays them out, as _contract's
+    fast path does: each slot (method, error kind, hint) holds the first
+    field of it that is set (Retry-After wins over the gRPC pushback), and
+    sets that field's flag."""
     parts = [b""] * len(C.STRINGS)
     for (slot, bit), v in zip(_SLOTS, sv):
         if v and not parts[slot]:
@@ -78,7 +78,7 @@ def _convert(d: Dict[str, Any]) -> Tuple[Dict[str, Any], int, bytes, Tuple[int, 
     value, accepting the looser types the fast path does not, in the order
     every host checks them (testdata/vectors/README.md, "Field values"):
     the first invalid one raises InputError. Returns the numbers by field
-    name, then as _contract.encode."""
+    name, then the flags, the strings and their lengths."""
     out = {f.name: _CONVERT[f.type](f, d[f.name]) for f in C.FIELDS}
     flags = 0
     for f in _FLAGGED:
@@ -259,47 +259,50 @@ def call(inst: Instance, handle: int, export: str, *args: Any) -> int:
     return r  # type: ignore[no-any-return]
 
 
-def decide(inst: Instance, handle: int, d: Dict[str, Any], now0: Optional[int]) -> int:
-    """Decides the merged failure d (``merge``) and returns the packed
-    word. An absent now_ms is now0, or the host's clock without one; an
-    absent random a fresh draw."""
-    return _with_failure(inst, inst.decide, "decide", (handle,), d, now0, ())
+def _slow_args(inst: Instance, d: Dict[str, Any]) -> Tuple[int, ...]:
+    """decide's (and outcome's) failure arguments for the merged failure d
+    (now_ms and random set) the fast path did not take: checked and
+    converted, its strings written into the buffer."""
+    nums, flags, strs, lens = _convert(d)
+    if strs:
+        inst.ensure_buffer(len(strs))[:len(strs)] = strs
+    return (*_decide_nums(nums), flags, *lens)
+
+
+def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
+    return inst.decide(handle, *_slow_args(inst, d))  # type: ignore[no-any-return]
+
+
+# decide(inst, handle, d, now0) decides the merged failure d (``merge``)
+# and returns its Decision. An absent now_ms is now0, or the host's clock
+# without one; an absent random a fresh draw. Its fast path is the
+# generated code's, inline; the rest goes to _decide_slow.
+decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], Decision] = C.decider(_time, _draw, _decide_slow, _UNUSUAL)
 
 
 def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveries: Any, limit: Any) -> C.Outcome:
     """The core's outcome of a job's event (the merged failure d, as for
     ``decide``); an invalid failure raises InputError with the outcome."""
-    w = _with_failure(inst, inst.outcome, "outcome", (handle, event), d, None,
-                      (int64("deliveries", deliveries, False), int64("max_deliveries", limit, False)))
-    o = C.outcome(w)
-    if o.invalid:
-        e = InputError._from_module(inst.message())
-        e.outcome = o
-        raise e
-    return o
-
-
-def _with_failure(inst: Instance, fn: Callable[..., int], export: str, head: Tuple[int, ...], d: Dict[str, Any],
-                  now0: Optional[int], tail: Tuple[int, ...]) -> int:
-    """Calls decide or outcome with the failure d encoded between head and
-    tail; a negative result raises its error."""
+    tail = (int64("deliveries", deliveries, False), int64("max_deliveries", limit, False))
     if d["now_ms"] is None:
-        d["now_ms"] = now_ms() if now0 is None else now0
+        d["now_ms"] = now_ms()
     if d["random"] is None:
         d["random"] = _draw()
     try:
         args, strs = C.decide_args(d)
         if strs:
             inst.ensure_buffer(len(strs))[:len(strs)] = strs
-        w = fn(*head, *args, *tail) if tail else fn(*head, *args)  # its struct checks the ranges
+        w = inst.outcome(handle, event, *args, *tail)  # its struct checks the ranges
     except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
-        nums, flags, strs, lens = _convert(d)
-        if strs:
-            inst.ensure_buffer(len(strs))[:len(strs)] = strs
-        w = fn(*head, *_decide_nums(nums), flags, *lens, *tail)
+        w = inst.outcome(handle, event, *_slow_args(inst, d), *tail)
     if w < 0:
-        raise inst.error(export, w)
-    return w  # type: ignore[no-any-return]
+        raise inst.error("outcome", w)
+    o = C.outcome(w)
+    if o.invalid:
+        e = InputError._from_module(inst.message())
+        e.outcome = o
+        raise e
+    return o
 
 
 def decide_many(inst: Instance, handle: int, fs: List[Mapping[str, Any]],
@@ -330,7 +333,7 @@ def decide_many(inst: Instance, handle: int, fs: List[Mapping[str, Any]],
             i += k
         if i < hi:  # fs[i] cannot go in a record (invalid, or a long string): alone
             try:
-                out[i] = C.decision(decide(inst, handle, merge(fs[i]), now0))
+                out[i] = decide(inst, handle, merge(fs[i]), now0)
             except InputError as e:
                 first = first or _at(e, i)
             i += 1
@@ -342,37 +345,21 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
     Stops before a failure that cannot go in a record (an invalid one, or
     one whose strings do not fit in _BATCH_BYTES any more), which the caller
     decides alone. Returns how many were packed, and the bytes."""
-    soff = (hi - lo) * C.RECORD_SIZE
-    buf = bytearray(soff)
-    off = 0
-    # Locals, not globals, in the loop: this runs a million times a second.
-    pack, defaults, nfields, draw, size = C.pack_record, _DEFAULTS, _NFIELDS, _draw, C.RECORD_SIZE
-    for f in fs[lo:hi]:
-        try:
-            d = {**defaults, **f}
-        except TypeError:  # not a mapping: decided alone, which raises
-            break
-        if len(d) != nfields:
-            break
-        if d["now_ms"] is None:
-            d["now_ms"] = now0
-        if d["random"] is None:
-            d["random"] = draw()
-        try:
-            strs = pack(buf, off, soff, d)
-        except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
-            try:
-                conv, flags, strs, lens = _convert(d)
-            except InputError:
-                break  # decided alone, which raises it
-            C.RECORD.pack_into(buf, off, *_record_nums(conv), flags, soff, *lens, 0)
-        if strs and off and soff + len(strs) > _BATCH_BYTES:
-            break  # the chunk is full: this one goes alone (or starts the next)
-        if strs:
-            buf += strs
-            soff += len(strs)
-        off += size
-    return off // size, buf
+    buf = bytearray((hi - lo) * C.RECORD_SIZE)
+    return C.pack_records(buf, fs[lo:hi], now0, _DEFAULTS, _draw, _pack_slow, _UNUSUAL, _BATCH_BYTES), buf
+
+
+def _pack_slow(buf: bytearray, off: int, soff: int, d: Dict[str, Any]) -> Optional[bytes]:
+    """pack_records' slow path: packs the merged failure d (now_ms and
+    random set) the fast path did not take, checked and converted, as the
+    record at buf[off:] with its strings at soff; returns the strings, or
+    None when d is invalid (decided alone, which raises)."""
+    try:
+        conv, flags, strs, lens = _convert(d)
+    except InputError:
+        return None
+    C.RECORD.pack_into(buf, off, *_record_nums(conv), flags, soff, *lens, 0)
+    return strs
 
 
 # Handles of collected policies not freed yet. The garbage collector runs
