@@ -21,4 +21,9 @@ func init() {
 		return out
 	}
 	funcs["hasSuffix"] = strings.HasSuffix
+	// nodeDefault is the JavaScript value of a field the host fills when it
+	// is absent (the clock, a draw), or "".
+	funcs["nodeDefault"] = func(f Field) string {
+		return map[string]string{"clock": "Date.now()", "draw": "Math.random()"}[jclock(f)]
+	}
 }

@@ -110,14 +110,14 @@ export const FAILURE_FIELDS = Object.freeze([
 /**
  * The failure encoder's hot path, unrolled per field: failureConverter(t)
  * returns convert(f, index), which reads failure f's fields (either
- * spelling; null and undefined are absent), then converts each, in the
+ * spelling; undefined is absent), then converts each present one, in the
  * order above, with t's converter for its type, and returns the flag bits
- * they set. A converter is called as t[type](value, name, record (its
- * record field's byte offset, else -1), slot (its string slot, else -1),
- * mask (its flag bit's mask, else 0), time (a name ending in _ms: drop a
- * fraction), index); t.unknownName(name, least) keeps the least unknown
- * name, t.unknownField(name, index) throws. An absent now_ms is the host's
- * clock.
+ * they set. An absent now_ms is the host's clock, an absent random a draw
+ * (Math.random()): hosts own time and randomness. A converter is called as
+ * t[type](value, name, record (its record field's byte offset, else -1),
+ * slot (its string slot, else -1), mask (its flag bit's mask, else 0), time
+ * (a name ending in _ms: drop a fraction), index); t.unknownName(name,
+ * least) keeps the least unknown name, t.unknownField(name, index) throws.
  */
 export function failureConverter(t) {
   const { int64, int32, grpcCode, string, hint, key, random, bool, unknownName, unknownField } = t;
@@ -146,20 +146,20 @@ export function failureConverter(t) {
     }
     if (unknown !== undefined) unknownField(unknown, index);
     let flags = 0;
-    int64(v_attempt, 'attempt', 0, -1, 0, false, index);
-    int32(v_http_status, 'http_status', 40, -1, 0, false, index);
-    grpcCode(v_grpc_code, 'grpc_code', 44, -1, 0, false, index);
-    flags |= string(v_error_kind, 'error_kind', -1, 1, 0, false, index);
-    flags |= hint(v_retry_after, 'retry_after', -1, 2, 0, false, index);
-    flags |= hint(v_grpc_retry_pushback_ms, 'grpc_retry_pushback_ms', -1, 2, 1 << 1, true, index);
-    flags |= string(v_method, 'method', -1, 0, 0, false, index);
-    flags |= key(v_idempotency_key, 'idempotency_key', -1, -1, 1 << 0, false, index);
-    int64(v_elapsed_ms, 'elapsed_ms', 8, -1, 0, true, index);
+    if (v_attempt !== undefined) int64(v_attempt, 'attempt', 0, -1, 0, false, index);
+    if (v_http_status !== undefined) int32(v_http_status, 'http_status', 40, -1, 0, false, index);
+    if (v_grpc_code !== undefined) grpcCode(v_grpc_code, 'grpc_code', 44, -1, 0, false, index);
+    if (v_error_kind !== undefined) flags |= string(v_error_kind, 'error_kind', -1, 1, 0, false, index);
+    if (v_retry_after !== undefined) flags |= hint(v_retry_after, 'retry_after', -1, 2, 0, false, index);
+    if (v_grpc_retry_pushback_ms !== undefined) flags |= hint(v_grpc_retry_pushback_ms, 'grpc_retry_pushback_ms', -1, 2, 1 << 1, true, index);
+    if (v_method !== undefined) flags |= string(v_method, 'method', -1, 0, 0, false, index);
+    if (v_idempotency_key !== undefined) flags |= key(v_idempotency_key, 'idempotency_key', -1, -1, 1 << 0, false, index);
+    if (v_elapsed_ms !== undefined) int64(v_elapsed_ms, 'elapsed_ms', 8, -1, 0, true, index);
     int64(v_now_ms ?? Date.now(), 'now_ms', 16, -1, 0, true, index);
-    random(v_random, 'random', 24, -1, 0, false, index);
-    int64(v_prev_delay_ms, 'prev_delay_ms', 32, -1, 0, true, index);
-    flags |= bool(v_retried_downstream, 'retried_downstream', -1, -1, 1 << 2, false, index);
-    flags |= bool(v_server_declined, 'server_declined', -1, -1, 1 << 3, false, index);
+    random(v_random ?? Math.random(), 'random', 24, -1, 0, false, index);
+    if (v_prev_delay_ms !== undefined) int64(v_prev_delay_ms, 'prev_delay_ms', 32, -1, 0, true, index);
+    if (v_retried_downstream !== undefined) flags |= bool(v_retried_downstream, 'retried_downstream', -1, -1, 1 << 2, false, index);
+    if (v_server_declined !== undefined) flags |= bool(v_server_declined, 'server_declined', -1, -1, 1 << 3, false, index);
     return flags;
   };
 }

@@ -282,53 +282,59 @@ function now(v) {
 }
 
 // The encoder's scratch, so the hot path allocates nothing: the record
-// being built (every field with a record offset writes its part, absent ones
-// 0), each string slot's value and UTF-8 length.
+// being built, each string slot's value, and the UTF-8 bytes of the slots
+// filled (their lengths are in the record).
 const scratch = new ArrayBuffer(RECORD);
 const s32 = new Uint32Array(scratch);
 const si32 = new Int32Array(scratch);
 const s16 = new Uint16Array(scratch);
 const sf64 = new Float64Array(scratch);
 const slots = new Array(C.STRINGS.length);
-const lens = new Uint32Array(C.STRINGS.length);
-const LEN_AT = C.STRINGS.map((s) => R[`${s}_len`].offset >> 1); // each slot's length, in s16
+const LEN_AT = Int32Array.from(C.STRINGS, (s) => R[`${s}_len`].offset >> 1); // each slot's length, in s16
+const WORDS = RECORD >> 2;
 const FLAGS_AT = R.flags.offset >> 2;
 const STR_AT = R.str_off.offset >> 2;
+let strBytes = 0;
 
 /**
  * Writes failure f as the record at buffer offset rec, its strings at str,
- * and returns the offset after the strings. An absent now_ms or random comes
- * from the host's clock and Math.random: hosts own time and randomness.
- * Throws the InputError of the first invalid field, in the order of every
- * host (the contract's), before writing anything.
+ * and returns the offset after the strings. Throws the InputError of the
+ * first invalid field, in the order of every host (the contract's), before
+ * writing anything. No loop over fields or slots here: the common failure
+ * has a few numbers and no string.
  */
 function writeFailure(inst, f, rec, str, index) {
   if (f === null || typeof f !== 'object' || Array.isArray(f)) {
     throw new InputError('failure', `must be an object (got ${describe(f)})`, index);
   }
-  for (let s = 0; s < lens.length; s++) lens[s] = 0;
-  // The contract's per-field code: reads f's fields, converts each into the
-  // scratch record and string slots, returns the flags.
+  // Absent fields are 0; the contract's per-field code converts the others
+  // into the scratch record and string slots, and returns the flags.
+  for (let i = 0; i < WORDS; i++) s32[i] = 0;
+  strBytes = 0;
   s32[FLAGS_AT] = convert(f, index);
   s32[STR_AT] = str;
-  let total = 0;
-  for (let s = 0; s < lens.length; s++) {
-    s16[LEN_AT[s]] = lens[s];
-    total += lens[s];
-  }
   // Reserving may move the buffer and grow memory, so views and base are
   // read after it.
-  if (total > 0) {
-    inst.reserve(str + total);
+  if (strBytes > 0) {
+    inst.reserve(str + strBytes);
     inst.views();
-    for (let s = 0; s < lens.length; s++) {
-      putString(inst.u8, slots[s], inst.base + str, lens[s]);
-      str += lens[s];
-    }
+    str = putStrings(inst.u8, inst.base, str);
   } else {
     inst.views();
   }
-  inst.u32.set(s32, (inst.base + rec) >> 2);
+  const u32 = inst.u32;
+  const w = (inst.base + rec) >> 2;
+  for (let i = 0; i < WORDS; i++) u32[w + i] = s32[i];
+  return str;
+}
+
+// Writes the filled string slots, one after another, at buffer offset str,
+// and returns the offset after them.
+function putStrings(u8, base, str) {
+  for (let s = 0; s < LEN_AT.length; s++) {
+    putString(u8, slots[s], base + str, s16[LEN_AT[s]]);
+    str += s16[LEN_AT[s]];
+  }
   return str;
 }
 
@@ -376,9 +382,10 @@ export function codePointLess(a, b) {
 }
 
 // -- one converter per type of field ------------------------------------------
-// The contract's generated code calls them, per field, as
-// (value, name, record offset, string slot, flag mask, time, index); the
-// string and flag ones return the flag bits they set.
+// The contract's generated code calls them for each field present (null
+// means absent too), as (value, name, record offset, string slot, flag
+// mask, time, index); the string and flag ones return the flag bits they
+// set. Each keeps its common case small, to be inlined there.
 
 // int64: an integral Number or a BigInt; a time drops its fraction, as it
 // often comes from performance.now.
@@ -387,16 +394,18 @@ function int64(v, field, at, slot, mask, time, index) {
   if (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Math.floor(v) === v) {
     s32[w] = v >>> 0;
     s32[w + 1] = (v / TWO32) >>> 0;
-  } else if (v === undefined || v === null) {
-    s32[w] = 0;
-    s32[w + 1] = 0;
   } else {
     int64Slow(v, field, time, w, index);
   }
 }
 
+// The rest of int64, out of line: the fast paths above are small enough to
+// be inlined into the generated code.
 function int64Slow(v, field, time, w, index) {
-  if (typeof v === 'number') {
+  if (v === undefined || v === null) {
+    s32[w] = 0;
+    s32[w + 1] = 0;
+  } else if (typeof v === 'number') {
     if (!Number.isFinite(v) || (!time && !Number.isInteger(v))) {
       throw new InputError(field, `must be an integer (got ${describe(v)})`, index);
     }
@@ -423,7 +432,7 @@ function toBigInt(v, field) {
 }
 
 function int32(v, field, at, slot, mask, time, index) {
-  si32[at >> 2] = toInt32(v, field, 'must be a 32-bit integer', index);
+  si32[at >> 2] = typeof v === 'number' && (v | 0) === v ? v : toInt32(v, field, 'must be a 32-bit integer', index);
 }
 
 function toInt32(v, field, reason, index) {
@@ -436,18 +445,22 @@ function toInt32(v, field, reason, index) {
 // grpc_code: a code, or a status name in any ASCII letter case: only ASCII
 // letters fold, as in every host.
 function grpcCode(v, field, at, slot, mask, time, index) {
-  if (typeof v !== 'string') {
-    si32[at >> 2] = toInt32(v, field, 'must be a 32-bit integer or a status name', index);
-    return;
-  }
+  si32[at >> 2] = typeof v === 'number' && (v | 0) === v ? v : grpcCodeSlow(v, field, index);
+}
+
+function grpcCodeSlow(v, field, index) {
+  if (typeof v !== 'string') return toInt32(v, field, 'must be a 32-bit integer or a status name', index);
   const code = /^[\x00-\x7f]*$/.test(v) ? GRPC_CODES.get(v.toUpperCase()) : undefined;
   if (code === undefined) throw new InputError(field, `unknown gRPC status name ${quote(v)}`, index);
-  si32[at >> 2] = code;
+  return code;
 }
 
 // string: a string or bytes (a Uint8Array, such as a Buffer).
 function string(v, field, at, slot, mask, time, index) {
-  if (v === undefined || v === null) return 0;
+  return v === undefined || v === null ? 0 : stringSlow(v, field, slot, mask, index);
+}
+
+function stringSlow(v, field, slot, mask, index) {
   if (typeof v !== 'string' && !(v instanceof Uint8Array)) {
     throw new InputError(field, `must be a string (got ${describe(v)})`, index);
   }
@@ -458,6 +471,10 @@ function string(v, field, at, slot, mask, time, index) {
 // (retry_after) or milliseconds (pushback), written as the integer it
 // rounds up to; "NaN", "Infinity", "-Infinity" stay malformed.
 function hint(v, field, at, slot, mask, time, index) {
+  return v === undefined || v === null ? 0 : hintSlow(v, field, slot, mask, index);
+}
+
+function hintSlow(v, field, slot, mask, index) {
   if (typeof v === 'number') {
     const c = Math.ceil(v);
     v = !Number.isFinite(v) ? String(v) : Math.abs(c) <= Number.MAX_SAFE_INTEGER ? String(c) : BigInt(c).toString();
@@ -466,16 +483,17 @@ function hint(v, field, at, slot, mask, time, index) {
   } else if (typeof v === 'boolean' || (typeof v === 'object' && v !== null && !(v instanceof Uint8Array))) {
     throw new InputError(field, `must be a string or a number (got ${describe(v)})`, index);
   }
-  return string(v, field, at, slot, mask, time, index);
+  return stringSlow(v, field, slot, mask, index);
 }
 
 // A string field's value into its slot: the first field to fill a slot wins
 // (a Retry-After over a pushback) and sets its flag bit.
 function fill(v, field, slot, mask, index) {
   const n = byteLength(v, field, index);
-  if (n === 0 || lens[slot] !== 0) return 0;
+  if (n === 0 || s16[LEN_AT[slot]] !== 0) return 0;
   slots[slot] = v;
-  lens[slot] = n;
+  s16[LEN_AT[slot]] = n;
+  strBytes += n;
   return mask;
 }
 
