@@ -295,6 +295,7 @@ const WORDS = RECORD >> 2;
 const FLAGS_AT = R.flags.offset >> 2;
 const STR_AT = R.str_off.offset >> 2;
 let strBytes = 0;
+let dirty = false;
 
 /**
  * Writes failure f as the record at buffer offset rec, its strings at str,
@@ -307,9 +308,11 @@ function writeFailure(inst, f, rec, str, index) {
   if (f === null || typeof f !== 'object' || Array.isArray(f)) {
     throw new InputError('failure', `must be an object (got ${describe(f)})`, index);
   }
-  // Absent fields are 0; the contract's per-field code converts the others
-  // into the scratch record and string slots, and returns the flags.
-  for (let i = 0; i < WORDS; i++) s32[i] = 0;
+  // Absent fields are 0 (the scratch is left zeroed, unless a field threw);
+  // the contract's per-field code converts the others into the scratch
+  // record and string slots, and returns the flags.
+  if (dirty) s32.fill(0);
+  dirty = true;
   strBytes = 0;
   s32[FLAGS_AT] = convert(f, index);
   s32[STR_AT] = str;
@@ -324,7 +327,11 @@ function writeFailure(inst, f, rec, str, index) {
   }
   const u32 = inst.u32;
   const w = (inst.base + rec) >> 2;
-  for (let i = 0; i < WORDS; i++) u32[w + i] = s32[i];
+  for (let i = 0; i < WORDS; i++) {
+    u32[w + i] = s32[i];
+    s32[i] = 0;
+  }
+  dirty = false;
   return str;
 }
 
@@ -427,6 +434,7 @@ function int64Slow(v, field, time, w, index) {
 // the scratch record.
 function toBigInt(v, field) {
   if (v === undefined || v === null) throw new InputError(field, `must be an integer (got ${describe(v)})`);
+  dirty = true;
   int64(v, field, 0, -1, 0, true, undefined);
   return BigInt.asIntN(64, (BigInt(s32[1]) << 32n) | BigInt(s32[0]));
 }
