@@ -327,9 +327,10 @@ function writeFailure(inst, f, rec, str, index) {
   }
   const u32 = inst.u32;
   const w = (inst.base + rec) >> 2;
-  for (let i = 0; i < WORDS; i++) {
+  for (let i = 0; i < WORDS; i += 2) {
     u32[w + i] = s32[i];
-    s32[i] = 0;
+    u32[w + i + 1] = s32[i + 1];
+    sf64[i >> 1] = 0; // both words: +0 is all zero bits
   }
   dirty = false;
   return str;
