@@ -295,7 +295,6 @@ const WORDS = RECORD >> 2;
 const FLAGS_AT = R.flags.offset >> 2;
 const STR_AT = R.str_off.offset >> 2;
 let strBytes = 0;
-let dirty = false;
 
 /**
  * Writes failure f as the record at buffer offset rec, its strings at str,
@@ -311,10 +310,13 @@ function writeFailure(inst, f, rec, str, index) {
   // Absent fields are 0 (the scratch is left zeroed, unless a field threw);
   // the contract's per-field code converts the others into the scratch
   // record and string slots, and returns the flags.
-  if (dirty) s32.fill(0);
-  dirty = true;
   strBytes = 0;
-  s32[FLAGS_AT] = convert(f, index);
+  try {
+    s32[FLAGS_AT] = convert(f, index);
+  } catch (err) {
+    s32.fill(0);
+    throw err;
+  }
   s32[STR_AT] = str;
   // Reserving may move the buffer and grow memory, so views and base are
   // read after it.
@@ -332,7 +334,6 @@ function writeFailure(inst, f, rec, str, index) {
     u32[w + i + 1] = s32[i + 1];
     sf64[i >> 1] = 0; // both words: +0 is all zero bits
   }
-  dirty = false;
   return str;
 }
 
@@ -435,9 +436,11 @@ function int64Slow(v, field, time, w, index) {
 // the scratch record.
 function toBigInt(v, field) {
   if (v === undefined || v === null) throw new InputError(field, `must be an integer (got ${describe(v)})`);
-  dirty = true;
   int64(v, field, 0, -1, 0, true, undefined);
-  return BigInt.asIntN(64, (BigInt(s32[1]) << 32n) | BigInt(s32[0]));
+  const b = BigInt.asIntN(64, (BigInt(s32[1]) << 32n) | BigInt(s32[0]));
+  s32[0] = 0;
+  s32[1] = 0;
+  return b;
 }
 
 function int32(v, field, at, slot, mask, time, index) {
