@@ -227,3 +227,25 @@ test('an oversized policy is a PolicyError at any size, and the limit is the mod
     await assert.rejects(loadPolicy(config), (err) => err instanceof PolicyError && /must be at most 65536 bytes/.test(err.message));
   }
 });
+
+// The encoder keeps one scratch record between calls: a failure refused
+// part-way (its status already converted), or a call that uses the scratch
+// for an int64 parameter, must leave nothing in the next failure.
+test('a failure refused part-way leaves nothing in the next one', async () => {
+  const p = await loadPolicy('default');
+  const timeout = { attempt: 1, errorKind: 'timeout', random: 0.5, nowMs: T0 };
+  const want = p.decide(timeout);
+  assert.equal(want.reason, 'transient');
+  for (const bad of [
+    { attempt: 1, httpStatus: 400, grpcCode: 'NOPE' },
+    { attempt: 1, httpStatus: 400, retryAfter: '100', method: 'GET', serverDeclined: 1 },
+  ]) {
+    assert.throws(() => p.decide(bad), InputError);
+    assert.deepEqual(p.decide(timeout), want);
+    assert.throws(() => p.decideMany([bad]), InputError);
+    assert.deepEqual(p.decideMany([timeout]), [want]);
+  }
+  p.attemptTimeout(12345);
+  assert.throws(() => p.decide({ httpStatus: 503 }), /attempt: must be >= 1 \(got 0\)/);
+  p.close();
+});

@@ -7,7 +7,7 @@ import * as C from './contract.gen.js';
 import { InputError } from './errors.js';
 import { getInstance } from './instance.js';
 
-const { ERR_HANDLE, ERR_INPUT, FAILURE_FIELDS: FIELDS, MAX_STRING } = C;
+const { ERR_HANDLE, ERR_INPUT, MAX_STRING } = C;
 const { size: RECORD, resultSize: RESULT, fields: R } = C.RECORD;
 const BATCH = 256; // records per decide_batch call in decideMany
 const TWO32 = 4294967296;
@@ -281,136 +281,70 @@ function now(v) {
   return v === undefined ? BigInt(Date.now()) : toBigInt(v, 'now_ms');
 }
 
-// The encoder's scratch, so the hot path allocates nothing: the value of
-// each field, the record being built, each string slot's value and length.
-const [INT64, INT32, GRPC_CODE, RANDOM_T, KEY, BOOL, STRING, HINT] = [0, 1, 2, 3, 4, 5, 6, 7];
-const TYPES = { int64: INT64, int32: INT32, grpc_code: GRPC_CODE, random: RANDOM_T, key: KEY, bool: BOOL, string: STRING, hint: HINT };
-const TYPE = Uint8Array.from(FIELDS, (f) => TYPES[f.type]);
-const AT = Int32Array.from(FIELDS, (f) => f.record);
-const SLOT = Int32Array.from(FIELDS, (f) => f.slot);
-const BIT = Int32Array.from(FIELDS, (f) => f.bit);
-const NOW = FIELDS.findIndex((f) => f.name === 'now_ms'); // absent: the host's clock
-const RANDOM = FIELDS.findIndex((f) => f.type === 'random'); // absent: Math.random()
-const TIME = FIELDS.map((f) => f.name.endsWith('_ms')); // a time drops its fraction
-const values = new Array(FIELDS.length);
+// The encoder's scratch, so the hot path allocates nothing: the record
+// being built, each string slot's value, and the UTF-8 bytes of the slots
+// filled (their lengths are in the record).
 const scratch = new ArrayBuffer(RECORD);
 const s32 = new Uint32Array(scratch);
-const ZERO = new Uint32Array(s32.length);
 const si32 = new Int32Array(scratch);
 const s16 = new Uint16Array(scratch);
 const sf64 = new Float64Array(scratch);
 const slots = new Array(C.STRINGS.length);
-const lens = new Uint32Array(C.STRINGS.length);
-const LEN_AT = C.STRINGS.map((s) => R[`${s}_len`].offset >> 1); // each slot's length, in s16
+const LEN_AT = Int32Array.from(C.STRINGS, (s) => R[`${s}_len`].offset >> 1); // each slot's length, in s16
+const WORDS = RECORD >> 2;
 const FLAGS_AT = R.flags.offset >> 2;
 const STR_AT = R.str_off.offset >> 2;
+let strBytes = 0;
 
 /**
  * Writes failure f as the record at buffer offset rec, its strings at str,
- * and returns the offset after the strings. An absent now_ms or random comes
- * from the host's clock and Math.random: hosts own time and randomness.
- * Throws the InputError of the first invalid field, in the order of every
- * host (the contract's), before writing anything.
+ * and returns the offset after the strings. Throws the InputError of the
+ * first invalid field, in the order of every host (the contract's), before
+ * writing anything. No loop over fields or slots here: the common failure
+ * has a few numbers and no string.
  */
 function writeFailure(inst, f, rec, str, index) {
   if (f === null || typeof f !== 'object' || Array.isArray(f)) {
     throw new InputError('failure', `must be an object (got ${describe(f)})`, index);
   }
-  // One pass over the keys the object has: much faster than probing both
-  // spellings of every field. null means absent, as undefined; a name with
-  // an undefined value is not there at all. present has a bit per field
-  // found, so the common failure (a few fields) converts only those.
-  let unknown;
-  let present = 0;
-  for (const name in f) {
-    const v = f[name];
-    if (v === undefined) continue;
-    const i = C.fieldIndex(name);
-    if (i >= 0) {
-      values[i] = v;
-      present |= 1 << i;
-    } else {
-      const u = name.toWellFormed();
-      if (unknown === undefined || codePointLess(u, unknown)) unknown = u;
-    }
-  }
-  if (unknown !== undefined) {
-    values.fill(undefined);
-    throw new InputError(unknown, 'unknown field', index);
-  }
-  if (values[NOW] === undefined || values[NOW] === null) {
-    values[NOW] = Date.now();
-    present |= 1 << NOW;
-  }
-
-  // Convert every field found, in the contract's order, before writing
-  // anything; each writes its part of the scratch record, absent ones are 0
-  // (random: a fresh draw).
-  s32.set(ZERO);
-  if ((present & (1 << RANDOM)) === 0) sf64[AT[RANDOM] >> 3] = Math.random();
-  for (let s = 0; s < lens.length; s++) lens[s] = 0;
-  let flags;
+  // Absent fields are 0 (the scratch is left zeroed, unless a field threw);
+  // the contract's per-field code converts the others into the scratch
+  // record and string slots, and returns the flags.
+  strBytes = 0;
   try {
-    flags = convert(present, index);
+    s32[FLAGS_AT] = convert(f, index);
   } catch (err) {
-    values.fill(undefined); // the fields after the invalid one
+    s32.fill(0);
     throw err;
   }
-  s32[FLAGS_AT] = flags;
   s32[STR_AT] = str;
-  let total = 0;
-  for (let s = 0; s < lens.length; s++) {
-    s16[LEN_AT[s]] = lens[s];
-    total += lens[s];
-  }
   // Reserving may move the buffer and grow memory, so views and base are
   // read after it.
-  if (total > 0) {
-    inst.reserve(str + total);
+  if (strBytes > 0) {
+    inst.reserve(str + strBytes);
     inst.views();
-    for (let s = 0; s < lens.length; s++) {
-      putString(inst.u8, slots[s], inst.base + str, lens[s]);
-      str += lens[s];
-    }
+    str = putStrings(inst.u8, inst.base, str);
   } else {
     inst.views();
   }
-  inst.u32.set(s32, (inst.base + rec) >> 2);
+  const u32 = inst.u32;
+  const w = (inst.base + rec) >> 2;
+  for (let i = 0; i < WORDS; i += 2) {
+    u32[w + i] = s32[i];
+    u32[w + i + 1] = s32[i + 1];
+    sf64[i >> 1] = 0; // both words: +0 is all zero bits
+  }
   return str;
 }
 
-// Converts the fields of present (a bit each) from values into the scratch
-// record and string slots, in the contract's order; returns the flags.
-function convert(present, index) {
-  let flags = 0;
-  for (let m = present; m !== 0; m &= m - 1) {
-    const i = 31 - Math.clz32(m & -m);
-    const v = values[i];
-    values[i] = undefined;
-    switch (TYPE[i]) {
-      case INT64: int64(v, FIELDS[i].name, TIME[i], AT[i] >> 2, index); break;
-      case INT32: si32[AT[i] >> 2] = toInt32(v, FIELDS[i].name, 'must be a 32-bit integer', index); break;
-      case GRPC_CODE:
-        si32[AT[i] >> 2] = typeof v === 'string' ? grpcCode(v, FIELDS[i].name, index) : toInt32(v, FIELDS[i].name, 'must be a 32-bit integer or a status name', index);
-        break;
-      case RANDOM_T: sf64[AT[i] >> 3] = toRandom(v, FIELDS[i].name, index); break;
-      case KEY: if (hasKey(v, FIELDS[i].name, index)) flags |= 1 << BIT[i]; break;
-      case BOOL: if (v !== undefined && v !== null && v !== false) flags |= 1 << flag(v, FIELDS[i].name, BIT[i], index); break;
-      default: {
-        if (v === undefined || v === null) break;
-        // string and hint: a string slot. The first field to fill a slot
-        // wins (a Retry-After over a pushback) and sets its flag bit.
-        const s = TYPE[i] === HINT ? toHint(v, FIELDS[i].name, index) : toStr(v, FIELDS[i].name, index);
-        const n = byteLength(s, FIELDS[i].name, index);
-        if (n > 0 && lens[SLOT[i]] === 0) {
-          slots[SLOT[i]] = s;
-          lens[SLOT[i]] = n;
-          if (BIT[i] >= 0) flags |= 1 << BIT[i];
-        }
-      }
-    }
+// Writes the filled string slots, one after another, at buffer offset str,
+// and returns the offset after them.
+function putStrings(u8, base, str) {
+  for (let s = 0; s < LEN_AT.length; s++) {
+    putString(u8, slots[s], base + str, s16[LEN_AT[s]]);
+    str += s16[LEN_AT[s]];
   }
-  return flags;
+  return str;
 }
 
 /**
@@ -457,18 +391,31 @@ export function codePointLess(a, b) {
 }
 
 // -- one converter per type of field ------------------------------------------
+// The contract's generated code calls them for each field present (null
+// means absent too), as (value, name, record offset, string slot, flag
+// mask, time, index); the string and flag ones return the flag bits they
+// set. Each keeps its common case small, to be inlined there.
 
-// int64: an integral Number or a BigInt, into s32[w], s32[w + 1]; a time
-// (truncate) drops its fraction, as it often comes from performance.now.
-function int64(v, field, truncate, w, index) {
+// int64: an integral Number or a BigInt; a time drops its fraction, as it
+// often comes from performance.now.
+function int64(v, field, at, slot, mask, time, index) {
+  const w = at >> 2;
   if (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER && Math.floor(v) === v) {
     s32[w] = v >>> 0;
     s32[w + 1] = (v / TWO32) >>> 0;
-  } else if (v === undefined || v === null) {
+  } else {
+    int64Slow(v, field, time, w, index);
+  }
+}
+
+// The rest of int64, out of line: the fast paths above are small enough to
+// be inlined into the generated code.
+function int64Slow(v, field, time, w, index) {
+  if (v === undefined || v === null) {
     s32[w] = 0;
     s32[w + 1] = 0;
   } else if (typeof v === 'number') {
-    if (!Number.isFinite(v) || (!truncate && !Number.isInteger(v))) {
+    if (!Number.isFinite(v) || (!time && !Number.isInteger(v))) {
       throw new InputError(field, `must be an integer (got ${describe(v)})`, index);
     }
     const t = Math.trunc(v);
@@ -489,8 +436,15 @@ function int64(v, field, truncate, w, index) {
 // the scratch record.
 function toBigInt(v, field) {
   if (v === undefined || v === null) throw new InputError(field, `must be an integer (got ${describe(v)})`);
-  int64(v, field, true, 0, undefined);
-  return BigInt.asIntN(64, (BigInt(s32[1]) << 32n) | BigInt(s32[0]));
+  int64(v, field, 0, -1, 0, true, undefined);
+  const b = BigInt.asIntN(64, (BigInt(s32[1]) << 32n) | BigInt(s32[0]));
+  s32[0] = 0;
+  s32[1] = 0;
+  return b;
+}
+
+function int32(v, field, at, slot, mask, time, index) {
+  si32[at >> 2] = typeof v === 'number' && (v | 0) === v ? v : toInt32(v, field, 'must be a 32-bit integer', index);
 }
 
 function toInt32(v, field, reason, index) {
@@ -500,56 +454,84 @@ function toInt32(v, field, reason, index) {
   throw new InputError(field, `${reason} (got ${describe(v)})`, index);
 }
 
-// grpc_code as a status name, in any ASCII letter case: only ASCII letters
-// fold, as in every host.
-function grpcCode(v, field, index) {
+// grpc_code: a code, or a status name in any ASCII letter case: only ASCII
+// letters fold, as in every host.
+function grpcCode(v, field, at, slot, mask, time, index) {
+  si32[at >> 2] = typeof v === 'number' && (v | 0) === v ? v : grpcCodeSlow(v, field, index);
+}
+
+function grpcCodeSlow(v, field, index) {
+  if (typeof v !== 'string') return toInt32(v, field, 'must be a 32-bit integer or a status name', index);
   const code = /^[\x00-\x7f]*$/.test(v) ? GRPC_CODES.get(v.toUpperCase()) : undefined;
   if (code === undefined) throw new InputError(field, `unknown gRPC status name ${quote(v)}`, index);
   return code;
 }
 
 // string: a string or bytes (a Uint8Array, such as a Buffer).
-function toStr(v, field, index) {
-  if (v === undefined || v === null) return '';
-  if (typeof v === 'string' || v instanceof Uint8Array) return v;
-  throw new InputError(field, `must be a string (got ${describe(v)})`, index);
+function string(v, field, at, slot, mask, time, index) {
+  return v === undefined || v === null ? 0 : stringSlow(v, field, slot, mask, index);
+}
+
+function stringSlow(v, field, slot, mask, index) {
+  if (typeof v !== 'string' && !(v instanceof Uint8Array)) {
+    throw new InputError(field, `must be a string (got ${describe(v)})`, index);
+  }
+  return fill(v, field, slot, mask, index);
 }
 
 // hint: the raw value (a string or bytes), or a number of seconds
 // (retry_after) or milliseconds (pushback), written as the integer it
 // rounds up to; "NaN", "Infinity", "-Infinity" stay malformed.
-function toHint(v, field, index) {
+function hint(v, field, at, slot, mask, time, index) {
+  return v === undefined || v === null ? 0 : hintSlow(v, field, slot, mask, index);
+}
+
+function hintSlow(v, field, slot, mask, index) {
   if (typeof v === 'number') {
-    if (!Number.isFinite(v)) return String(v);
     const c = Math.ceil(v);
-    return Math.abs(c) <= Number.MAX_SAFE_INTEGER ? String(c) : BigInt(c).toString();
-  }
-  if (typeof v === 'bigint') return v.toString();
-  if (typeof v === 'boolean' || (typeof v === 'object' && v !== null && !(v instanceof Uint8Array))) {
+    v = !Number.isFinite(v) ? String(v) : Math.abs(c) <= Number.MAX_SAFE_INTEGER ? String(c) : BigInt(c).toString();
+  } else if (typeof v === 'bigint') {
+    v = v.toString();
+  } else if (typeof v === 'boolean' || (typeof v === 'object' && v !== null && !(v instanceof Uint8Array))) {
     throw new InputError(field, `must be a string or a number (got ${describe(v)})`, index);
   }
-  return toStr(v, field, index);
+  return stringSlow(v, field, slot, mask, index);
+}
+
+// A string field's value into its slot: the first field to fill a slot wins
+// (a Retry-After over a pushback) and sets its flag bit.
+function fill(v, field, slot, mask, index) {
+  const n = byteLength(v, field, index);
+  if (n === 0 || s16[LEN_AT[slot]] !== 0) return 0;
+  slots[slot] = v;
+  s16[LEN_AT[slot]] = n;
+  strBytes += n;
+  return mask;
 }
 
 // bool: true (the flag bit), false or absent; nothing else, not 1 nor
 // "true", as in every host.
-function flag(v, field, bit, index) {
-  if (v === true) return bit;
+function bool(v, field, at, slot, mask, time, index) {
+  if (v === undefined || v === null || v === false) return 0;
+  if (v === true) return mask;
   throw new InputError(field, `must be a boolean (got ${describe(v)})`, index);
 }
 
 // key: whether there is one (the module sees no more).
-function hasKey(key, field, index) {
-  if (key === undefined || key === null || key === false || key === '') return false;
-  if (key === true || typeof key === 'string') return true;
-  if (key instanceof Uint8Array) return key.length > 0;
-  throw new InputError(field, `must be a string or a boolean (got ${describe(key)})`, index);
+function key(v, field, at, slot, mask, time, index) {
+  if (v === undefined || v === null || v === false || v === '') return 0;
+  if (v === true || typeof v === 'string') return mask;
+  if (v instanceof Uint8Array) return v.length > 0 ? mask : 0;
+  throw new InputError(field, `must be a string or a boolean (got ${describe(v)})`, index);
 }
 
 // random: a number (the module clamps it into [0, 1), NaN too), or the
 // vectors' "NaN" / "Infinity" / "-Infinity"; absent, Math.random().
+function random(v, field, at, slot, mask, time, index) {
+  sf64[at >> 3] = typeof v === 'number' ? v : toRandom(v, field, index);
+}
+
 function toRandom(v, field, index) {
-  if (typeof v === 'number') return v;
   if (v === undefined || v === null) return Math.random();
   if (typeof v === 'bigint') return Number(v);
   if (v === 'NaN') return NaN;
@@ -557,6 +539,19 @@ function toRandom(v, field, index) {
   if (v === '-Infinity') return -Infinity;
   throw new InputError(field, `must be a number, "NaN", "Infinity" or "-Infinity" (got ${describe(v)})`, index);
 }
+
+// The least unknown field name of a failure so far (code point order), and
+// the error it gets.
+function unknownName(name, least) {
+  const u = name.toWellFormed();
+  return least === undefined || codePointLess(u, least) ? u : least;
+}
+
+function unknownField(name, index) {
+  throw new InputError(name, 'unknown field', index);
+}
+
+const convert = C.failureConverter({ int64, int32, grpcCode, string, hint, key, random, bool, unknownName, unknownField });
 
 // The UTF-8 length of a string field (a lone surrogate becomes U+FFFD, 3
 // bytes, as TextEncoder writes it), at most MAX_STRING.
