@@ -1,0 +1,67 @@
+// Paired per-decision cost of two copies of sdk/node in one process:
+//   node bench/issue41_node.mjs BEFORE/sdk/node AFTER/sdk/node [rounds]
+// Each round times every workload on both copies (the order swapped each
+// round); prints the median ns per call of each and the median of the
+// per-round ratios after/before, by the process's CPU time (what a shared,
+// loaded machine disturbs least) and by wall time. The workloads are
+// bench/node/bench.js's.
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const [beforeDir, afterDir] = process.argv.slice(2, 4);
+const ROUNDS = Number(process.argv[4] ?? 25);
+const T0 = 1767225600000;
+const load = async (dir) => (await import(pathToFileURL(resolve(dir, 'index.js')).href)).loadPolicy('default');
+const trees = { before: await load(beforeDir), after: await load(afterDir) };
+
+const mixed = Array.from({ length: 1024 }, (_, i) => {
+  const f = { attempt: 1 + (i % 5), random: (i % 97) / 97, elapsedMs: i * 37, nowMs: T0 };
+  switch (i % 8) {
+    case 0: case 1: case 2: f.httpStatus = 503; break;
+    case 3: f.httpStatus = 429; f.retryAfter = '3'; break;
+    case 4: f.grpcCode = 14; break;
+    case 5: f.errorKind = 'timeout'; break;
+    case 6: f.httpStatus = 400; break;
+    default: f.httpStatus = 502; f.method = 'GET';
+  }
+  return f;
+});
+const plain = Array.from({ length: 1024 }, (_, i) => ({ attempt: 1 + (i % 5), httpStatus: 503, random: (i % 97) / 97, nowMs: T0 }));
+
+let sink;
+const workloads = {
+  'decide(), a 503': [(p, i) => { sink = p.decide(plain[i & 1023]); }, 200_000, 1],
+  'decide(), mixed': [(p, i) => { sink = p.decide(mixed[i & 1023]); }, 200_000, 1],
+  'decideMany(1024 mixed), per failure': [(p) => { sink = p.decideMany(mixed); }, 200, 1024],
+};
+const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) * 1000; };
+const time = (fn, p, n, per) => {
+  const t = process.hrtime.bigint();
+  const c = cpu();
+  for (let i = 0; i < n; i++) fn(p, i);
+  return [(cpu() - c) / n / per, Number(process.hrtime.bigint() - t) / n / per];
+};
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[s.length >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+
+const res = {};
+for (const [name, [fn, n, per]] of Object.entries(workloads)) {
+  for (const p of Object.values(trees)) time(fn, p, n, per); // warm up both
+  res[name] = { before: [], after: [] };
+  res[name + ', wall'] = { before: [], after: [] };
+}
+for (let r = 0; r < ROUNDS; r++) {
+  const order = r % 2 ? ['after', 'before'] : ['before', 'after'];
+  for (const [name, [fn, n, per]] of Object.entries(workloads)) {
+    for (const k of order) {
+      const [c, w] = time(fn, trees[k], n, per);
+      res[name][k].push(c);
+      res[name + ', wall'][k].push(w);
+    }
+  }
+}
+console.log(`Node.js ${process.version}, ${ROUNDS} rounds, medians (min–max); CPU time unless marked wall`);
+for (const [name, { before, after }] of Object.entries(res)) {
+  const ratios = before.map((b, i) => after[i] / b);
+  const f = (xs) => `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
+  console.log(`${name}: before ${f(before)} ns, after ${f(after)} ns, paired ratio ${median(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`);
+}
