@@ -1,5 +1,5 @@
 // Paired per-decision cost of two copies of sdk/node in one process:
-//   node bench/issue41_node.mjs BEFORE/sdk/node AFTER/sdk/node [rounds]
+//   [LOAD=after] node bench/issue41_node.mjs BEFORE/sdk/node AFTER/sdk/node [rounds]
 // Each round times every workload on both copies (the order swapped each
 // round); prints the median ns per call of each and the median of the
 // per-round ratios after/before, by the process's CPU time (what a shared,
@@ -12,7 +12,12 @@ const [beforeDir, afterDir] = process.argv.slice(2, 4);
 const ROUNDS = Number(process.argv[4] ?? 25);
 const T0 = 1767225600000;
 const load = async (dir) => (await import(pathToFileURL(resolve(dir, 'index.js')).href)).loadPolicy('default');
-const trees = { before: await load(beforeDir), after: await load(afterDir) };
+// The copy loaded second can run faster (V8's code placement): LOAD=after
+// loads the after copy first; run it both ways.
+const trees = {};
+if (process.env.LOAD === 'after') trees.after = await load(afterDir);
+trees.before = await load(beforeDir);
+trees.after ??= await load(afterDir);
 
 const mixed = Array.from({ length: 1024 }, (_, i) => {
   const f = { attempt: 1 + (i % 5), random: (i % 97) / 97, elapsedMs: i * 37, nowMs: T0 };
@@ -59,7 +64,7 @@ for (let r = 0; r < ROUNDS; r++) {
     }
   }
 }
-console.log(`Node.js ${process.version}, ${ROUNDS} rounds, medians (min–max); CPU time unless marked wall`);
+console.log(`Node.js ${process.version}, ${ROUNDS} rounds, ${process.env.LOAD === 'after' ? 'after' : 'before'} loaded first, medians (min–max); CPU time unless marked wall`);
 for (const [name, { before, after }] of Object.entries(res)) {
   const ratios = before.map((b, i) => after[i] / b);
   const f = (xs) => `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
