@@ -14,10 +14,16 @@ const T0 = 1767225600000;
 const load = async (dir) => (await import(pathToFileURL(resolve(dir, 'index.js')).href)).loadPolicy('default');
 // The copy loaded second can run faster (V8's code placement): LOAD=after
 // loads the after copy first; run it both ways.
+// ONLY=before or ONLY=after loads that copy alone (for pairs of processes,
+// bench/paired.sh): its lines then give that copy's figures.
 const trees = {};
-if (process.env.LOAD === 'after') trees.after = await load(afterDir);
-trees.before = await load(beforeDir);
-trees.after ??= await load(afterDir);
+const only = process.env.ONLY;
+if (only) trees[only] = await load(only === 'before' ? beforeDir : afterDir);
+else {
+  if (process.env.LOAD === 'after') trees.after = await load(afterDir);
+  trees.before = await load(beforeDir);
+  trees.after ??= await load(afterDir);
+}
 
 const mixed = Array.from({ length: 1024 }, (_, i) => {
   const f = { attempt: 1 + (i % 5), random: (i % 97) / 97, elapsedMs: i * 37, nowMs: T0 };
@@ -57,7 +63,7 @@ for (const [name, [fn, n, per]] of Object.entries(workloads)) {
 for (let r = 0; r < ROUNDS; r++) {
   const order = r % 2 ? ['after', 'before'] : ['before', 'after'];
   for (const [name, [fn, n, per]] of Object.entries(workloads)) {
-    for (const k of order) {
+    for (const k of order.filter((k) => k in trees)) {
       const [c, w] = time(fn, trees[k], n, per);
       res[name][k].push(c);
       res[name + ', wall'][k].push(w);
@@ -66,7 +72,11 @@ for (let r = 0; r < ROUNDS; r++) {
 }
 console.log(`Node.js ${process.version}, ${ROUNDS} rounds, ${process.env.LOAD === 'after' ? 'after' : 'before'} loaded first, medians (min–max); CPU time unless marked wall`);
 for (const [name, { before, after }] of Object.entries(res)) {
-  const ratios = before.map((b, i) => after[i] / b);
   const f = (xs) => `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
+  if (only) {
+    console.log(`${name}: ${only} ${median(res[name][only]).toFixed(1)} ns`);
+    continue;
+  }
+  const ratios = before.map((b, i) => after[i] / b);
   console.log(`${name}: before ${f(before)} ns, after ${f(after)} ns, paired ratio ${median(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)})`);
 }
