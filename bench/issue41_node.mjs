@@ -7,10 +7,10 @@
 // bench/node/bench.js's.
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { mixed, plain } from './node/workloads.js';
 
 const [beforeDir, afterDir] = process.argv.slice(2, 4);
 const ROUNDS = Number(process.argv[4] ?? 25);
-const T0 = 1767225600000;
 const load = async (dir) => (await import(pathToFileURL(resolve(dir, 'index.js')).href)).loadPolicy('default');
 // The copy loaded second can run faster (V8's code placement): LOAD=after
 // loads the after copy first; run it both ways.
@@ -25,19 +25,6 @@ else {
   trees.after ??= await load(afterDir);
 }
 
-const mixed = Array.from({ length: 1024 }, (_, i) => {
-  const f = { attempt: 1 + (i % 5), random: (i % 97) / 97, elapsedMs: i * 37, nowMs: T0 };
-  switch (i % 8) {
-    case 0: case 1: case 2: f.httpStatus = 503; break;
-    case 3: f.httpStatus = 429; f.retryAfter = '3'; break;
-    case 4: f.grpcCode = 14; break;
-    case 5: f.errorKind = 'timeout'; break;
-    case 6: f.httpStatus = 400; break;
-    default: f.httpStatus = 502; f.method = 'GET';
-  }
-  return f;
-});
-const plain = Array.from({ length: 1024 }, (_, i) => ({ attempt: 1 + (i % 5), httpStatus: 503, random: (i % 97) / 97, nowMs: T0 }));
 
 let sink;
 const workloads = {

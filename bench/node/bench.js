@@ -7,6 +7,7 @@ import { statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import pRetry from 'p-retry';
 import { loadPolicy, retry } from '../../sdk/node/index.js';
+import { mixed, plain } from './workloads.js';
 
 const require = createRequire(import.meta.url);
 // exponential-backoff computes a delay with DelayFactory(options, attempt)
@@ -16,7 +17,6 @@ const { DelayFactory } = require('exponential-backoff/dist/delay/delay.factory.j
 const { getSanitizedOptions } = require('exponential-backoff/dist/options.js');
 
 const ROUNDS = Number(process.env.ROUNDS ?? 7);
-const T0 = 1767225600000;
 
 // Runs fn(i) n times per round and returns the median ns per call.
 function measure(fn, n) {
@@ -46,22 +46,6 @@ function median(xs) {
   return s[s.length >> 1];
 }
 
-// The workload of bench/decide_test.go: a mix of classes, attempts, a
-// Retry-After header and methods, as a worker sees them.
-const mixed = Array.from({ length: 1024 }, (_, i) => {
-  const f = { attempt: 1 + (i % 5), random: (i % 97) / 97, elapsedMs: i * 37, nowMs: T0 };
-  switch (i % 8) {
-    case 0: case 1: case 2: f.httpStatus = 503; break;
-    case 3: f.httpStatus = 429; f.retryAfter = '3'; break;
-    case 4: f.grpcCode = 14; break;
-    case 5: f.errorKind = 'timeout'; break;
-    case 6: f.httpStatus = 400; break;
-    default: f.httpStatus = 502; f.method = 'GET';
-  }
-  return f;
-});
-// The same shape as exponential-backoff's input: an attempt number and a draw.
-const plain = Array.from({ length: 1024 }, (_, i) => ({ attempt: 1 + (i % 5), httpStatus: 503, random: (i % 97) / 97, nowMs: T0 }));
 
 const rows = [];
 let sink;

@@ -5,22 +5,9 @@
 // second ran faster in some runs: run it again with the copies swapped.
 // Usage: [N=per round] [ONLY=plain,mixed,wasm,many] node paired.js <sdkA> <sdkB> [rounds]
 import { pathToFileURL } from 'node:url';
+import { mixed, plain } from './workloads.js';
 const [a, b] = [process.argv[2], process.argv[3]];
 const ROUNDS = Number(process.argv[4] ?? 15);
-const T0 = 1767225600000;
-const mixed = Array.from({ length: 1024 }, (_, i) => {
-  const f = { attempt: 1 + (i % 5), random: (i % 97) / 97, elapsedMs: i * 37, nowMs: T0 };
-  switch (i % 8) {
-    case 0: case 1: case 2: f.httpStatus = 503; break;
-    case 3: f.httpStatus = 429; f.retryAfter = '3'; break;
-    case 4: f.grpcCode = 14; break;
-    case 5: f.errorKind = 'timeout'; break;
-    case 6: f.httpStatus = 400; break;
-    default: f.httpStatus = 502; f.method = 'GET';
-  }
-  return f;
-});
-const plain = Array.from({ length: 1024 }, (_, i) => ({ attempt: 1 + (i % 5), httpStatus: 503, random: (i % 97) / 97, nowMs: T0 }));
 const A = await (await import(pathToFileURL(a + '/index.js'))).loadPolicy('default');
 const B = await (await import(pathToFileURL(b + '/index.js'))).loadPolicy('default');
 let sink;
