@@ -49,3 +49,21 @@ for (const c of file.cases) {
     }
   });
 }
+
+// A failure the host refuses before the module sees it (a wrong type) is
+// answered in the same shape as one the module refuses (a bad value).
+test('outcomes: an invalid failure has the same shape whoever refuses it', async () => {
+  const policy = await loadPolicy('default');
+  try {
+    const byHost = policy.outcome({ event: 'failure', attempt: 'one', nowMs: 1 });
+    const byModule = policy.outcome({ event: 'failure', attempt: 0, nowMs: 1 });
+    const shape = ({ error, ...o }) => [o, error instanceof InputError];
+    assert.deepEqual(shape(byHost), shape(byModule));
+    assert.deepEqual(shape(byModule), [
+      { action: 'dead_letter', reason: 'malformed', class: 'retryable', delayMs: 0, pause: false, count: 'dead_letter', invalid: true },
+      true,
+    ]);
+  } finally {
+    policy.close();
+  }
+});

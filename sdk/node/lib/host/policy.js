@@ -217,7 +217,7 @@ class Policy {
       end = writeFailure(inst, failure, 0, RECORD, undefined);
     } catch (err) {
       if (event !== 'failure' || !(err instanceof InputError)) throw err;
-      return { action: 'dead_letter', reason: 'malformed', delayMs: 0, pause: false, count: 'dead_letter', invalid: true, error: err };
+      return { action: 'dead_letter', reason: 'malformed', class: 'retryable', delayMs: 0, pause: false, count: 'dead_letter', invalid: true, error: err };
     }
     // outcome takes decide's parameters: read them back from the record,
     // and move the strings to offset 0, where decide reads them.
