@@ -344,25 +344,18 @@ test('a worker stopped during a memory alarm stops after the apply timeout; once
     const w = work(q, fast, () => {
       throw refused();
     }, { prefetch: 4 });
-    console.log('STEP', "await until('the connection bl", Date.now());
     await until('the connection blocked', () => errors.some((e) => /rabbitmq connection blocked/.test(e.message)));
-    console.log('STEP', "await until('the jobs in hand ", Date.now());
     await until('the jobs in hand run', () => w.runs.length === 4);
-    console.log('STEP', 'await w.stop();', Date.now());
     await w.stop(); // resolves: the pending confirms are given up after 10 s
-    console.log('STEP', 'await broker.close();', Date.now());
     await broker.close();
   } finally {
-    console.log('STEP', "await server.ctl('set_vm_memor", Date.now());
     await server.ctl('set_vm_memory_high_watermark', '0.4');
   }
-    console.log('STEP', 'const { broker: after }', Date.now());
   const { broker: after } = await counted();
   const succeeded = new Set();
   const w2 = work(after.queue('alarm-stop'), fast, (job) => {
     succeeded.add(job.id);
   });
-    console.log('STEP', "await until('every job to succ", Date.now());
   await until('every job to succeed', () => succeeded.size === N, 60_000);
   await w2.stop();
 });
