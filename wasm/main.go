@@ -12,7 +12,6 @@ import (
 	"errors"
 	"math"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"unsafe"
 
@@ -122,12 +121,6 @@ func buffer(size int32) (r int32) {
 	return int32(addr)
 }
 
-// gcSamples are the runtime metrics settleGC reads.
-var gcSamples = []metrics.Sample{
-	{Name: "/gc/heap/goal:bytes"},
-	{Name: "/memory/classes/heap/objects:bytes"},
-}
-
 // settleGC finishes a garbage collection that cannot finish by itself, so
 // the heap stays bounded whatever clock the host gives the module. The
 // exports that allocate much (buffer, policy_load, policy_preset) call it
@@ -152,10 +145,15 @@ var gcSamples = []metrics.Sample{
 // a working collector never allows. runtime.GC then blocks the export,
 // which lets the mark workers run and finish the cycle. A false alarm (one
 // large allocation, such as a big buffer) costs one collection.
+//
+// It reads runtime.MemStats rather than runtime/metrics: the same two
+// figures (NextGC is the heap goal, HeapAlloc the bytes in heap objects)
+// without linking runtime/metrics, whose tables cost start-up time (built on
+// the first read, in the first policy load) and module size.
 func settleGC() {
-	metrics.Read(gcSamples)
-	goal, objects := gcSamples[0].Value.Uint64(), gcSamples[1].Value.Uint64()
-	if objects > 2*goal {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	if m.HeapAlloc > 2*m.NextGC {
 		runtime.GC()
 	}
 }
