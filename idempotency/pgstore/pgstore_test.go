@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -273,4 +274,21 @@ func TestPasswordNeverShown(t *testing.T) {
 		t.Errorf("the log shows the password:\n%s", logs.String())
 	}
 	t.Logf("errors: %v", errs)
+}
+
+// The DDL docs/idempotency.md shows is the one the store writes (Node's
+// pgSchema and Python's schema are compared with the same block).
+func TestSchemaDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/idempotency.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "```sql\n")
+	block, _, ok2 := strings.Cut(after, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/idempotency.md has no ```sql block")
+	}
+	if got := pgstore.Schema(pgstore.DefaultTable); got != block {
+		t.Errorf("pgstore.Schema:\n%s\ndocs/idempotency.md:\n%s", got, block)
+	}
 }

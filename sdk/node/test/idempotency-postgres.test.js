@@ -9,7 +9,7 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import {
-  ConflictError, InProgressError, LeaseLostError, Metrics, createPgIdempotencyStore, idempotent, once, onceTx,
+  ConflictError, InProgressError, LeaseLostError, Metrics, createPgIdempotencyStore, idempotent, once, onceTx, pgSchema,
 } from '../lib/idempotency.js';
 import { PASSWORD, startPostgres } from '../test-support/postgres-server.js';
 
@@ -249,4 +249,11 @@ test('the password never shows in errors or logs', async () => {
     assert.ok(!shown.includes(PASSWORD) && !shown.includes(encodeURIComponent(PASSWORD)), shown);
   }
   assert.ok(!lines.join('\n').includes(PASSWORD));
+});
+
+test("pgSchema is the DDL docs/idempotency.md shows (and Go's and Python's)", () => {
+  const doc = readFileSync(new URL('../../../docs/idempotency.md', import.meta.url), 'utf8');
+  const block = /```sql\n([\s\S]*?)```/.exec(doc);
+  assert.ok(block, 'docs/idempotency.md has no ```sql block');
+  assert.equal(pgSchema(), block[1]);
 });

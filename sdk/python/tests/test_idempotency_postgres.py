@@ -16,7 +16,7 @@ import pytest
 
 from backstop.idempotency import (ConflictError, IdempotencyMetrics, IdempotencyMiddleware, InProgressError,
                                   LeaseLostError, StoredResponse, idempotent)
-from backstop.idempotency_postgres import AsyncPostgresIdempotencyStore, PostgresIdempotencyStore
+from backstop.idempotency_postgres import AsyncPostgresIdempotencyStore, PostgresIdempotencyStore, schema
 from pgserver import PASSWORD, PostgresServer
 from test_idempotency_cases import _claim_reply, _maybe
 
@@ -310,3 +310,10 @@ def test_password_never_shown(pg, caplog):
         shown = "%s %r %r" % (e, e, getattr(e, "__cause__", None))
         assert PASSWORD not in shown, shown
     assert PASSWORD not in caplog.text
+
+
+def test_schema_documented():
+    """schema() is the DDL docs/idempotency.md shows (and Go's and Node's)."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "idempotency.md").read_text()
+    block = doc.split("```sql\n", 1)[1].split("```", 1)[0]
+    assert schema() == block
