@@ -271,3 +271,25 @@ export class TooLargeError extends Error {
     this.name = 'TooLargeError';
   }
 }
+
+/**
+ * What once() and onceTx() give for a claim they did not take: the first
+ * call's result (a Buffer), or InProgressError, ConflictError or
+ * TooLargeError; counted in m.
+ */
+export function onceAnswer(claim, key, m) {
+  if (claim.state === 'conflict') {
+    m.requests.conflict++;
+    throw new ConflictError(`idempotency key ${JSON.stringify(key)} was used for a different request`);
+  }
+  if (claim.state === 'in_progress') {
+    m.requests.in_progress++;
+    throw new InProgressError(key, claim.retryAfterS);
+  }
+  if (claim.response.tooLarge) {
+    m.requests.too_large++;
+    throw new TooLargeError(`the first result for idempotency key ${JSON.stringify(key)} was too large to store`);
+  }
+  m.requests.replayed++;
+  return claim.response.body;
+}

@@ -6,7 +6,7 @@
 // the pool it is given. The SQL is Go's idempotency/pgstore's.
 import { randomBytes } from 'node:crypto';
 import {
-  ConflictError, InProgressError, LeaseLostError, StoreError, TooLargeError, checkKey, defaultMetrics, safeHeaders,
+  LeaseLostError, StoreError, checkKey, defaultMetrics, onceAnswer, safeHeaders,
 } from './idempotency-common.js';
 
 export const DEFAULT_TABLE = 'backstop_idempotency';
@@ -267,22 +267,9 @@ export async function onceTx(store, client, scope, key, request, fn) {
     throw store.storeError('begin', key, err);
   }
   const undo = () => client.query(`ROLLBACK TO SAVEPOINT ${sp}`).then(() => client.query(`RELEASE SAVEPOINT ${sp}`));
-  if (claim.state !== 'started') await undo();
-  if (claim.state === 'conflict') {
-    m.requests.conflict++;
-    throw new ConflictError(`idempotency key ${JSON.stringify(key)} was used for a different request`);
-  }
-  if (claim.state === 'in_progress') {
-    m.requests.in_progress++;
-    throw new InProgressError(key, claim.retryAfterS);
-  }
-  if (claim.state === 'completed') {
-    if (claim.response.tooLarge) {
-      m.requests.too_large++;
-      throw new TooLargeError(`the first result for idempotency key ${JSON.stringify(key)} was too large to store`);
-    }
-    m.requests.replayed++;
-    return claim.response.body;
+  if (claim.state !== 'started') {
+    await undo();
+    return onceAnswer(claim, key, m);
   }
   if (claim.takenOver) m.leaseExpiries++;
   m.requests.first_run++;

@@ -6,8 +6,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
-  ConflictError, InProgressError, LeaseLostError, StoreError, TooLargeError, checkKey, claimAnswer, defaultMetrics, defaultRelease,
-  fingerprint, safeHeaders, setHeaders, settle, storedHeaderValues,
+  LeaseLostError, StoreError, checkKey, claimAnswer, defaultMetrics, defaultRelease, fingerprint, onceAnswer, safeHeaders, setHeaders,
+  settle, storedHeaderValues,
 } from './idempotency-common.js';
 import { sender } from './redis/client.js';
 
@@ -348,22 +348,7 @@ export async function once(store, scope, key, request, fn) {
   const started = Date.now(); // the lease runs from about here on the server's clock
   const claim = await store.begin(scope, key, request);
   const m = store.metrics;
-  if (claim.state === 'conflict') {
-    m.requests.conflict++;
-    throw new ConflictError(`idempotency key ${JSON.stringify(key)} was used for a different request`);
-  }
-  if (claim.state === 'in_progress') {
-    m.requests.in_progress++;
-    throw new InProgressError(key, claim.retryAfterS);
-  }
-  if (claim.state === 'completed') {
-    if (claim.response.tooLarge) {
-      m.requests.too_large++;
-      throw new TooLargeError(`the first result for idempotency key ${JSON.stringify(key)} was too large to store`);
-    }
-    m.requests.replayed++;
-    return claim.response.body;
-  }
+  if (claim.state !== 'started') return onceAnswer(claim, key, m);
   m.requests.first_run++;
   const until = started + store.leaseMs;
   const log = logOf(store);

@@ -9,11 +9,11 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import {
-  ConflictError, InProgressError, LeaseLostError, Metrics, createPgIdempotencyStore, idempotent, once, onceTx, pgSchema,
+  ConflictError, InProgressError, Metrics, createPgIdempotencyStore, idempotent, once, onceTx, pgSchema,
 } from '../lib/idempotency.js';
+import { FILE, replayCase } from '../test-support/idempotency-cases.js';
 import { PASSWORD, startPostgres } from '../test-support/postgres-server.js';
 
-const FILE = JSON.parse(readFileSync(new URL('../../../testdata/idempotency/cases.json', import.meta.url), 'utf8'));
 
 let server;
 let pool;
@@ -60,58 +60,25 @@ FROM ${T} WHERE scope = $1 AND key = $2 AND expires_at > clock_timestamp()`);
   return h;
 }
 
-async function replay(store, c) {
-  await at(`DELETE FROM ${T} WHERE scope = $1 AND key = $2`);
-  const tokens = {};
-  const replies = [];
-  for (const st of c.steps) {
-    if (st.op === 'begin') {
-      const cl = await store.begin(FILE.scope, FILE.key, st.request);
-      const r = { state: cl.state };
-      if (cl.state === 'started') {
-        tokens[st.caller] = cl.token;
-        r.taken_over = cl.takenOver;
-      } else if (cl.state === 'in_progress') r.retry_after_s = cl.retryAfterS;
-      else if (cl.state === 'completed') {
-        Object.assign(r, { status: cl.response.status, headers: cl.response.headers, too_large: cl.response.tooLarge,
-          body_b64: cl.response.body.toString('base64') });
-        if (cl.response.truncated) r.truncated = true;
-      }
-      replies.push(r);
-    } else if (st.op === 'complete' || st.op === 'fail') {
-      const tok = tokens[st.caller] ?? `never-begun-${st.caller}`;
-      try {
-        if (st.op === 'complete') {
-          await store.complete(FILE.scope, FILE.key, tok, {
-            status: st.status, headers: st.headers ?? {}, body: Buffer.from(st.body_b64 ?? '', 'base64'), truncated: st.truncated === true,
-          });
-        } else await store.fail(FILE.scope, FILE.key, tok);
-        replies.push({ ok: true });
-      } catch (err) {
-        if (!(err instanceof LeaseLostError)) throw err;
-        replies.push({ error: 'lease_lost' });
-      }
-    } else if (st.op === 'lapse') {
-      await at(`UPDATE ${T} SET lease_until = clock_timestamp() - interval '1 second' WHERE scope = $1 AND key = $2`);
-    } else if (st.op === 'expire') { // the row stays, past its retention: the store must treat it as absent
-      await at(`UPDATE ${T} SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE scope = $1 AND key = $2`);
-    } else if (st.op === 'write') {
-      const f = st.fields;
-      await at(`INSERT INTO ${T} (scope, key, state, token, request, status, headers, body, too_large, truncated, expires_at)
+// The steps that reach under the store, on the row.
+const pgRaw = {
+  reset: () => at(`DELETE FROM ${T} WHERE scope = $1 AND key = $2`),
+  lapse: () => at(`UPDATE ${T} SET lease_until = clock_timestamp() - interval '1 second' WHERE scope = $1 AND key = $2`),
+  // The row stays, past its retention: the store must treat it as absent.
+  expire: () => at(`UPDATE ${T} SET expires_at = clock_timestamp() - interval '1 millisecond' WHERE scope = $1 AND key = $2`),
+  write: (f) => at(`INSERT INTO ${T} (scope, key, state, token, request, status, headers, body, too_large, truncated, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, clock_timestamp() + $11::float8 * interval '1 millisecond')`,
-      f.state, f.token ?? null, f.request, f.status === undefined ? null : Number(f.status), f.headers ? f.headers : null,
-      Buffer.from(f.body ?? '', 'base64'), f.too_large === '1', f.truncated === '1', FILE.retention_ms);
-    } else throw new Error(`unknown op ${st.op}`);
-  }
-  return { replies, final: await record(tokens) };
-}
+  f.state, f.token ?? null, f.request, f.status === undefined ? null : Number(f.status), f.headers ? f.headers : null,
+  Buffer.from(f.body ?? '', 'base64'), f.too_large === '1', f.truncated === '1', FILE.retention_ms),
+  record,
+};
 
 test('idempotency cases on PostgreSQL (node-postgres)', async () => {
   const store = createPgIdempotencyStore(pool, { leaseMs: FILE.lease_ms, retentionMs: FILE.retention_ms, maxBody: FILE.max_body,
     metrics: new Metrics(), log: () => {} });
   assert.ok(FILE.cases.length >= 30);
   for (const c of FILE.cases) {
-    const got = await replay(store, c);
+    const got = await replayCase(store, pgRaw, c);
     assert.deepEqual(got, { replies: c.replies, final: c.final }, c.name);
   }
 });

@@ -15,10 +15,10 @@ import psycopg_pool
 import pytest
 
 from backstop.idempotency import (ConflictError, IdempotencyMetrics, IdempotencyMiddleware, InProgressError,
-                                  LeaseLostError, StoredResponse, idempotent)
+                                  StoredResponse, idempotent)
 from backstop.idempotency_postgres import AsyncPostgresIdempotencyStore, PostgresIdempotencyStore, schema
 from pgserver import PASSWORD, PostgresServer
-from test_idempotency_cases import _claim_reply, _maybe
+from test_idempotency_cases import replay_case
 
 FILE = json.loads((Path(__file__).resolve().parents[3] / "testdata" / "idempotency" / "cases.json").read_text())
 T = "backstop_idempotency"
@@ -70,45 +70,33 @@ FROM backstop_idempotency WHERE scope = %s AND key = %s AND expires_at > clock_t
     return h
 
 
-async def _replay(store, raw, c):
-    _at(raw, "DELETE FROM backstop_idempotency WHERE scope = %s AND key = %s")
-    tokens, replies = {}, []
-    for st in c["steps"]:
-        op = st["op"]
-        if op == "begin":
-            cl = await _maybe(store.begin(FILE["scope"], FILE["key"], st["request"]))
-            if cl.state == "started":
-                tokens[st["caller"]] = cl.token
-            replies.append(_claim_reply(cl))
-        elif op in ("complete", "fail"):
-            tok = tokens.get(st["caller"], "never-begun-" + st["caller"])
-            try:
-                if op == "complete":
-                    await _maybe(store.complete(FILE["scope"], FILE["key"], tok, StoredResponse(
-                        st["status"], st.get("headers") or {}, base64.b64decode(st.get("body_b64", "")),
-                        truncated=st.get("truncated", False))))
-                else:
-                    await _maybe(store.fail(FILE["scope"], FILE["key"], tok))
-                replies.append({"ok": True})
-            except LeaseLostError:
-                replies.append({"error": "lease_lost"})
-        elif op == "lapse":
-            _at(raw, "UPDATE backstop_idempotency SET lease_until = clock_timestamp() - interval '1 second' "
-                     "WHERE scope = %s AND key = %s")
-        elif op == "expire":  # the row stays, past its retention: the store must treat it as absent
-            _at(raw, "UPDATE backstop_idempotency SET expires_at = clock_timestamp() - interval '1 millisecond' "
-                     "WHERE scope = %s AND key = %s")
-        elif op == "write":
-            f = st["fields"]
-            _at(raw, """INSERT INTO backstop_idempotency (scope, key, state, token, request, status, headers, body,
+class PgRaw:
+    """The steps that reach under the store, on the row."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def reset(self):
+        _at(self.raw, "DELETE FROM backstop_idempotency WHERE scope = %s AND key = %s")
+
+    def lapse(self):
+        _at(self.raw, "UPDATE backstop_idempotency SET lease_until = clock_timestamp() - interval '1 second' "
+                      "WHERE scope = %s AND key = %s")
+
+    def expire(self):  # the row stays, past its retention: the store must treat it as absent
+        _at(self.raw, "UPDATE backstop_idempotency SET expires_at = clock_timestamp() - interval '1 millisecond' "
+                      "WHERE scope = %s AND key = %s")
+
+    def write(self, f):
+        _at(self.raw, """INSERT INTO backstop_idempotency (scope, key, state, token, request, status, headers, body,
   too_large, truncated, expires_at)
 VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, clock_timestamp() + %s::float8 * interval '1 millisecond')""",
-                f["state"], f.get("token"), f["request"], int(f["status"]) if "status" in f else None,
-                f.get("headers") or None, base64.b64decode(f.get("body", "")), f.get("too_large") == "1",
-                f.get("truncated") == "1", FILE["retention_ms"])
-        else:
-            raise AssertionError("unknown op %r" % op)
-    return {"replies": replies, "final": _record(raw, tokens)}
+            f["state"], f.get("token"), f["request"], int(f["status"]) if "status" in f else None,
+            f.get("headers") or None, base64.b64decode(f.get("body", "")), f.get("too_large") == "1",
+            f.get("truncated") == "1", FILE["retention_ms"])
+
+    def record(self, tokens):
+        return _record(self.raw, tokens)
 
 
 def _options():
@@ -121,7 +109,7 @@ def test_cases_sync(pg, pool):
     assert len(FILE["cases"]) >= 30
     with psycopg.connect(pg.url, autocommit=True) as raw:
         for c in FILE["cases"]:
-            assert asyncio.run(_replay(store, raw, c)) == {"replies": c["replies"], "final": c["final"]}, c["name"]
+            assert asyncio.run(replay_case(store, PgRaw(raw), c)) == {"replies": c["replies"], "final": c["final"]}, c["name"]
 
 
 def test_cases_asyncio(pg):
@@ -130,7 +118,7 @@ def test_cases_asyncio(pg):
             store = AsyncPostgresIdempotencyStore(apool, **_options())
             with psycopg.connect(pg.url, autocommit=True) as raw:
                 for c in FILE["cases"]:
-                    got = await _replay(store, raw, c)
+                    got = await replay_case(store, PgRaw(raw), c)
                     assert got == {"replies": c["replies"], "final": c["final"]}, c["name"]
 
     asyncio.run(main())

@@ -731,7 +731,25 @@ def _canonical(name: str) -> str:
     return "-".join(p[:1].upper() + p[1:].lower() for p in name.split("-"))
 
 
-def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Callable[..., str], *, scope: str = ""):
+def _once_answer(m: IdempotencyMetrics, key: str, claim: Claim, what: str = "request") -> bytes:
+    """What ``idempotent`` and ``once_tx`` give for a claim they did not
+    take: the first call's stored result, or InProgressError, ConflictError
+    or TooLargeError; counted in m."""
+    if claim.state == "conflict":
+        m.requests["conflict"] += 1
+        raise ConflictError("idempotency key %r was used with different %s" % (key, what))
+    if claim.state == "in_progress":
+        m.requests["in_progress"] += 1
+        raise InProgressError(key, claim.retry_after)
+    assert claim.response is not None
+    if claim.response.too_large:
+        m.requests["too_large"] += 1
+        raise TooLargeError("the first result for idempotency key %r was too large to store" % key)
+    m.requests["replayed"] += 1
+    return claim.response.body
+
+
+def idempotent(store: Union[_SyncSettle, _AsyncSettle], key: Callable[..., str], *, scope: str = ""):
     """A decorator for plain functions (a queue worker's handler keyed by the
     job id: a job redelivered after a crash returns its recorded result
     instead of running its side effect again)::
@@ -760,19 +778,7 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
         return fingerprint("CALL", fn.__module__ + "." + fn.__qualname__, body)
 
     def outcome(k: str, claim: Claim) -> Any:
-        m = store.metrics
-        if claim.state == "conflict":
-            m.requests["conflict"] += 1
-            raise ConflictError("idempotency key %r was used with different arguments" % k)
-        if claim.state == "in_progress":
-            m.requests["in_progress"] += 1
-            raise InProgressError(k, claim.retry_after)
-        assert claim.response is not None
-        if claim.response.too_large:
-            m.requests["too_large"] += 1
-            raise TooLargeError("the first result for idempotency key %r was too large to store" % k)
-        m.requests["replayed"] += 1
-        return json.loads(claim.response.body)
+        return json.loads(_once_answer(store.metrics, k, claim, "arguments"))
 
     def done(result: Any, error: Optional[Exception]) -> Any:
         # A store error is logged, counted and tried again in the background.

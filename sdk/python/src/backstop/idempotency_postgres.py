@@ -28,8 +28,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Optional, 
 
 import psycopg
 
-from .idempotency import (_AsyncSettle, _Options, _safe_headers, _stored_pairs, _SyncSettle, Claim, ConflictError,
-                          InProgressError, LeaseLostError, StoredResponse, TooLargeError, check_key)
+from .idempotency import (_AsyncSettle, _once_answer, _Options, _safe_headers, _stored_pairs, _SyncSettle, Claim,
+                          LeaseLostError, StoredResponse, check_key)
 
 __all__ = ["AsyncPostgresIdempotencyStore", "DEFAULT_TABLE", "PostgresIdempotencyStore", "schema"]
 
@@ -164,22 +164,6 @@ class _PgBase(_Options):
             self.metrics.lease_expiries += 1
         self.metrics.requests["first_run"] += 1
 
-    def _tx_outcome(self, key: str, claim: Claim) -> bytes:
-        """once_tx's answer to a claim the caller did not take."""
-        m = self.metrics
-        if claim.state == "conflict":
-            m.requests["conflict"] += 1
-            raise ConflictError("idempotency key %r was used for a different request" % key)
-        if claim.state == "in_progress":
-            m.requests["in_progress"] += 1
-            raise InProgressError(key, claim.retry_after)
-        assert claim.response is not None
-        if claim.response.too_large:
-            m.requests["too_large"] += 1
-            raise TooLargeError("the first result for idempotency key %r was too large to store" % key)
-        m.requests["replayed"] += 1
-        return claim.response.body
-
 
 def _bytes(out: Union[bytes, str, None]) -> bytes:
     if out is None:
@@ -282,7 +266,7 @@ class PostgresIdempotencyStore(_SyncSettle, _PgBase):
                     n = conn.execute(self._sql["complete"], args).rowcount
                 self._owner("complete", key, n)
         except _Answer as a:
-            return self._tx_outcome(key, a.claim)
+            return _once_answer(self.metrics, key, a.claim)
         return out
 
 
@@ -369,7 +353,7 @@ class AsyncPostgresIdempotencyStore(_AsyncSettle, _PgBase):
                     n = (await conn.execute(self._sql["complete"], args)).rowcount
                 self._owner("complete", key, n)
         except _Answer as a:
-            return self._tx_outcome(key, a.claim)
+            return _once_answer(self.metrics, key, a.claim)
         return out
 
 
