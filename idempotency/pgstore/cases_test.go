@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"testing"
 
@@ -121,12 +122,18 @@ FROM backstop_idempotency WHERE scope = $1 AND key = $2 AND expires_at > clock_t
 	return out, nil
 }
 
-// start returns a pool on a private PostgreSQL server with the store's
-// table created.
-func start(t testing.TB) (*pgtest.Server, *pgxpool.Pool) {
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// start returns a pool on a fresh database of the package's private
+// PostgreSQL server, with the store's table created.
+func start(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	srv := pgtest.Start(t)
-	pool, err := pgxpool.New(context.Background(), srv.URL())
+	return connect(t, pgtest.Database(t))
+}
+
+func connect(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +141,14 @@ func start(t testing.TB) (*pgtest.Server, *pgxpool.Pool) {
 	if err := pgstore.New(pool).CreateTable(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return srv, pool
+	return pool
 }
 
 // Every shared case, as the Redis store answers it, against a real
 // PostgreSQL server.
 func TestIdempotencyCases(t *testing.T) {
 	ctx := context.Background()
-	_, pool := start(t)
+	pool := start(t)
 	var file idemcases.File
 	casetest.Read(t, idemcases.RootPath, &file)
 	store := pgstore.New(pool, file.Options()...)

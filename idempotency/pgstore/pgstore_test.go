@@ -58,7 +58,7 @@ func inTx(t *testing.T, pool *pgxpool.Pool, f func(tx pgx.Tx) error) error {
 // so the job runs again.
 func TestOnceTxCommitsTheWriteAndTheRecordTogether(t *testing.T) {
 	ctx := context.Background()
-	_, pool := start(t)
+	pool := start(t)
 	count := charges(t, pool)
 	m := idempotency.NewMetrics()
 	store := pgstore.New(pool, idempotency.WithMetrics(m))
@@ -119,7 +119,7 @@ func TestOnceTxCommitsTheWriteAndTheRecordTogether(t *testing.T) {
 // instead of waiting on the row; after the commit it gets the result.
 func TestOnceTxDuplicateWhileTheTransactionRuns(t *testing.T) {
 	ctx := context.Background()
-	_, pool := start(t)
+	pool := start(t)
 	count := charges(t, pool)
 	store := pgstore.New(pool, idempotency.WithMetrics(idempotency.NewMetrics()))
 	var inner, begin error
@@ -156,14 +156,14 @@ func TestOnceTxDuplicateWhileTheTransactionRuns(t *testing.T) {
 // own transactions, with a lease, as on Redis (the checks the Redis store's
 // TestOnceRunsAJobOnce makes).
 func TestOnceRunsAJobOnce(t *testing.T) {
-	_, pool := start(t)
+	pool := start(t)
 	idemcases.Once(t, pgstore.New(pool, idempotency.WithMetrics(idempotency.NewMetrics())))
 }
 
 // The middleware on PostgreSQL: replay, 422 on another body, 409 while the
 // first runs, as on Redis.
 func TestMiddleware(t *testing.T) {
-	_, pool := start(t)
+	pool := start(t)
 	store := pgstore.New(pool, idempotency.WithMetrics(idempotency.NewMetrics()))
 	var runs atomic.Int64
 	started, release := make(chan struct{}, 1), make(chan struct{})
@@ -216,7 +216,8 @@ func TestMiddleware(t *testing.T) {
 // that went away, a wrong password.
 func TestPasswordNeverShown(t *testing.T) {
 	ctx := context.Background()
-	srv, pool := start(t)
+	srv := pgtest.Start(t) // its own: the test stops it
+	pool := connect(t, srv.URL())
 	var logs logbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	store := pgstore.New(pool, idempotency.WithMetrics(idempotency.NewMetrics()), idempotency.WithLogger(log), idempotency.WithLease(50*time.Millisecond))

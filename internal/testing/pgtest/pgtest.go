@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,7 +40,6 @@ type Server struct {
 	Addr string
 	// Dir holds the data directory (Dir/data), the socket and the log.
 	Dir  string
-	t    testing.TB
 	cmd  *exec.Cmd
 	cred *syscall.Credential
 }
@@ -66,67 +66,131 @@ func major(path string) int {
 // over TCP with Superuser and Password (scram-sha-256).
 func Start(t testing.TB) *Server {
 	t.Helper()
+	s, err := launch(Bin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+var shared struct {
+	sync.Mutex
+	s   *Server
+	err error
+	dbs int
+}
+
+// Main runs a package's tests (call it from TestMain) and then stops the
+// server Database started, if any.
+func Main(m *testing.M) int {
+	code := m.Run()
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.s != nil {
+		shared.s.Stop()
+	}
+	return code
+}
+
+// Database returns the URL of a fresh database (its own tables) on a
+// server the package's tests share, started on first use: a server takes
+// seconds to start, a database milliseconds. The package's TestMain must
+// call Main, which stops the server.
+func Database(t testing.TB) string {
+	t.Helper()
 	bin := Bin(t)
+	shared.Lock()
+	if shared.s == nil && shared.err == nil {
+		shared.s, shared.err = launch(bin)
+	}
+	s, err := shared.s, shared.err
+	shared.dbs++
+	name := fmt.Sprintf("test_%d", shared.dbs)
+	shared.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(s.URL())
+	u.Path = "/" + name
+	return u.String()
+}
+
+func launch(bin string) (_ *Server, err error) {
 	// Not t.TempDir: its parents are private to root, and the server may
 	// run as another user.
 	dir, err := os.MkdirTemp("", "pgtest-")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &Server{Dir: dir, t: t}
+	s := &Server{Dir: dir}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("running as root and there is no system user postgres (the Debian package postgresql creates it): %v", err)
+			return nil, fmt.Errorf("running as root and there is no system user postgres (the Debian package postgresql creates it): %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	pw := filepath.Join(dir, "pwfile")
 	if err := os.WriteFile(pw, []byte(Password+"\n"), 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if s.cred != nil {
 		os.Chown(pw, int(s.cred.Uid), int(s.cred.Gid))
 	}
 	if out, err := s.command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", Superuser,
 		"--pwfile", pw, "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-sync").CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	os.Remove(pw)
-	port := freePort(t)
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	log, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer log.Close()
 	s.cmd = s.command(filepath.Join(bin, "postgres"), "-D", filepath.Join(dir, "data"), "-k", dir, "-h", "127.0.0.1",
 		"-p", strconv.Itoa(port), "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("start postgres: %v", err)
+		s.cmd = nil
+		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	t.Cleanup(s.Stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		conn, err := pgx.Connect(context.Background(), s.URL())
 		if err == nil {
 			conn.Close(context.Background())
-			break
+			return s, nil
 		}
 		if time.Now().After(deadline) {
 			out, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			t.Fatalf("postgres on %s did not answer: %v\n%s", s.Addr, err, out)
+			return nil, fmt.Errorf("postgres on %s did not answer: %v\n%s", s.Addr, err, out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s
 }
 
 func (s *Server) command(name string, args ...string) *exec.Cmd {
@@ -147,8 +211,10 @@ func (s *Server) URL() string {
 	return u.String()
 }
 
-// Stop ends the server with a fast shutdown (idempotent).
+// Stop ends the server with a fast shutdown and removes its directory
+// (idempotent).
 func (s *Server) Stop() {
+	defer os.RemoveAll(s.Dir)
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
@@ -164,14 +230,13 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // String describes the server for test logs (no password).

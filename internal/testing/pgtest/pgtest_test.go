@@ -28,4 +28,3 @@ func TestStart(t *testing.T) {
 		t.Fatal("a wrong password was accepted")
 	}
 }
-
