@@ -1,6 +1,9 @@
-// Package idempotency is the server side of idempotency keys: a Redis store
-// that answers a retried request with the first one's response instead of
-// running it twice, and net/http middleware over it.
+// Package idempotency is the server side of idempotency keys: a store that
+// answers a retried request with the first one's response instead of
+// running it twice, net/http middleware and the worker's Once over it. The
+// store is a Backend: Store (New) keeps the records in Redis,
+// idempotency/pgstore in a PostgreSQL table, optionally in the caller's
+// transaction.
 //
 // Every call is one run of the contract's script contract/scripts/idempotency.lua
 // (queue/redisqueue/README.md, "Idempotency keys"), the one the Node.js and Python
