@@ -8,7 +8,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	backstop_idempotency_requests_total{outcome}   first_run, replayed, in_progress, conflict, too_large
 //	backstop_idempotency_lease_expiries_total      keys taken over from an owner whose lease ran out
 //	backstop_idempotency_lease_lost_total          Complete/Fail by an owner that lost its key
-//	backstop_idempotency_store_errors_total{operation}  begin, complete, fail: Redis failed
+//	backstop_idempotency_store_errors_total{operation}  begin, complete, fail: the store (Redis, PostgreSQL) failed
 type Metrics struct {
 	requests      *prometheus.CounterVec
 	leaseExpiries prometheus.Counter
