@@ -27,7 +27,7 @@ type Policy struct {
 	onOpen   string // policy.OnOpenDefer or policy.OnOpenDeadLetter
 	// boundsAttempts: the policy has attempt_timeout or max_elapsed (stop_when any).
 	boundsAttempts bool
-	connectMs      int64 // connect_timeout, read once: it never changes
+	connectMs      int64                    // connect_timeout, read once: it never changes
 	pinned         atomic.Pointer[instance] // the one instance holding a stateful policy's state
 	closed         atomic.Bool
 	cleanup        runtime.Cleanup // frees the handles if the Policy is collected without Close

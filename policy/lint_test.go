@@ -66,8 +66,8 @@ func TestLintsStaySilent(t *testing.T) {
 		`{"attempt_timeout": "1s"}`,                               // equal to the first backoff
 		`{"attempt_timeout": "200ms", "backoff": {"base": "1s"}}`, // shorter
 		`{"classify": {"default": "permanent"}, "uncertain": {"max_attempts": 4}}`,
-		`{"attempt_timeout": "1s", "connect_timeout": "200ms"}`, // a fraction of the attempt
-		`{"connect_timeout": "3s"}`,                             // no attempt_timeout to compare
+		`{"attempt_timeout": "1s", "connect_timeout": "200ms"}`,     // a fraction of the attempt
+		`{"connect_timeout": "3s"}`,                                 // no attempt_timeout to compare
 		`{"classify": {"default": "uncertain"}}`,                    // one retry, the built-in bound
 		`{"max_attempts": 2, "classify": {"default": "retryable"}}`, // one retry
 		`{"max_attempts": 50, "lint_ignore": {"BP003": "a partner's nightly maintenance lasts an hour"}}`,
