@@ -37,8 +37,8 @@ class Policy:
     def __init__(self, inst: Instance, handle: int) -> None:
         self._inst = inst
         self._h = handle
-        # on_open never changes: read once.
-        self._stateful, self._on_open = abi.policy_flags(inst, handle)
+        # on_open and connect_timeout never change: read once.
+        self._stateful, self._on_open, self._connect_ms = abi.policy_flags(inst, handle)
         self._finalizer = weakref.finalize(self, abi.finalize, inst, handle)
 
     @property
@@ -52,6 +52,17 @@ class Policy:
         empty budget: ``"defer"`` (the default: back to the delayed set
         without spending an attempt) or ``"dead_letter"``."""
         return self._on_open
+
+    @property
+    def connect_timeout(self) -> Optional[float]:
+        """The policy's ``connect_timeout`` in seconds, or None when it has
+        none (the client's own applies): how long establishing a
+        connection may take within an attempt, for the client to enforce,
+        e.g. ``httpx.Client(timeout=httpx.Timeout(10, connect=policy.connect_timeout))``
+        or requests' ``timeout=(policy.connect_timeout, read)``. A connect
+        that runs out (``httpx.ConnectTimeout``) is the error kind
+        ``connect_timeout``, not ``timeout``."""
+        return self._connect_ms / 1000 if self._connect_ms else None
 
     def acquire(self, now_ms: Optional[int] = None) -> Permit:
         """Asks permission for one call at now_ms (default: the host's
