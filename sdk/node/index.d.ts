@@ -114,6 +114,20 @@ export interface Policy {
 	attemptTimeout(elapsedMs: Int64): number;
 
 	/**
+	The policy's `connect_timeout` in milliseconds, `0` when it has none (the client's own applies): how long establishing a connection may take within an attempt, for the client to enforce. A connect that runs out (undici's `UND_ERR_CONNECT_TIMEOUT`) is the error kind `connect_timeout`, not `timeout`. undici's timer has a resolution of about 1 s.
+
+	@example
+	```
+	import {Agent} from 'undici';
+
+	const policy = await loadPolicy({attempt_timeout: '2s', connect_timeout: '500ms'});
+	const dispatcher = new Agent({connect: {timeout: policy.connectTimeout}});
+	await retry(() => fetch(url, {dispatcher}), {policy});
+	```
+	*/
+	readonly connectTimeout: number;
+
+	/**
 	What a queue does with a job refused by an open breaker or an empty budget: put it back in the delayed set without spending an attempt (`defer`), or dead-letter it.
 
 	@default 'defer'
