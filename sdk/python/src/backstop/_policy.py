@@ -210,12 +210,13 @@ class Policy:
     @overload
     def retry(self, fn: None = None, /, *, before_sleep: Optional[BeforeSleep] = None, classify: Optional[Classify] = None,
               method: Optional[str] = None, idempotency_key: Optional[str] = None,
-              metrics: Any = None, headers: Optional[MutableMapping[str, str]] = None) -> Callable[[F], F]: ...
+              metrics: Any = None, headers: Optional[MutableMapping[str, str]] = None,
+              reraise: bool = False) -> Callable[[F], F]: ...
 
     def retry(self, fn: Optional[Callable[..., Any]] = None, /, *, before_sleep: Optional[BeforeSleep] = None,
               classify: Optional[Classify] = None, method: Optional[str] = None,
               idempotency_key: Optional[str] = None, metrics: Any = None,
-              headers: Optional[MutableMapping[str, str]] = None) -> Any:
+              headers: Optional[MutableMapping[str, str]] = None, reraise: bool = False) -> Any:
         """A decorator that retries a function (sync or ``async def``) as
         this policy decides: ``@policy.retry`` or ``@policy.retry(...)``.
 
@@ -234,6 +235,15 @@ class Policy:
         raises ``RetryError`` with reason ``circuit_open`` before it is made.
         ``metrics`` (from ``backstop.metrics.create_metrics``) counts
         attempts, retries, refusals, delays and the breaker's state.
+
+        ``reraise=True`` (tenacity's ``reraise``): when the policy gives up
+        after a failed attempt, the attempt's own exception is raised
+        instead of ``RetryError`` (its traceback is the attempt's), for
+        code that catches the client's exceptions. The reason is then only
+        in the metrics and ``Backstop-No-Retry``; a breaker's refusal still
+        raises ``RetryError("circuit_open")`` (no attempt of the function
+        failed), and an outer ``@policy.retry`` no longer sees that this
+        loop already retried (retry at one layer: keep the default there).
 
         Before each attempt the loop asks ``attempt_timeout`` (the
         policy's ``attempt_timeout``, bounded by what is left of
@@ -259,7 +269,7 @@ class Policy:
         response.
         """
         wrap = retrying(self, before_sleep=before_sleep, classify=classify, method=method,
-                        idempotency_key=idempotency_key, metrics=metrics, headers=headers)
+                        idempotency_key=idempotency_key, metrics=metrics, headers=headers, reraise=reraise)
         return wrap(fn) if fn is not None else wrap
 
     def close(self) -> None:
