@@ -271,6 +271,13 @@ export interface RetryOptions {
 	```
 	*/
 	readonly headers?: Headers | Record<string, string | string[] | undefined>;
+
+	/**
+	When the policy gives up after an attempt that threw, throw that error itself instead of a `RetryError` (p-retry's behaviour, tenacity's `reraise`), for code that catches the client's errors. An attempt that returned a failed `Response` threw nothing: it still ends in a `RetryError` with the `response`, as does a call the circuit breaker refused.
+
+	@default false
+	*/
+	readonly reraise?: boolean;
 }
 
 /** The process metrics of one policy and target: pass to `retry({metrics})` or a queue worker. */
