@@ -93,6 +93,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		uncertainMaxAttempts: r.uncertainMaxAttempts,
 		maxElapsedMs:         r.maxElapsedMs,
 		attemptTimeoutMs:     r.attemptTimeoutMs,
+		connectTimeoutMs:     r.connectTimeoutMs,
 		stopAll:              r.stopWhen == "all",
 		strategy:             strat,
 		baseMs:               r.baseMs,

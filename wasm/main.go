@@ -336,6 +336,19 @@ func policy_on_open(h int32) (r int32) {
 	return abi.OnOpenDefer
 }
 
+// connect_timeout returns the policy's connect_timeout in ms (ABI.md,
+// "connect_timeout"): 0 for none. It never changes: hosts read it once.
+//
+//go:wasmexport connect_timeout
+func connect_timeout(h int32) (r int64) {
+	defer guard64("connect_timeout", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	return p.ConnectTimeoutMs()
+}
+
 // error_message returns address<<32 | length of the last error's message.
 //
 //go:wasmexport error_message

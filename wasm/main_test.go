@@ -417,6 +417,20 @@ func TestAttemptTimeout(t *testing.T) {
 	}
 }
 
+// connect_timeout answers the policy's field in ms, 0 without one, and
+// refuses a bad handle.
+func TestConnectTimeout(t *testing.T) {
+	if w := connect_timeout(load(t, `{"attempt_timeout": "2s", "connect_timeout": "300ms"}`)); w != 300 {
+		t.Errorf("connect_timeout: %d, want 300", w)
+	}
+	if w := connect_timeout(load(t, "default")); w != 0 {
+		t.Errorf("default: %d, want 0", w)
+	}
+	if w := connect_timeout(0); w != errHandle {
+		t.Errorf("handle 0: %d", w)
+	}
+}
+
 // out calls the outcome export with a failure of status 503 (strings from
 // the buffer: ml, kl, hl) at now.
 func out(h, event int32, attempt, now int64, flags, ml, kl, hl int32, deliveries, maxDeliveries int64) int64 {

@@ -114,6 +114,20 @@ export interface Policy {
 	attemptTimeout(elapsedMs: Int64): number;
 
 	/**
+	The policy's `connect_timeout` in milliseconds, `0` when it has none (the client's own applies): how long establishing a connection may take within an attempt, for the client to enforce. A connect that runs out (undici's `UND_ERR_CONNECT_TIMEOUT`) is the error kind `connect_timeout`, not `timeout`. undici's timer has a resolution of about 1 s.
+
+	@example
+	```
+	import {Agent} from 'undici';
+
+	const policy = await loadPolicy({attempt_timeout: '2s', connect_timeout: '500ms'});
+	const dispatcher = new Agent({connect: {timeout: policy.connectTimeout}});
+	await retry(() => fetch(url, {dispatcher}), {policy});
+	```
+	*/
+	readonly connectTimeout: number;
+
+	/**
 	What a queue does with a job refused by an open breaker or an empty budget: put it back in the delayed set without spending an attempt (`defer`), or dead-letter it.
 
 	@default 'defer'
@@ -257,6 +271,13 @@ export interface RetryOptions {
 	```
 	*/
 	readonly headers?: Headers | Record<string, string | string[] | undefined>;
+
+	/**
+	When the policy gives up after an attempt that threw, throw that error itself instead of a `RetryError` (p-retry's behaviour, tenacity's `reraise`), for code that catches the client's errors. An attempt that returned a failed `Response` threw nothing: it still ends in a `RetryError` with the `response`, as does a call the circuit breaker refused.
+
+	@default false
+	*/
+	readonly reraise?: boolean;
 }
 
 /** The process metrics of one policy and target: pass to `retry({metrics})` or a queue worker. */

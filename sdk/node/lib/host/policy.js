@@ -74,8 +74,9 @@ class Policy {
     this.inst = inst;
     this.h = h;
     this.stateful = inst.call(() => inst.e.policy_stateful(h)) === 1;
-    // on_open never changes: read once.
+    // on_open and connect_timeout never change: read once.
     this.onOpen = C.ON_OPEN_NAMES[inst.call(() => inst.e.policy_on_open(h))];
+    this.connectTimeout = Number(inst.call(() => inst.e.connect_timeout(h)));
     finalizer?.register(this, { inst, h }, this);
   }
 
