@@ -252,5 +252,6 @@ var Exports = []Export{
 	{"policy_on_open", []string{"i32"}, "i32"},
 	{"attempt_timeout", []string{"i32", "i64"}, "i64"},
 	{"outcome", []string{"i32", "i32", "i64", "i32", "i32", "i64", "i64", "f64", "i64", "i32", "i32", "i32", "i32", "i64", "i64"}, "i64"},
+	{"outcome_record", []string{"i32", "i32", "i32", "i64", "i64"}, "i64"},
 	{"error_message", []string{}, "i64"},
 }
