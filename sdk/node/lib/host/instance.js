@@ -83,7 +83,7 @@ export class Instance {
       policy_on_open: (h) => (tick(), raw.policy_on_open(this.remap ? handle(h) : h)),
       budget_tokens: (h, now) => (tick(), raw.budget_tokens(this.remap ? handle(h) : h, now)),
       attempt_timeout: (h, elapsed) => (tick(), raw.attempt_timeout(this.remap ? handle(h) : h, elapsed)),
-      outcome: (h, ...args) => (tick(), raw.outcome(this.remap ? handle(h) : h, ...args)),
+      outcome_record: (h, ...args) => (tick(), raw.outcome_record(this.remap ? handle(h) : h, ...args)),
     };
     this.reserve(MIN_BUFFER);
   }
