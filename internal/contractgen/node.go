@@ -16,6 +16,15 @@ func init() {
 		}
 		panic("contractgen: no record field " + name)
 	}
+	// export is the export named name.
+	funcs["export"] = func(s *Schema, name string) Export {
+		for _, e := range s.Exports {
+			if e.Name == name {
+				return e
+			}
+		}
+		panic("contractgen: no export " + name)
+	}
 	funcs["div"] = func(a, b int) int { return a / b }
 	funcs["hasSuffix"] = strings.HasSuffix
 	// nodeDefault is the JavaScript value of a field the host fills when it
