@@ -5,6 +5,9 @@
 
 import type {InputError} from './index.js';
 
+/** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
+export const ABI_VERSION: 1;
+
 /** An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`. */
 export type Int64 = number | bigint;
 

@@ -139,9 +139,6 @@ const policy = await loadPolicy({extends: 'critical', max_attempts: 4});
 */
 export function loadPolicy(config: string | Readonly<Record<string, unknown>> | ArrayBuffer | ArrayBufferView, options?: LoadOptions): Promise<Policy>;
 
-/** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
-export const ABI_VERSION: 1;
-
 export interface RetryContext {
 	/** The number of the attempt that failed, from 1. */
 	readonly attempt: number;

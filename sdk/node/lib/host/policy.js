@@ -28,10 +28,7 @@ const finalizer =
       })
     : null;
 
-/**
- * Loads a policy: a preset name, a JSON or YAML string, a plain object or
- * bytes. Each call returns a new handle with its own budget and breaker.
- */
+// loadPolicy and the Policy methods are documented in index.d.ts.
 export async function loadPolicy(config, options = {}, loadDefault) {
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
   // The module refuses a policy over MAX_POLICY_BYTES with a PolicyError;
@@ -136,11 +133,6 @@ class Policy {
     return C.CIRCUIT_STATE_NAMES[this.#call('circuit_state', now(nowMs))];
   }
 
-  /**
-   * What is left of the retry budget at nowMs (default: Date.now()), read
-   * without changing it: a token bucket's tokens, or the retries a window
-   * budget still allows; null when the policy has no budget.
-   */
   budgetTokens(nowMs) {
     if (this.h === 0) throw closed();
     if (!this.stateful) return null;
@@ -148,34 +140,17 @@ class Policy {
     return b.present ? b.milli / 1000 : null;
   }
 
-  /**
-   * Permission for one call at nowMs (default: Date.now()), before it is
-   * made. A refused call gets retryInMs, the time until the breaker may
-   * admit one; an allowed call in half-open is a trial whose outcome must be
-   * reported (recordSuccess, or decide for a failure).
-   */
   acquire(nowMs) {
     return C.unpackPermit(...halves(this.#call('acquire', now(nowMs))));
   }
 
-  /**
-   * How long the attempt starting elapsedMs after the first one started
-   * may run, in ms: the policy's attempt_timeout, cut to what is left of
-   * max_elapsed; 0 when no timeout applies.
-   */
   attemptTimeout(elapsedMs) {
     if (this.h === 0) throw closed();
     return Number(this.#call('attempt_timeout', toBigInt(elapsedMs, 'elapsed_ms')));
   }
 
-  /**
-   * What a queue worker does about one event of a job (wasm/ABI.md,
-   * "outcome"): {event: 'before' | 'success' | 'failure' | 'delivered',
-   * nowMs, the failure's fields (failure), deliveries and maxDeliveries
-   * (delivered)} → {action, reason, delayMs, pause, count, invalid}, and
-   * error (an InputError) when invalid: a failure refused as invalid input
-   * is dead-lettered as malformed, not thrown.
-   */
+  // A failure the host refuses as invalid is dead-lettered as malformed,
+  // not thrown, with the module's answer to one it refuses.
   outcome(e) {
     if (this.h === 0) throw closed();
     if (e === null || typeof e !== 'object') throw new TypeError(`Expected \`event\` to be an object (got ${describe(e)})`);
