@@ -253,5 +253,6 @@ var Exports = []Export{
 	{"attempt_timeout", []string{"i32", "i64"}, "i64"},
 	{"connect_timeout", []string{"i32"}, "i64"},
 	{"outcome", []string{"i32", "i32", "i64", "i32", "i32", "i64", "i64", "f64", "i64", "i32", "i32", "i32", "i32", "i64", "i64"}, "i64"},
+	{"outcome_record", []string{"i32", "i32", "i32", "i64", "i64"}, "i64"},
 	{"error_message", []string{}, "i64"},
 }

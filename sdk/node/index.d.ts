@@ -1,31 +1,5 @@
 export * from './contract.gen.js';
-import type {CircuitState, Decision, Failure, JobEvent, OnOpen, Outcome, Permit, Reason} from './contract.gen.js';
-
-/**
-A gRPC status name, accepted in any letter case by `grpcCode`.
-*/
-export type GrpcStatusName =
-	| 'CANCELLED'
-	| 'UNKNOWN'
-	| 'INVALID_ARGUMENT'
-	| 'DEADLINE_EXCEEDED'
-	| 'NOT_FOUND'
-	| 'ALREADY_EXISTS'
-	| 'PERMISSION_DENIED'
-	| 'RESOURCE_EXHAUSTED'
-	| 'FAILED_PRECONDITION'
-	| 'ABORTED'
-	| 'OUT_OF_RANGE'
-	| 'UNIMPLEMENTED'
-	| 'INTERNAL'
-	| 'UNAVAILABLE'
-	| 'DATA_LOSS'
-	| 'UNAUTHENTICATED';
-
-/**
-An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`.
-*/
-export type Int64 = number | bigint;
+import type {CircuitState, Decision, Failure, Int64, OnOpen, Outcome, OutcomeEvent, Permit, Reason} from './contract.gen.js';
 
 /**
 A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
@@ -151,9 +125,6 @@ export interface Policy {
 	close(): void;
 }
 
-/** What `Policy.outcome` takes: the event, its time (`nowMs`, default `Date.now()`), a failure's fields, a delivery count. */
-export type OutcomeEvent = {readonly event: JobEvent; readonly deliveries?: Int64; readonly maxDeliveries?: Int64} & Partial<Failure>;
-
 /** A compiled `WebAssembly.Module`, where the TypeScript libs in use declare it. */
 type CompiledModule = typeof globalThis extends {WebAssembly: {Module: {prototype: infer M}}} ? M : object;
 
@@ -181,9 +152,6 @@ const policy = await loadPolicy({extends: 'critical', max_attempts: 4});
 ```
 */
 export function loadPolicy(config: string | Readonly<Record<string, unknown>> | ArrayBuffer | ArrayBufferView, options?: LoadOptions): Promise<Policy>;
-
-/** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
-export const ABI_VERSION: 1;
 
 export interface RetryContext {
 	/** The number of the attempt that failed, from 1. */
