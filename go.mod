@@ -22,11 +22,16 @@ require (
 )
 
 require (
+	github.com/chromedp/cdproto v0.160.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/google/go-jsonnet v0.22.0
 	github.com/rabbitmq/amqp091-go v1.10.0
 )
 
-require sigs.k8s.io/yaml v1.6.0 // indirect
+require (
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	sigs.k8s.io/yaml v1.6.0 // indirect
+)
 
 require (
 	// Listed so that the go command finds this package in its own module

@@ -20,7 +20,10 @@ import (
 // payload, a binary one.
 func seeded(t *testing.T, b queue.Broker, name string) queue.Queue {
 	t.Helper()
-	q, err := b.Open(name + "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10))
+	if b.Kind() != "redis" { // a broker of its own per test on Redis; RabbitMQ's is shared
+		name += "-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+	}
+	q, err := b.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
