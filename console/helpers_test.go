@@ -182,3 +182,13 @@ func mustNotContain(t *testing.T, what, body string, nots ...string) {
 		}
 	}
 }
+
+func readAll(t testing.TB, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
