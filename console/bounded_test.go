@@ -253,7 +253,7 @@ func TestPageCostAtScale(t *testing.T) {
 		for j, sq := range qs {
 			slices.Sort(times[j])
 			c := "n/a"
-			if cmds[j] >= 0 {
+			if sq.cost() >= 0 {
 				c = fmt.Sprintf("%.1f", float64(cmds[j])/loads)
 			}
 			t.Logf("| %s | %d | %s | %.1f | %.2f | %.2f | %.1f → %.1f |", kind, sq.size, c, float64(looked[j])/loads,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -72,7 +73,7 @@ func (s *Server) promByQueue(ctx context.Context, query string) map[string]strin
 			} `json:"result"`
 		} `json:"data"`
 	}
-	if json.NewDecoder(http.MaxBytesReader(nil, resp.Body, 1<<20)).Decode(&body) != nil {
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body) != nil {
 		return nil
 	}
 	out := map[string]string{}

@@ -16,10 +16,15 @@ import (
 // A replay from the console runs in the background, paced: a batch of
 // ceil(rate) dead letters a tick (a second), each batch one Replay, until
 // the limit or a batch that moves fewer than it asked. Its page shows the
-// progress.
+// progress. A filtered batch scans the DLQ from its start again (Replay
+// keeps no cursor): bounded by the broker's own scan per call.
 
-// maxReplay bounds one console replay.
-const maxReplay = 100_000
+// maxReplay bounds one console replay; keepReplays is how many replays'
+// progress pages are kept.
+const (
+	maxReplay   = 100_000
+	keepReplays = 100
+)
 
 type replayJob struct {
 	ID     int
@@ -59,6 +64,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, q queue.Queue) {
 	s.replayID++
 	j := &replayJob{ID: s.replayID, Queue: q.Name(), Actor: actor(r), Filter: f, Limit: limit, Rate: rate, Start: time.Now()}
 	s.replays[j.ID] = j
+	delete(s.replays, j.ID-keepReplays) // the progress of the last keepReplays only
 	s.mu.Unlock()
 	s.cfg.log.Info("console replay", "queue", q.Name(), "actor", j.Actor, "limit", limit, "rate", rate,
 		"reason", f.Reason, "type", f.Type, "id", f.ID)
