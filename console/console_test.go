@@ -118,7 +118,7 @@ func TestReadOnly(t *testing.T) {
 					t.Errorf("read-only POST %s: %d, want 404 or 405", p, code)
 				}
 			}
-			if n := dlqSize(t, q); n != 5 {
+			if n := dlqSize(t, q, 5); n != 5 {
 				t.Errorf("after the read-only console: %d dead letters, want 5", n)
 			}
 			// The security headers.
@@ -161,7 +161,7 @@ func TestWrites(t *testing.T) {
 			if code, _, _ := s.post(base+"/discard", url.Values{"csrf": {tok}, "action": {"delete"}, "id": {"j-2"}}); code != http.StatusBadRequest {
 				t.Errorf("delete without a note: %d, want 400", code)
 			}
-			if n := dlqSize(t, q); n != 5 {
+			if n := dlqSize(t, q, 5); n != 5 {
 				t.Fatalf("after the refused writes: %d dead letters, want 5", n)
 			}
 
@@ -185,7 +185,7 @@ func TestWrites(t *testing.T) {
 				return strings.Contains(body, "Done:")
 			})
 			mustContain(t, "replay progress", body, `<span id="moved">2</span>`, `value="100"`)
-			if n := dlqSize(t, q); n != 2 {
+			if n := dlqSize(t, q, 2); n != 2 {
 				t.Errorf("after delete j-2 and replay of sms: %d dead letters, want 2", n)
 			}
 			// A token is the user's: another user's is refused.

@@ -156,13 +156,21 @@ func (s *site) token(path string) string {
 	return m[1]
 }
 
-func dlqSize(t *testing.T, q queue.Queue) int64 {
+// dlqSize is q's DLQ size once it reads want, else the last it read: a
+// broker's figures may lag a move a moment (RabbitMQ applies an ack, and
+// counts a dead letter a page put back at the tail, a little later).
+func dlqSize(t *testing.T, q queue.Queue, want int64) int64 {
 	t.Helper()
-	st, err := q.Stats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.DeadLetters
+	var n int64
+	eventually.Wait(10*time.Second, func() bool {
+		st, err := q.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = st.DeadLetters
+		return n == want
+	})
+	return n
 }
 
 func mustContain(t *testing.T, what, body string, wants ...string) {
