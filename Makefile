@@ -99,6 +99,7 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \
