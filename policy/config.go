@@ -782,7 +782,7 @@ func (d *decoder) lintIgnore(v *node, p string, r *rawPolicy) {
 			d.fail(kp, "duplicate key")
 			continue
 		case !isLintCode(e.key):
-			d.fail(kp, "unknown lint code (codes: "+strings.Join(lintCodes, ", ")+")")
+			d.fail(kp, "unknown lint code (codes: "+lintCodeList()+")")
 			continue
 		}
 		seen[e.key] = true

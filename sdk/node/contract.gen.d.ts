@@ -107,3 +107,12 @@ export interface Outcome {
 	/** When `invalid`: why, as `decide` would have thrown it. */
 	readonly error?: InputError;
 }
+/** A warning about a valid policy: a choice the retry guidance names as a classic mistake (docs/policy.md, "Lints"). */
+export interface Lint {
+	/** The stable code: `BP001`, `BP002`, `BP003`, `BP004`, `BP005`. */
+	readonly code: "BP001" | "BP002" | "BP003" | "BP004" | "BP005";
+	/** The field path that makes it fire. */
+	readonly field: string;
+	/** One line: what the policy does and the rule it breaks. */
+	readonly message: string;
+}

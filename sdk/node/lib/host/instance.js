@@ -11,7 +11,8 @@ const ERR_POLICY = -2;
 const MIN_BUFFER = 4096;
 const MAX_HANDLES = 1 << 16; // the module's handles are 1..65536
 const EXPORTS = ['buffer', 'policy_load', 'policy_preset', 'policy_free', 'policy_stateful', 'decide_batch',
-  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'budget_tokens', 'attempt_timeout'];
+  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'policy_lints',
+  'budget_tokens', 'attempt_timeout'];
 const MAX_BUFFER = 64 << 20; // the module refuses more
 
 /**
@@ -81,6 +82,7 @@ export class Instance {
       circuit_state: (h, now) => (tick(), raw.circuit_state(this.remap ? handle(h) : h, now)),
       acquire: (h, now) => (tick(), raw.acquire(this.remap ? handle(h) : h, now)),
       policy_on_open: (h) => (tick(), raw.policy_on_open(this.remap ? handle(h) : h)),
+      policy_lints: (h) => (tick(), raw.policy_lints(this.remap ? handle(h) : h)),
       budget_tokens: (h, now) => (tick(), raw.budget_tokens(this.remap ? handle(h) : h, now)),
       attempt_timeout: (h, elapsed) => (tick(), raw.attempt_timeout(this.remap ? handle(h) : h, elapsed)),
       outcome: (h, ...args) => (tick(), raw.outcome(this.remap ? handle(h) : h, ...args)),

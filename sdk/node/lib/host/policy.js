@@ -76,6 +76,12 @@ class Policy {
     this.stateful = inst.call(() => inst.e.policy_stateful(h)) === 1;
     // on_open never changes: read once.
     this.onOpen = C.ON_OPEN_NAMES[inst.call(() => inst.e.policy_on_open(h))];
+    // Lints never change either: the module answers bits, the schema's
+    // table (contract.gen.js) spells them out; each is a process warning.
+    this.lints = C.lintsOf(inst.call(() => inst.e.policy_lints(h)));
+    for (const l of this.lints) {
+      process.emitWarning(`${l.field}: ${l.code}: ${l.message}`, { type: 'BackstopLintWarning', code: l.code });
+    }
     finalizer?.register(this, { inst, h }, this);
   }
 
