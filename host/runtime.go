@@ -192,7 +192,7 @@ func (r *Runtime) LoadFile(ctx context.Context, path string) (*Policy, error) {
 	return p, nil
 }
 
-// Preset loads a named preset ("default", "critical", "batch",
+// Preset loads a named preset ("default", "critical", "batch", "cloud-tasks",
 // "fast-transient"; see policy.PresetNames). An unknown name gives a
 // *PolicyError that lists the presets.
 func (r *Runtime) Preset(ctx context.Context, name string) (*Policy, error) {

@@ -123,7 +123,7 @@ func isMarker(line []byte, m string) bool {
 }
 
 // Preset returns a new Policy built from a named preset: "default",
-// "critical", "batch" or "fast-transient" (see PresetNames).
+// "critical", "batch", "cloud-tasks" or "fast-transient" (see PresetNames).
 func Preset(name string) (*Policy, error) {
 	text, ok := presets[name]
 	if !ok {

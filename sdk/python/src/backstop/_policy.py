@@ -301,7 +301,7 @@ MAX_POLICY_BYTES = 64 << 10
 
 def load_policy(source: Union[str, bytes, bytearray, Mapping[str, Any], "os.PathLike[str]"]) -> Policy:
     """Loads a policy from a preset name (``"default"``, ``"critical"``,
-    ``"batch"``, ``"fast-transient"``), JSON or YAML text (str or bytes), a
+    ``"batch"``, ``"cloud-tasks"``, ``"fast-transient"``), JSON or YAML text (str or bytes), a
     dict (the policy object) or a ``pathlib.Path`` to a JSON or YAML file.
 
     Raises ``PolicyError`` naming every invalid field.

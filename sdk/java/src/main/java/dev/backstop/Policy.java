@@ -120,7 +120,7 @@ public final class Policy implements AutoCloseable {
 
   /**
    * Loads a named preset into the bundled runtime: {@code default},
-   * {@code critical}, {@code batch}, {@code fast-transient}.
+   * {@code critical}, {@code batch}, {@code cloud-tasks}, {@code fast-transient}.
    */
   public static Policy preset(String name) {
     return PolicyRuntime.bundled().preset(name);
