@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"runtime"
 )
 
@@ -15,6 +16,7 @@ type config struct {
 	cacheDir string
 	poolSize int
 	output   io.Writer
+	logger   *slog.Logger
 
 	// memoryLimitPages caps each instance's linear memory (wazero's
 	// default, 0, is 4 GiB). Only tests set it, to make an instance run out
@@ -24,7 +26,7 @@ type config struct {
 
 // defaults returns the configuration New starts from.
 func defaults() config {
-	return config{wasm: backstopWasm, poolSize: runtime.GOMAXPROCS(0), output: io.Discard}
+	return config{wasm: backstopWasm, poolSize: runtime.GOMAXPROCS(0), output: io.Discard, logger: slog.New(slog.DiscardHandler)}
 }
 
 func (c *config) validate() error {
@@ -64,4 +66,16 @@ func WithModule(wasm []byte) Option {
 // discards it.
 func WithOutput(w io.Writer) Option {
 	return func(c *config) { c.output = w }
+}
+
+// WithLogger logs each lint of a policy as it loads (docs/policy.md,
+// "Lints"): a warning "backstop: policy lint" with its code, field and
+// reason. The default logs nothing; (*Policy).Lints returns them either
+// way.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
 }

@@ -25,6 +25,7 @@ type Policy struct {
 	preset   bool   // data is a preset name for policy_preset
 	stateful bool
 	onOpen   string // policy.OnOpenDefer or policy.OnOpenDeadLetter
+	lints    []policy.Lint
 	// boundsAttempts: the policy has attempt_timeout or max_elapsed (stop_when any).
 	boundsAttempts bool
 	connectMs      int64                    // connect_timeout, read once: it never changes
@@ -36,6 +37,12 @@ type Policy struct {
 // Stateful reports whether the policy has a retry budget or a circuit
 // breaker. Calls on a stateful policy are serialised on one instance.
 func (p *Policy) Stateful() bool { return p.stateful }
+
+// Lints returns the policy's lints, as the module reported them when it
+// loaded (docs/policy.md, "Lints"): warnings about a valid policy, which
+// decides as written. The Runtime also logs each one at load, through
+// WithLogger. Lints its lint_ignore names are left out; nil when none.
+func (p *Policy) Lints() []policy.Lint { return slices.Clone(p.lints) }
 
 // acquire locks the instance that serves a call and returns the policy's
 // handle there, loading the policy into it on first use.

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -58,6 +59,8 @@ type Runtime struct {
 	list atomic.Pointer[[]*instance] // live instances, copied on write under mu
 	mu   sync.Mutex                  // serialises changes to list, and pin
 	pin  int                         // round-robin cursor for stateful policies
+
+	logger *slog.Logger // WithLogger's: a policy's lints at load
 }
 
 // New compiles the module (the embedded backstop.wasm unless WithModule)
@@ -81,7 +84,7 @@ func New(ctx context.Context, opts ...Option) (*Runtime, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Runtime{size: cfg.poolSize}
+	r := &Runtime{size: cfg.poolSize, logger: cfg.logger}
 	r.list.Store(new([]*instance))
 	rc := wazero.NewRuntimeConfig()
 	if cfg.cacheDir != "" {
@@ -189,7 +192,7 @@ func (r *Runtime) LoadFile(ctx context.Context, path string) (*Policy, error) {
 	return p, nil
 }
 
-// Preset loads a named preset ("default", "critical", "batch",
+// Preset loads a named preset ("default", "critical", "batch", "cloud-tasks",
 // "fast-transient"; see policy.PresetNames). An unknown name gives a
 // *PolicyError that lists the presets.
 func (r *Runtime) Preset(ctx context.Context, name string) (*Policy, error) {
@@ -223,6 +226,17 @@ func (r *Runtime) load(ctx context.Context, data []byte, preset bool) (*Policy, 
 			}
 		}
 		if err == nil {
+			// Lints never change either: read once, reported at load.
+			var w uint64
+			if w, err = in.call(ctx, in.policyLints, api.EncodeI32(h)); err == nil {
+				if int64(w) < 0 {
+					err = in.codeErr(ctx, "policy_lints", int64(w))
+				} else {
+					p.lints = policy.LintsOf(w)
+				}
+			}
+		}
+		if err == nil {
 			// A policy bounds attempts from the start (elapsed 0) or never:
 			// AttemptTimeout needs no call for one that never does.
 			var w uint64
@@ -248,6 +262,9 @@ func (r *Runtime) load(ctx context.Context, data []byte, preset bool) (*Policy, 
 	// the Node.js and Python hosts do: else each one would hold a slot of
 	// the module's handle table, and its memory, for good.
 	p.cleanup = runtime.AddCleanup(p, r.forget, p.id)
+	for _, l := range p.lints {
+		r.logger.Warn("backstop: policy lint", "code", l.Code, "field", l.Field, "reason", l.Message)
+	}
 	if !p.stateful {
 		return p, nil
 	}

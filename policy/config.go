@@ -123,7 +123,7 @@ func isMarker(line []byte, m string) bool {
 }
 
 // Preset returns a new Policy built from a named preset: "default",
-// "critical", "batch" or "fast-transient" (see PresetNames).
+// "critical", "batch", "cloud-tasks" or "fast-transient" (see PresetNames).
 func Preset(name string) (*Policy, error) {
 	text, ok := presets[name]
 	if !ok {
@@ -784,7 +784,7 @@ func (d *decoder) lintIgnore(v *node, p string, r *rawPolicy) {
 			d.fail(kp, "duplicate key")
 			continue
 		case !isLintCode(e.key):
-			d.fail(kp, "unknown lint code (codes: "+strings.Join(lintCodes, ", ")+")")
+			d.fail(kp, "unknown lint code (codes: "+lintCodeList()+")")
 			continue
 		}
 		seen[e.key] = true

@@ -282,3 +282,45 @@ type Failure struct {
 	// policy never reads it.
 	Err error
 }
+
+// The lints, by bit (policy_lints' bit i is row i). lintCodes and
+// lintFields are what the module needs (lint_ignore's codes, LintBits);
+// lintReasons only Lints and LintsOf read, so the linker leaves them out
+// of backstop.wasm, which reports a lint by its bit.
+const (
+	// LintImmediateRetry (backoff.strategy): strategy none retries at once: an immediate retry hits a failing dependency again while it is down; use a backoff (exponential).
+	LintImmediateRetry = "BP001"
+	// LintNoJitter (jitter.mode): jitter none: clients that failed together retry together; backoff without jitter is the classic herd, use full.
+	LintNoJitter = "BP002"
+	// LintManyAttempts (max_attempts): more than 10 retries (max_attempts over 11, or 0: unlimited) needs a reason; state it in lint_ignore.BP003.
+	LintManyAttempts = "BP003"
+	// LintTimeoutPastBackoff (attempt_timeout): attempt_timeout is longer than the first backoff: keep timeouts much shorter than the backoff cycle, or hung attempts, not the backoff, pace the retries.
+	LintTimeoutPastBackoff = "BP004"
+	// LintUnknownRetried (classify.default): a failure no table knows is retried more than once: default is no retry; make it permanent, or classify the errors you know.
+	LintUnknownRetried = "BP005"
+	// LintConnectPastAttempt (connect_timeout): connect_timeout is not shorter than attempt_timeout: the attempt's deadline ends a slow connect first, as a timeout, so connect_timeout never applies; keep it a fraction of attempt_timeout.
+	LintConnectPastAttempt = "BP006"
+)
+
+// The lints' bits.
+const (
+	lintImmediateRetryBit     = 1 << 0
+	lintNoJitterBit           = 1 << 1
+	lintManyAttemptsBit       = 1 << 2
+	lintTimeoutPastBackoffBit = 1 << 3
+	lintUnknownRetriedBit     = 1 << 4
+	lintConnectPastAttemptBit = 1 << 5
+)
+
+var lintCodes = [...]string{"BP001", "BP002", "BP003", "BP004", "BP005", "BP006"}
+
+var lintFields = [...]string{"backoff.strategy", "jitter.mode", "max_attempts", "attempt_timeout", "classify.default", "connect_timeout"}
+
+var lintReasons = [...]string{
+	"strategy none retries at once: an immediate retry hits a failing dependency again while it is down; use a backoff (exponential)",
+	"jitter none: clients that failed together retry together; backoff without jitter is the classic herd, use full",
+	"more than 10 retries (max_attempts over 11, or 0: unlimited) needs a reason; state it in lint_ignore.BP003",
+	"attempt_timeout is longer than the first backoff: keep timeouts much shorter than the backoff cycle, or hung attempts, not the backoff, pace the retries",
+	"a failure no table knows is retried more than once: default is no retry; make it permanent, or classify the errors you know",
+	"connect_timeout is not shorter than attempt_timeout: the attempt's deadline ends a slow connect first, as a timeout, so connect_timeout never applies; keep it a fraction of attempt_timeout",
+}

@@ -126,7 +126,7 @@ func ExamplePreset() {
 	fmt.Println(policy.PresetNames())
 	// Output:
 	// critical 3
-	// [batch critical default fast-transient]
+	// [batch cloud-tasks critical default fast-transient]
 }
 
 // Lints warn of a valid policy's anti-patterns; lint_ignore silences one

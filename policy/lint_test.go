@@ -23,16 +23,16 @@ func TestLintsFireOnTheAntiPatterns(t *testing.T) {
 	}{
 		{"immediate retry", `{"backoff": {"strategy": "none"}}`, "BP001", "backoff.strategy", "an immediate retry"},
 		{"no jitter, exponential", `{"jitter": {"mode": "none"}}`, "BP002", "jitter.mode", "backoff without jitter"},
-		{"no jitter, linear", `{"backoff": {"strategy": "linear"}, "jitter": {"mode": "none"}}`, "BP002", "jitter.mode", "with linear backoff"},
-		{"no jitter, cloud_tasks", `{"backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "1h"}, "jitter": {"mode": "none"}}`, "BP002", "jitter.mode", "with cloud_tasks backoff"},
-		{"12 attempts", `{"max_attempts": 12}`, "BP003", "max_attempts", "12 attempts are 11 retries: more than 10 retries needs a reason"},
-		{"unlimited attempts", `{"max_attempts": 0, "max_elapsed": "1h"}`, "BP003", "max_attempts", "unlimited attempts"},
-		{"timeout past the first backoff", `{"attempt_timeout": "30s"}`, "BP004", "attempt_timeout", "attempt_timeout 30s is longer than the first backoff (1s): keep timeouts much shorter than the backoff cycle"},
-		{"unknown errors retryable", `{"classify": {"default": "retryable"}}`, "BP005", "classify.default", "retryable and retried up to 4 times: default is no retry"},
-		{"unknown errors uncertain, 3 attempts", `{"uncertain": {"max_attempts": 3}}`, "BP005", "classify.default", "uncertain and retried up to 2 times"},
-		{"connect timeout as long as the attempt", `{"attempt_timeout": "1s", "connect_timeout": "1s"}`, "BP006", "connect_timeout", "connect_timeout 1s is not shorter than attempt_timeout (1s)"},
+		{"no jitter, linear", `{"backoff": {"strategy": "linear"}, "jitter": {"mode": "none"}}`, "BP002", "jitter.mode", "backoff without jitter"},
+		{"no jitter, cloud_tasks", `{"backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "1h"}, "jitter": {"mode": "none"}}`, "BP002", "jitter.mode", "backoff without jitter"},
+		{"12 attempts", `{"max_attempts": 12}`, "BP003", "max_attempts", "more than 10 retries (max_attempts over 11, or 0: unlimited) needs a reason"},
+		{"unlimited attempts", `{"max_attempts": 0, "max_elapsed": "1h"}`, "BP003", "max_attempts", "needs a reason"},
+		{"timeout past the first backoff", `{"attempt_timeout": "30s"}`, "BP004", "attempt_timeout", "attempt_timeout is longer than the first backoff: keep timeouts much shorter than the backoff cycle"},
+		{"unknown errors retryable", `{"classify": {"default": "retryable"}}`, "BP005", "classify.default", "retried more than once: default is no retry"},
+		{"unknown errors uncertain, 3 attempts", `{"uncertain": {"max_attempts": 3}}`, "BP005", "classify.default", "default is no retry"},
+		{"unknown errors retryable, no attempt limit", `{"max_attempts": 0, "max_elapsed": "1h", "classify": {"default": "retryable"}}`, "BP005", "classify.default", "default is no retry"},
+		{"connect timeout as long as the attempt", `{"attempt_timeout": "1s", "connect_timeout": "1s"}`, "BP006", "connect_timeout", "is not shorter than attempt_timeout"},
 		{"connect timeout past the attempt", `{"attempt_timeout": "500ms", "connect_timeout": "2s"}`, "BP006", "connect_timeout", "so connect_timeout never applies"},
-		{"unknown errors retryable, no attempt limit", `{"max_attempts": 0, "max_elapsed": "1h", "classify": {"default": "retryable"}}`, "BP005", "classify.default", "without an attempt limit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -140,5 +140,21 @@ func TestConnectTimeout(t *testing.T) {
 		if got := p.ConnectTimeoutMs(); got != 0 {
 			t.Errorf("preset %s: ConnectTimeoutMs() = %d, want 0", name, got)
 		}
+	}
+}
+
+// LintsOf spells out the bits LintBits (and the module's policy_lints)
+// return, in code order, and ignores bits past the table.
+func TestLintsOfSpellsOutBits(t *testing.T) {
+	p, err := policy.Parse([]byte(`{"max_attempts": 20, "jitter": {"mode": "none"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := p.LintBits(); b != 0b110 {
+		t.Fatalf("LintBits = %b, want BP002 and BP003 (bits 1 and 2)", b)
+	}
+	got := policy.LintsOf(0b110 | 1<<61)
+	if len(got) != 2 || got[0].Code != policy.LintNoJitter || got[1].Code != policy.LintManyAttempts || got[0].Field != "jitter.mode" {
+		t.Errorf("LintsOf = %v", got)
 	}
 }

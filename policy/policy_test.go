@@ -299,7 +299,7 @@ func TestPresets(t *testing.T) {
 	if p.MaxAttempts() != 5 || p.Backoff(1, 0, 1) != 1000 || p.Backoff(30, 0, 1) != 300_000 || p.Backoff(3, 0, 0) != 0 {
 		t.Errorf("default preset: attempts %d, delays %d %d %d", p.MaxAttempts(), p.Backoff(1, 0, 1), p.Backoff(30, 0, 1), p.Backoff(3, 0, 0))
 	}
-	if _, err := policy.Preset("nope"); err == nil || !strings.Contains(err.Error(), "batch, critical, default, fast-transient") {
+	if _, err := policy.Preset("nope"); err == nil || !strings.Contains(err.Error(), "(presets: "+strings.Join(policy.PresetNames(), ", ")+")") {
 		t.Errorf("unknown preset error should list the presets: %v", err)
 	}
 }

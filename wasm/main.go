@@ -320,6 +320,20 @@ func attempt_timeout(h int32, elapsedMs int64) (r int64) {
 	return t
 }
 
+// policy_lints returns the policy's lints as bits (bit i for row i of
+// contract/abi.json's lints table): the hosts hold the texts, so the
+// module carries none.
+//
+//go:wasmexport policy_lints
+func policy_lints(h int32) (r int64) {
+	defer guard64("policy_lints", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	return int64(p.LintBits())
+}
+
 // policy_on_open returns what a queue does with a job an open breaker or
 // an empty budget refused: abi.OnOpenDefer or abi.OnOpenDeadLetter.
 //

@@ -33,7 +33,7 @@ import (
 // --random X gives every line without one the value X instead of a draw
 // (the cross-host check runs the three commands with --random 0 to compare
 // their bytes on lines that leave random out).
-func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+func decide(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("decide")
 	pol := fs.String("policy", "default", "policy file (JSON or YAML) or preset name")
 	randomFlag := fs.String("random", "draw", "the random of a line that sets none: draw (a uniform draw in [0, 1) per line) or a number in [0, 1)")
@@ -62,6 +62,11 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout io.Write
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	defer p.Close(ctx)
+	// The lints, as `policy check` prints them (and every host's decide
+	// command: the cross-host check compares them).
+	for _, l := range p.Lints() {
+		fmt.Fprintf(stderr, "warning: %s\n", l)
+	}
 
 	in := bufio.NewReaderSize(stdin, 64<<10)
 	out := bufio.NewWriterSize(stdout, 64<<10)

@@ -104,6 +104,7 @@ func readImport(arg string, stdin io.Reader) ([]byte, error) {
 // importedPolicy is the policy file import prints, in this field order.
 type importedPolicy struct {
 	Name        string          `json:"name,omitempty"`
+	Extends     string          `json:"extends,omitempty"`
 	MaxAttempts int64           `json:"max_attempts"`
 	MaxElapsed  string          `json:"max_elapsed,omitempty"`
 	StopWhen    string          `json:"stop_when,omitempty"`
@@ -364,6 +365,9 @@ func fromCloudTasks(keys []flatValue, prefix string, stderr io.Writer) (imported
 	}
 	out.Backoff.Strategy, out.Backoff.Base, out.Backoff.Cap = "cloud_tasks", msText(minMs), msText(maxMs)
 	out.Jitter.Mode = "none" // Cloud Tasks documents no jitter
+	// The rest of a queue's behaviour (every non-2xx retried, whatever the
+	// method; the stop rule; the lints it breaks on purpose) is the preset's.
+	out.Extends = "cloud-tasks"
 	if v, ok := lookupKey(keys, keyJoin(prefixOf(p), "name")); ok && strings.Contains(v.text, "/queues/") {
 		out.Name = v.text[strings.LastIndex(v.text, "/")+1:]
 	}

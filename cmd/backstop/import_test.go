@@ -39,6 +39,7 @@ func TestImportCloudTasksKeepsTheSchedule(t *testing.T) {
 	}
 	want := `{
   "name": "emails",
+  "extends": "cloud-tasks",
   "max_attempts": 10,
   "backoff": {
     "strategy": "cloud_tasks",
@@ -76,6 +77,17 @@ func TestImportCloudTasksKeepsTheSchedule(t *testing.T) {
 	if s := fmt.Sprint(got); s != "[10 20 40 80 160 240 300 300 300]" {
 		t.Errorf("schedule in seconds: got %s, want [10 20 40 80 160 240 300 300 300]", s)
 	}
+	// Issue 43: and it classifies as Cloud Tasks does (the cloud-tasks
+	// preset it extends): every non-2xx retried, 400 and 401 included,
+	// whatever the method. Before, the import kept backstop's own table.
+	for _, f := range []policy.Failure{{Attempt: 1, HTTPStatus: 400}, {Attempt: 1, HTTPStatus: 401, Method: "POST"}, {Attempt: 1, HTTPStatus: 500, Method: "PATCH"}} {
+		if d, err := p.Decide(f); err != nil || d.Action != policy.Retry {
+			t.Errorf("%+v: %v %v, want a retry", f, d, err)
+		}
+	}
+	if p.Lints() != nil {
+		t.Errorf("lints %v: the preset states why it breaks them", p.Lints())
+	}
 }
 
 // The REST API's JSON and terraform show -json's snake_case, with -1
@@ -84,11 +96,11 @@ func TestImportCloudTasksKeepsTheSchedule(t *testing.T) {
 func TestImportCloudTasksSpellings(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{`{"retryConfig": {"maxAttempts": -1, "minBackoff": "0.100s", "maxBackoff": "3600s", "maxDoublings": 16, "maxRetryDuration": "86400s"}}`,
-			`"max_attempts": 0, "max_elapsed": "24h", "stop_when": "all", "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "1h", "max_doublings": 16}`},
+			`"extends": "cloud-tasks", "max_attempts": 0, "max_elapsed": "24h", "stop_when": "all", "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "1h", "max_doublings": 16}`},
 		{`{"values": {"name": "emails", "retry_config": [{"max_attempts": 5, "min_backoff": "1.5s", "max_backoff": "90s", "max_doublings": 0, "max_retry_duration": "0s"}]}}`,
-			`"max_attempts": 5, "backoff": {"strategy": "cloud_tasks", "base": "1.5s", "cap": "90s", "max_doublings": 0}`},
+			`"extends": "cloud-tasks", "max_attempts": 5, "backoff": {"strategy": "cloud_tasks", "base": "1.5s", "cap": "90s", "max_doublings": 0}`},
 		{"min_backoff: 0.1s\nmax_backoff: 10s\nmax_doublings: 2\nmax_attempts: 3\nmax_retry_duration: 90s\n",
-			`"max_attempts": 3, "max_elapsed": "90s", "stop_when": "all", "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "10s", "max_doublings": 2}`},
+			`"extends": "cloud-tasks", "max_attempts": 3, "max_elapsed": "90s", "stop_when": "all", "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "10s", "max_doublings": 2}`},
 	} {
 		out, _, err := runImport(t, c.in, "-")
 		if err != nil {
@@ -164,11 +176,11 @@ spring.cloud.stream.bindings.orders-in-0.consumer.back-off-max-interval=20000
 func TestImportCloudTasksFillsItsDefaults(t *testing.T) {
 	for _, c := range []struct{ in, want, stderr string }{
 		{"retryConfig:\n  maxAttempts: 5\n  minBackoff: 1s\n",
-			`"max_attempts": 5, "backoff": {"strategy": "cloud_tasks", "base": "1s", "cap": "1h", "max_doublings": 16}`,
+			`"extends": "cloud-tasks", "max_attempts": 5, "backoff": {"strategy": "cloud_tasks", "base": "1s", "cap": "1h", "max_doublings": 16}`,
 			"backstop: retryConfig.maxBackoff not set: Cloud Tasks' default, 3600s\n" +
 				"backstop: retryConfig.maxDoublings not set: Cloud Tasks' default, 16\n"},
 		{`{"values": {"retry_config": [{"max_doublings": 3}]}}`,
-			`"max_attempts": 100, "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "1h", "max_doublings": 3}`,
+			`"extends": "cloud-tasks", "max_attempts": 100, "backoff": {"strategy": "cloud_tasks", "base": "100ms", "cap": "1h", "max_doublings": 3}`,
 			"backstop: values.retry_config.max_attempts not set: Cloud Tasks' default, 100\n" +
 				"backstop: values.retry_config.min_backoff not set: Cloud Tasks' default, 0.100s\n" +
 				"backstop: values.retry_config.max_backoff not set: Cloud Tasks' default, 3600s\n"},

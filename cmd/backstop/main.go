@@ -137,7 +137,7 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return policyImport(args[2:], stdin, stdout, stderr)
 		}
 	case "decide":
-		return decide(ctx, args[1:], stdin, stdout)
+		return decide(ctx, args[1:], stdin, stdout, stderr)
 	case "simulate":
 		return simulateCmd(args[1:], stdout)
 	case "rules":

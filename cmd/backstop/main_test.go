@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/backstop-dev/backstop/policy"
 )
 
 func runCLI(t *testing.T, stdin string, args ...string) (string, error) {
@@ -91,7 +93,7 @@ func TestUsage(t *testing.T) {
 		t.Errorf("unknown command: %v", err)
 	}
 	out, _ := runCLI(t, "", "policy", "presets")
-	if strings.Count(out, "\n") != 4 {
+	if strings.Count(out, "\n") != len(policy.PresetNames()) {
 		t.Errorf("presets:\n%s", out)
 	}
 }

@@ -249,6 +249,7 @@ var Exports = []Export{
 	{"circuit_state", []string{"i32", "i64"}, "i32"},
 	{"acquire", []string{"i32", "i64"}, "i64"},
 	{"budget_tokens", []string{"i32", "i64"}, "i64"},
+	{"policy_lints", []string{"i32"}, "i64"},
 	{"policy_on_open", []string{"i32"}, "i32"},
 	{"attempt_timeout", []string{"i32", "i64"}, "i64"},
 	{"connect_timeout", []string{"i32"}, "i64"},

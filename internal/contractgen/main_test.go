@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/backstop-dev/backstop/policy"
 )
 
 // The committed files are what the schema generates (CI runs -check too).
@@ -31,5 +35,25 @@ func TestSchemaMistakes(t *testing.T) {
 				t.Fatalf("parse = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The schema's presets are the core's (the hosts' CLIs and tests list them
+// from the schema; policy/presets.go defines them).
+func TestSchemaPresetsAreTheCores(t *testing.T) {
+	data, err := os.ReadFile("../../contract/abi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range s.Presets {
+		names = append(names, p.Name)
+	}
+	if want := policy.PresetNames(); !slices.Equal(names, want) {
+		t.Errorf("contract/abi.json presets = %v, want policy.PresetNames() %v", names, want)
 	}
 }

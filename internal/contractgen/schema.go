@@ -20,7 +20,19 @@ type Schema struct {
 	Record  Record    `json:"record"`
 	Enums   []*Enum   `json:"enums"`
 	Words   []*Word   `json:"words"`
+	Presets []Named   `json:"presets"` // policy.PresetNames, sorted (a test compares)
+	Lints   []Lint    `json:"lints"`
 	Exports []Export  `json:"exports"`
+}
+
+// Lint is one warning about a valid policy (policy/lint.go decides when it
+// fires). The module reports a policy's lints as bits, bit i for Lints[i],
+// so the texts live here and in each host, not in backstop.wasm.
+type Lint struct {
+	Code   string `json:"code"`  // stable: BP001…
+	Name   string `json:"name"`  // the Go constant's name, snake_case
+	Field  string `json:"field"` // the field path that makes it fire
+	Reason string `json:"reason"`
 }
 
 // Export is one function the module exports: its parameters and result
@@ -266,6 +278,16 @@ func (s *Schema) check() error {
 				return fmt.Errorf("exports: %s: unknown value type %q", e.Name, t)
 			}
 		}
+	}
+	codes := map[string]bool{}
+	for _, l := range s.Lints {
+		if codes[l.Code] || l.Field == "" || l.Reason == "" || strings.Contains(l.Reason, "\n") {
+			return fmt.Errorf("lints: %s: duplicate code, or no field or one-line reason", l.Code)
+		}
+		codes[l.Code] = true
+	}
+	if len(s.Lints) > 62 {
+		return fmt.Errorf("lints: %d do not fit policy_lints' 62 bits", len(s.Lints))
 	}
 	enums := map[string]*Enum{}
 	for _, e := range s.Enums {

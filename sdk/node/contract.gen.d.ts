@@ -119,3 +119,13 @@ export interface Outcome {
 
 /** What `Policy.outcome` takes: the event, its time (`nowMs`, default `Date.now()`), a failure's fields, a delivery count (the outcome_record export's parameters). */
 export type OutcomeEvent = {readonly event: JobEvent; readonly deliveries?: Int64; readonly maxDeliveries?: Int64} & Partial<Failure>;
+
+/** A warning about a valid policy: a choice the retry guidance names as a classic mistake (docs/policy.md, "Lints"). */
+export interface Lint {
+	/** The stable code: `BP001`, `BP002`, `BP003`, `BP004`, `BP005`, `BP006`. */
+	readonly code: "BP001" | "BP002" | "BP003" | "BP004" | "BP005" | "BP006";
+	/** The field path that makes it fire. */
+	readonly field: string;
+	/** One line: what the policy does and the rule it breaks. */
+	readonly message: string;
+}

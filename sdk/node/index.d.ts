@@ -1,5 +1,5 @@
 export * from './contract.gen.js';
-import type {CircuitState, Decision, Failure, Int64, OnOpen, Outcome, OutcomeEvent, Permit, Reason} from './contract.gen.js';
+import type {CircuitState, Decision, Failure, Int64, Lint, OnOpen, Outcome, OutcomeEvent, Permit, Reason} from './contract.gen.js';
 
 /**
 A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
@@ -107,6 +107,17 @@ export interface Policy {
 	@default 'defer'
 	*/
 	readonly onOpen: OnOpen;
+
+	/**
+	The policy's lints (docs/policy.md, "Lints"): choices the retry guidance names as classic mistakes, which the policy still decides as written. Each was also emitted at load as a process warning of type `BackstopLintWarning` with the lint's code (`process.on('warning', …)`; `node --no-warnings` silences them). Lints the policy's `lint_ignore` names are left out.
+
+	@example
+	```
+	const policy = await loadPolicy({jitter: {mode: 'none'}});
+	policy.lints[0].code; //=> 'BP002'
+	```
+	*/
+	readonly lints: readonly Lint[];
 
 	/**
 	What a queue worker does about one event of a job, decided by the core (wasm/ABI.md, "outcome"): before it runs (the breaker's gate), after a success or a failure (with the failure's fields and the job's own facts: its attempt, elapsed time, previous delay, its id as `idempotencyKey`), or once a broker delivered it `deliveries` times without an outcome (`maxDeliveries`: the limit, 0 none). The queue workers ask it; a failure it refuses as invalid input is dead-lettered as `malformed` (`invalid`, with the `InputError` as `error`), not thrown.

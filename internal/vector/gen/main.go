@@ -23,9 +23,13 @@ func main() {
 	out := flag.String("o", "testdata/vectors/vectors.json", "output file")
 	inputsOut := flag.String("inputs", "", "output file of the input-line cases (default: inputs.json beside -o)")
 	outcomesOut := flag.String("outcomes", "", "output file of the outcome cases (default: ../outcomes/cases.json from -o's folder)")
+	lintsOut := flag.String("lints", "", "output file of the lint cases (default: ../lints/cases.json from -o's folder)")
 	flag.Parse()
 	if *inputsOut == "" {
 		*inputsOut = filepath.Join(filepath.Dir(*out), "inputs.json")
+	}
+	if *lintsOut == "" {
+		*lintsOut = filepath.Join(filepath.Dir(*out), "..", "lints", "cases.json")
 	}
 	if *outcomesOut == "" {
 		*outcomesOut = filepath.Join(filepath.Dir(*out), "..", "outcomes", "cases.json")
@@ -71,6 +75,18 @@ func main() {
 		fail(err)
 	}
 	fmt.Fprintf(os.Stderr, "wrote %d outcome cases to %s\n", len(oc.Cases), *outcomesOut)
+
+	lf := lints()
+	if b, err = lf.Format(); err != nil {
+		fail(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(*lintsOut), 0o755); err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(*lintsOut, b, 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Fprintf(os.Stderr, "wrote %d lint cases to %s\n", len(lf.Cases), *lintsOut)
 }
 
 func fail(err error) {
@@ -329,13 +345,49 @@ func groups(rng *rand.Rand) []vector.Group {
 		vector.Input{Attempt: 0, HTTPStatus: 503, RetriedDownstream: true},
 	)})
 
-	// Presets, with random failures.
+	// Presets, with random failures (cloud-tasks has its own groups below).
 	for _, name := range policy.PresetNames() {
+		if name == "cloud-tasks" {
+			continue
+		}
 		var in []vector.Input
 		for i := 0; i < 60; i++ {
 			in = append(in, randomInput(rng))
 		}
 		gs = append(gs, vector.Group{Name: "preset/" + name, Preset: name, Cases: decide(in...)})
+	}
+
+	// The cloud-tasks preset, one to one with a Cloud Tasks queue (last, so
+	// the draws of the groups above stay as they were): its schedule from
+	// the documented defaults (0.1s doubling 16 times to the 3600s cap) up
+	// to maxAttempts 100; its classification (every non-2xx retried, 400
+	// and 401 included, whatever the method); and its stop rule with a
+	// maxRetryDuration added: only once both limits are reached.
+	{
+		var in []vector.Input
+		for a := int64(1); a <= 20; a++ {
+			in = append(in, vector.Input{Attempt: a, HTTPStatus: 503})
+		}
+		for _, a := range []int64{98, 99, 100, 101} {
+			in = append(in, vector.Input{Attempt: a, HTTPStatus: 503, ElapsedMs: 300_000_000})
+		}
+		for _, m := range []string{"GET", "POST", "PATCH"} {
+			for _, st := range []int{301, 400, 401, 403, 404, 409, 429, 500, 501, 503} {
+				in = append(in, vector.Input{Attempt: 1, HTTPStatus: st, Method: m})
+			}
+		}
+		gs = append(gs, vector.Group{Name: "preset/cloud-tasks/schedule", Preset: "cloud-tasks", Cases: decide(in...)})
+	}
+	classify("preset/cloud-tasks/classify", "cloud-tasks", "")
+	{
+		pol := `{"extends": "cloud-tasks", "max_attempts": 5, "max_elapsed": "10s"}`
+		var in []vector.Input
+		for _, a := range []int64{1, 4, 5, 6, 30} {
+			for _, e := range []int64{0, 9_999, 10_000, 10_001, 3_600_000} {
+				in = append(in, vector.Input{Attempt: a, HTTPStatus: 400, ElapsedMs: e})
+			}
+		}
+		gs = append(gs, vector.Group{Name: "preset/cloud-tasks/stop_when_all", Policy: json.RawMessage(pol), Cases: decide(in...)})
 	}
 	return gs
 }

@@ -319,6 +319,7 @@ TRAPPING = """(module
   (func (export "circuit_state") (param i32 i64) (result i32) i32.const 0)
   (func (export "acquire") (param i32 i64) (result i64) i64.const 0)
   (func (export "policy_on_open") (param i32) (result i32) i32.const 0)
+  (func (export "policy_lints") (param i32) (result i64) i64.const 0)
   (func (export "budget_tokens") (param i32 i64) (result i64) i64.const 0)
   (func (export "attempt_timeout") (param i32 i64) (result i64) i64.const 0)
   (func (export "connect_timeout") (param i32) (result i64) i64.const 0)

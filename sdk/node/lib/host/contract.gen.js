@@ -9,6 +9,9 @@ import { InputError } from './errors.js';
 /** The version of backstop.wasm's ABI this package implements. */
 export const ABI_VERSION = 1;
 
+/** The presets' names, sorted: what a bare word loads (policy/presets.go defines them). */
+export const PRESET_NAMES = Object.freeze(['batch', 'cloud-tasks', 'critical', 'default', 'fast-transient']);
+
 /** The smallest buffer the module allocates. */
 export const MIN_BUFFER = 4096;
 
@@ -499,4 +502,22 @@ export function unpackOutcome(lo, hi) {
     count: nameOf(COUNT_NAMES, (hi >>> 27) & 0x7, 'count'),
     invalid: ((hi >>> 30) & 0x1) === 1,
   };
+}
+/**
+ * The lints (docs/policy.md, "Lints"), by bit: policy_lints answers bit i
+ * for row i. The module carries no lint text; these rows are it.
+ */
+export const LINTS = Object.freeze([
+  Object.freeze({ code: "BP001", field: "backoff.strategy", message: "strategy none retries at once: an immediate retry hits a failing dependency again while it is down; use a backoff (exponential)" }),
+  Object.freeze({ code: "BP002", field: "jitter.mode", message: "jitter none: clients that failed together retry together; backoff without jitter is the classic herd, use full" }),
+  Object.freeze({ code: "BP003", field: "max_attempts", message: "more than 10 retries (max_attempts over 11, or 0: unlimited) needs a reason; state it in lint_ignore.BP003" }),
+  Object.freeze({ code: "BP004", field: "attempt_timeout", message: "attempt_timeout is longer than the first backoff: keep timeouts much shorter than the backoff cycle, or hung attempts, not the backoff, pace the retries" }),
+  Object.freeze({ code: "BP005", field: "classify.default", message: "a failure no table knows is retried more than once: default is no retry; make it permanent, or classify the errors you know" }),
+  Object.freeze({ code: "BP006", field: "connect_timeout", message: "connect_timeout is not shorter than attempt_timeout: the attempt's deadline ends a slow connect first, as a timeout, so connect_timeout never applies; keep it a fraction of attempt_timeout" }),
+]);
+
+/** The lints of policy_lints' answer (a BigInt or a number of bits), in code order. */
+export function lintsOf(bits) {
+  const b = BigInt(bits);
+  return LINTS.filter((_, i) => ((b >> BigInt(i)) & 1n) === 1n);
 }

@@ -7,8 +7,8 @@ import { wasiImports } from './wasi.js';
 export { ABI_VERSION };
 
 const EXPORTS = ['buffer', 'policy_load', 'policy_preset', 'policy_free', 'policy_stateful', 'decide_batch',
-  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'budget_tokens', 'attempt_timeout',
-  'connect_timeout'];
+  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'policy_lints',
+  'budget_tokens', 'attempt_timeout', 'connect_timeout'];
 
 /**
  * The error of every call on a stateful policy whose module instance
@@ -77,6 +77,7 @@ export class Instance {
       circuit_state: (h, now) => (tick(), raw.circuit_state(this.remap ? handle(h) : h, now)),
       acquire: (h, now) => (tick(), raw.acquire(this.remap ? handle(h) : h, now)),
       policy_on_open: (h) => (tick(), raw.policy_on_open(this.remap ? handle(h) : h)),
+      policy_lints: (h) => (tick(), raw.policy_lints(this.remap ? handle(h) : h)),
       budget_tokens: (h, now) => (tick(), raw.budget_tokens(this.remap ? handle(h) : h, now)),
       attempt_timeout: (h, elapsed) => (tick(), raw.attempt_timeout(this.remap ? handle(h) : h, elapsed)),
       connect_timeout: (h) => (tick(), raw.connect_timeout(this.remap ? handle(h) : h)),

@@ -62,6 +62,12 @@ class Policy {
     // on_open and connect_timeout never change: read once.
     this.onOpen = C.ON_OPEN_NAMES[inst.call(() => inst.e.policy_on_open(h))];
     this.connectTimeout = Number(inst.call(() => inst.e.connect_timeout(h)));
+    // Lints never change either: the module answers bits, the schema's
+    // table (contract.gen.js) spells them out; each is a process warning.
+    this.lints = C.lintsOf(inst.call(() => inst.e.policy_lints(h)));
+    for (const l of this.lints) {
+      process.emitWarning(`${l.field}: ${l.code}: ${l.message}`, { type: 'BackstopLintWarning', code: l.code });
+    }
     finalizer?.register(this, { inst, h }, this);
   }
 

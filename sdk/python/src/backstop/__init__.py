@@ -15,9 +15,10 @@ Python service decides exactly as its Go and Node.js neighbours do::
 """
 
 from ._deadline import DeadlineExceeded, attempt_time_left
-from ._errors import BackstopError, InputError, PolicyError, RetryError
+from ._errors import BackstopError, InputError, LintWarning, PolicyError, RetryError
 from ._layers import (OneLayerASGI, OneLayerWSGI, attempt_headers, current_attempt, grpc_attempt_metadata,
                       httpx_attempt_hook)
+from ._host._contract import Lint
 from ._policy import Decision, Failure, Outcome, Permit, Policy, load_policy
 from ._retry import RetryState, describe
 from ._host import ABI_VERSION, StateLostError
@@ -29,6 +30,8 @@ __all__ = [
     "Decision",
     "Failure",
     "InputError",
+    "Lint",
+    "LintWarning",
     "OneLayerASGI",
     "OneLayerWSGI",
     "Outcome",

@@ -27,6 +27,19 @@ class PolicyError(BackstopError, ValueError):
         self.field: str = self.problems[0][0]
 
 
+class LintWarning(UserWarning):
+    """A policy's lint (docs/policy.md, "Lints"): a choice the retry
+    guidance names as a classic mistake, in a policy that still loads and
+    decides as written. ``load_policy`` warns once per lint; ``code`` and
+    ``field`` say which. Filter it as any warning
+    (``warnings.simplefilter("error", LintWarning)`` makes it fail)."""
+
+    def __init__(self, message: str, code: str = "", field: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+
+
 class InputError(BackstopError, ValueError):
     """An invalid failure passed to ``decide``: a field out of range, of the
     wrong type or unknown. The message is the one every backstop host

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import warnings
 import weakref
 from datetime import timedelta
-from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, TypeVar, Union, overload
+from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, Tuple, TypeVar, Union, overload
 
-from ._errors import InputError
+from ._errors import InputError, LintWarning
 from ._host import _contract as C
 from ._host import abi
 from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure: backstop's)
@@ -22,6 +24,19 @@ _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are
 _DEFAULTS, _NFIELDS = abi._DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
 # What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
 _INVALID = Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False, count="dead_letter", invalid=True)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_level() -> int:
+    """The stacklevel of warnings.warn, called from a function this one's
+    caller calls, that names the first frame outside the package: a
+    warning points at the user's load_policy, however deep it was loaded."""
+    f, level = sys._getframe(2), 2
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        f, level = f.f_back, level + 1
+    return level
 
 
 class Policy:
@@ -37,14 +52,28 @@ class Policy:
     def __init__(self, inst: Instance, handle: int) -> None:
         self._inst = inst
         self._h = handle
-        # on_open and connect_timeout never change: read once.
-        self._stateful, self._on_open, self._connect_ms = abi.policy_flags(inst, handle)
+        # on_open, connect_timeout and the lints never change: read once. The
+        # module answers lint bits; the schema's table (_contract.LINTS)
+        # spells them out.
+        self._stateful, self._on_open, self._connect_ms, self._lints = abi.policy_flags(inst, handle)
+        for lint in self._lints:
+            warnings.warn(LintWarning("%s: %s: %s" % (lint.field, lint.code, lint.message), lint.code, lint.field),
+                          stacklevel=_caller_level())
         self._finalizer = weakref.finalize(self, abi.finalize, inst, handle)
 
     @property
     def stateful(self) -> bool:
         """True when the policy has a retry budget or a circuit breaker."""
         return self._stateful
+
+    @property
+    def lints(self) -> Tuple[C.Lint, ...]:
+        """The policy's lints (docs/policy.md, "Lints"): ``Lint(code,
+        field, message)`` for each choice the retry guidance names as a
+        classic mistake, which the policy still decides as written. Each
+        was also warned at load, as a ``LintWarning``. Lints its
+        ``lint_ignore`` names are left out."""
+        return self._lints
 
     @property
     def on_open(self) -> str:
@@ -294,7 +323,7 @@ MAX_POLICY_BYTES = 64 << 10
 
 def load_policy(source: Union[str, bytes, bytearray, Mapping[str, Any], "os.PathLike[str]"]) -> Policy:
     """Loads a policy from a preset name (``"default"``, ``"critical"``,
-    ``"batch"``, ``"fast-transient"``), JSON or YAML text (str or bytes), a
+    ``"batch"``, ``"cloud-tasks"``, ``"fast-transient"``), JSON or YAML text (str or bytes), a
     dict (the policy object) or a ``pathlib.Path`` to a JSON or YAML file.
 
     Raises ``PolicyError`` naming every invalid field.

@@ -14,6 +14,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Typed
 
 ABI_VERSION = 1
 
+# The presets' names, sorted: what a bare word loads (policy/presets.go defines them).
+PRESET_NAMES = ("batch", "cloud-tasks", "critical", "default", "fast-transient")
+
 # Limits.
 MIN_BUFFER = 4096  # the smallest buffer the module allocates
 MAX_BUFFER = 67108864  # the largest buffer a host may ask for (64 MiB)
@@ -516,3 +519,29 @@ def outcome(w: int) -> Outcome:
     f["delay_ms"] = w & 0xffffffffffff
     return o
 
+
+
+class Lint(NamedTuple):
+    """A warning about a valid policy: a choice the retry guidance names as
+    a classic mistake (docs/policy.md, "Lints")."""
+
+    code: str  # stable: BP001...
+    field: str  # the field path that makes it fire
+    message: str  # one line: what the policy does and the rule it breaks
+
+
+# The lints by bit: policy_lints answers bit i for row i. The module
+# carries no lint text; these rows are it.
+LINTS = (
+    Lint("BP001", "backoff.strategy", "strategy none retries at once: an immediate retry hits a failing dependency again while it is down; use a backoff (exponential)"),
+    Lint("BP002", "jitter.mode", "jitter none: clients that failed together retry together; backoff without jitter is the classic herd, use full"),
+    Lint("BP003", "max_attempts", "more than 10 retries (max_attempts over 11, or 0: unlimited) needs a reason; state it in lint_ignore.BP003"),
+    Lint("BP004", "attempt_timeout", "attempt_timeout is longer than the first backoff: keep timeouts much shorter than the backoff cycle, or hung attempts, not the backoff, pace the retries"),
+    Lint("BP005", "classify.default", "a failure no table knows is retried more than once: default is no retry; make it permanent, or classify the errors you know"),
+    Lint("BP006", "connect_timeout", "connect_timeout is not shorter than attempt_timeout: the attempt's deadline ends a slow connect first, as a timeout, so connect_timeout never applies; keep it a fraction of attempt_timeout"),
+)
+
+
+def lints_of(bits: int) -> Tuple[Lint, ...]:
+    """The lints of policy_lints' answer, in code order."""
+    return tuple(lint for i, lint in enumerate(LINTS) if bits >> i & 1)

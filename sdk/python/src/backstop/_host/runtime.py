@@ -38,8 +38,8 @@ _EINVAL = 28
 # The hot path: no clock step before these calls (ABI.md allows it), and
 # the exports whose first parameter is a policy handle.
 _HOT = frozenset(("decide", "decide_batch"))
-_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state", "acquire", "policy_on_open", "budget_tokens",
-              "attempt_timeout", "connect_timeout", "outcome")
+_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state", "acquire", "policy_on_open", "policy_lints",
+              "budget_tokens", "attempt_timeout", "connect_timeout", "outcome")
 
 # Handles the module gives out are 1..65536; after a restart the host's own
 # handles start above them.
@@ -60,6 +60,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "circuit_state": ("iq", "i"),
     "acquire": ("iq", "q"),
     "policy_on_open": ("i", "i"),
+    "policy_lints": ("i", "q"),
     "budget_tokens": ("iq", "q"),
     "attempt_timeout": ("iq", "q"),
     "connect_timeout": ("i", "q"),
@@ -382,6 +383,7 @@ class Instance:
     circuit_state: Callable[[int, int], int]
     acquire: Callable[[int, int], int]
     policy_on_open: Callable[[int], int]
+    policy_lints: Callable[[int], int]
     budget_tokens: Callable[[int, int], int]
     attempt_timeout: Callable[[int, int], int]
     connect_timeout: Callable[[int], int]

@@ -15,6 +15,9 @@ final class Contract {
   /** The ABI version this package implements. */
   static final int ABI_VERSION = 1;
 
+  /** The presets' names, sorted: what a bare word loads (policy/presets.go defines them). */
+  static final java.util.List<String> PRESET_NAMES = java.util.List.of("batch", "cloud-tasks", "critical", "default", "fast-transient");
+
   /** Unknown or freed policy handle. */
   static final int ERR_HANDLE = -1;
   /** The policy bytes or preset name are invalid; the message names the field. */

@@ -30,7 +30,8 @@ import java.util.regex.Pattern;
  * random gets a uniform draw (or --random's X); an absent now_ms is 0.
  */
 public final class Main {
-  private static final List<String> PRESETS = List.of("default", "critical", "batch", "fast-transient");
+  /** The presets' names, from the schema (contract/abi.json). */
+  private static final List<String> PRESETS = Contract.PRESET_NAMES;
   private static final int MAX_LINE_BYTES = 4 << 20;
   private static final int MAX_DEPTH = 32;
   private static final int MAX_NUMBER_CHARS = 32;

@@ -41,6 +41,8 @@ public final class Policy implements AutoCloseable {
   private final boolean preset;
   private final boolean stateful;
   private final OnOpen onOpen;
+  private final List<Lint> lints;
+  private static final System.Logger LOG = System.getLogger("dev.backstop");
   private final boolean boundsAttempts;
   private final long connectTimeoutMs;
   private final Ref ref;
@@ -81,6 +83,8 @@ public final class Policy implements AutoCloseable {
       try {
         this.stateful = in.call("policy_stateful", h) == 1;
         this.onOpen = OnOpen.of(in.call("policy_on_open", h));
+        // The module answers lint bits; the schema's table (Lint) spells them out.
+        this.lints = Lint.of(in.call("policy_lints", h));
         // attempt_timeout reads no state, and is 0 at every elapsed time
         // when it is 0 at the start (wasm/ABI.md, "attempt_timeout").
         this.boundsAttempts = in.call("attempt_timeout", h, 0) != 0;
@@ -95,6 +99,9 @@ public final class Policy implements AutoCloseable {
     }
     this.bytes = stateful ? null : bytes;
     this.cleanable = CLEANER.register(this, ref);
+    for (Lint l : lints) {
+      LOG.log(System.Logger.Level.WARNING, "backstop: policy lint {0}", l);
+    }
   }
 
   /**
@@ -118,7 +125,7 @@ public final class Policy implements AutoCloseable {
 
   /**
    * Loads a named preset into the bundled runtime: {@code default},
-   * {@code critical}, {@code batch}, {@code fast-transient}.
+   * {@code critical}, {@code batch}, {@code cloud-tasks}, {@code fast-transient}.
    */
   public static Policy preset(String name) {
     return PolicyRuntime.bundled().preset(name);
@@ -127,6 +134,16 @@ public final class Policy implements AutoCloseable {
   /** True when the policy has a retry budget or a circuit breaker. */
   public boolean isStateful() {
     return stateful;
+  }
+
+  /**
+   * The policy's lints (docs/policy.md, "Lints"): each choice the retry
+   * guidance names as a classic mistake, which the policy still decides as
+   * written, in code order. Loading also logged each as a warning. Lints its
+   * {@code lint_ignore} names are left out.
+   */
+  public List<Lint> lints() {
+    return lints;
   }
 
   /** The policy's {@code on_open}: what a queue does with a job the breaker or the budget refused. */

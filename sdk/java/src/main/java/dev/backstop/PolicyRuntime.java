@@ -113,7 +113,7 @@ public final class PolicyRuntime implements AutoCloseable {
   /**
    * Loads a policy from a JSON or YAML string, or the preset a bare word
    * names ({@code "default"}, {@code "critical"}, {@code "batch"},
-   * {@code "fast-transient"}): a word is never a policy document, so a typo
+   * {@code "cloud-tasks"}, {@code "fast-transient"}): a word is never a policy document, so a typo
    * gets "unknown preset" and the list of presets.
    */
   public Policy load(String policy) {
