@@ -92,6 +92,14 @@ class RabbitCasesTest {
           return new ConnectException(message);
         case "timeout":
           return new SocketTimeoutException(message);
+        case "connect_timeout":
+          return new java.net.http.HttpConnectTimeoutException(message);
+        case "connection_reset":
+          return new java.net.SocketException(message);
+        case "dns_not_found":
+          return new java.net.UnknownHostException(message);
+        case "dns_temporary":
+          return new java.net.UnknownHostException(message + ": Temporary failure in name resolution");
         default:
           throw new AssertionError("native " + spec.get("native"));
       }
