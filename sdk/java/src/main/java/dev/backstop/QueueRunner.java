@@ -172,11 +172,11 @@ final class QueueRunner {
     }
   }
 
-  /** Tells onOutcome; what it throws goes to onError. */
-  void tell(QueueOutcome out, Object job) {
+  /** Tells onOutcome of an applied outcome; what it throws goes to onError. */
+  void tell(Object job, QueuePlan plan) {
     if (o.onOutcome == null) return;
     try {
-      o.onOutcome.accept(out, job);
+      o.onOutcome.accept(QueueOutcome.of(queue, job, plan));
     } catch (RuntimeException e) {
       report(e, job);
     }

@@ -164,6 +164,38 @@ final class Rabbit {
         "x-overflow", "reject-publish");
   }
 
+  /**
+   * Works a queue someone else declared (a Spring topology: quorum or
+   * classic, its own x-dead-letter-exchange): q is only checked to exist
+   * (passive), never declared again, so its arguments stay as they are; its
+   * DLQ q.dlq is declared (quorum) only when missing, and backstop's delay
+   * exchanges q.delay and q.due are declared and bound as for any queue.
+   */
+  static void adoptQueue(Channel ch, String q) throws IOException {
+    ch.queueDeclarePassive(q); // a missing queue closes the channel: the worker stops with the broker's 404
+    boolean dlq = true;
+    Channel probe = ch.getConnection().createChannel();
+    try {
+      probe.queueDeclarePassive(q + ".dlq");
+    } catch (IOException e) {
+      dlq = false;
+    } finally {
+      if (probe.isOpen()) {
+        try {
+          probe.close();
+        } catch (java.util.concurrent.TimeoutException | IOException e) {
+          // closed meanwhile
+        }
+      }
+    }
+    if (!dlq) ch.queueDeclare(q + ".dlq", true, false, false, args("x-queue-type", "quorum"));
+    ch.exchangeDeclare(q + ".delay", "fanout", true);
+    ch.exchangeDeclare(q + ".due", "fanout", true);
+    ch.queueBind(q, q + ".due", "");
+    ch.exchangeBind(ENTER, q + ".delay", "");
+    ch.exchangeBind(q + ".due", DELIVER, "", args("x-match", "all", H_DEST, q));
+  }
+
   /** Declares work queue q, its DLQ and its delay exchanges (after the shared levels). */
   static void declareQueue(Channel ch, String q, int maxDeliveries) throws IOException {
     ch.exchangeDeclare(q + ".delay", "fanout", true);

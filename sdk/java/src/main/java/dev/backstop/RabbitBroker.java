@@ -75,7 +75,21 @@ public final class RabbitBroker implements AutoCloseable {
     if (maxDeliveries < 1 || maxDeliveries > 1000) {
       throw new IllegalArgumentException("queue: maxDeliveries must be in 1..1000 (got " + maxDeliveries + ")");
     }
-    return new RabbitQueue(this, name, maxDeliveries);
+    return new RabbitQueue(this, name, maxDeliveries, false);
+  }
+
+  /**
+   * Work queue name as someone else declared it (a Spring application's
+   * queue: quorum or classic, with its own dead-letter exchange): backstop
+   * checks that it exists and never declares it again (so no
+   * PRECONDITION_FAILED over its arguments); it declares the DLQ
+   * {@code name.dlq} only when missing, and its delay exchanges. The broker's
+   * own x-delivery-limit is the queue's (or none): the worker's crash-loop
+   * limit maxDeliveries still applies on a quorum queue (x-delivery-count).
+   */
+  public RabbitQueue existingQueue(String name, int maxDeliveries) {
+    RabbitQueue q = queue(name, maxDeliveries);
+    return new RabbitQueue(this, q.name, q.maxDeliveries, true);
   }
 
   /** queue(name, 5). */
@@ -112,7 +126,8 @@ public final class RabbitBroker implements AutoCloseable {
   }
 
   /** fn on a new confirm channel of the shared connection, queue q (and the levels) declared once. */
-  synchronized <T> T op(String q, int maxDeliveries, Op<T> fn) throws IOException, InterruptedException {
+  synchronized <T> T op(RabbitQueue queue, Op<T> fn) throws IOException, InterruptedException {
+    String q = queue == null ? null : queue.name;
     Channel ch;
     try {
       ch = connection().createChannel();
@@ -126,7 +141,7 @@ public final class RabbitBroker implements AutoCloseable {
         declared.add("");
       }
       if (q != null && !declared.contains(q)) {
-        Rabbit.declareQueue(ch, q, maxDeliveries);
+        queue.declareOn(ch);
         declared.add(q);
       }
       return fn.run(new RabbitConfirms(ch));

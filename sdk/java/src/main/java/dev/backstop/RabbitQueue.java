@@ -19,11 +19,22 @@ public final class RabbitQueue {
   final RabbitBroker broker;
   final String name;
   final int maxDeliveries;
+  final boolean existing; // declared by someone else: never declared again (RabbitBroker#existingQueue)
 
-  RabbitQueue(RabbitBroker broker, String name, int maxDeliveries) {
+  RabbitQueue(RabbitBroker broker, String name, int maxDeliveries, boolean existing) {
     this.broker = broker;
     this.name = name;
     this.maxDeliveries = maxDeliveries;
+    this.existing = existing;
+  }
+
+  /** Declares this queue's part of the topology on ch (after the shared levels). */
+  void declareOn(Channel ch) throws IOException {
+    if (existing) {
+      Rabbit.adoptQueue(ch, name);
+    } else {
+      Rabbit.declareQueue(ch, name, maxDeliveries);
+    }
   }
 
   /** The work queue's name. */
@@ -33,7 +44,7 @@ public final class RabbitQueue {
 
   /** Declares the topology (idempotent): the shared delay levels, the queue, its DLQ and delay exchanges. */
   public void declare() throws IOException, InterruptedException {
-    broker.op(name, maxDeliveries, c -> null);
+    broker.op(this, c -> null);
   }
 
   /** enqueue(jobId, payload, jobType, null, Duration.ZERO). */
@@ -57,7 +68,7 @@ public final class RabbitQueue {
       throw new IllegalArgumentException("enqueue: delay must be at most 30 days (got " + delay + ")");
     }
     long ms = delay.toMillis() + (delay.minusMillis(delay.toMillis()).isZero() ? 0 : 1); // rounded up: never early
-    broker.op(name, maxDeliveries, c -> {
+    broker.op(this, c -> {
       Rabbit.Publish p = Rabbit.enqueued(name, jobId, jobType, ms, System.currentTimeMillis());
       c.publishAndWait(p.exchange(), p.routingKey(), RabbitBroker.props(null, p.headers(), p.messageId(), contentType),
           payload);
@@ -85,7 +96,7 @@ public final class RabbitQueue {
     if (limit < 1) throw new IllegalArgumentException("replay: limit must be >= 1 (got " + limit + ")");
     long scan = 10L * limit;
     String want = reason == null ? "" : reason;
-    return broker.op(name, maxDeliveries, c -> {
+    return broker.op(this, c -> {
       List<GetResponse> held = new ArrayList<>();
       int moved = 0;
       for (long i = 0; i < scan && moved < limit; i++) {
@@ -110,7 +121,7 @@ public final class RabbitQueue {
   /** A peek at up to n dead letters: every one goes back to the DLQ, in order. */
   public List<RabbitDeadLetter> inspect(int n) throws IOException, InterruptedException {
     if (n < 1 || n > 10000) throw new IllegalArgumentException("inspect: n must be in 1..10000 (got " + n + ")");
-    return broker.op(name, maxDeliveries, c -> {
+    return broker.op(this, c -> {
       List<GetResponse> held = new ArrayList<>();
       List<RabbitDeadLetter> out = new ArrayList<>();
       for (int i = 0; i < n; i++) {
@@ -146,7 +157,7 @@ public final class RabbitQueue {
 
   /** The work queue's ready jobs and consumers, the DLQ's depth, the messages ready in the shared delay levels. */
   public Stats stats() throws IOException, InterruptedException {
-    return broker.op(name, maxDeliveries, c -> {
+    return broker.op(this, c -> {
       Channel ch = c.ch;
       AMQP.Queue.DeclareOk q = ch.queueDeclarePassive(name);
       AMQP.Queue.DeclareOk d = ch.queueDeclarePassive(name + ".dlq");

@@ -152,7 +152,7 @@ public final class RabbitWorker implements AutoCloseable {
       ch.addShutdownListener(s -> lost.countDown());
       ch.basicQos(o.prefetch);
       Rabbit.declareShared(ch);
-      Rabbit.declareQueue(ch, q.name, q.maxDeliveries);
+      q.declareOn(ch);
       String tag = ch.basicConsume(q.name, false, (t, d) -> {
         if (stopping()) return; // left unacked: returned with the channel
         inflight.incrementAndGet();
@@ -242,7 +242,7 @@ public final class RabbitWorker implements AutoCloseable {
     Rabbit.Publish pub = null;
     boolean published = false;
     int refusals = 0;
-    boolean told = true; // an adoption or an early delay is no outcome of the job's
+    boolean told = true; // an adoption or an early delay is no outcome of the job's (not told)
     Kept k;
     if (job.malformed()) {
       plan = runner.plan(typed.policy(), 0, "", 0, 0, true, null, now);
@@ -296,13 +296,11 @@ public final class RabbitWorker implements AutoCloseable {
       LATER.schedule(() -> nack(ch, tag), Rabbit.refusedPauseMs(n), TimeUnit.MILLISECONDS);
       runner.report(new IOException("rabbitmq queue " + q.name + ": outcome of job " + job.id()
           + " refused by the broker, kept for its redelivery: " + e.getMessage(), e), job);
-      if (told && plan != null) tellOf(plan, false, n, job);
       return;
     } catch (IOException | ShutdownSignalException e) {
       keep(job, plan, published, 0);
       runner.report(new IOException("rabbitmq queue " + q.name + ": outcome of job " + job.id()
           + " not applied (kept for its redelivery): " + e.getMessage(), e), job);
-      if (told && plan != null) tellOf(plan, false, 0, job);
       return;
     } catch (InterruptedException e) {
       keep(job, plan, published, 0);
@@ -311,12 +309,7 @@ public final class RabbitWorker implements AutoCloseable {
     }
     if (plan == null) return;
     if (qm != null) qm.observe(job.jobType(), job.malformed() ? 0 : job.attempt(), plan);
-    if (told) tellOf(plan, true, refusals, job);
-  }
-
-  private void tellOf(QueuePlan plan, boolean applied, int refusals, RabbitJob job) {
-    runner.tell(new QueueOutcome(plan.action().toString(), plan.reason().toString(), Optional.ofNullable(plan.decision()),
-        applied, plan.delayMs(), refusals), job);
+    if (told) runner.tell(job, plan);
   }
 
   private static void nack(Channel ch, long tag) {

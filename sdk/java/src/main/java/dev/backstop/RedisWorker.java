@@ -4,7 +4,6 @@ import io.lettuce.core.RedisException;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
 import java.util.List;
-import java.util.Optional;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -155,12 +154,9 @@ public final class RedisWorker implements AutoCloseable {
       // Refused (a full memory, a key of the wrong type): the entry stays
       // pending and is reclaimed, its outcome decided again.
       runner.report(e, job);
-      runner.tell(new QueueOutcome(plan.action().toString(), plan.reason().toString(),
-          Optional.ofNullable(plan.decision()), false, plan.delayMs(), 1), job);
       return;
     }
-    runner.tell(new QueueOutcome(a.action(), a.reason(), Optional.ofNullable(plan.decision()), a.applied(),
-        plan.delayMs(), 0), job);
+    if (a.applied()) runner.tell(job, plan); // not pending any more: another worker moved it
   }
 
   /** Whether the worker still runs. */

@@ -7,6 +7,7 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
 import java.util.function.BiConsumer;
+import java.util.function.Consumer;
 import java.util.function.Function;
 
 /**
@@ -27,7 +28,7 @@ public final class WorkOptions implements Cloneable {
   String metricsPolicy = "default";
   Function<Throwable, Failure.Builder> classifier;
   Map<String, Policy> policies = Map.of();
-  BiConsumer<QueueOutcome, Object> onOutcome;
+  Consumer<QueueOutcome<Object>> onOutcome;
   BiConsumer<Throwable, Object> onError;
   // Test only (as Go's WithoutMover): the shared cases look at what the levels hold.
   boolean mover = true;
@@ -107,11 +108,15 @@ public final class WorkOptions implements Cloneable {
     return o;
   }
 
-  /** Told of every outcome applied (or not applied) to a job, with the job; what it throws goes to onError. */
-  @SuppressWarnings("unchecked")
-  public <J> WorkOptions withOnOutcome(BiConsumer<QueueOutcome, J> hook) {
+  /**
+   * Told once of every outcome the worker applied ({@link QueueOutcome}: the
+   * queue, the job, action, reason, class, delay, error); what it throws goes
+   * to onError and the worker goes on.
+   */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  public <J> WorkOptions withOnOutcome(Consumer<QueueOutcome<J>> hook) {
     WorkOptions o = copy();
-    o.onOutcome = (BiConsumer<QueueOutcome, Object>) hook;
+    o.onOutcome = (Consumer) hook;
     return o;
   }
 

@@ -52,7 +52,7 @@ class RabbitWorkerTest {
     }
   }
 
-  record Told(String action, String reason, long attempt, boolean applied) {}
+  record Told(String action, String reason, long attempt, String failureClass, long delayMs) {}
 
   @Test
   void aFailedJobIsRetriedThroughTheDelayLevelsAndSucceeds() throws Exception {
@@ -64,8 +64,9 @@ class RabbitWorkerTest {
       CountDownLatch done = new CountDownLatch(1);
       PrometheusRegistry reg = new PrometheusRegistry();
       WorkOptions o = WorkOptions.defaults().withMetrics(reg, "default")
-          .<RabbitJob>withOnOutcome((out, job) -> {
-            told.add(new Told(out.action(), out.reason(), job.attempt(), out.applied()));
+          .<RabbitJob>withOnOutcome(out -> {
+            told.add(new Told(out.action(), out.reason(), out.job().attempt(), out.failureClass(), out.delayMs()));
+            assertEquals("jretry", out.queue());
             if (out.action().equals("ack")) done.countDown();
           });
       try (RabbitWorker w = q.work(p, job -> {
@@ -75,7 +76,7 @@ class RabbitWorkerTest {
       }, o)) {
         assertTrue(done.await(30, java.util.concurrent.TimeUnit.SECONDS), "the retry came back: " + told);
       }
-      assertEquals(List.of(new Told("retry", "transient", 1, true), new Told("ack", "success", 2, true)), told);
+      assertEquals(List.of(new Told("retry", "transient", 1, "retryable", 1000), new Told("ack", "success", 2, "", 0)), told);
       String text = MetricsTest.scrape(reg);
       assertTrue(text.contains("backstop_attempts_total{job_type=\"send_email\",outcome=\"retry\",queue=\"jretry\"} 1"), text);
       assertTrue(text.contains("backstop_job_attempts_count{job_type=\"send_email\",outcome=\"success\",queue=\"jretry\"} 1"), text);
@@ -94,7 +95,7 @@ class RabbitWorkerTest {
       q.enqueue("a", new byte[0], "charge");
       CountDownLatch done = new CountDownLatch(1);
       WorkOptions o = WorkOptions.defaults().withPolicies(Map.of("charge", once))
-          .withOnOutcome((out, job) -> done.countDown());
+          .withOnOutcome(out -> done.countDown());
       try (RabbitWorker w = q.work(p, job -> {
         throw new HttpStatusException(503);
       }, o)) {
@@ -154,7 +155,7 @@ class RabbitWorkerTest {
       try (RabbitWorker w = q.work(p, job -> {
         runs.incrementAndGet();
         Thread.sleep(3500); // longer than the heartbeat timeout
-      }, WorkOptions.defaults().withOnOutcome((out, job) -> done.countDown()))) {
+      }, WorkOptions.defaults().withOnOutcome(out -> done.countDown()))) {
         assertTrue(done.await(30, java.util.concurrent.TimeUnit.SECONDS));
       }
       assertEquals(1, runs.get());
@@ -222,6 +223,48 @@ class RabbitWorkerTest {
       w.await();
       assertTrue(w.failure().isPresent());
       assertTrue(w.failure().get().toString().contains("PRECONDITION_FAILED"), w.failure().get().toString());
+    }
+  }
+
+  @Test
+  void aQueueSpringDeclaredIsWorkedWithoutDeclaringItAgain() throws Exception {
+    // As a Spring Boot application declares it: quorum, its own dead-letter
+    // exchange and DLQ (QueueBuilder.durable(...).quorum().deadLetterExchange(...)).
+    String q = "jspring.order-placed";
+    fresh(q);
+    try (Connection c = raw(); RabbitBroker b = RabbitBroker.connect(url()); Policy p = Policy.load(FAST)) {
+      Channel ch = c.createChannel();
+      ch.exchangeDeclare("jspring.dlx", "direct", true);
+      ch.queueDeclare(q, true, false, false, Map.of("x-queue-type", "quorum", "x-dead-letter-exchange", "jspring.dlx"));
+      ch.queueDeclare(q + ".dlq", true, false, false, Map.of("x-queue-type", "quorum"));
+      ch.queueBind(q + ".dlq", "jspring.dlx", q);
+      // What a Spring RabbitTemplate sends: no backstop headers, no message_id.
+      ch.basicPublish("", q, new AMQP.BasicProperties.Builder().contentType("application/json").deliveryMode(2).build(),
+          "{\"order\":1}".getBytes(StandardCharsets.UTF_8));
+      ch.basicPublish("", q, new AMQP.BasicProperties.Builder().messageId("bad-1").deliveryMode(2).build(),
+          "{\"order\":2}".getBytes(StandardCharsets.UTF_8));
+      List<Told> told = Collections.synchronizedList(new ArrayList<>());
+      CountDownLatch done = new CountDownLatch(3);
+      RabbitQueue queue = b.existingQueue(q, 5);
+      try (RabbitWorker w = queue.work(p, job -> {
+        if (job.payloadText().contains("2")) throw new HttpStatusException(400);
+        if (job.attempt() == 1) throw new HttpStatusException(503);
+      }, WorkOptions.defaults().<RabbitJob>withOnOutcome(out -> {
+        told.add(new Told(out.action(), out.reason(), out.job().attempt(), out.failureClass(), out.delayMs()));
+        done.countDown();
+      }))) {
+        assertTrue(done.await(30, java.util.concurrent.TimeUnit.SECONDS), "outcomes: " + told + " " + w.failure());
+        assertTrue(w.failure().isEmpty());
+      }
+      assertTrue(told.contains(new Told("dead_letter", "permanent_error", 1, "permanent", 0)), told.toString());
+      assertTrue(told.contains(new Told("retry", "transient", 1, "retryable", 1000)), told.toString());
+      assertTrue(told.contains(new Told("ack", "success", 2, "", 0)), told.toString());
+      List<RabbitDeadLetter> dls = queue.inspect(10);
+      assertEquals(1, dls.size());
+      assertEquals("permanent_error", dls.get(0).reason());
+      assertEquals("bad-1", dls.get(0).id());
+      // Its arguments are Spring's still.
+      assertEquals(0, ch.queueDeclarePassive(q).getMessageCount());
     }
   }
 }

@@ -37,7 +37,7 @@ class RedisWorkerTest {
     client.shutdown();
   }
 
-  record Told(String action, String reason, long attempt, boolean applied) {}
+  record Told(String action, String reason, long attempt, String failureClass, long delayMs) {}
 
   static Map<String, String> stats(RedisQueue q) {
     Map<String, String> out = new java.util.TreeMap<>();
@@ -57,13 +57,13 @@ class RedisWorkerTest {
       try (RedisWorker w = q.work(p, job -> {
         if (job.attempt() == 1) throw new HttpStatusException(503);
         assertEquals("transient", job.lastReason());
-      }, WorkOptions.defaults().<RedisJob>withOnOutcome((out, job) -> {
-        told.add(new Told(out.action(), out.reason(), job.attempt(), out.applied()));
+      }, WorkOptions.defaults().<RedisJob>withOnOutcome(out -> {
+        told.add(new Told(out.action(), out.reason(), out.job().attempt(), out.failureClass(), out.delayMs()));
         if (out.action().equals("ack")) done.countDown();
       }))) {
         assertTrue(done.await(30, TimeUnit.SECONDS), "the retry came back: " + told);
       }
-      assertEquals(List.of(new Told("retry", "transient", 1, true), new Told("ack", "success", 2, true)), told);
+      assertEquals(List.of(new Told("retry", "transient", 1, "retryable", 1000), new Told("ack", "success", 2, "", 0)), told);
       Map<String, String> st = stats(q);
       assertEquals("1", st.get("attempts:retry"), st.toString());
       assertEquals("1", st.get("attempts:success"), st.toString());
@@ -78,10 +78,10 @@ class RedisWorkerTest {
       q.ensureGroup();
       q.enqueue("slow", new byte[0], "charge");
       CountDownLatch done = new CountDownLatch(1);
-      List<QueueOutcome> told = Collections.synchronizedList(new ArrayList<>());
+      List<QueueOutcome<RedisJob>> told = Collections.synchronizedList(new ArrayList<>());
       try (RedisWorker w = q.work(p, job -> Thread.sleep(10_000), WorkOptions.defaults()
           .withHandlerTimeout(Duration.ofMillis(100)).withPolicies(Map.of("charge", once))
-          .withOnOutcome((out, job) -> {
+          .<RedisJob>withOnOutcome(out -> {
             told.add(out);
             done.countDown();
           }))) {
@@ -89,6 +89,8 @@ class RedisWorkerTest {
       }
       assertEquals("dead_letter", told.get(0).action());
       assertEquals("max_attempts_reached", told.get(0).reason(), "the type's policy: 1 attempt");
+      assertEquals("retryable", told.get(0).failureClass());
+      assertEquals("handler deadline exceeded after 100 ms", told.get(0).error());
       List<?> dlq = (List<?>) RedisCasesTest.cmd(q, "XRANGE", q.keys().dlq(), "-", "+");
       String fields = dlq.toString();
       assertEquals(1, dlq.size());
