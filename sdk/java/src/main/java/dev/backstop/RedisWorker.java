@@ -88,12 +88,21 @@ public final class RedisWorker implements AutoCloseable {
                 process(j);
               }
             }
+            // The worker's breaker refused a job: read none until it may
+            // half-open (the jobs in hand were gated, and deferred, one by one).
+            long wait = runner.pausedUntil() - System.currentTimeMillis();
+            if (wait > 0) {
+              stop.await(Math.min(wait, 1000), TimeUnit.MILLISECONDS);
+              continue;
+            }
             for (RedisJob j : q.read(reads.sync(), consumer, o.prefetch, 1000)) {
               // A job read while stopping stays pending to this consumer: reclaimed later.
               if (stopping()) break;
               process(j);
             }
           }
+        } catch (InterruptedException e) {
+          return;
         } catch (RedisException e) {
           runner.report(e, null);
           try {
@@ -117,14 +126,6 @@ public final class RedisWorker implements AutoCloseable {
     if (job.malformed()) {
       plan = runner.plan(typed.policy(), 0, "", 0, 0, true, null, 0);
     } else {
-      long wait;
-      while (!own && (wait = runner.pausedUntil() - System.currentTimeMillis()) > 0) {
-        try {
-          if (stop.await(wait, TimeUnit.MILLISECONDS)) return; // stays pending: reclaimed later
-        } catch (InterruptedException e) {
-          return;
-        }
-      }
       plan = runner.gate(typed.policy(), System.currentTimeMillis());
       if (plan == null) {
         // Held while it runs, so that no other worker reclaims it.

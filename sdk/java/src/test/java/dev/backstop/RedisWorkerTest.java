@@ -100,4 +100,44 @@ class RedisWorkerTest {
       assertTrue(texts.contains("handler deadline exceeded after 100 ms"), texts + " " + fields);
     }
   }
+
+  // As Python's test_queue_metrics.py and Go's queue/metrics_test.go: a
+  // worker's backstop_client_* families, target = the queue: a success, a
+  // failure that opens the breaker (deferred: a retry, reason circuit_open),
+  // and a job the open breaker refuses before it runs.
+  @Test
+  void theWorkerCountsUnderTargetTheQueue() throws Exception {
+    String policy = "{\"max_attempts\": 3, \"backoff\": {\"base\": \"10ms\", \"cap\": \"20ms\"}, \"jitter\": {\"mode\": \"none\"},"
+        + " \"circuit_breaker\": {\"failure_threshold\": 1, \"open_for\": \"1h\"}}";
+    try (RedisQueue q = RedisQueue.create(client, "orders"); Policy p = Policy.load(policy)) {
+      RedisCasesTest.cmd(q, "DEL", q.keys().jobs(), q.keys().delayed(), q.keys().dlq(), q.keys().stats());
+      q.ensureGroup();
+      for (String id : List.of("job-ok", "job-fails", "job-refused")) q.enqueue(id, new byte[0], null);
+      io.prometheus.metrics.model.registry.PrometheusRegistry reg = new io.prometheus.metrics.model.registry.PrometheusRegistry();
+      String want = "backstop_client_calls_refused_total{policy=\"payments\",reason=\"circuit_open\",target=\"orders\"} 1";
+      // One read takes all three: the worker reads no more once the breaker opens.
+      try (RedisWorker w = q.work(p, job -> {
+        if (!job.id().equals("job-ok")) throw new java.net.SocketException("503");
+      }, WorkOptions.defaults().withPrefetch(3).withMetrics(reg, "payments"))) {
+        RabbitCasesTest.until("a job refused", () -> {
+          try {
+            return MetricsTest.scrape(reg).contains(want);
+          } catch (Exception e) {
+            throw new AssertionError(e);
+          }
+        });
+      }
+      String text = MetricsTest.scrape(reg);
+      for (String line : List.of(
+          "backstop_client_attempts_total{outcome=\"success\",policy=\"payments\",target=\"orders\"} 1",
+          "backstop_client_attempts_total{outcome=\"retry\",policy=\"payments\",target=\"orders\"} 1",
+          "backstop_client_attempts_total{outcome=\"refused\",policy=\"payments\",target=\"orders\"} 1",
+          "backstop_client_retries_total{policy=\"payments\",reason=\"circuit_open\",target=\"orders\"} 1",
+          "backstop_client_circuit_state{policy=\"payments\",state=\"open\",target=\"orders\"} 1",
+          "backstop_client_circuit_transitions_total{from=\"closed\",policy=\"payments\",target=\"orders\",to=\"open\"} 1")) {
+        assertTrue(text.contains(line), line + " in\n" + text);
+      }
+      assertTrue(!text.contains("outcome=\"dead_letter\""), text);
+    }
+  }
 }
