@@ -129,12 +129,26 @@ test: deps wasm
 	BACKSTOP_OTHER_PYTHON=$(CURDIR)/$(VPY) BACKSTOP_FAST_PATH=0 $(VPY_OLDEST) -m pytest -q $(PY_CALL_TESTS)
 	$(MAKE) --no-print-directory java-test
 
-## java-test: the JVM host (sdk/java, Maven, Java 17): its tests, then its
-## jar and target/lib (java -jar sdk/java/target/backstop-policy.jar decide),
+## java-test: the JVM host (sdk/java, Maven, Java 17): its tests (the RabbitMQ
+## and Redis workers' against a real rabbitmq-server and redis-server the tests
+## start), then its jar and target/lib (java -jar sdk/java/target/backstop-policy.jar decide),
 ## which internal/integration/crosshost also builds and runs beside Go, Node.js and Python
-.PHONY: java-test
-java-test:
+.PHONY: java-test java-deps
+java-test: java-deps
 	mvn -B -q -f sdk/java/pom.xml package
+
+## java-deps: the Debian packages java-test needs, installed when missing
+java-deps:
+	@missing=""; \
+	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$$missing rabbitmq-server"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 ## mixin: regenerate mixin/mixin.libsonnet, the rules and dashboards as a
 ## monitoring mixin (a test renders it with go-jsonnet and compares)

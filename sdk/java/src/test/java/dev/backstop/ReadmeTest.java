@@ -41,7 +41,7 @@ class ReadmeTest {
   private static final Pattern PRINTS = Pattern.compile("^\\s*// prints: (.*)$");
 
   private static final String IMPORTS = String.join("\n", "import dev.backstop.*;",
-      "import io.prometheus.metrics.model.registry.PrometheusRegistry;", "import java.io.*;", "import java.net.*;",
+      "import io.prometheus.metrics.model.registry.PrometheusRegistry;", "import io.lettuce.core.RedisClient;", "import java.io.*;", "import java.net.*;",
       "import java.net.http.*;", "import java.time.*;", "import java.util.*;",
       "import java.util.concurrent.*;", "import java.util.concurrent.atomic.*;", "");
 
@@ -115,6 +115,9 @@ class ReadmeTest {
     ByteArrayOutputStream errs = new ByteArrayOutputStream();
     int rc = javac.run(null, errs, errs, "-cp", cp, "-d", out.toString(), "-Xlint:none", java.toString());
     assertEquals(0, rc, b.file + ":" + b.line + " does not compile:\n" + errs.toString(StandardCharsets.UTF_8));
+    // A block that works a RabbitMQ queue does so on the tests' broker.
+    if (b.code.contains("RabbitBroker")) System.setProperty("amqp.url", RabbitServer.get().url);
+    if (b.code.contains("RedisQueue")) System.setProperty("redis.url", RedisServer.get().url);
     ByteArrayOutputStream printed = new ByteArrayOutputStream();
     PrintStream saved = System.out;
     try (URLClassLoader loader = new URLClassLoader(new URL[] {out.toUri().toURL()}, ReadmeTest.class.getClassLoader())) {
