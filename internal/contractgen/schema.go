@@ -30,6 +30,7 @@ type Export struct {
 	Params  []Param `json:"params"`
 	Result  string  `json:"result"`
 	Returns string  `json:"returns"`
+	Method  *Method `json:"method,omitempty"`
 }
 
 // Param is one parameter of an Export.
@@ -249,6 +250,9 @@ func (s *Schema) check() error {
 				return fmt.Errorf("exports: %s: unknown value type %q", e.Name, t)
 			}
 		}
+	}
+	if err := s.checkMethods(); err != nil {
+		return err
 	}
 	enums := map[string]*Enum{}
 	for _, e := range s.Enums {

@@ -516,3 +516,81 @@ def outcome(w: int) -> Outcome:
     f["delay_ms"] = w & 0xffffffffffff
     return o
 
+
+
+def _thousandths(answer: Tuple[int, bool]) -> Optional[float]:
+    """An amount in thousandths, or None when there is none."""
+    milli, present = answer
+    return milli / 1000 if present else None
+
+
+class PolicyCalls:
+    """The methods of ``Policy`` that are one call into the module each
+    (the exports with a ``method`` in contract/abi.json). The Policy gives
+    ``_stateful``, ``_call(export, arg)`` (the call with its handle, under
+    its instance's lock), ``_at(now_ms)`` (the host's clock when None) and
+    ``_ms(name, value)`` (a duration in ms, fractions dropped)."""
+
+    _stateful: bool
+    _at: Callable[[Any], int]
+    _ms: Callable[[str, Any], int]
+
+    def _call(self, export: str, arg: int) -> int:
+        raise NotImplementedError
+
+    def record_success(self, now_ms: Optional[int] = None) -> None:
+        """Reports a success at ``now_ms`` to the retry budget and the circuit
+        breaker; a no-op for a stateless policy.
+
+        ``now_ms`` defaults to the host's clock."""
+        if not self._stateful:
+            return
+        self._call("record_success", self._at(now_ms))
+
+    def circuit_state(self, now_ms: Optional[int] = None) -> str:
+        """The circuit breaker's state at ``now_ms``: closed (also when the policy
+        has no breaker), open or half_open.
+
+        ``now_ms`` defaults to the host's clock."""
+        if not self._stateful:
+            return CIRCUIT_STATE_NAMES[0]
+        return CIRCUIT_STATE_NAMES[self._call("circuit_state", self._at(now_ms))]
+
+    def acquire(self, now_ms: Optional[int] = None) -> Permit:
+        """Asks permission for one call at ``now_ms``, before it is made. While the
+        breaker is open every call is refused. Half-open admits at most
+        circuit_breaker.half_open_max_calls trial calls (default 1) until they
+        report back: a success with ``record_success``, a failure with
+        ``decide`` (it reopens the breaker); a trial that has not reported back
+        within open_for counts as failed. A policy without a breaker always
+        allows. The retry budget is not consulted: it limits retries, through
+        ``decide``.
+
+        ``now_ms`` defaults to the host's clock. Raises ``InputError`` when it
+        is not an integer or is negative, or 0 on a stateful policy; no state
+        changes then."""
+        return permit(self._call("acquire", self._at(now_ms)))
+
+    def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
+        """What is left of the retry budget at ``now_ms``, read without changing
+        it: a token bucket's tokens (retries pass while more than half of
+        max_tokens remain), or the retries a window budget still allows; none
+        when the policy has no budget.
+
+        ``now_ms`` defaults to the host's clock. Raises ``InputError`` when it
+        is not an integer or is negative."""
+        if not self._stateful:
+            return _thousandths(budget(0))
+        return _thousandths(budget(self._call("budget_tokens", self._at(now_ms))))
+
+    def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int:
+        """How long the attempt starting ``elapsed_ms`` after the first one started
+        may run, in ms; 0 for no limit. It is the policy's attempt_timeout,
+        bounded by what is left of max_elapsed (when stop_when is any), and at
+        least 1 ms. The retry loop asks it before each attempt.
+
+        ``elapsed_ms`` defaults to 0 (a ``timedelta`` or a float: fractions are
+        dropped). Raises ``InputError`` when it is not an integer or is
+        negative."""
+        return self._call("attempt_timeout", self._ms("elapsed_ms", elapsed_ms))
+

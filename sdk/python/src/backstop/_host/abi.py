@@ -229,6 +229,11 @@ def at(now: Any) -> int:
     return now_ms() if now is None else int64("now_ms", now, True)
 
 
+def ms(name: str, v: Any) -> int:
+    """A call's duration in ms, fractions dropped."""
+    return int64(name, v, True)
+
+
 def load(inst: Instance, data: bytes) -> int:
     """Loads policy ``data`` (JSON, YAML or a preset name) into inst and
     returns its handle; takes inst.lock, and frees collected policies'
