@@ -11,14 +11,14 @@ from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optio
 from ._errors import InputError
 from ._host import _contract as C
 from ._host import abi
-from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure: backstop's)
+from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure, Permit: backstop's)
 from ._host.runtime import Instance, shared
 from ._retry import BeforeSleep, Classify, retrying
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
-_DEFAULTS, _NFIELDS = abi._DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
+_DEFAULTS, _NFIELDS = C.DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
 # What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
 _INVALID = Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 

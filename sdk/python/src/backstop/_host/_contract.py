@@ -265,6 +265,66 @@ def pack_records(buf: bytearray, fs: List[Any], now0: int, defaults: Dict[str, A
     return off // size
 
 
+
+# Each field's value when absent, of the type the fast path takes; None
+# for now_ms and random: the host's clock, a fresh draw.
+DEFAULTS: Dict[str, Any] = {"attempt": 0, "http_status": 0, "grpc_code": 0, "error_kind": "", "retry_after": "", "grpc_retry_pushback_ms": "", "method": "", "idempotency_key": False, "elapsed_ms": 0, "now_ms": None, "random": None, "prev_delay_ms": 0, "retried_downstream": False, "server_declined": False}
+Convert = Callable[[Field, Any], Any]  # a host's converter of one type: (field, value) -> its ABI value
+
+
+def converted(d: Dict[str, Any], conv: Dict[str, Convert]) -> Tuple[Tuple[Any, ...], bytes]:
+    """The slow path of decide and outcome: their failure arguments, and
+    the strings to write into the buffer, of a merged failure d (now_ms
+    and random set) whose values conv[type] (the host's converters, one
+    per type) checks and converts, in FIELDS order: the first invalid one
+    raises."""
+    attempt = conv["int64"](FIELDS[0], d["attempt"])
+    http_status = conv["int32"](FIELDS[1], d["http_status"])
+    grpc_code = conv["grpc_code"](FIELDS[2], d["grpc_code"])
+    error_kind = conv["string"](FIELDS[3], d["error_kind"])
+    retry_after = conv["hint"](FIELDS[4], d["retry_after"])
+    grpc_retry_pushback_ms = conv["hint"](FIELDS[5], d["grpc_retry_pushback_ms"])
+    method = conv["string"](FIELDS[6], d["method"])
+    idempotency_key = conv["key"](FIELDS[7], d["idempotency_key"])
+    elapsed_ms = conv["int64"](FIELDS[8], d["elapsed_ms"])
+    now_ms = conv["int64"](FIELDS[9], d["now_ms"])
+    random = conv["random"](FIELDS[10], d["random"])
+    prev_delay_ms = conv["int64"](FIELDS[11], d["prev_delay_ms"])
+    retried_downstream = conv["bool"](FIELDS[12], d["retried_downstream"])
+    server_declined = conv["bool"](FIELDS[13], d["server_declined"])
+    flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
+    method_bytes, kind_bytes, hint_bytes = (method if method else b""), (error_kind if error_kind else b""), (retry_after if retry_after else grpc_retry_pushback_ms if grpc_retry_pushback_ms else b"")
+    flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
+    method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+    return (attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, method_len, kind_len, hint_len), method_bytes + kind_bytes + hint_bytes
+
+
+def pack_converted(buf: bytearray, off: int, soff: int, d: Dict[str, Any], conv: Dict[str, Convert]) -> bytes:
+    """The slow path of pack_records: packs the merged failure d, its
+    values converted as by ``converted``, as the record at buf[off:] with
+    its strings at soff, and returns its strings."""
+    attempt = conv["int64"](FIELDS[0], d["attempt"])
+    http_status = conv["int32"](FIELDS[1], d["http_status"])
+    grpc_code = conv["grpc_code"](FIELDS[2], d["grpc_code"])
+    error_kind = conv["string"](FIELDS[3], d["error_kind"])
+    retry_after = conv["hint"](FIELDS[4], d["retry_after"])
+    grpc_retry_pushback_ms = conv["hint"](FIELDS[5], d["grpc_retry_pushback_ms"])
+    method = conv["string"](FIELDS[6], d["method"])
+    idempotency_key = conv["key"](FIELDS[7], d["idempotency_key"])
+    elapsed_ms = conv["int64"](FIELDS[8], d["elapsed_ms"])
+    now_ms = conv["int64"](FIELDS[9], d["now_ms"])
+    random = conv["random"](FIELDS[10], d["random"])
+    prev_delay_ms = conv["int64"](FIELDS[11], d["prev_delay_ms"])
+    retried_downstream = conv["bool"](FIELDS[12], d["retried_downstream"])
+    server_declined = conv["bool"](FIELDS[13], d["server_declined"])
+    flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
+    method_bytes, kind_bytes, hint_bytes = (method if method else b""), (error_kind if error_kind else b""), (retry_after if retry_after else grpc_retry_pushback_ms if grpc_retry_pushback_ms else b"")
+    flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
+    method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+    RECORD.pack_into(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, soff, method_len, kind_len, hint_len, 0)
+    return method_bytes + kind_bytes + hint_bytes
+
+
 class Failure(TypedDict, total=False):
     """The fields of a failure, named as in the shared vectors. All are
     optional; absent (or None) means zero or empty. Any other name is an
