@@ -75,6 +75,9 @@ type Field struct {
 	// Input is the field's name in a failure's input (the vectors', and
 	// every SDK's), when it is not Name.
 	Input string `json:"input,omitempty"`
+	// Names are the status names a code field also takes, indexed by
+	// code (in any ASCII letter case).
+	Names []string `json:"names,omitempty"`
 	// Error marks what an error returned by the caller's code says about
 	// the failure (its status, kind, hints, signals), as opposed to the
 	// caller's own facts (attempt, method, key, times).
@@ -226,6 +229,9 @@ func (s *Schema) check() error {
 		f.Bit = -1
 		if !types[f.Type] {
 			return fmt.Errorf("failure: %s: unknown type %q", f.Name, f.Type)
+		}
+		if (f.Type == "grpc_code") != (len(f.Names) > 0) {
+			return fmt.Errorf("failure: %s: a grpc_code field, and only one, has the status names (names)", f.Name)
 		}
 		if f.Record != "" && !recs[f.Record] {
 			return fmt.Errorf("failure: %s: no record field %q", f.Name, f.Record)

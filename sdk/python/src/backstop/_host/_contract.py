@@ -37,6 +37,7 @@ ON_OPEN_NAMES = ("defer", "dead_letter")  # what a queue does with a job the bre
 EVENT_NAMES = ("before", "success", "failure", "delivered")  # what happened to a job that a worker asks the outcome of
 OUTCOME_ACTION_NAMES = ("run", "ack", "retry", "defer", "dead_letter")  # what a worker does with a job
 COUNT_NAMES = ("none", "success", "retry", "dead_letter", "refused")  # which client metric (backstop_client_*) a worker records for an outcome
+GRPC_CODE_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")  # the status names grpc_code also takes, by code
 
 # The flag bits of decide and of a batch record; other bits must be 0.
 FLAG_IDEMPOTENCY_KEY = 1 << 0  # the request carries an idempotency key

@@ -24,12 +24,7 @@ from . import _contract as C
 from ._contract import Decision
 from .runtime import Instance
 
-# gRPC status names, indexed by code.
-GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-              "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-              "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-              "UNAUTHENTICATED")
-_GRPC_BY_NAME = {n: i for i, n in enumerate(GRPC_CODES)}
+_GRPC_BY_NAME = {n: i for i, n in enumerate(C.GRPC_CODE_NAMES)}
 _I32 = "must be a 32-bit integer"
 _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each

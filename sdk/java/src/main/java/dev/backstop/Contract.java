@@ -50,6 +50,9 @@ final class Contract {
   /** The module's exports (wasm/ABI.md). */
   static final List<String> EXPORTS = List.of("abi_version", "buffer", "policy_load", "policy_preset", "policy_free", "policy_stateful", "decide", "decide_batch", "record_success", "circuit_state", "acquire", "budget_tokens", "policy_on_open", "attempt_timeout", "outcome", "error_message");
 
+  /** The status names grpc_code also takes, by code. */
+  static final List<String> GRPC_CODE_NAMES = List.of("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED");
+
   /** The sizes of a decide_batch record and of its result. */
   static final int RECORD_SIZE = 64;
   static final int RESULT_SIZE = 8;
