@@ -269,7 +269,7 @@ def pack_records(buf: bytearray, fs: List[Any], now0: int, defaults: Dict[str, A
 
 # Each field's value when absent, of the type the fast path takes; None
 # for now_ms and random: the host's clock, a fresh draw.
-DEFAULTS: Dict[str, Any] = {"attempt": 0, "http_status": 0, "grpc_code": 0, "error_kind": "", "retry_after": "", "grpc_retry_pushback_ms": "", "method": "", "idempotency_key": False, "elapsed_ms": 0, "now_ms": None, "random": None, "prev_delay_ms": 0, "retried_downstream": False, "server_declined": False}
+DEFAULTS: Dict[str, Any] = {"attempt": 0, "http_status": 0, "grpc_code": 0, "error_kind": "", "retry_after": "", "grpc_retry_pushback_ms": "", "method": "", "idempotency_key": "", "elapsed_ms": 0, "now_ms": None, "random": None, "prev_delay_ms": 0, "retried_downstream": False, "server_declined": False}
 Convert = Callable[[Field, Any], Any]  # a host's converter of one type: (field, value) -> its ABI value
 
 
