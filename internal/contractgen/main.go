@@ -47,6 +47,7 @@ var outputs = []output{
 	{"java_circuit_state.tmpl", "sdk/java/src/main/java/dev/backstop/CircuitState.java"},
 	{"java_on_open.tmpl", "sdk/java/src/main/java/dev/backstop/OnOpen.java"},
 	{"java_lint.tmpl", "sdk/java/src/main/java/dev/backstop/Lint.java"},
+	{"java_policy_exports.tmpl", "sdk/java/src/main/java/dev/backstop/PolicyExports.java"},
 	{"node_contract_js.tmpl", "sdk/node/lib/host/contract.gen.js"},
 	{"node_contract_dts.tmpl", "sdk/node/contract.gen.d.ts"},
 	{"python_contract.tmpl", "sdk/python/src/backstop/_host/_contract.py"},

@@ -24,6 +24,8 @@ func TestSchemaMistakes(t *testing.T) {
 		{"flag bit taken", `{"flags": [{"name": "a", "bit": 0}, {"name": "b", "bit": 0}]}`, "flags: b: bit 0"},
 		{"bool without a flag", `{"types": [{"name": "bool", "expects": "a boolean"}], "failure": [{"name": "x", "type": "bool"}]}`, "a bool field needs a flag bit"},
 		{"type without its text", `{"types": [{"name": "bool"}]}`, "types: bool: expects must be plain text"},
+		{"code without names", `{"types": [{"name": "grpc_code", "expects": "a code"}]}`, "has the status names"},
+		{"method of two arguments", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}], "result": "i32", "method": {"answer": "ms"}}]}`, "a method takes (h i32, x i64)"},
 		{"unknown type", `{"failure": [{"name": "x", "type": "uint7"}]}`, `unknown type "uint7"`},
 		{"record gap", `{"record": {"size": 16, "fields": [{"name": "a", "type": "i64", "offset": 0}]}}`, "fields end at 8, not at size 16"},
 		{"word overlap", `{"enums": [], "words": [{"name": "w", "fields": [{"name": "a", "lo": 0, "bits": 8}, {"name": "b", "lo": 4, "bits": 8}]}]}`, "w.b: bits 4-11 overlap"},

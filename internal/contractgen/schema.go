@@ -43,6 +43,7 @@ type Export struct {
 	Params  []Param `json:"params"`
 	Result  string  `json:"result"`
 	Returns string  `json:"returns"`
+	Method  *Method `json:"method,omitempty"`
 }
 
 // Param is one parameter of an Export.
@@ -97,6 +98,10 @@ type Field struct {
 	// Input is the field's name in a failure's input (the vectors', and
 	// every SDK's), when it is not Name.
 	Input string `json:"input,omitempty"`
+	// Names are the status names a code field also takes, indexed by
+	// code (in any ASCII letter case): its type's, filled in by check, so
+	// the list is written once, in types.
+	Names []string `json:"-"`
 	// Error marks what an error returned by the caller's code says about
 	// the failure (its status, kind, hints, signals), as opposed to the
 	// caller's own facts (attempt, method, key, times).
@@ -242,19 +247,24 @@ func (s *Schema) check() error {
 	for _, st := range s.Strings {
 		slots[st.Name] = true
 	}
-	types := map[string]bool{}
-	for _, t := range s.Types {
+	types := map[string]*Type{}
+	for i, t := range s.Types {
 		if t.Expects == "" || strings.ContainsAny(t.Expects, "`$\\") {
 			return fmt.Errorf("types: %s: expects must be plain text", t.Name)
 		}
-		types[t.Name] = true
+		if (t.Name == "grpc_code") != (len(t.Names) > 0) {
+			return fmt.Errorf("types: %s: the grpc_code type, and only it, has the status names (names)", t.Name)
+		}
+		types[t.Name] = &s.Types[i]
 	}
 	for i := range s.Failure {
 		f := &s.Failure[i]
 		f.Bit = -1
-		if !types[f.Type] {
+		t, ok := types[f.Type]
+		if !ok {
 			return fmt.Errorf("failure: %s: unknown type %q", f.Name, f.Type)
 		}
+		f.Names = t.Names
 		if f.Record != "" && !recs[f.Record] {
 			return fmt.Errorf("failure: %s: no record field %q", f.Name, f.Record)
 		}
@@ -288,6 +298,9 @@ func (s *Schema) check() error {
 	}
 	if len(s.Lints) > 62 {
 		return fmt.Errorf("lints: %d do not fit policy_lints' 62 bits", len(s.Lints))
+	}
+	if err := s.checkMethods(); err != nil {
+		return err
 	}
 	enums := map[string]*Enum{}
 	for _, e := range s.Enums {

@@ -8,20 +8,19 @@ import os
 import sys
 import warnings
 import weakref
-from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, Tuple, TypeVar, Union, overload
 
 from ._errors import InputError, LintWarning
 from ._host import _contract as C
 from ._host import abi
-from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure: backstop's)
+from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure, Permit: backstop's)
 from ._host.runtime import Instance, shared
 from ._retry import BeforeSleep, Classify, retrying
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
-_DEFAULTS, _NFIELDS = abi._DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
+_DEFAULTS, _NFIELDS = C.DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
 # What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
 _INVALID = Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 
@@ -39,14 +38,17 @@ def _caller_level() -> int:
     return level
 
 
-class Policy:
+class Policy(C.PolicyCalls):
     """A retry policy loaded into backstop.wasm. Make one with
     ``load_policy``. It is safe to use from several threads; a stateful
     policy (retry budget, circuit breaker) sees calls one at a time.
 
     Each Policy has its own budget and breaker state, even when two are
     loaded from the same source. ``close()`` (or a ``with`` block) frees it
-    in the module; an unreachable Policy is freed when collected.
+    in the module; an unreachable Policy is freed when collected. Its
+    methods of one call each (``acquire``, ``record_success``,
+    ``budget_tokens``, ``circuit_state``, ``attempt_timeout``) are generated
+    from the contract (``_contract.PolicyCalls``).
     """
 
     def __init__(self, inst: Instance, handle: int) -> None:
@@ -92,25 +94,6 @@ class Policy:
         that runs out (``httpx.ConnectTimeout``) is the error kind
         ``connect_timeout``, not ``timeout``."""
         return self._connect_ms / 1000 if self._connect_ms else None
-
-    def acquire(self, now_ms: Optional[int] = None) -> Permit:
-        """Asks permission for one call at now_ms (default: the host's
-        clock), before it is made.
-
-        While the breaker is open every call is refused. Half-open admits at
-        most ``circuit_breaker.half_open_max_calls`` trial calls (default 1)
-        until they report back: a success with ``record_success``, a failure
-        with ``decide`` (it reopens the breaker); a trial that has not
-        reported back within ``open_for`` counts as failed. A policy without
-        a breaker always allows. The retry budget is not consulted: it limits
-        retries, through ``decide``.
-
-        Raises InputError for a now_ms that is not an integer, negative, or
-        0 on a stateful policy (``now_ms: must be set ...``); no state
-        changes then. StateLostError when the instance holding the breaker
-        trapped.
-        """
-        return C.permit(self._call("acquire", abi.at(now_ms)))
 
     def decide(self, failure: Mapping[str, Any] = _NO_FAILURE, /, **fields: Any) -> Decision:  # type: ignore[assignment]
         """Decides a failure given as a dict, as keyword fields, or both
@@ -159,45 +142,6 @@ class Policy:
             raise first
         return out  # type: ignore[return-value]
 
-    def record_success(self, now_ms: Optional[int] = None) -> None:
-        """Reports a success at now_ms (default: the host's clock) to the
-        retry budget and the circuit breaker. A no-op for a stateless policy."""
-        if not self._stateful:
-            return
-        self._call("record_success", abi.at(now_ms))
-
-    def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
-        """What is left of the retry budget at now_ms (default: the host's
-        clock), read without changing it: a token bucket's tokens (retries
-        pass while more than half of ``max_tokens`` remain), or the retries a
-        window budget still allows. None when the policy has no budget.
-
-        Raises InputError for a now_ms that is not an integer or negative."""
-        if not self._stateful:
-            return None
-        milli, present = C.budget(self._call("budget_tokens", abi.at(now_ms)))
-        return milli / 1000 if present else None
-
-    def circuit_state(self, now_ms: Optional[int] = None) -> str:
-        """The circuit breaker's state at now_ms (default: the host's clock):
-        ``"closed"`` (also when the policy has no breaker), ``"open"`` or
-        ``"half_open"``."""
-        if not self._stateful:
-            return "closed"
-        return C.CIRCUIT_STATE_NAMES[self._call("circuit_state", abi.at(now_ms))]
-
-    def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int:
-        """How long the attempt starting ``elapsed_ms`` after the first one
-        started may run, in ms; 0 for no limit. It is the policy's
-        ``attempt_timeout``, bounded by what is left of ``max_elapsed``
-        (when ``stop_when`` is ``"any"``), and at least 1 ms.
-        ``Policy.retry`` asks it before each attempt.
-
-        Raises InputError for an elapsed_ms that is not an integer (a
-        timedelta or a float: fractions are dropped) or is negative
-        (``elapsed_ms: must be >= 0 (got -5)``)."""
-        return self._call("attempt_timeout", abi.int64("elapsed_ms", elapsed_ms, True))
-
     def outcome(self, event: str, failure: Optional[Mapping[str, Any]] = None, *, deliveries: int = 0,
                 max_deliveries: int = 0, now_ms: Optional[int] = None) -> Outcome:
         """What a queue worker does about one event of a job, as the core
@@ -233,6 +177,9 @@ class Policy:
         inst = self._inst
         with inst.lock:
             return abi.call(inst, self._h, export, arg)
+
+    _at = staticmethod(abi.at)
+    _ms = staticmethod(abi.ms)
 
     @overload
     def retry(self, fn: F, /) -> F: ...

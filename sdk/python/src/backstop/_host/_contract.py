@@ -40,6 +40,7 @@ ON_OPEN_NAMES = ("defer", "dead_letter")  # what a queue does with a job the bre
 EVENT_NAMES = ("before", "success", "failure", "delivered")  # what happened to a job that a worker asks the outcome of
 OUTCOME_ACTION_NAMES = ("run", "ack", "retry", "defer", "dead_letter")  # what a worker does with a job
 COUNT_NAMES = ("none", "success", "retry", "dead_letter", "refused")  # which client metric (backstop_client_*) a worker records for an outcome
+GRPC_CODE_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")  # the status names grpc_code also takes, by code
 
 # The flag bits of decide and of a batch record; other bits must be 0.
 FLAG_IDEMPOTENCY_KEY = 1 << 0  # the request carries an idempotency key
@@ -266,6 +267,66 @@ def pack_records(buf: bytearray, fs: List[Any], now0: int, defaults: Dict[str, A
                 soff += len(strs)
         off += size
     return off // size
+
+
+
+# Each field's value when absent, of the type the fast path takes; None
+# for now_ms and random: the host's clock, a fresh draw.
+DEFAULTS: Dict[str, Any] = {"attempt": 0, "http_status": 0, "grpc_code": 0, "error_kind": "", "retry_after": "", "grpc_retry_pushback_ms": "", "method": "", "idempotency_key": "", "elapsed_ms": 0, "now_ms": None, "random": None, "prev_delay_ms": 0, "retried_downstream": False, "server_declined": False}
+Convert = Callable[[Field, Any], Any]  # a host's converter of one type: (field, value) -> its ABI value
+
+
+def converted(d: Dict[str, Any], conv: Dict[str, Convert]) -> Tuple[Tuple[Any, ...], bytes]:
+    """The slow path of decide and outcome: their failure arguments, and
+    the strings to write into the buffer, of a merged failure d (now_ms
+    and random set) whose values conv[type] (the host's converters, one
+    per type) checks and converts, in FIELDS order: the first invalid one
+    raises."""
+    attempt = conv["int64"](FIELDS[0], d["attempt"])
+    http_status = conv["int32"](FIELDS[1], d["http_status"])
+    grpc_code = conv["grpc_code"](FIELDS[2], d["grpc_code"])
+    error_kind = conv["string"](FIELDS[3], d["error_kind"])
+    retry_after = conv["hint"](FIELDS[4], d["retry_after"])
+    grpc_retry_pushback_ms = conv["hint"](FIELDS[5], d["grpc_retry_pushback_ms"])
+    method = conv["string"](FIELDS[6], d["method"])
+    idempotency_key = conv["key"](FIELDS[7], d["idempotency_key"])
+    elapsed_ms = conv["int64"](FIELDS[8], d["elapsed_ms"])
+    now_ms = conv["int64"](FIELDS[9], d["now_ms"])
+    random = conv["random"](FIELDS[10], d["random"])
+    prev_delay_ms = conv["int64"](FIELDS[11], d["prev_delay_ms"])
+    retried_downstream = conv["bool"](FIELDS[12], d["retried_downstream"])
+    server_declined = conv["bool"](FIELDS[13], d["server_declined"])
+    flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
+    method_bytes, kind_bytes, hint_bytes = (method if method else b""), (error_kind if error_kind else b""), (retry_after if retry_after else grpc_retry_pushback_ms if grpc_retry_pushback_ms else b"")
+    flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
+    method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+    return (attempt, http_status, grpc_code, elapsed_ms, now_ms, random, prev_delay_ms, flags, method_len, kind_len, hint_len), method_bytes + kind_bytes + hint_bytes
+
+
+def pack_converted(buf: bytearray, off: int, soff: int, d: Dict[str, Any], conv: Dict[str, Convert]) -> bytes:
+    """The slow path of pack_records: packs the merged failure d, its
+    values converted as by ``converted``, as the record at buf[off:] with
+    its strings at soff, and returns its strings."""
+    attempt = conv["int64"](FIELDS[0], d["attempt"])
+    http_status = conv["int32"](FIELDS[1], d["http_status"])
+    grpc_code = conv["grpc_code"](FIELDS[2], d["grpc_code"])
+    error_kind = conv["string"](FIELDS[3], d["error_kind"])
+    retry_after = conv["hint"](FIELDS[4], d["retry_after"])
+    grpc_retry_pushback_ms = conv["hint"](FIELDS[5], d["grpc_retry_pushback_ms"])
+    method = conv["string"](FIELDS[6], d["method"])
+    idempotency_key = conv["key"](FIELDS[7], d["idempotency_key"])
+    elapsed_ms = conv["int64"](FIELDS[8], d["elapsed_ms"])
+    now_ms = conv["int64"](FIELDS[9], d["now_ms"])
+    random = conv["random"](FIELDS[10], d["random"])
+    prev_delay_ms = conv["int64"](FIELDS[11], d["prev_delay_ms"])
+    retried_downstream = conv["bool"](FIELDS[12], d["retried_downstream"])
+    server_declined = conv["bool"](FIELDS[13], d["server_declined"])
+    flags = ((1 << 0 if idempotency_key else 0) | (1 << 2 if retried_downstream else 0) | (1 << 3 if server_declined else 0)) if idempotency_key or retried_downstream or server_declined else 0
+    method_bytes, kind_bytes, hint_bytes = (method if method else b""), (error_kind if error_kind else b""), (retry_after if retry_after else grpc_retry_pushback_ms if grpc_retry_pushback_ms else b"")
+    flags |= (1 << 1 if grpc_retry_pushback_ms and not (retry_after) else 0)
+    method_len, kind_len, hint_len = len(method_bytes), len(kind_bytes), len(hint_bytes)
+    RECORD.pack_into(buf, off, attempt, elapsed_ms, now_ms, random, prev_delay_ms, http_status, grpc_code, flags, soff, method_len, kind_len, hint_len, 0)
+    return method_bytes + kind_bytes + hint_bytes
 
 
 class Failure(TypedDict, total=False):
@@ -545,3 +606,81 @@ LINTS = (
 def lints_of(bits: int) -> Tuple[Lint, ...]:
     """The lints of policy_lints' answer, in code order."""
     return tuple(lint for i, lint in enumerate(LINTS) if bits >> i & 1)
+
+
+def _thousandths(answer: Tuple[int, bool]) -> Optional[float]:
+    """An amount in thousandths, or None when there is none."""
+    milli, present = answer
+    return milli / 1000 if present else None
+
+
+class PolicyCalls:
+    """The methods of ``Policy`` that are one call into the module each
+    (the exports with a ``method`` in contract/abi.json). The Policy gives
+    ``_stateful``, ``_call(export, arg)`` (the call with its handle, under
+    its instance's lock), ``_at(now_ms)`` (the host's clock when None) and
+    ``_ms(name, value)`` (a duration in ms, fractions dropped)."""
+
+    _stateful: bool
+    _at: Callable[[Any], int]
+    _ms: Callable[[str, Any], int]
+
+    def _call(self, export: str, arg: int) -> int:
+        raise NotImplementedError
+
+    def record_success(self, now_ms: Optional[int] = None) -> None:
+        """Reports a success at ``now_ms`` to the retry budget and the circuit
+        breaker; a no-op for a stateless policy.
+
+        ``now_ms`` defaults to the host's clock."""
+        if not self._stateful:
+            return
+        self._call("record_success", self._at(now_ms))
+
+    def circuit_state(self, now_ms: Optional[int] = None) -> str:
+        """The circuit breaker's state at ``now_ms``: closed (also when the policy
+        has no breaker), open or half_open.
+
+        ``now_ms`` defaults to the host's clock."""
+        if not self._stateful:
+            return CIRCUIT_STATE_NAMES[0]
+        return CIRCUIT_STATE_NAMES[self._call("circuit_state", self._at(now_ms))]
+
+    def acquire(self, now_ms: Optional[int] = None) -> Permit:
+        """Asks permission for one call at ``now_ms``, before it is made. While the
+        breaker is open every call is refused. Half-open admits at most
+        circuit_breaker.half_open_max_calls trial calls (default 1) until they
+        report back: a success with ``record_success``, a failure with
+        ``decide`` (it reopens the breaker); a trial that has not reported back
+        within open_for counts as failed. A policy without a breaker always
+        allows. The retry budget is not consulted: it limits retries, through
+        ``decide``.
+
+        ``now_ms`` defaults to the host's clock. Raises ``InputError`` when it
+        is not an integer or is negative, or 0 on a stateful policy; no state
+        changes then."""
+        return permit(self._call("acquire", self._at(now_ms)))
+
+    def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
+        """What is left of the retry budget at ``now_ms``, read without changing
+        it: a token bucket's tokens (retries pass while more than half of
+        max_tokens remain), or the retries a window budget still allows; none
+        when the policy has no budget.
+
+        ``now_ms`` defaults to the host's clock. Raises ``InputError`` when it
+        is not an integer or is negative."""
+        if not self._stateful:
+            return _thousandths(budget(0))
+        return _thousandths(budget(self._call("budget_tokens", self._at(now_ms))))
+
+    def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int:
+        """How long the attempt starting ``elapsed_ms`` after the first one started
+        may run, in ms; 0 for no limit. It is the policy's attempt_timeout,
+        bounded by what is left of max_elapsed (when stop_when is any), and at
+        least 1 ms. The retry loop asks it before each attempt.
+
+        ``elapsed_ms`` defaults to 0 (a ``timedelta`` or a float: fractions are
+        dropped). Raises ``InputError`` when it is not an integer or is
+        negative."""
+        return self._call("attempt_timeout", self._ms("elapsed_ms", elapsed_ms))
+

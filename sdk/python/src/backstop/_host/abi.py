@@ -24,12 +24,7 @@ from . import _contract as C
 from ._contract import Decision
 from .runtime import Instance
 
-# gRPC status names, indexed by code.
-GRPC_CODES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-              "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-              "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-              "UNAUTHENTICATED")
-_GRPC_BY_NAME = {n: i for i, n in enumerate(GRPC_CODES)}
+_GRPC_BY_NAME = {n: i for i, n in enumerate(C.GRPC_CODE_NAMES)}
 _I32 = "must be a 32-bit integer"
 _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
@@ -39,52 +34,7 @@ _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 # call) raises for a value it does not take as it is.
 _UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError, C.Unusual)
 
-# -- the field table, per type -------------------------------------------------
-
-# Each type's "absent" value; None for now_ms and random means "the host's
-# clock / a fresh draw".
-_ABSENT = {"int64": 0, "int32": 0, "grpc_code": 0, "string": "", "hint": "", "key": "", "random": None, "bool": False}
-_DEFAULTS: Dict[str, Any] = {f.name: _ABSENT[f.type] for f in C.FIELDS}
-_DEFAULTS["now_ms"] = None
-_NFIELDS = len(_DEFAULTS)
-_by_record = {f.record: f.name for f in C.FIELDS if f.record}
-_decide_nums = operator.itemgetter(*(f.name for f in C.FIELDS if f.record))  # decide's order
-_record_nums = operator.itemgetter(*(_by_record[r] for r in C.RECORD_FIELDS if r in _by_record))
-_FLAGGED = [f for f in C.FIELDS if f.flag and not f.string]  # a key, a bool: a bit when present
-_STRINGED = [f for f in C.FIELDS if f.string]
-_string_values = operator.itemgetter(*(f.name for f in _STRINGED))
-_SLOTS = [(C.STRINGS.index(f.string), f.flag) for f in _STRINGED]
-# A record is the decide numbers, then flags, strings' offset, their lengths, a reserved 0.
-assert C.RECORD.size == C.RECORD_SIZE and C.RECORD_FIELDS[len(_by_record):] == (
-    ("flags", "str_off") + tuple(s + "_len" for s in C.STRINGS) + ("reserved",)), "decide_batch's record changed"
-assert C.DECIDE_ARGS[len(_by_record):] == ("flags",) + tuple(s + "_len" for s in C.STRINGS), "decide's arguments changed"
-
-
-def _layout(sv: Tuple[bytes, ...], flags: int) -> Tuple[int, bytes, Tuple[int, ...]]:
-    """The converted string fields as the ABI lays them out, as _contract's
-    fast path does: each slot (method, error kind, hint) holds the first
-    field of it that is set (Retry-After wins over the gRPC pushback), and
-    sets that field's flag."""
-    parts = [b""] * len(C.STRINGS)
-    for (slot, bit), v in zip(_SLOTS, sv):
-        if v and not parts[slot]:
-            parts[slot] = v
-            flags |= bit
-    return flags, b"".join(parts), tuple(map(len, parts))
-
-
-def _convert(d: Dict[str, Any]) -> Tuple[Dict[str, Any], int, bytes, Tuple[int, ...]]:
-    """Checks and converts every field of a merged failure dict to its ABI
-    value, accepting the looser types the fast path does not, in the order
-    every host checks them (testdata/vectors/README.md, "Field values"):
-    the first invalid one raises InputError. Returns the numbers by field
-    name, then the flags, the strings and their lengths."""
-    out = {f.name: _CONVERT[f.type](f, d[f.name]) for f in C.FIELDS}
-    flags = 0
-    for f in _FLAGGED:
-        if out[f.name]:
-            flags |= f.flag
-    return (out, *_layout(_string_values(out), flags))
+_NFIELDS = len(C.DEFAULTS)
 
 
 # -- one converter per type ------------------------------------------------------
@@ -209,7 +159,7 @@ def _random(name: str, v: Any) -> float:
 
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
-_CONVERT: Dict[str, Callable[[C.Field, Any], Any]] = {
+_CONVERT: Dict[str, C.Convert] = {
     "int64": lambda f, v: int64(f.name, v, f.ms), "int32": lambda f, v: _integer(f.name, v, 31, False, _I32),
     "grpc_code": lambda f, v: _grpc(f.name, v), "string": lambda f, v: _text(f.name, v), "hint": _hint,
     "key": lambda f, v: _flag(f.name, v, True), "random": lambda f, v: _random(f.name, v),
@@ -227,6 +177,11 @@ def now_ms() -> int:
 def at(now: Any) -> int:
     """A call's now_ms: the host's clock when None."""
     return now_ms() if now is None else int64("now_ms", now, True)
+
+
+def ms(name: str, v: Any) -> int:
+    """A call's duration in ms, fractions dropped."""
+    return int64(name, v, True)
 
 
 def load(inst: Instance, data: bytes) -> int:
@@ -262,14 +217,14 @@ def call(inst: Instance, handle: int, export: str, *args: Any) -> int:
     return r  # type: ignore[no-any-return]
 
 
-def _slow_args(inst: Instance, d: Dict[str, Any]) -> Tuple[int, ...]:
+def _slow_args(inst: Instance, d: Dict[str, Any]) -> Tuple[Any, ...]:
     """decide's (and outcome's) failure arguments for the merged failure d
     (now_ms and random set) the fast path did not take: checked and
-    converted, its strings written into the buffer."""
-    nums, flags, strs, lens = _convert(d)
+    converted (C.converted), its strings written into the buffer."""
+    args, strs = C.converted(d, _CONVERT)
     if strs:
         inst.ensure_buffer(len(strs))[:len(strs)] = strs
-    return (*_decide_nums(nums), flags, *lens)
+    return args
 
 
 def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
@@ -349,20 +304,18 @@ def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tup
     one whose strings do not fit in _BATCH_BYTES any more), which the caller
     decides alone. Returns how many were packed, and the bytes."""
     buf = bytearray((hi - lo) * C.RECORD_SIZE)
-    return C.pack_records(buf, fs[lo:hi], now0, _DEFAULTS, _draw, _pack_slow, _UNUSUAL, _BATCH_BYTES), buf
+    return C.pack_records(buf, fs[lo:hi], now0, C.DEFAULTS, _draw, _pack_slow, _UNUSUAL, _BATCH_BYTES), buf
 
 
 def _pack_slow(buf: bytearray, off: int, soff: int, d: Dict[str, Any]) -> Optional[bytes]:
-    """pack_records' slow path: packs the merged failure d (now_ms and
-    random set) the fast path did not take, checked and converted, as the
-    record at buf[off:] with its strings at soff; returns the strings, or
-    None when d is invalid (decided alone, which raises)."""
+    """pack_records' slow path: the merged failure d (now_ms and random
+    set) the fast path did not take, checked and converted, packed at off
+    with its strings at soff (C.pack_converted); None when d is invalid
+    (decided alone, which raises)."""
     try:
-        conv, flags, strs, lens = _convert(d)
+        return C.pack_converted(buf, off, soff, d, _CONVERT)
     except InputError:
         return None
-    C.RECORD.pack_into(buf, off, *_record_nums(conv), flags, soff, *lens, 0)
-    return strs
 
 
 # Handles of collected policies not freed yet. The garbage collector runs
@@ -410,12 +363,12 @@ def free_locked(inst: Instance, handle: int) -> None:
 def merge(fields: Any) -> Dict[str, Any]:
     """The failure with every field, absent ones at their defaults."""
     try:
-        d = {**_DEFAULTS, **fields}
+        d = {**C.DEFAULTS, **fields}
     except TypeError:
         raise not_object(fields) from None
     if len(d) != _NFIELDS:
         # The least unknown name in code point order, as every host reports.
-        name = min(well_formed(k if isinstance(k, str) else str(k)) for k in fields if k not in _DEFAULTS)
+        name = min(well_formed(k if isinstance(k, str) else str(k)) for k in fields if k not in C.DEFAULTS)
         raise InputError(name, "unknown field")
     return d
 

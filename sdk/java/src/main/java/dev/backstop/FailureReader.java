@@ -18,10 +18,6 @@ import java.util.Set;
  * {@link Failure} calls them field by field.
  */
 final class FailureReader {
-  static final List<String> GRPC_NAMES = List.of("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-      "UNAUTHENTICATED");
   private static final double TWO63 = 9223372036854775808.0;
 
   private FailureReader() {}
@@ -90,7 +86,7 @@ final class FailureReader {
   /** A gRPC status name in any ASCII letter case. */
   static int grpcCode(String name, String field) {
     boolean ascii = name.chars().allMatch(c -> c < 0x80);
-    int code = ascii ? GRPC_NAMES.indexOf(name.toUpperCase(Locale.ROOT)) : -1;
+    int code = ascii ? Contract.GRPC_CODE_NAMES.indexOf(name.toUpperCase(Locale.ROOT)) : -1;
     if (code < 0) throw new InputException(field, "unknown gRPC status name " + quote(name));
     return code;
   }

@@ -26,11 +26,8 @@ import java.util.regex.Pattern;
  * failure is written for the module is generated ({@link Contract}).
  */
 final class ModuleInstance {
-  private static final List<String> EXPORTS = List.of("buffer", "policy_load", "policy_preset", "policy_free",
-      "policy_stateful", "decide", "decide_batch", "record_success", "circuit_state", "error_message", "acquire",
-      "policy_on_open", "policy_lints", "budget_tokens", "attempt_timeout", "connect_timeout");
   /** Exports added within version 1 (wasm/ABI.md): looked up, and missing only from an older module. */
-  private static final List<String> ADDED = List.of("outcome");
+  private static final Set<String> ADDED = Set.of("outcome");
   private static final Pattern INPUT = Pattern.compile("^(?:record \\d+: )?(?:invalid (?:failure|event): )?([^:]*): (.*)$",
       Pattern.DOTALL);
 
@@ -76,15 +73,13 @@ final class ModuleInstance {
     } catch (RuntimeException | StackOverflowError e) {
       throw new BackstopException("backstop.wasm: the module did not start: " + e.getMessage(), e);
     }
-    for (String name : EXPORTS) {
-      if (!exported.contains(name)) {
+    for (String name : Contract.EXPORTS) {
+      if (exported.contains(name)) {
+        exports.put(name, instance.export(name));
+      } else if (!ADDED.contains(name)) {
         throw new BackstopException("backstop.wasm: the module has no " + name
             + " export, which ABI version " + Contract.ABI_VERSION + " requires");
       }
-      exports.put(name, instance.export(name));
-    }
-    for (String name : ADDED) {
-      if (exported.contains(name)) exports.put(name, instance.export(name));
     }
     decide = exports.get("decide");
     reserve(Contract.MIN_BUFFER);

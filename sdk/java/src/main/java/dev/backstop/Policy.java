@@ -6,7 +6,6 @@ import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.Optional;
-import java.util.OptionalDouble;
 
 /**
  * A retry policy loaded into backstop.wasm: the same decisions as the Go,
@@ -32,8 +31,12 @@ import java.util.OptionalDouble;
  * a call after {@link #close()} an {@link IllegalStateException}; a call on
  * a stateful policy whose instance trapped a {@link StateLostException}.
  * Bad input never traps the module.
+ *
+ * <p>Its methods of one call each ({@code acquire}, {@code recordSuccess},
+ * {@code budgetTokens}, {@code circuitState}, {@code attemptTimeout}) are
+ * generated from the contract ({@code PolicyExports}).
  */
-public final class Policy implements AutoCloseable {
+public final class Policy extends PolicyExports implements AutoCloseable {
   private static final Cleaner CLEANER = Cleaner.create();
 
   private final PolicyRuntime runtime;
@@ -283,65 +286,9 @@ public final class Policy implements AutoCloseable {
     return outcome(event, Failure.builder().nowMs(nowMs).build(), 0, 0);
   }
 
-  /** Reports a successful call at nowMs (Unix ms) to the budget and the breaker. */
-  public void recordSuccess(long nowMs) {
-    call((in, h) -> in.call("record_success", h, nowMs));
-  }
-
-  /** {@link #recordSuccess(long)} now. */
-  public void recordSuccess() {
-    recordSuccess(System.currentTimeMillis());
-  }
-
-  /** The breaker's state at nowMs ({@code CLOSED} without a breaker). */
-  public CircuitState circuitState(long nowMs) {
-    return CircuitState.of(call((in, h) -> in.call("circuit_state", h, nowMs)));
-  }
-
-  /** {@link #circuitState(long)} now. */
-  public CircuitState circuitState() {
-    return circuitState(System.currentTimeMillis());
-  }
-
-  /**
-   * Permission for one call at nowMs, before it is made (wasm/ABI.md,
-   * "acquire"). A policy without a breaker always allows.
-   *
-   * @throws InputException when nowMs is negative, or 0 on a stateful policy
-   */
-  public Permit acquire(long nowMs) {
-    return Permit.unpack(call((in, h) -> in.call("acquire", h, nowMs)));
-  }
-
-  /** {@link #acquire(long)} now. */
-  public Permit acquire() {
-    return acquire(System.currentTimeMillis());
-  }
-
-  /**
-   * What is left of the retry budget at nowMs, read without changing it: a
-   * token bucket's tokens, or the retries a window budget still allows;
-   * empty when the policy has no budget.
-   */
-  public OptionalDouble budgetTokens(long nowMs) {
-    long w = call((in, h) -> in.call("budget_tokens", h, nowMs));
-    return Contract.budgetPresent(w) ? OptionalDouble.of(Contract.budgetMilli(w) / 1000.0) : OptionalDouble.empty();
-  }
-
-  /** {@link #budgetTokens(long)} now. */
-  public OptionalDouble budgetTokens() {
-    return budgetTokens(System.currentTimeMillis());
-  }
-
-  /**
-   * How long the attempt starting elapsedMs after the first one started may
-   * run, in ms: the policy's attempt_timeout, cut to what is left of
-   * max_elapsed; 0 when no timeout applies.
-   *
-   * @throws InputException when elapsedMs is negative
-   */
-  public long attemptTimeout(long elapsedMs) {
-    return call((in, h) -> in.call("attempt_timeout", h, elapsedMs));
+  @Override
+  long call(String export, long arg) {
+    return call((in, h) -> in.call(export, h, arg));
   }
 
   /**
