@@ -423,21 +423,38 @@ func (s *suite) run(t *testing.T) {
 	enqueue(t, q, "later-1", "fixed-later", "")
 	enqueue(t, q, "later-2", "fixed-later", "")
 	stop := work(t, q, p, h.handle)
-	eventually.True(t, wait, "both jobs delayed", func() bool {
-		st := stats(t, q)
-		return st.Delayed != nil && *st.Delayed == 2 && st.Jobs == 0
-	})
+	if s.tg.Features.Delayed {
+		eventually.True(t, wait, "both jobs delayed", func() bool {
+			st := stats(t, q)
+			return st.Delayed != nil && *st.Delayed == 2 && st.Jobs == 0
+		})
+	} else {
+		eventually.True(t, wait, "both jobs ran once", func() bool {
+			return len(h.of("later-1")) == 1 && len(h.of("later-2")) == 1 && stats(t, q).Jobs == 0
+		})
+	}
 	h.fix()
 	if r, err := q.Run(ctx, queue.RunOptions{ID: "nobody"}); err != nil || r.Moved != 0 {
 		t.Errorf("run an id not delayed: %+v, %v; want nothing moved, no error", r, err)
 	}
-	if r, err := q.Run(ctx, queue.RunOptions{ID: "later-1"}); err != nil || r.Moved != 1 {
-		t.Fatalf("run later-1: %+v, %v; want 1 moved", r, err)
+	// A broker that cannot count its delayed jobs cannot say when the
+	// retry is delayed (published and confirmed, the failed run acked):
+	// the run is tried until it finds it, once.
+	runOnce := func(what string, o queue.RunOptions, wantLeft int) {
+		t.Helper()
+		var r queue.RunResult
+		var err error
+		eventually.True(t, wait, what, func() bool {
+			r, err = q.Run(ctx, o)
+			return err != nil || r.Moved != 0 || s.tg.Features.Delayed
+		})
+		if err != nil || r.Moved != 1 || r.Left != wantLeft {
+			t.Fatalf("%s: %+v, %v; want 1 moved, %d left", what, r, err, wantLeft)
+		}
 	}
+	runOnce("run later-1", queue.RunOptions{ID: "later-1"}, 0)
 	eventually.True(t, wait, "later-1 ran again", func() bool { return len(h.of("later-1")) == 2 })
-	if r, err := q.Run(ctx, queue.RunOptions{DueBefore: time.Now().Add(2 * time.Hour), Limit: 10}); err != nil || r.Moved != 1 || r.Left != 0 {
-		t.Fatalf("run due before +2h: %+v, %v; want 1 moved, 0 left", r, err)
-	}
+	runOnce("run due before +2h", queue.RunOptions{DueBefore: time.Now().Add(2 * time.Hour), Limit: 10}, 0)
 	settled(t, q, 0)
 	stop()
 	for _, id := range []string{"later-1", "later-2"} {

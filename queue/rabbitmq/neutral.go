@@ -179,10 +179,3 @@ func (b *brokerQueue) Discard(ctx context.Context, o queue.DiscardOptions) (int,
 	return b.q.Discard(ctx, DiscardOptions{Action: string(o.Action), ID: o.ID, Reason: o.Reason, JobType: o.JobType,
 		Limit: o.Limit, Note: o.Note, Actor: o.Actor})
 }
-
-// Run is not supported yet: a delayed job waits in the shared delay
-// levels, where it cannot be found by id or due time (issue 45).
-func (b *brokerQueue) Run(context.Context, queue.RunOptions) (queue.RunResult, error) {
-	return queue.RunResult{}, queue.Unsupported("rabbitmq", b.q.name, "run",
-		"a delayed job waits in the shared delay levels, where it cannot be picked out yet (issue 45)")
-}
