@@ -102,6 +102,9 @@ func (b *brokerQueue) Work(ctx context.Context, p backstop.Decider, h queue.Hand
 	if o.Policies != nil {
 		opts = append(opts, WithPolicies(o.Policies))
 	}
+	if o.OnOutcome != nil {
+		opts = append(opts, WithOutcomeHook(o.OnOutcome))
+	}
 	return b.q.Work(ctx, p, h, opts...)
 }
 
