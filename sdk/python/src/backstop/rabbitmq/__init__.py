@@ -230,7 +230,7 @@ class Queue:
     async def work(self, policy: Policy, handler: Handler, *, prefetch: int = 16, registry: Any = None,
                    metrics_policy: str = "default", classify: Optional[Classify] = None,
                    policies: Optional[Mapping[str, Policy]] = None,
-                   handler_timeout: Union[None, float, timedelta] = None) -> None:
+                   handler_timeout: Union[None, float, timedelta] = None, on_outcome: Any = None) -> None:
         """Consumes the queue until the task is cancelled: runs
         ``handler(job)`` (a coroutine function, or a plain one), up to
         ``prefetch`` at a time, and applies its outcome as ``policy``
@@ -261,9 +261,18 @@ class Queue:
         deadline the task is cancelled, given half a second to end, and
         the job fails with ``backstop.DeadlineExceeded`` (error kind
         ``timeout``), decided and applied like any failure; cancelling
-        the worker meanwhile still waits for that outcome."""
+        the worker meanwhile still waits for that outcome.
+
+        ``on_outcome`` (a callable, or None) is called with a
+        ``backstop.queue.OutcomeEvent`` for each outcome the worker applied
+        (its next message confirmed and the delivery acked): successes,
+        retries, deferrals, dead letters (crash loops and malformed
+        messages too), as Node's ``onOutcome`` and Go's
+        ``WithOutcomeHook``, for per-job alerting (docs/monitoring.md,
+        "Page on a dead letter of a job type"). What it raises is logged,
+        and the worker goes on. An awaitable it returns is awaited."""
         runner, timeout, qm, kept, backoff = _work.setup(log, self.name, policy, handler, prefetch, classify, registry,
-                                                         metrics_policy, policies, handler_timeout)
+                                                         metrics_policy, policies, handler_timeout, on_outcome)
         self.broker._start_mover()
         try:
             while True:
@@ -355,8 +364,11 @@ class Queue:
                 elif step.gated:
                     runner.count(client, policy, job, plan)
                 pub = _core.move(name, job, plan, _core.now_ms())
-                if await apply(msg, job, plan, pub, step.published, step.refusals) and qm is not None:
-                    qm.observe(job, plan)
+                if await apply(msg, job, plan, pub, step.published, step.refusals):
+                    if qm is not None:
+                        qm.observe(job, plan)
+                    if runner.on_outcome is not None:
+                        await _queue.atell(runner.on_outcome, runner.event(job, plan), log)
             except Exception:
                 # Returned now rather than held until the channel closes; a
                 # delivery that keeps failing here ends as a crash loop.

@@ -213,7 +213,7 @@ class Queue:
     def work(self, policy: Policy, handler: Handler, *, stop: Optional[threading.Event] = None, prefetch: int = 16,
              registry: Any = None, metrics_policy: str = "default", classify: Optional[Classify] = None,
              policies: Optional[Mapping[str, Policy]] = None,
-             handler_timeout: Union[None, float, timedelta] = None) -> None:
+             handler_timeout: Union[None, float, timedelta] = None, on_outcome: Any = None) -> None:
         """``backstop.rabbitmq.Queue.work`` for a thread (``policies``: a
         job type's own policy, as there): runs
         ``handler(job)`` one job at a time until ``stop`` is set, then
@@ -232,9 +232,10 @@ class Queue:
         ``timeout``). While it runs, a mover on a connection of
         its own (a daemon thread) moves the delayed messages of every queue
         of the virtual host down the delay levels (as the asyncio
-        worker's)."""
+        worker's). ``on_outcome`` as the asyncio worker's, called in the
+        worker's thread."""
         runner, timeout, qm, kept, backoff = _work.setup(log, self.name, policy, handler, prefetch, classify, registry,
-                                                         metrics_policy, policies, handler_timeout)
+                                                         metrics_policy, policies, handler_timeout, on_outcome)
         stop = stop or threading.Event()
         mover = _Mover(self.broker)
         try:
@@ -336,6 +337,8 @@ class Queue:
             raise
         if plan is not None and qm is not None:
             qm.observe(job, plan)
+        if plan is not None and runner.on_outcome is not None:
+            _queue.tell(runner.on_outcome, runner.event(job, plan), log)
 
     def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
                scan: Optional[int] = None) -> int:
