@@ -38,8 +38,9 @@ const (
 )
 
 // runWait is how long Run waits for a mover's answer: a mover answers
-// from memory, at once; one that does not (a Python worker's, which takes
-// no commands yet) is reported, not waited for.
+// from memory, at once; one that does not (a worker of a backstop from
+// before issue 45, whose mover takes no commands) is reported, not waited
+// for.
 var runWait = 5 * time.Second
 
 // RunOptions select the delayed jobs Run moves: ID, or DueBefore with
@@ -132,7 +133,7 @@ func (q *Queue) Run(ctx context.Context, o RunOptions) (Ran, error) {
 		return r, fail(err)
 	}
 	if silent > 0 {
-		return r, fail(fmt.Errorf("%w: %d movers did not answer within %v, the delayed jobs they hold were not looked at (moved %d); a Python worker's mover takes no run commands yet",
+		return r, fail(fmt.Errorf("%w: %d movers did not answer within %v, the delayed jobs they hold were not looked at (moved %d); a worker of a backstop from before issue 45 takes no run commands",
 			ErrSilentMovers, silent, runWait, r.Moved))
 	}
 	return r, nil

@@ -496,6 +496,7 @@ class _Mover:
         self.broker = broker
         self.channel: Optional[AbstractChannel] = None
         self.held: Dict["asyncio.Task[Any]", AbstractIncomingMessage] = {}  # a task per delivery held
+        self.waiting: Dict["asyncio.Task[Any]", int] = {}  # those still waiting for their time: their level
         self.alone = _ByMessageId()
         self.task = asyncio.ensure_future(self._run())
 
@@ -536,6 +537,18 @@ class _Mover:
             await b._declare_shared(ch)  # the hold queues
             for n in range(_core.HOLD_LEVELS):
                 await (await ch.get_queue(_core.hold(n), ensure=False)).consume(on_message(n))
+            # Run's commands (README, "Run a delayed job now"): a queue of
+            # this channel's own on the run exchange.
+            commands = await ch.declare_queue("", exclusive=True, auto_delete=True)
+            await commands.bind(_core.RUN)
+
+            async def on_command(cmd: AbstractIncomingMessage) -> None:
+                try:
+                    await self._answer_run(ch, cmd, commands.name)
+                except Exception as e:
+                    log.warning("delay mover: run command: %s", e)
+
+            await commands.consume(on_command, no_ack=True)
             backoff.reset()
             await lost.wait()
             raise ConnectionError("channel closed")
@@ -545,9 +558,47 @@ class _Mover:
             if not ch.is_closed:
                 await _within_grace(ch.close())  # the held deliveries go back
 
+    async def _answer_run(self, ch: AbstractChannel, cmd: AbstractIncomingMessage, mover: str) -> None:
+        """A run's command: the held deliveries it selects counted, or (take)
+        at most its limit of them, earliest due first, published to their
+        work queue (confirmed) and acked; answered to its reply-to."""
+        c = _core.run_command(cmd.headers)
+        selected = sorted(((t, n) for t, n in self.waiting.items()
+                           if _core.run_selects(c, self.held[t].message_id, self.held[t].headers)),
+                          key=lambda tn: _core.due_of(self.held[tn[0]].headers))
+        moved = 0
+        for t, n in selected[:c.limit]:
+            if t not in self.waiting:
+                continue  # its time came meanwhile: the move has it
+            msg = self.held[t]
+            t.cancel()  # waiting for its time: it ends there
+            pub = _core.run_publish(msg.headers)
+            try:
+                await self.alone.run(msg.message_id or "", lambda: _publish(ch, pub, msg))
+                await msg.ack()
+                moved += 1
+            except Exception as e:
+                if ch.is_closed:
+                    return  # the delivery went back with the channel
+                log.warning("delay mover: run of %s failed, it goes on delayed: %s", msg.message_id, e)
+                again = asyncio.ensure_future(self._hold(ch, n, msg, _core.now_ms() - (1 << n) * 1000))
+                self.held[again] = msg
+                again.add_done_callback(lambda t: self.held.pop(t, None))
+        if cmd.reply_to:
+            reply = aio_pika.Message(b"", headers=_core.run_reply(len(selected), moved, mover),
+                                     correlation_id=cmd.correlation_id)
+            await ch.default_exchange.publish(reply, cmd.reply_to)
+
     async def _hold(self, ch: AbstractChannel, n: int, msg: AbstractIncomingMessage, received: int) -> None:
         key = msg.routing_key or ""
-        await asyncio.sleep(max(0, _core.release_ms(n, key, msg.headers, received) - _core.now_ms()) / 1000)
+        me = asyncio.current_task()
+        if me is not None:
+            self.waiting[me] = n
+        try:
+            await asyncio.sleep(max(0, _core.release_ms(n, key, msg.headers, received) - _core.now_ms()) / 1000)
+        finally:
+            if me is not None:
+                self.waiting.pop(me, None)
         while True:
             # The move; one returned is dead-lettered (unroutable), one
             # refused enters the delay again: neither keeps a place in the

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
-from typing import Any, Callable, List, Mapping, Optional, Set, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 try:
     import pika
@@ -456,6 +456,8 @@ class _Mover:
         self.conn: Optional[pika.BlockingConnection] = None
         self.channel: Optional[BlockingChannel] = None
         self.held = 0
+        # The deliveries waiting for their time, by timer: what a run may take.
+        self.waiting: Dict[Any, Tuple[int, Any, Any, bytes, Callable[[], None]]] = {}
         self.thread = threading.Thread(target=self._run, name="backstop-delay-mover", daemon=True)
         self.thread.start()
 
@@ -481,6 +483,7 @@ class _Mover:
     def _session(self, backoff: _core.Backoff) -> None:
         conn = _open(self.broker._params)
         self.conn, self.held = conn, 0
+        self.waiting.clear()
         try:
             ch = conn.channel()
             self.channel = ch
@@ -489,6 +492,11 @@ class _Mover:
             _declare(ch, _core.SHARED)  # the hold queues
             for n in range(_core.HOLD_LEVELS):
                 ch.basic_consume(_core.hold(n), self._on_message(conn, ch, n))
+            # Run's commands (README, "Run a delayed job now"): a queue of
+            # this channel's own on the run exchange.
+            commands = ch.queue_declare("", exclusive=True, auto_delete=True).method.queue
+            ch.queue_bind(commands, _core.RUN)
+            ch.basic_consume(commands, self._on_command(conn, ch, commands), auto_ack=True)
             backoff.reset()
             while not self._stop.is_set() and not self.broker._closed:
                 conn.process_data_events(time_limit=_POLL)
@@ -509,6 +517,7 @@ class _Mover:
             at = _core.release_ms(n, key, props.headers, _core.now_ms())
 
             def move() -> None:
+                self.waiting.pop(timer[0], None)
                 # The move; one returned is dead-lettered (unroutable), one
                 # refused enters the delay again: neither keeps a place in
                 # the prefetch. Only what is refused after that is held.
@@ -534,6 +543,35 @@ class _Mover:
                 conn.call_later(_core.MOVE_RETRY_S, move)
 
             self.held += 1
-            conn.call_later(max(0, at - _core.now_ms()) / 1000, move)
+            timer = [conn.call_later(max(0, at - _core.now_ms()) / 1000, move)]
+            self.waiting[timer[0]] = (n, method, props, body, move)
 
         return take
+
+    def _on_command(self, conn: pika.BlockingConnection, ch: BlockingChannel,
+                    mover: str) -> Callable[[BlockingChannel, Any, Any, bytes], None]:
+        def answer(_: BlockingChannel, method: Any, cprops: Any, cbody: bytes) -> None:
+            # The held deliveries a run selects counted, or (take) at most its
+            # limit of them, earliest due first, published to their work
+            # queue (confirmed) and acked; answered to its reply-to.
+            c = _core.run_command(cprops.headers)
+            selected = sorted(((t, w) for t, w in self.waiting.items() if _core.run_selects(c, w[2].message_id, w[2].headers)),
+                              key=lambda tw: _core.due_of(tw[1][2].headers))
+            moved = 0
+            for t, (n, dmethod, props, body, move) in selected[:c.limit]:
+                if self.waiting.pop(t, None) is None:
+                    continue
+                conn.remove_timeout(t)
+                try:
+                    _publish(ch, _core.run_publish(props.headers), body, props)
+                    ch.basic_ack(dmethod.delivery_tag)
+                    self.held -= 1
+                    moved += 1
+                except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
+                    log.warning("delay mover: run of %s failed, it goes on delayed: %s", props.message_id, e)
+                    move()  # on down the levels, due now
+            if cprops.reply_to:
+                ch.basic_publish("", cprops.reply_to, b"", pika.BasicProperties(
+                    correlation_id=cprops.correlation_id, headers=_core.run_reply(len(selected), moved, mover)))
+
+        return answer
