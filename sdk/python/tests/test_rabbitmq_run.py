@@ -136,3 +136,67 @@ def test_asyncio_mover_answers_a_run(rabbit, policy):
             await b.close()
 
     asyncio.run(main())
+
+
+def test_sync_run_from_the_levels_and_a_mover(rabbit, policy):
+    b = sync.connect(rabbit.url)
+    try:
+        q, other = b.queue(qname("run")), b.queue(qname("run-other"))
+        for i in ("a", "b", "c", "d"):
+            q.enqueue(i, i.encode(), delay=3600)
+        other.enqueue("a", b"other", delay=3600)
+        # No worker: ready in hold.L10.
+        assert q.run("a") == (1, 0)
+        assert q.run("zz") == (0, 0)
+        ran, stop = [], threading.Event()
+        t = threading.Thread(target=q.work, args=(policy, ran.append), kwargs=dict(stop=stop), daemon=True)
+        t.start()
+        until("a ran", lambda: len(ran) == 1)
+        until("the delayed jobs held by the mover", lambda: held_by_mover(rabbit.url))
+        now = int(time.time() * 1000)
+        assert q.run(due_before=now + 2 * HOUR_MS, limit=2) == (2, 1)
+        until("two more ran", lambda: len(ran) == 3)
+        assert q.run(due_before=now + 2 * HOUR_MS) == (1, 0)
+        until("four ran", lambda: len(ran) == 4)
+        stop.set()
+        t.join(30)
+        assert sorted((j.id, j.attempt, bytes(j.payload)) for j in ran) == [
+            ("a", 1, b"a"), ("b", 1, b"b"), ("c", 1, b"c"), ("d", 1, b"d")]
+        assert other.run("a") == (1, 0)  # the other queue's stayed
+        with pytest.raises(ValueError, match="give one of job_id and due_before"):
+            q.run()
+        with pytest.raises(ValueError, match="limit must be a whole number in 1..10000"):
+            q.run(due_before=now, limit=0)
+    finally:
+        b.close()
+
+
+def test_asyncio_run(rabbit, policy):
+    async def main():
+        b = await rabbitmq.connect(rabbit.url)
+        try:
+            q = b.queue(qname("run"))
+            for i in ("a", "b", "c"):
+                await q.enqueue(i, i.encode(), delay=3600)
+            assert await q.run("b") == (1, 0)  # from the level
+            ran = []
+            task = asyncio.ensure_future(q.work(policy, ran.append))
+            loop = asyncio.get_running_loop()
+            deadline = time.monotonic() + 30
+            while not (len(ran) == 1 and await loop.run_in_executor(None, held_by_mover, rabbit.url)):
+                assert time.monotonic() < deadline, "b ran and the others are held by the mover"
+                await asyncio.sleep(0.05)
+            now = int(time.time() * 1000)
+            assert await q.run(due_before=now + 2 * HOUR_MS, limit=5) == (2, 0)  # from the mover
+            deadline = time.monotonic() + 30
+            while len(ran) < 3:
+                assert time.monotonic() < deadline, "all three ran"
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert sorted((j.id, j.attempt) for j in ran) == [("a", 1), ("b", 1), ("c", 1)]
+        finally:
+            await b.close()
+
+    asyncio.run(main())

@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import inspect as _inspect
 import logging
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Union
 
 try:
@@ -42,7 +43,10 @@ from . import _core, _work
 from ._core import DeadLetter, Job, Stats
 from ._metrics import QueueMetrics
 
-__all__ = ["Broker", "DeadLetter", "Job", "Queue", "Stats", "connect"]
+__all__ = ["Broker", "DeadLetter", "Job", "Queue", "Ran", "SilentMovers", "Stats", "connect"]
+
+Ran = _core.Ran
+SilentMovers = _core.SilentMovers
 
 log = logging.getLogger("backstop.rabbitmq")
 
@@ -432,6 +436,92 @@ class Queue:
         finally:
             await ch.close()
         return moved
+
+    async def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
+                  limit: Optional[int] = None) -> _core.Ran:
+        """Moves delayed jobs of the queue to it now, whatever their due time
+        (Cloud Tasks' RunTask; Go's ``Queue.Run``, ``backstop queue run
+        --amqp.url``; README, "Run a delayed job now"): the job ``job_id``
+        (every copy of it), or at most ``limit`` (1..10000, default 100) of
+        those due at or before ``due_before`` (an aware datetime or unix ms).
+        Takes them from the delay levels' ready messages (at most 100,000
+        looked at) and from the workers' movers (the ``backstop.run``
+        exchange), each published to the queue with its attempt kept and
+        without its due time (confirmed), then acked. Returns ``(moved,
+        left)``; raises ``SilentMovers`` (with ``ran``) when a mover did not
+        answer within 5 s."""
+        cmd = _core.run_args(self.name, job_id, due_before, limit)
+        ch = await self.broker._channel()
+        moved = left = 0
+        try:
+            await self._ensure(ch)
+            scan = 100_000
+            for name in _core.RUN_LEVELS:
+                level = await ch.get_queue(name, ensure=False)
+                held: List[AbstractIncomingMessage] = []
+                try:
+                    while scan > 0:
+                        msg = await level.get(no_ack=False, fail=False)
+                        if msg is None:
+                            break
+                        scan -= 1
+                        if not _core.run_selects(cmd, msg.message_id, msg.headers):
+                            held.append(msg)
+                        elif moved >= cmd.limit:
+                            left += 1
+                            held.append(msg)
+                        else:
+                            await _publish(ch, _core.run_publish(msg.headers), msg)
+                            await msg.ack()
+                            moved += 1
+                finally:
+                    await _give_back(ch, name, held)
+            hold0 = await ch.declare_queue(_core.hold(0), passive=True)
+            movers = hold0.declaration_result.consumer_count or 0
+            if movers == 0:
+                return _core.Ran(moved, left)
+            replies: List[AbstractIncomingMessage] = []
+            arrived = asyncio.Event()
+
+            async def on_reply(msg: AbstractIncomingMessage) -> None:
+                replies.append(msg)
+                arrived.set()
+
+            reply_to = await ch.get_queue("amq.rabbitmq.reply-to", ensure=False)
+            await reply_to.consume(on_reply, no_ack=True)
+
+            async def ask(exchange: str, key: str, op: str, n: int, want: int) -> None:
+                replies.clear()
+                x = ch.default_exchange if exchange == "" else await ch.get_exchange(exchange, ensure=False)
+                await x.publish(aio_pika.Message(b"", headers=_core.run_ask(cmd, op, n), reply_to="amq.rabbitmq.reply-to"), key)
+                deadline = time.monotonic() + _core.RUN_WAIT_S
+                while len(replies) < want and time.monotonic() < deadline:
+                    arrived.clear()
+                    try:
+                        await asyncio.wait_for(arrived.wait(), max(0.0, deadline - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        break
+
+            await ask(_core.RUN, "", "count", 0, movers)
+            counted = sorted((_core.run_answer(m.headers) for m in replies), key=lambda a: -a[1])
+            silent = movers - len(counted)
+            for mover, matched, _ in counted:
+                if matched == 0:
+                    continue
+                if moved >= cmd.limit:
+                    left += matched
+                    continue
+                await ask("", mover, "take", cmd.limit - moved, 1)
+                if not replies:
+                    silent += 1
+                    continue
+                _, m, n = _core.run_answer(replies[0].headers)
+                moved, left = moved + n, left + max(m - n, 0)
+            if silent:
+                raise _core.SilentMovers(silent, _core.Ran(moved, left))
+            return _core.Ran(moved, left)
+        finally:
+            await ch.close()
 
     async def inspect(self, n: int = 20) -> List[DeadLetter]:
         """A peek at the first ``n`` dead letters: each is given back to the

@@ -612,6 +612,68 @@ def run_publish(headers: Optional[Mapping[str, Any]]) -> Publish:
     return Publish("", _text((headers or {}).get(H_DEST)), h)
 
 
+MAX_RUN_LIMIT = 10_000  # the most delayed jobs one run moves by due time (Go's queue.MaxRunLimit)
+RUN_WAIT_S = 5.0  # how long a run waits for a mover's answer
+#: The queues a delayed message can wait in: the hold levels, then the
+#: first topology's TTL levels.
+RUN_LEVELS = tuple(hold(n) for n in range(HOLD_LEVELS)) + tuple(level(n) for n in range(LEVELS))
+
+
+class Ran(NamedTuple):
+    """What ``run`` did: ``moved`` jobs published to the queue, ``left``
+    due before ``due_before`` beyond the limit."""
+
+    moved: int
+    left: int
+
+
+class SilentMovers(Exception):
+    """Some movers did not answer a run within 5 s: the delayed jobs they
+    hold were not looked at. ``ran`` says what moved."""
+
+    def __init__(self, silent: int, ran: Ran) -> None:
+        super().__init__("run: %d movers did not answer within %gs: the delayed jobs they hold were not looked at "
+                         "(moved %d)" % (silent, RUN_WAIT_S, ran.moved))
+        self.silent, self.ran = silent, ran
+
+
+def run_args(queue: str, job_id: Optional[str], due_before: Any, limit: Optional[int]) -> RunCommand:
+    """``run``'s arguments, checked (raising at once, naming the argument),
+    as the command that selects its jobs (limit: the most moved)."""
+    if (job_id is None) == (due_before is None):
+        raise ValueError("run: give one of job_id and due_before (got job_id=%r, due_before=%r)" % (job_id, due_before))
+    if job_id is not None:
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError("run: job_id must be a non-empty string (got %r)" % (job_id,))
+        if limit is not None:
+            raise ValueError("run: limit goes with due_before, not job_id")
+        return RunCommand(queue, job_id, None, True, 100_000)
+    if isinstance(due_before, datetime):
+        if due_before.tzinfo is None:
+            raise ValueError("run: due_before must be an aware datetime (got %r)" % (due_before,))
+        due_before = int(due_before.timestamp() * 1000)
+    check_int("run", "due_before", due_before, 0, 1 << 62)
+    limit = 100 if limit is None else limit
+    check_int("run", "limit", limit, 1, MAX_RUN_LIMIT)
+    return RunCommand(queue, "", due_before, True, limit)
+
+
+def run_ask(cmd: RunCommand, op: str, n: int) -> Dict[str, Any]:
+    """The headers of a run's command to the movers."""
+    h = {"backstop-run-queue": cmd.queue, "backstop-run-op": op, "backstop-run-limit": str(n)}
+    if cmd.job_id:
+        h["backstop-run-id"] = cmd.job_id
+    else:
+        h["backstop-run-due-before-ms"] = str(cmd.before_ms)
+    return h
+
+
+def run_answer(headers: Optional[Mapping[str, Any]]) -> Tuple[str, int, int]:
+    """A mover's answer: (its command queue, matched, moved)."""
+    h = headers or {}
+    return _text(h.get("backstop-run-mover")), _num(h.get("backstop-run-matched")) or 0, _num(h.get("backstop-run-moved")) or 0
+
+
 def run_reply(matched: int, moved: int, mover: str) -> Dict[str, Any]:
     """A mover's answer to a run command (its headers)."""
     return {"backstop-run-matched": str(matched), "backstop-run-moved": str(moved), "backstop-run-mover": mover}

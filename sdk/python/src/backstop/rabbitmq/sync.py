@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 try:
@@ -339,6 +340,71 @@ class Queue:
             qm.observe(job, plan)
         if plan is not None and runner.on_outcome is not None:
             _queue.tell(runner.on_outcome, runner.event(job, plan), log)
+
+    def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
+            limit: Optional[int] = None) -> _core.Ran:
+        """See ``backstop.rabbitmq.Queue.run``."""
+        cmd = _core.run_args(self.name, job_id, due_before, limit)
+
+        def run(ch: BlockingChannel) -> _core.Ran:
+            moved = left = 0
+            scan = 100_000
+            for level in _core.RUN_LEVELS:
+                held: List[Any] = []
+                try:
+                    while scan > 0:
+                        method, props, body = ch.basic_get(level, auto_ack=False)
+                        if method is None:
+                            break
+                        scan -= 1
+                        if not _core.run_selects(cmd, props.message_id, props.headers):
+                            held.append((method, props, body))
+                        elif moved >= cmd.limit:
+                            left += 1
+                            held.append((method, props, body))
+                        else:
+                            _publish(ch, _core.run_publish(props.headers), body, props)
+                            ch.basic_ack(method.delivery_tag)
+                            moved += 1
+                finally:
+                    _give_back(ch, level, held)
+            movers = ch.queue_declare(_core.hold(0), passive=True).method.consumer_count
+            if movers == 0:
+                return _core.Ran(moved, left)
+            replies: List[Any] = []
+            tag = ch.basic_consume("amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append(p), auto_ack=True)
+
+            def ask(exchange: str, key: str, op: str, corr: str, n: int, want: int) -> None:
+                replies.clear()
+                ch.basic_publish(exchange, key, b"", pika.BasicProperties(
+                    reply_to="amq.rabbitmq.reply-to", correlation_id=corr, headers=_core.run_ask(cmd, op, n)))
+                deadline = time.monotonic() + _core.RUN_WAIT_S
+                while len(replies) < want and time.monotonic() < deadline:
+                    ch.connection.process_data_events(time_limit=0.05)
+
+            try:
+                ask(_core.RUN, "", "count", "count", 0, movers)
+                counted = sorted((_core.run_answer(p.headers) for p in replies), key=lambda a: -a[1])
+                silent = movers - len(counted)
+                for mover, matched, _ in counted:
+                    if matched == 0:
+                        continue
+                    if moved >= cmd.limit:
+                        left += matched
+                        continue
+                    ask("", mover, "take", "take", cmd.limit - moved, 1)
+                    if not replies:
+                        silent += 1
+                        continue
+                    _, m, n = _core.run_answer(replies[0].headers)
+                    moved, left = moved + n, left + max(m - n, 0)
+            finally:
+                ch.basic_cancel(tag)
+            if silent:
+                raise _core.SilentMovers(silent, _core.Ran(moved, left))
+            return _core.Ran(moved, left)
+
+        return self._op(run)
 
     def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
                scan: Optional[int] = None) -> int:
