@@ -80,7 +80,10 @@ build: wasm
 ## the server for the end-to-end alert test), prometheus-alertmanager and
 ## rabbitmq-server (the tests start their own brokers from
 ## /usr/lib/rabbitmq/bin, as plain processes with private data directories,
-## never the system service; the management plugin is enabled per broker).
+## never the system service; the management plugin is enabled per broker),
+## postgresql (the idempotency store's PostgreSQL backend: the tests initdb a
+## private data directory and start postgres from /usr/lib/postgresql/*/bin
+## on a free loopback port, as the system user postgres when run as root).
 ## The Node.js host has no runtime dependencies; its tests install ioredis
 ## and redis (npm ci). The JVM host (sdk/java) needs a JDK and Maven
 ## (default-jdk-headless, maven), which fetches its dependencies itself.
@@ -92,9 +95,11 @@ deps: $(PY_NEWEST) $(PY_OLDEST)
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing="$$missing rabbitmq-server"; \
+	ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		$(SUDO) apt-get update -qq && \

@@ -35,6 +35,10 @@ type Decider interface {
 	// first may run (attempt_timeout, cut to what is left of max_elapsed);
 	// 0 is no bound.
 	AttemptTimeout(ctx context.Context, elapsedMs int64) (int64, error)
+	// ConnectTimeoutMs is the policy's connect_timeout: how long
+	// establishing a connection may take within an attempt (0: the
+	// client's own); retry.HTTPTransport and retry.Dialer apply it.
+	ConnectTimeoutMs() int64
 	// OnOpen is what a queue does with a job the breaker or the budget
 	// refused: "defer" (the default) or "dead_letter".
 	OnOpen() string
@@ -77,6 +81,8 @@ func (n native) BudgetTokens(_ context.Context, nowMs int64) (int64, bool, error
 func (n native) AttemptTimeout(_ context.Context, elapsedMs int64) (int64, error) {
 	return n.p.AttemptTimeout(elapsedMs)
 }
+
+func (n native) ConnectTimeoutMs() int64 { return n.p.ConnectTimeoutMs() }
 
 func (n native) OnOpen() string { return n.p.OnOpen() }
 

@@ -62,7 +62,7 @@ type instance struct {
 
 	abiVersion, buffer, policyLoad, policyPreset, policyFree, policyStateful,
 	decide, decideBatch, recordSuccess, circuitState, errorMessage,
-	acquire, policyOnOpen, budgetTokens, attemptTimeout, outcome api.Function
+	acquire, policyOnOpen, budgetTokens, attemptTimeout, connectTimeout, outcome api.Function
 }
 
 // newInstance instantiates the compiled module and starts its Go runtime
@@ -99,7 +99,7 @@ func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModul
 		"decide_batch": &in.decideBatch, "record_success": &in.recordSuccess,
 		"circuit_state": &in.circuitState, "error_message": &in.errorMessage,
 		"acquire": &in.acquire, "policy_on_open": &in.policyOnOpen, "budget_tokens": &in.budgetTokens,
-		"attempt_timeout": &in.attemptTimeout, "outcome": &in.outcome,
+		"attempt_timeout": &in.attemptTimeout, "connect_timeout": &in.connectTimeout, "outcome": &in.outcome,
 	} {
 		*fn = mod.ExportedFunction(name)
 	}

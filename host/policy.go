@@ -27,6 +27,7 @@ type Policy struct {
 	onOpen   string // policy.OnOpenDefer or policy.OnOpenDeadLetter
 	// boundsAttempts: the policy has attempt_timeout or max_elapsed (stop_when any).
 	boundsAttempts bool
+	connectMs      int64                    // connect_timeout, read once: it never changes
 	pinned         atomic.Pointer[instance] // the one instance holding a stateful policy's state
 	closed         atomic.Bool
 	cleanup        runtime.Cleanup // frees the handles if the Policy is collected without Close
@@ -405,6 +406,11 @@ func (p *Policy) Outcome(ctx context.Context, e policy.JobEvent) (policy.Outcome
 
 // invalidOutcome dead-letters a failure refused as invalid input.
 var invalidOutcome = policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed, Count: policy.CountDeadLetter, Invalid: true}
+
+// ConnectTimeoutMs returns the policy's connect_timeout in ms (0: none,
+// the client's own): how long establishing a connection may take within
+// an attempt. retry.HTTPTransport and retry.Dialer apply it.
+func (p *Policy) ConnectTimeoutMs() int64 { return p.connectMs }
 
 // OnOpen returns what a queue does with a job refused by an open breaker
 // or an empty budget: policy.OnOpenDefer (the default) or

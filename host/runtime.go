@@ -230,6 +230,15 @@ func (r *Runtime) load(ctx context.Context, data []byte, preset bool) (*Policy, 
 				p.boundsAttempts = int64(w) != 0
 			}
 		}
+		if err == nil {
+			// connect_timeout never changes either: read once.
+			var w uint64
+			if w, err = in.call(ctx, in.connectTimeout, api.EncodeI32(h)); err == nil {
+				if p.connectMs = int64(w); p.connectMs < 0 {
+					err = in.codeErr(ctx, "connect_timeout", p.connectMs)
+				}
+			}
+		}
 	}
 	r.release(in)
 	if err != nil {

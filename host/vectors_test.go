@@ -87,6 +87,13 @@ func TestVectors(t *testing.T) {
 					}
 				}
 				continue
+			case "connect_timeout":
+				for _, p := range []*host.Policy{scalar, batch} {
+					if got := p.ConnectTimeoutMs(); c.TimeoutMs == nil || got != *c.TimeoutMs {
+						t.Errorf("group %s case %d: connect_timeout: got %d, want %s", g.Name, i, got, c.TimeoutAnswer())
+					}
+				}
+				continue
 			case "attempt_timeout":
 				for _, p := range []*host.Policy{scalar, batch} {
 					var got vector.Case

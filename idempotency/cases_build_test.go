@@ -1,8 +1,15 @@
-package idempotency
+package idempotency_test
 
 import (
 	"encoding/base64"
 	"strings"
+
+	"github.com/backstop-dev/backstop/internal/testing/idemcases"
+)
+
+type (
+	caseStep = idemcases.Step
+	idemCase = idemcases.Case
 )
 
 // buildCases lists the shared idempotency cases' inputs (testdata/idempotency);

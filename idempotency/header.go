@@ -102,3 +102,14 @@ func logDropped(log *slog.Logger, name string) {
 		log.Warn("idempotency: response header not stored: its name is not an HTTP token", "name", name)
 	}
 }
+
+// SafeHeaders applies SafeHeader to every header of h, for Backend
+// implementations: a header whose name is not a token is dropped, logged
+// once per name on log when log is not nil (storing), silently when it is
+// (reading a record stored before the rule).
+func SafeHeaders(h map[string][]string, log *slog.Logger) map[string][]string {
+	if log == nil {
+		return safeHeaders(h, nil)
+	}
+	return safeHeaders(h, func(name string) { logDropped(log, name) })
+}

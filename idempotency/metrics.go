@@ -8,7 +8,7 @@ import "github.com/prometheus/client_golang/prometheus"
 //	backstop_idempotency_requests_total{outcome}   first_run, replayed, in_progress, conflict, too_large
 //	backstop_idempotency_lease_expiries_total      keys taken over from an owner whose lease ran out
 //	backstop_idempotency_lease_lost_total          Complete/Fail by an owner that lost its key
-//	backstop_idempotency_store_errors_total{operation}  begin, complete, fail: Redis failed
+//	backstop_idempotency_store_errors_total{operation}  begin, complete, fail: the store (Redis, PostgreSQL) failed
 type Metrics struct {
 	requests      *prometheus.CounterVec
 	leaseExpiries prometheus.Counter
@@ -62,3 +62,20 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.leaseLost.Collect(ch)
 	m.storeErrors.Collect(ch)
 }
+
+// CountStoreError counts a store call that failed (op: begin, complete or
+// fail). For Backend implementations.
+func (m *Metrics) CountStoreError(op string) { m.storeErrors.WithLabelValues(op).Inc() }
+
+// CountLeaseExpiry counts a key taken over from an owner whose lease ran
+// out. For Backend implementations.
+func (m *Metrics) CountLeaseExpiry() { m.leaseExpiries.Inc() }
+
+// CountLeaseLost counts a Complete or Fail refused because the caller no
+// longer owned its key. For Backend implementations.
+func (m *Metrics) CountLeaseLost() { m.leaseLost.Inc() }
+
+// CountRequest counts a request (or Once call) by outcome: first_run,
+// replayed, in_progress, conflict, too_large. For callers that answer a
+// claim themselves (pgstore's OnceTx).
+func (m *Metrics) CountRequest(outcome string) { m.requests.WithLabelValues(outcome).Inc() }

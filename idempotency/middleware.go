@@ -82,7 +82,7 @@ func Fingerprint(method, path string, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Middleware returns net/http middleware over store: a request with an
+// Middleware returns net/http middleware over store (any Backend): a request with an
 // Idempotency-Key runs once; a retry with the same key and request gets the
 // first response (marked Idempotent-Replayed: true), the same key with
 // another request 422, a duplicate while the first runs 409 and
@@ -97,13 +97,14 @@ func Fingerprint(method, path string, body []byte) string {
 // client gets the response after the first attempt. If the store is still
 // failing when the lease ends, the record stays in progress and the key may
 // run again (at least once, not exactly once).
-func Middleware(store *Store, opts ...MiddlewareOption) func(http.Handler) http.Handler {
+func Middleware(store Backend, opts ...MiddlewareOption) func(http.Handler) http.Handler {
 	o := mwOptions{header: "Idempotency-Key", scope: func(*http.Request) string { return "" },
 		methods: []string{"POST", "PATCH"}, stored: []string{"Content-Type", "Location"}, maxReq: 1 << 20, release: DefaultRelease}
 	for _, f := range opts {
 		f(&o)
 	}
-	m := store.o.metrics
+	cfg := store.Config()
+	m := cfg.Metrics
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key := r.Header.Get(o.header)
@@ -156,19 +157,19 @@ func Middleware(store *Store, opts ...MiddlewareOption) func(http.Handler) http.
 			// timed out, a store that fails), the record is completed or
 			// released: settle detaches from r.Context() and retries
 			// while the lease lasts, after the client has its answer.
-			until := start.Add(store.o.lease)
+			until := start.Add(cfg.Lease)
 			release := func(ctx context.Context) error { return store.Fail(ctx, scope, key, c.Token) }
 			rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 			done := false
 			defer func() {
 				if !done { // the handler panicked: a retry may run
-					store.settle(r.Context(), "fail", key, until, release)
+					settle(cfg, r.Context(), "fail", key, until, release)
 				}
 			}()
 			next.ServeHTTP(rec, r)
 			done = true
 			if o.release(rec.status) {
-				store.settle(r.Context(), "fail", key, until, release)
+				settle(cfg, r.Context(), "fail", key, until, release)
 			} else {
 				h := map[string][]string{}
 				for _, name := range o.stored {
@@ -177,7 +178,7 @@ func Middleware(store *Store, opts ...MiddlewareOption) func(http.Handler) http.
 					}
 				}
 				resp := Response{Status: rec.status, Headers: h, Body: rec.body.Bytes()}
-				store.settle(r.Context(), "complete", key, until, func(ctx context.Context) error {
+				settle(cfg, r.Context(), "complete", key, until, func(ctx context.Context) error {
 					return store.Complete(ctx, scope, key, c.Token, resp)
 				})
 			}

@@ -51,12 +51,19 @@ func (e *InProgressError) Error() string {
 // store's last error: the key may run again), or when ctx is done (the first
 // attempt's error; the retries go on).
 func (s *Store) Once(ctx context.Context, scope, key, request string, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	return Once(ctx, s, scope, key, request, fn)
+}
+
+// Once is Store.Once on any Backend: fn runs at most once for key (within
+// scope); see Store.Once for the errors and notes.
+func Once(ctx context.Context, s Backend, scope, key, request string, fn func(context.Context) ([]byte, error)) ([]byte, error) {
 	start := time.Now() // the lease runs from about here on the server's clock
 	c, err := s.Begin(ctx, scope, key, request)
 	if err != nil {
 		return nil, err
 	}
-	m := s.o.metrics
+	cfg := s.Config()
+	m := cfg.Metrics
 	switch c.State {
 	case Conflict:
 		m.requests.WithLabelValues("conflict").Inc()
@@ -76,23 +83,23 @@ func (s *Store) Once(ctx context.Context, scope, key, request string, fn func(co
 	// As the middleware: the record is completed or released whatever
 	// happened to ctx (the worker's deadline), retried while the lease
 	// lasts. Once waits for that unless ctx is done; the retries go on.
-	until := start.Add(s.o.lease)
+	until := start.Add(cfg.Lease)
 	release := func(ctx context.Context) error { return s.Fail(ctx, scope, key, c.Token) }
 	done := false
 	defer func() {
 		if !done { // fn panicked: a retry may run
-			s.settle(ctx, "fail", key, until, release)
+			settle(cfg, ctx, "fail", key, until, release)
 		}
 	}()
 	out, err := fn(ctx)
 	done = true
 	if err != nil {
-		if ferr, _ := s.settle(ctx, "fail", key, until, release); ferr != nil { // retried in the background
+		if ferr, _ := settle(cfg, ctx, "fail", key, until, release); ferr != nil { // retried in the background
 			return nil, errors.Join(err, ferr)
 		}
 		return nil, err
 	}
-	return out, settled(ctx)(s.settle(ctx, "complete", key, until, func(ctx context.Context) error {
+	return out, settled(ctx)(settle(cfg, ctx, "complete", key, until, func(ctx context.Context) error {
 		return s.Complete(ctx, scope, key, c.Token, Response{Status: 200, Body: out})
 	}))
 }

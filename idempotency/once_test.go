@@ -1,45 +1,17 @@
 package idempotency_test
 
 import (
-	"context"
-	"errors"
 	"testing"
 
 	"github.com/backstop-dev/backstop/idempotency"
+	"github.com/backstop-dev/backstop/internal/testing/idemcases"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 )
 
 // A job redelivered (the worker crashed after the side effect, before its
 // ack) returns its recorded result; a failure releases the key.
+// idempotency/pgstore runs the same checks on PostgreSQL.
 func TestOnceRunsAJobOnce(t *testing.T) {
-	ctx := context.Background()
 	rdb := redistest.Start(t).Client()
-	store := idempotency.New(rdb, idempotency.WithMetrics(idempotency.NewMetrics()))
-	effects := 0
-	charge := func(context.Context) ([]byte, error) { effects++; return []byte("charged"), nil }
-	a, errA := store.Once(ctx, "jobs", "j1", "j1/10", charge)
-	b, errB := store.Once(ctx, "jobs", "j1", "j1/10", charge)
-	if errA != nil || errB != nil || string(a) != "charged" || string(b) != "charged" || effects != 1 {
-		t.Fatalf("%q %v, %q %v, %d effects: want one effect, its result twice", a, errA, b, errB, effects)
-	}
-	if _, err := store.Once(ctx, "jobs", "j1", "j1/11", charge); !errors.Is(err, idempotency.ErrConflict) {
-		t.Errorf("another request under j1: %v, want ErrConflict", err)
-	}
-	boom := errors.New("upstream timeout")
-	if _, err := store.Once(ctx, "jobs", "j2", "j2", func(context.Context) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("failing job: %v", err)
-	}
-	if out, err := store.Once(ctx, "jobs", "j2", "j2", charge); err != nil || string(out) != "charged" || effects != 2 {
-		t.Errorf("retry after a failure: %q %v, %d effects: want it run", out, err, effects)
-	}
-	// A duplicate delivery while the first still runs.
-	var inner error
-	store.Once(ctx, "jobs", "j3", "j3", func(ctx context.Context) ([]byte, error) {
-		_, inner = store.Once(ctx, "jobs", "j3", "j3", charge)
-		return nil, nil
-	})
-	var ip *idempotency.InProgressError
-	if !errors.As(inner, &ip) || ip.RetryAfter.Seconds() != 30 {
-		t.Errorf("duplicate while running: %v, want InProgressError with 30s", inner)
-	}
+	idemcases.Once(t, idempotency.New(rdb, idempotency.WithMetrics(idempotency.NewMetrics())))
 }

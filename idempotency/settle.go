@@ -23,7 +23,8 @@ const settleAttempt = 5 * time.Second
 // first is the first attempt's error: the middleware answers its client
 // then, without waiting for the retries. done yields the last error, nil
 // once the call succeeded; the key may run again when it is not nil.
-func (s *Store) settle(ctx context.Context, op, key string, until time.Time, call func(context.Context) error) (first error, done <-chan error) {
+func settle(cfg Config, ctx context.Context, op, key string, until time.Time, call func(context.Context) error) (first error, done <-chan error) {
+	log := cfg.Logger
 	ctx = context.WithoutCancel(ctx)
 	attempt := func(d time.Duration) error {
 		actx, cancel := context.WithTimeout(ctx, d)
@@ -34,12 +35,12 @@ func (s *Store) settle(ctx context.Context, op, key string, until time.Time, cal
 	first = attempt(settleAttempt) // even past the lease: the owner completes when nobody took over
 	if first == nil || errors.Is(first, ErrLeaseLost) {
 		if first != nil {
-			s.o.log.Warn("idempotency: store call refused: the lease was lost", "op", op, "key", key, "err", first)
+			log.Warn("idempotency: store call refused: the lease was lost", "op", op, "key", key, "err", first)
 		}
 		ch <- first
 		return first, ch
 	}
-	s.o.log.Warn("idempotency: store call failed after the handler ran; retrying while the lease lasts", "op", op, "key", key, "err", first)
+	log.Warn("idempotency: store call failed after the handler ran; retrying while the lease lasts", "op", op, "key", key, "err", first)
 	go func() {
 		err, attempts := first, 1
 		for delay := 10 * time.Millisecond; ; delay = min(2*delay, time.Second) {
@@ -53,16 +54,16 @@ func (s *Store) settle(ctx context.Context, op, key string, until time.Time, cal
 			attempts++
 			switch {
 			case err == nil:
-				s.o.log.Info("idempotency: store call succeeded after retries", "op", op, "key", key, "attempts", attempts)
+				log.Info("idempotency: store call succeeded after retries", "op", op, "key", key, "attempts", attempts)
 				ch <- nil
 				return
 			case errors.Is(err, ErrLeaseLost):
-				s.o.log.Warn("idempotency: store call refused: the lease was lost", "op", op, "key", key, "attempts", attempts, "err", err)
+				log.Warn("idempotency: store call refused: the lease was lost", "op", op, "key", key, "attempts", attempts, "err", err)
 				ch <- err
 				return
 			}
 		}
-		s.o.log.Error("idempotency: store call still failing when the lease ended: the key may run again", "op", op, "key", key, "attempts", attempts, "err", err)
+		log.Error("idempotency: store call still failing when the lease ended: the key may run again", "op", op, "key", key, "attempts", attempts, "err", err)
 		ch <- err
 	}()
 	return first, ch

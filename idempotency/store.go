@@ -1,6 +1,9 @@
-// Package idempotency is the server side of idempotency keys: a Redis store
-// that answers a retried request with the first one's response instead of
-// running it twice, and net/http middleware over it.
+// Package idempotency is the server side of idempotency keys: a store that
+// answers a retried request with the first one's response instead of
+// running it twice, net/http middleware and the worker's Once over it. The
+// store is a Backend: Store (New) keeps the records in Redis,
+// idempotency/pgstore in a PostgreSQL table, optionally in the caller's
+// transaction.
 //
 // Every call is one run of the contract's script contract/scripts/idempotency.lua
 // (queue/redisqueue/README.md, "Idempotency keys"), the one the Node.js and Python
@@ -12,8 +15,6 @@ package idempotency
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -87,8 +88,8 @@ type Claim struct {
 	Response *Response
 }
 
-// Store keeps idempotency records in Redis. Build it with New; it is safe
-// for concurrent use.
+// Store keeps idempotency records in Redis: the Backend the package was
+// built with. Build it with New; it is safe for concurrent use.
 type Store struct {
 	rdb redis.Scripter
 	o   options
@@ -139,29 +140,26 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 //
 // Invalid options surface from the first call (Begin), naming the option.
 func New(rdb redis.Scripter, opts ...Option) *Store {
-	o := options{prefix: "idem", lease: 30 * time.Second, retention: 24 * time.Hour, maxBody: 1 << 20}
-	for _, f := range opts {
-		f(&o)
-	}
-	if o.metrics == nil {
-		o.metrics = DefaultMetrics
-	}
-	if o.log == nil {
-		o.log = slog.Default()
-	}
-	return &Store{rdb: rdb, o: o}
+	return &Store{rdb: rdb, o: defaults(opts)}
 }
 
-func (s *Store) check() error {
+// Config implements Backend.
+func (s *Store) Config() Config {
+	return Config{Lease: s.o.lease, Retention: s.o.retention, MaxBody: s.o.maxBody, Metrics: s.o.metrics, Logger: s.o.log}
+}
+
+func (s *Store) check() error { return s.o.check() }
+
+func (o options) check() error {
 	switch {
-	case s.o.lease < time.Millisecond:
-		return fmt.Errorf("idempotency: lease must be at least 1ms, got %v", s.o.lease)
-	case s.o.retention < s.o.lease:
-		return fmt.Errorf("idempotency: retention must be at least the lease (%v), got %v", s.o.lease, s.o.retention)
-	case s.o.maxBody < 0:
-		return fmt.Errorf("idempotency: max body must not be negative, got %d", s.o.maxBody)
-	case s.o.prefix == "" || strings.ContainsAny(s.o.prefix, "{}"):
-		return fmt.Errorf("idempotency: prefix must be non-empty without braces, got %q", s.o.prefix)
+	case o.lease < time.Millisecond:
+		return fmt.Errorf("idempotency: lease must be at least 1ms, got %v", o.lease)
+	case o.retention < o.lease:
+		return fmt.Errorf("idempotency: retention must be at least the lease (%v), got %v", o.lease, o.retention)
+	case o.maxBody < 0:
+		return fmt.Errorf("idempotency: max body must not be negative, got %d", o.maxBody)
+	case o.prefix == "" || strings.ContainsAny(o.prefix, "{}"):
+		return fmt.Errorf("idempotency: prefix must be non-empty without braces, got %q", o.prefix)
 	}
 	return nil
 }
@@ -204,9 +202,7 @@ func (s *Store) Begin(ctx context.Context, scope, key, request string) (Claim, e
 	if err := s.check(); err != nil {
 		return Claim{}, err
 	}
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := hex.EncodeToString(tok)
+	token := NewToken()
 	r, err := script.Run(ctx, s.rdb, []string{s.RecordKey(scope, key)},
 		"begin", token, request, ms(s.o.lease), ms(s.o.retention)).Slice()
 	if err != nil {

@@ -43,9 +43,25 @@ func ms(v int64) string { return durationString(v * 1e6) }
 
 // build checks the rules that span fields and turns a rawPolicy into a
 // Policy.
+//
+// It is two functions, not one, for start-up in V8 (Node.js): Go compiles
+// a function's jumps to wasm as branches back to one loop around its body,
+// and V8 counts each by its distance from the loop's start towards tiering
+// the function up, so one long function with many ifs, run once per load,
+// got recompiled by the optimizing compiler (tens of ms of CPU) after a few
+// lines were added (BENCHMARKS.md, issue 41).
 func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 	strat := strategy(indexOf(strategyNames, r.strategy))
 	jit := jitterMode(indexOf(jitterNames, r.jitter))
+	d.check(r, strat, jit)
+	if len(d.problems) > 0 {
+		return nil, &Error{Problems: d.problems, More: d.more}
+	}
+	return newPolicy(r, strat, jit), nil
+}
+
+// check records the problems of the rules that span fields.
+func (d *decoder) check(r *rawPolicy, strat strategy, jit jitterMode) {
 	if strat != strategyNone && r.baseMs == 0 {
 		d.fail("backoff.base", "must be > 0 for strategy "+r.strategy)
 	}
@@ -83,16 +99,17 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 		}
 		checkCircuitKind(d, c)
 	}
-	if len(d.problems) > 0 {
-		return nil, &Error{Problems: d.problems, More: d.more}
-	}
+}
 
+// newPolicy turns a checked rawPolicy into a Policy.
+func newPolicy(r *rawPolicy, strat strategy, jit jitterMode) *Policy {
 	p := &Policy{
 		name:                 r.name,
 		maxAttempts:          r.maxAttempts,
 		uncertainMaxAttempts: r.uncertainMaxAttempts,
 		maxElapsedMs:         r.maxElapsedMs,
 		attemptTimeoutMs:     r.attemptTimeoutMs,
+		connectTimeoutMs:     r.connectTimeoutMs,
 		stopAll:              r.stopWhen == "all",
 		strategy:             strat,
 		baseMs:               r.baseMs,
@@ -157,7 +174,7 @@ func (d *decoder) build(r *rawPolicy) (*Policy, error) {
 	p.onOpen = r.onOpen
 	p.retryDownstream = r.retriedDownstream == DownstreamRetry
 	p.fastPath = strat == strategyExponential && p.multMilli == 2000 && jit == jitterFull && !p.stopAll
-	return p, nil
+	return p
 }
 
 // checkCircuitKind refuses the fields of the other kind of breaker, so a

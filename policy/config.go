@@ -147,6 +147,7 @@ type rawPolicy struct {
 	maxAttempts          int64
 	maxElapsedMs         int64
 	attemptTimeoutMs     int64
+	connectTimeoutMs     int64
 	uncertainMaxAttempts int64
 	stopWhen             string
 
@@ -414,6 +415,7 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 		"max_attempts":    func(v *node, p string) { d.integer(v, p, 0, 1_000_000, &r.maxAttempts) },
 		"max_elapsed":     func(v *node, p string) { d.duration(v, p, &r.maxElapsedMs) },
 		"attempt_timeout": func(v *node, p string) { d.duration(v, p, &r.attemptTimeoutMs) },
+		"connect_timeout": func(v *node, p string) { d.duration(v, p, &r.connectTimeoutMs) },
 		"stop_when":       func(v *node, p string) { d.enum(v, p, stopWhenNames, &r.stopWhen) },
 		"on_open":         func(v *node, p string) { d.enum(v, p, onOpenNames, &r.onOpen) },
 		"retried_downstream": func(v *node, p string) {

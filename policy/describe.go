@@ -23,6 +23,9 @@ func (p *Policy) String() string {
 	if p.attemptTimeoutMs > 0 {
 		b.WriteString(", each attempt at most " + ms(p.attemptTimeoutMs))
 	}
+	if p.connectTimeoutMs > 0 {
+		b.WriteString(", each connect at most " + ms(p.connectTimeoutMs))
+	}
 	b.WriteString("; " + strategyNames[p.strategy] + " backoff")
 	switch p.strategy {
 	case strategyExponential:

@@ -21,10 +21,11 @@ const (
 	LintManyAttempts       = "BP003" // more than 10 retries
 	LintTimeoutPastBackoff = "BP004" // attempt_timeout longer than the first backoff
 	LintUnknownRetried     = "BP005" // unknown errors retried more than once
+	LintConnectPastAttempt = "BP006" // connect_timeout not shorter than attempt_timeout
 )
 
 // lintCodes are the codes lint_ignore accepts.
-var lintCodes = []string{LintImmediateRetry, LintNoJitter, LintManyAttempts, LintTimeoutPastBackoff, LintUnknownRetried}
+var lintCodes = []string{LintImmediateRetry, LintNoJitter, LintManyAttempts, LintTimeoutPastBackoff, LintUnknownRetried, LintConnectPastAttempt}
 
 // maxRetriesWithoutReason is the guidance's "more than 10 retries needs a
 // reason": max_attempts counts the first execution, so 11 attempts pass.
@@ -61,6 +62,10 @@ func (p *Policy) Lints() []Lint {
 	if p.strategy != strategyNone && p.attemptTimeoutMs > 0 && p.attemptTimeoutMs > p.firstBackoffMs() {
 		add(LintTimeoutPastBackoff, "attempt_timeout",
 			"attempt_timeout "+ms(p.attemptTimeoutMs)+" is longer than the first backoff ("+ms(p.firstBackoffMs())+"): keep timeouts much shorter than the backoff cycle, or hung attempts, not the backoff, pace the retries")
+	}
+	if p.connectTimeoutMs > 0 && p.attemptTimeoutMs > 0 && p.connectTimeoutMs >= p.attemptTimeoutMs {
+		add(LintConnectPastAttempt, "connect_timeout",
+			"connect_timeout "+ms(p.connectTimeoutMs)+" is not shorter than attempt_timeout ("+ms(p.attemptTimeoutMs)+"): the attempt's deadline ends a slow connect first, as a timeout, so connect_timeout never applies; keep it a fraction of attempt_timeout")
 	}
 	if p.defaultClass != Permanent {
 		if limit := p.unknownAttempts(); limit == 0 || limit > 2 {

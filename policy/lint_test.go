@@ -30,6 +30,8 @@ func TestLintsFireOnTheAntiPatterns(t *testing.T) {
 		{"timeout past the first backoff", `{"attempt_timeout": "30s"}`, "BP004", "attempt_timeout", "attempt_timeout 30s is longer than the first backoff (1s): keep timeouts much shorter than the backoff cycle"},
 		{"unknown errors retryable", `{"classify": {"default": "retryable"}}`, "BP005", "classify.default", "retryable and retried up to 4 times: default is no retry"},
 		{"unknown errors uncertain, 3 attempts", `{"uncertain": {"max_attempts": 3}}`, "BP005", "classify.default", "uncertain and retried up to 2 times"},
+		{"connect timeout as long as the attempt", `{"attempt_timeout": "1s", "connect_timeout": "1s"}`, "BP006", "connect_timeout", "connect_timeout 1s is not shorter than attempt_timeout (1s)"},
+		{"connect timeout past the attempt", `{"attempt_timeout": "500ms", "connect_timeout": "2s"}`, "BP006", "connect_timeout", "so connect_timeout never applies"},
 		{"unknown errors retryable, no attempt limit", `{"max_attempts": 0, "max_elapsed": "1h", "classify": {"default": "retryable"}}`, "BP005", "classify.default", "without an attempt limit"},
 	}
 	for _, c := range cases {
@@ -64,6 +66,8 @@ func TestLintsStaySilent(t *testing.T) {
 		`{"attempt_timeout": "1s"}`,                               // equal to the first backoff
 		`{"attempt_timeout": "200ms", "backoff": {"base": "1s"}}`, // shorter
 		`{"classify": {"default": "permanent"}, "uncertain": {"max_attempts": 4}}`,
+		`{"attempt_timeout": "1s", "connect_timeout": "200ms"}`,     // a fraction of the attempt
+		`{"connect_timeout": "3s"}`,                                 // no attempt_timeout to compare
 		`{"classify": {"default": "uncertain"}}`,                    // one retry, the built-in bound
 		`{"max_attempts": 2, "classify": {"default": "retryable"}}`, // one retry
 		`{"max_attempts": 50, "lint_ignore": {"BP003": "a partner's nightly maintenance lasts an hour"}}`,
@@ -89,7 +93,7 @@ func TestLintIgnoreSilencesOnlyItsCode(t *testing.T) {
 
 func TestLintIgnoreIsValidated(t *testing.T) {
 	for _, c := range []struct{ src, field, reason string }{
-		{`{"lint_ignore": {"BP999": "x"}}`, "lint_ignore.BP999", "unknown lint code (codes: BP001, BP002, BP003, BP004, BP005)"},
+		{`{"lint_ignore": {"BP999": "x"}}`, "lint_ignore.BP999", "unknown lint code (codes: BP001, BP002, BP003, BP004, BP005, BP006)"},
 		{`{"lint_ignore": {"BP003": ""}}`, "lint_ignore.BP003", "must state the reason"},
 		{`{"lint_ignore": {"BP003": 3}}`, "lint_ignore.BP003", "must be a string"},
 		{`{"lint_ignore": ["BP003"]}`, "lint_ignore", "must be an object"},
@@ -111,6 +115,30 @@ func TestPresetsHaveNoLint(t *testing.T) {
 		}
 		if got := p.Lints(); len(got) != 0 {
 			t.Errorf("preset %s: %v", name, got)
+		}
+	}
+}
+
+// connect_timeout is read as written, described, and left out (0) when
+// absent: the client's own connect timeout applies then.
+func TestConnectTimeout(t *testing.T) {
+	p, err := policy.Parse([]byte(`{"attempt_timeout": "2s", "connect_timeout": "250ms"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.ConnectTimeoutMs(); got != 250 {
+		t.Errorf("ConnectTimeoutMs() = %d, want 250", got)
+	}
+	if s := p.String(); !strings.Contains(s, "each attempt at most 2s, each connect at most 250ms") {
+		t.Errorf("String() = %q: no connect timeout", s)
+	}
+	for _, name := range policy.PresetNames() {
+		p, err := policy.Preset(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.ConnectTimeoutMs(); got != 0 {
+			t.Errorf("preset %s: ConnectTimeoutMs() = %d, want 0", name, got)
 		}
 	}
 }

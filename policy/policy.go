@@ -16,6 +16,7 @@ type Policy struct {
 	uncertainMaxAttempts int64
 	maxElapsedMs         int64 // 0: none
 	attemptTimeoutMs     int64 // 0: none
+	connectTimeoutMs     int64 // 0: none (the client's own)
 	stopAll              bool  // stop_when all: only once every limit set has passed
 
 	strategy     strategy

@@ -21,3 +21,12 @@ func (p *Policy) AttemptTimeout(elapsedMs int64) (int64, error) {
 
 // AttemptTimeoutMs returns the policy's attempt_timeout (0: none).
 func (p *Policy) AttemptTimeoutMs() int64 { return p.attemptTimeoutMs }
+
+// ConnectTimeoutMs returns the policy's connect_timeout (0: none, the
+// client's own): how long establishing a connection may take within an
+// attempt. It reads no state and never changes, so hosts read it once
+// when they load a policy and hand it to the language's client (Go
+// net.Dialer.Timeout, undici's connect.timeout, httpx.Timeout(connect=),
+// HttpClient.Builder.connectTimeout); a connect that runs out fails with
+// the error kind connect_timeout, not timeout.
+func (p *Policy) ConnectTimeoutMs() int64 { return p.connectTimeoutMs }

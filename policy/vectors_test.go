@@ -45,6 +45,11 @@ func TestVectors(t *testing.T) {
 					t.Errorf("group %s case %d: acquire at %d\n got %+v\nwant %+v", g.Name, i, c.NowMs, got, *c.Permit)
 				}
 				continue
+			case "connect_timeout":
+				if got := p.ConnectTimeoutMs(); c.TimeoutMs == nil || got != *c.TimeoutMs {
+					t.Errorf("group %s case %d: connect_timeout: got %d, want %s", g.Name, i, got, c.TimeoutAnswer())
+				}
+				continue
 			case "attempt_timeout":
 				var got vector.Case
 				got.FromTimeout(p.AttemptTimeout(c.ElapsedMs))

@@ -63,6 +63,9 @@ type Consumer interface {
 type Inspector interface {
 	Stats(ctx context.Context) (Stats, error)
 	Inspect(ctx context.Context, o InspectOptions) (DLQReport, error)
+	// Page reads one page of the DLQ from a cursor, filtered, looking at
+	// no more than o.Scan dead letters whatever the DLQ's size.
+	Page(ctx context.Context, o PageOptions) (DLQPage, error)
 }
 
 // Operator is the operator's workflow: dead letters replayed or discarded
@@ -76,6 +79,22 @@ type Operator interface {
 	Discard(ctx context.Context, o DiscardOptions) (int, error)
 	// Run moves delayed jobs to the jobs now, whatever their due time.
 	Run(ctx context.Context, o RunOptions) (RunResult, error)
+	// Audit reads the newest records of the queue's audit (Names().Audit),
+	// at most limit (1..MaxAuditRead), newest first.
+	Audit(ctx context.Context, limit int) ([]AuditRecord, error)
+}
+
+// MaxAuditRead is the most audit records one Audit returns.
+const MaxAuditRead = 1000
+
+// AuditRecord is one discarded dead letter as the audit keeps it.
+type AuditRecord struct {
+	Action DiscardAction
+	Note   string
+	Actor  string
+	At     time.Time // zero: unknown
+	JobID  string
+	Reason string // the dead letter's
 }
 
 // Names are where a queue's parts live, as its broker names them; "" for a

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"math"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"unsafe"
 
@@ -122,12 +121,6 @@ func buffer(size int32) (r int32) {
 	return int32(addr)
 }
 
-// gcSamples are the runtime metrics settleGC reads.
-var gcSamples = []metrics.Sample{
-	{Name: "/gc/heap/goal:bytes"},
-	{Name: "/memory/classes/heap/objects:bytes"},
-}
-
 // settleGC finishes a garbage collection that cannot finish by itself, so
 // the heap stays bounded whatever clock the host gives the module. The
 // exports that allocate much (buffer, policy_load, policy_preset) call it
@@ -152,10 +145,15 @@ var gcSamples = []metrics.Sample{
 // a working collector never allows. runtime.GC then blocks the export,
 // which lets the mark workers run and finish the cycle. A false alarm (one
 // large allocation, such as a big buffer) costs one collection.
+//
+// It reads runtime.MemStats rather than runtime/metrics: the same two
+// figures (NextGC is the heap goal, HeapAlloc the bytes in heap objects)
+// without linking runtime/metrics, whose tables cost start-up time (built on
+// the first read, in the first policy load) and module size.
 func settleGC() {
-	metrics.Read(gcSamples)
-	goal, objects := gcSamples[0].Value.Uint64(), gcSamples[1].Value.Uint64()
-	if objects > 2*goal {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	if m.HeapAlloc > 2*m.NextGC {
 		runtime.GC()
 	}
 }
@@ -338,6 +336,19 @@ func policy_on_open(h int32) (r int32) {
 	return abi.OnOpenDefer
 }
 
+// connect_timeout returns the policy's connect_timeout in ms (ABI.md,
+// "connect_timeout"): 0 for none. It never changes: hosts read it once.
+//
+//go:wasmexport connect_timeout
+func connect_timeout(h int32) (r int64) {
+	defer guard64("connect_timeout", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	return p.ConnectTimeoutMs()
+}
+
 // error_message returns address<<32 | length of the last error's message.
 //
 //go:wasmexport error_message
@@ -393,6 +404,38 @@ func outcome(h, event int32, attempt int64, httpStatus, grpcCode int32,
 	elapsedMs, nowMs int64, random float64, prevDelayMs int64,
 	flags, methodLen, kindLen, hintLen int32, deliveries, maxDeliveries int64) (r int64) {
 	defer guard64("outcome", &r)
+	f := policy.Failure{
+		Attempt: attempt, HTTPStatus: int(httpStatus), GRPCCode: int(grpcCode),
+		ElapsedMs: elapsedMs, NowMs: nowMs, Random: random, PrevDelayMs: prevDelayMs,
+	}
+	return jobOutcome(h, event, f, uint32(flags), 0, int64(methodLen), int64(kindLen), int64(hintLen), deliveries, maxDeliveries)
+}
+
+// outcome_record is outcome with the failure as one decide_batch record at
+// rec_off (ABI.md, "outcome_record"), so a host that encodes records
+// passes it as it is.
+//
+//go:wasmexport outcome_record
+func outcome_record(h, event, recOff int32, deliveries, maxDeliveries int64) (r int64) {
+	defer guard64("outcome_record", &r)
+	in, ok := bufRange(int64(recOff), recordSize)
+	if !ok || recOff%8 != 0 {
+		return int64(fail(errInput, "outcome_record: rec_off must be a multiple of 8 with the record inside the buffer (got "+strconv.Itoa(int(recOff))+")"))
+	}
+	rec := (*abi.Record)(unsafe.Pointer(&in[0]))
+	if rec.Reserved != 0 && event == int32(policy.EventFailure) {
+		return int64(fail(errInput, "invalid failure: reserved bytes 62..63 must be 0"))
+	}
+	f := policy.Failure{
+		Attempt: rec.Attempt, HTTPStatus: int(rec.HTTPStatus), GRPCCode: int(rec.GRPCCode),
+		ElapsedMs: rec.ElapsedMs, NowMs: rec.NowMs, Random: rec.Random, PrevDelayMs: rec.PrevDelayMs,
+	}
+	return jobOutcome(h, event, f, rec.Flags, int64(rec.StrOff), int64(rec.MethodLen), int64(rec.KindLen), int64(rec.HintLen), deliveries, maxDeliveries)
+}
+
+// jobOutcome is outcome and outcome_record once they read their input: f
+// holds the failure's numbers, its strings are at off.
+func jobOutcome(h, event int32, f policy.Failure, flags uint32, off, ml, kl, hl, deliveries, maxDeliveries int64) int64 {
 	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
 		return int64(handleError(h))
 	}
@@ -401,23 +444,19 @@ func outcome(h, event int32, attempt int64, httpStatus, grpcCode int32,
 		return int64(fail(errInput, (&policy.EventError{Field: "event",
 			Reason: "must be 0 (before) to 3 (delivered) (got " + strconv.Itoa(int(event)) + ")"}).Error()))
 	}
-	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: nowMs},
+	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: f.NowMs},
 		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
 	if event == int32(policy.EventFailure) {
-		ml, kl, hl := int64(methodLen), int64(kindLen), int64(hintLen)
-		if !stringsOK(uint32(flags), 0, ml, kl, hl) {
-			code := stringsError(uint32(flags), 0, ml, kl, hl)
-			if uint32(flags)&^abi.Flags == 0 {
+		if !stringsOK(flags, off, ml, kl, hl) {
+			code := stringsError(flags, off, ml, kl, hl)
+			if flags&^abi.Flags == 0 {
 				return int64(code) // the host's strings, not the failure
 			}
 			return abi.PackOutcome(policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed,
 				Count: policy.CountDeadLetter, Invalid: true})
 		}
-		e.Failure = policy.Failure{
-			Attempt: attempt, HTTPStatus: int(httpStatus), GRPCCode: int(grpcCode),
-			ElapsedMs: elapsedMs, NowMs: nowMs, Random: random, PrevDelayMs: prevDelayMs,
-		}
-		setStrings(&e.Failure, 0, ml, kl, hl, uint32(flags))
+		e.Failure = f
+		setStrings(&e.Failure, off, ml, kl, hl, flags)
 	}
 	o, err := p.Outcome(e)
 	if err != nil {

@@ -417,6 +417,20 @@ func TestAttemptTimeout(t *testing.T) {
 	}
 }
 
+// connect_timeout answers the policy's field in ms, 0 without one, and
+// refuses a bad handle.
+func TestConnectTimeout(t *testing.T) {
+	if w := connect_timeout(load(t, `{"attempt_timeout": "2s", "connect_timeout": "300ms"}`)); w != 300 {
+		t.Errorf("connect_timeout: %d, want 300", w)
+	}
+	if w := connect_timeout(load(t, "default")); w != 0 {
+		t.Errorf("default: %d, want 0", w)
+	}
+	if w := connect_timeout(0); w != errHandle {
+		t.Errorf("handle 0: %d", w)
+	}
+}
+
 // out calls the outcome export with a failure of status 503 (strings from
 // the buffer: ml, kl, hl) at now.
 func out(h, event int32, attempt, now int64, flags, ml, kl, hl int32, deliveries, maxDeliveries int64) int64 {
@@ -493,6 +507,56 @@ func TestOutcomeErrors(t *testing.T) {
 		if c.name == "bad handle" && w != errHandle || c.isErr && c.name != "bad handle" && w != errInput {
 			t.Errorf("%s: code %d", c.name, w)
 		}
+	}
+}
+
+// outcome_record answers as outcome does for the same failure, event by
+// event, on two copies of one stateful policy (so each sees the sequence),
+// invalid failures included; a record out of place is an error code.
+func TestOutcomeRecord(t *testing.T) {
+	const src = `{"max_attempts": 3, "circuit_breaker": {"failure_threshold": 2, "open_for": "10s"}}`
+	byArgs, byRecord := load(t, src), load(t, src)
+	buffer(minBuffer)
+	const rec, t0 = 1024, 1_700_000_000_000
+	for i, c := range []struct {
+		event int32
+		f     policy.Failure
+	}{
+		{int32(policy.EventBefore), policy.Failure{NowMs: t0}},
+		{int32(policy.EventFailure), policy.Failure{Attempt: 1, HTTPStatus: 503, NowMs: t0, Random: 0.3, IdempotencyKey: "k", Method: "POST"}},
+		{int32(policy.EventFailure), policy.Failure{Attempt: 2, ErrorKind: "timeout", RetryAfter: "7", NowMs: t0 + 1, PrevDelayMs: 40}},
+		{int32(policy.EventFailure), policy.Failure{Attempt: 0, HTTPStatus: 503, NowMs: t0 + 2}}, // invalid: malformed
+		{int32(policy.EventBefore), policy.Failure{NowMs: t0 + 3}},
+		{int32(policy.EventFailure), policy.Failure{Attempt: 1, GRPCCode: 14, RetryPushback: "250", ServerDeclined: true, NowMs: t0 + 4}},
+		{int32(policy.EventBefore), policy.Failure{NowMs: t0 + 10_005}},
+		{int32(policy.EventSuccess), policy.Failure{NowMs: t0 + 10_006}},
+		{int32(policy.EventDelivered), policy.Failure{}},
+		{int32(policy.EventBefore), policy.Failure{NowMs: -1}}, // invalid event
+	} {
+		putRecord(rec+recordSize, 0, c.f) // its strings at 0, where outcome reads them
+		putRecord(rec, 2048, c.f)         // and at the record's str_off
+		le := binary.LittleEndian
+		flags, ml, kl, hl := le.Uint32(buf[rec+48:]), le.Uint16(buf[rec+56:]), le.Uint16(buf[rec+58:]), le.Uint16(buf[rec+60:])
+		want := outcome(byArgs, c.event, c.f.Attempt, int32(c.f.HTTPStatus), int32(c.f.GRPCCode), c.f.ElapsedMs, c.f.NowMs,
+			c.f.Random, c.f.PrevDelayMs, int32(flags), int32(ml), int32(kl), int32(hl), 4, 4)
+		wantMsg := lastMsg
+		copy(buf[:64], strings.Repeat("x", 64)) // outcome_record reads str_off, not 0
+		if got := outcome_record(byRecord, c.event, rec, 4, 4); got != want || lastMsg != wantMsg {
+			t.Fatalf("step %d: outcome_record = %#x %q, outcome = %#x %q", i, got, lastMsg, want, wantMsg)
+		}
+	}
+	putRecord(rec, 0, policy.Failure{Attempt: 1, NowMs: t0})
+	buf[rec+62] = 1
+	if w := outcome_record(byRecord, int32(policy.EventFailure), rec, 0, 0); w != errInput || !strings.Contains(lastMsg, "reserved bytes") {
+		t.Errorf("reserved: %d %q", w, lastMsg)
+	}
+	for _, off := range []int32{rec + 4, -8, int32(len(buf)) - recordSize + 8} {
+		if w := outcome_record(byRecord, int32(policy.EventBefore), off, 0, 0); w != errInput || !strings.Contains(lastMsg, "rec_off must be") {
+			t.Errorf("rec_off %d: %d %q", off, w, lastMsg)
+		}
+	}
+	if w := outcome_record(9999, int32(policy.EventBefore), rec, 0, 0); w != errHandle {
+		t.Errorf("bad handle: %d", w)
 	}
 }
 

@@ -16,6 +16,7 @@
 //	backstop dlq replay --queue Q --limit N [--reason R] [--type T]
 //	backstop dlq delete --queue Q --id ID --reason TEXT
 //	backstop dlq purge --queue Q --reason TEXT [--dead-letter-reason R]
+//	backstop console --queue Q [--writable] the web console of dead letters
 //	backstop version
 package main
 
@@ -68,6 +69,9 @@ commands:
                               discard a job's dead letters, kept in the audit
   dlq purge --queue Q --reason TEXT [--dead-letter-reason R] [--type T]
                               discard dead letters, kept in the audit
+  console --queue Q [--queue Q2] [--writable] [--web.config.file FILE]
+                              the web console of dead letters (read-only
+                              unless --writable)
   rules generate [--config FILE] [--out DIR]
                               write the Prometheus rule files
   dashboards generate [--out DIR]
@@ -172,6 +176,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if len(args) >= 2 && args[1] == "purge" {
 			return dlqPurge(ctx, args[2:], stdout, stderr)
 		}
+	case "console":
+		return consoleCmd(ctx, args[1:], stderr)
 	case "version":
 		v := version
 		if v == "" {

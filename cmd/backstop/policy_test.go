@@ -128,6 +128,27 @@ func TestPolicyCheckYAMLDocumentsAndAliases(t *testing.T) {
 	}
 }
 
+// Issue 43: policy check shows connect_timeout beside attempt_timeout, and
+// warns (BP006) when it is not shorter than the attempt it lives in.
+func TestPolicyCheckConnectTimeout(t *testing.T) {
+	path := writePolicyFile(t, "connect.yaml", "attempt_timeout: 500ms\nconnect_timeout: 100ms\n")
+	out, stderr, err := runCLIStderr(t, "policy", "check", "--strict", "--rows", "1", path)
+	if err != nil || stderr != "" {
+		t.Fatalf("check: %v %q", err, stderr)
+	}
+	if !strings.Contains(out, "each attempt at most 500ms, each connect at most 100ms;") {
+		t.Errorf("stdout:\n%s", out)
+	}
+	path = writePolicyFile(t, "slow-connect.yaml", "attempt_timeout: 500ms\nconnect_timeout: 2s\n")
+	_, stderr, err = runCLIStderr(t, "policy", "check", "--strict", "--rows", "1", path)
+	if want := "warning: connect_timeout: BP006: connect_timeout 2s is not shorter than attempt_timeout (500ms)"; !strings.HasPrefix(stderr, want) {
+		t.Errorf("stderr %q, want it to start with %q", stderr, want)
+	}
+	if err == nil || !strings.Contains(err.Error(), "slow-connect.yaml: 1 lint (--strict)") {
+		t.Errorf("--strict: %v", err)
+	}
+}
+
 // Issue 43: policy check warns of each lint on stderr and passes; --strict
 // fails on one, for CI.
 func TestPolicyCheckWarnsOfLints(t *testing.T) {

@@ -71,12 +71,26 @@ func (f *queueFlags) openRabbit(ctx context.Context) (queue.Queue, func(), error
 	if redisOnly != nil {
 		return nil, nil, redisOnly
 	}
+	b, err := f.rabbitBroker(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := b.Open(*f.name)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return q, func() { b.Close() }, nil
+}
+
+// rabbitBroker connects to the RabbitMQ --amqp.url names.
+func (f *queueFlags) rabbitBroker(ctx context.Context) (*rabbitmq.Broker, error) {
 	u, err := url.Parse(*f.rabbit.amqp)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--amqp.url: %w", redact.Error(err, *f.rabbit.amqp))
+		return nil, fmt.Errorf("--amqp.url: %w", redact.Error(err, *f.rabbit.amqp))
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return nil, nil, fmt.Errorf("--amqp.url: want amqp://user:password@host:5672/vhost or amqps://…, got %q", redact.URL(*f.rabbit.amqp))
+		return nil, fmt.Errorf("--amqp.url: want amqp://user:password@host:5672/vhost or amqps://…, got %q", redact.URL(*f.rabbit.amqp))
 	}
 	opts := []rabbitmq.Option{rabbitmq.WithLogger(slog.New(slog.DiscardHandler))}
 	if *f.rabbit.mgmt != "" {
@@ -86,14 +100,9 @@ func (f *queueFlags) openRabbit(ctx context.Context) (queue.Queue, func(), error
 	b, err := rabbitmq.Open(ctx, *f.rabbit.amqp, opts...)
 	if err != nil {
 		// One clear line, as for Redis: where, why, what to check.
-		return nil, nil, fmt.Errorf("cannot reach RabbitMQ at %s: %w (check --amqp.url or BACKSTOP_AMQP_URL)", u.Host, errors.Unwrap(err))
+		return nil, fmt.Errorf("cannot reach RabbitMQ at %s: %w (check --amqp.url or BACKSTOP_AMQP_URL)", u.Host, errors.Unwrap(err))
 	}
-	q, err := b.Open(*f.name)
-	if err != nil {
-		b.Close()
-		return nil, nil, err
-	}
-	return q, func() { b.Close() }, nil
+	return b, nil
 }
 
 // orUnknown prints a figure a broker may not have.

@@ -251,6 +251,8 @@ var Exports = []Export{
 	{"budget_tokens", []string{"i32", "i64"}, "i64"},
 	{"policy_on_open", []string{"i32"}, "i32"},
 	{"attempt_timeout", []string{"i32", "i64"}, "i64"},
+	{"connect_timeout", []string{"i32"}, "i64"},
 	{"outcome", []string{"i32", "i32", "i64", "i32", "i32", "i64", "i64", "f64", "i64", "i32", "i32", "i32", "i32", "i64", "i64"}, "i64"},
+	{"outcome_record", []string{"i32", "i32", "i32", "i64", "i64"}, "i64"},
 	{"error_message", []string{}, "i64"},
 }

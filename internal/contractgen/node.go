@@ -7,19 +7,25 @@ func init() {
 	// nodeName is a failure field's name in the vectors and the Node API's
 	// snake_case spelling.
 	funcs["nodeName"] = jwire
-	// nodeTypes lists the failure's field types, each once, in field order:
-	// the converters the Node encoder's generated code calls.
-	funcs["nodeTypes"] = func(s *Schema) []string {
-		var out []string
-		seen := map[string]bool{}
-		for _, f := range s.Failure {
-			if !seen[f.Type] {
-				seen[f.Type] = true
-				out = append(out, f.Type)
+	// recordOffset is the byte offset of the record field named name.
+	funcs["recordOffset"] = func(s *Schema, name string) int {
+		for _, f := range s.Record.Fields {
+			if f.Name == name {
+				return f.Offset
 			}
 		}
-		return out
+		panic("contractgen: no record field " + name)
 	}
+	// export is the export named name.
+	funcs["export"] = func(s *Schema, name string) Export {
+		for _, e := range s.Exports {
+			if e.Name == name {
+				return e
+			}
+		}
+		panic("contractgen: no export " + name)
+	}
+	funcs["div"] = func(a, b int) int { return a / b }
 	funcs["hasSuffix"] = strings.HasSuffix
 	// nodeDefault is the JavaScript value of a field the host fills when it
 	// is absent (the clock, a draw), or "".

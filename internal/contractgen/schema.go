@@ -13,6 +13,7 @@ type Schema struct {
 	Version int       `json:"version"`
 	Limits  []Limit   `json:"limits"`
 	Errors  []ErrCode `json:"errors"`
+	Types   []Type    `json:"types"`
 	Failure []Field   `json:"failure"`
 	Flags   []Flag    `json:"flags"`
 	Strings []Named   `json:"strings"`
@@ -61,8 +62,18 @@ type ErrCode struct {
 	Doc  string `json:"doc"`
 }
 
-// Field is one field of a failure: its type says how a host converts it
-// (int64, int32, grpc_code, string, hint, key, random, bool), and where it
+// Type is how a host converts a failure field's value: what it accepts,
+// said as every host's error says it ("must be an integer (got …)"), and
+// for grpc_code the status names by code.
+type Type struct {
+	Name    string   `json:"name"`
+	Expects string   `json:"expects"`
+	Names   []string `json:"names,omitempty"`
+	Doc     string   `json:"doc"`
+}
+
+// Field is one field of a failure: its type (one of Types) says how a host
+// converts it, and where it
 // goes: Record names its batch-record field (and decide parameter),
 // String its string slot, Flag the flag bit it sets.
 type Field struct {
@@ -219,7 +230,13 @@ func (s *Schema) check() error {
 	for _, st := range s.Strings {
 		slots[st.Name] = true
 	}
-	types := map[string]bool{"int64": true, "int32": true, "grpc_code": true, "string": true, "hint": true, "key": true, "random": true, "bool": true}
+	types := map[string]bool{}
+	for _, t := range s.Types {
+		if t.Expects == "" || strings.ContainsAny(t.Expects, "`$\\") {
+			return fmt.Errorf("types: %s: expects must be plain text", t.Name)
+		}
+		types[t.Name] = true
+	}
 	for i := range s.Failure {
 		f := &s.Failure[i]
 		f.Bit = -1
@@ -303,6 +320,16 @@ func (w *Word) Top() int {
 		top = max(top, f.Hi())
 	}
 	return top
+}
+
+// Type returns the type named name.
+func (s *Schema) Type(name string) Type {
+	for _, t := range s.Types {
+		if t.Name == name {
+			return t
+		}
+	}
+	panic("contractgen: no type " + name)
 }
 
 // Enum returns the enum named name.

@@ -45,7 +45,8 @@ func (g *Group) PolicyBytes() []byte {
 // "success", a success reported at NowMs to the budget and the breaker; or,
 // when Op is "acquire", permission for a call asked at NowMs, answered by
 // Permit; or, when Op is "attempt_timeout", the timeout of an attempt
-// starting ElapsedMs after the first: TimeoutMs (0: none), or Error.
+// starting ElapsedMs after the first: TimeoutMs (0: none), or Error; or,
+// when Op is "connect_timeout", the policy's connect_timeout: TimeoutMs.
 type Case struct {
 	Op        string  `json:"op,omitempty"`
 	NowMs     int64   `json:"now_ms,omitempty"`

@@ -78,6 +78,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Names", s.names)
 	t.Run("Workflow", s.workflow)
 	t.Run("Run", s.run)
+	t.Run("Page", s.page)
 	t.Run("Errors", s.errors)
 }
 
@@ -557,5 +558,118 @@ func (s *suite) errors(t *testing.T) {
 		named("replay of a queue never made", missing, err)
 	} else if err != nil || st.Found || st.Jobs != 0 || st.DeadLetters != 0 {
 		t.Errorf("stats of a queue never made: %+v, %v; want an empty queue, not found", st, err)
+	}
+}
+
+// page: a DLQ of 7 dead letters read a page at a time, by cursor, filter,
+// scan bound and preview; looking moves nothing.
+func (s *suite) page(t *testing.T) {
+	ctx := context.Background()
+	q := s.open(t, "page")
+	h := newJobs()
+	stop := work(t, q, decider(t, twoAttempts), h.handle)
+	before := time.Now().Add(-time.Second)
+	for i := range 7 {
+		enqueue(t, q, fmt.Sprintf("p-%d", i), "permanent", []string{"email", "sms"}[i%2])
+	}
+	settled(t, q, 7)
+	stop()
+	pg := func(o queue.PageOptions) queue.DLQPage {
+		t.Helper()
+		p, err := q.Page(ctx, o)
+		if err != nil {
+			t.Fatalf("queue %s: page %+v: %v", q.Name(), o, err)
+		}
+		return p
+	}
+	var ids []string
+	cursor, pages := "", 0
+	for {
+		p := pg(queue.PageOptions{Cursor: cursor, Limit: 3})
+		pages++
+		if len(p.Letters) > 3 || p.Scanned > 4 {
+			t.Fatalf("page of limit 3: %d letters, %d scanned", len(p.Letters), p.Scanned)
+		}
+		for _, l := range p.Letters {
+			ids = append(ids, l.JobID)
+			if l.Reason == "" || string(l.Payload) != "permanent" || l.PayloadSize != 9 || len(l.Fields) == 0 {
+				t.Errorf("letter %+v: want a reason, payload \"permanent\" (9 bytes), a cursor, fields", l)
+			}
+			if l.DeadLettered.Before(before) || l.DeadLettered.After(time.Now().Add(time.Second)) {
+				t.Errorf("letter %s: dead-lettered at %v, want since %v", l.JobID, l.DeadLettered, before)
+			}
+		}
+		if p.Next == "" || pages > 5 {
+			break
+		}
+		cursor = p.Next
+	}
+	slices.Sort(ids)
+	if want := []string{"p-0", "p-1", "p-2", "p-3", "p-4", "p-5", "p-6"}; !slices.Equal(ids, want) {
+		t.Errorf("the pages read %v in %d pages, want each of %v once", ids, pages, want)
+	}
+	sms := pg(queue.PageOptions{Limit: 10, JobType: "sms"})
+	if len(sms.Letters) != 3 {
+		t.Errorf("job type sms: %d letters, want 3", len(sms.Letters))
+	}
+	for _, l := range sms.Letters {
+		if l.Type != "sms" {
+			t.Errorf("job type sms: got %s of type %q", l.JobID, l.Type)
+		}
+	}
+	one := pg(queue.PageOptions{Limit: 10, ID: "p-4"})
+	if len(one.Letters) != 1 || one.Letters[0].JobID != "p-4" || one.Letters[0].Type != "email" {
+		t.Fatalf("job id p-4: %+v", one.Letters)
+	}
+	if c := one.Letters[0].Cursor; c != "" { // a broker that can start at one dead letter
+		at := pg(queue.PageOptions{Cursor: c, Limit: 1})
+		if len(at.Letters) != 1 || at.Letters[0].JobID != "p-4" {
+			t.Errorf("page at p-4's cursor: %+v, want p-4 first", at.Letters)
+		}
+	}
+	bounded := pg(queue.PageOptions{Limit: 1, Scan: 2, ID: "nobody"})
+	if len(bounded.Letters) != 0 || bounded.Scanned != 2 || bounded.Next == "" {
+		t.Errorf("scan 2 for a missing id: %d letters, %d scanned, next %q; want 0, 2, a next page", len(bounded.Letters), bounded.Scanned, bounded.Next)
+	}
+	if p := pg(queue.PageOptions{Limit: 10, Since: time.Now().Add(time.Hour)}); len(p.Letters) != 0 {
+		t.Errorf("since an hour ahead: %d letters, want none", len(p.Letters))
+	}
+	if p := pg(queue.PageOptions{Limit: 10, Until: before}); len(p.Letters) != 0 {
+		t.Errorf("until before the test: %d letters, want none", len(p.Letters))
+	}
+	if p := pg(queue.PageOptions{Limit: 10, Since: before, Until: time.Now().Add(time.Hour)}); len(p.Letters) != 7 {
+		t.Errorf("since the test's start: %d letters, want 7", len(p.Letters))
+	}
+	if p := pg(queue.PageOptions{Limit: 1, Preview: 4}); len(p.Letters) != 1 || string(p.Letters[0].Payload) != "perm" || p.Letters[0].PayloadSize != 9 {
+		t.Errorf("preview 4: %+v, want \"perm\" of 9 bytes", p.Letters)
+	}
+	for _, o := range []queue.PageOptions{{Limit: 0}, {Limit: queue.MaxPageLimit + 1}, {Limit: 5, Scan: 4}, {Limit: 1, Cursor: "not a cursor"}} {
+		if _, err := q.Page(ctx, o); err == nil || !strings.Contains(err.Error(), q.Name()) {
+			t.Errorf("page %+v: err %v, want one naming the queue", o, err)
+		}
+	}
+	counts(t, q, 0, 7)
+	// The audit reads back what a discard recorded, newest first.
+	if recs, err := q.Audit(ctx, 10); err != nil || len(recs) != 0 {
+		t.Errorf("audit before any discard: %+v, %v; want none", recs, err)
+	}
+	for _, id := range []string{"p-1", "p-2"} {
+		if n, err := q.Discard(ctx, queue.DiscardOptions{Action: queue.DiscardDelete, ID: id, Note: "bad card " + id, Actor: "ops@console"}); n != 1 || err != nil {
+			t.Fatalf("delete %s: %d, %v", id, n, err)
+		}
+	}
+	recs, err := q.Audit(ctx, 1)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("audit, limit 1: %+v, %v; want one record", recs, err)
+	}
+	if r := recs[0]; r.Action != queue.DiscardDelete || r.Note != "bad card p-2" || r.Actor != "ops@console" || r.JobID != "p-2" ||
+		r.Reason == "" || r.At.Before(before) {
+		t.Errorf("the newest audit record: %+v, want p-2's delete by ops@console", r)
+	}
+	if recs, err := q.Audit(ctx, 10); err != nil || len(recs) != 2 || recs[1].JobID != "p-1" {
+		t.Errorf("audit, limit 10: %+v, %v; want p-2's record then p-1's", recs, err)
+	}
+	if _, err := q.Audit(ctx, 0); err == nil {
+		t.Errorf("audit, limit 0: no error")
 	}
 }

@@ -383,6 +383,14 @@ func giveBack(ctx context.Context, ch *amqp.Channel, queueName string, ds []amqp
 		}
 		return nil
 	}
+	return toTail(ctx, ch, queueName, ds)
+}
+
+// toTail publishes each of ds again to the queue, unchanged but for
+// x-delivery-count (confirmed; ch in confirm mode), then acks it: the
+// copies go to the tail, in order. A crash in between leaves a dead letter
+// twice, never none.
+func toTail(ctx context.Context, ch *amqp.Channel, queueName string, ds []amqp.Delivery) error {
 	dcs := make([]*amqp.DeferredConfirmation, len(ds))
 	for i, d := range ds {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queueName, false, false, next(d, nil, false))

@@ -3,7 +3,16 @@
 // (wasm/ABI.md) as the Node.js package takes and returns them; index.d.ts
 // re-exports them.
 
-import type {GrpcStatusName, InputError, Int64} from './index.js';
+import type {InputError} from './index.js';
+
+/** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
+export const ABI_VERSION: 1;
+
+/** An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`. */
+export type Int64 = number | bigint;
+
+/** A gRPC status name, accepted in any letter case by `grpcCode`. */
+export type GrpcStatusName = 'CANCELLED' | 'UNKNOWN' | 'INVALID_ARGUMENT' | 'DEADLINE_EXCEEDED' | 'NOT_FOUND' | 'ALREADY_EXISTS' | 'PERMISSION_DENIED' | 'RESOURCE_EXHAUSTED' | 'FAILED_PRECONDITION' | 'ABORTED' | 'OUT_OF_RANGE' | 'UNIMPLEMENTED' | 'INTERNAL' | 'UNAVAILABLE' | 'DATA_LOSS' | 'UNAUTHENTICATED';
 
 /** What the policy decides after a failure. */
 export type DecisionAction = 'retry' | 'dead_letter';
@@ -107,3 +116,6 @@ export interface Outcome {
 	/** When `invalid`: why, as `decide` would have thrown it. */
 	readonly error?: InputError;
 }
+
+/** What `Policy.outcome` takes: the event, its time (`nowMs`, default `Date.now()`), a failure's fields, a delivery count (the outcome_record export's parameters). */
+export type OutcomeEvent = {readonly event: JobEvent; readonly deliveries?: Int64; readonly maxDeliveries?: Int64} & Partial<Failure>;

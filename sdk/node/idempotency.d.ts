@@ -60,13 +60,16 @@ export type Claim =
   | { readonly state: 'conflict' }
   | { readonly state: 'completed'; readonly response: StoredResponse };
 
-export interface IdempotencyStore {
+/**
+ * What the middleware, the Fastify plugin and once() run on: the Redis store
+ * (createIdempotencyStore) and the PostgreSQL one (createPgIdempotencyStore).
+ */
+export interface IdempotencyBackend {
   readonly metrics: Metrics;
   /** The store's lease: how long its store calls after a handler are retried. */
   readonly leaseMs: number;
   /** Tells the store's log option of message; never throws. */
   log(message: string, fields: Readonly<Record<string, unknown>>): void;
-  recordKey(scope: string, key: string): string;
   begin(scope: string, key: string, request: string): Promise<Claim>;
   /**
    * Headers are stored as safeHeader has them; one whose name is not an HTTP token is dropped.
@@ -80,6 +83,12 @@ export interface IdempotencyStore {
     }): Promise<void>;
   /** @throws LeaseLostError when the caller no longer owns the key. */
   fail(scope: string, key: string, token: string): Promise<void>;
+}
+
+/** The Redis store. */
+export interface IdempotencyStore extends IdempotencyBackend {
+  /** The Redis key of key within scope: `<prefix>:{<scope>:<key>}`. */
+  recordKey(scope: string, key: string): string;
 }
 
 /** A store over an ioredis Redis or Cluster, or a node-redis v4+ client or cluster. */
@@ -114,10 +123,10 @@ export interface MiddlewareOptions {
 }
 
 /** Connect/Express-style middleware. @example app.post('/charges', idempotencyMiddleware(store), handler) */
-export declare function idempotencyMiddleware(store: IdempotencyStore, options?: MiddlewareOptions):
+export declare function idempotencyMiddleware(store: IdempotencyBackend, options?: MiddlewareOptions):
   (req: IncomingMessage & { body?: unknown }, res: ServerResponse, next: () => unknown) => Promise<void>;
 /** A node:http handler wrapped. @example http.createServer(idempotent(store, handler)) */
-export declare function idempotent(store: IdempotencyStore, handler: (req: IncomingMessage & { body?: Buffer }, res: ServerResponse) => unknown,
+export declare function idempotent(store: IdempotencyBackend, handler: (req: IncomingMessage & { body?: Buffer }, res: ServerResponse) => unknown,
   options?: MiddlewareOptions): (req: IncomingMessage, res: ServerResponse) => void;
 
 /** What the Fastify plugin reads of a request (a FastifyRequest has it); fastify's own types stay an optional peer's. */
@@ -129,7 +138,7 @@ export interface FastifyRequestLike {
 
 export interface FastifyIdempotencyOptions extends Omit<MiddlewareOptions, 'scope'> {
   /** The store the keys live in. */
-  readonly store: IdempotencyStore;
+  readonly store: IdempotencyBackend;
   /** Scope of keys (per user, per route). @default () => '' */
   readonly scope?: (request: FastifyRequestLike) => string;
 }
@@ -159,5 +168,51 @@ export declare class TooLargeError extends Error {}
  * store's last error when the lease ended first (the key may run again).
  * @example await once(store, 'jobs', job.id, job.id, () => charge(job))
  */
-export declare function once(store: IdempotencyStore, scope: string, key: string, request: string,
+export declare function once(store: IdempotencyBackend, scope: string, key: string, request: string,
   fn: () => Promise<Buffer | string>): Promise<Buffer>;
+
+export interface PgStoreOptions extends Omit<StoreOptions, 'prefix'> {
+  /** The table (a plain identifier, quoted by the store). @default 'backstop_idempotency' */
+  readonly table?: string;
+}
+
+/** The PostgreSQL store: the Redis store's begin/complete/fail on a table (docs/idempotency.md, "PostgreSQL"). */
+export interface PgIdempotencyStore extends IdempotencyBackend {
+  readonly table: string;
+  /** Runs pgSchema(table): CREATE TABLE IF NOT EXISTS and its expiry index. */
+  createTable(): Promise<void>;
+  /** Deletes up to limit rows past their retention; resolves to how many. @default limit 1000 */
+  purge(limit?: number): Promise<number>;
+}
+
+/** The table's DDL, as Go's pgstore.Schema writes it. @default table 'backstop_idempotency' */
+export declare function pgSchema(table?: string): string;
+
+/**
+ * A store over a node-postgres (pg) Pool: begin claims in a transaction of
+ * its own (an advisory lock, SELECT … FOR UPDATE, an upsert on the primary
+ * key); complete and fail are single statements guarded by the owner's token.
+ */
+export declare function createPgIdempotencyStore(pool: unknown, options?: PgStoreOptions): PgIdempotencyStore;
+
+/** A pg client in a transaction (the caller ran BEGIN on it). */
+export interface PgClientLike {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
+/**
+ * Runs fn at most once for key within scope with the record written in the
+ * caller's transaction on client: fn's writes and the record commit
+ * together, or neither does. fn runs in a savepoint, rolled back when it
+ * throws. A duplicate while the transaction runs rejects with
+ * InProgressError at once; another request under the key with ConflictError.
+ * @example
+ * await client.query('BEGIN');
+ * await onceTx(store, client, 'charges', job.id, job.id, async (tx) => {
+ *   await tx.query('INSERT INTO charges (order_id) VALUES ($1)', [job.orderId]);
+ *   return 'charged';
+ * });
+ * await client.query('COMMIT');
+ */
+export declare function onceTx<C extends PgClientLike>(store: PgIdempotencyStore, client: C, scope: string, key: string, request: string,
+  fn: (client: C) => Promise<Buffer | string>): Promise<Buffer>;

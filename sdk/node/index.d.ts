@@ -1,31 +1,5 @@
 export * from './contract.gen.js';
-import type {CircuitState, Decision, Failure, JobEvent, OnOpen, Outcome, Permit, Reason} from './contract.gen.js';
-
-/**
-A gRPC status name, accepted in any letter case by `grpcCode`.
-*/
-export type GrpcStatusName =
-	| 'CANCELLED'
-	| 'UNKNOWN'
-	| 'INVALID_ARGUMENT'
-	| 'DEADLINE_EXCEEDED'
-	| 'NOT_FOUND'
-	| 'ALREADY_EXISTS'
-	| 'PERMISSION_DENIED'
-	| 'RESOURCE_EXHAUSTED'
-	| 'FAILED_PRECONDITION'
-	| 'ABORTED'
-	| 'OUT_OF_RANGE'
-	| 'UNIMPLEMENTED'
-	| 'INTERNAL'
-	| 'UNAVAILABLE'
-	| 'DATA_LOSS'
-	| 'UNAUTHENTICATED';
-
-/**
-An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`.
-*/
-export type Int64 = number | bigint;
+import type {CircuitState, Decision, Failure, Int64, OnOpen, Outcome, OutcomeEvent, Permit, Reason} from './contract.gen.js';
 
 /**
 A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
@@ -114,6 +88,20 @@ export interface Policy {
 	attemptTimeout(elapsedMs: Int64): number;
 
 	/**
+	The policy's `connect_timeout` in milliseconds, `0` when it has none (the client's own applies): how long establishing a connection may take within an attempt, for the client to enforce. A connect that runs out (undici's `UND_ERR_CONNECT_TIMEOUT`) is the error kind `connect_timeout`, not `timeout`. undici's timer has a resolution of about 1 s.
+
+	@example
+	```
+	import {Agent} from 'undici';
+
+	const policy = await loadPolicy({attempt_timeout: '2s', connect_timeout: '500ms'});
+	const dispatcher = new Agent({connect: {timeout: policy.connectTimeout}});
+	await retry(() => fetch(url, {dispatcher}), {policy});
+	```
+	*/
+	readonly connectTimeout: number;
+
+	/**
 	What a queue does with a job refused by an open breaker or an empty budget: put it back in the delayed set without spending an attempt (`defer`), or dead-letter it.
 
 	@default 'defer'
@@ -136,9 +124,6 @@ export interface Policy {
 	/** Frees the handle. Using the policy afterwards throws. Policies that are garbage collected are freed too. */
 	close(): void;
 }
-
-/** What `Policy.outcome` takes: the event, its time (`nowMs`, default `Date.now()`), a failure's fields, a delivery count. */
-export type OutcomeEvent = {readonly event: JobEvent; readonly deliveries?: Int64; readonly maxDeliveries?: Int64} & Partial<Failure>;
 
 /** A compiled `WebAssembly.Module`, where the TypeScript libs in use declare it. */
 type CompiledModule = typeof globalThis extends {WebAssembly: {Module: {prototype: infer M}}} ? M : object;
@@ -167,9 +152,6 @@ const policy = await loadPolicy({extends: 'critical', max_attempts: 4});
 ```
 */
 export function loadPolicy(config: string | Readonly<Record<string, unknown>> | ArrayBuffer | ArrayBufferView, options?: LoadOptions): Promise<Policy>;
-
-/** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
-export const ABI_VERSION: 1;
 
 export interface RetryContext {
 	/** The number of the attempt that failed, from 1. */
@@ -257,6 +239,13 @@ export interface RetryOptions {
 	```
 	*/
 	readonly headers?: Headers | Record<string, string | string[] | undefined>;
+
+	/**
+	When the policy gives up after an attempt that threw, throw that error itself instead of a `RetryError` (p-retry's behaviour, tenacity's `reraise`), for code that catches the client's errors. An attempt that returned a failed `Response` threw nothing: it still ends in a `RetryError` with the `response`, as does a call the circuit breaker refused.
+
+	@default false
+	*/
+	readonly reraise?: boolean;
 }
 
 /** The process metrics of one policy and target: pass to `retry({metrics})` or a queue worker. */

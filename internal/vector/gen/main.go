@@ -98,6 +98,9 @@ func run(g vector.Group) vector.Group {
 		case "attempt_timeout":
 			c.FromTimeout(p.AttemptTimeout(c.ElapsedMs))
 			continue
+		case "connect_timeout":
+			c.FromTimeout(p.ConnectTimeoutMs(), nil)
+			continue
 		}
 		e := vector.FromDecision(p.Decide(c.Input.Failure()))
 		c.Expect = &e
@@ -628,6 +631,16 @@ func timeoutGroups() []vector.Group {
 			cs[i] = vector.Case{Op: "attempt_timeout", ElapsedMs: e}
 		}
 		gs = append(gs, vector.Group{Name: "attempt_timeout/" + g.name, Policy: raw(g.policy), Cases: cs})
+	}
+	// connect_timeout is the policy's field as written, whatever the
+	// attempt's bounds (a lint, not the core, says when it cannot apply).
+	for _, g := range []struct{ name, policy string }{
+		{"none", `{"max_attempts": 5, "attempt_timeout": "2s"}`},
+		{"set", `{"max_attempts": 5, "attempt_timeout": "2s", "connect_timeout": "250ms"}`},
+		{"past_attempt", `{"max_attempts": 5, "attempt_timeout": "1s", "connect_timeout": "3s", "lint_ignore": {"BP006": "pinned by a vector"}}`},
+		{"huge", `{"max_attempts": 5, "connect_timeout": "2562047h47m16.854s"}`},
+	} {
+		gs = append(gs, vector.Group{Name: "connect_timeout/" + g.name, Policy: raw(g.policy), Cases: []vector.Case{{Op: "connect_timeout"}}})
 	}
 	return gs
 }

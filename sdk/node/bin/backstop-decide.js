@@ -12,7 +12,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { PolicyError, loadPolicy } from '../index.js';
 import { parseJSON } from '../lib/json.js';
-import { codePointLess } from '../lib/host/policy.js';
+import { codePointLess } from '../lib/host/contract.gen.js';
 
 const PRESETS = ['default', 'critical', 'batch', 'fast-transient'];
 // The input fields: the library also takes their camelCase names, the

@@ -1,4 +1,4 @@
-// Argument checks shared by the queue modules (queue.js, rabbitmq.js):
+// Argument checks shared by the modules (the queues, retry, idempotency):
 // errors that name the option and say what it got.
 
 /** A value as an error message shows it. */
@@ -17,6 +17,11 @@ export function checkWhole(name, v, lo, hi = Number.MAX_SAFE_INTEGER) {
     const want = hi === Number.MAX_SAFE_INTEGER ? `>= ${lo}` : `in ${lo}..${hi}`;
     throw new TypeError(`Expected \`${name}\` to be a whole number ${want} (got ${show(v)})`);
   }
+}
+
+/** Checks that v is a function, or undefined when optional. */
+export function checkFunction(name, v, optional = false) {
+  if (typeof v !== 'function' && !(optional && v === undefined)) throw new TypeError(`Expected \`${name}\` to be a function`);
 }
 
 export function checkSignal(signal) {

@@ -193,3 +193,103 @@ export function settle(call, { op, key, until, log }) {
   done.catch(() => {}); // a caller answering a client does not wait for it
   return { first, done };
 }
+
+/** The caller no longer owns its key: the lease ran out and another request took it over, or the record expired. */
+export class LeaseLostError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'LeaseLostError';
+  }
+}
+
+/** The store could not be reached or refused the call. */
+export class StoreError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'StoreError';
+  }
+}
+
+const OUTCOMES = ['first_run', 'replayed', 'in_progress', 'conflict', 'too_large'];
+const OPERATIONS = ['begin', 'complete', 'fail'];
+
+/**
+ * Counters with the names the Go and Python adapters use; text() renders
+ * them in the Prometheus text format for a /metrics endpoint.
+ */
+export class Metrics {
+  constructor() {
+    this.requests = Object.fromEntries(OUTCOMES.map((o) => [o, 0]));
+    this.leaseExpiries = 0;
+    this.leaseLost = 0;
+    this.storeErrors = Object.fromEntries(OPERATIONS.map((o) => [o, 0]));
+  }
+
+  text() {
+    const lines = [
+      '# HELP backstop_idempotency_requests_total Requests carrying an idempotency key, by outcome: first_run, replayed, in_progress, conflict, too_large.',
+      '# TYPE backstop_idempotency_requests_total counter',
+      ...OUTCOMES.map((o) => `backstop_idempotency_requests_total{outcome="${o}"} ${this.requests[o]}`),
+      '# HELP backstop_idempotency_lease_expiries_total Keys taken over because their owner\'s lease ran out (a crashed or slow request).',
+      '# TYPE backstop_idempotency_lease_expiries_total counter',
+      `backstop_idempotency_lease_expiries_total ${this.leaseExpiries}`,
+      '# HELP backstop_idempotency_lease_lost_total Complete or fail refused because the caller no longer owned its key.',
+      '# TYPE backstop_idempotency_lease_lost_total counter',
+      `backstop_idempotency_lease_lost_total ${this.leaseLost}`,
+      '# HELP backstop_idempotency_store_errors_total Calls to the idempotency store that failed, by operation: begin, complete, fail.',
+      '# TYPE backstop_idempotency_store_errors_total counter',
+      ...OPERATIONS.map((o) => `backstop_idempotency_store_errors_total{operation="${o}"} ${this.storeErrors[o]}`),
+    ];
+    return `${lines.join('\n')}\n`;
+  }
+}
+
+/** The counters of stores created without a `metrics` option. */
+export const defaultMetrics = new Metrics();
+
+/** Another call holds the key; retry after retryAfterS seconds. */
+export class InProgressError extends Error {
+  constructor(key, retryAfterS) {
+    super(`idempotency key ${JSON.stringify(key)} is in progress; retry after ${retryAfterS}s`);
+    this.name = 'InProgressError';
+    this.retryAfterS = retryAfterS;
+  }
+}
+
+/** The key was used for a different request. */
+export class ConflictError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'ConflictError';
+  }
+}
+
+/** The first result was over maxBody and was not kept: it cannot be replayed. */
+export class TooLargeError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = 'TooLargeError';
+  }
+}
+
+/**
+ * What once() and onceTx() give for a claim they did not take: the first
+ * call's result (a Buffer), or InProgressError, ConflictError or
+ * TooLargeError; counted in m.
+ */
+export function onceAnswer(claim, key, m) {
+  if (claim.state === 'conflict') {
+    m.requests.conflict++;
+    throw new ConflictError(`idempotency key ${JSON.stringify(key)} was used for a different request`);
+  }
+  if (claim.state === 'in_progress') {
+    m.requests.in_progress++;
+    throw new InProgressError(key, claim.retryAfterS);
+  }
+  if (claim.response.tooLarge) {
+    m.requests.too_large++;
+    throw new TooLargeError(`the first result for idempotency key ${JSON.stringify(key)} was too large to store`);
+  }
+  m.requests.replayed++;
+  return claim.response.body;
+}

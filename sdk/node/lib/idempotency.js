@@ -6,12 +6,17 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
-  checkKey, claimAnswer, defaultRelease, fingerprint, safeHeaders, setHeaders, settle, storedHeaderValues,
+  LeaseLostError, StoreError, checkKey, claimAnswer, defaultMetrics, defaultRelease, fingerprint, onceAnswer, safeHeaders, setHeaders,
+  settle, storedHeaderValues,
 } from './idempotency-common.js';
 import { sender } from './redis/client.js';
 
-export { MAX_KEY_LENGTH, REPLAYED_HEADER, checkKey, defaultRelease, fingerprint, safeHeader } from './idempotency-common.js';
+export {
+  ConflictError, InProgressError, LeaseLostError, MAX_KEY_LENGTH, Metrics, REPLAYED_HEADER, StoreError, TooLargeError, checkKey, defaultMetrics,
+  defaultRelease, fingerprint, safeHeader,
+} from './idempotency-common.js';
 export { fastifyIdempotency } from './idempotency-fastify.js';
+export { createPgIdempotencyStore, onceTx, pgSchema } from './idempotency-pg.js';
 
 let source; // lib.lua, a newline, idempotency.lua: read on first use
 function script() {
@@ -22,59 +27,6 @@ function script() {
   }
   return source;
 }
-
-/** The caller no longer owns its key: the lease ran out and another request took it over, or the record expired. */
-export class LeaseLostError extends Error {
-  constructor(message, options) {
-    super(message, options);
-    this.name = 'LeaseLostError';
-  }
-}
-
-/** The store could not be reached or refused the call. */
-export class StoreError extends Error {
-  constructor(message, options) {
-    super(message, options);
-    this.name = 'StoreError';
-  }
-}
-
-const OUTCOMES = ['first_run', 'replayed', 'in_progress', 'conflict', 'too_large'];
-const OPERATIONS = ['begin', 'complete', 'fail'];
-
-/**
- * Counters with the names the Go and Python adapters use; text() renders
- * them in the Prometheus text format for a /metrics endpoint.
- */
-export class Metrics {
-  constructor() {
-    this.requests = Object.fromEntries(OUTCOMES.map((o) => [o, 0]));
-    this.leaseExpiries = 0;
-    this.leaseLost = 0;
-    this.storeErrors = Object.fromEntries(OPERATIONS.map((o) => [o, 0]));
-  }
-
-  text() {
-    const lines = [
-      '# HELP backstop_idempotency_requests_total Requests carrying an idempotency key, by outcome: first_run, replayed, in_progress, conflict, too_large.',
-      '# TYPE backstop_idempotency_requests_total counter',
-      ...OUTCOMES.map((o) => `backstop_idempotency_requests_total{outcome="${o}"} ${this.requests[o]}`),
-      '# HELP backstop_idempotency_lease_expiries_total Keys taken over because their owner\'s lease ran out (a crashed or slow request).',
-      '# TYPE backstop_idempotency_lease_expiries_total counter',
-      `backstop_idempotency_lease_expiries_total ${this.leaseExpiries}`,
-      '# HELP backstop_idempotency_lease_lost_total Complete or fail refused because the caller no longer owned its key.',
-      '# TYPE backstop_idempotency_lease_lost_total counter',
-      `backstop_idempotency_lease_lost_total ${this.leaseLost}`,
-      '# HELP backstop_idempotency_store_errors_total Calls to the idempotency store that failed, by operation: begin, complete, fail.',
-      '# TYPE backstop_idempotency_store_errors_total counter',
-      ...OPERATIONS.map((o) => `backstop_idempotency_store_errors_total{operation="${o}"} ${this.storeErrors[o]}`),
-    ];
-    return `${lines.join('\n')}\n`;
-  }
-}
-
-/** The counters of stores created without a `metrics` option. */
-export const defaultMetrics = new Metrics();
 
 function positive(name, v) {
   if (!Number.isSafeInteger(v) || v < 1) throw new TypeError(`Expected \`${name}\` to be a positive whole number of milliseconds (got ${v})`);
@@ -381,31 +333,6 @@ export function idempotent(store, handler, options = {}) {
     });
 }
 
-/** Another call holds the key; retry after retryAfterS seconds. */
-export class InProgressError extends Error {
-  constructor(key, retryAfterS) {
-    super(`idempotency key ${JSON.stringify(key)} is in progress; retry after ${retryAfterS}s`);
-    this.name = 'InProgressError';
-    this.retryAfterS = retryAfterS;
-  }
-}
-
-/** The key was used for a different request. */
-export class ConflictError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = 'ConflictError';
-  }
-}
-
-/** The first result was over maxBody and was not kept: it cannot be replayed. */
-export class TooLargeError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = 'TooLargeError';
-  }
-}
-
 /**
  * Runs fn (async, returning a Buffer or string) at most once for key within
  * scope: a later call with the same key and request resolves to the first
@@ -421,22 +348,7 @@ export async function once(store, scope, key, request, fn) {
   const started = Date.now(); // the lease runs from about here on the server's clock
   const claim = await store.begin(scope, key, request);
   const m = store.metrics;
-  if (claim.state === 'conflict') {
-    m.requests.conflict++;
-    throw new ConflictError(`idempotency key ${JSON.stringify(key)} was used for a different request`);
-  }
-  if (claim.state === 'in_progress') {
-    m.requests.in_progress++;
-    throw new InProgressError(key, claim.retryAfterS);
-  }
-  if (claim.state === 'completed') {
-    if (claim.response.tooLarge) {
-      m.requests.too_large++;
-      throw new TooLargeError(`the first result for idempotency key ${JSON.stringify(key)} was too large to store`);
-    }
-    m.requests.replayed++;
-    return claim.response.body;
-  }
+  if (claim.state !== 'started') return onceAnswer(claim, key, m);
   m.requests.first_run++;
   const until = started + store.leaseMs;
   const log = logOf(store);

@@ -6,7 +6,7 @@
 // runner.js, as the Redis worker does), only the moves talk to the broker.
 // Its parts are in rabbitmq/: the connection (core.js), the topology, the
 // messages, the delay mover and the worker.
-import { checkSignal, checkString, checkWhole, show } from './args.js';
+import { checkFunction, checkSignal, checkString, checkWhole, show } from './args.js';
 import { checkJobType } from './jobtypes.js';
 import { jitter, pause } from './outcome.js';
 import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, giveBack, publish, Rejected } from './rabbitmq/channel.js';
@@ -39,7 +39,7 @@ export async function connect(url, options = {}) {
   if (typeof url !== 'string' || url === '') throw new TypeError(`Expected \`url\` to be a non-empty string (got ${show(url)})`);
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
   const { socketOptions, onError = (err) => console.error('backstop rabbitmq:', err) } = options;
-  if (typeof onError !== 'function') throw new TypeError('Expected `onError` to be a function');
+  checkFunction('onError', onError);
   let amqp = options.amqplib;
   if (amqp === undefined) {
     try {

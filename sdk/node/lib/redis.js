@@ -7,7 +7,7 @@
 // (runner.js) that the RabbitMQ worker uses too.
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { checkString, checkWhole, show } from './args.js';
+import { checkFunction, checkString, checkWhole, show } from './args.js';
 import { checkJobType } from './jobtypes.js';
 import { checkPolicy } from './outcome.js';
 import { applyPlan, planFor } from './redis/apply.js';
@@ -359,7 +359,7 @@ class Queue {
     checkPolicy(policy);
     if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
     const { classify, nowMs, random } = options;
-    if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
+    checkFunction('classify', classify, true);
     if (nowMs !== undefined && !Number.isFinite(nowMs)) {
       throw new TypeError(`Expected \`nowMs\` to be a finite number (got ${show(nowMs)})`);
     }

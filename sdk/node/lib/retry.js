@@ -20,7 +20,7 @@ const ERROR_KINDS = Object.freeze(
 export async function retry(fn, options = {}) {
   if (typeof fn !== 'function') throw new TypeError('Expected `fn` to be a function');
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
-  const { signal, onRetry, method, idempotencyKey, classify, metrics, headers } = options;
+  const { signal, onRetry, method, idempotencyKey, classify, metrics, headers, reraise } = options;
   if (signal !== undefined && !(signal && typeof signal.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
     throw new TypeError('Expected `signal` to be an AbortSignal');
   }
@@ -33,6 +33,7 @@ export async function retry(fn, options = {}) {
   if (idempotencyKey !== undefined && typeof idempotencyKey !== 'string') {
     throw new TypeError('Expected `idempotencyKey` to be a string');
   }
+  if (reraise !== undefined && typeof reraise !== 'boolean') throw new TypeError('Expected `reraise` to be a boolean');
   if (headers !== undefined && !isHeaderTarget(headers)) {
     throw new TypeError('Expected `headers` to be a Headers or a plain object');
   }
@@ -105,6 +106,9 @@ export async function retry(fn, options = {}) {
       }
       if (decision.action !== 'retry') {
         recordGaveUp(decision.reason);
+        // reraise: the attempt's own error, as p-retry gives it; a failed
+        // Response threw nothing, so it stays in the RetryError.
+        if (reraise && response === undefined) throw error;
         throw new RetryError({ reason: decision.reason, attempts: attempt, cause: error, response, decision });
       }
       // Free the connection of a response that nobody will read.

@@ -6,7 +6,7 @@
 // (work()'s `policies`) run with it. It touches no broker: the Redis worker (redis/worker.js) and the
 // RabbitMQ one (rabbitmq/worker.js) read deliveries and apply the plans it
 // returns through their own moves.
-import { checkSignal, checkWhole } from './args.js';
+import { checkFunction, checkSignal, checkWhole } from './args.js';
 import { startDeadline } from './deadline.js';
 import { typedPolicies } from './jobtypes.js';
 import { checkPolicy, planOutcome } from './outcome.js';
@@ -15,7 +15,7 @@ import { isFailedResponse } from './retry.js';
 /** Checks what every broker's work(policy, handler, options) takes first. */
 export function checkWork(policy, handler, options) {
   checkPolicy(policy);
-  if (typeof handler !== 'function') throw new TypeError('Expected `handler` to be a function');
+  checkFunction('handler', handler);
   if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
 }
 
@@ -40,12 +40,10 @@ export class Runner {
   constructor(name, policy, handler, options, { malformed, error, enqueueClock }) {
     const { signal, classify, metrics, policies, onOutcome, onError, handlerTimeoutMs } = options;
     checkSignal(signal);
-    if (classify !== undefined && typeof classify !== 'function') throw new TypeError('Expected `classify` to be a function');
+    checkFunction('classify', classify, true);
     checkWhole('handlerTimeoutMs', handlerTimeoutMs, 1);
-    if (onOutcome !== undefined && typeof onOutcome !== 'function') {
-      throw new TypeError('Expected `onOutcome` to be a function');
-    }
-    if (typeof onError !== 'function') throw new TypeError('Expected `onError` to be a function');
+    checkFunction('onOutcome', onOutcome, true);
+    checkFunction('onError', onError);
     if (metrics !== undefined) {
       if (typeof metrics?.attempt !== 'function') throw new TypeError('Expected `metrics` to be the result of createMetrics()');
       if (metrics.target !== name) {

@@ -1,7 +1,8 @@
 // The ```js blocks of the documentation run as written (issue 13, "Docs
 // that run"): each block of the files below runs in its own Node.js process
 // with this package, against a real redis-server (REDIS_URL), a real
-// rabbitmq-server when a block imports backstop-policy/rabbitmq (AMQP_URL),
+// rabbitmq-server when a block imports backstop-policy/rabbitmq (AMQP_URL), a
+// private postgres when a block reads DATABASE_URL,
 // and a local HTTP server standing for the `url` the snippets call. A `//=> value` line after an
 // expression asserts the expression's value. A block that starts a worker
 // (it listens for SIGTERM) gets SIGTERM once its job reached the server, and
@@ -15,6 +16,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startRabbit } from '../test-support/rabbitmq-server.js';
+import { startPostgres } from '../test-support/postgres-server.js';
 import { startRedis } from '../test-support/redis-server.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
@@ -61,6 +63,7 @@ export function withAssertions(code) {
 const server = await startRedis();
 // Started for the first block that needs it (a broker takes seconds).
 let rabbit = null;
+let postgres = null;
 const requests = [];
 let onRequest = () => {};
 const http = createServer((req, res) => {
@@ -79,6 +82,7 @@ after(async () => {
   http.close();
   await server.stop();
   await rabbit?.stop();
+  await postgres?.stop();
 });
 
 /** Waits for promise, failing with why() after ms. */
@@ -105,6 +109,7 @@ for (const file of files) {
       writeFileSync(path, `import __assert from 'node:assert/strict';\n${asIs ? '' : prelude}${withAssertions(code)}\n`);
       const worker = /SIGTERM/.test(block.code);
       if (block.code.includes("'backstop-policy/rabbitmq'")) rabbit ??= await startRabbit();
+      if (block.code.includes('DATABASE_URL')) postgres ??= await startPostgres();
       const seen = requests.length;
       const served = new Promise((resolve) => (onRequest = () => requests.length > seen && resolve()));
       const child = spawn(process.execPath, [path], {
@@ -114,6 +119,7 @@ for (const file of files) {
           DOCS_URL: `http://127.0.0.1:${http.address().port}/`,
           REDIS_URL: server.url,
           ...(rabbit && { AMQP_URL: rabbit.url }),
+          ...(postgres && { DATABASE_URL: postgres.url }),
         },
         stdio: ['ignore', 'pipe', 'pipe'],
       });

@@ -3,14 +3,12 @@
 // and a Redis Cluster, with ioredis and node-redis: every reply and the
 // record after must be what the Go store produced.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
 import { after, test } from 'node:test';
-import { LeaseLostError, createIdempotencyStore, Metrics } from '../lib/idempotency.js';
+import { createIdempotencyStore, Metrics } from '../lib/idempotency.js';
 import { cluster, inspector, standalone } from '../test-support/clients.js';
+import { FILE, replayCase } from '../test-support/idempotency-cases.js';
 import { serverNow } from '../test-support/queue-suite.js';
 import { startCluster, startRedis } from '../test-support/redis-server.js';
-
-const FILE = JSON.parse(readFileSync(new URL('../../../testdata/idempotency/cases.json', import.meta.url), 'utf8'));
 
 const server = await startRedis();
 const servers = await startCluster(3);
@@ -21,48 +19,19 @@ after(async () => {
   await servers.stop();
 });
 
-async function replay(store, raw, c) {
+// The record as a Redis hash.
+function redisRaw(store, raw) {
   const rk = store.recordKey(FILE.scope, FILE.key);
-  await raw('DEL', rk);
-  const tokens = {};
-  const replies = [];
-  for (const st of c.steps) {
-    if (st.op === 'begin') {
-      const cl = await store.begin(FILE.scope, FILE.key, st.request);
-      const r = { state: cl.state };
-      if (cl.state === 'started') {
-        tokens[st.caller] = cl.token;
-        r.taken_over = cl.takenOver;
-      } else if (cl.state === 'in_progress') r.retry_after_s = cl.retryAfterS;
-      else if (cl.state === 'completed') {
-        Object.assign(r, { status: cl.response.status, headers: cl.response.headers, too_large: cl.response.tooLarge,
-          body_b64: cl.response.body.toString('base64') });
-        if (cl.response.truncated) r.truncated = true;
-      }
-      replies.push(r);
-    } else if (st.op === 'complete' || st.op === 'fail') {
-      const tok = tokens[st.caller] ?? `never-begun-${st.caller}`;
-      try {
-        if (st.op === 'complete') {
-          await store.complete(FILE.scope, FILE.key, tok, {
-            status: st.status, headers: st.headers ?? {}, body: Buffer.from(st.body_b64 ?? '', 'base64'), truncated: st.truncated === true,
-          });
-        } else await store.fail(FILE.scope, FILE.key, tok);
-        replies.push({ ok: true });
-      } catch (err) {
-        if (!(err instanceof LeaseLostError)) throw err;
-        replies.push({ error: 'lease_lost' });
-      }
-    } else if (st.op === 'lapse') {
-      await raw('HSET', rk, 'lease_until', String((await serverNow(raw)) - 1000));
-    } else if (st.op === 'expire') {
-      await raw('DEL', rk);
-    } else if (st.op === 'write') {
-      await raw('HSET', rk, ...Object.entries(st.fields).flat());
+  return {
+    reset: () => raw('DEL', rk),
+    lapse: async () => raw('HSET', rk, 'lease_until', String((await serverNow(raw)) - 1000)),
+    expire: () => raw('DEL', rk),
+    write: async (fields) => {
+      await raw('HSET', rk, ...Object.entries(fields).flat());
       await raw('PEXPIRE', rk, String(FILE.retention_ms));
-    } else throw new Error(`unknown op ${st.op}`);
-  }
-  return { replies, final: await record(raw, rk, tokens) };
+    },
+    record: (tokens) => record(raw, rk, tokens),
+  };
 }
 
 async function record(raw, rk, tokens) {
@@ -93,7 +62,7 @@ for (const [name, kind, target, raw] of kinds) {
         metrics: new Metrics() });
       assert.ok(FILE.cases.length >= 30);
       for (const c of FILE.cases) {
-        const got = await replay(store, raw, c);
+        const got = await replayCase(store, redisRaw(store, raw), c);
         assert.deepEqual(got, { replies: c.replies, final: c.final }, c.name);
       }
     } finally {

@@ -182,7 +182,26 @@ test('options are validated at once', async () => {
   await assert.rejects(retry(fn, { method: 1 }), { message: 'Expected `method` to be a string' });
   await assert.rejects(retry(fn, { policy: {} }), { message: /Expected `policy` to be a Policy/ });
   await assert.rejects(retry(fn, { policy: 'defualt' }), { name: 'PolicyError' });
+  await assert.rejects(retry(fn, { reraise: 'yes' }), { message: 'Expected `reraise` to be a boolean' });
   assert.equal(await retry(fn), 1); // the default preset
+});
+
+// reraise (p-retry's behaviour, tenacity's reraise=True): the give-up
+// throws the last attempt's own error, after the same attempts.
+test('reraise: the give-up throws the last error itself', async (t) => {
+  const errors = [];
+  const reset = () => {
+    errors.push(new TypeError('fetch failed', { cause: Object.assign(new Error('socket'), { code: 'ECONNRESET' }) }));
+    throw errors.at(-1);
+  };
+  await assert.rejects(retry(reset, { policy, reraise: true }), (err) => err === errors.at(-1) && !(err instanceof RetryError));
+  assert.equal(errors.length, 4);
+  const notFound = Object.assign(new Error('x'), { status: 404 });
+  await assert.rejects(retry(() => { throw notFound; }, { policy, reraise: true }), (err) => err === notFound);
+  // A failed Response threw nothing: the RetryError keeps it.
+  const { url, close } = await serve(t, [[503]]);
+  t.after(close);
+  await assert.rejects(retry(() => fetch(url), { policy, reraise: true }), (err) => err instanceof RetryError && err.response?.status === 503);
 });
 
 // The policy's attempt_timeout (spec: issue 26) bounds each attempt.

@@ -43,6 +43,10 @@ for (const [gi, group] of vectors.groups.entries()) {
           assert.deepEqual(policy.acquire(c.now_ms), { allowed, retryInMs, state }, `case ${i}: acquire at ${c.now_ms}`);
           continue;
         }
+        if (c.op === 'connect_timeout') {
+          assert.equal(policy.connectTimeout, c.timeout_ms, `case ${i}: connect_timeout`);
+          continue;
+        }
         if (c.op === 'attempt_timeout') {
           // elapsed_ms is left out when 0, as the failures' fields are.
           const got = actual(() => ({ timeoutMs: policy.attemptTimeout(c.elapsed_ms ?? 0) }));

@@ -7,7 +7,7 @@ import threading
 import urllib.error
 import urllib.request
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 # The request headers the scripted server records (testdata/layers/README.md).
@@ -100,3 +100,33 @@ def answer(url: str) -> Dict[str, Any]:
         r = e
     with r:
         return {"status": r.status, "signals": signals(r.headers), "body": r.read()}
+
+
+def blackhole() -> Tuple[str, Callable[[], None]]:
+    """A peer on 127.0.0.1 whose connects hang ("host:port", close): a
+    socket listening with a backlog of 0, never accepting, its queue
+    filled. The kernel drops further SYNs, so a client's connect runs into
+    its own connect timeout, as behind a black-holing firewall (offline,
+    unlike a non-routable address, which may fail at once)."""
+    import socket
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(0)
+    addr = "127.0.0.1:%d" % lsock.getsockname()[1]
+    held: List[socket.socket] = [lsock]
+
+    def close() -> None:
+        for s in held:
+            s.close()
+
+    for _ in range(16):  # one connection fills it on Linux
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.settimeout(0.2)
+        try:
+            c.connect(lsock.getsockname())
+        except socket.timeout:
+            c.close()
+            return addr, close
+        held.append(c)
+    close()
+    raise AssertionError("blackhole: %s still accepts connections after 16" % addr)

@@ -119,12 +119,22 @@ def test_python_blocks_run_as_written(doc, redis_server):
     # README.md's blocks are pasteable as is (issue 42): they define what
     # they use, so they run without the prelude.
     ns = {"__name__": "docs"} if doc == "README.md" else prelude("redis://127.0.0.1:%d/0" % redis_server.port)
-    for line, marker, code in python_blocks((ROOT / doc).read_text()):
-        where = "%s:%d" % (doc, line)
-        if marker.startswith("skip=") and marker[5:].strip():
-            continue
-        assert marker == "", "%s: unknown marker <!-- snippet: %s -->: want skip=why" % (where, marker)
-        run_block(where, code, ns)
+    postgres = None
+    try:
+        for line, marker, code in python_blocks((ROOT / doc).read_text()):
+            where = "%s:%d" % (doc, line)
+            if marker.startswith("skip=") and marker[5:].strip():
+                continue
+            assert marker == "", "%s: unknown marker <!-- snippet: %s -->: want skip=why" % (where, marker)
+            if "database_url" in code and postgres is None:  # a private postgres, for the blocks that use one
+                from pgserver import PostgresServer
+
+                postgres = PostgresServer()
+                ns["database_url"] = postgres.url
+            run_block(where, code, ns)
+    finally:
+        if postgres is not None:
+            postgres.stop()
     if "q" in ns:  # the queue block: its loop ran the job it enqueued, and acked it
         assert ns["handled"] == [b'{"sku": 7}'], "%s: handled %r" % (doc, ns["handled"])
         assert ns["q"].stats().counters.get("attempts:success") == 1, "%s: %r" % (doc, ns["q"].stats())

@@ -54,9 +54,36 @@ async def _maybe(v):
     return await v if asyncio.iscoroutine(v) else v
 
 
-async def _replay(store, raw, c):
-    rk = store.record_key(FILE["scope"], FILE["key"])
-    raw.delete(rk)
+class RedisRaw:
+    """The steps that reach under the store, on the Redis hash."""
+
+    def __init__(self, raw, rk):
+        self.raw, self.rk = raw, rk
+
+    def reset(self):
+        self.raw.delete(self.rk)
+
+    def lapse(self):
+        s, us = self.raw.time()
+        self.raw.hset(self.rk, "lease_until", s * 1000 + us // 1000 - 1000)
+
+    def expire(self):
+        self.raw.delete(self.rk)
+
+    def write(self, fields):
+        # A record as another adapter (or a version before the header rule) stored it.
+        self.raw.hset(self.rk, mapping=fields)
+        self.raw.pexpire(self.rk, FILE["retention_ms"])
+
+    def record(self, tokens):
+        return _record(self.raw, self.rk, tokens)
+
+
+async def replay_case(store, raw, c):
+    """Runs case c's steps through store (sync or asyncio) and raw (reset,
+    lapse, expire, write, record: the steps that reach under the store);
+    tests/test_idempotency_postgres.py replays the cases with its own raw."""
+    raw.reset()
     tokens, replies = {}, []
     for st in c["steps"]:
         op = st["op"]
@@ -78,17 +105,18 @@ async def _replay(store, raw, c):
             except LeaseLostError:
                 replies.append({"error": "lease_lost"})
         elif op == "lapse":
-            s, us = raw.time()
-            raw.hset(rk, "lease_until", s * 1000 + us // 1000 - 1000)
+            raw.lapse()
         elif op == "expire":
-            raw.delete(rk)
+            raw.expire()
         elif op == "write":
-            # A record as another adapter (or a version before the header rule) stored it.
-            raw.hset(rk, mapping=st["fields"])
-            raw.pexpire(rk, FILE["retention_ms"])
+            raw.write(st["fields"])
         else:
             raise AssertionError("unknown op %r" % op)
-    return {"replies": replies, "final": _record(raw, rk, tokens)}
+    return {"replies": replies, "final": raw.record(tokens)}
+
+
+async def _replay(store, raw, c):
+    return await replay_case(store, RedisRaw(raw, store.record_key(FILE["scope"], FILE["key"])), c)
 
 
 def _options():

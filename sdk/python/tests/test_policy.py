@@ -321,6 +321,7 @@ TRAPPING = """(module
   (func (export "policy_on_open") (param i32) (result i32) i32.const 0)
   (func (export "budget_tokens") (param i32 i64) (result i64) i64.const 0)
   (func (export "attempt_timeout") (param i32 i64) (result i64) i64.const 0)
+  (func (export "connect_timeout") (param i32) (result i64) i64.const 0)
   (func (export "outcome") (param i32 i32 i64 i32 i32 i64 i64 f64 i64 i32 i32 i32 i32 i64 i64) (result i64) i64.const 0)
   (func (export "error_message") (result i64) i64.const 0))"""
 

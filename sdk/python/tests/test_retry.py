@@ -235,6 +235,46 @@ def test_options_are_validated(policy):
         policy.retry(classify={"x": "retryable"})
     with pytest.raises(TypeError, match="method"):
         policy.retry(method=1)
+    with pytest.raises(TypeError, match="reraise must be True or False"):
+        policy.retry(reraise="yes")
+
+
+# reraise=True (tenacity's): the give-up raises the last attempt's own
+# exception, not RetryError, after the same attempts and sleeps.
+def test_reraise_raises_the_original_exception(policy, server, sleeps):
+    url = server.on("/down", 503)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        policy.retry(reraise=True)(get)(url)
+    assert e.value.code == 503 and not isinstance(e.value, RetryError)
+    assert server.hits["/down"] == 3 and sleeps == [0.25, 0.25]
+    url = server.on("/bad", 400)  # a permanent error: at once, as itself
+    with pytest.raises(urllib.error.HTTPError) as e:
+        policy.retry(reraise=True)(get)(url)
+    assert e.value.code == 400 and server.hits["/bad"] == 1
+
+
+def test_reraise_async(policy, sleeps):
+    errors = []
+
+    @policy.retry(reraise=True)
+    async def down():
+        errors.append(ConnectionResetError(errno.ECONNRESET, "reset %d" % len(errors)))
+        raise errors[-1]
+
+    with pytest.raises(ConnectionResetError) as e:
+        asyncio.run(down())
+    assert e.value is errors[-1] and len(errors) == 3 and sleeps == [0.25, 0.25]
+
+
+def test_reraise_keeps_retry_error_for_a_refused_call(server, sleeps):
+    # A breaker's refusal is no exception of the function's to raise.
+    with backstop.load_policy({"max_attempts": 1, "circuit_breaker": {"failure_threshold": 1, "open_for": "1h"}}) as p:
+        url = server.on("/down", 503)
+        with pytest.raises(urllib.error.HTTPError):
+            p.retry(reraise=True)(get)(url)
+        with pytest.raises(RetryError) as e:
+            p.retry(reraise=True)(get)(url)
+        assert e.value.reason == "circuit_open" and server.hits["/down"] == 1
 
 
 def test_async_retries_and_awaits_before_sleep(policy, server, sleeps):

@@ -67,6 +67,9 @@ def run_op(p: Policy, i: int, c):
         p.record_success(c.get("now_ms", 0))
     elif c["op"] == "acquire":
         assert p.acquire(c["now_ms"]).to_dict() == c["permit"], "case %d: acquire at %d" % (i, c["now_ms"])
+    elif c["op"] == "connect_timeout":
+        want = c["timeout_ms"] / 1000 if c["timeout_ms"] else None
+        assert p.connect_timeout == want, "case %d: connect_timeout %r, want %r" % (i, p.connect_timeout, want)
     elif c["op"] == "attempt_timeout":
         if "error" in c:
             with pytest.raises(backstop.InputError) as e:

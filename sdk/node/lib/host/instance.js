@@ -1,18 +1,14 @@
 // One instance of backstop.wasm (wasm/ABI.md): the shared buffer, typed
 // array views over linear memory, policy loading and error messages.
+import { ABI_VERSION, ERR_HANDLE, ERR_POLICY, MAX_BUFFER, MAX_HANDLES, MIN_BUFFER } from './contract.gen.js';
 import { PolicyError } from './errors.js';
 import { wasiImports } from './wasi.js';
 
-/** The ABI version (wasm/ABI.md) this package implements. */
-export const ABI_VERSION = 1;
+export { ABI_VERSION };
 
-const ERR_HANDLE = -1;
-const ERR_POLICY = -2;
-const MIN_BUFFER = 4096;
-const MAX_HANDLES = 1 << 16; // the module's handles are 1..65536
 const EXPORTS = ['buffer', 'policy_load', 'policy_preset', 'policy_free', 'policy_stateful', 'decide_batch',
-  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'budget_tokens', 'attempt_timeout'];
-const MAX_BUFFER = 64 << 20; // the module refuses more
+  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'budget_tokens', 'attempt_timeout',
+  'connect_timeout'];
 
 /**
  * The error of every call on a stateful policy whose module instance
@@ -83,7 +79,8 @@ export class Instance {
       policy_on_open: (h) => (tick(), raw.policy_on_open(this.remap ? handle(h) : h)),
       budget_tokens: (h, now) => (tick(), raw.budget_tokens(this.remap ? handle(h) : h, now)),
       attempt_timeout: (h, elapsed) => (tick(), raw.attempt_timeout(this.remap ? handle(h) : h, elapsed)),
-      outcome: (h, ...args) => (tick(), raw.outcome(this.remap ? handle(h) : h, ...args)),
+      connect_timeout: (h) => (tick(), raw.connect_timeout(this.remap ? handle(h) : h)),
+      outcome_record: (h, ...args) => (tick(), raw.outcome_record(this.remap ? handle(h) : h, ...args)),
     };
     this.reserve(MIN_BUFFER);
   }

@@ -37,8 +37,8 @@ class Policy:
     def __init__(self, inst: Instance, handle: int) -> None:
         self._inst = inst
         self._h = handle
-        # on_open never changes: read once.
-        self._stateful, self._on_open = abi.policy_flags(inst, handle)
+        # on_open and connect_timeout never change: read once.
+        self._stateful, self._on_open, self._connect_ms = abi.policy_flags(inst, handle)
         self._finalizer = weakref.finalize(self, abi.finalize, inst, handle)
 
     @property
@@ -52,6 +52,17 @@ class Policy:
         empty budget: ``"defer"`` (the default: back to the delayed set
         without spending an attempt) or ``"dead_letter"``."""
         return self._on_open
+
+    @property
+    def connect_timeout(self) -> Optional[float]:
+        """The policy's ``connect_timeout`` in seconds, or None when it has
+        none (the client's own applies): how long establishing a
+        connection may take within an attempt, for the client to enforce,
+        e.g. ``httpx.Client(timeout=httpx.Timeout(10, connect=policy.connect_timeout))``
+        or requests' ``timeout=(policy.connect_timeout, read)``. A connect
+        that runs out (``httpx.ConnectTimeout``) is the error kind
+        ``connect_timeout``, not ``timeout``."""
+        return self._connect_ms / 1000 if self._connect_ms else None
 
     def acquire(self, now_ms: Optional[int] = None) -> Permit:
         """Asks permission for one call at now_ms (default: the host's
@@ -199,12 +210,13 @@ class Policy:
     @overload
     def retry(self, fn: None = None, /, *, before_sleep: Optional[BeforeSleep] = None, classify: Optional[Classify] = None,
               method: Optional[str] = None, idempotency_key: Optional[str] = None,
-              metrics: Any = None, headers: Optional[MutableMapping[str, str]] = None) -> Callable[[F], F]: ...
+              metrics: Any = None, headers: Optional[MutableMapping[str, str]] = None,
+              reraise: bool = False) -> Callable[[F], F]: ...
 
     def retry(self, fn: Optional[Callable[..., Any]] = None, /, *, before_sleep: Optional[BeforeSleep] = None,
               classify: Optional[Classify] = None, method: Optional[str] = None,
               idempotency_key: Optional[str] = None, metrics: Any = None,
-              headers: Optional[MutableMapping[str, str]] = None) -> Any:
+              headers: Optional[MutableMapping[str, str]] = None, reraise: bool = False) -> Any:
         """A decorator that retries a function (sync or ``async def``) as
         this policy decides: ``@policy.retry`` or ``@policy.retry(...)``.
 
@@ -223,6 +235,15 @@ class Policy:
         raises ``RetryError`` with reason ``circuit_open`` before it is made.
         ``metrics`` (from ``backstop.metrics.create_metrics``) counts
         attempts, retries, refusals, delays and the breaker's state.
+
+        ``reraise=True`` (tenacity's ``reraise``): when the policy gives up
+        after a failed attempt, the attempt's own exception is raised
+        instead of ``RetryError`` (its traceback is the attempt's), for
+        code that catches the client's exceptions. The reason is then only
+        in the metrics and ``Backstop-No-Retry``; a breaker's refusal still
+        raises ``RetryError("circuit_open")`` (no attempt of the function
+        failed), and an outer ``@policy.retry`` no longer sees that this
+        loop already retried (retry at one layer: keep the default there).
 
         Before each attempt the loop asks ``attempt_timeout`` (the
         policy's ``attempt_timeout``, bounded by what is left of
@@ -248,7 +269,7 @@ class Policy:
         response.
         """
         wrap = retrying(self, before_sleep=before_sleep, classify=classify, method=method,
-                        idempotency_key=idempotency_key, metrics=metrics, headers=headers)
+                        idempotency_key=idempotency_key, metrics=metrics, headers=headers, reraise=reraise)
         return wrap(fn) if fn is not None else wrap
 
     def close(self) -> None:

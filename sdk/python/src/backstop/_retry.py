@@ -82,7 +82,7 @@ Classify = Union[Mapping[type, Union[str, Mapping[str, Any]]],
 def retrying(policy: PolicyLike, *, before_sleep: Optional[BeforeSleep] = None,
              classify: Optional[Classify] = None, method: Optional[str] = None,
              idempotency_key: Optional[str] = None, metrics: Any = None,
-             headers: Optional[MutableMapping[str, str]] = None) -> Callable[[F], F]:
+             headers: Optional[MutableMapping[str, str]] = None, reraise: bool = False) -> Callable[[F], F]:
     """The decorator of ``Policy.retry`` (documented there), its options
     checked at once."""
     if before_sleep is not None and not callable(before_sleep):
@@ -95,8 +95,10 @@ def retrying(policy: PolicyLike, *, before_sleep: Optional[BeforeSleep] = None,
         raise TypeError("retry: metrics must come from backstop.metrics.create_metrics (got %r)" % (metrics,))
     if headers is not None and not isinstance(headers, MutableMapping):
         raise TypeError("retry: headers must be a mutable mapping, such as a dict (got %r)" % (headers,))
+    if not isinstance(reraise, bool):
+        raise TypeError("retry: reraise must be True or False (got %r)" % (reraise,))
 
-    return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key, metrics, headers)
+    return lambda fn: _wrap(policy, fn, before_sleep, classify, method, idempotency_key, metrics, headers, reraise)
 
 
 def check_classify(who: str, classify: Optional[Classify]) -> None:
@@ -127,7 +129,7 @@ def classifier(classify: Optional[Classify]) -> Callable[[BaseException], Dict[s
 
 def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classify: Optional[Classify],
           method: Optional[str], idempotency_key: Optional[str], metrics: Any = None,
-          headers: Optional[MutableMapping[str, str]] = None) -> F:
+          headers: Optional[MutableMapping[str, str]] = None, reraise: bool = False) -> F:
     classified = classifier(classify)
     # The breaker is asked before each call (a policy without one allows all).
     guarded = policy.stateful
@@ -185,7 +187,8 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
 
     def settle(exc: Optional[BaseException], attempt: int, start: float, prev_ms: int) -> Optional[Decision]:
         """Reports the attempt's end: None for a success, else the decision
-        to retry; a give-up is raised as RetryError."""
+        to retry; a give-up is raised as RetryError, or with reraise as the
+        attempt's own exception (tenacity's reraise=True)."""
         if exc is None:
             policy.record_success()
             if metrics is not None:
@@ -196,6 +199,8 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
             count(d)
         if not d.retry:
             record_gave_up(d.reason)
+            if reraise:
+                raise exc
             raise RetryError(d.reason, attempt, exc, d) from exc
         return d
 

@@ -37,7 +37,10 @@ from datetime import timedelta
 from importlib import resources
 from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-import redis
+try:
+    import redis
+except ImportError:  # the PostgreSQL store (backstop.idempotency_postgres) needs no Redis client
+    redis = None  # type: ignore[assignment]
 
 __all__ = [
     "AsyncIdempotencyStore",
@@ -267,18 +270,38 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-class _Base:
-    def __init__(self, client: Any, *, prefix: str = "idem", lease: Duration = 30, retention: Duration = timedelta(days=1),
-                 max_body: int = 1 << 20, metrics: Optional[IdempotencyMetrics] = None) -> None:
-        if not isinstance(prefix, str) or prefix == "" or "{" in prefix or "}" in prefix:
-            raise ValueError("prefix must be a non-empty string without braces, got %r" % (prefix,))
+class _Options:
+    """What every store (Redis, PostgreSQL) is built with: the lease, the
+    retention, the largest body kept, the counters. ``_transient`` are the
+    errors of its client: a store call that raises one after the handler ran
+    is tried again while the lease lasts."""
+
+    _transient: Tuple[type, ...] = ()
+
+    def __init__(self, *, lease: Duration = 30, retention: Duration = timedelta(days=1), max_body: int = 1 << 20,
+                 metrics: Optional[IdempotencyMetrics] = None) -> None:
         self._lease, self._retention = _ms("lease", lease), _ms("retention", retention)
         if self._retention < self._lease:
             raise ValueError("retention must be at least the lease (%d ms), got %d ms" % (self._lease, self._retention))
         if not isinstance(max_body, int) or max_body < 0:
             raise ValueError("max_body must be a whole number >= 0, got %r" % (max_body,))
-        self.client, self.prefix, self.max_body = client, prefix, max_body
+        self.max_body = max_body
         self.metrics = metrics if metrics is not None else default_metrics
+
+    def _lease_end(self) -> float:
+        """When a lease taken now ends, on the monotonic clock: the bound of
+        the retries of complete and fail."""
+        return time.monotonic() + self._lease / 1000
+
+
+class _Base(_Options):
+    _transient = (redis.RedisError,) if redis is not None else ()
+
+    def __init__(self, client: Any, *, prefix: str = "idem", **options: Any) -> None:
+        if not isinstance(prefix, str) or prefix == "" or "{" in prefix or "}" in prefix:
+            raise ValueError("prefix must be a non-empty string without braces, got %r" % (prefix,))
+        super().__init__(**options)
+        self.client, self.prefix = client, prefix
         self._script = client.register_script(_script_source())
 
     def record_key(self, scope: str, key: str) -> str:
@@ -322,11 +345,6 @@ class _Base:
                 "" if large else base64.b64encode(response.body).decode(), "1" if large else "0", str(self._retention),
                 "1" if response.truncated else "0"]
 
-    def _lease_end(self) -> float:
-        """When a lease taken now ends, on the monotonic clock: the bound of
-        the retries of complete and fail."""
-        return time.monotonic() + self._lease / 1000
-
     def _error(self, op: str, key: str, e: Exception) -> Exception:
         if "backstop idempotency: lease lost" in str(e):
             self.metrics.lease_lost += 1
@@ -335,7 +353,34 @@ class _Base:
         return e
 
 
-class IdempotencyStore(_Base):
+class _SyncSettle:
+    """The sync stores' completion after a handler: a first try here, then
+    a thread of its own while the store fails."""
+
+    _transient: Tuple[type, ...]
+    complete: Callable[..., None]
+    fail: Callable[..., None]
+
+    def _settle(self, scope: str, key: str, token: str, response: Optional[StoredResponse],
+                lease_end: float) -> Optional[Exception]:
+        """complete (response) or fail (None), tried once here; if the store
+        failed, tried again in a thread of its own while the lease lasts.
+        Returns the first try's error (None when it was done)."""
+        call = functools.partial(self.complete, scope, key, token, response) if response is not None else \
+            functools.partial(self.fail, scope, key, token)
+        op = "fail" if response is None else "complete"
+        try:
+            call()
+            return None
+        except LeaseLostError as e:
+            return e
+        except self._transient as e:
+            threading.Thread(target=_retry_sync, args=(op, key, call, lease_end, e, self._transient),
+                             name="backstop-idempotency-" + op, daemon=True).start()
+            return e
+
+
+class IdempotencyStore(_SyncSettle, _Base):
     """The store over a synchronous ``redis.Redis`` or ``redis.RedisCluster``.
     ``lease`` and ``retention`` are a ``timedelta`` or seconds (defaults 30 s
     and one day); a body over ``max_body`` bytes (1 MiB) is recorded as too
@@ -361,47 +406,15 @@ class IdempotencyStore(_Base):
         """Releases the key so that a retry may run; only the owner may (else LeaseLostError)."""
         self._run("fail", self.record_key(scope, key), ["fail", token])
 
-    def _settle(self, scope: str, key: str, token: str, response: Optional[StoredResponse],
-                lease_end: float) -> Optional[Exception]:
-        """complete (response) or fail (None), tried once here; if the store
-        failed, tried again in a thread of its own while the lease lasts.
-        Returns the first try's error (None when it was done)."""
-        call = functools.partial(self.complete, scope, key, token, response) if response is not None else \
-            functools.partial(self.fail, scope, key, token)
-        op = "fail" if response is None else "complete"
-        try:
-            call()
-            return None
-        except LeaseLostError as e:
-            return e
-        except redis.RedisError as e:
-            threading.Thread(target=_retry_sync, args=(op, key, call, lease_end, e), name="backstop-idempotency-" + op,
-                             daemon=True).start()
-            return e
 
+class _AsyncSettle:
+    """The asyncio stores' completion after a handler: a task of its own,
+    tried again while the store fails; ``drain`` waits for those tasks."""
 
-class AsyncIdempotencyStore(_Base):
-    """``IdempotencyStore`` for asyncio, over ``redis.asyncio``: the same methods, as coroutines."""
-
-    def __init__(self, client: Any, **options: Any) -> None:
-        super().__init__(client, **options)
-        self._pending: Set["asyncio.Future[None]"] = set()
-
-    async def _run(self, op: str, key: str, args: List[str]) -> Any:
-        try:
-            return await self._script(keys=[key], args=args)
-        except redis.RedisError as e:
-            raise self._error(op, key, e) from e
-
-    async def begin(self, scope: str, key: str, request: str) -> Claim:
-        token, args = self._begin_args(key, request)
-        return self._claim(key, token, await self._run("begin", self.record_key(scope, key), args))
-
-    async def complete(self, scope: str, key: str, token: str, response: StoredResponse) -> None:
-        await self._run("complete", self.record_key(scope, key), self._complete_args(token, response))
-
-    async def fail(self, scope: str, key: str, token: str) -> None:
-        await self._run("fail", self.record_key(scope, key), ["fail", token])
+    _transient: Tuple[type, ...]
+    _pending: Set["asyncio.Future[None]"]
+    complete: Callable[..., Any]
+    fail: Callable[..., Any]
 
     def _settle(self, scope: str, key: str, token: str, response: Optional[StoredResponse],
                 lease_end: float) -> "asyncio.Future[Optional[Exception]]":
@@ -424,13 +437,13 @@ class AsyncIdempotencyStore(_Base):
             try:
                 await call()
                 return None
-            except (LeaseLostError, redis.RedisError) as e:
+            except (LeaseLostError,) + self._transient as e:
                 return e
 
         async def run() -> None:
             e = await attempt()
             answer(e)
-            if isinstance(e, redis.RedisError):
+            if e is not None and not isinstance(e, LeaseLostError):
                 steps = _retries(op, key, lease_end, e)
                 try:
                     pause = next(steps)
@@ -459,6 +472,29 @@ class AsyncIdempotencyStore(_Base):
         while self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
+
+class AsyncIdempotencyStore(_AsyncSettle, _Base):
+    """``IdempotencyStore`` for asyncio, over ``redis.asyncio``: the same methods, as coroutines."""
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        super().__init__(client, **options)
+        self._pending: Set["asyncio.Future[None]"] = set()
+
+    async def _run(self, op: str, key: str, args: List[str]) -> Any:
+        try:
+            return await self._script(keys=[key], args=args)
+        except redis.RedisError as e:
+            raise self._error(op, key, e) from e
+
+    async def begin(self, scope: str, key: str, request: str) -> Claim:
+        token, args = self._begin_args(key, request)
+        return self._claim(key, token, await self._run("begin", self.record_key(scope, key), args))
+
+    async def complete(self, scope: str, key: str, token: str, response: StoredResponse) -> None:
+        await self._run("complete", self.record_key(scope, key), self._complete_args(token, response))
+
+    async def fail(self, scope: str, key: str, token: str) -> None:
+        await self._run("fail", self.record_key(scope, key), ["fail", token])
 
 # The retries of complete and fail: 10 ms doubling, jittered, at most a
 # second apart, never past the lease.
@@ -500,13 +536,14 @@ def _retries(op: str, key: str, lease_end: float, last: Exception) -> Generator[
     log.error("idempotency: %s of key %r not stored, the key may run again once its lease ends: %s", op, key, last)
 
 
-def _retry_sync(op: str, key: str, call: Callable[[], None], lease_end: float, first: Exception) -> None:
+def _retry_sync(op: str, key: str, call: Callable[[], None], lease_end: float, first: Exception,
+                transient: Tuple[type, ...]) -> None:
     """The sync store's driver of ``_retries`` (in a thread of its own)."""
     def attempt() -> Optional[Exception]:
         try:
             call()
             return None
-        except (LeaseLostError, redis.RedisError) as e:
+        except (LeaseLostError,) + transient as e:
             return e
 
     steps = _retries(op, key, lease_end, first)
@@ -552,8 +589,9 @@ class IdempotencyMiddleware:
                  scope: Optional[Callable[[Dict[str, Any]], str]] = None, methods: Sequence[str] = ("POST", "PATCH"),
                  stored_headers: Sequence[str] = ("content-type", "location"), fail_open: bool = False,
                  release: Callable[[int], bool] = default_release, max_request_body: int = 1 << 20) -> None:
-        if not isinstance(store, AsyncIdempotencyStore):
-            raise TypeError("IdempotencyMiddleware needs an AsyncIdempotencyStore (redis.asyncio)")
+        if not isinstance(store, _AsyncSettle):
+            raise TypeError("IdempotencyMiddleware needs an asyncio store: AsyncIdempotencyStore (redis.asyncio) or "
+                            "AsyncPostgresIdempotencyStore")
         self.app, self.store, self.header = app, store, header
         self._name = header.lower().encode()
         self._scope = scope or (lambda s: "")
@@ -602,7 +640,7 @@ class IdempotencyMiddleware:
         lease_end = self.store._lease_end()
         try:
             claim = await self.store.begin(sc, key, fingerprint(scope["method"], scope["path"], body))
-        except redis.RedisError:
+        except self.store._transient:
             if self.fail_open:
                 return await self.app(scope, replay_receive, send)
             return await reply(503, "idempotency store unavailable\n", [(b"retry-after", b"1")])
@@ -693,7 +731,25 @@ def _canonical(name: str) -> str:
     return "-".join(p[:1].upper() + p[1:].lower() for p in name.split("-"))
 
 
-def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Callable[..., str], *, scope: str = ""):
+def _once_answer(m: IdempotencyMetrics, key: str, claim: Claim, what: str = "request") -> bytes:
+    """What ``idempotent`` and ``once_tx`` give for a claim they did not
+    take: the first call's stored result, or InProgressError, ConflictError
+    or TooLargeError; counted in m."""
+    if claim.state == "conflict":
+        m.requests["conflict"] += 1
+        raise ConflictError("idempotency key %r was used with different %s" % (key, what))
+    if claim.state == "in_progress":
+        m.requests["in_progress"] += 1
+        raise InProgressError(key, claim.retry_after)
+    assert claim.response is not None
+    if claim.response.too_large:
+        m.requests["too_large"] += 1
+        raise TooLargeError("the first result for idempotency key %r was too large to store" % key)
+    m.requests["replayed"] += 1
+    return claim.response.body
+
+
+def idempotent(store: Union[_SyncSettle, _AsyncSettle], key: Callable[..., str], *, scope: str = ""):
     """A decorator for plain functions (a queue worker's handler keyed by the
     job id: a job redelivered after a crash returns its recorded result
     instead of running its side effect again)::
@@ -722,19 +778,7 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
         return fingerprint("CALL", fn.__module__ + "." + fn.__qualname__, body)
 
     def outcome(k: str, claim: Claim) -> Any:
-        m = store.metrics
-        if claim.state == "conflict":
-            m.requests["conflict"] += 1
-            raise ConflictError("idempotency key %r was used with different arguments" % k)
-        if claim.state == "in_progress":
-            m.requests["in_progress"] += 1
-            raise InProgressError(k, claim.retry_after)
-        assert claim.response is not None
-        if claim.response.too_large:
-            m.requests["too_large"] += 1
-            raise TooLargeError("the first result for idempotency key %r was too large to store" % k)
-        m.requests["replayed"] += 1
-        return json.loads(claim.response.body)
+        return json.loads(_once_answer(store.metrics, k, claim, "arguments"))
 
     def done(result: Any, error: Optional[Exception]) -> Any:
         # A store error is logged, counted and tried again in the background.
@@ -743,9 +787,9 @@ def idempotent(store: Union[IdempotencyStore, AsyncIdempotencyStore], key: Calla
         return result
 
     def wrap(fn: Callable) -> Callable:
-        if isinstance(store, AsyncIdempotencyStore):
+        if isinstance(store, _AsyncSettle):
             if not inspect.iscoroutinefunction(fn):
-                raise TypeError("an AsyncIdempotencyStore wants a coroutine function")
+                raise TypeError("an asyncio store (AsyncIdempotencyStore) wants a coroutine function")
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:

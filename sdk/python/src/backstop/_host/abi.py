@@ -242,12 +242,13 @@ def load(inst: Instance, data: bytes) -> int:
     return h  # type: ignore[no-any-return]
 
 
-def policy_flags(inst: Instance, handle: int) -> Tuple[bool, str]:
-    """Whether the policy is stateful, and its on_open (``"defer"`` or
-    ``"dead_letter"``); takes inst.lock."""
+def policy_flags(inst: Instance, handle: int) -> Tuple[bool, str, int]:
+    """Whether the policy is stateful, its on_open (``"defer"`` or
+    ``"dead_letter"``) and its connect_timeout in ms (0: none); takes
+    inst.lock."""
     with inst.lock:
         s = call(inst, handle, "policy_stateful")
-        return s == 1, C.ON_OPEN_NAMES[call(inst, handle, "policy_on_open")]
+        return s == 1, C.ON_OPEN_NAMES[call(inst, handle, "policy_on_open")], call(inst, handle, "connect_timeout")
 
 
 def call(inst: Instance, handle: int, export: str, *args: Any) -> int:

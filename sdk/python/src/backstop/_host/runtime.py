@@ -39,7 +39,7 @@ _EINVAL = 28
 # the exports whose first parameter is a policy handle.
 _HOT = frozenset(("decide", "decide_batch"))
 _BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state", "acquire", "policy_on_open", "budget_tokens",
-              "attempt_timeout", "outcome")
+              "attempt_timeout", "connect_timeout", "outcome")
 
 # Handles the module gives out are 1..65536; after a restart the host's own
 # handles start above them.
@@ -62,6 +62,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "policy_on_open": ("i", "i"),
     "budget_tokens": ("iq", "q"),
     "attempt_timeout": ("iq", "q"),
+    "connect_timeout": ("i", "q"),
     "outcome": ("iiqiiqqdqiiiiqq", "q"),
     "error_message": ("", "q"),
 }
@@ -383,6 +384,7 @@ class Instance:
     policy_on_open: Callable[[int], int]
     budget_tokens: Callable[[int, int], int]
     attempt_timeout: Callable[[int, int], int]
+    connect_timeout: Callable[[int], int]
     outcome: Callable[..., int]
     error_message: Callable[[], int]
 

@@ -28,7 +28,7 @@ import java.util.regex.Pattern;
 final class ModuleInstance {
   private static final List<String> EXPORTS = List.of("buffer", "policy_load", "policy_preset", "policy_free",
       "policy_stateful", "decide", "decide_batch", "record_success", "circuit_state", "error_message", "acquire",
-      "policy_on_open", "budget_tokens", "attempt_timeout");
+      "policy_on_open", "budget_tokens", "attempt_timeout", "connect_timeout");
   /** Exports added within version 1 (wasm/ABI.md): looked up, and missing only from an older module. */
   private static final List<String> ADDED = List.of("outcome");
   private static final Pattern INPUT = Pattern.compile("^(?:record \\d+: )?(?:invalid (?:failure|event): )?([^:]*): (.*)$",

@@ -1,9 +1,11 @@
 package dev.backstop;
 
 import java.lang.ref.Cleaner;
+import java.time.Duration;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
+import java.util.Optional;
 import java.util.OptionalDouble;
 
 /**
@@ -40,6 +42,7 @@ public final class Policy implements AutoCloseable {
   private final boolean stateful;
   private final OnOpen onOpen;
   private final boolean boundsAttempts;
+  private final long connectTimeoutMs;
   private final Ref ref;
   private final Cleaner.Cleanable cleanable;
   private boolean closed; // under this
@@ -81,6 +84,8 @@ public final class Policy implements AutoCloseable {
         // attempt_timeout reads no state, and is 0 at every elapsed time
         // when it is 0 at the start (wasm/ABI.md, "attempt_timeout").
         this.boundsAttempts = in.call("attempt_timeout", h, 0) != 0;
+        // connect_timeout never changes: read once.
+        this.connectTimeoutMs = in.call("connect_timeout", h);
       } catch (RuntimeException e) {
         if (in.dead == null) in.free(h);
         throw e;
@@ -320,6 +325,19 @@ public final class Policy implements AutoCloseable {
    */
   public long attemptTimeout(long elapsedMs) {
     return call((in, h) -> in.call("attempt_timeout", h, elapsedMs));
+  }
+
+  /**
+   * The policy's {@code connect_timeout}, empty when it has none (the
+   * client's own applies): how long establishing a connection may take
+   * within an attempt, for the client to enforce, e.g.
+   * {@code policy.connectTimeout().ifPresent(builder::connectTimeout)} on an
+   * {@link java.net.http.HttpClient.Builder}. A connect that runs out
+   * ({@link java.net.http.HttpConnectTimeoutException}) is the error kind
+   * {@code connect_timeout}, not {@code timeout}.
+   */
+  public Optional<Duration> connectTimeout() {
+    return connectTimeoutMs == 0 ? Optional.empty() : Optional.of(Duration.ofMillis(connectTimeoutMs));
   }
 
   /** True when {@link #attemptTimeout} may be other than 0: the retry loop asks it only then. */

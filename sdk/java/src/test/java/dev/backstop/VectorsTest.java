@@ -139,6 +139,10 @@ class VectorsTest {
               Permit got = p.acquire((Long) c.get("now_ms"));
               assertEquals(want.get("allowed") + " " + want.get("retry_in_ms") + " " + want.get("state"),
                   got.allowed() + " " + got.retryInMs() + " " + got.state(), "case " + i + ": acquire");
+            } else if ("connect_timeout".equals(op)) {
+              long want = (Long) c.get("timeout_ms");
+              assertEquals(want == 0 ? java.util.Optional.empty() : java.util.Optional.of(java.time.Duration.ofMillis(want)),
+                  p.connectTimeout(), "case " + i + ": connect_timeout");
             } else if ("attempt_timeout".equals(op)) {
               long elapsed = (Long) c.getOrDefault("elapsed_ms", 0L); // left out when 0
               String got;

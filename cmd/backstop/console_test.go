@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/redistest"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
+)
+
+// backstop console behind --web.config.file: basic auth refuses a request
+// without credentials, reads and writes with them, and the audit names the
+// signed-in user; no credential of the broker shows.
+func TestConsoleCommand(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	q := redisqueue.New(srv.Client(), "payments")
+	if err := srv.Client().XAdd(ctx, &redis.XAddArgs{Stream: q.Neutral().Names().DLQ, Values: []any{"id", "order-7", "reason", "permanent_error",
+		"error", "card declined", "attempt", "1", "payload", `{"amount":12}`, "dead_lettered_ms", "1700000000000"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	webConfig := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  ops: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{"console", "--redis.url=redis://" + srv.Addr + "/0", "--queue=payments", "--writable",
+			"--web.listen-address=" + addr, "--web.config.file=" + webConfig, "--policy=default"}, nil, io.Discard, io.Discard)
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("console: %v", err)
+		}
+	})
+	do := func(method, path string, form url.Values, user, pass string) (int, string) {
+		t.Helper()
+		var resp *http.Response
+		eventually.True(t, 10*time.Second, method+" "+path+" (the server is starting)", func() bool {
+			req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if user != "" {
+				req.SetBasicAuth(user, pass)
+			}
+			var err error
+			resp, err = http.DefaultClient.Do(req)
+			return err == nil
+		})
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := do("GET", "/", nil, "", ""); code != http.StatusUnauthorized {
+		t.Errorf("overview without credentials: %d, want 401", code)
+	}
+	if code, _ := do("GET", "/", nil, "ops", "wrong"); code != http.StatusUnauthorized {
+		t.Errorf("overview with a wrong password: %d, want 401", code)
+	}
+	code, body := do("GET", "/", nil, "ops", "s3cret")
+	if code != http.StatusOK || !strings.Contains(body, "payments") || !strings.Contains(body, "/policy.svg") {
+		t.Fatalf("overview: %d %s", code, body)
+	}
+	if code, svg := do("GET", "/policy.svg", nil, "ops", "s3cret"); code != http.StatusOK || !strings.Contains(svg, "<svg") {
+		t.Errorf("policy.svg: %d", code)
+	}
+	_, body = do("GET", "/queues/payments/dlq", nil, "ops", "s3cret")
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(body)
+	if m == nil || !strings.Contains(body, "order-7") {
+		t.Fatalf("list: no token or no order-7: %s", body)
+	}
+	form := url.Values{"csrf": {m[1]}, "action": {"delete"}, "id": {"order-7"}, "note": {"refunded by hand"}}
+	if code, _ := do("POST", "/queues/payments/discard", form, "", ""); code != http.StatusUnauthorized {
+		t.Errorf("delete without credentials: %d, want 401", code)
+	}
+	if code, body := do("POST", "/queues/payments/discard", form, "ops", "s3cret"); code != http.StatusOK {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	_, body = do("GET", "/queues/payments/audit", nil, "ops", "s3cret")
+	for _, want := range []string{"console:ops", "refunded by hand", "order-7"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("audit lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/backstop-dev/backstop/queue"
+)
+
+// A replay from the console runs in the background, paced: a batch of
+// ceil(rate) dead letters a tick (a second), each batch one Replay, until
+// the limit or a batch that moves fewer than it asked. Its page shows the
+// progress. A filtered batch scans the DLQ from its start again (Replay
+// keeps no cursor): bounded by the broker's own scan per call.
+
+// maxReplay bounds one console replay; keepReplays is how many replays'
+// progress pages are kept.
+const (
+	maxReplay   = 100_000
+	keepReplays = 100
+)
+
+type replayJob struct {
+	ID     int
+	Queue  string
+	Actor  string
+	Filter filter
+	Limit  int
+	Rate   float64
+	Moved  int
+	Done   bool
+	Err    string
+	Start  time.Time
+}
+
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, q queue.Queue) {
+	f := filterOf(r)
+	limit := atoiOr(r.PostForm.Get("limit"), 0)
+	if limit < 1 || limit > maxReplay {
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("limit must be in 1..%d, got %q", maxReplay, r.PostForm.Get("limit")))
+		return
+	}
+	rate := 0.0
+	if v := r.PostForm.Get("rate"); v != "" {
+		var err error
+		if rate, err = queue.ParseRate(v); err != nil {
+			s.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+	}
+	if f.Type != "" {
+		if err := queue.ValidJobType(f.Type); err != nil {
+			s.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+	}
+	s.mu.Lock()
+	s.replayID++
+	j := &replayJob{ID: s.replayID, Queue: q.Name(), Actor: actor(r), Filter: f, Limit: limit, Rate: rate, Start: time.Now()}
+	s.replays[j.ID] = j
+	delete(s.replays, j.ID-keepReplays) // the progress of the last keepReplays only
+	s.mu.Unlock()
+	s.cfg.log.Info("console replay", "queue", q.Name(), "actor", j.Actor, "limit", limit, "rate", rate,
+		"reason", f.Reason, "type", f.Type, "id", f.ID)
+	go s.runReplay(q, j)
+	http.Redirect(w, r, "/replays/"+strconv.Itoa(j.ID), http.StatusSeeOther)
+}
+
+func (s *Server) runReplay(q queue.Queue, j *replayJob) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	batch := j.Limit
+	if j.Rate > 0 {
+		batch = max(1, int(math.Ceil(j.Rate*s.cfg.tick.Seconds())))
+	}
+	tick := time.NewTicker(s.cfg.tick)
+	defer tick.Stop()
+	moved, err := 0, error(nil)
+	for moved < j.Limit {
+		want := min(batch, j.Limit-moved)
+		var n int
+		n, err = q.Replay(ctx, queue.ReplayOptions{Limit: want, Reason: j.Filter.Reason, JobType: j.Filter.Type, ID: j.Filter.ID})
+		moved += n
+		s.mu.Lock()
+		j.Moved = moved
+		s.mu.Unlock()
+		if err != nil || n < want || moved >= j.Limit || j.Rate == 0 {
+			break
+		}
+		<-tick.C
+	}
+	s.mu.Lock()
+	j.Done = true
+	if err != nil {
+		j.Err = err.Error()
+	}
+	s.mu.Unlock()
+	s.cfg.log.Info("console replay done", "queue", q.Name(), "actor", j.Actor, "replayed", moved, "err", err)
+}
+
+func (s *Server) replayProgress(w http.ResponseWriter, r *http.Request) {
+	id, _ := strconv.Atoi(r.PathValue("id"))
+	s.mu.Lock()
+	j, ok := s.replays[id]
+	var snap replayJob
+	if ok {
+		snap = *j
+	}
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, "no such replay", http.StatusNotFound)
+		return
+	}
+	pct := 100
+	if !snap.Done {
+		pct = snap.Moved * 100 / snap.Limit
+	}
+	s.render(w, r, "replay.html", http.StatusOK, page{Title: "Replay", Queue: snap.Queue, Refresh: !snap.Done, Data: map[string]any{
+		"Job": snap, "Percent": pct, "Back": "/queues/" + url.PathEscape(snap.Queue) + "/dlq"}})
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,40 @@
+package retry
+
+import (
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/backstop-dev/backstop"
+)
+
+// Dialer returns a net.Dialer whose Timeout is p's connect_timeout (none
+// when the policy has none) and whose KeepAlive is http.DefaultTransport's.
+// A connect that runs out fails with a *net.OpError (dial, timeout), which
+// ClassifyError names connect_timeout, not timeout: a request that never
+// connected was never sent, so the policy may retry it even when it is not
+// idempotent (idempotency.never_sent_kinds).
+//
+// The attempt's own deadline (attempt_timeout) still bounds the connect
+// through the request's context: whichever ends first stops it.
+func Dialer(p backstop.Decider) *net.Dialer {
+	return &net.Dialer{
+		Timeout:   time.Duration(p.ConnectTimeoutMs()) * time.Millisecond,
+		KeepAlive: 30 * time.Second,
+	}
+}
+
+// HTTPTransport returns a clone of http.DefaultTransport that connects
+// with Dialer(p): the policy's connect_timeout applied to every
+// connection. Wrap it with Transport for the attempt headers:
+//
+//	client := &http.Client{Transport: retry.Transport(retry.HTTPTransport(p))}
+//	resp, err := retry.Do(ctx, p, func(ctx context.Context) (*http.Response, error) {
+//		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+//		return client.Do(req)
+//	})
+func HTTPTransport(p backstop.Decider) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = Dialer(p).DialContext
+	return t
+}
