@@ -8,7 +8,7 @@ import (
 	"github.com/backstop-dev/backstop/internal/resp"
 )
 
-var oldestJobDesc = newDesc("oldest_job_age_seconds", "Age, from its first_enqueued_ms, of the oldest job not finished yet among the first entry of the jobs stream and the first member of the delayed set (two O(log n) reads): a lower bound of the oldest job's age, exact for a queue worked in order; 0 when both are empty. It grows while a queue is stuck even when nothing fails.", "queue")
+var oldestJobDesc = newDesc("oldest_job_age_seconds", "Age of the oldest job not finished yet, a lower bound, exact for a queue worked in order; 0 when none waits. Redis: from its first_enqueued_ms, among the first entry of the jobs stream and the first member of the delayed set (two O(log n) reads). RabbitMQ: since the oldest message of the work queue (ready or held by a worker) arrived in it, from the queue's arrival counts over the exporter's scrapes (no message is read), so at most the exporter's uptime; the delay levels are not included. It grows while a queue is stuck even when nothing fails.", "queue")
 
 // readOldestJob reads the first entry of the jobs stream (XRANGE - + COUNT
 // 1: the scripts delete finished entries, so it is the oldest one left) and

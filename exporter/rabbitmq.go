@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/backstop-dev/backstop/internal/ctxtime"
@@ -85,6 +86,9 @@ type rabbitSource struct {
 	match  *regexp.Regexp
 	client *http.Client
 	cfg    *config // the collector's
+
+	mu       sync.Mutex
+	arrivals map[string]*arrivals // per work queue: backstop_oldest_job_age_seconds
 }
 
 // NewRabbitMQCollector returns a collector of backstop's queues on
@@ -119,6 +123,11 @@ type rabbitSource struct {
 //     discarded (recorded there first), once Q.audit exists;
 //   - backstop_delayed_queue_size{queue=Q}: an estimate, clamped at 0,
 //     from what entered and left the delay for Q (see delayedEstimate);
+//   - backstop_oldest_job_age_seconds{queue=Q}: how long Q's oldest
+//     message (ready or unacked) has been in Q, from Q's arrival counts
+//     over the scrapes (arrivals.go): a lower bound, at most the
+//     exporter's uptime, with no message read (a peek would count a
+//     delivery); the delay levels are not in it;
 //   - backstop_rabbitmq_head_message_age_seconds{queue=Q}, where the
 //     broker reports head_message_timestamp (never for quorum queues on
 //     3.10).
@@ -366,13 +375,49 @@ func (st *rabbitState) delayedEstimate(q string) (int64, bool) {
 		return 0, false
 	}
 	work := st.queues[q]
+	arrived := st.arrived(q) - work.Stats.Publish
+	return max(delay.PublishIn-arrived, 0), true
+}
+
+// arrived is how many messages entered work queue q (which exists) since
+// the broker started: what it holds, what left it acked or taken, and what
+// the broker dead-lettered from it (delayedEstimate).
+func (st *rabbitState) arrived(q string) int64 {
+	work := st.queues[q]
 	var dlqIn int64
-	if dlq := st.queues[names.DLQ]; dlq != nil {
+	if dlq := st.queues[rabbitnames.For(q).DLQ]; dlq != nil {
 		dlqIn = dlq.Messages + dlq.Stats.removed() - dlq.Stats.Publish
 	}
-	in := work.Messages + work.Stats.removed() + max(dlqIn, 0)
-	arrived := in - work.Stats.Publish
-	return max(delay.PublishIn-arrived, 0), true
+	return work.Messages + work.Stats.removed() + max(dlqIn, 0)
+}
+
+// oldestAge is the age of work queue q's oldest message (ready or held by
+// a worker), from its arrival curve (arrivals.go); only the work queues of
+// this scrape keep one.
+func (r *rabbitSource) oldestAge(st *rabbitState, q string, now time.Time) float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.arrivals == nil {
+		r.arrivals = map[string]*arrivals{}
+	}
+	a := r.arrivals[q]
+	if a == nil {
+		a = &arrivals{}
+		r.arrivals[q] = a
+	}
+	return a.observe(now, st.arrived(q), st.queues[q].Messages).Seconds()
+}
+
+// forget drops the arrival curves of the queues a scrape no longer
+// reports (deleted, or no longer matched).
+func (r *rabbitSource) forget(work []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for q := range r.arrivals {
+		if !slices.Contains(work, q) {
+			delete(r.arrivals, q)
+		}
+	}
 }
 
 // scrape reads the management API once (two requests) and reports every
@@ -423,7 +468,9 @@ func (r *rabbitSource) scrape(ctx context.Context, s *sink) int {
 		if n, ok := st.delayedEstimate(name); ok {
 			s.gauge(delayedSizeDesc, float64(n), name)
 		}
+		s.gauge(oldestJobDesc, r.oldestAge(st, name, now), name)
 	}
+	r.forget(st.work)
 	for level := 0; level < 64; level++ {
 		lq, hq := st.queues[rabbitnames.DelayLevel(level)], st.queues[rabbitnames.HoldLevel(level)]
 		if lq == nil && hq == nil {

@@ -222,6 +222,42 @@ func TestRabbitMQ(t *testing.T) {
 		want(t, gather(t, c), map[string]float64{`backstop_up`: 1, `backstop_dlq_size{queue="orders"}`: 3})
 	})
 
+	// Issue 45: the oldest job's age of a RabbitMQ queue, the Redis
+	// family's name (the "queue stuck" alert), from the arrival counts.
+	t.Run("oldest job age", func(t *testing.T) {
+		declareTopology(t, ch, "stuck", 5)
+		pub.publish("", "stuck", "stuck-1", amqp.Table{"backstop-destination": "stuck", "backstop-attempt": "1"})
+		pub.publish("", "stuck", "stuck-2", amqp.Table{"backstop-destination": "stuck", "backstop-attempt": "1"})
+		c, _ := newTestRabbitCollector(t, b.ManagementURL(), WithQueues(Queue{Name: "stuck"}))
+		clock := time.Now()
+		c.cfg.now = func() time.Time { return clock }
+		age := `backstop_oldest_job_age_seconds{queue="stuck"}`
+		var got map[string]float64
+		if err := eventually.Wait(60*time.Second, func() bool {
+			got = gather(t, c)
+			return got[`backstop_stream_lag_jobs{group="",queue="stuck"}`] == 2
+		}); err != nil {
+			t.Fatalf("the two jobs never showed: %v", got)
+		}
+		want(t, got, map[string]float64{age: 0})
+		clock = clock.Add(2 * time.Hour) // nobody works the queue
+		want(t, gather(t, c), map[string]float64{age: 7200})
+		getter, err := conn.Channel()
+		must(t, err)
+		for range 2 {
+			_, ok, err := getter.Get("stuck", true)
+			must(t, err)
+			if !ok {
+				t.Fatal("stuck: no message to take")
+			}
+		}
+		must(t, getter.Close())
+		clock = clock.Add(time.Minute)
+		if err := eventually.Wait(60*time.Second, func() bool { got = gather(t, c); return got[age] == 0 }); err != nil {
+			t.Fatalf("the age of an emptied queue: %v", got[age])
+		}
+	})
+
 	t.Run("broker down", func(t *testing.T) {
 		srv := httptest.NewServer(c.Handler(nil))
 		defer srv.Close()

@@ -148,6 +148,9 @@ type WorkOptions struct {
 	// Policies decide the jobs of some types by their own policy, as
 	// WithPolicies.
 	Policies map[string]backstop.Decider
+	// OnOutcome is told of every outcome the worker applies, as
+	// WithOutcomeHook (nil: none).
+	OnOutcome OutcomeHook
 }
 
 // Stats are a queue's figures, read live. Raw is the broker's own report,

@@ -44,11 +44,14 @@ type Outcome struct {
 	Delay time.Duration
 	// LastError is the handler's error ("" on success).
 	LastError string
+	// Class is the failure's class the policy decided ("retryable",
+	// "permanent", "uncertain"); "" when the job succeeded or did not run.
+	Class string
 }
 
 // Option configures a Runner. Each broker's worker takes these as its own
-// options (WithHandlerTimeout, WithLogger, WithMetrics, WithPolicies) and
-// passes them on.
+// options (WithHandlerTimeout, WithLogger, WithMetrics, WithPolicies,
+// WithOutcomeHook) and passes them on.
 type Option func(*Runner)
 
 // WithHandlerTimeout bounds each run of the handler (NewRunner's default:
@@ -113,6 +116,7 @@ type Runner struct {
 	metrics       *clientmetrics.Recorder // nil: no metrics
 	policies      map[string]backstop.Decider
 	typed         map[string]*Runner // by job type: WithPolicies
+	hook          OutcomeHook        // WithOutcomeHook (nil: none)
 }
 
 // NewRunner returns a Runner for the jobs of queue name decided by p.
@@ -203,6 +207,7 @@ func (r *Runner) run(ctx context.Context, h Handler, j Job) Outcome {
 	}
 	o := r.apply(dctx, po)
 	o.LastError = herr.Error()
+	o.Class = po.Class.String()
 	return o
 }
 

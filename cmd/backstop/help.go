@@ -66,7 +66,7 @@ var commands = map[string]command{
 		desc:    "Show the job types a queue counts by name and their figures; --limit sets how many it may (the others count as other). Redis only: RabbitMQ's workers export them as metrics.",
 		example: "backstop queue types --queue payments --limit 100"},
 	"queue run": {synopsis: "queue run --queue Q --id ID | --all-due-before T --limit N",
-		desc:    "Move delayed jobs to the jobs stream now, before they are due (Cloud Tasks' RunTask). Redis only, for now: RabbitMQ's delay levels cannot pick a job out yet.",
+		desc:    "Move delayed jobs to the jobs stream now, before they are due (Cloud Tasks' RunTask), attempt count kept; with --amqp.url, from RabbitMQ's delay levels and the workers' movers to the queue.",
 		example: "backstop queue run --queue payments --all-due-before now --limit 100"},
 	"dlq inspect": {synopsis: "dlq inspect --queue Q [flags]",
 		desc:    "Count a queue's dead letters by reason and show the newest ones.",

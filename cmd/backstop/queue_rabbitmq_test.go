@@ -132,22 +132,35 @@ oldest:
 	}
 
 	// Issue 41: every command reaches the broker through queue.Queue: queue
-	// enqueue works on RabbitMQ too, and queue run and queue types say what
-	// RabbitMQ cannot do, where they dialled Redis before.
+	// enqueue works on RabbitMQ too, and queue types says what RabbitMQ
+	// cannot do, where it dialled Redis before.
 	check("enqueued job \"job-e\" (type send_email) to orders\n",
 		"queue", "enqueue", "--queue", "orders", "--id", "job-e", "--type", "send_email", url)
 	if dl := rabbittest.Drain(t, ch, "orders"); len(dl) == 0 || dl[len(dl)-1].MessageId != "job-e" || dl[len(dl)-1].Headers["backstop-job-type"] != "send_email" {
 		t.Errorf("queue enqueue: the queue's last message is not job-e of type send_email: %d messages", len(dl))
 	}
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"queue", "run", "--queue", "orders", "--id", "job-e", url}, "queue orders: run: not supported by rabbitmq"},
-		{[]string{"queue", "types", "--queue", "orders", url}, "queue orders: job types: not supported by rabbitmq"},
-	} {
-		if _, err := runCLI(t, "", c.args...); !errors.Is(err, queue.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%v: %v, want queue.ErrUnsupported: %q", c.args, err, c.want)
+	if _, err := runCLI(t, "", "queue", "types", "--queue", "orders", url); !errors.Is(err, queue.ErrUnsupported) ||
+		!strings.Contains(err.Error(), "queue orders: job types: not supported by rabbitmq") {
+		t.Errorf("queue types: %v, want queue.ErrUnsupported", err)
+	}
+
+	// Issue 45: queue run takes delayed jobs from the delay levels to the
+	// queue, attempt kept (it was not supported: ErrUnsupported).
+	for _, id := range []string{"job-f", "job-g", "job-h"} {
+		if err := br.Queue("orders").Enqueue(ctx, id, []byte("{}"), rabbitmq.Delay(time.Hour)); err != nil {
+			t.Fatal(err)
 		}
+	}
+	check("moved job \"job-g\" of queue orders from orders.delay to orders\n", "queue", "run", "--queue", "orders", "--id", "job-g", url)
+	if _, err := runCLI(t, "", "queue", "run", "--queue", "orders", "--id", "job-g", url); err == nil ||
+		!strings.Contains(err.Error(), `queue orders: no delayed job with id "job-g" in orders.delay, nothing moved`) {
+		t.Errorf("queue run of a job no longer delayed: %v", err)
+	}
+	before := time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)
+	check(`{"left":1,"moved":1,"queue":"orders"}`+"\n", "queue", "run", "--queue", "orders", "--all-due-before", before, "--limit", "1", "--json", url)
+	check("moved 1 delayed jobs of queue orders to orders; 0 more due before "+before+"\n",
+		"queue", "run", "--queue", "orders", "--all-due-before", before, "--limit", "5", url)
+	if dl := rabbittest.Drain(t, ch, "orders"); len(dl) != 3 || dl[0].MessageId != "job-g" || dl[0].Headers["backstop-due-ms"] != nil || dl[0].Headers["backstop-attempt"] != "1" {
+		t.Errorf("queue run: the queue holds %d messages, want job-g first without a due time, then the two others", len(dl))
 	}
 }

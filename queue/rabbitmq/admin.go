@@ -236,7 +236,10 @@ type mover struct {
 	rate        float64
 	match       func(amqp.Delivery) bool
 	publishing  func(amqp.Delivery) (string, amqp.Publishing, error)
-	what        string // for the nack error: "replay", "discard"
+	what        string // for the nack error: "replay", "discard", "run"
+	// left, when set, counts the matches seen beyond limit: the scan goes
+	// on to scan (they are held and given back, as the others).
+	left *int
 }
 
 func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int, error) {
@@ -287,7 +290,7 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 		}
 		return nil
 	}
-	for seen := 0; moved+len(batch) < m.limit && seen < m.scan && refused == nil; seen++ {
+	for seen := 0; (moved+len(batch) < m.limit || m.left != nil) && seen < m.scan && refused == nil; seen++ {
 		if err := ctx.Err(); err != nil {
 			return moved, err
 		}
@@ -299,6 +302,11 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 			break
 		}
 		if !m.match(d) {
+			held = append(held, d)
+			continue
+		}
+		if moved+len(batch) >= m.limit { // counted only (m.left)
+			*m.left++
 			held = append(held, d)
 			continue
 		}

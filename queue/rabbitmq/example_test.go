@@ -51,7 +51,7 @@ func ExampleBroker_Open() {
 
 	n, err := q.Replay(ctx, queue.ReplayOptions{Limit: 100, Reason: "max_attempts_reached"})
 	fmt.Println(n, err)
-	if _, err := q.Run(ctx, queue.RunOptions{ID: "welcome-42"}); errors.Is(err, queue.ErrUnsupported) {
-		fmt.Println(err) // queue emails: run: not supported by rabbitmq: …
-	}
+	// A delayed job now, from the delay levels or a worker's mover (issue 45).
+	r, err := q.Run(ctx, queue.RunOptions{ID: "welcome-42"})
+	fmt.Println(r.Moved, err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,7 +86,7 @@ func (q *Queue) moveSession(ctx context.Context) error {
 	due := make(chan held, movePrefetch)
 	var (
 		mu        sync.Mutex
-		pending   = map[*time.Timer]struct{}{}
+		pending   = map[*time.Timer]held{}
 		timers    sync.WaitGroup // holds not handed over
 		consumers sync.WaitGroup
 		lanes     sync.WaitGroup
@@ -130,7 +131,7 @@ func (q *Queue) moveSession(ctx context.Context) error {
 			case <-sctx.Done():
 			}
 		})
-		pending[t] = struct{}{}
+		pending[t] = h
 	}
 	// The lanes: each publishes one move at a time, with mandatory: the
 	// broker returns one it cannot route (its work queue is gone) before it
@@ -170,6 +171,94 @@ func (q *Queue) moveSession(ctx context.Context) error {
 	if err := ch.Qos(movePrefetch, 0, false); err != nil {
 		return err
 	}
+	// Run's commands (run.go): a queue of this session's own, bound to
+	// the run exchange, answered from the holds.
+	cq, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		return err
+	}
+	if err := ch.QueueBind(cq.Name, "", RunExchange, false, nil); err != nil {
+		return err
+	}
+	cmds, err := ch.Consume(cq.Name, "", true, true, false, false, nil)
+	if err != nil {
+		return err
+	}
+	rch, _, err := q.b.channel(ctx)
+	if err != nil {
+		return err
+	}
+	laneChs = append(laneChs, rch)
+	rreturns := rch.NotifyReturn(make(chan amqp.Return, 16))
+	// take stops the holds of the deliveries a command selects, earliest
+	// due first, at most limit of them (count: none), and returns them and
+	// how many matched.
+	take := func(c amqp.Delivery, limit int) ([]held, int) {
+		dest, id := headerString(c.Headers, headerRunQueue), headerString(c.Headers, headerRunID)
+		before, _, byTime := headerDigits(c.Headers[headerRunBeforeMs])
+		mu.Lock()
+		defer mu.Unlock()
+		type sel struct {
+			t *time.Timer
+			h held
+		}
+		var all []sel
+		for t, h := range pending {
+			if headerString(h.d.Headers, HeaderDestination) == dest &&
+				(id != "" && h.d.MessageId == id || id == "" && byTime && dueMs(h.d.Headers) <= before) {
+				all = append(all, sel{t, h})
+			}
+		}
+		slices.SortFunc(all, func(a, b sel) int { return int(dueMs(a.h.d.Headers) - dueMs(b.h.d.Headers)) })
+		var out []held
+		for _, s := range all {
+			if len(out) == limit {
+				break
+			}
+			if s.t.Stop() { // else its time came: the move has it
+				delete(pending, s.t)
+				timers.Done()
+				out = append(out, s.h)
+			}
+		}
+		return out, len(all)
+	}
+	consumers.Add(1)
+	go func() {
+		defer consumers.Done()
+		for c := range cmds {
+			limit := 0
+			if headerString(c.Headers, headerRunOp) == "take" {
+				n, _, _ := headerDigits(c.Headers[headerRunLimit])
+				limit = int(n)
+			}
+			hs, matched := take(c, limit)
+			moved := 0
+			for _, h := range hs {
+				// As a move (moveOne), to the work queue: published with a
+				// confirm, then acked; one the broker does not take goes on
+				// down the levels, due now.
+				err := publishMandatory(grace, rch, rreturns, "", headerString(h.d.Headers, HeaderDestination), runPublishing(h.d))
+				if err == nil {
+					err = h.d.Ack(false)
+				}
+				if err != nil {
+					q.b.cfg.log.Warn("rabbitmq run of a held delayed job failed; it goes on delayed", "job", h.d.MessageId, "err", err)
+					hold(h, time.Now())
+					continue
+				}
+				moved++
+			}
+			if c.ReplyTo == "" {
+				continue
+			}
+			err := ch.PublishWithContext(sctx, "", c.ReplyTo, false, false, amqp.Publishing{CorrelationId: c.CorrelationId,
+				Headers: amqp.Table{headerRunMatched: itoa(int64(matched)), headerRunMoved: itoa(int64(moved)), headerRunMoverName: cq.Name}})
+			if err != nil {
+				q.b.cfg.log.Warn("rabbitmq run: cannot answer", "err", err)
+			}
+		}
+	}()
 	for n := range holdLevels {
 		deliveries, err := ch.Consume(holdQueue+strconv.Itoa(n), "", false, false, false, false, nil)
 		if err != nil {

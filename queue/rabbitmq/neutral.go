@@ -102,6 +102,9 @@ func (b *brokerQueue) Work(ctx context.Context, p backstop.Decider, h queue.Hand
 	if o.Policies != nil {
 		opts = append(opts, WithPolicies(o.Policies))
 	}
+	if o.OnOutcome != nil {
+		opts = append(opts, WithOutcomeHook(o.OnOutcome))
+	}
 	return b.q.Work(ctx, p, h, opts...)
 }
 
@@ -178,11 +181,4 @@ func (b *brokerQueue) Replay(ctx context.Context, o queue.ReplayOptions) (int, e
 func (b *brokerQueue) Discard(ctx context.Context, o queue.DiscardOptions) (int, error) {
 	return b.q.Discard(ctx, DiscardOptions{Action: string(o.Action), ID: o.ID, Reason: o.Reason, JobType: o.JobType,
 		Limit: o.Limit, Note: o.Note, Actor: o.Actor})
-}
-
-// Run is not supported yet: a delayed job waits in the shared delay
-// levels, where it cannot be found by id or due time (issue 45).
-func (b *brokerQueue) Run(context.Context, queue.RunOptions) (queue.RunResult, error) {
-	return queue.RunResult{}, queue.Unsupported("rabbitmq", b.q.name, "run",
-		"a delayed job waits in the shared delay levels, where it cannot be picked out yet (issue 45)")
 }

@@ -226,6 +226,10 @@ func declareLevels(ch *amqp.Channel) error {
 	if _, err := ch.QueueDeclare(UnroutableQueue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		return err
 	}
+	// Where Run asks the movers for the delayed jobs they hold (run.go).
+	if err := ch.ExchangeDeclare(RunExchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return err
+	}
 	// A delay of 0 s (no bit set) goes straight to its queue.
 	return ch.ExchangeBind(deliverXchg, delayRoutingKey(0), enterXchg, false, nil)
 }

@@ -32,6 +32,7 @@ type workConfig struct {
 	metricsReg     prometheus.Registerer
 	metricsPolicy  string
 	policies       map[string]backstop.Decider
+	hook           queue.OutcomeHook
 	handlerTimeout time.Duration
 	applyTimeout   time.Duration // per attempt at publishing and acking an outcome
 	known          int           // outcomes kept across a lost channel
@@ -89,6 +90,13 @@ func WithMetrics(reg prometheus.Registerer, policyName string) WorkOption {
 // redisqueue.WithPolicies does for Redis (see queue.WithPolicies).
 func WithPolicies(m map[string]backstop.Decider) WorkOption {
 	return func(c *workConfig) { c.policies = m }
+}
+
+// WithOutcomeHook has Work call h with every outcome it applies (the next
+// message confirmed and the delivery acked), as queue.WithOutcomeHook says:
+// for per-job alerting, such as paging on a dead letter of one job type.
+func WithOutcomeHook(h queue.OutcomeHook) WorkOption {
+	return func(c *workConfig) { c.hook = h }
 }
 
 // Work consumes the queue until ctx is done. For each delivery it applies
@@ -167,6 +175,9 @@ func (q *Queue) Work(ctx context.Context, p backstop.Decider, h queue.Handler, o
 	ropts := []queue.Option{queue.WithLogger(c.log), queue.WithHandlerTimeout(c.handlerTimeout)}
 	if c.policies != nil {
 		ropts = append(ropts, queue.WithPolicies(c.policies))
+	}
+	if c.hook != nil {
+		ropts = append(ropts, queue.WithOutcomeHook(c.hook))
 	}
 	w := &worker{q: q, cfg: c, h: h, known: newKnown(c.known)}
 	if c.metricsReg != nil || c.metricsPolicy != "" {
@@ -437,6 +448,9 @@ func (w *worker) acker(grace context.Context, ch *amqp.Channel, acks <-chan pend
 			continue
 		}
 		w.count(p.j, p.m)
+		if !p.m.early && !p.m.adopt {
+			w.runner.Applied(grace, p.j, p.m.Outcome)
+		}
 	}
 }
 

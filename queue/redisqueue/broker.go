@@ -110,6 +110,9 @@ func (b *brokerQueue) Work(ctx context.Context, p backstop.Decider, h queue.Hand
 	if o.Policies != nil {
 		opts = append(opts, WithPolicies(o.Policies))
 	}
+	if o.OnOutcome != nil {
+		opts = append(opts, WithOutcomeHook(o.OnOutcome))
+	}
 	n := max(1, o.Concurrency)
 	if n == 1 {
 		return b.q.Work(ctx, p, h, opts...)

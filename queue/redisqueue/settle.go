@@ -153,6 +153,9 @@ func (q *Queue) settle(ctx context.Context, w *worker, j queue.Job, o queue.Outc
 			if refusals > 0 {
 				w.log.Info("queue outcome applied after refusals", attrs("applied", applied, "refusals", refusals)...)
 			}
+			if applied {
+				w.runner.Applied(ctx, j, o)
+			}
 			return
 		case !writeRefused(err):
 			// Not worth sending again: the entry stays pending, and reclaim

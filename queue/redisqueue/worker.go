@@ -112,6 +112,13 @@ func WithPolicies(m map[string]backstop.Decider) WorkOption {
 	return func(w *worker) { w.run = append(w.run, queue.WithPolicies(m)) }
 }
 
+// WithOutcomeHook has Work call h with every outcome it applies (the
+// script ran on the job's pending entry), as queue.WithOutcomeHook says:
+// for per-job alerting, such as paging on a dead letter of one job type.
+func WithOutcomeHook(h queue.OutcomeHook) WorkOption {
+	return func(w *worker) { w.run = append(w.run, queue.WithOutcomeHook(h)) }
+}
+
 // Work consumes the queue until ctx is done: it reads jobs with the
 // consumer group, runs h within its deadline (WithHandlerTimeout), and
 // applies the policy's decision through the scripts; alongside, it runs the

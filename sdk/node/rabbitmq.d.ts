@@ -174,6 +174,26 @@ export interface ReplayOptions {
 	readonly scan?: number;
 }
 
+/** Which delayed jobs run() moves: one job id, or those due before a time. */
+export type RunOptions =
+	| {readonly id: string}
+	| {
+		/** Unix ms, or a Date: the jobs due at or before it, earliest first per level and per mover. */
+		readonly dueBefore: number | Date;
+		/** The most moved: 1..10000. */
+		readonly limit: number;
+	};
+
+/** What run() did. */
+export interface Ran {
+	/** The jobs published to the queue. */
+	readonly moved: number;
+	/** Those due before `dueBefore` beyond the limit. */
+	readonly left: number;
+	/** The movers that did not answer within 5 s (0 when run() resolves). */
+	readonly silent: number;
+}
+
 /** A dead letter, as inspect() shows it. */
 export interface DeadLetter {
 	/** The job id; '' for a message that had none (replay leaves it for a person). */
@@ -234,6 +254,15 @@ export interface Queue {
 
 	/** A peek at up to `n` (0..100000) dead letters, oldest first: all stay in the DLQ, and looking does not use them up (a quorum queue's delivery limit: given back with `basic.nack`, or as fresh copies once one was looked at 10 times). @default 20 */
 	inspect(n?: number): Promise<DeadLetter[]>;
+
+	/**
+	Moves delayed jobs of this queue to it now, whatever their due time (Cloud Tasks' RunTask; Go's `Queue.Run`, `backstop queue run --amqp.url`; the README's "Run a delayed job now"): from the delay levels' ready messages (at most 100,000 looked at) and from the workers' movers (the `backstop.run` exchange), each published to the queue with its attempt kept and without its due time (confirmed), then acked.
+
+	@example await q.run({id: 'order-42'})
+	@example await q.run({dueBefore: Date.now(), limit: 100})
+	@throws A TypeError for options that select nothing or two things, or a limit outside 1..10000, before the broker; an error for a queue that does not exist, or when a mover did not answer within 5 s (`err.ran` says what moved).
+	*/
+	run(options: RunOptions): Promise<Ran>;
 
 	/** Passive declares: declares nothing, and rejects for a queue that does not exist. */
 	stats(): Promise<QueueStats>;

@@ -11,14 +11,18 @@ import { checkJobType } from './jobtypes.js';
 import { jitter, pause } from './outcome.js';
 import { BACKOFF_MAX_MS, BACKOFF_MIN_MS, giveBack, publish, Rejected } from './rabbitmq/channel.js';
 import { Core } from './rabbitmq/core.js';
-import { deadLetterOf, H, MAX_DUE_AHEAD_MS, moveHeaders, props } from './rabbitmq/message.js';
-import { delayRoutingKey, HOLDS, holdName, LEVELS, levelName } from './rabbitmq/topology.js';
+import { deadLetterOf, digits, H, MAX_DUE_AHEAD_MS, moveHeaders, props, text } from './rabbitmq/message.js';
+import { delayRoutingKey, HOLDS, holdName, LEVELS, levelName, RUN } from './rabbitmq/topology.js';
 import { work } from './rabbitmq/worker.js';
 
 export { delayRoutingKey, holdName, levelName };
 
 // Dead letters replay and inspect look at, at most (as Go).
 const MAX_SCAN = 100_000;
+// The most delayed jobs one run() moves by due time (Go's queue.MaxRunLimit),
+// and how long it waits for a mover's answer.
+const MAX_RUN_LIMIT = 10_000;
+const RUN_WAIT_MS = 5000;
 // Replays published before their confirms are awaited: one round trip per batch.
 const CONFIRM_BATCH = 100;
 // A reason as the scripts accept it: 1..128 printable ASCII characters without spaces.
@@ -304,6 +308,139 @@ class Queue {
       throw this.#error(`replay (${moved} moved)`, err);
     } finally {
       await ch?.close().catch(() => {});
+    }
+  }
+
+  /**
+   * Moves delayed jobs of this queue to it now, whatever their due time
+   * (Cloud Tasks' RunTask; Go's Queue.Run and `backstop queue run --amqp.url`,
+   * README "Run a delayed job now"): `{id}` every copy of that job, or
+   * `{dueBefore, limit}` (unix ms or a Date; limit 1..10000) at most limit of
+   * those due at or before it. Takes them from the delay levels' ready
+   * messages (basic.get, at most 100,000 looked at) and from the workers'
+   * movers (the backstop.run exchange), each published to the queue with its
+   * attempt kept and without its due time (confirmed), then acked. Resolves
+   * to {moved, left, silent}: left counts those due beyond the limit, silent
+   * the movers that did not answer within 5 s (what they hold was not looked
+   * at).
+   */
+  async run(options = {}) {
+    if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
+    const { id = '', dueBefore, limit } = options;
+    if (typeof id !== 'string') throw new TypeError(`Expected \`id\` to be a string (got ${show(id)})`);
+    const before = dueBefore instanceof Date ? dueBefore.getTime() : dueBefore;
+    if ((id === '') === (before === undefined)) throw new TypeError('Expected `id` or `dueBefore`, one of them');
+    let most = MAX_SCAN;
+    if (id === '') {
+      checkWhole('dueBefore', before, 0, Number.MAX_SAFE_INTEGER);
+      checkWhole('limit', limit, 1, MAX_RUN_LIMIT);
+      most = limit;
+    } else if (limit !== undefined) {
+      throw new TypeError('Expected `limit` with `dueBefore`, not with `id`');
+    }
+    const name = this.name;
+    const match = (msg) => {
+      const h = msg.properties?.headers ?? {};
+      return text(h[H.destination]) === name && (id !== '' ? text(msg.properties?.messageId) === id : (digits(h[H.due]) ?? 0) <= before);
+    };
+    const out = { moved: 0, left: 0, silent: 0 };
+    let ch;
+    try {
+      if (!(await this.#exists(name))) throw new Error(`no queue ${JSON.stringify(name)} in this virtual host`);
+      ch = await this.#core.channel(true);
+      // The ready messages of the levels: each taken one published, confirmed, then acked.
+      let scan = MAX_SCAN;
+      const levels = [...Array(HOLDS).keys()].map(holdName).concat([...Array(LEVELS).keys()].map(levelName));
+      for (const level of levels) {
+        if (scan === 0) break;
+        if (!(await this.#exists(level))) continue;
+        const held = [];
+        try {
+          for (; scan > 0; scan--) {
+            const msg = await ch.get(level, { noAck: false });
+            if (msg === false) break;
+            if (!match(msg)) {
+              held.push(msg);
+            } else if (out.moved >= most) {
+              out.left++;
+              held.push(msg);
+            } else {
+              const headers = moveHeaders(msg.properties.headers);
+              delete headers[H.due];
+              delete headers[H.moveRefusals];
+              await publish(ch, '', name, msg.content, { ...props(msg), headers });
+              ch.ack(msg);
+              out.moved++;
+            }
+          }
+        } finally {
+          await giveBack(ch, level, held).catch(() => {});
+        }
+      }
+      await this.#runHeld(ch, id, before, most, out);
+      if (out.silent > 0) {
+        throw new Error(`${out.silent} movers did not answer within ${RUN_WAIT_MS} ms: the delayed jobs they hold were not looked at (moved ${out.moved})`);
+      }
+      return out;
+    } catch (err) {
+      throw Object.assign(this.#error(`run (${out.moved} moved)`, err), { ran: out });
+    } finally {
+      await ch?.close().catch(() => {});
+    }
+  }
+
+  // The movers' holds (run()): every mover counts its matches (the run
+  // exchange), then those with matches move them in turn, each at most what
+  // is left of most, so that the limit holds across movers.
+  async #runHeld(ch, id, before, most, out) {
+    const movers = (await this.#exists(holdName(0))) ? (await ch.checkQueue(holdName(0))).consumerCount : 0;
+    if (movers === 0) return;
+    await ch.assertExchange(RUN, 'fanout', { durable: true });
+    const waiting = new Map(); // correlation id → resolve
+    const replies = [];
+    await ch.consume('amq.rabbitmq.reply-to', (msg) => {
+      if (msg === null) return;
+      const c = msg.properties.correlationId;
+      if (c === 'count') replies.push(msg);
+      waiting.get(c)?.(msg);
+    }, { noAck: true });
+    const cmd = { 'backstop-run-queue': this.name, ...(id !== '' ? { 'backstop-run-id': id } : { 'backstop-run-due-before-ms': String(before) }) };
+    const ask = (exchange, key, op, corr, n) => ch.publish(exchange, key, Buffer.alloc(0), {
+      replyTo: 'amq.rabbitmq.reply-to', correlationId: corr,
+      headers: { ...cmd, 'backstop-run-op': op, 'backstop-run-limit': String(n) },
+    });
+    const answer = (corr, count) => new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(null), RUN_WAIT_MS);
+      waiting.set(corr, (msg) => {
+        if (count && replies.length < movers) return;
+        clearTimeout(timer);
+        resolve(msg);
+      });
+      if (count && replies.length >= movers) waiting.get(corr)(null);
+    });
+    const counted = answer('count', true);
+    ask(RUN, '', 'count', 'count', 0);
+    await counted;
+    out.silent = movers - replies.length;
+    const found = replies.map((r) => ({ mover: text(r.properties.headers?.['backstop-run-mover']), matched: digits(r.properties.headers?.['backstop-run-matched']) ?? 0 }))
+      .sort((a, b) => b.matched - a.matched);
+    for (const [i, f] of found.entries()) {
+      if (f.matched === 0) continue;
+      if (out.moved >= most) {
+        out.left += f.matched;
+        continue;
+      }
+      const corr = `take-${i}`;
+      const taken = answer(corr, false);
+      ask('', f.mover, 'take', corr, most - out.moved);
+      const r = await taken;
+      if (r === null) {
+        out.silent++;
+        continue;
+      }
+      const moved = digits(r.properties.headers?.['backstop-run-moved']) ?? 0;
+      out.moved += moved;
+      out.left += Math.max((digits(r.properties.headers?.['backstop-run-matched']) ?? 0) - moved, 0);
     }
   }
 

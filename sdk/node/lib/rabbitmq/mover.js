@@ -4,7 +4,7 @@
 import { jitter, pause } from '../outcome.js';
 import { amqpCode, BACKOFF_MAX_MS, BACKOFF_MIN_MS, lostOrAborted, publish, Rejected, unlessAborted, within } from './channel.js';
 import { digits, H, moveHeaders, props, text } from './message.js';
-import { DELIVER, delayRoutingKey, ENTER, HOLDS, holdName, LEVELS, levelName, UNROUTABLE } from './topology.js';
+import { DELIVER, delayRoutingKey, ENTER, HOLDS, holdName, LEVELS, levelName, RUN, UNROUTABLE } from './topology.js';
 
 // A mover's deliveries in hand per level; how long a move the broker
 // refused re-enters the delay (or, that refused too, is held before it is
@@ -57,6 +57,7 @@ async function moveSession(core, ch, stop) {
     resolve();
   }));
   const timers = new Set();
+  const heldBy = new Map(); // timer → {n, msg}: what a run may take
   const moving = new Set(); // moves awaiting their confirm
   // The mandatory publish in flight per exchange, routing key and job id
   // (idOf), marked when the broker returns it: a return names no publish,
@@ -75,11 +76,13 @@ async function moveSession(core, ch, stop) {
     if (gone || ending) return; // still unacked: back to its level with the channel
     const t = setTimeout(() => {
       timers.delete(t);
+      heldBy.delete(t);
       const p = moveOne(n, msg).finally(() => moving.delete(p));
       moving.add(p);
     }, Math.max(0, at - Date.now()));
     t.unref?.();
     timers.add(t);
+    heldBy.set(t, { n, msg });
   };
   // Publishes (mandatory, confirmed) and resolves to whether it was
   // routed; once no other publish of its idOf is in flight.
@@ -152,6 +155,59 @@ async function moveSession(core, ch, stop) {
       hold(n, msg, Date.now() + MOVE_RETRY_MS);
     }
   };
+  // A run of a held delayed job (Go's Queue.Run, README "Run a delayed job
+  // now"): published to its work queue, its attempt kept and its due time
+  // dropped (mandatory, confirmed), then acked; one the broker does not
+  // take goes on down the levels, due now. Resolves to whether it moved.
+  const runOne = async (n, msg) => {
+    const p = msg.properties ?? {};
+    const headers = moveHeaders(p.headers);
+    delete headers[H.due];
+    delete headers[H.moveRefusals];
+    try {
+      if (await routed('', text(p.headers?.[H.destination]), msg.content, { ...props(msg), headers })) {
+        ch.ack(msg);
+        return true;
+      }
+    } catch (err) {
+      if (gone) return false;
+      core.report(new Error(`rabbitmq delay mover: the run of job ${JSON.stringify(text(p.messageId))} failed; it goes on delayed: ${err?.message ?? err}`, { cause: err }));
+    }
+    hold(n, msg, Date.now());
+    return false;
+  };
+  // A run's command: count the held deliveries it selects (queue, and job
+  // id or due time bound), or take at most its limit of them, earliest due
+  // first; answered to its reply-to with the counts.
+  const answerRun = async (cmd) => {
+    const h = cmd.properties?.headers ?? {};
+    const dest = text(h['backstop-run-queue']);
+    const id = text(h['backstop-run-id']);
+    const before = digits(h['backstop-run-due-before-ms']);
+    const limit = text(h['backstop-run-op']) === 'take' ? (digits(h['backstop-run-limit']) ?? 0) : 0;
+    const dueOf = (msg) => digits(msg.properties?.headers?.[H.due]) ?? 0;
+    const selected = [...heldBy].filter(([, { msg }]) => {
+      const mh = msg.properties?.headers ?? {};
+      return text(mh[H.destination]) === dest && (id !== '' ? text(msg.properties?.messageId) === id : before !== null && dueOf(msg) <= before);
+    });
+    selected.sort((a, b) => dueOf(a[1].msg) - dueOf(b[1].msg));
+    let moved = 0;
+    for (const [t, { n, msg }] of selected.slice(0, limit)) {
+      if (!heldBy.has(t)) continue; // its time came meanwhile: the move has it
+      clearTimeout(t);
+      timers.delete(t);
+      heldBy.delete(t);
+      const p = runOne(n, msg).finally(() => moving.delete(p));
+      moving.add(p);
+      if (await p) moved++;
+    }
+    if (!cmd.properties?.replyTo || gone) return;
+    ch.publish('', cmd.properties.replyTo, Buffer.alloc(0), {
+      correlationId: cmd.properties.correlationId,
+      headers: { 'backstop-run-matched': String(selected.length), 'backstop-run-moved': String(moved), 'backstop-run-mover': runQueue },
+    });
+  };
+  let runQueue = '';
   let consumed = false;
   const consume = async () => {
     await ch.prefetch(MOVE_PREFETCH, false); // per consumer: per level
@@ -167,6 +223,14 @@ async function moveSession(core, ch, stop) {
         hold(n, msg, releaseAt(n, msg, Date.now()));
       }, { noAck: false });
     }
+    // Run's commands: a queue of this channel's own on the run exchange.
+    await ch.assertExchange(RUN, 'fanout', { durable: true });
+    runQueue = (await ch.assertQueue('', { exclusive: true, autoDelete: true, durable: false })).queue;
+    await ch.bindQueue(runQueue, RUN, '');
+    await ch.consume(runQueue, (cmd) => {
+      if (cmd === null) return;
+      answerRun(cmd).catch((err) => core.report(new Error(`rabbitmq delay mover: run command: ${err?.message ?? err}`, { cause: err })));
+    }, { noAck: true });
     consumed = true;
   };
   try {
@@ -179,6 +243,7 @@ async function moveSession(core, ch, stop) {
   }
   ending = true;
   for (const t of timers) clearTimeout(t);
+  heldBy.clear();
   // The moves under way finish (confirmed and acked, or not) before the
   // channel closes, for 10 s at most: fewer duplicates. Still pending (a
   // blocked connection, whose broker reads nothing), the close is not waited for.

@@ -20,6 +20,11 @@ export const ENTER = 'backstop.delay.enter';
 // work queue's DLQ to go to: a quorum queue shared by the virtual host.
 export const UNROUTABLE = 'backstop.unroutable';
 
+// Where a run (Go's Queue.Run, `backstop queue run`) asks the movers for the
+// delayed jobs they hold: a fanout every mover binds a queue of its own to
+// (mover.js, answerRun).
+export const RUN = 'backstop.run';
+
 /** The name of delay level n (0..17): a topic exchange and the first topology's TTL queue. */
 export function levelName(n) {
   return `backstop.delay.L${n}`;
@@ -99,6 +104,7 @@ export async function declareShared(ch) {
   await ch.assertExchange(ENTER, 'topic', { durable: true });
   for (let n = 0; n < LEVELS; n++) await ch.bindExchange(levelName(n), ENTER, enterPattern(n));
   await ch.bindExchange(DELIVER, ENTER, delayRoutingKey(0)); // no bit set: straight to the queue
+  await ch.assertExchange(RUN, 'fanout', { durable: true });
 }
 
 export async function declareQueue(ch, name, maxDeliveries) {

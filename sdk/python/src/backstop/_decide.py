@@ -13,7 +13,7 @@ from ._deadline import DeadlineExceeded
 from ._errors import InputError
 from ._host._contract import Outcome
 from ._policy import Policy
-from .queue import JobLike, error_text
+from .queue import JobLike, OnOutcome, OutcomeEvent, error_text
 
 
 class Plan(NamedTuple):
@@ -104,9 +104,15 @@ class Runner:
 
     def __init__(self, log: logging.Logger, queue: str, policy: Policy, metrics: Any,
                  typed: Mapping[str, Tuple[Policy, Any]], classify: Callable[[BaseException], Dict[str, Any]],
-                 malformed: str) -> None:
+                 malformed: str, on_outcome: Optional[OnOutcome] = None) -> None:
         self.log, self.queue, self.default, self.typed = log, queue, (policy, metrics), typed
-        self.classify, self.malformed = classify, malformed
+        self.classify, self.malformed, self.on_outcome = classify, malformed, on_outcome
+
+    def event(self, job: JobLike, p: Plan) -> OutcomeEvent:
+        """The ``on_outcome`` event of an applied plan."""
+        klass = p.decision.klass if p.decision is not None else ""
+        delay = p.delay_ms if p.action in ("retry", "defer") else 0
+        return OutcomeEvent(self.queue, job, p.action, p.reason, klass, delay, p.error)
 
     def policy_for(self, job: JobLike) -> Tuple[Policy, Any]:
         """The policy and metrics a job runs with: its type's own

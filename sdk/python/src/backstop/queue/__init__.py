@@ -17,12 +17,15 @@ them from ``backstop.redis``.
 from __future__ import annotations
 
 import importlib
+import inspect
+import logging
 import math
 import random
 import re
 import warnings
 from datetime import timedelta
-from typing import Any, Dict, Mapping, Optional, Protocol, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Protocol, Tuple
 
 from .._host._contract import OUTCOME_ACTION_NAMES
 from .._policy import Policy
@@ -56,6 +59,65 @@ class JobLike(Protocol):
     def malformed(self) -> bool: ...
     @property
     def job_type(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class OutcomeEvent:
+    """An outcome a worker applied (the broker has it: Redis' script ran,
+    RabbitMQ's next message was confirmed and the delivery acked): what
+    ``work(on_outcome=...)`` is called with, the fields of Node's
+    ``onOutcome`` and Go's ``queue.OutcomeEvent``.
+
+    ``action`` is ``"ack"``, ``"retry"``, ``"defer"`` or ``"dead_letter"``;
+    ``reason`` the policy's (``"success"`` for an ack, ``"crash_loop"`` and
+    ``"malformed"`` for a job dead-lettered without running); ``klass`` the
+    failure's class as the policy decided it (``"retryable"``,
+    ``"permanent"``, ``"uncertain"``; ``""`` for a success or a job that did
+    not run); ``delay_ms`` how long a retried or deferred job waits (0
+    otherwise); ``error`` the handler's error (``""`` on success); ``job``
+    the job as it was delivered (``id``, ``attempt``, ``job_type``, ...).
+    """
+
+    queue: str
+    job: Any
+    action: str
+    reason: str
+    klass: str
+    delay_ms: int
+    error: str
+
+
+#: work's ``on_outcome``: called with each applied outcome.
+OnOutcome = Callable[[OutcomeEvent], Any]
+
+
+def check_on_outcome(on_outcome: Any) -> None:
+    """work's ``on_outcome``: None or a callable."""
+    if on_outcome is not None and not callable(on_outcome):
+        raise TypeError("work: on_outcome must be callable (got %r)" % (on_outcome,))
+
+
+def tell(on_outcome: Optional[OnOutcome], event: OutcomeEvent, log: logging.Logger) -> Any:
+    """Calls ``on_outcome(event)``; what it raises is logged, never the
+    worker's end. Returns what it returned (an awaitable, for the asyncio
+    workers to await: ``atell``)."""
+    if on_outcome is None:
+        return None
+    try:
+        return on_outcome(event)
+    except Exception:
+        log.exception("queue %s: on_outcome raised for job %s", event.queue, getattr(event.job, "id", "?"))
+        return None
+
+
+async def atell(on_outcome: Optional[OnOutcome], event: OutcomeEvent, log: logging.Logger) -> None:
+    """``tell`` for the asyncio workers: an awaitable it returns is awaited."""
+    r = tell(on_outcome, event, log)
+    if inspect.isawaitable(r):
+        try:
+            await r
+        except Exception:
+            log.exception("queue %s: on_outcome raised for job %s", event.queue, getattr(event.job, "id", "?"))
 
 
 def check_job_type(where: str, name: str, v: Any) -> None:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import inspect as _inspect
 import logging
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Set, Union
 
 try:
@@ -42,7 +43,10 @@ from . import _core, _work
 from ._core import DeadLetter, Job, Stats
 from ._metrics import QueueMetrics
 
-__all__ = ["Broker", "DeadLetter", "Job", "Queue", "Stats", "connect"]
+__all__ = ["Broker", "DeadLetter", "Job", "Queue", "Ran", "SilentMovers", "Stats", "connect"]
+
+Ran = _core.Ran
+SilentMovers = _core.SilentMovers
 
 log = logging.getLogger("backstop.rabbitmq")
 
@@ -230,7 +234,7 @@ class Queue:
     async def work(self, policy: Policy, handler: Handler, *, prefetch: int = 16, registry: Any = None,
                    metrics_policy: str = "default", classify: Optional[Classify] = None,
                    policies: Optional[Mapping[str, Policy]] = None,
-                   handler_timeout: Union[None, float, timedelta] = None) -> None:
+                   handler_timeout: Union[None, float, timedelta] = None, on_outcome: Any = None) -> None:
         """Consumes the queue until the task is cancelled: runs
         ``handler(job)`` (a coroutine function, or a plain one), up to
         ``prefetch`` at a time, and applies its outcome as ``policy``
@@ -261,9 +265,18 @@ class Queue:
         deadline the task is cancelled, given half a second to end, and
         the job fails with ``backstop.DeadlineExceeded`` (error kind
         ``timeout``), decided and applied like any failure; cancelling
-        the worker meanwhile still waits for that outcome."""
+        the worker meanwhile still waits for that outcome.
+
+        ``on_outcome`` (a callable, or None) is called with a
+        ``backstop.queue.OutcomeEvent`` for each outcome the worker applied
+        (its next message confirmed and the delivery acked): successes,
+        retries, deferrals, dead letters (crash loops and malformed
+        messages too), as Node's ``onOutcome`` and Go's
+        ``WithOutcomeHook``, for per-job alerting (docs/monitoring.md,
+        "Page on a dead letter of a job type"). What it raises is logged,
+        and the worker goes on. An awaitable it returns is awaited."""
         runner, timeout, qm, kept, backoff = _work.setup(log, self.name, policy, handler, prefetch, classify, registry,
-                                                         metrics_policy, policies, handler_timeout)
+                                                         metrics_policy, policies, handler_timeout, on_outcome)
         self.broker._start_mover()
         try:
             while True:
@@ -355,8 +368,11 @@ class Queue:
                 elif step.gated:
                     runner.count(client, policy, job, plan)
                 pub = _core.move(name, job, plan, _core.now_ms())
-                if await apply(msg, job, plan, pub, step.published, step.refusals) and qm is not None:
-                    qm.observe(job, plan)
+                if await apply(msg, job, plan, pub, step.published, step.refusals):
+                    if qm is not None:
+                        qm.observe(job, plan)
+                    if runner.on_outcome is not None:
+                        await _queue.atell(runner.on_outcome, runner.event(job, plan), log)
             except Exception:
                 # Returned now rather than held until the channel closes; a
                 # delivery that keeps failing here ends as a crash loop.
@@ -421,6 +437,92 @@ class Queue:
             await ch.close()
         return moved
 
+    async def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
+                  limit: Optional[int] = None) -> _core.Ran:
+        """Moves delayed jobs of the queue to it now, whatever their due time
+        (Cloud Tasks' RunTask; Go's ``Queue.Run``, ``backstop queue run
+        --amqp.url``; README, "Run a delayed job now"): the job ``job_id``
+        (every copy of it), or at most ``limit`` (1..10000, default 100) of
+        those due at or before ``due_before`` (an aware datetime or unix ms).
+        Takes them from the delay levels' ready messages (at most 100,000
+        looked at) and from the workers' movers (the ``backstop.run``
+        exchange), each published to the queue with its attempt kept and
+        without its due time (confirmed), then acked. Returns ``(moved,
+        left)``; raises ``SilentMovers`` (with ``ran``) when a mover did not
+        answer within 5 s."""
+        cmd = _core.run_args(self.name, job_id, due_before, limit)
+        ch = await self.broker._channel()
+        moved = left = 0
+        try:
+            await self._ensure(ch)
+            scan = 100_000
+            for name in _core.RUN_LEVELS:
+                level = await ch.get_queue(name, ensure=False)
+                held: List[AbstractIncomingMessage] = []
+                try:
+                    while scan > 0:
+                        msg = await level.get(no_ack=False, fail=False)
+                        if msg is None:
+                            break
+                        scan -= 1
+                        if not _core.run_selects(cmd, msg.message_id, msg.headers):
+                            held.append(msg)
+                        elif moved >= cmd.limit:
+                            left += 1
+                            held.append(msg)
+                        else:
+                            await _publish(ch, _core.run_publish(msg.headers), msg)
+                            await msg.ack()
+                            moved += 1
+                finally:
+                    await _give_back(ch, name, held)
+            hold0 = await ch.declare_queue(_core.hold(0), passive=True)
+            movers = hold0.declaration_result.consumer_count or 0
+            if movers == 0:
+                return _core.Ran(moved, left)
+            replies: List[AbstractIncomingMessage] = []
+            arrived = asyncio.Event()
+
+            async def on_reply(msg: AbstractIncomingMessage) -> None:
+                replies.append(msg)
+                arrived.set()
+
+            reply_to = await ch.get_queue("amq.rabbitmq.reply-to", ensure=False)
+            await reply_to.consume(on_reply, no_ack=True)
+
+            async def ask(exchange: str, key: str, op: str, n: int, want: int) -> None:
+                replies.clear()
+                x = ch.default_exchange if exchange == "" else await ch.get_exchange(exchange, ensure=False)
+                await x.publish(aio_pika.Message(b"", headers=_core.run_ask(cmd, op, n), reply_to="amq.rabbitmq.reply-to"), key)
+                deadline = time.monotonic() + _core.RUN_WAIT_S
+                while len(replies) < want and time.monotonic() < deadline:
+                    arrived.clear()
+                    try:
+                        await asyncio.wait_for(arrived.wait(), max(0.0, deadline - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        break
+
+            await ask(_core.RUN, "", "count", 0, movers)
+            counted = sorted((_core.run_answer(m.headers) for m in replies), key=lambda a: -a[1])
+            silent = movers - len(counted)
+            for mover, matched, _ in counted:
+                if matched == 0:
+                    continue
+                if moved >= cmd.limit:
+                    left += matched
+                    continue
+                await ask("", mover, "take", cmd.limit - moved, 1)
+                if not replies:
+                    silent += 1
+                    continue
+                _, m, n = _core.run_answer(replies[0].headers)
+                moved, left = moved + n, left + max(m - n, 0)
+            if silent:
+                raise _core.SilentMovers(silent, _core.Ran(moved, left))
+            return _core.Ran(moved, left)
+        finally:
+            await ch.close()
+
     async def inspect(self, n: int = 20) -> List[DeadLetter]:
         """A peek at the first ``n`` dead letters: each is given back to the
         DLQ, in order, without being used up by the looks (``_core.refresh``;
@@ -484,6 +586,7 @@ class _Mover:
         self.broker = broker
         self.channel: Optional[AbstractChannel] = None
         self.held: Dict["asyncio.Task[Any]", AbstractIncomingMessage] = {}  # a task per delivery held
+        self.waiting: Dict["asyncio.Task[Any]", int] = {}  # those still waiting for their time: their level
         self.alone = _ByMessageId()
         self.task = asyncio.ensure_future(self._run())
 
@@ -524,6 +627,18 @@ class _Mover:
             await b._declare_shared(ch)  # the hold queues
             for n in range(_core.HOLD_LEVELS):
                 await (await ch.get_queue(_core.hold(n), ensure=False)).consume(on_message(n))
+            # Run's commands (README, "Run a delayed job now"): a queue of
+            # this channel's own on the run exchange.
+            commands = await ch.declare_queue("", exclusive=True, auto_delete=True)
+            await commands.bind(_core.RUN)
+
+            async def on_command(cmd: AbstractIncomingMessage) -> None:
+                try:
+                    await self._answer_run(ch, cmd, commands.name)
+                except Exception as e:
+                    log.warning("delay mover: run command: %s", e)
+
+            await commands.consume(on_command, no_ack=True)
             backoff.reset()
             await lost.wait()
             raise ConnectionError("channel closed")
@@ -533,9 +648,47 @@ class _Mover:
             if not ch.is_closed:
                 await _within_grace(ch.close())  # the held deliveries go back
 
+    async def _answer_run(self, ch: AbstractChannel, cmd: AbstractIncomingMessage, mover: str) -> None:
+        """A run's command: the held deliveries it selects counted, or (take)
+        at most its limit of them, earliest due first, published to their
+        work queue (confirmed) and acked; answered to its reply-to."""
+        c = _core.run_command(cmd.headers)
+        selected = sorted(((t, n) for t, n in self.waiting.items()
+                           if _core.run_selects(c, self.held[t].message_id, self.held[t].headers)),
+                          key=lambda tn: _core.due_of(self.held[tn[0]].headers))
+        moved = 0
+        for t, n in selected[:c.limit]:
+            if t not in self.waiting:
+                continue  # its time came meanwhile: the move has it
+            msg = self.held[t]
+            t.cancel()  # waiting for its time: it ends there
+            pub = _core.run_publish(msg.headers)
+            try:
+                await self.alone.run(msg.message_id or "", lambda: _publish(ch, pub, msg))
+                await msg.ack()
+                moved += 1
+            except Exception as e:
+                if ch.is_closed:
+                    return  # the delivery went back with the channel
+                log.warning("delay mover: run of %s failed, it goes on delayed: %s", msg.message_id, e)
+                again = asyncio.ensure_future(self._hold(ch, n, msg, _core.now_ms() - (1 << n) * 1000))
+                self.held[again] = msg
+                again.add_done_callback(lambda t: self.held.pop(t, None))
+        if cmd.reply_to:
+            reply = aio_pika.Message(b"", headers=_core.run_reply(len(selected), moved, mover),
+                                     correlation_id=cmd.correlation_id)
+            await ch.default_exchange.publish(reply, cmd.reply_to)
+
     async def _hold(self, ch: AbstractChannel, n: int, msg: AbstractIncomingMessage, received: int) -> None:
         key = msg.routing_key or ""
-        await asyncio.sleep(max(0, _core.release_ms(n, key, msg.headers, received) - _core.now_ms()) / 1000)
+        me = asyncio.current_task()
+        if me is not None:
+            self.waiting[me] = n
+        try:
+            await asyncio.sleep(max(0, _core.release_ms(n, key, msg.headers, received) - _core.now_ms()) / 1000)
+        finally:
+            if me is not None:
+                self.waiting.pop(me, None)
         while True:
             # The move; one returned is dead-lettered (unroutable), one
             # refused enters the delay again: neither keeps a place in the

@@ -26,6 +26,10 @@ MOVE_RETRY_S = 10.0  # the pause before a move the broker refused is tried again
 MOVE_REENTER_MS = 10_000  # a move the broker refused waits this long in the delay again
 MAX_MOVE_REFUSALS = 30  # refusals of one delayed message before it is dead-lettered as unroutable
 UNROUTABLE = "backstop.unroutable"  # dead letters of moves with no queue to go to
+#: The fanout exchange every mover binds a queue of its own to, where a run
+#: (Go's Queue.Run, ``backstop queue run --amqp.url``, Node's ``run()``) asks
+#: the movers for the delayed jobs they hold.
+RUN = "backstop.run"
 ERROR_MAX = 8192  # bytes of UTF-8 in backstop-last-error and backstop-error, marker included
 TABLE_MAX = 65536  # bytes of an encoded header table, far below RabbitMQ's frame_max (128 KiB)
 DROPPED_MAX = 1024  # bytes of the backstop-dropped-headers list
@@ -100,7 +104,7 @@ def next_exchange(n: int) -> str:
 
 
 def _shared() -> Topology:
-    exchanges = [(level(n), "topic") for n in range(LEVELS)] + [(DELIVER, "headers"), (ENTER, "topic")]
+    exchanges = [(level(n), "topic") for n in range(LEVELS)] + [(DELIVER, "headers"), (ENTER, "topic"), (RUN, "fanout")]
     queues, qb, eb = [], [], []
     for n in range(LEVELS):
         # The first topology's TTL queues stay, so that messages delayed
@@ -555,6 +559,124 @@ def release_ms(n: int, key: str, headers: Optional[Mapping[str, Any]], received_
     if not due or low is None:
         return at
     return min(at, due - low * 1000)
+
+
+# -- run (README, "Run a delayed job now") ------------------------------------
+
+def _text(v: Any) -> str:
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", "replace")
+    return "" if v is None else str(v)
+
+
+class RunCommand(NamedTuple):
+    """A run's command to the movers: ``count`` the held deliveries it
+    selects, or ``take`` at most ``limit`` of them, earliest due first."""
+
+    queue: str
+    job_id: str  # "" for a due time bound
+    before_ms: Optional[int]
+    take: bool
+    limit: int
+
+
+def run_command(headers: Optional[Mapping[str, Any]]) -> RunCommand:
+    h = headers or {}
+    take = _text(h.get("backstop-run-op")) == "take"
+    return RunCommand(_text(h.get("backstop-run-queue")), _text(h.get("backstop-run-id")),
+                      _num(h.get("backstop-run-due-before-ms")), take,
+                      (_num(h.get("backstop-run-limit")) or 0) if take else 0)
+
+
+def run_selects(cmd: RunCommand, message_id: Optional[str], headers: Optional[Mapping[str, Any]]) -> bool:
+    """Whether a held delivery is one the command selects: of its queue,
+    with its job id or due at or before its bound."""
+    h = headers or {}
+    if _text(h.get(H_DEST)) != cmd.queue:
+        return False
+    if cmd.job_id:
+        return (message_id or "") == cmd.job_id
+    return cmd.before_ms is not None and (_num(h.get(H_DUE)) or 0) <= cmd.before_ms
+
+
+def due_of(headers: Optional[Mapping[str, Any]]) -> int:
+    return _num((headers or {}).get(H_DUE)) or 0
+
+
+def run_publish(headers: Optional[Mapping[str, Any]]) -> Publish:
+    """A held delivery run now: to its work queue (default exchange), its
+    attempt and every header kept but its due time (the worker would delay
+    it again), its move refusals, the broker's and x-delivery-count."""
+    h = {k: v for k, v in (headers or {}).items()
+         if k not in _BROKER and k not in ("x-delivery-count", H_DUE, H_REFUSALS)}
+    return Publish("", _text((headers or {}).get(H_DEST)), h)
+
+
+MAX_RUN_LIMIT = 10_000  # the most delayed jobs one run moves by due time (Go's queue.MaxRunLimit)
+RUN_WAIT_S = 5.0  # how long a run waits for a mover's answer
+#: The queues a delayed message can wait in: the hold levels, then the
+#: first topology's TTL levels.
+RUN_LEVELS = tuple(hold(n) for n in range(HOLD_LEVELS)) + tuple(level(n) for n in range(LEVELS))
+
+
+class Ran(NamedTuple):
+    """What ``run`` did: ``moved`` jobs published to the queue, ``left``
+    due before ``due_before`` beyond the limit."""
+
+    moved: int
+    left: int
+
+
+class SilentMovers(Exception):
+    """Some movers did not answer a run within 5 s: the delayed jobs they
+    hold were not looked at. ``ran`` says what moved."""
+
+    def __init__(self, silent: int, ran: Ran) -> None:
+        super().__init__("run: %d movers did not answer within %gs: the delayed jobs they hold were not looked at "
+                         "(moved %d)" % (silent, RUN_WAIT_S, ran.moved))
+        self.silent, self.ran = silent, ran
+
+
+def run_args(queue: str, job_id: Optional[str], due_before: Any, limit: Optional[int]) -> RunCommand:
+    """``run``'s arguments, checked (raising at once, naming the argument),
+    as the command that selects its jobs (limit: the most moved)."""
+    if (job_id is None) == (due_before is None):
+        raise ValueError("run: give one of job_id and due_before (got job_id=%r, due_before=%r)" % (job_id, due_before))
+    if job_id is not None:
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError("run: job_id must be a non-empty string (got %r)" % (job_id,))
+        if limit is not None:
+            raise ValueError("run: limit goes with due_before, not job_id")
+        return RunCommand(queue, job_id, None, True, 100_000)
+    if isinstance(due_before, datetime):
+        if due_before.tzinfo is None:
+            raise ValueError("run: due_before must be an aware datetime (got %r)" % (due_before,))
+        due_before = int(due_before.timestamp() * 1000)
+    check_int("run", "due_before", due_before, 0, 1 << 62)
+    limit = 100 if limit is None else limit
+    check_int("run", "limit", limit, 1, MAX_RUN_LIMIT)
+    return RunCommand(queue, "", due_before, True, limit)
+
+
+def run_ask(cmd: RunCommand, op: str, n: int) -> Dict[str, Any]:
+    """The headers of a run's command to the movers."""
+    h = {"backstop-run-queue": cmd.queue, "backstop-run-op": op, "backstop-run-limit": str(n)}
+    if cmd.job_id:
+        h["backstop-run-id"] = cmd.job_id
+    else:
+        h["backstop-run-due-before-ms"] = str(cmd.before_ms)
+    return h
+
+
+def run_answer(headers: Optional[Mapping[str, Any]]) -> Tuple[str, int, int]:
+    """A mover's answer: (its command queue, matched, moved)."""
+    h = headers or {}
+    return _text(h.get("backstop-run-mover")), _num(h.get("backstop-run-matched")) or 0, _num(h.get("backstop-run-moved")) or 0
+
+
+def run_reply(matched: int, moved: int, mover: str) -> Dict[str, Any]:
+    """A mover's answer to a run command (its headers)."""
+    return {"backstop-run-matched": str(matched), "backstop-run-moved": str(moved), "backstop-run-mover": mover}
 
 
 def moved(n: int, key: str, headers: Optional[Mapping[str, Any]]) -> Publish:

@@ -25,7 +25,8 @@ class Setup(NamedTuple):
 
 
 def setup(log: logging.Logger, name: str, policy: Policy, handler: Any, prefetch: int, classify: Optional[Classify],
-          registry: Any, metrics_policy: str, policies: Optional[Mapping[str, Policy]], handler_timeout: Any) -> Setup:
+          registry: Any, metrics_policy: str, policies: Optional[Mapping[str, Policy]], handler_timeout: Any,
+          on_outcome: Any = None) -> Setup:
     """Checks ``work``'s arguments (raising at once, naming the argument)
     and builds what the worker of queue ``name`` needs."""
     check_classify("work", classify)
@@ -34,6 +35,8 @@ def setup(log: logging.Logger, name: str, policy: Policy, handler: Any, prefetch
     _core.check_int("work", "prefetch", prefetch, 1, 65535)
     if not callable(handler):
         raise TypeError("work: handler must be callable (got %r)" % (handler,))
+    _queue.check_on_outcome(on_outcome)
     client, qm = worker_metrics(registry, metrics_policy, name)
-    runner = _decide.Runner(log, name, policy, client, _queue.typed_policies(policies, client), cls, _core.MALFORMED)
+    runner = _decide.Runner(log, name, policy, client, _queue.typed_policies(policies, client), cls, _core.MALFORMED,
+                            on_outcome)
     return Setup(runner, timeout, qm, _core.Kept(), _core.Backoff())

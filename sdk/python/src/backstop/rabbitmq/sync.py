@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
-from typing import Any, Callable, List, Mapping, Optional, Set, Union
+import time
+from datetime import datetime, timedelta
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 try:
     import pika
@@ -213,7 +214,7 @@ class Queue:
     def work(self, policy: Policy, handler: Handler, *, stop: Optional[threading.Event] = None, prefetch: int = 16,
              registry: Any = None, metrics_policy: str = "default", classify: Optional[Classify] = None,
              policies: Optional[Mapping[str, Policy]] = None,
-             handler_timeout: Union[None, float, timedelta] = None) -> None:
+             handler_timeout: Union[None, float, timedelta] = None, on_outcome: Any = None) -> None:
         """``backstop.rabbitmq.Queue.work`` for a thread (``policies``: a
         job type's own policy, as there): runs
         ``handler(job)`` one job at a time until ``stop`` is set, then
@@ -232,9 +233,10 @@ class Queue:
         ``timeout``). While it runs, a mover on a connection of
         its own (a daemon thread) moves the delayed messages of every queue
         of the virtual host down the delay levels (as the asyncio
-        worker's)."""
+        worker's). ``on_outcome`` as the asyncio worker's, called in the
+        worker's thread."""
         runner, timeout, qm, kept, backoff = _work.setup(log, self.name, policy, handler, prefetch, classify, registry,
-                                                         metrics_policy, policies, handler_timeout)
+                                                         metrics_policy, policies, handler_timeout, on_outcome)
         stop = stop or threading.Event()
         mover = _Mover(self.broker)
         try:
@@ -336,6 +338,73 @@ class Queue:
             raise
         if plan is not None and qm is not None:
             qm.observe(job, plan)
+        if plan is not None and runner.on_outcome is not None:
+            _queue.tell(runner.on_outcome, runner.event(job, plan), log)
+
+    def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
+            limit: Optional[int] = None) -> _core.Ran:
+        """See ``backstop.rabbitmq.Queue.run``."""
+        cmd = _core.run_args(self.name, job_id, due_before, limit)
+
+        def run(ch: BlockingChannel) -> _core.Ran:
+            moved = left = 0
+            scan = 100_000
+            for level in _core.RUN_LEVELS:
+                held: List[Any] = []
+                try:
+                    while scan > 0:
+                        method, props, body = ch.basic_get(level, auto_ack=False)
+                        if method is None:
+                            break
+                        scan -= 1
+                        if not _core.run_selects(cmd, props.message_id, props.headers):
+                            held.append((method, props, body))
+                        elif moved >= cmd.limit:
+                            left += 1
+                            held.append((method, props, body))
+                        else:
+                            _publish(ch, _core.run_publish(props.headers), body, props)
+                            ch.basic_ack(method.delivery_tag)
+                            moved += 1
+                finally:
+                    _give_back(ch, level, held)
+            movers = ch.queue_declare(_core.hold(0), passive=True).method.consumer_count
+            if movers == 0:
+                return _core.Ran(moved, left)
+            replies: List[Any] = []
+            tag = ch.basic_consume("amq.rabbitmq.reply-to", lambda c, m, p, b: replies.append(p), auto_ack=True)
+
+            def ask(exchange: str, key: str, op: str, corr: str, n: int, want: int) -> None:
+                replies.clear()
+                ch.basic_publish(exchange, key, b"", pika.BasicProperties(
+                    reply_to="amq.rabbitmq.reply-to", correlation_id=corr, headers=_core.run_ask(cmd, op, n)))
+                deadline = time.monotonic() + _core.RUN_WAIT_S
+                while len(replies) < want and time.monotonic() < deadline:
+                    ch.connection.process_data_events(time_limit=0.05)
+
+            try:
+                ask(_core.RUN, "", "count", "count", 0, movers)
+                counted = sorted((_core.run_answer(p.headers) for p in replies), key=lambda a: -a[1])
+                silent = movers - len(counted)
+                for mover, matched, _ in counted:
+                    if matched == 0:
+                        continue
+                    if moved >= cmd.limit:
+                        left += matched
+                        continue
+                    ask("", mover, "take", "take", cmd.limit - moved, 1)
+                    if not replies:
+                        silent += 1
+                        continue
+                    _, m, n = _core.run_answer(replies[0].headers)
+                    moved, left = moved + n, left + max(m - n, 0)
+            finally:
+                ch.basic_cancel(tag)
+            if silent:
+                raise _core.SilentMovers(silent, _core.Ran(moved, left))
+            return _core.Ran(moved, left)
+
+        return self._op(run)
 
     def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
                scan: Optional[int] = None) -> int:
@@ -453,6 +522,8 @@ class _Mover:
         self.conn: Optional[pika.BlockingConnection] = None
         self.channel: Optional[BlockingChannel] = None
         self.held = 0
+        # The deliveries waiting for their time, by timer: what a run may take.
+        self.waiting: Dict[Any, Tuple[int, Any, Any, bytes, Callable[[], None]]] = {}
         self.thread = threading.Thread(target=self._run, name="backstop-delay-mover", daemon=True)
         self.thread.start()
 
@@ -478,6 +549,7 @@ class _Mover:
     def _session(self, backoff: _core.Backoff) -> None:
         conn = _open(self.broker._params)
         self.conn, self.held = conn, 0
+        self.waiting.clear()
         try:
             ch = conn.channel()
             self.channel = ch
@@ -486,6 +558,11 @@ class _Mover:
             _declare(ch, _core.SHARED)  # the hold queues
             for n in range(_core.HOLD_LEVELS):
                 ch.basic_consume(_core.hold(n), self._on_message(conn, ch, n))
+            # Run's commands (README, "Run a delayed job now"): a queue of
+            # this channel's own on the run exchange.
+            commands = ch.queue_declare("", exclusive=True, auto_delete=True).method.queue
+            ch.queue_bind(commands, _core.RUN)
+            ch.basic_consume(commands, self._on_command(conn, ch, commands), auto_ack=True)
             backoff.reset()
             while not self._stop.is_set() and not self.broker._closed:
                 conn.process_data_events(time_limit=_POLL)
@@ -506,6 +583,7 @@ class _Mover:
             at = _core.release_ms(n, key, props.headers, _core.now_ms())
 
             def move() -> None:
+                self.waiting.pop(timer[0], None)
                 # The move; one returned is dead-lettered (unroutable), one
                 # refused enters the delay again: neither keeps a place in
                 # the prefetch. Only what is refused after that is held.
@@ -531,6 +609,35 @@ class _Mover:
                 conn.call_later(_core.MOVE_RETRY_S, move)
 
             self.held += 1
-            conn.call_later(max(0, at - _core.now_ms()) / 1000, move)
+            timer = [conn.call_later(max(0, at - _core.now_ms()) / 1000, move)]
+            self.waiting[timer[0]] = (n, method, props, body, move)
 
         return take
+
+    def _on_command(self, conn: pika.BlockingConnection, ch: BlockingChannel,
+                    mover: str) -> Callable[[BlockingChannel, Any, Any, bytes], None]:
+        def answer(_: BlockingChannel, method: Any, cprops: Any, cbody: bytes) -> None:
+            # The held deliveries a run selects counted, or (take) at most its
+            # limit of them, earliest due first, published to their work
+            # queue (confirmed) and acked; answered to its reply-to.
+            c = _core.run_command(cprops.headers)
+            selected = sorted(((t, w) for t, w in self.waiting.items() if _core.run_selects(c, w[2].message_id, w[2].headers)),
+                              key=lambda tw: _core.due_of(tw[1][2].headers))
+            moved = 0
+            for t, (n, dmethod, props, body, move) in selected[:c.limit]:
+                if self.waiting.pop(t, None) is None:
+                    continue
+                conn.remove_timeout(t)
+                try:
+                    _publish(ch, _core.run_publish(props.headers), body, props)
+                    ch.basic_ack(dmethod.delivery_tag)
+                    self.held -= 1
+                    moved += 1
+                except (pika.exceptions.NackError, pika.exceptions.UnroutableError) as e:
+                    log.warning("delay mover: run of %s failed, it goes on delayed: %s", props.message_id, e)
+                    move()  # on down the levels, due now
+            if cprops.reply_to:
+                ch.basic_publish("", cprops.reply_to, b"", pika.BasicProperties(
+                    correlation_id=cprops.correlation_id, headers=_core.run_reply(len(selected), moved, mover)))
+
+        return answer

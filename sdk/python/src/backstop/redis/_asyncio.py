@@ -13,11 +13,13 @@ from typing import Any, Awaitable, Callable, List, Mapping, Optional, Sequence, 
 import redis
 
 from .. import _decide
+from .. import queue as _queue
 from .._deadline import await_within
 from .._policy import Policy
 from .._retry import Classify
 from ._core import (AsyncHandler, Handle, Job, Keys, Outcome, Pause, Payload, Promoted, Ran, Reclaimed, Stats, Step,
                     Steps, T, _Base, advance)
+from ._core import Tell, log
 
 
 async def drive(steps: Steps[T], do: Callable[[Step], Awaitable[Any]]) -> T:
@@ -119,7 +121,7 @@ class AsyncQueue(_Base):
                    block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
                    reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
                    metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None,
-                   handler_timeout: Union[None, float, timedelta] = None) -> None:
+                   handler_timeout: Union[None, float, timedelta] = None, on_outcome: Any = None) -> None:
         """``Queue.work`` for asyncio: ``handler`` is a coroutine function
         (or returns an awaitable), run one job at a time; ``stop`` an
         ``asyncio.Event``. Cancelling the task ends it at once: a job whose
@@ -131,7 +133,8 @@ class AsyncQueue(_Base):
         awaitable a handler returns runs as a task within
         ``handler_timeout`` (as ``Queue.work``'s, with the same holds), and
         is cancelled at the deadline; the worker gives it half a second to
-        end, then moves on (logged)."""
+        end, then moves on (logged). ``on_outcome`` as ``Queue.work``'s;
+        an awaitable it returns is awaited."""
         stop = stop or asyncio.Event()
 
         async def do(step: Step) -> Any:
@@ -154,9 +157,12 @@ class AsyncQueue(_Base):
                 r = handler(step.job)
                 if inspect.isawaitable(r):
                     await await_within(r, step.timeout, "handler", hold)
+            elif isinstance(step, Tell):
+                await _queue.atell(step.on_outcome, step.event, log)
             else:
                 return await self._call(step)
             return None
 
         await drive(self._work_steps(policy, stop, consumer, classify, batch, block_ms, promote_every, promote_limit,
-                                     reclaim_every, min_idle_ms, max_deliveries, metrics, policies, handler_timeout), do)
+                                     reclaim_every, min_idle_ms, max_deliveries, metrics, policies, handler_timeout,
+                                     on_outcome), do)

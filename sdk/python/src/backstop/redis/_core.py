@@ -299,7 +299,15 @@ class Handle(NamedTuple):
     beat: float
 
 
-Step = Union[Script, Command, Pipeline, Pause, Handle]
+class Tell(NamedTuple):
+    """The worker calls ``on_outcome(event)`` (``work``'s), an applied
+    outcome's. Reply: None."""
+
+    on_outcome: Any
+    event: Any
+
+
+Step = Union[Script, Command, Pipeline, Pause, Handle, Tell]
 T = TypeVar("T")
 #: An operation: yields steps, is sent their replies, returns its result.
 Steps = Generator[Step, Any, T]
@@ -539,7 +547,7 @@ class _Base:
     def _work_steps(self, policy: Policy, stop: Any, consumer: Optional[str], classify: Optional[Classify],
                     batch: int, block_ms: int, promote_every: float, promote_limit: int, reclaim_every: float,
                     min_idle_ms: int, max_deliveries: int, metrics: Any, policies: Optional[Mapping[str, Policy]],
-                    handler_timeout: Union[None, float, timedelta]) -> Steps[None]:
+                    handler_timeout: Union[None, float, timedelta], on_outcome: Any = None) -> Steps[None]:
         """``Queue.work``'s loop until ``stop`` (a ``threading.Event`` or an
         ``asyncio.Event``: only ``is_set`` is asked here) is set."""
         check_classify("work", classify)
@@ -549,7 +557,8 @@ class _Base:
         _check_metrics(self.name, metrics)
         typed = _typed_policies(policies, metrics)
         timeout, beat = _deadline_args(handler_timeout, min_idle_ms)
-        runner = _decide.Runner(log, self.name, policy, metrics, typed, cls, _MALFORMED)
+        _queue.check_on_outcome(on_outcome)
+        runner = _decide.Runner(log, self.name, policy, metrics, typed, cls, _MALFORMED, on_outcome)
         yield from self._ensure_group_steps()
         # The scripts stamp first_enqueued_ms with the server's clock: a
         # job's elapsed time is measured on it, whatever this machine's says.
@@ -597,11 +606,15 @@ class _Base:
             while True:
                 stopped = stop.is_set()
                 try:
-                    settle.applied((yield from self._move_steps(job, plan)))
-                    return
+                    out = yield from self._move_steps(job, plan)
                 except Exception as e:
                     if not settle.refused(e, stopped):
                         return
+                else:
+                    settle.applied(out)
+                    if out.applied and on_outcome is not None:
+                        yield Tell(on_outcome, runner.event(job, plan))
+                    return
                 try:
                     yield from self._hold_steps(consumer, settle.ids)
                 except (redis.RedisError, ValueError) as e:

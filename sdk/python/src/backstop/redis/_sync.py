@@ -13,11 +13,13 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 import redis
 
 from .. import _decide
+from .. import queue as _queue
 from .._deadline import run_within
 from .._policy import Policy
 from .._retry import Classify
 from ._core import (Handle, Handler, Job, Keys, Outcome, Pause, Payload, Promoted, Ran, Reclaimed, Stats, Step, Steps, T,
                     _Base, advance)
+from ._core import Tell, log
 
 
 def drive(steps: Steps[T], do: Callable[[Step], Any]) -> T:
@@ -184,7 +186,7 @@ class Queue(_Base):
              block_ms: int = 1000, promote_every: float = 1.0, promote_limit: int = 500,
              reclaim_every: float = 30.0, min_idle_ms: int = 60_000, max_deliveries: int = 5,
              metrics: Any = None, policies: Optional[Mapping[str, Policy]] = None,
-             handler_timeout: Union[None, float, timedelta] = None) -> None:
+             handler_timeout: Union[None, float, timedelta] = None, on_outcome: Any = None) -> None:
         """Consumes the queue until ``stop`` is set: reads jobs (``batch`` at
         a time, blocking up to ``block_ms``), calls ``handler(job)`` and
         applies its outcome with ``apply``; every ``promote_every`` seconds
@@ -240,6 +242,15 @@ class Queue(_Base):
         ``backstop.DeadlineExceeded``, error kind ``timeout``, decided and
         applied like any failure. ``backstop.attempt_time_left()`` in the
         handler gives what is left of it.
+
+        ``on_outcome`` (a callable, or None) is called with a
+        ``backstop.queue.OutcomeEvent`` for each outcome the worker applied
+        (the script ran on the pending entry): successes, retries,
+        deferrals, dead letters (malformed entries too), as Node's
+        ``onOutcome`` and Go's ``WithOutcomeHook``, for per-job alerting
+        (docs/monitoring.md, "Page on a dead letter of a job type"). It runs
+        in the worker's loop, before the next job: keep it short. What it
+        raises is logged (``backstop.queue``), and the worker goes on.
         """
         stop = stop or threading.Event()
 
@@ -258,9 +269,12 @@ class Queue(_Base):
                             pass
 
                 run_within(lambda: handler(job), step.timeout, "handler", hold)
+            elif isinstance(step, Tell):
+                _queue.tell(step.on_outcome, step.event, log)
             else:
                 return self._call(step)
             return None
 
         drive(self._work_steps(policy, stop, consumer, classify, batch, block_ms, promote_every, promote_limit,
-                               reclaim_every, min_idle_ms, max_deliveries, metrics, policies, handler_timeout), do)
+                               reclaim_every, min_idle_ms, max_deliveries, metrics, policies, handler_timeout,
+                                     on_outcome), do)
