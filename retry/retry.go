@@ -75,7 +75,7 @@ func Do[T any](ctx context.Context, p backstop.Decider, op Operation[T], opts ..
 	var prevDelayMs int64
 	var lastErr error
 	var failedAt time.Time // the last failure's, when a retry follows it
-	var kept [2]bool // attempt headers the caller set itself
+	var kept [2]bool       // attempt headers the caller set itself
 	headers := c.req != nil && !c.noHeaders
 	if headers {
 		kept = callerSet(c.req.Header)
