@@ -40,6 +40,8 @@
     client_retry_ratio_for: "5m",
     circuit_stuck_window: "10m",
     circuit_stuck_for: "5m",
+    client_retry_latency_margin_seconds: 30,
+    client_retry_latency_for: "10m",
     idempotency_store_errors_for: "2m",
   },
 
@@ -93,6 +95,14 @@
       {
         record: "policy_target:backstop_client_retry_ratio:ratio_rate5m",
         expr: "sum by (policy, target) (rate(backstop_client_attempts_total" + sel(c.client_selector, "outcome=\"retry\"") + "[5m]))\n/\nsum by (policy, target) (rate(backstop_client_attempts_total" + sel(c.client_selector, "outcome!=\"refused\"") + "[5m]))",
+      },
+      {
+        record: "policy_target:backstop_client_retry_latency_seconds:p99_rate5m",
+        expr: "histogram_quantile(0.99, sum by (policy, target, le) (rate(backstop_client_retry_latency_seconds_bucket" + sel(c.client_selector, "") + "[5m])))",
+      },
+      {
+        record: "policy_target:backstop_client_retry_delay_seconds:p99_rate5m",
+        expr: "histogram_quantile(0.99, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket" + sel(c.client_selector, "") + "[5m])))",
       },
       {
         record: "policy_target_reason:backstop_client_calls_refused:rate5m",
@@ -298,6 +308,20 @@
           description: "{{ $value | humanizePercentage }} of the calls services make to {{ $labels.target }} under policy {{ $labels.policy }} are retries (threshold " + std.format('%g', c.client_retry_ratio_warning) + "): the dependency fails many first tries, and the retries hide it.",
           runbook_url: c.runbook_url + "#backstopclienthighretryratio",
           summary: "Calls to {{ $labels.target }} under policy {{ $labels.policy }} are often retried.",
+        },
+      },
+      {
+        alert: "BackstopClientRetryLatencyHigh",
+        expr: "policy_target:backstop_client_retry_latency_seconds:p99_rate5m\n>\npolicy_target:backstop_client_retry_delay_seconds:p99_rate5m + " + std.format('%g', c.client_retry_latency_margin_seconds),
+        'for': c.client_retry_latency_for,
+        labels: {
+          severity: "warning",
+        },
+        annotations: {
+          dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
+          description: "The p99 of the measured time from a failure to the next attempt's start is {{ $value | humanizeDuration }} for {{ $labels.target }} under policy {{ $labels.policy }}, more than " + std.format('%g', c.client_retry_latency_margin_seconds) + " s above the p99 delay the policy decided: a stalled promoter (Redis) or delay mover (RabbitMQ), or workers too busy to take due retries.",
+          runbook_url: c.runbook_url + "#backstopclientretrylatencyhigh",
+          summary: "Retries of {{ $labels.target }} (policy {{ $labels.policy }}) start late.",
         },
       },
       {
@@ -1675,6 +1699,48 @@
         {
           "id": 22,
           "type": "timeseries",
+          "title": "Retry latency",
+          "description": "Measured time from a failure to the next attempt's start (a queue worker measures it as the retried job starts), p99, beside the p99 delay the policy decided. Measured far above decided: a stalled promoter or mover, or busy workers. What BackstopClientRetryLatencyHigh warns on.",
+          "datasource": {
+            "type": "prometheus",
+            "uid": "${datasource}"
+          },
+          "gridPos": {
+            "h": 8,
+            "w": 12,
+            "x": 0,
+            "y": 82
+          },
+          "targets": [
+            {
+              "refId": "A",
+              "expr": "histogram_quantile(0.99, sum by (policy, target, le) (rate(backstop_client_retry_latency_seconds_bucket{job=~\"$job\", instance=~\"$instance\", policy=~\"$policy\", target=~\"$target\"}[$__rate_interval])))",
+              "legendFormat": "{{policy}} → {{target}} measured p99",
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              }
+            },
+            {
+              "refId": "B",
+              "expr": "histogram_quantile(0.99, sum by (policy, target, le) (rate(backstop_client_retry_delay_seconds_bucket{job=~\"$job\", instance=~\"$instance\", policy=~\"$policy\", target=~\"$target\"}[$__rate_interval])))",
+              "legendFormat": "{{policy}} → {{target}} decided p99",
+              "datasource": {
+                "type": "prometheus",
+                "uid": "${datasource}"
+              }
+            }
+          ],
+          "fieldConfig": {
+            "defaults": {
+              "unit": "s",
+              "min": 0
+            }
+          }
+        },
+        {
+          "id": 23,
+          "type": "timeseries",
           "title": "Calls refused",
           "description": "Calls the breaker refused before they were made, per second, by reason. What BackstopClientCallsRefused warns on.",
           "datasource": {
@@ -1684,7 +1750,7 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 0,
+            "x": 12,
             "y": 82
           },
           "targets": [
@@ -1706,7 +1772,7 @@
           }
         },
         {
-          "id": 23,
+          "id": 24,
           "type": "timeseries",
           "title": "Breaker state",
           "description": "Processes whose breaker is in each state (closed, open, half_open), and state changes per second. A breaker never seen closed is what BackstopClientCircuitStuckOpen pages on.",
@@ -1717,8 +1783,8 @@
           "gridPos": {
             "h": 8,
             "w": 12,
-            "x": 12,
-            "y": 82
+            "x": 0,
+            "y": 90
           },
           "targets": [
             {
@@ -1748,7 +1814,7 @@
           }
         },
         {
-          "id": 24,
+          "id": 25,
           "type": "row",
           "title": "Idempotency",
           "description": "backstop_idempotency_* from services' idempotency middleware and workers (Go, Node, Python), by job and instance.",
@@ -1760,7 +1826,7 @@
             "h": 1,
             "w": 24,
             "x": 0,
-            "y": 90
+            "y": 98
           },
           "targets": null,
           "fieldConfig": {
@@ -1770,7 +1836,7 @@
           }
         },
         {
-          "id": 25,
+          "id": 26,
           "type": "timeseries",
           "title": "Idempotent requests",
           "description": "Requests and jobs carrying an idempotency key, per second, by outcome: first_run, replayed (a duplicate answered from the store instead of running again), in_progress (409), conflict (422: same key, different request), too_large.",
@@ -1782,7 +1848,7 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 91
+            "y": 99
           },
           "targets": [
             {
@@ -1803,7 +1869,7 @@
           }
         },
         {
-          "id": 26,
+          "id": 27,
           "type": "timeseries",
           "title": "Idempotency store errors",
           "description": "Failed Redis calls of the store per second, by operation (begin, complete, fail). What BackstopIdempotencyStoreErrors pages on.",
@@ -1815,7 +1881,7 @@
             "h": 8,
             "w": 12,
             "x": 12,
-            "y": 91
+            "y": 99
           },
           "targets": [
             {
@@ -1836,7 +1902,7 @@
           }
         },
         {
-          "id": 27,
+          "id": 28,
           "type": "timeseries",
           "title": "Idempotency leases",
           "description": "Keys taken over because their owner's lease ran out (a crashed or slow request), and owners that found their key taken when they finished (their result was not stored).",
@@ -1848,7 +1914,7 @@
             "h": 8,
             "w": 12,
             "x": 0,
-            "y": 99
+            "y": 107
           },
           "targets": [
             {

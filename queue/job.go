@@ -30,6 +30,11 @@ type Job struct {
 	LastError       string // the error of the previous attempt, if any
 	LastReason      string
 	PrevDelayMs     int64 // the delay before this attempt (decorrelated backoff)
+	// DueMs is when the broker was to deliver this attempt (unix ms, the
+	// broker's clock: WithEnqueueClock); 0 when unknown. The Runner
+	// measures a retry's latency, failure to start, as now − (DueMs −
+	// PrevDelayMs).
+	DueMs int64
 	// Type is the job's type ("": untyped), as the entry holds it: a type
 	// written by someone else may not be valid (see ValidJobType); the job
 	// runs all the same, counted under the type "other".

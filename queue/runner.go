@@ -184,6 +184,7 @@ func (r *Runner) run(ctx context.Context, h Handler, j Job) Outcome {
 		}
 		return o
 	}
+	r.measure(j)
 	herr := r.call(ctx, h, j)
 	if herr == nil {
 		po, err := r.p.Outcome(dctx, policy.JobEvent{Event: policy.EventSuccess, Failure: policy.Failure{NowMs: time.Now().UnixMilli()}})
@@ -209,6 +210,20 @@ func (r *Runner) run(ctx context.Context, h Handler, j Job) Outcome {
 	o.LastError = herr.Error()
 	o.Class = po.Class.String()
 	return o
+}
+
+// measure records the latency of retried job j as it starts: now on the
+// broker's clock minus the failure's time, which is its due time minus the
+// delay decided then. A job deferred since its last failure (the breaker,
+// the budget) is not measured: its due time is the deferral's, not the
+// retry's, and its wait is not a decided delay.
+func (r *Runner) measure(j Job) {
+	if r.metrics == nil || j.Attempt < 2 || j.DueMs <= 0 || j.PrevDelayMs < 0 || j.PrevDelayMs > j.DueMs ||
+		j.LastReason == policy.CircuitOpen.String() || j.LastReason == policy.BudgetExhausted.String() {
+		return
+	}
+	failed := j.DueMs - j.PrevDelayMs
+	r.metrics.Latency(time.Duration(r.enqueueNow().UnixMilli()-failed) * time.Millisecond)
 }
 
 // Delivered is the outcome of job j, which a broker delivered deliveries

@@ -74,7 +74,8 @@ func Do[T any](ctx context.Context, p backstop.Decider, op Operation[T], opts ..
 	start := c.clock.Now()
 	var prevDelayMs int64
 	var lastErr error
-	var kept [2]bool // attempt headers the caller set itself
+	var failedAt time.Time // the last failure's, when a retry follows it
+	var kept [2]bool       // attempt headers the caller set itself
 	headers := c.req != nil && !c.noHeaders
 	if headers {
 		kept = callerSet(c.req.Header)
@@ -98,6 +99,11 @@ func Do[T any](ctx context.Context, p backstop.Decider, op Operation[T], opts ..
 				recordGaveUp(ctx, policy.CircuitOpen)
 				return zero, &Error{Reason: policy.CircuitOpen, Attempts: attempt - 1, RetryIn: time.Duration(permit.RetryInMs) * time.Millisecond}
 			}
+		}
+		if !failedAt.IsZero() {
+			// The measured latency of this retry: its delay plus however
+			// late the sleep returned (the decided delay is in Retry).
+			m.Latency(now.Sub(failedAt))
 		}
 		if headers {
 			setAttemptHeaders(c.req.Header, attempt, kept)
@@ -165,6 +171,7 @@ func Do[T any](ctx context.Context, p backstop.Decider, op Operation[T], opts ..
 			return v, &Error{Reason: d.Reason, Attempts: attempt, Err: opErr, StatusCode: f.HTTPStatus}
 		}
 		lastErr = opErr
+		failedAt = now
 		m.Attempt(clientmetrics.OutcomeRetry)
 		m.Retry(d.Reason.String(), delay)
 		if failedResp {

@@ -65,6 +65,12 @@ type Config struct {
 	ClientRetryRatioFor     string  `yaml:"client_retry_ratio_for"`     //
 	CircuitStuckWindow      string  `yaml:"circuit_stuck_window"`       // a breaker seen open or half-open, never closed, over this window...
 	CircuitStuckFor         string  `yaml:"circuit_stuck_for"`          // ... for this long
+	// RetryLatencyMarginSeconds: the measured retry latency's p99 above
+	// the decided delay's p99 by more than this, for RetryLatencyFor, warns
+	// (BackstopClientRetryLatencyHigh: a stalled promoter or mover, busy
+	// workers).
+	RetryLatencyMarginSeconds float64 `yaml:"client_retry_latency_margin_seconds"`
+	RetryLatencyFor           string  `yaml:"client_retry_latency_for"`
 
 	// IdempotencyStoreErrorsFor: services' idempotency stores
 	// (backstop_idempotency_*, under ClientSelector) failing for this long.
@@ -131,10 +137,12 @@ func Default() Config {
 		TailFor:      "15m",
 
 		// The same figure as the queues' (RetryRatioWarning).
-		ClientRetryRatioWarning: 0.1,
-		ClientRetryRatioFor:     "5m",
-		CircuitStuckWindow:      "10m",
-		CircuitStuckFor:         "5m",
+		ClientRetryRatioWarning:   0.1,
+		ClientRetryRatioFor:       "5m",
+		CircuitStuckWindow:        "10m",
+		RetryLatencyMarginSeconds: 30,
+		RetryLatencyFor:           "10m",
+		CircuitStuckFor:           "5m",
 
 		IdempotencyStoreErrorsFor: "2m",
 	}
@@ -191,6 +199,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("delayed_growth_jobs: must be >= 0 (got %v)", c.DelayedGrowthJobs)
 	case c.ClientRetryRatioWarning <= 0 || c.ClientRetryRatioWarning >= 1:
 		return fmt.Errorf("client_retry_ratio_warning: must be in (0, 1) (got %v)", c.ClientRetryRatioWarning)
+	case c.RetryLatencyMarginSeconds <= 0:
+		return fmt.Errorf("client_retry_latency_margin_seconds: must be > 0 (got %v)", c.RetryLatencyMarginSeconds)
 	case c.RetryRatioWarning <= 0 || c.RetryRatioWarning >= 1:
 		return fmt.Errorf("retry_ratio_warning: must be in (0, 1) (got %v)", c.RetryRatioWarning)
 	case c.MemoryRatioWarning <= 0 || c.MemoryRatioWarning > 1:

@@ -93,6 +93,13 @@ func Recording(c Config) File {
 		{Record: "policy_target:backstop_client_retry_ratio:ratio_rate5m",
 			Expr: fmt.Sprintf("sum by (policy, target) (rate(%s[5m]))\n/\nsum by (policy, target) (rate(%s[5m]))",
 				c.csel("backstop_client_attempts_total", `outcome="retry"`), c.csel("backstop_client_attempts_total", `outcome!="refused"`))},
+		// Retry latency: measured (failure to the next attempt's start) and
+		// decided, p99 per policy and target (a queue worker's target is its
+		// queue).
+		{Record: "policy_target:backstop_client_retry_latency_seconds:p99_rate5m",
+			Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (policy, target, le) (rate(%s[5m])))", c.csel("backstop_client_retry_latency_seconds_bucket"))},
+		{Record: "policy_target:backstop_client_retry_delay_seconds:p99_rate5m",
+			Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (policy, target, le) (rate(%s[5m])))", c.csel("backstop_client_retry_delay_seconds_bucket"))},
 		{Record: "policy_target_reason:backstop_client_calls_refused:rate5m",
 			Expr: fmt.Sprintf("sum by (policy, target, reason) (rate(%s[5m]))", c.csel("backstop_client_calls_refused_total"))},
 	}}}}
@@ -215,6 +222,11 @@ func Alerts(c Config) File {
 			c.ClientRetryRatioFor,
 			"Calls to {{ $labels.target }} under policy {{ $labels.policy }} are often retried.",
 			"{{ $value | humanizePercentage }} of the calls services make to {{ $labels.target }} under policy {{ $labels.policy }} are retries (threshold "+fmt.Sprint(c.ClientRetryRatioWarning)+"): the dependency fails many first tries, and the retries hide it."),
+		c.alert("BackstopClientRetryLatencyHigh", "warning",
+			fmt.Sprintf("policy_target:backstop_client_retry_latency_seconds:p99_rate5m\n>\npolicy_target:backstop_client_retry_delay_seconds:p99_rate5m + %v", c.RetryLatencyMarginSeconds),
+			c.RetryLatencyFor,
+			"Retries of {{ $labels.target }} (policy {{ $labels.policy }}) start late.",
+			"The p99 of the measured time from a failure to the next attempt's start is {{ $value | humanizeDuration }} for {{ $labels.target }} under policy {{ $labels.policy }}, more than "+fmt.Sprint(c.RetryLatencyMarginSeconds)+" s above the p99 delay the policy decided: a stalled promoter (Redis) or delay mover (RabbitMQ), or workers too busy to take due retries."),
 		c.alert("BackstopClientCircuitStuckOpen", "critical",
 			fmt.Sprintf("max by (policy, target) (max_over_time(%s[%s])) == 0",
 				c.csel("backstop_client_circuit_state", `state="closed"`), c.CircuitStuckWindow),

@@ -336,10 +336,13 @@ end
 -- JSON object of the fields below and nothing else, each once, strings
 -- (copied byte for byte) or, for attempt, first_enqueued_ms and
 -- prev_delay_ms, whole numbers of at most 15 digits (exact as Lua numbers,
--- so copied digit for digit). The job type (type) is written last, and only
--- when the member has one.
+-- so copied digit for digit). due_ms (the member's due time, promote.lua's
+-- only: a worker measures the retry latency from it and prev_delay_ms) is
+-- written after prev_delay_ms when due is a whole number of ms in
+-- 0..10^15-1; the job type (type) is written last, and only when the member
+-- has one.
 -- promote.lua and run.lua move members with it.
-local function job_fields(m)
+local function job_fields(m, due)
   local STRING, NUMBER = 1, 2
   local MEMBER = {id = STRING, attempt = NUMBER, first_enqueued_ms = NUMBER, payload = STRING,
     last_error = STRING, last_reason = STRING, source = STRING, prev_delay_ms = NUMBER, type = STRING}
@@ -366,6 +369,10 @@ local function job_fields(m)
   local f = {'id', job.id, 'attempt', job.attempt or '', 'first_enqueued_ms', job.first_enqueued_ms or '',
     'payload', job.payload or '', 'last_error', job.last_error or '', 'last_reason', job.last_reason or '',
     'prev_delay_ms', job.prev_delay_ms or '0'}
+  if due and due >= 0 and due < 1e15 and due == math.floor(due) then
+    f[#f + 1] = 'due_ms'
+    f[#f + 1] = string.format('%d', due)
+  end
   if job.type then
     f[#f + 1] = 'type'
     f[#f + 1] = job.type
@@ -376,10 +383,11 @@ end
 -- the job it holds (job_fields) or raw as malformed_delayed_member, XADD
 -- first; stops at the first XADD that fails. Returns how many moved, and
 -- the error reply when not even the first could (then nothing was written).
-local function move_members(delayed, jobs, members, refuse)
+-- dues (optional) holds each member's score, by index: the due_ms field.
+local function move_members(delayed, jobs, members, refuse, dues)
   local moved = 0
-  for _, m in ipairs(members) do
-    local id, failed = xadd(jobs, job_fields(m) or {'malformed_delayed_member', m})
+  for i, m in ipairs(members) do
+    local id, failed = xadd(jobs, job_fields(m, dues and dues[i]) or {'malformed_delayed_member', m})
     if not id then
       if moved == 0 then return 0, xadd_refused(refuse, jobs, failed) end
       break

@@ -23,12 +23,19 @@ end
 local err = wrong_type(KEYS[1], 'zset') or wrong_type(KEYS[2], 'stream')
 if err then return refuse(err) end
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, limit)
+-- With the scores: each moved job carries its due time (due_ms), from which
+-- the worker measures the latency of its retry (failure to start).
+local scored = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local due, dues = {}, {}
+for i = 1, #scored, 2 do
+  due[#due + 1] = scored[i]
+  dues[#dues + 1] = tonumber(scored[i + 1])
+end
 local c = counters()
 if #due > 0 then add(c, 'promoted', #due) end
 err = bad_counters(KEYS[3], c)
 if err then return refuse(err) end
-local moved, refused = move_members(KEYS[1], KEYS[2], due, refuse)
+local moved, refused = move_members(KEYS[1], KEYS[2], due, refuse, dues)
 if refused then return refused end
 if moved > 0 then c.n.promoted = moved end
 count(KEYS[3], c)

@@ -42,6 +42,7 @@ type families struct {
 	retries     *prometheus.CounterVec
 	refused     *prometheus.CounterVec
 	delay       *prometheus.HistogramVec
+	latency     *prometheus.HistogramVec
 	state       *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	budget      *prometheus.GaugeVec
@@ -68,6 +69,11 @@ func newFamilies() *families {
 		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "backstop_client_retry_delay_seconds",
 			Help:    "Delay scheduled before each retry.",
+			Buckets: delayBuckets,
+		}, pt),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "backstop_client_retry_latency_seconds",
+			Help:    "Measured time from a failed attempt to the start of the next one (the decided delay is backstop_client_retry_delay_seconds).",
 			Buckets: delayBuckets,
 		}, pt),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -97,6 +103,7 @@ func (out *families) register(reg prometheus.Registerer, who string) (*families,
 		{"backstop_client_retries_total", &out.retries},
 		{"backstop_client_calls_refused_total", &out.refused},
 		{"backstop_client_retry_delay_seconds", &out.delay},
+		{"backstop_client_retry_latency_seconds", &out.latency},
 		{"backstop_client_circuit_state", &out.state},
 		{"backstop_client_circuit_transitions_total", &out.transitions},
 		{"backstop_client_budget_tokens", &out.budget},
@@ -182,6 +189,7 @@ func Bind(reg prometheus.Registerer, policyName, target, who string) (*Recorder,
 type Recorder struct {
 	attempts map[string]prometheus.Counter
 	delay    prometheus.Observer
+	latency  prometheus.Observer
 	fam      *families
 	policy   string
 	target   string
@@ -195,7 +203,7 @@ func (f *families) bind(pol, target string) *Recorder {
 		return r
 	}
 	r := &Recorder{attempts: map[string]prometheus.Counter{}, fam: f, policy: pol, target: target,
-		delay: f.delay.WithLabelValues(pol, target)}
+		delay: f.delay.WithLabelValues(pol, target), latency: f.latency.WithLabelValues(pol, target)}
 	r.last.Store(-1)
 	for _, o := range []string{OutcomeSuccess, OutcomeRetry, OutcomeDeadLetter, OutcomeRefused} {
 		r.attempts[o] = f.attempts.WithLabelValues(pol, target, o)
@@ -218,6 +226,15 @@ func (r *Recorder) Retry(reason string, delay time.Duration) {
 	if r != nil {
 		r.fam.retries.WithLabelValues(r.policy, r.target, reason).Inc()
 		r.delay.Observe(delay.Seconds())
+	}
+}
+
+// Latency records the measured time from a failed attempt to the start of
+// the next one: the decided delay (Retry) plus however late the retry
+// started (a stalled promoter or mover, a busy worker, a slow sleep).
+func (r *Recorder) Latency(d time.Duration) {
+	if r != nil {
+		r.latency.Observe(max(0, d).Seconds())
 	}
 }
 

@@ -157,6 +157,7 @@ func Decode(d amqp.Delivery) queue.Job {
 	j.Attempt, j.FirstEnqueuedMs = attempt, first
 	j.LastReason, j.LastError = headerString(h, HeaderLastReason), headerString(h, HeaderLastError)
 	j.PrevDelayMs, _, _ = headerDigits(h[HeaderPrevDelayMs])
+	j.DueMs = dueMs(h)
 	leadingZero := len(as) > 1 && as[0] == '0'
 	j.Malformed = j.ID == "" || !aok || attempt < 1 || attempt > maxAttempt || leadingZero || !fok
 	return j

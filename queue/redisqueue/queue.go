@@ -325,6 +325,7 @@ func jobFromMessage(m redis.XMessage) queue.Job {
 	j.Attempt, _ = strconv.ParseInt(a, 10, 64)
 	j.FirstEnqueuedMs, _ = strconv.ParseInt(f, 10, 64)
 	j.PrevDelayMs, _ = strconv.ParseInt(str("prev_delay_ms"), 10, 64)
+	j.DueMs, _ = strconv.ParseInt(str("due_ms"), 10, 64)
 	// The same rule as retry.lua: digits, attempt in 1..1e14.
 	j.Malformed = j.ID == "" || !digits(a) || a[0] == '0' || len(a) > 14 || !digits(f)
 	return j

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -638,8 +640,22 @@ func TestPromoteNeverRewritesAMemberLossily(t *testing.T) {
 		}
 	}
 	for i, e := range exact {
-		if got := fieldsOf(rows[len(raw)+i]); !maps.Equal(got, e.want) || len(rows[len(raw)+i]) != 15 {
+		// The job carries its due time (the member's score): due_ms.
+		e.want["due_ms"] = strconv.Itoa(len(raw) + i)
+		if got := fieldsOf(rows[len(raw)+i]); !maps.Equal(got, e.want) || len(rows[len(raw)+i]) != 17 {
 			t.Errorf("member %s reached the stream as %q, want %q", e.member, got, e.want)
+		}
+	}
+	// A score that is not a whole number of ms in 0..10^15-1 gives no due_ms
+	// (the job moves all the same).
+	for _, score := range []float64{math.Inf(-1), -1, 1.5} {
+		rdb.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: score, Member: exact[0].member})
+		if n, _, err := q.Promote(ctx, 100); err != nil || n != 1 {
+			t.Fatalf("promote score %v: %d %v", score, n, err)
+		}
+		rows := xrange(t, ctx, rdb, q.Keys().Jobs)
+		if got := fieldsOf(rows[len(rows)-1]); got["due_ms"] != "" || got["id"] != "j" {
+			t.Errorf("score %v: the job reached the stream as %q, want it without due_ms", score, got)
 		}
 	}
 }

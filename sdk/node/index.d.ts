@@ -232,7 +232,7 @@ export interface RetryOptions {
 	readonly classify?: (errorOrResponse: unknown) => FailureFields | undefined;
 
 	/**
-	Counts attempts, retries, refused calls, retry delays, breaker state and budget tokens (the backstop_client_* families every language exports), from `createMetrics()`.
+	Counts attempts, retries, refused calls, retry delays (decided) and latencies (measured, failure to the next start), breaker state and budget tokens (the backstop_client_* families every language exports), from `createMetrics()`.
 
 	@default undefined (no metrics)
 	@example createMetrics(promClient, {policy: 'payments', target: 'charge-api'})

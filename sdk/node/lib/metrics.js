@@ -15,6 +15,8 @@ const FAMILIES = [
   ['refused', 'Counter', 'backstop_client_calls_refused_total',
     'Calls refused before they were made, by reason: circuit_open, budget_exhausted.', ['reason']],
   ['delay', 'Histogram', 'backstop_client_retry_delay_seconds', 'Delay scheduled before each retry.', []],
+  ['latency', 'Histogram', 'backstop_client_retry_latency_seconds',
+    'Measured time from a failed attempt to the start of the next one (the decided delay is backstop_client_retry_delay_seconds).', []],
   ['state', 'Gauge', 'backstop_client_circuit_state',
     'Circuit breaker state last seen by this process: 1 for the current state, 0 for the others.', ['state']],
   ['transitions', 'Counter', 'backstop_client_circuit_transitions_total',
@@ -66,6 +68,10 @@ export function createMetrics(promClient, options = {}) {
     retry(reason, delayMs) {
       fam.retries.inc({ ...labels, reason });
       fam.delay.observe(labels, delayMs / 1000);
+    },
+    /** The measured time from a failed attempt to the start of the next one, in ms (negative counts as 0). */
+    latency(ms) {
+      fam.latency.observe(labels, Math.max(0, ms) / 1000);
     },
     refused(reason) {
       fam.attempts.inc({ ...labels, outcome: 'refused' });

@@ -439,6 +439,8 @@ function jobOf(entryId, raw) {
     // The job type ('' untyped); one written by someone else may not be valid.
     type: fields.type ?? '',
     prevDelayMs: Math.max(0, whole(fields.prev_delay_ms) ?? 0),
+    // Its due time, when promote moved it (0: unknown): the retry latency.
+    dueMs: whole(fields.due_ms) ?? 0,
     malformed: id === '' || attempt === null || first === null,
     fields,
   };

@@ -47,6 +47,7 @@ export async function retry(fn, options = {}) {
   // The policy's attempt_timeout (and what max_elapsed leaves) bounds each attempt.
   const timed = typeof policy.attemptTimeout === 'function';
   let prevDelayMs = 0;
+  let failedAt = -1; // Date.now() of the last failure, when a retry follows it
   try {
     for (let attempt = 1; ; attempt++) {
       signal?.throwIfAborted();
@@ -62,6 +63,9 @@ export async function retry(fn, options = {}) {
           throw err;
         }
       }
+      // The measured latency of this retry: its delay plus however late
+      // the sleep returned (the decided delay is in metrics.retry).
+      if (failedAt >= 0) metrics?.latency(Date.now() - failedAt);
       setAttempt?.(attempt);
       let error;
       let response;
@@ -90,6 +94,7 @@ export async function retry(fn, options = {}) {
         deadline?.clear();
       }
       const failure = failureOf(response ?? error, classify);
+      failedAt = Date.now();
       // Set fields one by one: an object spread here costs more than the decision.
       failure.attempt = attempt;
       failure.elapsedMs = performance.now() - start;

@@ -106,6 +106,7 @@ export class Runner {
     const metrics = own ? own.metrics : this.#o.metrics;
     let plan = this.#before(policy, metrics);
     if (plan === null) {
+      if (metrics !== undefined) measure(metrics, job, this.#o.enqueueClock?.() ?? Date.now());
       const error = await runHandler(this.#handler, job, stop, this.#o.handlerTimeoutMs, (err) => this.report(this.#o.error(`job ${job.id}`, err), job));
       try {
         plan = planOutcome(job, error, policy, { classify: this.#o.classify, malformed: this.#o.malformed, enqueueNowMs: this.#o.enqueueClock?.() });
@@ -137,6 +138,17 @@ export class Runner {
     if (o.action === 'run') return null;
     return { ...o, decision: null, msg: o.action === 'dead_letter' ? 'circuit breaker open: the job was not run' : '' };
   }
+}
+
+// Records the latency of retried job as it starts (as Go's Runner): now on
+// the broker's clock minus the failure's time, its due time minus the delay
+// decided then. A job deferred since its failure (the breaker, the budget)
+// is not measured: its due time is the deferral's.
+function measure(metrics, job, nowMs) {
+  const { attempt, dueMs, prevDelayMs, lastReason } = job;
+  if (!(attempt >= 2) || !(dueMs > 0) || !(prevDelayMs >= 0) || prevDelayMs > dueMs ||
+      lastReason === 'circuit_open' || lastReason === 'budget_exhausted') return;
+  metrics.latency(nowMs - (dueMs - prevDelayMs));
 }
 
 // Counts a plan in the process metrics (createMetrics: the families retry()

@@ -85,3 +85,45 @@ test('metrics for another target are refused at once', async () => {
   await assert.rejects(createQueue(raw.client, 'orders').work(policy, () => {}, { metrics }),
     /`metrics` to have target "orders", the queue's name \(got "charge-api"\)/);
 });
+
+// A retry whose promoter stalled shows in the measured retry latency
+// (backstop_client_retry_latency_seconds: failure to the next attempt's
+// start), not in the decided delay (as Go's
+// TestRetryLatencyShowsStalledPromoter): the failed job's member is moved
+// 5 s back in the delayed set (it failed 5 s ago, no promoter ran since),
+// then promoted; the entry carries its due time (due_ms).
+test('a stalled promoter shows in the measured retry latency', async () => {
+  await raw('FLUSHALL');
+  const policy = await loadPolicy({ max_attempts: 3, backoff: { strategy: 'constant', base: '10ms' }, jitter: { mode: 'none' } });
+  const q = createQueue(raw.client, 'latency');
+  await q.enqueue('job-1', '');
+  const registry = new promClient.Registry();
+  const metrics = createMetrics(promClient, { policy: 'payments', target: 'latency', registry });
+  const client = new Redis({ host: server.host, port: server.port });
+  const ac = new AbortController();
+  const started = [];
+  const done = createQueue(client, 'latency').work(policy, (job) => {
+    started.push(job);
+    if (job.attempt === 1) throw Object.assign(new Error('HTTP 503'), { status: 503 });
+  }, { signal: ac.signal, reclaimEveryMs: 0, promoteEveryMs: 0, batch: 1, blockMs: 20, onError: () => {}, metrics });
+  const hist = async (name) => {
+    const values = (await registry.getSingleMetric(name).get()).values;
+    return { count: values.find((v) => v.metricName === `${name}_count`)?.value ?? 0, sum: values.find((v) => v.metricName === `${name}_sum`)?.value ?? 0 };
+  };
+  try {
+    await until('the failed job in the delayed set', async () => (await raw('ZCARD', '{latency}:delayed')) === 1);
+    const [member] = await raw('ZRANGE', '{latency}:delayed', 0, 0);
+    await raw('ZINCRBY', '{latency}:delayed', -5000, member);
+    const { moved } = await q.promote(10);
+    assert.equal(moved, 1);
+    await until('the retry latency recorded', async () => (await hist('backstop_client_retry_latency_seconds')).count === 1);
+    assert.equal(started[1].attempt, 2);
+    assert.deepEqual(await hist('backstop_client_retry_delay_seconds'), { count: 1, sum: 0.01 });
+    const { sum } = await hist('backstop_client_retry_latency_seconds');
+    assert.ok(sum >= 5, `measured latency ${sum} s; want at least the 5 s stall`);
+  } finally {
+    ac.abort();
+    await done;
+    await client.quit();
+  }
+});

@@ -471,3 +471,32 @@ test('arguments are validated with messages that name them', LIMIT, async () => 
   await assert.rejects(q.work(policies.fast, () => {}, { policies: { 'bad type': policies.fast } }), /`policies key` to be a job type/);
   await assert.rejects(connect(''), /`url`/);
 });
+
+// What a stalled mover delivers shows in the measured retry latency (as Go's
+// TestRetryLatencyShowsStalledMover): attempt 2 of a job that failed 5 s ago
+// with a 10 ms delay; a job deferred since its failure (last reason
+// circuit_open) is not measured.
+test('a stalled mover shows in the measured retry latency, a deferred job does not', LIMIT, async () => {
+  const q = broker.queue('latency');
+  await q.declare();
+  const due = Date.now() - 5000;
+  for (const [id, reason] of [['deferred', 'circuit_open'], ['stalled', 'transient']]) {
+    await publishRaw('latency', '', {
+      messageId: id,
+      headers: {
+        'backstop-attempt': '2', 'backstop-first-enqueued-ms': String(due - 10), 'backstop-due-ms': String(due),
+        'backstop-prev-delay-ms': '10', 'backstop-last-reason': reason, 'backstop-destination': 'latency',
+      },
+    });
+  }
+  const registry = new promClient.Registry();
+  const metrics = createMetrics(promClient, { policy: 'payments', target: 'latency', registry });
+  const w = work(q, policies.fast, () => {}, { metrics });
+  await until('both jobs', () => w.outcomes.length === 2);
+  await w.stop();
+  const values = (await registry.getSingleMetric('backstop_client_retry_latency_seconds').get()).values;
+  const count = values.find((v) => v.metricName.endsWith('_count'))?.value;
+  const sum = values.find((v) => v.metricName.endsWith('_sum'))?.value;
+  assert.equal(count, 1);
+  assert.ok(sum >= 5, `measured latency ${sum} s; want at least the 5 s stall`);
+});

@@ -196,7 +196,10 @@ def test_dead_letter_fields_and_counters(r, q):
     assert f == {"reason": "max_attempts_reached", "error": "HTTPError: HTTP 503", "attempt": "2", "id": "job-1",
                  "source_id": job2.entry_id, "first_enqueued_ms": str(job.first_enqueued_ms), "payload": "p",
                  # the entry's other fields, kept under a prefix
-                 "entry.last_error": "first", "entry.last_reason": "uncertain", "entry.prev_delay_ms": "0"}
+                 "entry.last_error": "first", "entry.last_reason": "uncertain", "entry.prev_delay_ms": "0",
+                 # its due time, as promote wrote it
+                 "entry.due_ms": str(job2.due_ms)}
+    assert job2.due_ms > 0
     assert eid != job2.entry_id
     s = q.stats()
     assert (s.jobs, s.pending, s.delayed, s.dlq) == (0, 0, 0, 1)

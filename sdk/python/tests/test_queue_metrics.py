@@ -72,3 +72,42 @@ def test_metrics_for_another_target_are_refused(r):
     with backstop.load_policy("default") as p:
         with pytest.raises(ValueError, match="metrics must have target 'orders', the queue's name"):
             Queue(r, "orders").work(p, lambda job: None, metrics=metrics)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_stalled_promoter_shows_in_the_retry_latency(redis_server, r, use_async):
+    """A retry whose promoter stalled shows in the measured retry latency
+    (backstop_client_retry_latency_seconds: failure to the next attempt's
+    start), not in the decided delay (as Go's
+    TestRetryLatencyShowsStalledPromoter): the failed job's member, due in
+    60 s, is moved 65 s back in the delayed set (it failed 65 s ago and was
+    due 5 s ago, no promoter ran since); the worker's promote loop then
+    moves it with its due time (due_ms)."""
+    q = Queue(r, "latency")
+    q.enqueue("job-1", b"")
+    registry = prometheus_client.CollectorRegistry()
+    metrics = create_metrics("payments", "latency", registry)
+
+    def value(name):
+        return registry.get_sample_value(name, {"policy": "payments", "target": "latency"})
+
+    policy = {"max_attempts": 3, "backoff": {"strategy": "constant", "base": "60s"}, "jitter": {"mode": "none"}}
+    with backstop.load_policy(policy) as p:
+        attempts = []
+
+        def handler(job):
+            attempts.append(job.attempt)
+            if job.attempt == 1:
+                raise ConnectionResetError("reset")
+
+        w = Worker(redis_server.port, "latency", p, handler, use_async, batch=1, block_ms=20, metrics=metrics)
+        try:
+            until("the failed job in the delayed set", lambda: r.zcard("{latency}:delayed") == 1)
+            member = r.zrange("{latency}:delayed", 0, 0)[0]
+            r.zincrby("{latency}:delayed", -65000, member)
+            until("the retry latency recorded", lambda: value("backstop_client_retry_latency_seconds_count") == 1)
+            assert attempts == [1, 2]
+            assert value("backstop_client_retry_delay_seconds_sum") == 60
+            assert value("backstop_client_retry_latency_seconds_sum") >= 65
+        finally:
+            w.stop()

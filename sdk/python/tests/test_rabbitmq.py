@@ -497,3 +497,31 @@ def test_policies_per_job_type(rabbit):
     assert sample(reg, "backstop_max_attempts_reached_total", queue=q.name, job_type="charge_card") == 1
     with pytest.raises(TypeError, match="policies"):
         run(rabbit, lambda b: b.queue(qname()).work(None, print, policies=["charge_card"]))
+
+
+def test_a_stalled_mover_shows_in_the_retry_latency(rabbit):
+    """What a stalled mover delivers shows in the measured retry latency
+    (as Go's TestRetryLatencyShowsStalledMover): attempt 2 of a job that
+    failed 5 s ago with a 10 ms delay; a job deferred since its failure
+    (last reason circuit_open) is not measured."""
+    reg = prometheus_client.CollectorRegistry()
+    ran = []
+
+    async def body(b):
+        q = b.queue(qname())
+        await q.declare()
+        due = int(time.time() * 1000) - 5000
+        for job_id, reason in (("deferred", "circuit_open"), ("stalled", "transient")):
+            raw(rabbit, q.name, b"", message_id=job_id, headers={
+                "backstop-attempt": "2", "backstop-first-enqueued-ms": str(due - 10), "backstop-due-ms": str(due),
+                "backstop-prev-delay-ms": "10", "backstop-last-reason": reason, "backstop-destination": q.name})
+        with backstop.load_policy(FAST) as policy:
+            w = asyncio.ensure_future(q.work(policy, lambda job: ran.append(job.id), registry=reg))
+            await until_async("both jobs", lambda: len(ran) == 2)
+            await stop(w)
+        return q.name
+
+    name = run(rabbit, body)
+    labels = dict(policy="default", target=name)
+    assert sample(reg, "backstop_client_retry_latency_seconds_count", **labels) == 1
+    assert sample(reg, "backstop_client_retry_latency_seconds_sum", **labels) >= 5

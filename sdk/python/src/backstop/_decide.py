@@ -93,6 +93,18 @@ def count(metrics: Any, policy: Policy, job: JobLike, p: Plan) -> None:
         metrics.budget(policy.budget_tokens())
 
 
+def measure(metrics: Any, job: JobLike, now_ms: int) -> None:
+    """Records the latency of a retried job as it starts (as Go's Runner):
+    now_ms (the broker's clock) minus the failure's time, its due time minus
+    the delay decided then. A job deferred since its failure (the breaker,
+    the budget) is not measured: its due time is the deferral's."""
+    due, prev = getattr(job, "due_ms", 0) or 0, job.prev_delay_ms
+    if (metrics is None or job.malformed or job.attempt < 2 or due <= 0 or prev < 0 or prev > due
+            or job.last_reason in ("circuit_open", "budget_exhausted")):
+        return
+    metrics.latency(now_ms - (due - prev))
+
+
 class Runner:
     """The steps around a decision that a worker takes for each job,
     whatever the broker (as Go's ``queue.Runner`` serves both brokers):
@@ -126,6 +138,7 @@ class Runner:
 
     gate = staticmethod(gate)
     count = staticmethod(count)
+    measure = staticmethod(measure)
 
     def failure(self, job: JobLike, e: Exception) -> Exception:
         """The handler's exception, as the job's outcome; a missed deadline

@@ -174,12 +174,17 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
     # An attempt the policy bounds (attempt_timeout, what is left of
     # max_elapsed) runs within its timeout (_deadline): a coroutine as a
     # task, cancelled at the deadline; a function in a thread, abandoned.
-    def begin(attempt: int, sent: Optional[AttemptHeaders], start: float) -> Tuple[contextvars.Token[int], float]:
+    def begin(attempt: int, sent: Optional[AttemptHeaders], start: float,
+              failed: Optional[float]) -> Tuple[contextvars.Token[int], float]:
         """Admits attempt (the breaker) and sets its number; returns the
         token that puts the outer number back and the attempt's timeout in
-        seconds (0: none)."""
+        seconds (0: none). failed is when the attempt before failed (None:
+        the first): the measured latency of this retry, its delay plus
+        however late the sleep returned."""
         if guarded:
             admit(attempt)
+        if failed is not None and metrics is not None:
+            metrics.latency(round((_monotonic() - failed) * 1000))
         timeout = policy.attempt_timeout(int((_monotonic() - start) * 1000)) / 1000
         if sent is not None:
             sent.set(attempt)
@@ -208,10 +213,11 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             start, prev, attempt = _monotonic(), 0, 1
+            failed: Optional[float] = None
             sent = AttemptHeaders(headers) if headers is not None else None
             try:
                 while True:
-                    token, timeout = begin(attempt, sent, start)
+                    token, timeout = begin(attempt, sent, start, failed)
                     exc: Optional[BaseException] = None
                     try:
                         if timeout:
@@ -222,6 +228,7 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
                         exc = e
                     finally:
                         _attempt.reset(token)
+                    failed = _monotonic()
                     d = settle(exc, attempt, start, prev)
                     if d is None:
                         return result
@@ -240,10 +247,11 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         start, prev, attempt = _monotonic(), 0, 1
+        failed: Optional[float] = None
         sent = AttemptHeaders(headers) if headers is not None else None
         try:
             while True:
-                token, timeout = begin(attempt, sent, start)
+                token, timeout = begin(attempt, sent, start, failed)
                 exc: Optional[BaseException] = None
                 try:
                     if timeout:
@@ -254,6 +262,7 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
                     exc = e
                 finally:
                     _attempt.reset(token)
+                failed = _monotonic()
                 d = settle(exc, attempt, start, prev)
                 if d is None:
                     return result

@@ -31,6 +31,9 @@ _FAMILIES = (
     ("refused", "Counter", "backstop_client_calls_refused",
      "Calls refused before they were made, by reason: circuit_open, budget_exhausted.", ("reason",)),
     ("delay", "Histogram", "backstop_client_retry_delay_seconds", "Delay scheduled before each retry.", ()),
+    ("latency", "Histogram", "backstop_client_retry_latency_seconds",
+     "Measured time from a failed attempt to the start of the next one "
+     "(the decided delay is backstop_client_retry_delay_seconds).", ()),
     ("state", "Gauge", "backstop_client_circuit_state",
      "Circuit breaker state last seen by this process: 1 for the current state, 0 for the others.", ("state",)),
     ("transitions", "Counter", "backstop_client_circuit_transitions",
@@ -62,6 +65,11 @@ class Metrics:
     def retry(self, reason: str, delay_ms: int) -> None:
         self._fam["retries"].labels(self.policy, self.target, reason).inc()
         self._fam["delay"].labels(self.policy, self.target).observe(delay_ms / 1000)
+
+    def latency(self, ms: float) -> None:
+        """The measured time from a failed attempt to the start of the next
+        one, in ms (negative counts as 0)."""
+        self._fam["latency"].labels(self.policy, self.target).observe(max(0, ms) / 1000)
 
     def refused(self, reason: str) -> None:
         self._fam["attempts"].labels(self.policy, self.target, "refused").inc()

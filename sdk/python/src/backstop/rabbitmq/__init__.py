@@ -356,6 +356,7 @@ class Queue:
                     return
                 plan = step.plan
                 if plan is None:
+                    runner.measure(client, job, _core.now_ms())
                     exc: Optional[Exception] = None
                     try:
                         r = handler(job)

@@ -303,6 +303,7 @@ class Queue:
         pub: Optional[_core.Publish] = _core.before_run(name, job, step, _core.now_ms())
         if pub is None:
             if plan is None:
+                runner.measure(client, job, _core.now_ms())
                 exc: Optional[Exception] = None
                 try:
                     _run(conn, lambda: handler(job), timeout)

@@ -112,6 +112,9 @@ class Job:
     fields: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     # The job type ("" untyped); one written by someone else may not be valid.
     job_type: str = ""
+    # Its due time when promote moved it (unix ms, the server's clock; 0:
+    # unknown): the worker measures the retry latency from it.
+    due_ms: int = 0
 
     @property
     def first_enqueued(self) -> datetime:
@@ -144,7 +147,7 @@ class Job:
         return cls(eid, jid, attempt or 0, first or 0, _bytes(f.get("payload", b"")),
                    _text(f.get("last_error", "")), _text(f.get("last_reason", "")), malformed,
                    max(0, _whole(f.get("prev_delay_ms")) or 0), {k: _text(v) for k, v in f.items()},
-                   job_type=_text(f.get("type", "")))
+                   job_type=_text(f.get("type", "")), due_ms=_whole(f.get("due_ms")) or 0)
 
 
 # A plain entry has none of these (the spec's plain producers); the last is
@@ -587,6 +590,7 @@ class _Base:
             plan = runner.gate(job, jpolicy)
             if plan is None:
                 if not job.malformed:
+                    runner.measure(jmetrics, job, server.now_ms())
                     try:
                         yield Handle(job, _batch_ids(job, waiting), consumer, timeout, beat)
                     except Exception as e:

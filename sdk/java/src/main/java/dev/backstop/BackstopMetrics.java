@@ -32,6 +32,7 @@ public final class BackstopMetrics {
   private final Counter retries;
   private final Counter refused;
   private final Histogram delay;
+  private final Histogram latency;
   private final Gauge state;
   private final Counter transitions;
   private final Gauge budget;
@@ -47,6 +48,10 @@ public final class BackstopMetrics {
         .help("Calls refused before they were made, by reason: circuit_open, budget_exhausted.")
         .labelNames("policy", "target", "reason").register(registry);
     delay = Histogram.builder().name("backstop_client_retry_delay_seconds").help("Delay scheduled before each retry.")
+        .classicOnly().classicUpperBounds(DELAY_BUCKETS).labelNames("policy", "target").register(registry);
+    latency = Histogram.builder().name("backstop_client_retry_latency_seconds")
+        .help("Measured time from a failed attempt to the start of the next one (the decided delay is"
+            + " backstop_client_retry_delay_seconds).")
         .classicOnly().classicUpperBounds(DELAY_BUCKETS).labelNames("policy", "target").register(registry);
     state = Gauge.builder().name("backstop_client_circuit_state")
         .help("Circuit breaker state last seen by this process: 1 for the current state, 0 for the others.")
@@ -118,6 +123,11 @@ public final class BackstopMetrics {
     public void retry(Decision.Reason reason, long delayMs) {
       retries.labelValues(policy, target, reason.toString()).inc();
       delay.labelValues(policy, target).observe(delayMs / 1000.0);
+    }
+
+    @Override
+    public void latency(long ms) {
+      latency.labelValues(policy, target).observe(Math.max(0, ms) / 1000.0);
     }
 
     @Override

@@ -129,6 +129,7 @@ public final class Retry {
     long start = ticker.nanos();
     boolean guarded = policy.isStateful();
     long prevDelayMs = 0;
+    long failedAt = -1; // ticker.nanos() of the last failure, when a retry follows it
     for (int attempt = 1; ; attempt++) {
       if (guarded) {
         Permit permit = policy.acquire(ticker.nowMs());
@@ -140,6 +141,9 @@ public final class Retry {
           throw new RetryException(Decision.Reason.CIRCUIT_OPEN, attempt - 1, cause, null, null, permit.retryInMs());
         }
       }
+      // The measured latency of this retry: its delay plus however late the
+      // sleep returned (the decided delay is in metrics.retry).
+      if (failedAt >= 0 && metrics != null) metrics.latency((ticker.nanos() - failedAt) / 1_000_000);
       Throwable error = null;
       HttpResponse<?> response = null;
       long timeoutMs = policy.boundsAttempts() ? policy.attemptTimeout(elapsedMs(start)) : 0;
@@ -162,6 +166,7 @@ public final class Retry {
       } catch (Exception e) {
         error = e;
       }
+      failedAt = ticker.nanos();
       Failure.Builder fields = response != null ? responseFields(response) : failureOf(error);
       fields.attempt(attempt).elapsedMs(elapsedMs(start)).prevDelayMs(prevDelayMs).nowMs(ticker.nowMs());
       Failure failure = fields.build();

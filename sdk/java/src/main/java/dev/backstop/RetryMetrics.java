@@ -12,6 +12,13 @@ public interface RetryMetrics {
   /** A retry scheduled, with the policy's reason and the delay. */
   void retry(Decision.Reason reason, long delayMs);
 
+  /**
+   * The measured time from a failed attempt to the start of the next one
+   * (the delay plus however late the sleep returned). The default records
+   * nothing, for recorders written before it.
+   */
+  default void latency(long ms) {}
+
   /** A call refused before it was made (circuit_open). */
   void refused(String reason);
 
