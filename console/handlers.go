@@ -271,8 +271,14 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, q queue.Queue) {
 		s.fail(w, r, http.StatusBadRequest, errors.New("force run needs the delayed job's id"))
 		return
 	}
-	res, err := q.Run(ctx, queue.RunOptions{ID: id})
+	// Through the broker interface: whichever broker can run a delayed
+	// job does, each one recorded in the audit with the actor.
+	res, err := q.Run(ctx, queue.RunOptions{ID: id, Actor: actor(r)})
 	s.cfg.log.Info("console force run", "queue", q.Name(), "id", id, "actor", actor(r), "moved", res.Moved, "err", err)
+	if errors.Is(err, queue.ErrUnsupported) {
+		s.fail(w, r, http.StatusNotImplemented, err)
+		return
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, err)
 		return

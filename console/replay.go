@@ -85,7 +85,8 @@ func (s *Server) runReplay(q queue.Queue, j *replayJob) {
 	for moved < j.Limit {
 		want := min(batch, j.Limit-moved)
 		var n int
-		n, err = q.Replay(ctx, queue.ReplayOptions{Limit: want, Reason: j.Filter.Reason, JobType: j.Filter.Type, ID: j.Filter.ID})
+		n, err = q.Replay(ctx, queue.ReplayOptions{Limit: want, Reason: j.Filter.Reason, JobType: j.Filter.Type, ID: j.Filter.ID,
+			Actor: j.Actor}) // each one recorded in the audit
 		moved += n
 		s.mu.Lock()
 		j.Moved = moved

@@ -126,6 +126,13 @@ func literal(s string) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
+// optional reports whether annotation k names a string field of the
+// configuration: the rules add it only when that field is not empty.
+func optional(k string, fields map[string]field) bool {
+	f, ok := fields["\x00"+k+"\x00"]
+	return ok && f.kind == reflect.String
+}
+
 // writeRule writes a rule as a jsonnet object.
 func writeRule(b *bytes.Buffer, r rules.Rule, fields map[string]field) {
 	b.WriteString("      {\n")
@@ -154,7 +161,13 @@ func writeRule(b *bytes.Buffer, r rules.Rule, fields map[string]field) {
 		sort.Strings(keys)
 		fmt.Fprintf(b, "        %s: {\n", m.name)
 		for _, k := range keys {
-			fmt.Fprintf(b, "          %s: %s,\n", k, expr(m.m[k], fields))
+			key := k
+			// An annotation named after a string field of the config
+			// (console_url) is there only when that field is set.
+			if m.name == "annotations" && optional(k, fields) {
+				key = fmt.Sprintf("[if c.%s != '' then %s]", k, literal(k))
+			}
+			fmt.Fprintf(b, "          %s: %s,\n", key, expr(m.m[k], fields))
 		}
 		b.WriteString("        },\n")
 	}

@@ -6,6 +6,7 @@
     selector: "job=\"backstop\"",
     runbook_url: "https://github.com/backstop-dev/backstop/blob/main/docs/runbooks.md",
     grafana_url: "http://localhost:3000",
+    console_url: "",
     dlq_page_per_second: 0.05,
     dlq_rate_window: "2m",
     dlq_page_for: "5m",
@@ -124,9 +125,10 @@
           severity: "critical",
         },
         annotations: {
+          [if c.console_url != '' then "console_url"]: c.console_url + "/queues/{{ $labels.queue | urlquery }}/dlq",
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "Queue {{ $labels.queue }} has been dead-lettering {{ $value | humanize }} jobs/s for " + c.dlq_page_for + ": work is failing for good. Find the reasons with `backstop dlq inspect --queue {{ $labels.queue }}`.",
-          runbook_url: c.runbook_url + "#backstopdlqingestion",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopdlqingestion",
           summary: "Jobs are being dead-lettered on queue {{ $labels.queue }}.",
         },
       },
@@ -138,9 +140,10 @@
           severity: "warning",
         },
         annotations: {
+          [if c.console_url != '' then "console_url"]: c.console_url + "/queues/{{ $labels.queue | urlquery }}/dlq",
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "Queue {{ $labels.queue }} dead-lettered {{ $value | humanize }} jobs in the last 10 minutes. Their reasons and job types: `backstop dlq inspect --queue {{ $labels.queue }}`, and the dashboard's dead letters by reason and by job type; once fixed, `backstop dlq replay --queue {{ $labels.queue }}` (--reason, --type) moves them back.",
-          runbook_url: c.runbook_url + "#backstopdeadletter",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopdeadletter",
           summary: "New dead letters on queue {{ $labels.queue }}.",
         },
       },
@@ -152,9 +155,10 @@
           severity: "warning",
         },
         annotations: {
+          [if c.console_url != '' then "console_url"]: c.console_url + "/queues/{{ $labels.queue | urlquery }}/dlq",
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "The DLQ of queue {{ $labels.queue }} has held more than " + std.format('%g', c.dlq_depth_threshold) + " dead letters for " + c.dlq_depth_for + " ({{ $value | humanize }} now): jobs that will not run unless somebody replays them, and BackstopDeadLetter resolved 10 minutes after the last new one. See them with `backstop dlq inspect --queue {{ $labels.queue }}`; replay what can now succeed and delete the rest.",
-          runbook_url: c.runbook_url + "#backstopdlqdepth",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopdlqdepth",
           summary: "The DLQ of queue {{ $labels.queue }} is not being drained.",
         },
       },
@@ -168,7 +172,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "{{ $value | humanizePercentage }} of attempt outcomes on queue {{ $labels.queue }} are retries (threshold " + std.format('%g', c.retry_ratio_warning) + ").",
-          runbook_url: c.runbook_url + "#backstophighretryrate",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstophighretryrate",
           summary: "Retries are a large share of the work on queue {{ $labels.queue }}.",
         },
       },
@@ -182,7 +186,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "{{ $value | humanizePercentage }} of the attempt outcomes of {{ $labels.job_type }} jobs on queue {{ $labels.queue }} are retries (threshold " + std.format('%g', c.retry_ratio_warning) + "): their dependency fails many first tries. Other types on the queue may be healthy: compare them on the dashboard (job_type).",
-          runbook_url: c.runbook_url + "#backstopjobtypehighretryrate",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopjobtypehighretryrate",
           summary: "{{ $labels.job_type }} jobs on queue {{ $labels.queue }} are retried a lot.",
         },
       },
@@ -195,7 +199,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "{{ $value | humanize }} events of queue {{ $labels.queue }} in the last 10 minutes were of job types its registry is too full to name (types:limit, default 50): they are counted as job_type=\"other\", and a failing type among them is hidden there. Raise the limit with `backstop queue types --queue {{ $labels.queue }} --limit N`, or stop passing unbounded values (ids, messages) as job types.",
-          runbook_url: c.runbook_url + "#backstopjobtypesoverflow",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopjobtypesoverflow",
           summary: "Queue {{ $labels.queue }} has more job types than it counts by name.",
         },
       },
@@ -209,7 +213,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "The oldest due retry on queue {{ $labels.queue }} has been waiting {{ $value | humanizeDuration }} past its due time: the promote loop (the scheduler) is down or stuck.",
-          runbook_url: c.runbook_url + "#backstopdelayedqueuestalled",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopdelayedqueuestalled",
           summary: "Delayed jobs on queue {{ $labels.queue }} are not being promoted.",
         },
       },
@@ -223,7 +227,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "{{ $value | humanize }} jobs of queue {{ $labels.queue }} wait in the delayed set for a retry (more than " + std.format('%g', c.delayed_growth_jobs) + "), and the set has grown over " + c.delayed_growth_window + " for " + c.delayed_growth_for + ": jobs fail and are rescheduled faster than their retries come due, so a dependency has been failing for hours. They will reach the DLQ when their policy gives up.",
-          runbook_url: c.runbook_url + "#backstopdelayedqueuegrowing",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopdelayedqueuegrowing",
           summary: "Delayed retries pile up on queue {{ $labels.queue }}.",
         },
       },
@@ -237,7 +241,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "{{ $value | humanize }} pending entries of queue {{ $labels.queue }}, group {{ $labels.group }}, were delivered more than " + std.format('%d', c.crash_loop_deliveries) + " times without an outcome: workers crash on them. They reach the DLQ as crash_loop at the reclaim limit.",
-          runbook_url: c.runbook_url + "#backstopcrashloop",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopcrashloop",
           summary: "Pending jobs on queue {{ $labels.queue }} are being delivered again and again.",
         },
       },
@@ -250,7 +254,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "Reclaim skipped crash loops of queue {{ $labels.queue }} {{ $value | humanize }} times in the last 10 minutes: the DLQ refused them (a key of the wrong type, an entry too large for it, Redis out of memory). They stay pending, neither run nor dead-lettered, until the DLQ takes them.",
-          runbook_url: c.runbook_url + "#backstopcrashloopnotdeadlettered",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopcrashloopnotdeadlettered",
           summary: "Crash loops on queue {{ $labels.queue }} cannot be dead-lettered.",
         },
       },
@@ -264,7 +268,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "{{ $value | humanize }} jobs of queue {{ $labels.queue }} wait for group {{ $labels.group }}, and the backlog grows.",
-          runbook_url: c.runbook_url + "#backstopstreamlaggrowing",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopstreamlaggrowing",
           summary: "Consumers of queue {{ $labels.queue }} are falling behind.",
         },
       },
@@ -278,7 +282,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "A job of queue {{ $labels.queue }} enqueued {{ $value | humanizeDuration }} ago has not finished (bound " + std.format('%g', c.oldest_job_seconds) + " s): the queue is stuck or its consumers are gone, even if nothing fails.",
-          runbook_url: c.runbook_url + "#backstopoldestjobtooold",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopoldestjobtooold",
           summary: "The oldest job on queue {{ $labels.queue }} has waited too long.",
         },
       },
@@ -292,7 +296,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-queue/backstop-queue?var-queue={{ $labels.queue | urlquery }}",
           description: "{{ $value | humanizePercentage }} of the jobs queue {{ $labels.queue }} finished over " + c.tail_window + " needed more than " + std.format('%d', c.tail_attempts) + " attempts (threshold " + std.format('%g', c.tail_ratio) + "): the dependency fails most first tries, and the retries hide it.",
-          runbook_url: c.runbook_url + "#backstopattemptstailheavy",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopattemptstailheavy",
           summary: "Most jobs on queue {{ $labels.queue }} need many attempts.",
         },
       },
@@ -306,7 +310,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "{{ $value | humanizePercentage }} of the calls services make to {{ $labels.target }} under policy {{ $labels.policy }} are retries (threshold " + std.format('%g', c.client_retry_ratio_warning) + "): the dependency fails many first tries, and the retries hide it.",
-          runbook_url: c.runbook_url + "#backstopclienthighretryratio",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopclienthighretryratio",
           summary: "Calls to {{ $labels.target }} under policy {{ $labels.policy }} are often retried.",
         },
       },
@@ -334,7 +338,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "No process has seen the breaker of policy {{ $labels.policy }} for {{ $labels.target }} closed for " + c.circuit_stuck_window + ": its trial calls keep failing, and calls to {{ $labels.target }} are refused before they leave.",
-          runbook_url: c.runbook_url + "#backstopclientcircuitstuckopen",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopclientcircuitstuckopen",
           summary: "The circuit breaker for {{ $labels.target }} (policy {{ $labels.policy }}) stays open.",
         },
       },
@@ -347,7 +351,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "Processes refused {{ $value | humanize }} calls to {{ $labels.target }} under policy {{ $labels.policy }} in the last 10 minutes before making them ({{ $labels.reason }}): the breaker is open, so callers get an error at once and queues defer their jobs.",
-          runbook_url: c.runbook_url + "#backstopclientcallsrefused",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopclientcallsrefused",
           summary: "Calls to {{ $labels.target }} are refused ({{ $labels.reason }}).",
         },
       },
@@ -361,7 +365,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "{{ $value | humanize }} idempotency store calls ({{ $labels.operation }}) of {{ $labels.job }} on {{ $labels.instance }} failed in the last 5 minutes: its Redis is unreachable or refuses the script. Keyed requests are refused (fail closed, the default) or run without protection against duplicates (fail open).",
-          runbook_url: c.runbook_url + "#backstopidempotencystoreerrors",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopidempotencystoreerrors",
           summary: "The idempotency store of {{ $labels.job }} on {{ $labels.instance }} fails ({{ $labels.operation }}).",
         },
       },
@@ -375,7 +379,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "backstop-exporter {{ $labels.instance }} reports backstop_up 0: the Redis or RabbitMQ it watches is down, unreachable or refuses its credentials, so none of its queues is watched (its log says which and why: `scrape failed`).",
-          runbook_url: c.runbook_url + "#backstopsourcedown",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopsourcedown",
           summary: "backstop-exporter {{ $labels.instance }} cannot read its Redis or RabbitMQ.",
         },
       },
@@ -389,7 +393,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "Redis node {{ $labels.node }} refused {{ $value | humanize }} writes in the last 5 minutes with {{ $labels.reason }}: acks, retries and dead letters fail, so jobs that finished stay pending and run again. oom: used memory is at maxmemory under noeviction; misconf: RDB snapshots fail; readonly: clients write to a replica; noreplicas: fewer replicas than min-replicas-to-write.",
-          runbook_url: c.runbook_url + "#backstopredisrejectingwrites",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopredisrejectingwrites",
           summary: "Redis node {{ $labels.node }} refuses writes ({{ $labels.reason }}).",
         },
       },
@@ -402,7 +406,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "Redis node {{ $labels.node }} evicted {{ $value | humanize }} keys in the last 5 minutes to stay under maxmemory: an evicted queue key is jobs, delayed retries or dead letters lost. Queues need maxmemory-policy noeviction.",
-          runbook_url: c.runbook_url + "#backstopredisevictingkeys",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopredisevictingkeys",
           summary: "Redis node {{ $labels.node }} evicts keys.",
         },
       },
@@ -416,7 +420,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "Redis node {{ $labels.node }} uses {{ $value | humanizePercentage }} of its maxmemory: at the limit it refuses writes (noeviction) or evicts keys (any other policy).",
-          runbook_url: c.runbook_url + "#backstopredismemoryhigh",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopredismemoryhigh",
           summary: "Redis node {{ $labels.node }} is near its memory limit.",
         },
       },
@@ -430,7 +434,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "backstop-exporter {{ $labels.instance }} has hit its {{ $labels.limit }} bound on every scrape for " + c.limit_for + ", so some metrics are missing. max_keys: queues matching --queues.pattern are not read; timeout: scrapes run out of --scrape.timeout; stats_labels: a stats hash holds more reasons than are reported; job_types: a stats hash holds more job types than are reported by name (the rest are counted as other).",
-          runbook_url: c.runbook_url + "#backstopexporterlimitreached",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopexporterlimitreached",
           summary: "backstop-exporter {{ $labels.instance }} hits its {{ $labels.limit }} bound.",
         },
       },
@@ -444,7 +448,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "No backstop-exporter has been scraped for " + c.down_for + ": queues are not watched.",
-          runbook_url: c.runbook_url + "#backstopexporterabsent",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopexporterabsent",
           summary: "backstop-exporter is gone.",
         },
       },

@@ -90,10 +90,11 @@ func TestMixinIsTheGeneratedRulesAndDashboards(t *testing.T) {
 
 	c := rules.Default()
 	c.Selector, c.ClientSelector = `job="queues"`, `env="prod"`
-	c.GrafanaURL = "https://grafana.example.com"
+	c.GrafanaURL, c.ConsoleURL = "https://grafana.example.com", "https://console.example.com"
 	c.DLQPagePerSecond, c.DLQPageFor, c.TailAttempts, c.RetryRatioWarning = 0.2, "10m", 20, 0.05
 	c.Disabled = []string{"BackstopDeadLetter", "BackstopDLQDepth"}
 	alerts, recording, _ = evaluate(t, `{selector: 'job="queues"', client_selector: 'env="prod"', grafana_url: 'https://grafana.example.com',
+		console_url: 'https://console.example.com',
 		dlq_page_per_second: 0.2, dlq_page_for: '10m', tail_attempts: 20, retry_ratio_warning: 0.05,
 		disabled_alerts: ['BackstopDeadLetter', 'BackstopDLQDepth']}`)
 	if got, want := alerts, generic(t, rules.Alerts(c)); !reflect.DeepEqual(got, want) {

@@ -69,7 +69,8 @@ type Inspector interface {
 }
 
 // Operator is the operator's workflow: dead letters replayed or discarded
-// (each discard recorded in the audit), delayed jobs run now.
+// (each discard recorded in the audit, and each replay and run when given
+// an actor), delayed jobs run now.
 type Operator interface {
 	// Replay moves dead letters back to the queue they came from and
 	// returns how many moved (also with an error: those moved before it).
@@ -87,7 +88,9 @@ type Operator interface {
 // MaxAuditRead is the most audit records one Audit returns.
 const MaxAuditRead = 1000
 
-// AuditRecord is one discarded dead letter as the audit keeps it.
+// AuditRecord is one write as the audit keeps it: a dead letter discarded
+// (DiscardDelete, DiscardPurge) or replayed (AuditReplay), a delayed job
+// run now (AuditRun).
 type AuditRecord struct {
 	Action DiscardAction
 	Note   string
@@ -238,6 +241,11 @@ type ReplayOptions struct {
 	// Rate paces the replay: at most Rate dead letters a second on
 	// average, in batches (Pacer); 0 = unpaced.
 	Rate float64
+	// Actor is who replays (0..MaxActorLen bytes): when set, each dead
+	// letter replayed is recorded in the queue's audit (Names().Audit) with
+	// action AuditReplay; "" records nothing (the CLI and the console
+	// always set it).
+	Actor string
 }
 
 // DiscardOptions select the dead letters Discard removes and say why.
@@ -266,6 +274,10 @@ type RunOptions struct {
 	// at most Limit of them.
 	DueBefore time.Time
 	Limit     int
+	// Actor is who runs them (0..MaxActorLen bytes): when set, each job
+	// moved is recorded in the queue's audit with action AuditRun; ""
+	// records nothing.
+	Actor string
 }
 
 // RunResult is what Run did.

@@ -28,6 +28,22 @@ const (
 	DiscardPurge  DiscardAction = "purge"
 )
 
+// The other writes the audit records (with an actor): a dead letter
+// replayed, a delayed job run now.
+const (
+	AuditReplay DiscardAction = "replay"
+	AuditRun    DiscardAction = "run"
+)
+
+// CheckActor reports why an actor given to Replay or Run cannot be
+// recorded: "" (record nothing) or 1..MaxActorLen bytes.
+func CheckActor(actor string) error {
+	if len(actor) > MaxActorLen {
+		return fmt.Errorf("the actor (who) must be at most %d bytes, got %d", MaxActorLen, len(actor))
+	}
+	return nil
+}
+
 // CheckDiscard reports why a discard cannot run, or nil: every broker's
 // Discard checks its action, job id (required to delete), note (why),
 // actor (who) and limit (0: every one) before it touches the broker.

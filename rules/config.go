@@ -26,6 +26,11 @@ type Config struct {
 	// with its queue selected, GrafanaURL/d/backstop-queue/backstop-queue?var-queue=Q
 	// (an absolute URL: Alertmanager's receivers cannot resolve a path).
 	GrafanaURL string `yaml:"grafana_url"`
+	// ConsoleURL is the DLQ console (`backstop console`) the dead-letter
+	// alerts link to in a console_url annotation, with no trailing slash:
+	// CONSOLE/queues/Q/dlq, the queue's dead letters (filtered by reason
+	// when the alert has one). Empty (the default): no console_url.
+	ConsoleURL string `yaml:"console_url"`
 
 	DLQPagePerSecond    float64  `yaml:"dlq_page_per_second"`   // sustained DLQ ingestion that pages
 	DLQRateWindow       string   `yaml:"dlq_rate_window"`       // ... measured over this window (shorter than dlq_page_for: one burst does not page)

@@ -116,6 +116,29 @@ func (c Config) dashboardURL(description string) string {
 	return c.GrafanaURL + "/d/backstop-overview/backstop-overview"
 }
 
+// consoleURL is the console_url of a dead-letter alert whose description
+// is description: the console's list of the queue's dead letters
+// (console/console.go: GET /queues/{queue}/dlq), filtered by the alert's
+// reason when it has a reason label (the list's reason= parameter).
+// urlquery escapes the queue as the console's path segment needs ('/' as
+// %2F); queue names hold no spaces (which it would write as '+').
+func (c Config) consoleURL(description string) string {
+	u := c.ConsoleURL + "/queues/{{ $labels.queue | urlquery }}/dlq"
+	if strings.Contains(description, "{{ $labels.reason }}") {
+		u += "?reason={{ $labels.reason | urlquery }}"
+	}
+	return u
+}
+
+// withConsole adds the console_url annotation to a dead-letter alert when
+// a console is configured: the runbooks send the operator there first.
+func (c Config) withConsole(r Rule) Rule {
+	if c.ConsoleURL != "" {
+		r.Annotations["console_url"] = c.consoleURL(r.Annotations["description"])
+	}
+	return r
+}
+
 // alert builds an alerting rule with the annotations every alert carries.
 func (c Config) alert(name, severity, expr, forDur, summary, description string) Rule {
 	return Rule{
@@ -136,26 +159,26 @@ func (c Config) alert(name, severity, expr, forDur, summary, description string)
 // is a warning (BackstopDLQDepth, a ticket), held for dlq_depth_for first.
 func Alerts(c Config) File {
 	all := []Rule{
-		c.alert(AlertDLQIngestion, "critical",
+		c.withConsole(c.alert(AlertDLQIngestion, "critical",
 			// By queue alone: the exporter's alerter posts the same alert,
 			// and it cannot know the instance label Prometheus gives it.
 			fmt.Sprintf("sum by (queue) (rate(%s[%s])) > %v", c.sel("backstop_dlq_ingested_total"), c.DLQRateWindow, c.DLQPagePerSecond),
 			c.DLQPageFor,
 			"Jobs are being dead-lettered on queue {{ $labels.queue }}.",
-			"Queue {{ $labels.queue }} has been dead-lettering {{ $value | humanize }} jobs/s for "+c.DLQPageFor+": work is failing for good. Find the reasons with `backstop dlq inspect --queue {{ $labels.queue }}`."),
-		c.alert("BackstopDeadLetter", "warning",
+			"Queue {{ $labels.queue }} has been dead-lettering {{ $value | humanize }} jobs/s for "+c.DLQPageFor+": work is failing for good. Find the reasons with `backstop dlq inspect --queue {{ $labels.queue }}`.")),
+		c.withConsole(c.alert("BackstopDeadLetter", "warning",
 			fmt.Sprintf("sum by (instance, queue) (increase(%s[10m])) > 0", c.sel("backstop_dlq_ingested_total")),
 			c.DeadLetterFor,
 			"New dead letters on queue {{ $labels.queue }}.",
-			"Queue {{ $labels.queue }} dead-lettered {{ $value | humanize }} jobs in the last 10 minutes. Their reasons and job types: `backstop dlq inspect --queue {{ $labels.queue }}`, and the dashboard's dead letters by reason and by job type; once fixed, `backstop dlq replay --queue {{ $labels.queue }}` (--reason, --type) moves them back."),
+			"Queue {{ $labels.queue }} dead-lettered {{ $value | humanize }} jobs in the last 10 minutes. Their reasons and job types: `backstop dlq inspect --queue {{ $labels.queue }}`, and the dashboard's dead letters by reason and by job type; once fixed, `backstop dlq replay --queue {{ $labels.queue }}` (--reason, --type) moves them back.")),
 		// BackstopDeadLetter resolves 10 minutes after the last new dead
 		// letter, whether or not anybody replayed or deleted it: this one
 		// stays while the DLQ holds them.
-		c.alert("BackstopDLQDepth", "warning",
+		c.withConsole(c.alert("BackstopDLQDepth", "warning",
 			fmt.Sprintf("max by (instance, queue) (%s) > %v", c.sel("backstop_dlq_size"), c.DLQDepthThreshold),
 			c.DLQDepthFor,
 			"The DLQ of queue {{ $labels.queue }} is not being drained.",
-			"The DLQ of queue {{ $labels.queue }} has held more than "+fmt.Sprint(c.DLQDepthThreshold)+" dead letters for "+c.DLQDepthFor+" ({{ $value | humanize }} now): jobs that will not run unless somebody replays them, and BackstopDeadLetter resolved 10 minutes after the last new one. See them with `backstop dlq inspect --queue {{ $labels.queue }}`; replay what can now succeed and delete the rest."),
+			"The DLQ of queue {{ $labels.queue }} has held more than "+fmt.Sprint(c.DLQDepthThreshold)+" dead letters for "+c.DLQDepthFor+" ({{ $value | humanize }} now): jobs that will not run unless somebody replays them, and BackstopDeadLetter resolved 10 minutes after the last new one. See them with `backstop dlq inspect --queue {{ $labels.queue }}`; replay what can now succeed and delete the rest.")),
 		c.alert("BackstopHighRetryRate", "warning",
 			fmt.Sprintf("queue:backstop_retry_rate:ratio_rate5m > %v", c.RetryRatioWarning),
 			c.RetryRatioFor,

@@ -292,3 +292,38 @@ func TestOldDashboardURLIsExplained(t *testing.T) {
 		t.Errorf("old dashboard_url: %v", err)
 	}
 }
+
+// Issue 46: with console_url set, the dead-letter alerts link to the
+// console's list of their queue's dead letters (tests/console, run by
+// promtool on rules generated for that configuration); without it
+// (the shipped rules) no alert has a console_url.
+func TestConsoleURLAnnotation(t *testing.T) {
+	bin := promtool(t)
+	c := rules.Default()
+	c.ConsoleURL = "https://console.example.com"
+	files, err := rules.Files(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	test, err := os.ReadFile("tests/console/console.test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "console.test.yml"), test, 0o644)
+	cmd := exec.Command(bin, "test", "rules", "console.test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+	for _, r := range rules.Alerts(rules.Default()).Groups[0].Rules {
+		if u, ok := r.Annotations["console_url"]; ok {
+			t.Errorf("%s: console_url %q with no console configured", r.Alert, u)
+		}
+	}
+}

@@ -89,8 +89,8 @@ type flags struct {
 // alerterFlags configure the alerter mode (alerter.Alerter): off without
 // a URL.
 type alerterFlags struct {
-	url, configFile        string
-	interval, resolveAfter time.Duration
+	url, configFile, consoleURL string
+	interval, resolveAfter      time.Duration
 }
 
 type redisFlags struct {
@@ -121,6 +121,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&f.metricsPath)
 	app.Flag("alertmanager.url", "Alertmanager to post BackstopDLQIngestion to directly, seconds after a dead letter arrives (the alerter mode), e.g. http://localhost:9093; empty: off.").StringVar(&f.alerter.url)
 	app.Flag("alertmanager.config.file", "File of how to reach Alertmanager, in the YAML form of Prometheus's http_config: basic_auth, authorization (bearer token), oauth2, tls_config, proxy_url, http_headers. A user and password in --alertmanager.url are sent as basic auth too (not both).").StringVar(&f.alerter.configFile)
+	app.Flag("alertmanager.console-url", "The DLQ console (backstop console) the alerter's alerts link to in a console_url annotation, CONSOLE/queues/Q/dlq, as the rules do with rules/config.yaml's console_url; empty: none.").StringVar(&f.alerter.consoleURL)
 	app.Flag("alertmanager.interval", "How often the alerter reads the DLQs and re-posts firing alerts.").Default("1s").DurationVar(&f.alerter.interval)
 	app.Flag("alertmanager.resolve-after", "How long a queue's DLQ must stay without new entries before the alerter resolves its alert.").Default("1m").DurationVar(&f.alerter.resolveAfter)
 	f.web = kingpinflag.AddFlags(app, ":9797")
@@ -198,7 +199,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 // new returns the alerter of the flags over c's queues.
 func (a alerterFlags) new(c *exporter.Collector, logger *slog.Logger) (*alerter.Alerter, error) {
-	opts := []alerter.Option{alerter.WithInterval(a.interval), alerter.WithResolveAfter(a.resolveAfter), alerter.WithLogger(logger)}
+	opts := []alerter.Option{alerter.WithInterval(a.interval), alerter.WithResolveAfter(a.resolveAfter), alerter.WithLogger(logger),
+		alerter.WithConsoleURL(strings.TrimRight(a.consoleURL, "/"))}
 	if a.configFile != "" {
 		cfg, err := alerter.LoadHTTPClientConfig(a.configFile)
 		if err != nil {

@@ -225,7 +225,7 @@ func dlqReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	n, err := q.Replay(ctx, queue.ReplayOptions{Limit: *limit, Reason: *reason, JobType: *jobType, ID: *id,
-		KeepAttempts: *keep, Rate: rate})
+		KeepAttempts: *keep, Rate: rate, Actor: actor()}) // each one recorded in the audit
 	attempts := "attempt count reset"
 	if *keep {
 		attempts = "attempt count kept"
@@ -368,7 +368,7 @@ func queueRun(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer b.close()
-	var o queue.RunOptions
+	o := queue.RunOptions{Actor: actor()} // each job moved recorded in the audit
 	switch {
 	case (*id == "") == (*before == ""):
 		return fmt.Errorf("%w: give --id or --all-due-before, one of them", errUsage)

@@ -51,6 +51,16 @@ func TestQueueRun(t *testing.T) {
 	if s, _ := q.Stats(ctx); s.Counters["force_run"] != 3 {
 		t.Fatalf("force_run = %d, want 3", s.Counters["force_run"])
 	}
+	// Each run is in the audit with its actor (issue 46): c, then a and b.
+	audit, _ := rdb.XRange(ctx, q.AuditKey(), "-", "+").Result()
+	if len(audit) != 3 {
+		t.Fatalf("audit: %v", audit)
+	}
+	for i, id := range []string{"c", "a", "b"} {
+		if v := audit[i].Values; v["action"] != "run" || v["id"] != id || v["actor"] != actor() {
+			t.Errorf("audit record %d: %v, want run of %s by %s", i, v, id, actor())
+		}
+	}
 
 	for _, c := range []struct {
 		args []string

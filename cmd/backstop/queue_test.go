@@ -104,6 +104,12 @@ func TestDLQDiscardAndReplayByID(t *testing.T) {
 	if err != nil || !strings.Contains(out, "replayed 1 dead letters of queue orders to {orders}:jobs (attempt count kept)") {
 		t.Fatalf("replay --id: %v\n%s", err, out)
 	}
+	// The replay is in the audit with its actor (issue 46).
+	audit, _ = rdb.XRange(ctx, "{orders}:audit", "-", "+").Result()
+	if len(audit) != 3 || audit[2].Values["action"] != "replay" || audit[2].Values["id"] != "job-d" ||
+		audit[2].Values["actor"] != actor() || !strings.Contains(actor(), "@") {
+		t.Errorf("audit after the replay: %v", audit)
+	}
 	if _, err := runCLI(t, "", "dlq", "replay", "--queue", "orders", "--id", "job-d", url); err == nil {
 		t.Error("replay --id of a job with no dead letter: no error")
 	}

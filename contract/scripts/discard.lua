@@ -26,12 +26,6 @@
 -- The helpers (show, wrong_type, counters, ...) are lib.lua's, sent before
 -- this script as one body.
 local function refuse(msg) return redis.error_reply('ERR backstop discard: ' .. msg) end
--- XADD key MAXLEN ~ n * fields...: the entry id, or nil and Redis' error.
-local function audit_add(key, fields)
-  local r = redis.pcall('XADD', key, 'MAXLEN', '~', '10000', '*', unpack(fields))
-  if type(r) == 'table' and r.err then return nil, r.err end
-  return r
-end
 
 if #KEYS ~= 3 or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3] then
   return refuse('want 3 distinct keys: dlq, audit, stats')

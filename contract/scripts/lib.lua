@@ -196,6 +196,14 @@ local function xadd(key, fields)
   if type(r) == 'table' and r.err then return nil, r.err end
   return r
 end
+-- XADD key MAXLEN ~ 10000 * fields...: a record of the audit stream
+-- (discard, replay, run), which keeps about the last 10,000; the entry id,
+-- or nil and Redis' error.
+local function audit_add(key, fields)
+  local r = redis.pcall('XADD', key, 'MAXLEN', '~', '10000', '*', unpack(fields))
+  if type(r) == 'table' and r.err then return nil, r.err end
+  return r
+end
 -- The reply for an XADD that failed with e: ours (refuse, the script's own
 -- error reply) when the data is at fault, Redis' own when the server refuses
 -- writes for now (OOM, READONLY, ...), so that the caller knows to try again.

@@ -17,6 +17,12 @@
 -- attempt or first_enqueued_ms is not well-formed then stays in the DLQ
 -- ARGV[7] job id (optional; '' or absent for any): only dead letters of
 -- this job
+-- KEYS[4] audit stream (optional) and ARGV[8] actor (who: 1..256 bytes,
+-- required with KEYS[4]): each dead letter replayed is first recorded in
+-- the audit, as discard records its own: action "replay", actor, at_ms
+-- (server TIME), id, reason, type (when it has one) and dlq_entry (the
+-- dead letter's entry id), XADD MAXLEN ~ 10000. Without KEYS[4] nothing
+-- is recorded (the SDKs' replays until they pass one).
 -- Reply: {replayed, next cursor or "0" when the pass is done}.
 -- All or nothing (README.md), dead letter by dead letter: the checks only
 -- read; each one's XADD is its first write, and a failed one ends the batch
@@ -25,8 +31,13 @@
 -- this script as one body.
 local function refuse(msg) return redis.error_reply('ERR backstop replay: ' .. msg) end
 
-if #KEYS ~= 3 or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3] then
-  return refuse('want 3 distinct keys: dlq, jobs, stats')
+if (#KEYS ~= 3 and #KEYS ~= 4) or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3]
+    or (KEYS[4] and (KEYS[4] == KEYS[1] or KEYS[4] == KEYS[2] or KEYS[4] == KEYS[3])) then
+  return refuse('want 3 or 4 distinct keys: dlq, jobs, stats[, audit]')
+end
+local audit, actor = KEYS[4], ARGV[8] or ''
+if audit and (#actor < 1 or #actor > 256) then
+  return refuse('actor must be 1..256 bytes, got ' .. #actor)
 end
 local limit = whole(ARGV[1], 1, 10000)
 local scan = limit and whole(ARGV[4], limit, 100000)
@@ -54,6 +65,7 @@ end
 keep = keep == '1'
 local jid = ARGV[7] or ''
 local err = wrong_type(KEYS[1], 'stream') or wrong_type(KEYS[2], 'stream')
+  or (audit and wrong_type(audit, 'stream'))
 if err then return refuse(err) end
 -- A pass ends at the DLQ's last entry when it started (lib.lua's dlq_pass).
 stop = stop or dlq_end(KEYS[1])
@@ -81,9 +93,28 @@ local c = counters()
 if #plan > 0 then add(c, 'replayed', #plan) end
 err = bad_counters(KEYS[3], c)
 if err then return refuse(err) end
+local at = string.format('%d', now_ms())
 local moved = 0
 for _, p in ipairs(plan) do
   local job = p[2]
+  -- The audit record first: when Redis is out of memory it refuses a
+  -- script's first write, so the batch ends with nothing unrecorded.
+  local rec
+  if audit then
+    local fields = {'action', 'replay', 'actor', actor, 'at_ms', at, 'id', job.id,
+      'reason', job.reason or '', 'dlq_entry', p[1]}
+    if job.type then
+      fields[#fields + 1] = 'type'
+      fields[#fields + 1] = job.type
+    end
+    local failed
+    rec, failed = audit_add(audit, fields)
+    if not rec then
+      if moved == 0 then return xadd_refused(refuse, audit, failed) end
+      last = plan[moved][1]
+      break
+    end
+  end
   local attempt, first = '1', string.format('%d', now_ms())
   if keep then attempt, first = job.attempt, job.first_enqueued_ms end
   local fields = {'id', job.id, 'attempt', attempt,
@@ -95,6 +126,8 @@ for _, p in ipairs(plan) do
   end
   local id, failed = xadd(KEYS[2], fields)
   if not id then
+    -- Not replayed: no record of it.
+    if rec then redis.call('XDEL', audit, rec) end
     if moved == 0 then return xadd_refused(refuse, KEYS[2], failed) end
     -- Resume after the last one that moved.
     last = plan[moved][1]

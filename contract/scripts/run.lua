@@ -27,6 +27,11 @@
 -- Reply: id: {moved, next cursor or "0" when the scan is done}; before:
 -- {moved, members still due at or before the bound}. An id not in the set
 -- moves nothing: {0, "0"} at the end of the scan.
+-- KEYS[4] audit stream (optional) and ARGV[4] actor (who: 1..256 bytes,
+-- required with KEYS[4]): each job moved is recorded in the audit after
+-- its move (a script that has written is not stopped by a full memory):
+-- action "run", actor, at_ms (server TIME), id and reason (its last one),
+-- XADD MAXLEN ~ 10000. Without KEYS[4] nothing is recorded.
 -- All or nothing (README.md), member by member: the checks only read; each
 -- member's XADD is its first write, and a failed one ends the batch (an
 -- error when it was the first).
@@ -34,8 +39,13 @@
 -- sent before this script as one body.
 local function refuse(msg) return redis.error_reply('ERR backstop run: ' .. msg) end
 
-if #KEYS ~= 3 or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3] then
-  return refuse('want 3 distinct keys: delayed, jobs, stats')
+if (#KEYS ~= 3 and #KEYS ~= 4) or KEYS[1] == KEYS[2] or KEYS[1] == KEYS[3] or KEYS[2] == KEYS[3]
+    or (KEYS[4] and (KEYS[4] == KEYS[1] or KEYS[4] == KEYS[2] or KEYS[4] == KEYS[3])) then
+  return refuse('want 3 or 4 distinct keys: delayed, jobs, stats[, audit]')
+end
+local audit, actor = KEYS[4], ARGV[4] or ''
+if audit and (#actor < 1 or #actor > 256) then
+  return refuse('actor must be 1..256 bytes, got ' .. #actor)
 end
 local mode, members, bound, cursor, began = ARGV[1], {}, nil, ARGV[3], nil
 if mode == 'id' then
@@ -58,6 +68,7 @@ else
   return refuse('mode must be "id" or "before", got ' .. show(mode))
 end
 local err = wrong_type(KEYS[1], 'zset') or wrong_type(KEYS[2], 'stream')
+  or (audit and wrong_type(audit, 'stream'))
 if err then return refuse(err) end
 if mode == 'id' then
   -- retry.lua writes the id with cjson, so the member holds this text; a
@@ -103,6 +114,15 @@ local moved, refused = move_members(KEYS[1], KEYS[2], members, refuse)
 if refused then return refused end
 if moved > 0 then c.n.force_run = moved end
 count(KEYS[3], c)
+if audit then
+  local at = string.format('%d', now_ms())
+  for i = 1, moved do
+    local ok, job = pcall(cjson.decode, members[i])
+    if not ok or type(job) ~= 'table' then job = {} end
+    audit_add(audit, {'action', 'run', 'actor', actor, 'at_ms', at,
+      'id', type(job.id) == 'string' and job.id or '', 'reason', type(job.last_reason) == 'string' and job.last_reason or ''})
+  end
+end
 if bound then return {moved, redis.call('ZCOUNT', KEYS[1], '-inf', bound)} end
 -- A batch cut short by a failed XADD: scan the same part again.
 if moved < #members then cursor = ARGV[3] == '0' and '0' or string.match(ARGV[3], '^%d+') end

@@ -34,6 +34,7 @@ type config struct {
 	resolveAfter time.Duration
 	runbookURL   string
 	grafanaURL   string
+	consoleURL   string
 	http         promconfig.HTTPClientConfig
 	log          *slog.Logger
 	now          func() time.Time // the clock: a seam for tests
@@ -60,6 +61,14 @@ func WithResolveAfter(d time.Duration) Option {
 // of the shipped rules (rules.Default: runbook_url, grafana_url).
 func WithURLs(runbook, grafana string) Option {
 	return func(c *config) { c.runbookURL, c.grafanaURL = runbook, grafana }
+}
+
+// WithConsoleURL sets the DLQ console (`backstop console`, no trailing
+// slash) of the console_url annotation: CONSOLE/queues/Q/dlq, the queue's
+// dead letters, as the rules write it for rules/config.yaml's console_url.
+// The default is none (no console_url annotation).
+func WithConsoleURL(console string) Option {
+	return func(c *config) { c.consoleURL = console }
 }
 
 // WithHTTPClientConfig sets how the alerter reaches Alertmanager: basic
@@ -175,7 +184,7 @@ func New(c *exporter.Collector, amURL string, opts ...Option) (*Alerter, error) 
 	// Scheme, host and path prefix only: the credentials go through the
 	// client, never in the URL a log line or an error could show.
 	post := url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimSuffix(u.Path, "/") + "/api/v2/alerts"}
-	d.RunbookURL, d.GrafanaURL = cfg.runbookURL, cfg.grafanaURL
+	d.RunbookURL, d.GrafanaURL, d.ConsoleURL = cfg.runbookURL, cfg.grafanaURL, cfg.consoleURL
 	rule, ok := rules.Alerts(d).Alert(rules.AlertDLQIngestion)
 	if !ok { // the rules and the alerter are built together: a bug
 		return nil, fmt.Errorf("alerter: the rules have no alert %s", rules.AlertDLQIngestion)
@@ -387,18 +396,25 @@ func (a *Alerter) alert(name string, w *watch, ends time.Time) postableAlert {
 	for k, v := range a.rule.Labels {
 		labels[k] = v
 	}
+	// The rule's templates, expanded as Prometheus would.
+	expand := func(s string) string {
+		return strings.ReplaceAll(s, "{{ $labels.queue | urlquery }}", url.QueryEscape(name))
+	}
+	annotations := map[string]string{
+		"summary": "Jobs are being dead-lettered on queue " + name + ".",
+		"description": fmt.Sprintf("Queue %s has dead-lettered %d jobs since %s: work is failing for good. Find the reasons with `backstop dlq inspect --queue %s`.",
+			name, w.added-w.from, w.startsAt.UTC().Format(time.RFC3339), name),
+		"runbook_url":   a.rule.Annotations["runbook_url"],
+		"dashboard_url": expand(a.rule.Annotations["dashboard_url"]),
+	}
+	if u, ok := a.rule.Annotations["console_url"]; ok {
+		annotations["console_url"] = expand(u)
+	}
 	return postableAlert{
-		Labels: labels,
-		Annotations: map[string]string{
-			"summary": "Jobs are being dead-lettered on queue " + name + ".",
-			"description": fmt.Sprintf("Queue %s has dead-lettered %d jobs since %s: work is failing for good. Find the reasons with `backstop dlq inspect --queue %s`.",
-				name, w.added-w.from, w.startsAt.UTC().Format(time.RFC3339), name),
-			"runbook_url": a.rule.Annotations["runbook_url"],
-			// The rule's template, expanded as Prometheus would.
-			"dashboard_url": strings.ReplaceAll(a.rule.Annotations["dashboard_url"], "{{ $labels.queue | urlquery }}", url.QueryEscape(name)),
-		},
-		StartsAt: w.startsAt.Format(amTime),
-		EndsAt:   ends.Format(amTime),
+		Labels:      labels,
+		Annotations: annotations,
+		StartsAt:    w.startsAt.Format(amTime),
+		EndsAt:      ends.Format(amTime),
 	}
 }
 

@@ -104,7 +104,7 @@ func TestAlerterFiresAndResolves(t *testing.T) {
 		addDeadLetter(t, rdb, "orders")
 	}
 	a, _ := newTestAlerter(t, rdb, am.URL, WithInterval(20*time.Millisecond), WithResolveAfter(300*time.Millisecond),
-		WithURLs("https://example.com/runbooks.md", "https://grafana.example.com"))
+		WithURLs("https://example.com/runbooks.md", "https://grafana.example.com"), WithConsoleURL("https://console.example.com"))
 
 	// Baseline: driven by hand so "no post" is exact, not timing.
 	ctx := context.Background()
@@ -159,6 +159,10 @@ func TestAlerterFiresAndResolves(t *testing.T) {
 	}
 	if got := page.Annotations["dashboard_url"]; got != "https://grafana.example.com/d/backstop-queue/backstop-queue?var-queue=orders" {
 		t.Errorf("dashboard_url %q", got)
+	}
+	// The console's list of the queue's dead letters, as the rule links.
+	if got := page.Annotations["console_url"]; got != "https://console.example.com/queues/orders/dlq" {
+		t.Errorf("console_url %q", got)
 	}
 	if got := page.Annotations["summary"]; !strings.Contains(got, "orders") {
 		t.Errorf("summary %q", got)

@@ -55,6 +55,11 @@ type ReplayOptions struct {
 	// Rate paces the replay: at most Rate dead letters a second on average,
 	// in batches of at most 16 (queue.Pacer); 0 = unpaced.
 	Rate float64
+	// Actor is who replays (at most 256 bytes): when set, each dead letter
+	// replayed is recorded in the audit queue Q.audit (action replay, the
+	// actor, at-ms, its job id, reason and headers, no body), as Discard
+	// records its own; "" records nothing.
+	Actor string
 }
 
 // DeadLetter is one message of the dead letter queue, as Inspect shows it.
@@ -179,8 +184,27 @@ func replayDeadLetters(ctx context.Context, conn *amqp.Connection, name string, 
 	if o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) {
 		return 0, fail(fmt.Errorf("rate must be a positive number of dead letters a second, got %v", o.Rate))
 	}
+	if err := queue.CheckActor(o.Actor); err != nil {
+		return 0, fail(err)
+	}
+	var audit func(amqp.Delivery) amqp.Publishing
+	if o.Actor != "" {
+		if err := declareAudit(conn, name); err != nil {
+			return 0, fail(err)
+		}
+		at := itoa(time.Now().UnixMilli())
+		audit = func(d amqp.Delivery) amqp.Publishing {
+			// The dead letter's headers and reason, not its payload: the
+			// job itself is back in its queue.
+			p := next(d, map[string]any{HeaderAuditAction: string(queue.AuditReplay), HeaderAuditActor: o.Actor,
+				HeaderAuditAtMs: at, HeaderReason: deadLetterReason(d.Headers)}, true)
+			p.Body = nil
+			return p
+		}
+	}
 	exists := map[string]bool{}
 	m := mover{
+		audit: audit, auditQueue: NamesFor(name).Audit,
 		limit: o.Limit, scan: scan, rate: o.Rate,
 		// A dead letter without a job id stays for a person: a replay
 		// would give it a new identity.
@@ -240,6 +264,11 @@ type mover struct {
 	// left, when set, counts the matches seen beyond limit: the scan goes
 	// on to scan (they are held and given back, as the others).
 	left *int
+	// audit, when set, is the record each moved one publishes to the
+	// audit queue (NamesFor(from's queue).Audit) before its move.
+	audit func(amqp.Delivery) amqp.Publishing
+	// auditQueue is where audit records go.
+	auditQueue string
 }
 
 func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int, error) {
@@ -254,8 +283,9 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 		return 0, err
 	}
 	type published struct {
-		d  amqp.Delivery
-		dc *amqp.DeferredConfirmation
+		d     amqp.Delivery
+		dc    *amqp.DeferredConfirmation
+		audit *amqp.DeferredConfirmation // its audit record's, or nil
 	}
 	var (
 		held    []amqp.Delivery // looked at, not moved: returned at the end
@@ -287,6 +317,15 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 				return err
 			}
 			moved++
+			if pb.audit != nil {
+				ok, err := pb.audit.WaitContext(ctx)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					refused = fmt.Errorf("the broker refused (nack) the audit record of the %s of job %q", m.what, pb.d.MessageId)
+				}
+			}
 		}
 		return nil
 	}
@@ -332,12 +371,22 @@ func (m mover) run(ctx context.Context, conn *amqp.Connection, from string) (int
 			refused = err
 			break
 		}
+		// The audit record first: a crash in between leaves a record of
+		// a move that did not happen (the dead letter stays), never a
+		// move without its record.
+		var adc *amqp.DeferredConfirmation
+		if m.audit != nil {
+			adc, err = ch.PublishWithDeferredConfirmWithContext(ctx, "", m.auditQueue, false, false, m.audit(d))
+			if err != nil {
+				return moved, err
+			}
+		}
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", dest, false, false, pub)
 		if err != nil {
 			return moved, err
 		}
 		paced++
-		batch = append(batch, published{d, dc})
+		batch = append(batch, published{d, dc, adc})
 		if len(batch) == replayBatch {
 			if err := flush(); err != nil {
 				return moved, err

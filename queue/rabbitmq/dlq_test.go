@@ -20,6 +20,7 @@ func TestDLQWorkflow(t *testing.T) {
 	ctx := context.Background()
 	t.Run("DiscardToTheAudit", func(t *testing.T) { testDiscardToTheAudit(t, ctx, conn) })
 	t.Run("ReplayByIDAndPaced", func(t *testing.T) { testReplayByIDAndPaced(t, ctx, conn) })
+	t.Run("ReplayRecordedWithAnActor", func(t *testing.T) { testReplayRecordedWithAnActor(t, ctx, conn) })
 	t.Run("LooksDoNotUseUpADeadLetter", func(t *testing.T) { testLooksDoNotUseUpADeadLetter(t, ctx, conn) })
 }
 
@@ -172,5 +173,47 @@ func testReplayByIDAndPaced(t *testing.T, ctx context.Context, conn *amqp.Connec
 	})
 	if _, err := replayDeadLetters(ctx, conn, "paced", ReplayOptions{Limit: 1, Rate: -1}); err == nil {
 		t.Error("rate -1: no error")
+	}
+}
+
+// Issue 46: a replay given an actor records each dead letter it moves in
+// Q.audit (action replay, actor, at-ms, job id, reason; no body), and one
+// without records nothing.
+func testReplayRecordedWithAnActor(t *testing.T, ctx context.Context, conn *amqp.Connection) {
+	ch, _ := conn.Channel()
+	defer ch.Close()
+	adminQueue(t, ch, "replayaud", 3)
+	publishConfirmed(t, conn, "", "replayaud.dlq", deadLetter("replayaud", "job-a", "transient", 2),
+		deadLetter("replayaud", "job-b", "permanent_error", 1), deadLetter("replayaud", "job-c", "transient", 1))
+	if n, err := replayDeadLetters(ctx, conn, "replayaud", ReplayOptions{Limit: 1, ID: "job-b"}); err != nil || n != 1 {
+		t.Fatalf("replay job-b: %d %v", n, err)
+	}
+	if queueExists(conn, NamesFor("replayaud").Audit) {
+		t.Fatal("a replay without an actor declared the audit queue")
+	}
+	n, err := replayDeadLetters(ctx, conn, "replayaud", ReplayOptions{Limit: 10, Reason: "transient", Actor: "ann@ops1"})
+	if err != nil || n != 2 {
+		t.Fatalf("replay: %d %v", n, err)
+	}
+	recs := drain(t, conn, NamesFor("replayaud").Audit)
+	if len(recs) != 2 {
+		t.Fatalf("audit: %d records, want 2", len(recs))
+	}
+	// In the order replayed: the first replay's looks may have put job-a
+	// back behind job-c.
+	seen := map[string]bool{}
+	for i := range recs {
+		h := recs[i].Headers
+		seen[recs[i].MessageId] = true
+		if headerString(h, HeaderAuditAction) != "replay" || headerString(h, HeaderAuditActor) != "ann@ops1" ||
+			headerString(h, HeaderReason) != "transient" || headerString(h, HeaderAuditAtMs) == "" || len(recs[i].Body) != 0 {
+			t.Errorf("audit record %d: %s %v body %q", i, recs[i].MessageId, h, recs[i].Body)
+		}
+	}
+	if !seen["job-a"] || !seen["job-c"] {
+		t.Errorf("audit records of %v, want job-a and job-c", seen)
+	}
+	if jobs := drain(t, conn, "replayaud"); len(jobs) != 3 {
+		t.Errorf("replayed jobs: %d, want 3", len(jobs))
 	}
 }

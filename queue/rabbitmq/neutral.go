@@ -171,7 +171,7 @@ func (b *brokerQueue) Inspect(ctx context.Context, o queue.InspectOptions) (queu
 // Replay replays as Queue.Replay; with an ID and no Limit, every dead
 // letter of that job among the first 100,000.
 func (b *brokerQueue) Replay(ctx context.Context, o queue.ReplayOptions) (int, error) {
-	ro := ReplayOptions{Limit: o.Limit, Reason: o.Reason, JobType: o.JobType, ID: o.ID, KeepAttempts: o.KeepAttempts, Rate: o.Rate}
+	ro := ReplayOptions{Limit: o.Limit, Reason: o.Reason, JobType: o.JobType, ID: o.ID, KeepAttempts: o.KeepAttempts, Rate: o.Rate, Actor: o.Actor}
 	if ro.ID != "" && ro.Limit == 0 {
 		ro.Limit, ro.Scan = maxScan, maxScan
 	}

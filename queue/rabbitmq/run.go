@@ -49,6 +49,12 @@ type RunOptions struct {
 	ID        string
 	DueBefore time.Time
 	Limit     int
+	// Actor is who runs them (at most 256 bytes): when set, the run is
+	// recorded in the audit queue Q.audit (action run): one record per
+	// job taken from a delay level, by job id, and one per mover's take of
+	// the jobs it held (by job id for a run by id; else its note says how
+	// many), each before the Run returns.
+	Actor string
 }
 
 // Ran is what Run did.
@@ -90,12 +96,28 @@ func (q *Queue) Run(ctx context.Context, o RunOptions) (Ran, error) {
 	case o.Limit < 1 || o.Limit > queue.MaxRunLimit:
 		return Ran{}, fail(fmt.Errorf("limit must be in 1..%d, got %d", queue.MaxRunLimit, o.Limit))
 	}
+	if err := queue.CheckActor(o.Actor); err != nil {
+		return Ran{}, fail(err)
+	}
 	conn, err := q.adminConn(ctx, "run")
 	if err != nil {
 		return Ran{}, err
 	}
 	if !queueExists(conn, q.name) {
 		return Ran{}, fail(fmt.Errorf("%w: no queue %q in this virtual host", ErrNoQueue, q.name))
+	}
+	at := itoa(time.Now().UnixMilli())
+	var audit func(amqp.Delivery) amqp.Publishing
+	if o.Actor != "" {
+		if err := declareAudit(conn, q.name); err != nil {
+			return Ran{}, fail(err)
+		}
+		audit = func(d amqp.Delivery) amqp.Publishing {
+			p := next(d, map[string]any{HeaderAuditAction: string(queue.AuditRun), HeaderAuditActor: o.Actor,
+				HeaderAuditAtMs: at, HeaderReason: headerString(d.Headers, HeaderLastReason)}, true)
+			p.Body = nil
+			return p
+		}
 	}
 	before := o.DueBefore.UnixMilli()
 	match := func(h amqp.Table, id string) bool {
@@ -115,6 +137,7 @@ func (q *Queue) Run(ctx context.Context, o RunOptions) (Ran, error) {
 		seen := 0
 		m := mover{
 			limit: max(limit-r.Moved, 0), scan: scan, what: "run", left: &r.Left,
+			audit: audit, auditQueue: NamesFor(q.name).Audit,
 			match: func(d amqp.Delivery) bool { seen++; return match(d.Headers, d.MessageId) },
 			publishing: func(d amqp.Delivery) (string, amqp.Publishing, error) {
 				return q.name, runPublishing(d), nil
@@ -129,6 +152,9 @@ func (q *Queue) Run(ctx context.Context, o RunOptions) (Ran, error) {
 	}
 	moved, left, silent, err := runHeld(ctx, conn, q.name, o, max(limit-r.Moved, 0))
 	r.Moved, r.Left, r.Silent = r.Moved+moved, r.Left+left, silent
+	if err == nil && moved > 0 && o.Actor != "" {
+		err = auditHeldRun(ctx, conn, q.name, o, at, moved)
+	}
 	if err != nil {
 		return r, fail(err)
 	}
@@ -137,6 +163,43 @@ func (q *Queue) Run(ctx context.Context, o RunOptions) (Ran, error) {
 			ErrSilentMovers, silent, runWait, r.Moved))
 	}
 	return r, nil
+}
+
+// auditHeldRun records in Q.audit, with a confirm, what the movers moved
+// for a run: the movers are other processes (in any language), which
+// answer how many they moved, not which; so a run by id records that id
+// once per job moved, a run by due time one record whose note says how
+// many.
+func auditHeldRun(ctx context.Context, conn *amqp.Connection, name string, o RunOptions, at string, moved int) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	h := amqp.Table{HeaderAuditAction: string(queue.AuditRun), HeaderAuditActor: o.Actor, HeaderAuditAtMs: at}
+	records := []amqp.Publishing{}
+	if o.ID != "" {
+		h[HeaderAuditNote] = "held by a worker's mover"
+		for range moved {
+			records = append(records, amqp.Publishing{Headers: h, MessageId: o.ID})
+		}
+	} else {
+		h[HeaderAuditNote] = itoa(int64(moved)) + " jobs held by the workers' movers, due before " + o.DueBefore.UTC().Format(time.RFC3339)
+		records = append(records, amqp.Publishing{Headers: h})
+	}
+	for _, p := range records {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", NamesFor(name).Audit, false, false, p)
+		if err != nil {
+			return fmt.Errorf("audit the run: %w", err)
+		}
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			return fmt.Errorf("audit the run: the broker refused (nack) its record: %v", err)
+		}
+	}
+	return nil
 }
 
 // levelQueues are the queues a delayed message can wait in: the hold
@@ -273,6 +336,6 @@ func runHeld(ctx context.Context, conn *amqp.Connection, name string, o RunOptio
 
 // Run moves delayed jobs now (Queue.Run).
 func (b *brokerQueue) Run(ctx context.Context, o queue.RunOptions) (queue.RunResult, error) {
-	r, err := b.q.Run(ctx, RunOptions{ID: o.ID, DueBefore: o.DueBefore, Limit: o.Limit})
+	r, err := b.q.Run(ctx, RunOptions{ID: o.ID, DueBefore: o.DueBefore, Limit: o.Limit, Actor: o.Actor})
 	return queue.RunResult{Moved: r.Moved, Left: r.Left}, err
 }

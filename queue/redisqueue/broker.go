@@ -197,6 +197,9 @@ func (b *brokerQueue) Run(ctx context.Context, o queue.RunOptions) (queue.RunRes
 	if o.Limit != 0 {
 		opts = append(opts, RunLimit(o.Limit))
 	}
+	if o.Actor != "" {
+		opts = append(opts, RunActor(o.Actor))
+	}
 	r, err := b.q.Run(ctx, opts...)
 	return queue.RunResult{Moved: r.Moved, Left: r.Left}, err
 }

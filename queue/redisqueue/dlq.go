@@ -79,6 +79,9 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, o ReplayOptions) (int, er
 	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
 		return 0, fail(fmt.Errorf("rate must be a positive number of dead letters a second, got %v", o.Rate))
 	}
+	if err := queue.CheckActor(o.Actor); err != nil {
+		return 0, fail(err)
+	}
 	if o.JobType != "" {
 		if err := queue.ValidJobType(o.JobType); err != nil {
 			return 0, fail(err)
@@ -91,6 +94,9 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, o ReplayOptions) (int, er
 	p := queue.NewPacer(o.Rate, 1000)
 	defer p.Stop()
 	keys := []string{q.keys.DLQ, q.keys.Jobs, q.keys.Stats}
+	if o.Actor != "" { // each one recorded in the audit (replay.lua)
+		keys = append(keys, q.AuditKey())
+	}
 	moved, cursor := 0, "-"
 	for o.Limit == 0 || moved < o.Limit {
 		batch := p.Batch()
@@ -101,7 +107,7 @@ func (q *Queue) ReplayDeadLetters(ctx context.Context, o ReplayOptions) (int, er
 			return moved, fail(err)
 		}
 		n, next, done, err := batchReply(scriptReplay.Run(ctx, q.rdb, keys, batch, o.Reason, cursor, batch*10,
-			o.JobType, keep, o.ID).Slice())
+			o.JobType, keep, o.ID, o.Actor).Slice())
 		if err != nil {
 			return moved, fail(err)
 		}

@@ -20,7 +20,12 @@ type runArgs struct {
 	before time.Time
 	byTime bool
 	limit  int
+	actor  string
 }
+
+// RunActor records each job moved in the audit (AuditKey) as run by
+// actor (1..256 bytes; default "": nothing recorded).
+func RunActor(actor string) RunOption { return func(a *runArgs) { a.actor = actor } }
 
 // RunID selects the delayed job whose job id is id.
 func RunID(id string) RunOption { return func(a *runArgs) { a.id = id } }
@@ -67,6 +72,12 @@ func (q *Queue) Run(ctx context.Context, opts ...RunOption) (Ran, error) {
 		o(&a)
 	}
 	keys := []string{q.keys.Delayed, q.keys.Jobs, q.keys.Stats}
+	if err := queue.CheckActor(a.actor); err != nil {
+		return Ran{}, fmt.Errorf("queue %s: run: %w", q.name, err)
+	}
+	if a.actor != "" { // each one recorded in the audit (run.lua)
+		keys = append(keys, q.AuditKey())
+	}
 	switch {
 	case a.id != "" && a.byTime:
 		return Ran{}, fmt.Errorf("queue %s: run: give a job id or a due time bound, not both", q.name)
@@ -75,7 +86,7 @@ func (q *Queue) Run(ctx context.Context, opts ...RunOption) (Ran, error) {
 		// between them.
 		var r Ran
 		for cursor := "0"; ; {
-			n, next, done, err := batchReply(scriptRun.Run(ctx, q.rdb, keys, "id", a.id, cursor).Slice())
+			n, next, done, err := batchReply(scriptRun.Run(ctx, q.rdb, keys, "id", a.id, cursor, a.actor).Slice())
 			if err != nil {
 				return r, fmt.Errorf("queue %s: run %s: %w", q.name, a.id, err)
 			}
@@ -94,7 +105,7 @@ func (q *Queue) Run(ctx context.Context, opts ...RunOption) (Ran, error) {
 	default:
 		return Ran{}, fmt.Errorf("queue %s: run: give a job id (RunID) or a due time bound (RunDueBefore)", q.name)
 	}
-	v, err := scriptRun.Run(ctx, q.rdb, keys, "before", a.before.UnixMilli(), a.limit).Int64Slice()
+	v, err := scriptRun.Run(ctx, q.rdb, keys, "before", a.before.UnixMilli(), a.limit, a.actor).Int64Slice()
 	if err != nil || len(v) != 2 {
 		return Ran{}, fmt.Errorf("queue %s: run: %w", q.name, errOr(err, "unexpected reply"))
 	}

@@ -172,6 +172,8 @@ export interface ReplayOptions {
 	readonly keepAttempts?: boolean;
 	/** Dead letters looked at, at most: limit..max(limit, 100000). @default max(limit, min(100000, 10 × limit)) */
 	readonly scan?: number;
+	/** Who replays (at most 256 bytes): each dead letter replayed is recorded first in the audit queue `<name>.audit` (its headers with `backstop-audit-action` replay, `-actor`, `-at-ms`; no body), as the Go CLI's `dlq replay` records its own. '' records nothing. @default '' */
+	readonly actor?: string;
 }
 
 /** Which delayed jobs run() moves: one job id, or those due before a time. */

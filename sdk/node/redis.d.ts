@@ -109,7 +109,7 @@ export interface Ran {
 	readonly left: number;
 }
 
-export type RunOptions =
+export type RunOptions = (
 	| {
 		/** The job id of the delayed job to run now. */
 		readonly id: string;
@@ -127,7 +127,13 @@ export type RunOptions =
 		@default 100
 		*/
 		readonly limit?: number;
-	};
+	}
+) & {
+	/**
+	Who runs them (at most 256 bytes): each job moved is recorded in the audit stream (`{name}:audit`: action `run`, actor, at_ms, id, reason). Absent: nothing recorded.
+	*/
+	readonly actor?: string;
+};
 
 export interface Promoted {
 	/** How many due retries moved to the stream. */
@@ -219,6 +225,13 @@ export interface ReplayOptions {
 	@example 'charge_card'
 	*/
 	readonly type?: string;
+
+	/**
+	Who replays (at most 256 bytes): each dead letter replayed is recorded first in the audit stream (`{name}:audit`: action `replay`, actor, at_ms, id, reason, type, dlq_entry), as the Go CLI's `dlq replay` records its own. Absent: nothing recorded.
+
+	@example 'ann@ops1'
+	*/
+	readonly actor?: string;
 }
 
 export interface EnqueueOptions {

@@ -228,11 +228,17 @@ class Queue {
    * work queue (the default exchange, routing key backstop-destination or the
    * queue's name: never a shared exchange), looking at no more than scan
    * (default 10 × limit). A replayed job starts afresh (attempt 1, a new
-   * first-enqueued time) unless keepAttempts. Returns how many moved.
+   * first-enqueued time) unless keepAttempts. Returns how many moved. With
+   * actor (who, at most 256 bytes), each one is first recorded in the audit
+   * queue Q.audit (its headers with backstop-audit-action replay, -actor,
+   * -at-ms; no body), as the Go CLI's dlq replay records its own.
    */
   async replay(options = {}) {
     if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
-    const { limit = 1000, reason = '', keepAttempts = false } = options;
+    const { limit = 1000, reason = '', keepAttempts = false, actor = '' } = options;
+    if (typeof actor !== 'string' || Buffer.byteLength(actor) > 256) {
+      throw new TypeError(`Expected \`actor\` to be a string of at most 256 bytes (got ${show(actor)})`);
+    }
     checkWhole('limit', limit, 1, Number.MAX_SAFE_INTEGER);
     const { scan = Math.max(limit, Math.min(MAX_SCAN, 10 * Math.min(limit, MAX_SCAN))) } = options;
     checkWhole('scan', scan, limit, Math.max(limit, MAX_SCAN));
@@ -244,6 +250,7 @@ class Queue {
     let ch;
     let moved = 0;
     try {
+      if (actor !== '') await this.#declareAudit();
       ch = await this.#core.channel(true);
       let refused = null;
       const held = []; // looked at, not moved: given back to the DLQ at the end
@@ -253,6 +260,7 @@ class Queue {
       // a crash in between leaves a duplicate, never a loss.
       const flush = async () => {
         const results = await Promise.allSettled(batch.map((b) => b.confirmed));
+        const records = await Promise.allSettled(batch.map((b) => b.recorded));
         for (const [i, r] of results.entries()) {
           if (r.status === 'rejected') {
             held.push(batch[i].msg);
@@ -261,6 +269,9 @@ class Queue {
           }
           ch.ack(batch[i].msg);
           moved++;
+          if (records[i].status === 'rejected') {
+            refused ??= new Error(`the broker refused (nack) the audit record of the replay of job ${JSON.stringify(batch[i].id)}`, { cause: records[i].reason });
+          }
         }
         batch = [];
       };
@@ -292,9 +303,18 @@ class Queue {
             headers[H.first] = String(Date.now());
           }
           if (dl.reason !== '') headers[H.lastReason] = dl.reason;
+          // The audit record first: never a replay unrecorded.
+          let recorded;
+          if (actor !== '') {
+            const rec = moveHeaders(msg.properties.headers);
+            Object.assign(rec, { 'backstop-audit-action': 'replay', 'backstop-audit-actor': actor,
+              'backstop-audit-at-ms': String(Date.now()), [H.reason]: dl.reason });
+            recorded = publish(ch, '', `${this.name}.audit`, Buffer.alloc(0), { ...props(msg), headers: rec });
+            recorded.catch(() => {}); // awaited in flush
+          }
           const confirmed = publish(ch, '', to, msg.content, { ...props(msg), headers });
           confirmed.catch(() => {}); // awaited in flush
-          batch.push({ msg, id: dl.id, confirmed });
+          batch.push({ msg, id: dl.id, confirmed, recorded });
           if (batch.length === CONFIRM_BATCH) await flush();
         }
         await flush();
@@ -446,6 +466,19 @@ class Queue {
 
   // Whether queue name exists, on a channel of its own: a passive declare of
   // a missing queue closes its channel.
+  // Declares Q.audit as Go's rabbitmq.declareAudit does (a quorum queue
+  // keeping the last 10,000 records), on a channel of its own.
+  async #declareAudit() {
+    const ch = await this.#core.channel(false);
+    try {
+      await ch.assertQueue(`${this.name}.audit`, {
+        durable: true, arguments: { 'x-queue-type': 'quorum', 'x-max-length': 10000, 'x-overflow': 'drop-head' },
+      });
+    } finally {
+      await ch.close().catch(() => {});
+    }
+  }
+
   async #exists(name) {
     let ch;
     try {

@@ -58,6 +58,25 @@ export function keysFor(name) {
 }
 
 /**
+ * The audit stream of keys, where replays and runs given an actor (and the
+ * Go CLI's discards) are recorded: the DLQ key with `:dlq` replaced by
+ * `:audit`, so in its hash slot (Go's `Keys.Audit`).
+ */
+function auditKey(keys) {
+  return (keys.dlq.endsWith(':dlq') ? keys.dlq.slice(0, -4) : keys.dlq) + ':audit';
+}
+
+// checkActor reads an actor to record in the audit: undefined or '' records
+// nothing, else at most 256 bytes (as Go's queue.CheckActor).
+function checkActor(actor) {
+  if (actor === undefined || actor === '') return '';
+  if (typeof actor !== 'string' || Buffer.byteLength(actor) > 256) {
+    throw new TypeError(`Expected \`actor\` to be a string of at most 256 bytes (got ${show(actor)})`);
+  }
+  return actor;
+}
+
+/**
  * Returns the queue called name over client: an ioredis Redis or Cluster,
  * or a node-redis v4+ client or cluster. The client stays the caller's.
  */
@@ -241,6 +260,10 @@ class Queue {
     if (options === null || typeof options !== 'object') throw new TypeError('Expected `options` to be an object');
     const { id, dueBefore, limit = 100 } = options;
     const k = this.keys;
+    const actor = checkActor(options.actor);
+    // With an actor, each job moved is recorded in the audit (run.lua).
+    const keys = actor ? [k.delayed, k.jobs, k.stats, auditKey(k)] : [k.delayed, k.jobs, k.stats];
+    const tail = actor ? [actor] : [];
     if ((id === undefined) === (dueBefore === undefined)) {
       throw new TypeError('Expected one of `id` and `dueBefore`');
     } else if (id !== undefined) {
@@ -250,7 +273,7 @@ class Queue {
       let moved = 0;
       let cursor = '0';
       do {
-        const [n, next] = await this.#script('run', [k.delayed, k.jobs, k.stats], ['id', id, cursor], `run ${id}`);
+        const [n, next] = await this.#script('run', keys, ['id', id, cursor, ...tail], `run ${id}`);
         moved += Number(n);
         cursor = text(next);
       } while (cursor !== '0');
@@ -259,7 +282,7 @@ class Queue {
     const ms = dueBefore instanceof Date ? dueBefore.getTime() : dueBefore;
     checkWhole('dueBefore', ms, 0);
     checkWhole('limit', limit, 1, 10000);
-    const [moved, left] = await this.#script('run', [k.delayed, k.jobs, k.stats], ['before', String(ms), String(limit)], 'run');
+    const [moved, left] = await this.#script('run', keys, ['before', String(ms), String(limit), ...tail], 'run');
     return { moved: Number(moved), left: Number(left) };
   }
 
@@ -311,13 +334,18 @@ class Queue {
     if (limit !== Infinity) checkWhole('limit', limit, 1);
     if (typeof reason !== 'string') throw new TypeError(`Expected \`reason\` to be a string (got ${show(reason)})`);
     if (type !== undefined) checkJobType('type', type);
+    const actor = checkActor(options.actor);
     const k = this.keys;
+    // With an actor, each dead letter replayed is recorded first in the
+    // audit (replay.lua).
+    const keys = actor ? [k.dlq, k.jobs, k.stats, auditKey(k)] : [k.dlq, k.jobs, k.stats];
     let moved = 0;
     let cursor = '-';
     while (moved < limit) {
       const batch = Math.min(limit - moved, 1000);
       const args = [String(batch), reason, cursor, String(batch * 10), type ?? ''];
-      const [n, next] = await this.#script('replay', [k.dlq, k.jobs, k.stats], args, 'replay');
+      if (actor) args.push('', '', actor);
+      const [n, next] = await this.#script('replay', keys, args, 'replay');
       moved += Number(n);
       cursor = text(next);
       if (cursor === '0') break;

@@ -89,6 +89,36 @@ test('run moves delayed jobs now, by id or due before a bound, and counts them',
   }
 });
 
+// Issue 46: given an actor, replay and run record each job they move in the
+// audit stream, by the same scripts as Go's CLI and console; without one
+// nothing is recorded.
+test('replay and run with an actor record in the audit', async () => {
+  const q = createQueue(raw.client, 'aud-node');
+  await q.ensureGroup();
+  const audit = '{aud-node}:audit';
+  await q.enqueue('d', 'p');
+  const [d] = await q.read('c1', { count: 1 });
+  await q.retry(d, 3_600_000, 'transient', 'e');
+  for (const id of ['a', 'b']) {
+    await q.enqueue(id, 'p');
+    const [job] = await q.read('c1', { count: 1 });
+    await q.deadLetter(job, 'permanent_error', 'boom');
+  }
+  assert.equal(await q.replay({ limit: 1 }), 1); // no actor: not recorded
+  assert.equal(Number(await raw('XLEN', audit)), 0);
+  assert.equal(await q.replay({ reason: 'permanent_error', actor: 'ann@ops1' }), 1);
+  assert.deepEqual(await q.run({ id: 'd', actor: 'bob@ops2' }), { moved: 1, left: 0 });
+  const recs = (await raw('XRANGE', audit, '-', '+')).map(([, f]) => {
+    const o = {};
+    for (let i = 0; i < f.length; i += 2) o[String(f[i])] = String(f[i + 1]);
+    return o;
+  });
+  assert.deepEqual(recs.map((r) => [r.action, r.actor, r.id, r.reason]),
+    [['replay', 'ann@ops1', 'b', 'permanent_error'], ['run', 'bob@ops2', 'd', 'transient']]);
+  assert.equal(recs[0].at_ms.length, 13);
+  await assert.rejects(q.replay({ limit: 1, actor: 'x'.repeat(257) }), { name: 'TypeError', message: /actor/ });
+});
+
 test('run by id goes on through a set too large for one call', async () => {
   const q = createQueue(raw.client, 'run-big');
   const args = [];

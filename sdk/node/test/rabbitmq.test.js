@@ -329,7 +329,19 @@ test('replay moves at most limit dead letters of a reason to the original queue 
   for (let i = 0; i < 5; i++) await dl(`p${i}`, 'permanent_error', 3);
   await dl('m0', 'max_attempts_reached', 5);
   await publishRaw('rep.dlq', 'anonymous', { headers: { 'backstop-reason': 'permanent_error' } }); // no id: stays
-  assert.equal(await q.replay({ limit: 2, reason: 'permanent_error' }), 2);
+  assert.equal(await q.replay({ limit: 2, reason: 'permanent_error', actor: 'ann@ops1' }), 2);
+  // Each recorded first in rep.audit with the actor, as Go's replay (issue 46).
+  for (let i = 0; i < 2; i++) {
+    const rec = await ch.get('rep.audit', { noAck: true });
+    assert.ok(rec, 'an audit record');
+    assert.equal(rec.content.length, 0);
+    assert.match(rec.properties.messageId, /^p\d$/);
+    const h = rec.properties.headers;
+    assert.deepEqual([String(h['backstop-audit-action']), String(h['backstop-audit-actor']), String(h['backstop-reason'])],
+      ['replay', 'ann@ops1', 'permanent_error']);
+  }
+  assert.equal(await ch.get('rep.audit', { noAck: true }), false);
+  await assert.rejects(q.replay({ limit: 1, actor: 'x'.repeat(257) }), { name: 'TypeError', message: /actor/ });
   assert.equal(await depth('rep'), 2);
   assert.equal(await depth('rep.other'), 0);
   assert.equal((await q.stats()).dlq, 5);

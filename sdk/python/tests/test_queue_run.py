@@ -76,3 +76,46 @@ def test_run_by_id_goes_on_through_a_large_set(r):
     assert q.run("job-29999") == Ran(1, 0)
     assert q.run("job-29999") == Ran(0, 0)
     assert r.zcard(q.keys.delayed) == 29999
+
+
+def test_replay_and_run_record_in_the_audit_with_an_actor(r):
+    """Issue 46: given an actor, replay and run record each job they move in
+    the audit stream, as the Go CLI and console do (the same scripts write
+    the same fields); without one nothing is recorded."""
+    q = Queue(r, "aud-py")
+    q.ensure_group()
+    assert q.keys.audit == "{aud-py}:audit"
+    delay(q, "d")  # first: the replays below put jobs in the stream
+    for job_id in ("a", "b"):
+        q.enqueue(job_id, b"p")
+        [job] = q.read("c1", count=1)
+        q.dead_letter(job, "permanent_error", "boom")
+    assert q.replay(1) == 1  # no actor: not recorded
+    assert r.xlen(q.keys.audit) == 0
+    assert q.replay(10, "permanent_error", actor="ann@ops1") == 1
+    assert q.run("d", actor="bob@ops2") == Ran(1, 0)
+    recs = [{k.decode(): v.decode() for k, v in f.items()} for _, f in r.xrange(q.keys.audit)]
+    assert [(x["action"], x["actor"], x["id"]) for x in recs] == [("replay", "ann@ops1", "b"), ("run", "bob@ops2", "d")]
+    assert recs[0]["reason"] == "permanent_error" and recs[0]["dlq_entry"] and len(recs[0]["at_ms"]) == 13
+    assert recs[1]["reason"] == "transient"
+    with pytest.raises(ValueError, match="actor must be a string of at most 256 bytes"):
+        q.replay(1, actor="x" * 257)
+
+
+def test_async_replay_records_in_the_audit(r, redis_server):
+    q = Queue(r, "aud-py-async")
+    q.ensure_group()
+    q.enqueue("a", b"p")
+    [job] = q.read("c1", count=1)
+    q.dead_letter(job, "permanent_error", "boom")
+
+    async def main():
+        c = redis.asyncio.Redis(port=redis_server.port)
+        try:
+            return await AsyncQueue(c, "aud-py-async").replay(10, actor="ann@ops1")
+        finally:
+            await c.aclose()
+
+    assert asyncio.run(main()) == 1
+    [(_, rec)] = r.xrange(q.keys.audit)
+    assert rec[b"action"] == b"replay" and rec[b"actor"] == b"ann@ops1" and rec[b"id"] == b"a"

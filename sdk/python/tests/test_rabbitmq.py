@@ -308,7 +308,14 @@ def test_replay_is_bounded_and_reaches_the_original_queue_only(rabbit):
                 w = asyncio.ensure_future(q.work(policy, fail))
                 await until_async("five dead letters", lambda: _dlq(q, 5))
                 await stop(w)
-            assert await q.replay(limit=2) == 2
+            assert await q.replay(limit=2, actor="ann@ops1") == 2
+            # Each recorded in Q.audit with the actor, as Go's replay (issue 46).
+            audit = await ch.get_queue(q.name + ".audit", ensure=False)
+            for _ in range(2):
+                rec = await audit.get(no_ack=True)
+                assert rec.body == b"" and rec.message_id.startswith("j")
+                assert (rec.headers["backstop-audit-action"], rec.headers["backstop-audit-actor"]) == ("replay", "ann@ops1")
+            assert await audit.get(no_ack=True, fail=False) is None
             st = await q.stats()
             assert (st.ready, st.dlq) == (2, 3)
             assert await q.replay(limit=10, reason="no_such_reason") == 0

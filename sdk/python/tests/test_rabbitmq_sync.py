@@ -52,7 +52,7 @@ def policy():
         yield p
 
 
-def test_moves(broker, policy):
+def test_moves(rabbit, broker, policy):
     reg = prometheus_client.CollectorRegistry()
     q = broker.queue(qname("s"))
     q.declare()
@@ -81,7 +81,15 @@ def test_moves(broker, policy):
 
     assert q.replay(limit=1, reason="transient") == 0
     until("the dead letter back in the DLQ", lambda: q.stats().dlq == 1)
-    assert q.replay(limit=1) == 1
+    assert q.replay(limit=1, actor="ann@ops1") == 1
+    # Recorded in Q.audit with the actor, as Go's replay (issue 46).
+    conn = pika.BlockingConnection(pika.URLParameters(rabbit.url))
+    method, props, body = conn.channel().basic_get(q.name + ".audit", auto_ack=True)
+    conn.close()
+    assert method is not None and props.message_id == "bad" and body == b""
+    h = props.headers
+    assert (h["backstop-audit-action"], h["backstop-audit-actor"], h["backstop-reason"]) == ("replay", "ann@ops1", "permanent_error")
+    assert len(str(h["backstop-audit-at-ms"])) == 13
     again = []
     w = Worker(q, policy, again.append)
     until("the replayed job", lambda: again)

@@ -405,20 +405,26 @@ class Queue:
                 await _within_grace(ch.close())
 
     async def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
-                     scan: Optional[int] = None) -> int:
+                     scan: Optional[int] = None, actor: Optional[str] = None) -> int:
         """Moves at most ``limit`` dead letters (with ``reason`` only, when
         given) back to the work queue, to its name on the default exchange
         only, among the first ``scan`` (default 10 × limit). A replayed job
         starts afresh (attempt 1, first enqueued now) unless
         ``keep_attempts``; the dead letter's reason becomes its last
         reason. Dead letters without a job id, or that do not match, stay.
-        Returns how many moved."""
+        Returns how many moved. With ``actor`` (who, 1..256 bytes), each
+        one is first recorded in the audit queue ``Q.audit`` (its headers,
+        ``backstop-audit-action`` replay, ``-actor``, ``-at-ms``; no body),
+        as the Go CLI's ``dlq replay`` records its own."""
         limit, reason, scan = _core.replay_args(limit, reason, scan)
+        actor = _core.check_actor("replay", actor)
         ch = await self.broker._channel()
         held: List[AbstractIncomingMessage] = []
         moved = 0
         try:
             await self._ensure(ch)
+            if actor:
+                await ch.declare_queue(self.name + ".audit", durable=True, arguments=_core.AUDIT_ARGUMENTS)
             dlq = await ch.get_queue(self.name + ".dlq", ensure=False)
             for _ in range(scan):
                 if moved >= limit:
@@ -430,6 +436,9 @@ class Queue:
                 if not _core.matches(d, reason):
                     held.append(msg)
                     continue
+                if actor:  # the record first: never a replay unrecorded
+                    props = {k: getattr(msg, k) for k in _core.PROPERTIES}
+                    await _publish(ch, _core.replay_record(self.name, d, actor, _core.now_ms()), props, b"")
                 await _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), msg)
                 await msg.ack()
                 moved += 1

@@ -531,6 +531,32 @@ def replayed(q: str, d: DeadLetter, keep_attempts: bool, now: int) -> Publish:
     return Publish("", dest, h)
 
 
+# The audit queue Q.audit (Go's rabbitmq.declareAudit): quorum, the last
+# 10,000 records kept; a replay given an actor records each dead letter
+# there, as Go's does.
+AUDIT_ARGUMENTS = {"x-queue-type": "quorum", "x-max-length": 10000, "x-overflow": "drop-head"}
+
+
+def check_actor(op: str, actor: Any) -> str:
+    """An actor to record in the audit: None or "" records nothing, else at
+    most 256 bytes (as Go's queue.CheckActor)."""
+    if actor is None or actor == "":
+        return ""
+    if not isinstance(actor, str) or len(actor.encode()) > 256:
+        raise ValueError("%s: actor must be a string of at most 256 bytes (got %r)" % (op, actor))
+    return actor
+
+
+def replay_record(q: str, d: DeadLetter, actor: str, now: int) -> Publish:
+    """The audit record of dead letter d replayed by actor (published with
+    no body: the job is back in its queue): its headers, with action
+    replay, the actor, at-ms and its reason (Go's Replay with an Actor)."""
+    h = _own(d.headers)
+    h.update({"backstop-audit-action": "replay", "backstop-audit-actor": actor,
+              "backstop-audit-at-ms": str(now), H_REASON: d.reason})
+    return Publish("", q + ".audit", h)
+
+
 # -- the mover: the hops between delay levels ----------------------------------
 
 

@@ -408,13 +408,16 @@ class Queue:
         return self._op(run)
 
     def replay(self, limit: int = 1000, reason: Optional[str] = None, keep_attempts: bool = False, *,
-               scan: Optional[int] = None) -> int:
+               scan: Optional[int] = None, actor: Optional[str] = None) -> int:
         """See ``backstop.rabbitmq.Queue.replay``."""
         limit, reason, scan = _core.replay_args(limit, reason, scan)
+        actor = _core.check_actor("replay", actor)
 
         def run(ch: BlockingChannel) -> int:
             held: List[Any] = []
             moved = 0
+            if actor:
+                ch.queue_declare(self.name + ".audit", durable=True, arguments=_core.AUDIT_ARGUMENTS)
             for _ in range(scan):
                 if moved >= limit:
                     break
@@ -425,6 +428,8 @@ class Queue:
                 if not _core.matches(d, reason):
                     held.append((method, props, body))
                     continue
+                if actor:  # the record first: never a replay unrecorded
+                    _publish(ch, _core.replay_record(self.name, d, actor, _core.now_ms()), b"", props)
                 _publish(ch, _core.replayed(self.name, d, keep_attempts, _core.now_ms()), body, props)
                 ch.basic_ack(method.delivery_tag)
                 moved += 1

@@ -81,18 +81,19 @@ class AsyncQueue(_Base):
         return await self._drive(self._promote_steps(limit))
 
     async def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
-                  limit: int = 100) -> Ran:
+                  limit: int = 100, actor: Optional[str] = None) -> Ran:
         """See ``Queue.run``."""
-        return await self._drive(self._run_steps(job_id, due_before, limit))
+        return await self._drive(self._run_steps(job_id, due_before, limit, actor))
 
     async def reclaim(self, consumer: str, *, min_idle_ms: Union[int, timedelta] = 60_000, count: int = 100,
                       max_deliveries: int = 5) -> Reclaimed:
         """See ``Queue.reclaim``."""
         return await self._drive(self._reclaim_steps(consumer, min_idle_ms, count, max_deliveries))
 
-    async def replay(self, limit: int = 1000, reason: Optional[str] = None, *, job_type: Optional[str] = None) -> int:
+    async def replay(self, limit: int = 1000, reason: Optional[str] = None, *, job_type: Optional[str] = None,
+                     actor: Optional[str] = None) -> int:
         """See ``Queue.replay``."""
-        return await self._drive(self._replay_steps(limit, reason, job_type))
+        return await self._drive(self._replay_steps(limit, reason, job_type, actor))
 
     async def hold(self, consumer: str, entries: Sequence[Union[str, Job]]) -> List[bool]:
         """See ``Queue.hold``."""

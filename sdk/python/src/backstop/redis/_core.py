@@ -85,6 +85,14 @@ class Keys:
         tag = "{" + name + "}"
         return cls(tag + ":jobs", tag + ":delayed", tag + ":dlq", tag + ":stats")
 
+    @property
+    def audit(self) -> str:
+        """The audit stream, where replays and runs given an ``actor`` (and
+        the Go CLI's discards) are recorded: the DLQ key with ``:dlq``
+        replaced by ``:audit`` (so in its hash slot), as Go's
+        ``Keys.Audit``."""
+        return (self.dlq[: -len(":dlq")] if self.dlq.endswith(":dlq") else self.dlq) + ":audit"
+
 
 @dataclass(frozen=True)
 class Job:
@@ -399,21 +407,25 @@ class _Base:
         return Script("promote", [self.keys.delayed, self.keys.jobs, self.keys.stats], [limit])
 
     def _force_run(self, job_id: Optional[str], due_before: Union[None, int, datetime],
-                   limit: int, cursor: str = "0") -> Script:
+                   limit: int, cursor: str = "0", actor: str = "") -> Script:
         keys = [self.keys.delayed, self.keys.jobs, self.keys.stats]
+        tail: List[Any] = []
+        if actor:  # each job moved recorded in the audit (run.lua)
+            keys.append(self.keys.audit)
+            tail = [actor]
         if (job_id is None) == (due_before is None):
             raise ValueError("run: give one of job_id and due_before (got job_id=%r, due_before=%r)" % (job_id, due_before))
         if job_id is not None:
             if not isinstance(job_id, str) or not job_id:
                 raise ValueError("run: job_id must be a non-empty string (got %r)" % (job_id,))
-            return Script("run", keys, ["id", job_id, cursor])
+            return Script("run", keys, ["id", job_id, cursor, *tail])
         if isinstance(due_before, datetime):
             if due_before.tzinfo is None:
                 raise ValueError("run: due_before must be an aware datetime (got %r)" % (due_before,))
             due_before = int(due_before.timestamp() * 1000)
         _whole_in("run", "due_before", due_before, 0, None)
         _whole_in("run", "limit", limit, 1, 10000)
-        return Script("run", keys, ["before", due_before, limit])
+        return Script("run", keys, ["before", due_before, limit, *tail])
 
     def _reclaim(self, consumer: str, min_idle_ms: Union[int, timedelta], count: int, max_deliveries: int) -> Script:
         if not isinstance(consumer, str) or not consumer:
@@ -431,7 +443,10 @@ class _Base:
             raise ValueError("hold: entries must be a sequence of at most 1000 entry ids or Jobs (got %r)" % (entries,))
         return Script("hold", [self.keys.jobs], [self.group, consumer, *(_entry("hold", e) for e in entries)])
 
-    def _replay_batch(self, limit: int, reason: str, cursor: str, job_type: str = "") -> Script:
+    def _replay_batch(self, limit: int, reason: str, cursor: str, job_type: str = "", actor: str = "") -> Script:
+        if actor:  # each dead letter replayed recorded in the audit (replay.lua)
+            return Script("replay", [self.keys.dlq, self.keys.jobs, self.keys.stats, self.keys.audit],
+                          [limit, reason, cursor, limit * 10, job_type, "", "", actor])
         return Script("replay", [self.keys.dlq, self.keys.jobs, self.keys.stats], [limit, reason, cursor, limit * 10, job_type])
 
     def _xreadgroup(self, consumer: str, count: int, block_ms: Optional[Union[int, timedelta]]) -> Dict[str, Any]:
@@ -487,8 +502,10 @@ class _Base:
     def _promote_steps(self, limit: int) -> Steps[Promoted]:
         return _promoted((yield self._promote(limit)))
 
-    def _run_steps(self, job_id: Optional[str], due_before: Union[None, int, datetime], limit: int) -> Steps[Ran]:
-        args = self._force_run(job_id, due_before, limit)
+    def _run_steps(self, job_id: Optional[str], due_before: Union[None, int, datetime], limit: int,
+                   actor: Optional[str] = None) -> Steps[Ran]:
+        actor = _actor("run", actor)
+        args = self._force_run(job_id, due_before, limit, actor=actor)
         if job_id is None:
             return _ran((yield args))
         # Each call scans a bounded part of the set (run.lua): Redis serves
@@ -499,18 +516,20 @@ class _Base:
             moved += int(n)
             if _text(cursor) == "0":
                 return Ran(moved, 0)
-            args = self._force_run(job_id, None, limit, _text(cursor))
+            args = self._force_run(job_id, None, limit, _text(cursor), actor)
 
     def _reclaim_steps(self, consumer: str, min_idle_ms: Union[int, timedelta], count: int,
                        max_deliveries: int) -> Steps[Reclaimed]:
         return _reclaimed((yield self._reclaim(consumer, min_idle_ms, count, max_deliveries)))
 
-    def _replay_steps(self, limit: int, reason: Optional[str], job_type: Optional[str]) -> Steps[int]:
+    def _replay_steps(self, limit: int, reason: Optional[str], job_type: Optional[str],
+                      actor: Optional[str] = None) -> Steps[int]:
         reason = _replay_args(limit, reason)
         jtype = _replay_type(job_type)
+        who = _actor("replay", actor)
         moved, cursor = 0, "-"
         while moved < limit:
-            n, cursor = _replayed((yield self._replay_batch(min(limit - moved, 1000), reason, cursor, jtype)))
+            n, cursor = _replayed((yield self._replay_batch(min(limit - moved, 1000), reason, cursor, jtype, who)))
             moved += n
             if cursor == "0":
                 break
@@ -837,6 +856,16 @@ def _delay(v: Any) -> int:
 
 
 _check_job_type = _queue.check_job_type
+
+
+def _actor(op: str, actor: Optional[str]) -> str:
+    """An actor to record in the audit: None or "" records nothing, else
+    1..256 bytes of UTF-8 (as the Go queue's)."""
+    if actor is None or actor == "":
+        return ""
+    if not isinstance(actor, str) or len(actor.encode()) > 256:
+        raise ValueError("%s: actor must be a string of at most 256 bytes (got %r)" % (op, actor))
+    return actor
 
 
 def _replay_type(job_type: Optional[str]) -> str:

@@ -109,15 +109,18 @@ class Queue(_Base):
         return self._drive(self._promote_steps(limit))
 
     def run(self, job_id: Optional[str] = None, *, due_before: Union[None, int, datetime] = None,
-            limit: int = 100) -> Ran:
+            limit: int = 100, actor: Optional[str] = None) -> Ran:
         """Moves delayed jobs to the stream now, before they are due, in one
         atomic step counted in ``force_run`` (Cloud Tasks' RunTask): the job
         whose job id is ``job_id``, or at most ``limit`` (1..10000) jobs due at
         or before ``due_before`` (an aware datetime or unix ms), earliest
         first. A member that is not a job ``retry`` wrote moves raw, as
         ``promote`` moves it. Returns ``(moved, left)``: ``moved`` is 0 when
-        the job id is not in the delayed set."""
-        return self._drive(self._run_steps(job_id, due_before, limit))
+        the job id is not in the delayed set. With ``actor`` (who, 1..256
+        bytes), each job moved is recorded in the audit stream
+        (``keys.audit``: action ``run``, actor, at_ms, id, reason), as the Go
+        CLI's ``queue run`` records its own."""
+        return self._drive(self._run_steps(job_id, due_before, limit, actor))
 
     def reclaim(self, consumer: str, *, min_idle_ms: Union[int, timedelta] = 60_000, count: int = 100,
                 max_deliveries: int = 5) -> Reclaimed:
@@ -128,12 +131,16 @@ class Queue(_Base):
         the jobs as if read."""
         return self._drive(self._reclaim_steps(consumer, min_idle_ms, count, max_deliveries))
 
-    def replay(self, limit: int = 1000, reason: Optional[str] = None, *, job_type: Optional[str] = None) -> int:
+    def replay(self, limit: int = 1000, reason: Optional[str] = None, *, job_type: Optional[str] = None,
+               actor: Optional[str] = None) -> int:
         """Moves at most ``limit`` dead letters (those with ``reason`` only,
         when given, and of ``job_type`` only, when given), oldest first, back
         to the stream with the attempt reset to 1, in bounded batches.
-        Returns how many moved."""
-        return self._drive(self._replay_steps(limit, reason, job_type))
+        Returns how many moved. With ``actor`` (who, 1..256 bytes), each one
+        is recorded first in the audit stream (``keys.audit``: action
+        ``replay``, actor, at_ms, id, reason, type, dlq_entry), as the Go
+        CLI's ``dlq replay`` records its own."""
+        return self._drive(self._replay_steps(limit, reason, job_type, actor))
 
     def hold(self, consumer: str, entries: Sequence[Union[str, Job]]) -> List[bool]:
         """Keeps entries pending to ``consumer`` from being reclaimed,
