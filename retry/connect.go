@@ -27,7 +27,8 @@ func Dialer(p backstop.Decider) *net.Dialer {
 	return d
 }
 
-// HTTPTransport returns a clone of http.DefaultTransport that connects
+// HTTPTransport returns a clone of http.DefaultTransport (of net/http's
+// defaults when a program replaced it by another RoundTripper) that connects
 // with Dialer(p): the policy's connect_timeout applied to every
 // connection. Wrap it with Transport for the attempt headers:
 //
@@ -37,7 +38,12 @@ func Dialer(p backstop.Decider) *net.Dialer {
 //		return client.Do(req)
 //	})
 func HTTPTransport(p backstop.Decider) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	base, ok := http.DefaultTransport.(*http.Transport)
+	if !ok { // a program wrapped it (tracing, metrics): net/http's defaults
+		base = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, MaxIdleConns: 100,
+			IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
+	}
+	t := base.Clone()
 	t.DialContext = Dialer(p).DialContext
 	return t
 }

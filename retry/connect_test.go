@@ -74,3 +74,17 @@ func TestConnectTimeoutNone(t *testing.T) {
 		t.Errorf("HTTPTransport is not a clone of http.DefaultTransport")
 	}
 }
+
+// A program that wrapped http.DefaultTransport (tracing, metrics) still
+// gets a transport with net/http's defaults, not a panic.
+func TestHTTPTransportDefaultWrapped(t *testing.T) {
+	orig := http.DefaultTransport
+	t.Cleanup(func() { http.DefaultTransport = orig })
+	http.DefaultTransport = wrapped{orig}
+	tr := retry.HTTPTransport(parse(t, connectTimeout))
+	if tr.DialContext == nil || tr.TLSHandshakeTimeout == 0 || tr.Proxy == nil || tr.MaxIdleConns == 0 {
+		t.Errorf("HTTPTransport over a wrapped DefaultTransport lacks net/http's defaults: %+v", tr)
+	}
+}
+
+type wrapped struct{ http.RoundTripper }
