@@ -8,8 +8,10 @@ import (
 	"github.com/backstop-dev/backstop"
 )
 
-// Dialer returns a net.Dialer whose Timeout is p's connect_timeout (none
-// when the policy has none) and whose KeepAlive is http.DefaultTransport's.
+// Dialer returns a net.Dialer whose Timeout is p's connect_timeout
+// (http.DefaultTransport's 30 s when the policy has none: a zero Timeout
+// would wait out the kernel's SYN retries) and whose KeepAlive is
+// http.DefaultTransport's.
 // A connect that runs out fails with a *net.OpError (dial, timeout), which
 // ClassifyError names connect_timeout, not timeout: a request that never
 // connected was never sent, so the policy may retry it even when it is not
@@ -18,13 +20,15 @@ import (
 // The attempt's own deadline (attempt_timeout) still bounds the connect
 // through the request's context: whichever ends first stops it.
 func Dialer(p backstop.Decider) *net.Dialer {
-	return &net.Dialer{
-		Timeout:   time.Duration(p.ConnectTimeoutMs()) * time.Millisecond,
-		KeepAlive: 30 * time.Second,
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if ms := p.ConnectTimeoutMs(); ms > 0 {
+		d.Timeout = time.Duration(ms) * time.Millisecond
 	}
+	return d
 }
 
-// HTTPTransport returns a clone of http.DefaultTransport that connects
+// HTTPTransport returns a clone of http.DefaultTransport (of net/http's
+// defaults when a program replaced it by another RoundTripper) that connects
 // with Dialer(p): the policy's connect_timeout applied to every
 // connection. Wrap it with Transport for the attempt headers:
 //
@@ -34,7 +38,12 @@ func Dialer(p backstop.Decider) *net.Dialer {
 //		return client.Do(req)
 //	})
 func HTTPTransport(p backstop.Decider) *http.Transport {
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	base, ok := http.DefaultTransport.(*http.Transport)
+	if !ok { // a program wrapped it (tracing, metrics): net/http's defaults
+		base = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, MaxIdleConns: 100,
+			IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second, ExpectContinueTimeout: time.Second}
+	}
+	t := base.Clone()
 	t.DialContext = Dialer(p).DialContext
 	return t
 }

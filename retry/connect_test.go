@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
@@ -61,14 +62,29 @@ func TestConnectTimeout(t *testing.T) {
 	}
 }
 
-// Without connect_timeout the transport keeps net/http's own dialer
-// timeout (none beyond the request's context).
+// Without connect_timeout the dialer keeps net/http's own dialer timeout
+// (http.DefaultTransport's 30 s): HTTPTransport must not drop that bound
+// (a zero Timeout waits for the kernel's SYN retries, about 2 minutes).
 func TestConnectTimeoutNone(t *testing.T) {
 	p := parse(t, "max_attempts: 2\n")
-	if d := retry.Dialer(p); d.Timeout != 0 {
-		t.Errorf("Dialer().Timeout = %v, want 0", d.Timeout)
+	if d := retry.Dialer(p); d.Timeout != 30*time.Second {
+		t.Errorf("Dialer().Timeout = %v, want http.DefaultTransport's 30s", d.Timeout)
 	}
 	if tr := retry.HTTPTransport(p); tr.DialContext == nil || tr.TLSHandshakeTimeout == 0 {
 		t.Errorf("HTTPTransport is not a clone of http.DefaultTransport")
 	}
 }
+
+// A program that wrapped http.DefaultTransport (tracing, metrics) still
+// gets a transport with net/http's defaults, not a panic.
+func TestHTTPTransportDefaultWrapped(t *testing.T) {
+	orig := http.DefaultTransport
+	t.Cleanup(func() { http.DefaultTransport = orig })
+	http.DefaultTransport = wrapped{orig}
+	tr := retry.HTTPTransport(parse(t, connectTimeout))
+	if tr.DialContext == nil || tr.TLSHandshakeTimeout == 0 || tr.Proxy == nil || tr.MaxIdleConns == 0 {
+		t.Errorf("HTTPTransport over a wrapped DefaultTransport lacks net/http's defaults: %+v", tr)
+	}
+}
+
+type wrapped struct{ http.RoundTripper }

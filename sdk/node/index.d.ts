@@ -109,7 +109,7 @@ export interface Policy {
 	readonly onOpen: OnOpen;
 
 	/**
-	The policy's lints (docs/policy.md, "Lints"): choices the retry guidance names as classic mistakes, which the policy still decides as written. Each was also emitted at load as a process warning of type `BackstopLintWarning` with the lint's code (`process.on('warning', …)`; `node --no-warnings` silences them). Lints the policy's `lint_ignore` names are left out.
+	The policy's lints (docs/policy.md, "Lints"): choices the retry guidance names as classic mistakes, which the policy still decides as written. Each was also emitted at load as a process warning of type `BackstopLintWarning` with the lint's code, once per process for each lint text (`process.on('warning', …)`; `node --no-warnings` silences them). Lints the policy's `lint_ignore` names are left out.
 
 	@example
 	```

@@ -37,6 +37,25 @@ test('a lint the policy ignores neither warns nor is listed', async () => {
   }
 });
 
+test('the same lint warns once per process, however often a policy is loaded', async () => {
+  // As Node's own deprecations (once per code): a service that loads a
+  // policy per tenant or per request must not print a warning each time.
+  const seen = [];
+  const listen = (w) => seen.push(w);
+  process.on('warning', listen);
+  try {
+    for (let i = 0; i < 3; i++) {
+      const p = await loadPolicy({ attempt_timeout: '500ms', connect_timeout: '500ms' });
+      assert.deepEqual(p.lints.map((l) => l.code), ['BP006']);
+      p.close();
+    }
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(seen.filter((w) => w.code === 'BP006').length, 1);
+  } finally {
+    process.off('warning', listen);
+  }
+});
+
 test('every policy of testdata/lints/cases.json reports exactly its lints', async () => {
   const file = JSON.parse(readFileSync(new URL('../../../testdata/lints/cases.json', import.meta.url), 'utf8'));
   assert.ok(file.cases.length > 0);

@@ -305,3 +305,16 @@ def test_schema_documented():
     doc = (Path(__file__).resolve().parents[3] / "docs" / "idempotency.md").read_text()
     block = doc.split("```sql\n", 1)[1].split("```", 1)[0]
     assert schema() == block
+
+
+def test_table_name_with_percent_and_quote(pool):
+    # The name is quoted as an identifier; psycopg reads % in a query with
+    # parameters as a placeholder, so the store must double it there.
+    store = PostgresIdempotencyStore(pool, table='odd%s"name%', metrics=IdempotencyMetrics())
+    store.create_table()
+    claim = store.begin("pct", "k1", "r1")
+    assert claim.state == "started"
+    store.complete("pct", "k1", claim.token, StoredResponse(201, {}, b"made"))
+    again = store.begin("pct", "k1", "r1")
+    assert (again.state, again.response.status, again.response.body) == ("completed", 201, b"made")
+    assert store.purge() == 0

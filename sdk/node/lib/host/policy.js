@@ -15,6 +15,7 @@ const BATCH = 256; // records per decide_batch call in decideMany
 export const MAX_POLICY_BYTES = 64 << 10;
 
 const encoder = new TextEncoder();
+const warned = new Set(); // lint warnings already emitted (texts from the schema's table: few)
 
 // Frees the handles of policies that were dropped without close().
 const finalizer =
@@ -65,8 +66,13 @@ class Policy {
     // Lints never change either: the module answers bits, the schema's
     // table (contract.gen.js) spells them out; each is a process warning.
     this.lints = C.lintsOf(inst.call(() => inst.e.policy_lints(h)));
+    // Once per text and process, as Node's deprecations: a policy loaded
+    // per tenant or per request would otherwise flood stderr.
     for (const l of this.lints) {
-      process.emitWarning(`${l.field}: ${l.code}: ${l.message}`, { type: 'BackstopLintWarning', code: l.code });
+      const text = `${l.field}: ${l.code}: ${l.message}`;
+      if (warned.has(text)) continue;
+      warned.add(text);
+      process.emitWarning(text, { type: 'BackstopLintWarning', code: l.code });
     }
     finalizer?.register(this, { inst, h }, this);
   }

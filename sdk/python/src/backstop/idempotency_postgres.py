@@ -97,7 +97,7 @@ class _PgBase(_Options):
             raise ValueError("table must be a non-empty string, got %r" % (table,))
         super().__init__(**options)
         self.db, self.table = db, table
-        t = _ident(table)
+        t = _ident(table).replace("%", "%%")  # psycopg reads a lone % of a query with parameters as a placeholder
         self._sql = {name: q.replace("{t}", t) for name, q in
                      (("row", _ROW), ("upsert", _UPSERT), ("complete", _COMPLETE), ("fail", _FAIL), ("purge", _PURGE))}
 
