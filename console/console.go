@@ -48,6 +48,7 @@ type Server struct {
 	mu       sync.Mutex
 	replays  map[int]*replayJob
 	replayID int
+	running  int // replays not done yet (maxRunningReplays)
 }
 
 type config struct {
@@ -58,7 +59,6 @@ type config struct {
 	schedule   []byte
 	log        *slog.Logger
 	pageSize   int
-	tick       time.Duration
 }
 
 // Option configures New.
@@ -87,7 +87,7 @@ func WithPageSize(n int) Option { return func(c *config) { c.pageSize = n } }
 
 // New returns the console over qs (one broker, kind its queue.Broker's Kind).
 func New(kind string, qs []queue.Queue, opts ...Option) (*Server, error) {
-	cfg := config{log: slog.Default(), pageSize: 50, tick: time.Second}
+	cfg := config{log: slog.Default(), pageSize: 50}
 	for _, o := range opts {
 		o(&cfg)
 	}

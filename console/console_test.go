@@ -267,3 +267,25 @@ func TestForceRun(t *testing.T) {
 		})
 	}
 }
+
+// Bounded work: at most maxRunningReplays (4) replays run at once; one
+// more is refused with 429 rather than starting another hour-long
+// goroutine.
+func TestRunningReplaysAreBounded(t *testing.T) {
+	b := brokers[0].open(t)
+	q := seeded(t, b, "bounded")
+	s := serve(t, b.Kind(), []queue.Queue{q}, console.WithWritable(true))
+	base := "/queues/" + q.Name()
+	tok := s.token(base + "/dlq")
+	// One dead letter an hour: each replay moves one, then waits.
+	slow := url.Values{"csrf": {tok}, "limit": {"5"}, "rate": {"1/h"}}
+	for i := range 4 {
+		if code, body, _ := s.post(base+"/replay", slow); code != http.StatusSeeOther {
+			t.Fatalf("replay %d: %d %s", i+1, code, body)
+		}
+	}
+	code, body, _ := s.post(base+"/replay", slow)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "4 replays are running") {
+		t.Errorf("a fifth replay: %d %s, want 429", code, body)
+	}
+}

@@ -3,7 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"sort"
@@ -24,6 +23,9 @@ import (
 const (
 	maxReplay   = 100_000
 	keepReplays = 100
+	// maxRunningReplays bounds the replays running at once (each a
+	// goroutine of up to an hour): one more is refused with 429.
+	maxRunningReplays = 4
 )
 
 type replayJob struct {
@@ -61,6 +63,12 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, q queue.Queue) {
 		}
 	}
 	s.mu.Lock()
+	if s.running >= maxRunningReplays {
+		s.mu.Unlock()
+		s.fail(w, r, http.StatusTooManyRequests, fmt.Errorf("%d replays are running: wait for one to finish", maxRunningReplays))
+		return
+	}
+	s.running++
 	s.replayID++
 	j := &replayJob{ID: s.replayID, Queue: q.Name(), Actor: actor(r), Filter: f, Limit: limit, Rate: rate, Start: time.Now()}
 	s.replays[j.ID] = j
@@ -75,15 +83,16 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, q queue.Queue) {
 func (s *Server) runReplay(q queue.Queue, j *replayJob) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	batch := j.Limit
-	if j.Rate > 0 {
-		batch = max(1, int(math.Ceil(j.Rate*s.cfg.tick.Seconds())))
-	}
-	tick := time.NewTicker(s.cfg.tick)
-	defer tick.Stop()
+	// The CLI's pacing (dlq replay --rate): batches of ceil(rate/10), one
+	// every batch/rate seconds; unpaced, one call of the whole limit.
+	pace := queue.NewPacer(j.Rate, j.Limit)
+	defer pace.Stop()
 	moved, err := 0, error(nil)
 	for moved < j.Limit {
-		want := min(batch, j.Limit-moved)
+		if err = pace.Wait(ctx); err != nil {
+			break
+		}
+		want := min(pace.Batch(), j.Limit-moved)
 		var n int
 		n, err = q.Replay(ctx, queue.ReplayOptions{Limit: want, Reason: j.Filter.Reason, JobType: j.Filter.Type, ID: j.Filter.ID,
 			Actor: j.Actor}) // each one recorded in the audit
@@ -91,12 +100,12 @@ func (s *Server) runReplay(q queue.Queue, j *replayJob) {
 		s.mu.Lock()
 		j.Moved = moved
 		s.mu.Unlock()
-		if err != nil || n < want || moved >= j.Limit || j.Rate == 0 {
+		if err != nil || n < want {
 			break
 		}
-		<-tick.C
 	}
 	s.mu.Lock()
+	s.running--
 	j.Done = true
 	if err != nil {
 		j.Err = err.Error()

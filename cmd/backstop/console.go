@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -45,6 +46,9 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if len(names) == 0 {
 		return fmt.Errorf("%w: --queue is required (repeatable, or comma-separated)", errUsage)
+	}
+	if *writable && *webConfig == "" && !loopback(*listen) {
+		return fmt.Errorf("%w: --writable without --web.config.file lets anyone who reaches %s replay and delete dead letters: give a web configuration with basic auth users, or listen on a loopback address (--web.listen-address 127.0.0.1:9798)", errUsage, *listen)
 	}
 	*f.name = names[0]
 	if *prom != "" {
@@ -111,6 +115,21 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// loopback reports whether a listen address takes connections from this
+// machine only (127.0.0.0/8, ::1, localhost); ":9798" takes them from
+// every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // queueList is a repeatable --queue.

@@ -107,3 +107,23 @@ func TestConsoleCommand(t *testing.T) {
 		}
 	}
 }
+
+// Issue 46, safe by default: a writable console needs basic auth
+// (--web.config.file) unless only this machine can reach it.
+func TestConsoleWritableNeedsAuthOffLoopback(t *testing.T) {
+	err := run(context.Background(), []string{"console", "--redis.url=redis://127.0.0.1:1/0", "--queue=payments", "--writable",
+		"--web.listen-address=:9798"}, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--writable without --web.config.file lets anyone who reaches :9798") {
+		t.Errorf("writable on every interface without auth: %v", err)
+	}
+	for _, addr := range []string{"127.0.0.1:9798", "[::1]:9798", "localhost:9798"} {
+		if !loopback(addr) {
+			t.Errorf("loopback(%q) = false", addr)
+		}
+	}
+	for _, addr := range []string{":9798", "0.0.0.0:9798", "10.0.0.1:9798", "[::]:9798"} {
+		if loopback(addr) {
+			t.Errorf("loopback(%q) = true", addr)
+		}
+	}
+}
