@@ -33,7 +33,10 @@
 // expired (insert: started), in progress past lease_until (taken over),
 // in progress (in_progress, the seconds left of the lease), completed (the
 // stored response), another fingerprint (conflict). The row is written with
-// INSERT … ON CONFLICT (scope, key) DO UPDATE.
+// INSERT … ON CONFLICT (scope, key) DO UPDATE. While another transaction
+// holds the key's lock a claim answers in progress without reading the row,
+// even when the record is complete or another request's: the client's
+// retry (Retry-After: 1) gets the replay or the conflict.
 //
 // Begin commits its row at once (state in_progress with a lease), as the
 // Redis store does: Complete and Fail are single UPDATE/DELETE statements
