@@ -289,3 +289,42 @@ func TestRunningReplaysAreBounded(t *testing.T) {
 		t.Errorf("a fifth replay: %d %s, want 429", code, body)
 	}
 }
+
+// Replay of the dead letters selected on a page (issue 46: one, selected,
+// or a filter): each by its job id, paced; one already gone moves nothing
+// and the others still go; each is in the audit with the actor.
+func TestReplaySelected(t *testing.T) {
+	for _, br := range brokers {
+		t.Run(br.name, func(t *testing.T) {
+			b := br.open(t)
+			q := seeded(t, b, "sel")
+			s := serve(t, b.Kind(), []queue.Queue{q}, console.WithWritable(true))
+			base := "/queues/" + q.Name()
+			_, page := s.get(base + "/dlq")
+			mustContain(t, "the list", page, `name="ids" value="j-0" form="replay-selected"`, `id="replay-selected"`)
+			tok := s.token(base + "/dlq")
+			code, _, loc := s.post(base+"/replay", url.Values{"csrf": {tok}, "ids": {"j-0", "gone", "j-4"}, "rate": {"100/s"}})
+			if code != http.StatusSeeOther || !strings.HasPrefix(loc, "/replays/") {
+				t.Fatalf("replay of the selected: %d, location %q", code, loc)
+			}
+			var body string
+			eventually.True(t, 30*time.Second, "the replay done", func() bool {
+				_, body = s.get(loc)
+				return strings.Contains(body, "Done:")
+			})
+			mustContain(t, "replay progress", body, `<span id="moved">2</span> of at most 3`)
+			if n := dlqSize(t, q, 3); n != 3 {
+				t.Errorf("after replaying 2 selected of 5: %d dead letters, want 3", n)
+			}
+			_, body = s.get(base + "/audit")
+			for _, id := range []string{"j-0", "j-4"} {
+				mustContain(t, "audit", body, `<td>replay</td><td class="actor">console:anonymous</td><td>`+id+`</td>`)
+			}
+			// Read-only: no selection offered.
+			ro := serve(t, b.Kind(), []queue.Queue{q})
+			if _, page := ro.get(base + "/dlq"); strings.Contains(page, `name="ids"`) {
+				t.Errorf("a read-only list offers a selection")
+			}
+		})
+	}
+}

@@ -12,9 +12,10 @@ import (
 	"github.com/backstop-dev/backstop/queue"
 )
 
-// A replay from the console runs in the background, paced: a batch of
-// ceil(rate) dead letters a tick (a second), each batch one Replay, until
-// the limit or a batch that moves fewer than it asked. Its page shows the
+// A replay from the console runs in the background, paced as the CLI's
+// (queue.Pacer), each batch one Replay, until the limit or a batch that
+// moves fewer than it asked; the dead letters selected on a page are
+// replayed one Replay by job id each, at the same pace. Its page shows the
 // progress. A filtered batch scans the DLQ from its start again (Replay
 // keeps no cursor): bounded by the broker's own scan per call.
 
@@ -23,6 +24,9 @@ import (
 const (
 	maxReplay   = 100_000
 	keepReplays = 100
+	// maxSelected bounds the dead letters selected for one replay (a few
+	// pages' worth).
+	maxSelected = 500
 	// maxRunningReplays bounds the replays running at once (each a
 	// goroutine of up to an hour): one more is refused with 429.
 	maxRunningReplays = 4
@@ -33,6 +37,7 @@ type replayJob struct {
 	Queue  string
 	Actor  string
 	Filter filter
+	IDs    []string // the selected dead letters' job ids, when selected
 	Limit  int
 	Rate   float64
 	Moved  int
@@ -43,7 +48,21 @@ type replayJob struct {
 
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, q queue.Queue) {
 	f := filterOf(r)
+	ids := r.PostForm["ids"]
 	limit := atoiOr(r.PostForm.Get("limit"), 0)
+	if len(ids) > 0 {
+		if len(ids) > maxSelected {
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("at most %d dead letters can be selected at once, got %d", maxSelected, len(ids)))
+			return
+		}
+		for _, id := range ids {
+			if id == "" {
+				s.fail(w, r, http.StatusBadRequest, fmt.Errorf("a selected dead letter has no job id"))
+				return
+			}
+		}
+		f, limit = filter{}, len(ids)
+	}
 	if limit < 1 || limit > maxReplay {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("limit must be in 1..%d, got %q", maxReplay, r.PostForm.Get("limit")))
 		return
@@ -70,12 +89,12 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, q queue.Queue) {
 	}
 	s.running++
 	s.replayID++
-	j := &replayJob{ID: s.replayID, Queue: q.Name(), Actor: actor(r), Filter: f, Limit: limit, Rate: rate, Start: time.Now()}
+	j := &replayJob{ID: s.replayID, Queue: q.Name(), Actor: actor(r), Filter: f, IDs: ids, Limit: limit, Rate: rate, Start: time.Now()}
 	s.replays[j.ID] = j
 	delete(s.replays, j.ID-keepReplays) // the progress of the last keepReplays only
 	s.mu.Unlock()
 	s.cfg.log.Info("console replay", "queue", q.Name(), "actor", j.Actor, "limit", limit, "rate", rate,
-		"reason", f.Reason, "type", f.Type, "id", f.ID)
+		"reason", f.Reason, "type", f.Type, "id", f.ID, "selected", len(ids))
 	go s.runReplay(q, j)
 	http.Redirect(w, r, "/replays/"+strconv.Itoa(j.ID), http.StatusSeeOther)
 }
@@ -85,10 +104,30 @@ func (s *Server) runReplay(q queue.Queue, j *replayJob) {
 	defer cancel()
 	// The CLI's pacing (dlq replay --rate): batches of ceil(rate/10), one
 	// every batch/rate seconds; unpaced, one call of the whole limit.
-	pace := queue.NewPacer(j.Rate, j.Limit)
+	batch := j.Limit
+	if len(j.IDs) > 0 {
+		batch = 1 // one Replay by job id each
+	}
+	pace := queue.NewPacer(j.Rate, batch)
 	defer pace.Stop()
 	moved, err := 0, error(nil)
-	for moved < j.Limit {
+	for _, id := range j.IDs {
+		if err = pace.Wait(ctx); err != nil {
+			break
+		}
+		var n int
+		// A selected one already gone (replayed or discarded meanwhile)
+		// moves nothing: the others still go.
+		n, err = q.Replay(ctx, queue.ReplayOptions{Limit: 1, ID: id, Actor: j.Actor})
+		moved += n
+		s.mu.Lock()
+		j.Moved = moved
+		s.mu.Unlock()
+		if err != nil {
+			break
+		}
+	}
+	for len(j.IDs) == 0 && moved < j.Limit {
 		if err = pace.Wait(ctx); err != nil {
 			break
 		}
