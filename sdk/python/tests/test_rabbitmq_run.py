@@ -16,7 +16,7 @@ import backstop
 from backstop import rabbitmq
 from backstop.rabbitmq import sync
 
-from conftest import until
+from conftest import until, until_async
 from test_rabbitmq import FAST, qname
 
 HOUR_MS = 3_600_000
@@ -113,14 +113,8 @@ def test_asyncio_mover_answers_a_run(rabbit, policy):
             ran = []
             task = asyncio.ensure_future(q.work(policy, ran.append))
             loop = asyncio.get_running_loop()
-
-            async def until_async(what, cond):
-                deadline = time.monotonic() + 30
-                while not await loop.run_in_executor(None, cond):
-                    assert time.monotonic() < deadline, what
-                    await asyncio.sleep(0.05)
-
-            await until_async("the delayed jobs held by the mover", lambda: held_by_mover(rabbit.url))
+            await until_async("the delayed jobs held by the mover",
+                              lambda: loop.run_in_executor(None, held_by_mover, rabbit.url))
             now = int(time.time() * 1000)
             got = await loop.run_in_executor(None, run_held, rabbit.url, q.name, now + 2 * HOUR_MS, 2)
             assert got[:2] == (2, 1)
@@ -182,16 +176,11 @@ def test_asyncio_run(rabbit, policy):
             ran = []
             task = asyncio.ensure_future(q.work(policy, ran.append))
             loop = asyncio.get_running_loop()
-            deadline = time.monotonic() + 30
-            while not (len(ran) == 1 and await loop.run_in_executor(None, held_by_mover, rabbit.url)):
-                assert time.monotonic() < deadline, "b ran and the others are held by the mover"
-                await asyncio.sleep(0.05)
+            await until_async("b ran and the others are held by the mover", lambda: len(ran) == 1 and loop.run_in_executor(
+                None, held_by_mover, rabbit.url))
             now = int(time.time() * 1000)
             assert await q.run(due_before=now + 2 * HOUR_MS, limit=5) == (2, 0)  # from the mover
-            deadline = time.monotonic() + 30
-            while len(ran) < 3:
-                assert time.monotonic() < deadline, "all three ran"
-                await asyncio.sleep(0.05)
+            await until_async("all three ran", lambda: len(ran) >= 3)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
