@@ -120,6 +120,25 @@ final class RabbitMover {
       // What is held, until its time or a run's take: whoever removes a
       // delivery from it moves it, once.
       Set<Held> pending = ConcurrentHashMap.newKeySet();
+      // A run's commands: a queue of this session's own, bound to the run
+      // exchange before the holds are consumed (a run counts the hold
+      // level's consumers as movers), answered from what is held on a
+      // thread of their own (a take waits for confirms).
+      Channel cc = conn.createChannel();
+      cc.addShutdownListener(s -> lost.countDown());
+      Channel rc = conn.createChannel();
+      rc.addShutdownListener(s -> lost.countDown());
+      RabbitConfirms runLane = new RabbitConfirms(rc);
+      ExecutorService runs = Executors.newSingleThreadExecutor(r -> {
+        Thread t = new Thread(r, "backstop-delay-mover-run");
+        t.setDaemon(true);
+        return t;
+      });
+      laneThreads.add(runs);
+      String cq = cc.queueDeclare("", false, true, true, null).getQueue();
+      cc.queueBind(cq, Rabbit.RUN, "");
+      cc.basicConsume(cq, true, (tag, c) -> runs.execute(() -> answer(cc, cq, ch, runLane, pending, timers, c)),
+          tag -> lost.countDown());
       ch.basicQos(Rabbit.MOVE_PREFETCH, false);
       for (int n = 0; n < Rabbit.HOLD_LEVELS; n++) {
         int level = n;
@@ -141,22 +160,6 @@ final class RabbitMover {
           hold(pending, timers, held, Math.max(0, at - System.currentTimeMillis()));
         }, tag -> lost.countDown());
       }
-      // A run's commands: a queue of this session's own, bound to the run
-      // exchange, answered from what is held on a thread of their own (a
-      // take waits for confirms).
-      Channel cc = conn.createChannel();
-      cc.addShutdownListener(s -> lost.countDown());
-      RabbitConfirms runLane = new RabbitConfirms(conn.createChannel());
-      ExecutorService runs = Executors.newSingleThreadExecutor(r -> {
-        Thread t = new Thread(r, "backstop-delay-mover-run");
-        t.setDaemon(true);
-        return t;
-      });
-      laneThreads.add(runs);
-      String cq = cc.queueDeclare("", false, true, true, null).getQueue();
-      cc.queueBind(cq, Rabbit.RUN, "");
-      cc.basicConsume(cq, true, (tag, c) -> runs.execute(() -> answer(cc, cq, ch, runLane, pending, timers, c)),
-          tag -> lost.countDown());
       while (!stopping() && lost.getCount() > 0) stop.await(100, TimeUnit.MILLISECONDS);
     } finally {
       timers.shutdownNow();
