@@ -148,6 +148,22 @@ final class QueueRunner {
     return new QueuePlan(out.action(), out.reason(), out, text, out.delayMs(), out.count(), out.pause());
   }
 
+  /**
+   * Records the latency of a retried job as it starts (as Go's Runner
+   * measure): now on the broker's clock minus the failure's time, its due
+   * time minus the delay decided then. A job deferred since its failure (the
+   * breaker, the budget) is not measured: its due time is the deferral's.
+   */
+  static void measure(Typed t, long attempt, long dueMs, long prevDelayMs, String lastReason, long nowMs) {
+    RetryMetrics m = t.metrics();
+    if (m == null || attempt < 2 || dueMs <= 0 || prevDelayMs < 0 || prevDelayMs > dueMs
+        || Decision.Reason.CIRCUIT_OPEN.toString().equals(lastReason)
+        || Decision.Reason.BUDGET_EXHAUSTED.toString().equals(lastReason)) {
+      return;
+    }
+    m.latency(nowMs - (dueMs - prevDelayMs));
+  }
+
   /** Counts a plan in the client metrics as the core's count says, then the breaker's state and the budget. */
   void count(Typed t, QueuePlan plan, boolean own) {
     if (!own && plan.pause()) pausedUntil = Math.max(pausedUntil, System.currentTimeMillis() + plan.delayMs());

@@ -147,6 +147,8 @@ final class Rabbit {
     }
     for (int n = 0; n < HOLD_LEVELS; n++) ch.queueDeclare(hold(n), true, false, false, args("x-queue-type", "quorum"));
     ch.queueDeclare(UNROUTABLE, true, false, false, args("x-queue-type", "quorum"));
+    // Where a run asks the movers for the delayed jobs they hold (RabbitMover).
+    ch.exchangeDeclare(RUN, "fanout", true);
     for (int n = HOLD_LEVELS; n < LEVELS; n++) ch.queueBind(level(n), level(n), pattern(n, "1"));
     // Bound before the TTL queue is unbound: a message routed meanwhile goes
     // to both (a duplicate), never to neither.
@@ -542,6 +544,60 @@ final class Rabbit {
     long low = lowSeconds(n, key);
     if (due == null || due == 0 || low < 0) return at;
     return Math.min(at, due - low * 1000);
+  }
+
+  // -- force run (queue/rabbitmq/run.go) ------------------------------------------
+
+  /** The fanout exchange where a run asks every mover for the delayed jobs it holds. */
+  static final String RUN = "backstop.run";
+  static final String H_RUN_OP = "backstop-run-op"; // "count" (every mover) or "take" (one mover)
+  static final String H_RUN_QUEUE = "backstop-run-queue";
+  static final String H_RUN_ID = "backstop-run-id";
+  static final String H_RUN_BEFORE = "backstop-run-due-before-ms";
+  static final String H_RUN_LIMIT = "backstop-run-limit";
+  static final String H_RUN_MATCHED = "backstop-run-matched";
+  static final String H_RUN_MOVED = "backstop-run-moved";
+  static final String H_RUN_MOVER = "backstop-run-mover"; // the mover's command queue: where a take goes
+
+  /** A run's command to the movers: count the held deliveries it selects, or take at most limit of them. */
+  record RunCommand(String queue, String jobId, Long beforeMs, boolean take, long limit) {
+    /** Whether a held delivery is one it selects: of its queue, with its job id or due at or before its bound. */
+    boolean selects(String messageId, Map<String, Object> headers) {
+      Map<String, Object> h = headers == null ? Map.of() : headers;
+      if (!text(h.get(H_DEST)).equals(queue)) return false;
+      if (!jobId.isEmpty()) return jobId.equals(messageId);
+      Long due = num(h.get(H_DUE));
+      return beforeMs != null && (due == null ? 0 : due) <= beforeMs;
+    }
+  }
+
+  static RunCommand runCommand(Map<String, Object> headers) {
+    Map<String, Object> h = headers == null ? Map.of() : headers;
+    boolean take = text(h.get(H_RUN_OP)).equals("take");
+    Long limit = num(h.get(H_RUN_LIMIT));
+    return new RunCommand(text(h.get(H_RUN_QUEUE)), text(h.get(H_RUN_ID)), num(h.get(H_RUN_BEFORE)), take,
+        take && limit != null ? limit : 0);
+  }
+
+  /** A mover's answer to a run's command. */
+  static Map<String, Object> runAnswer(long matched, long moved, String mover) {
+    Map<String, Object> h = new LinkedHashMap<>();
+    h.put(H_RUN_MATCHED, Long.toString(matched));
+    h.put(H_RUN_MOVED, Long.toString(moved));
+    h.put(H_RUN_MOVER, mover);
+    return h;
+  }
+
+  /**
+   * A held delivery run now: to its work queue (the default exchange), its
+   * attempt and every header kept but its due time (the worker would delay
+   * it again), its move refusals and the broker's.
+   */
+  static Publish runNow(Map<String, Object> headers) {
+    Map<String, Object> h = own(headers == null ? Map.of() : headers);
+    h.remove(H_DUE);
+    h.remove(H_REFUSALS);
+    return new Publish("", text(h.get(H_DEST)), h, "");
   }
 
   static Publish moved(int n, String key, Map<String, Object> headers) {

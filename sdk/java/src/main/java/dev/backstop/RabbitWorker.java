@@ -269,6 +269,9 @@ public final class RabbitWorker implements AutoCloseable {
       }
       plan = runner.gate(typed.policy(), System.currentTimeMillis());
       if (plan == null) {
+        // The mover's and the worker's clocks are the workers': due was set on one.
+        QueueRunner.measure(typed, job.attempt(), job.dueMs(), job.prevDelayMs(), job.lastReason(),
+            System.currentTimeMillis());
         Throwable t = runner.run(handler, job, job.id());
         plan = runner.plan(typed.policy(), job.attempt(), job.id(), job.firstEnqueuedMs(), job.prevDelayMs(), false, t,
             System.currentTimeMillis());

@@ -164,7 +164,7 @@ final class Redis {
       Long ms = whole(dash < 0 ? entryId : entryId.substring(0, dash));
       if (ms != null && ms >= 0 && ms <= MAX_SAFE) {
         byte[] payload = f.containsKey("payload") ? f.get("payload") : fieldsJson(flat);
-        return new RedisJob(entryId, entryId, 1, ms, payload, "", "", false, 0, texts, type);
+        return new RedisJob(entryId, entryId, 1, ms, payload, "", "", false, 0, texts, type, 0);
       }
     }
     String id = texts.getOrDefault("id", "");
@@ -175,9 +175,11 @@ final class Redis {
     // The scripts' rule (retry.lua): digits only, attempt in 1..1e14.
     boolean malformed = id.isEmpty() || !ATTEMPT.matcher(a).matches() || !DIGITS.matcher(fe).matches();
     Long prev = whole(texts.get("prev_delay_ms"));
+    Long due = whole(texts.get("due_ms"));
     return new RedisJob(entryId, id, attempt == null ? 0 : attempt, first == null ? 0 : first,
         f.getOrDefault("payload", new byte[0]), texts.getOrDefault("last_error", ""),
-        texts.getOrDefault("last_reason", ""), malformed, prev == null ? 0 : Math.max(0, prev), texts, type);
+        texts.getOrDefault("last_reason", ""), malformed, prev == null ? 0 : Math.max(0, prev), texts, type,
+        due == null ? 0 : due);
   }
 
   /** A stream entry id as the scripts want it (<ms>-<seq>); else IllegalArgumentException. */

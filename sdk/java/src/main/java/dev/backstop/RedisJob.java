@@ -11,10 +11,12 @@ import java.util.Map;
  * without an id, a whole attempt >= 1 or first_enqueued_ms: it is
  * dead-lettered {@code malformed}, not run. An entry with none of backstop's
  * fields (a plain producer's XADD) is the job's first attempt, its id the
- * entry id.
+ * entry id. {@code dueMs} is when promote moved the entry's delayed member
+ * was due (the server's clock; 0 when it was not promoted): the worker
+ * measures a retry's latency from it.
  */
 public record RedisJob(String entryId, String id, long attempt, long firstEnqueuedMs, byte[] payload, String lastError,
-    String lastReason, boolean malformed, long prevDelayMs, Map<String, String> fields, String jobType) {
+    String lastReason, boolean malformed, long prevDelayMs, Map<String, String> fields, String jobType, long dueMs) {
 
   public RedisJob {
     fields = Collections.unmodifiableMap(fields);

@@ -128,6 +128,9 @@ public final class RedisWorker implements AutoCloseable {
     } else {
       plan = runner.gate(typed.policy(), System.currentTimeMillis());
       if (plan == null) {
+        // due_ms is promote's, on the server's clock.
+        QueueRunner.measure(typed, job.attempt(), job.dueMs(), job.prevDelayMs(), job.lastReason(),
+            System.currentTimeMillis() + offsetMs);
         // Held while it runs, so that no other worker reclaims it.
         long every = Math.max(10, MIN_IDLE_MS / 3);
         ScheduledFuture<?> hold = holds.scheduleAtFixedRate(() -> {
