@@ -8,7 +8,8 @@ import java.util.List;
  * A warning about a valid policy: a choice the retry guidance names as a
  * classic mistake (docs/policy.md, "Lints"). The policy still loads and
  * decides as written; {@link Policy#lints()} lists its lints, and loading
- * logs each as a {@code System.Logger} warning (logger {@code dev.backstop}).
+ * logs each as a {@code System.Logger} warning (logger {@code dev.backstop}),
+ * once per JVM per lint text.
  *
  * @param code the stable code: {@code BP001}, {@code BP002}, {@code BP003}, {@code BP004}, {@code BP005}, {@code BP006}
  * @param field the field path that makes it fire

@@ -46,6 +46,13 @@ public final class Policy extends PolicyExports implements AutoCloseable {
   private final OnOpen onOpen;
   private final List<Lint> lints;
   private static final System.Logger LOG = System.getLogger("dev.backstop");
+  /** The lint texts already logged by this JVM; lints() still lists every lint. */
+  private static final java.util.Set<String> WARNED = java.util.concurrent.ConcurrentHashMap.newKeySet();
+
+  /** Forgets the lints already logged (tests: each sees its own warnings, in any order). */
+  static void resetLintWarnings() {
+    WARNED.clear();
+  }
   private final boolean boundsAttempts;
   private final long connectTimeoutMs;
   private final Ref ref;
@@ -103,7 +110,9 @@ public final class Policy extends PolicyExports implements AutoCloseable {
     this.bytes = stateful ? null : bytes;
     this.cleanable = CLEANER.register(this, ref);
     for (Lint l : lints) {
-      LOG.log(System.Logger.Level.WARNING, "backstop: policy lint {0}", l);
+      // Once per JVM per lint text (like Node's deprecation warnings): a
+      // service that loads the same policy per request must not flood its log.
+      if (WARNED.add(l.toString())) LOG.log(System.Logger.Level.WARNING, "backstop: policy lint {0}", l);
     }
   }
 

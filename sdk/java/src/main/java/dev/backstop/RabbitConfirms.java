@@ -48,6 +48,8 @@ final class RabbitConfirms {
   private final ConcurrentSkipListMap<Long, Pending> pending = new ConcurrentSkipListMap<>();
   private final Map<String, Pending> byKey = new HashMap<>();
   private final Set<String> inFlight = new HashSet<>();
+  /** Held across getNextPublishSeqNo and basicPublish, never with this object's lock held. */
+  private final Object publishing = new Object();
   private volatile ShutdownSignalException closed;
 
   RabbitConfirms(Channel ch) throws IOException {
@@ -108,18 +110,31 @@ final class RabbitConfirms {
       if (closed != null) throw closed;
       inFlight.add(key);
       byKey.put(key, p);
+    }
+    // basicPublish may block (a broker memory or disk alarm stops reading the
+    // socket): it runs outside this object's lock, which the connection
+    // thread's confirm and return callbacks take, so frames are still read.
+    // The publish lock keeps the sequence number the channel gives the
+    // publish the one it is registered under.
+    synchronized (publishing) {
       long seq = ch.getNextPublishSeqNo();
       pending.put(seq, p);
       try {
         ch.basicPublish(exchange, routingKey, true, props, body);
       } catch (IOException | RuntimeException e) {
         pending.remove(seq);
-        byKey.remove(key);
-        inFlight.remove(key);
-        notifyAll();
+        synchronized (this) {
+          byKey.remove(key);
+          inFlight.remove(key);
+          notifyAll();
+        }
         throw e;
       }
     }
+    // Closed while publishing, after the shutdown listener failed the pending
+    // ones: the outcome is unknown (a no-op when already confirmed).
+    ShutdownSignalException c = closed;
+    if (c != null) p.done.completeExceptionally(c);
     return p.done;
   }
 

@@ -1,9 +1,12 @@
 package dev.backstop;
 
+import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisException;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -20,12 +23,22 @@ import java.util.concurrent.TimeUnit;
  * the job, the handler within its deadline while the entry is held, the
  * failure decided) and applies the outcome with the contract's scripts
  * (acked, retried, deferred or dead-lettered in one atomic step). The
- * counters are the scripts' (the stats hash the exporter reads).
+ * counters are the scripts' (the stats hash the exporter reads). An outcome
+ * Redis refuses for a while is kept and sent again, the entry held, so that
+ * the job does not run twice (see {@code settle}).
  * {@link #close} stops it: the job in hand finishes and is applied first.
  */
 public final class RedisWorker implements AutoCloseable {
   static final long MIN_IDLE_MS = 60_000;
   static final int MAX_DELIVERIES = 5;
+  // A refused outcome is sent again after 20 ms, doubling to at most 2 s and
+  // a quarter of the min idle time (as the Go and Python workers do).
+  static final long APPLY_BASE_MS = 20;
+  static final long APPLY_CAP_MS = Math.min(2000, MIN_IDLE_MS / 4);
+  // The error codes of a write Redis cannot apply now but may soon.
+  private static final Set<String> REFUSED_CODES =
+      Set.of("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "MISCONF", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS");
+  private static final System.Logger LOG = System.getLogger("dev.backstop");
 
   private final RedisQueue q;
   private final QueueHandler<RedisJob> handler;
@@ -83,9 +96,10 @@ public final class RedisWorker implements AutoCloseable {
             }
             if (now - reclaimed >= MIN_IDLE_MS / 6) {
               reclaimed = now;
-              for (RedisJob j : q.reclaim(consumer, MIN_IDLE_MS, 100, MAX_DELIVERIES).jobs()) {
+              List<RedisJob> claimed = q.reclaim(consumer, MIN_IDLE_MS, 100, MAX_DELIVERIES).jobs();
+              for (int i = 0; i < claimed.size(); i++) {
                 if (stopping()) break;
-                process(j);
+                process(claimed.get(i), claimed.subList(i + 1, claimed.size()));
               }
             }
             // The worker's breaker refused a job: read none until it may
@@ -95,10 +109,11 @@ public final class RedisWorker implements AutoCloseable {
               stop.await(Math.min(wait, 1000), TimeUnit.MILLISECONDS);
               continue;
             }
-            for (RedisJob j : q.read(reads.sync(), consumer, o.prefetch, 1000)) {
+            List<RedisJob> batch = q.read(reads.sync(), consumer, o.prefetch, 1000);
+            for (int i = 0; i < batch.size(); i++) {
               // A job read while stopping stays pending to this consumer: reclaimed later.
               if (stopping()) break;
-              process(j);
+              process(batch.get(i), batch.subList(i + 1, batch.size()));
             }
           }
         } catch (InterruptedException e) {
@@ -119,7 +134,7 @@ public final class RedisWorker implements AutoCloseable {
     }
   }
 
-  private void process(RedisJob job) {
+  private void process(RedisJob job, List<RedisJob> waiting) {
     QueueRunner.Typed typed = runner.policyFor(job.jobType());
     boolean own = runner.owns(job.jobType());
     QueuePlan plan;
@@ -151,16 +166,90 @@ public final class RedisWorker implements AutoCloseable {
       }
       runner.count(typed, plan, own);
     }
-    RedisQueue.Applied a;
-    try {
-      a = q.apply(job, plan);
-    } catch (RedisException e) {
-      // Refused (a full memory, a key of the wrong type): the entry stays
-      // pending and is reclaimed, its outcome decided again.
-      runner.report(e, job);
+    settle(job, plan, waiting);
+  }
+
+  /**
+   * Applies a decided outcome. While Redis refuses it for a while (out of
+   * memory with noeviction, a read-only replica in a failover, loading, a
+   * lost connection) the outcome is kept, decided once, and sent again with
+   * jittered backoff, the entry and the batch's waiting entries held in
+   * between, so that reclaim does not run the handler a second time; the
+   * worker reads nothing new meanwhile. Stopped meanwhile, it makes one last
+   * attempt: the entry then stays pending, for reclaim. A request Redis
+   * rejects as such (a key of the wrong type) is reported and not sent again.
+   */
+  private void settle(RedisJob job, QueuePlan plan, List<RedisJob> waiting) {
+    long delay = APPLY_BASE_MS;
+    int refusals = 0;
+    boolean holdFailed = false;
+    List<String> ids = null;
+    while (true) {
+      boolean stopped = stopping();
+      RedisQueue.Applied a;
+      try {
+        a = q.apply(job, plan);
+      } catch (RedisException e) {
+        String what = "backstop queue " + q.name + ": outcome " + plan.action() + " of entry " + job.entryId()
+            + " (job " + job.id() + ")";
+        if (!writeRefused(e)) {
+          runner.report(new RedisException(what + " not applied: " + e.getMessage(), e), job);
+          return;
+        }
+        refusals++;
+        if (stopped) {
+          runner.report(new RedisException(what + " not applied: the worker stopped while Redis refused it (" + refusals
+              + " time(s)); the entry stays pending: " + e.getMessage(), e), job);
+          return;
+        }
+        if (refusals == 1) runner.report(new RedisException(what + " refused, retrying: " + e.getMessage(), e), job);
+        if (ids == null) {
+          ids = new ArrayList<>();
+          ids.add(job.entryId());
+          for (RedisJob w : waiting) {
+            if (ids.size() == 1000) break;
+            ids.add(w.entryId());
+          }
+        }
+        try {
+          q.hold(consumer, ids);
+        } catch (RuntimeException he) {
+          if (!holdFailed) runner.report(he, job);
+          holdFailed = true;
+        }
+        try {
+          stop.await(delay / 2 + (long) (Math.random() * (delay / 2 + 1)), TimeUnit.MILLISECONDS);
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          return;
+        }
+        delay = Math.min(2 * delay, APPLY_CAP_MS);
+        continue;
+      }
+      if (refusals > 0) {
+        LOG.log(System.Logger.Level.INFO, "backstop queue {0}: outcome {1} of entry {2} (job {3}) applied after {4} refusal(s){5}",
+            q.name, plan.action(), job.entryId(), job.id(), refusals, a.applied() ? "" : " (no longer pending)");
+      }
+      if (a.applied()) runner.tell(job, plan); // not pending any more: another worker moved it
       return;
     }
-    if (a.applied()) runner.tell(job, plan); // not pending any more: another worker moved it
+  }
+
+  /**
+   * Whether Redis could not apply a write now but may soon, so that the same
+   * request is worth sending again: the replies OOM, READONLY, LOADING, BUSY,
+   * MASTERDOWN, MISCONF, TRYAGAIN, CLUSTERDOWN, NOREPLICAS and "max number of
+   * clients reached"; no reply at all (a connection lost, a timeout).
+   * Anything else (bad arguments, WRONGTYPE, NOPERM) is not sent again.
+   */
+  static boolean writeRefused(Throwable e) {
+    if (e instanceof RedisCommandExecutionException) {
+      String m = e.getMessage() == null ? "" : e.getMessage();
+      // A script's error keeps the code of the command it ran first.
+      int sp = m.indexOf(' ');
+      return REFUSED_CODES.contains(sp < 0 ? m : m.substring(0, sp)) || m.contains("max number of clients reached");
+    }
+    return e instanceof RedisException; // a lost connection, a timeout: no reply at all
   }
 
   /** Whether the worker still runs. */

@@ -34,6 +34,7 @@ class LintsTest {
 
   @BeforeEach
   void listen() {
+    Policy.resetLintWarnings();
     jul.addHandler(handler);
   }
 
@@ -55,6 +56,17 @@ class LintsTest {
       String msg = java.text.MessageFormat.format(logged.get(0).getMessage(), logged.get(0).getParameters());
       assertTrue(msg.contains("jitter.mode: BP002: jitter none"), msg);
     }
+  }
+
+  /** A lint text is logged once per JVM however often a policy is loaded; lints() stays complete. */
+  @Test
+  void aLintIsLoggedOncePerJvm() {
+    for (int i = 0; i < 3; i++) {
+      try (Policy p = Policy.load("{\"jitter\": {\"mode\": \"none\"}}")) {
+        assertEquals(List.of("BP002"), p.lints().stream().map(Lint::code).toList());
+      }
+    }
+    assertEquals(1, logged.size(), logged.toString());
   }
 
   @Test

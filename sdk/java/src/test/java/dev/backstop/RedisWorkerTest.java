@@ -20,7 +20,8 @@ import org.junit.jupiter.api.Test;
  * The Java Redis Streams worker against a real redis-server: a failed job
  * retried through the delayed set (promoted by the worker) succeeds, the
  * stats hash counts it, the hook is told; a handler past its deadline fails
- * as a timeout; a job type runs with its own policy.
+ * as a timeout; a job type runs with its own policy; an outcome Redis
+ * refuses (out of memory) is kept and applied once it takes writes again.
  */
 class RedisWorkerTest {
   static RedisClient client;
@@ -44,6 +45,87 @@ class RedisWorkerTest {
     List<?> h = (List<?>) RedisCasesTest.cmd(q, "HGETALL", q.keys().stats());
     for (int i = 0; i + 1 < h.size(); i += 2) out.put(RedisCasesTest.text(h.get(i)), RedisCasesTest.text(h.get(i + 1)));
     return out;
+  }
+
+  /**
+   * Puts Redis in the state of a full server (as queue/redisqueue's
+   * outOfMemory): a 4 MB filler, then maxmemory below the memory in use with
+   * noeviction, so every denyoom write (the scripts' HINCRBY, XADD...) is
+   * refused. It returns what lifts the limit.
+   */
+  static Runnable outOfMemory() {
+    io.lettuce.core.api.StatefulRedisConnection<String, String> c = client.connect();
+    io.lettuce.core.api.sync.RedisCommands<String, String> r = c.sync();
+    r.set("filler", "x".repeat(4 << 20));
+    long used = 0;
+    for (String line : r.info("memory").split("\r\n")) {
+      if (line.startsWith("used_memory:")) used = Long.parseLong(line.substring("used_memory:".length()));
+    }
+    assertTrue(used > 0, "no used_memory in INFO memory");
+    r.configSet("maxmemory-policy", "noeviction");
+    r.configSet("maxmemory", Long.toString(used / 2));
+    try {
+      r.set("probe", "x");
+      throw new AssertionError("SET under maxmemory succeeded, want OOM");
+    } catch (io.lettuce.core.RedisCommandExecutionException e) {
+      assertTrue(e.getMessage().startsWith("OOM"), e.getMessage());
+    }
+    return () -> {
+      r.configSet("maxmemory", "0");
+      r.del("filler");
+      c.close();
+    };
+  }
+
+  /**
+   * An outcome Redis refuses (out of memory) is kept, the entry held, and
+   * sent again until Redis takes it: the handler ran once, the ack landed
+   * after the fault cleared. Before, the outcome was dropped and the entry
+   * reclaimed after 60 s, its handler run a second time.
+   */
+  @Test
+  void anOutcomeRedisRefusesIsKeptAndAppliedOnceRedisTakesWrites() throws Exception {
+    try (RedisQueue q = RedisQueue.create(client, "joom"); Policy p = Policy.load(FAST)) {
+      RedisCasesTest.cmd(q, "DEL", q.keys().jobs(), q.keys().delayed(), q.keys().dlq(), q.keys().stats());
+      q.ensureGroup();
+      q.enqueue("oom-1", new byte[0], "charge");
+      java.util.concurrent.atomic.AtomicInteger ran = new java.util.concurrent.atomic.AtomicInteger();
+      CountDownLatch entered = new CountDownLatch(1);
+      CountDownLatch gate = new CountDownLatch(1);
+      CountDownLatch refused = new CountDownLatch(1);
+      CountDownLatch acked = new CountDownLatch(1);
+      List<String> errors = Collections.synchronizedList(new ArrayList<>());
+      try (RedisWorker w = q.work(p, job -> {
+        ran.incrementAndGet();
+        entered.countDown();
+        gate.await();
+      }, WorkOptions.defaults().<RedisJob>withOnError((e, j) -> {
+        errors.add(String.valueOf(e.getMessage()));
+        refused.countDown();
+      }).<RedisJob>withOnOutcome(out -> {
+        if (out.action().equals("ack")) acked.countDown();
+      }))) {
+        try {
+          assertTrue(entered.await(30, TimeUnit.SECONDS), "the job ran");
+          Runnable lift = outOfMemory();
+          try {
+            gate.countDown();
+            assertTrue(refused.await(30, TimeUnit.SECONDS), "the worker reported the refused outcome");
+            assertEquals(1, acked.getCount(), "acked under maxmemory");
+          } finally {
+            lift.run();
+          }
+          // Without a kept outcome, the entry waits 60 s for reclaim, and runs again.
+          assertTrue(acked.await(30, TimeUnit.SECONDS), "the kept outcome applied: " + errors);
+          assertTrue(errors.get(0).contains("refused, retrying"), errors.toString());
+        } finally {
+          gate.countDown(); // close waits for the handler
+        }
+      }
+      assertEquals(1, ran.get());
+      assertEquals("1", stats(q).get("attempts:success"), stats(q).toString());
+      assertEquals(0L, RedisCasesTest.list(RedisCasesTest.cmd(q, "XPENDING", q.keys().jobs(), q.group)).get(0));
+    }
   }
 
   @Test
