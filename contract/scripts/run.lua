@@ -78,16 +78,19 @@ if mode == 'id' then
   -- The first call begins the scan; a later one leaves the members
   -- written since: one whose source (the stream entry it came from) was
   -- added since, or one retry wrote (its reason a retry's) since, as its
-  -- due time minus its delay (prev_delay_ms) says.
+  -- due time minus its delay (prev_delay_ms) says. Both are in whole ms,
+  -- so the millisecond the scan began counts as since: a job promoted and
+  -- retried in it is not run a second time (one written in it just before
+  -- the scan may be left, which a second run moves).
   local later = began ~= nil
   began = began or now_ms()
   local RETRIED = {transient = true, retry_after = true, uncertain = true}
   local function since(job, score)
     if not later then return false end
     local ms = type(job.source) == 'string' and entry_id(job.source) and string.match(job.source, '^(%d+)%-')
-    if ms and (#ms > 16 or tonumber(ms) > began) then return true end
+    if ms and (#ms > 16 or tonumber(ms) >= began) then return true end
     return RETRIED[job.last_reason] == true and type(job.prev_delay_ms) == 'number'
-      and tonumber(score) - job.prev_delay_ms > began
+      and tonumber(score) - job.prev_delay_ms >= began
   end
   local seen = {}
   for _ = 1, 10 do
