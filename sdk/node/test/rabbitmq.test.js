@@ -412,8 +412,12 @@ test('graceful shutdown: work() resolves after the job in hand finished and was 
   assert.deepEqual(events, ['start slow', 'end slow', 'stopped']);
   assert.equal(w.outcomes.length, 1);
   assert.equal(w.outcomes[0].action, 'ack');
-  // (A quorum queue counts a cancelled consumer until its deliveries are acked.)
-  const { ready, consumers, dlq } = await q.stats(); // (the delay levels hold other tests' messages)
+  // (A quorum queue counts a cancelled consumer until its deliveries are
+  // acked, and its statistics lag a moment behind: waited for.)
+  const { ready, consumers, dlq } = await until('the consumer gone', async () => {
+    const st = await q.stats(); // (the delay levels hold other tests' messages)
+    return st.consumers === 0 && st;
+  });
   assert.deepEqual({ ready, consumers, dlq }, { ready: 1, consumers: 0, dlq: 0 });
 });
 
