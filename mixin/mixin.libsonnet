@@ -324,7 +324,7 @@
         annotations: {
           dashboard_url: c.grafana_url + "/d/backstop-overview/backstop-overview",
           description: "The p99 of the measured time from a failure to the next attempt's start is {{ $value | humanizeDuration }} for {{ $labels.target }} under policy {{ $labels.policy }}, more than " + std.format('%g', c.client_retry_latency_margin_seconds) + " s above the p99 delay the policy decided: a stalled promoter (Redis) or delay mover (RabbitMQ), or workers too busy to take due retries.",
-          runbook_url: c.runbook_url + "#backstopclientretrylatencyhigh",
+          [if c.runbook_url != '' then "runbook_url"]: c.runbook_url + "#backstopclientretrylatencyhigh",
           summary: "Retries of {{ $labels.target }} (policy {{ $labels.policy }}) start late.",
         },
       },
