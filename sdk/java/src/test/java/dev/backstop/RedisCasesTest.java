@@ -33,7 +33,6 @@ class RedisCasesTest {
   static final Map<String, Object> FILE = Repo.json("testdata/queue/cases.json");
   static final Pattern NOW = Pattern.compile("\\{now([+-][0-9]+)?\\}");
   static final Pattern NEW_ID = Pattern.compile("\\b[0-9]{13}-[0-9]+\\b");
-  static final Pattern MS = Pattern.compile("\\b[0-9]{13}\\b");
   static RedisClient client;
 
   @AfterAll
@@ -347,22 +346,8 @@ class RedisCasesTest {
     StringBuilder out = new StringBuilder();
     while (m.find()) m.appendReplacement(out, ids.computeIfAbsent(m.group(), x -> "new:" + (ids.size() + 1)));
     m.appendTail(out);
-    m = MS.matcher(out.toString());
-    StringBuilder out2 = new StringBuilder();
-    while (m.find()) {
-      long n = Long.parseLong(m.group());
-      String r = m.group();
-      for (long d : known) {
-        if (base <= n - d && n - d <= end) {
-          r = d == 0 ? "{now}" : d > 0 ? "{now+" + d + "}" : "{now" + d + "}";
-          break;
-        }
-      }
-      m.appendReplacement(out2, Matcher.quoteReplacement(r));
-    }
-    m.appendTail(out2);
     try {
-      return RabbitCasesTest.canonical(Json.parse(out2.toString()));
+      return RabbitCasesTest.canonical(Json.parse(RabbitCasesTest.relativeTimes(out.toString(), base, end, known)));
     } catch (Json.SyntaxException e) {
       throw new AssertionError(e);
     }
