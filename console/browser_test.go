@@ -22,11 +22,11 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/prometheus/exporter-toolkit/web"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/backstop-dev/backstop/console"
 	"github.com/backstop-dev/backstop/internal/plot"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/webconfig"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
 )
@@ -57,14 +57,7 @@ func browser(t *testing.T) context.Context {
 // web config of one basic-auth user, ops.
 func serveAuth(t *testing.T, h http.Handler) string {
 	t.Helper()
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(t.TempDir(), "web.yml")
-	if err := os.WriteFile(cfg, []byte("basic_auth_users:\n  ops: "+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := webconfig.BasicAuth(t, "ops", "s3cret")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -18,10 +18,10 @@ import (
 
 	"github.com/prometheus/common/version"
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/webconfig"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
@@ -143,14 +143,7 @@ func TestServe(t *testing.T) {
 	if _, err := q.Enqueue(ctx, "job-1", nil); err != nil {
 		t.Fatal(err)
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte("pass"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webConfig := filepath.Join(t.TempDir(), "web.yml")
-	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	webConfig := webconfig.BasicAuth(t, "prom", "pass")
 	addr := freeAddr(t)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -6,18 +6,16 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
+	"github.com/backstop-dev/backstop/internal/testing/webconfig"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
@@ -32,14 +30,7 @@ func TestConsoleCommand(t *testing.T) {
 		"error", "card declined", "attempt", "1", "payload", `{"amount":12}`, "dead_lettered_ms", "1700000000000"}}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
-	if err != nil {
-		t.Fatal(err)
-	}
-	webConfig := filepath.Join(t.TempDir(), "web.yml")
-	if err := os.WriteFile(webConfig, []byte("basic_auth_users:\n  ops: "+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	webConfig := webconfig.BasicAuth(t, "ops", "s3cret")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
