@@ -328,3 +328,35 @@ def test_replay_the_server_refuses_goes_without_its_headers(redis_server):
         assert out[1]["body"] == b'{"charged":"10"}' and app.runs == 1
 
     asyncio.run(main())
+
+
+def test_a_store_outage_holds_a_few_settler_threads_not_one_per_request():
+    # 200 completions whose store is down for their first three tries: a
+    # thread each was the old way (a busy server ran out of threads). They
+    # share the settler's few threads, and every one of them lands.
+    import threading
+    import time
+
+    from backstop.idempotency import StoredResponse, _SyncSettle
+
+    lock, tries, landed = threading.Lock(), {}, set()
+
+    class Store(_SyncSettle):
+        _transient = (ConnectionError,)
+
+        def complete(self, scope, key, token, response):
+            with lock:
+                tries[key] = tries.get(key, 0) + 1
+                if tries[key] < 3:
+                    raise ConnectionError("store down")
+                landed.add(key)
+
+    before = threading.active_count()
+    store = Store()
+    for i in range(200):
+        assert isinstance(store._settle("s", "k%d" % i, "t", StoredResponse(201, {}, b""), time.monotonic() + 30),
+                          ConnectionError)
+        assert threading.active_count() - before <= 4
+    until("every completion lands", lambda: len(landed) == 200)
+    assert threading.active_count() - before <= 4
+    assert all(n == 3 for n in tries.values())

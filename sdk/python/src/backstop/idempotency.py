@@ -12,8 +12,8 @@ worker's handler, keyed by the job id).
 
 Whatever happens to the request or the handler's task, the middleware and
 the decorator complete (or release) the key: the store call runs in a task
-(the sync store: a thread) of its own, tried again with backoff while the
-key's lease lasts. Headers are stored and replayed through one rule, the one
+(the sync store: the process's few settler threads), tried again with
+backoff while the key's lease lasts. Headers are stored and replayed through one rule, the one
 every language applies (``_safe_header``), so that a record any language
 stored replays in any other.
 """
@@ -24,9 +24,11 @@ import asyncio
 import base64
 import functools
 import hashlib
+import heapq
 import inspect
 import json
 import logging
+import os
 import random
 import re
 import secrets
@@ -355,7 +357,7 @@ class _Base(_Options):
 
 class _SyncSettle:
     """The sync stores' completion after a handler: a first try here, then
-    a thread of its own while the store fails."""
+    the process's settler threads while the store fails."""
 
     _transient: Tuple[type, ...]
     complete: Callable[..., None]
@@ -364,7 +366,7 @@ class _SyncSettle:
     def _settle(self, scope: str, key: str, token: str, response: Optional[StoredResponse],
                 lease_end: float) -> Optional[Exception]:
         """complete (response) or fail (None), tried once here; if the store
-        failed, tried again in a thread of its own while the lease lasts.
+        failed, tried again by the process's settler while the lease lasts.
         Returns the first try's error (None when it was done)."""
         call = functools.partial(self.complete, scope, key, token, response) if response is not None else \
             functools.partial(self.fail, scope, key, token)
@@ -375,8 +377,7 @@ class _SyncSettle:
         except LeaseLostError as e:
             return e
         except self._transient as e:
-            threading.Thread(target=_retry_sync, args=(op, key, call, lease_end, e, self._transient),
-                             name="backstop-idempotency-" + op, daemon=True).start()
+            _retry_sync(op, key, call, lease_end, e, self._transient)
             return e
 
 
@@ -538,7 +539,8 @@ def _retries(op: str, key: str, lease_end: float, last: Exception) -> Generator[
 
 def _retry_sync(op: str, key: str, call: Callable[[], None], lease_end: float, first: Exception,
                 transient: Tuple[type, ...]) -> None:
-    """The sync store's driver of ``_retries`` (in a thread of its own)."""
+    """Hands a sync store call whose first try failed to the process's
+    settler, which drives its ``_retries``."""
     def attempt() -> Optional[Exception]:
         try:
             call()
@@ -546,14 +548,65 @@ def _retry_sync(op: str, key: str, call: Callable[[], None], lease_end: float, f
         except (LeaseLostError,) + transient as e:
             return e
 
-    steps = _retries(op, key, lease_end, first)
-    try:
-        pause = next(steps)
+    _SETTLER.add(_retries(op, key, lease_end, first), attempt)
+
+
+class _Settler:
+    """The retries of the sync stores' complete and fail, for the whole
+    process: a few daemon threads over one schedule. A store outage under
+    load then holds at most ``threads`` threads, not one per request (a
+    thread each ran out of threads, and the next one raised in the request
+    that started it)."""
+
+    def __init__(self, threads: int = 4) -> None:
+        self._max = threads
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # A forked child (a pre-forking server) has none of the parent's
+            # threads: it starts its own.
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._due: List[Tuple[float, int, Generator[float, Optional[Exception], None], Callable[[], Optional[Exception]]]] = []
+        self._seq = 0
+        self._threads = 0
+
+    def add(self, steps: Generator[float, Optional[Exception], None], attempt: Callable[[], Optional[Exception]]) -> None:
+        """Schedules steps (a ``_retries``), each try made by attempt."""
+        try:
+            pause = next(steps)
+        except StopIteration:
+            return
+        self._push(pause, steps, attempt)
+
+    def _push(self, pause: float, steps: Generator[float, Optional[Exception], None],
+              attempt: Callable[[], Optional[Exception]]) -> None:
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._due, (time.monotonic() + pause, self._seq, steps, attempt))
+            if self._threads < self._max:
+                self._threads += 1
+                threading.Thread(target=self._run, name="backstop-idempotency-settle", daemon=True).start()
+            self._cond.notify()
+
+    def _run(self) -> None:
         while True:
-            time.sleep(pause)
-            pause = steps.send(attempt())
-    except StopIteration:
-        pass
+            with self._cond:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._cond.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                _, _, steps, attempt = heapq.heappop(self._due)
+            try:
+                pause = steps.send(attempt())
+            except StopIteration:
+                continue
+            except Exception:  # noqa: BLE001 - a call's own bug must not end the thread the others share
+                log.exception("idempotency: a store call's retry raised")
+                continue
+            self._push(pause, steps, attempt)
+
+
+_SETTLER = _Settler()
 
 
 class TooLargeError(Exception):
@@ -765,7 +818,7 @@ def idempotent(store: Union[_SyncSettle, _AsyncSettle], key: Callable[..., str],
     wants a coroutine function.
 
     The result is stored, or the key released, by a store call of its own (a
-    task; the sync store: a thread after a first try here), so a call
+    task; the sync store: the settler's threads after a first try here), so a call
     cancelled at a handler deadline still completes or releases its key. A
     store error there is logged and counted, and the call tried again while
     the key's lease lasts; the result is returned after the first try. If
