@@ -171,4 +171,10 @@ oldest:
 	if body := overviewUntil(t, addr, `<td class="ingested">0</td>`, "every 1s,", "since "); strings.Contains(body, "Last sample failed") {
 		t.Errorf("console: a sample failed:\n%s", body)
 	}
+	// A management API that cannot be read: the overview says so, and
+	// shows no password.
+	addr = consoleAt(t, url, "--rabbitmq.management-url=http://guest:s3cret-mgmt@127.0.0.1:1", "--queue=orders", "--sample.interval=1s")
+	if body := overviewUntil(t, addr, "Last sample failed: rabbitmq management api"); strings.Contains(body, "s3cret-mgmt") {
+		t.Errorf("console: the management API's password shows:\n%s", body)
+	}
 }
