@@ -3,8 +3,11 @@ package console_test
 import (
 	"context"
 	"errors"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,9 +15,13 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/backstop-dev/backstop/console"
+	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/promtest"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -110,4 +117,88 @@ func TestOverviewHistoryWithoutPrometheus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With a Prometheus (a real one, scraping the exporter's collector every
+// second) the overview's last hour is Prometheus's rate() and increase():
+// the figures move once jobs retry and dead-letter, and the console's own
+// history is not used (WithExporter is ignored).
+func TestOverviewFromPrometheus(t *testing.T) {
+	b, rdb := openRedis(t)
+	q, err := b.Open("ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	col, err := exporter.NewCollector(rdb, exporter.WithQueues(exporter.QueueFor("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { col.Close() })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col)
+	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(metrics.Close)
+	prom := promtest.Start(t, strings.TrimPrefix(metrics.URL, "http://"))
+
+	h, err := console.New(b.Kind(), []queue.Queue{q}, quiet, console.WithPrometheus("http://"+prom), console.WithExporter(col, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	s := &site{t: t, srv: srv}
+
+	ctx := context.Background()
+	enqueue := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := q.Enqueue(ctx, fmt.Sprintf("l-%d", i), []byte(`{}`), queue.EnqueueOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop := work(t, q, `{"max_attempts": 2, "backoff": {"strategy": "constant", "base": "1s", "cap": "1s"}, "jitter": {"mode": "none"}}`,
+		func(context.Context, queue.Job) error { return errors.New("upstream answered 503") })
+	defer stop()
+	// rate() and increase() count from a series' first sample: the first
+	// jobs make the retry series, Prometheus scrapes them, and the next
+	// jobs move them.
+	enqueue(0, 2)
+	eventually.True(t, 60*time.Second, "Prometheus holds the first retries and dead letters", func() bool {
+		return promHas(t, prom, `backstop_retries_total{queue="ledger"} > 0`) && promHas(t, prom, `backstop_dlq_ingested_total{queue="ledger"} >= 2`)
+	})
+	enqueue(2, 4)
+	cells := regexp.MustCompile(`<td class="retries">([^<]*)</td><td class="ingested">([^<]*)</td>`)
+	var body string
+	var m []string
+	if err := eventually.Wait(60*time.Second, func() bool {
+		_, body = s.get("/")
+		if m = cells.FindStringSubmatch(body); m == nil {
+			return false
+		}
+		r, err1 := strconv.ParseFloat(m[1], 64)
+		n, err2 := strconv.ParseFloat(m[2], 64)
+		return err1 == nil && err2 == nil && r > 0 && n > 0
+	}); err != nil {
+		t.Fatalf("waiting for Prometheus's figures to move: %q: %v\n%s", m, err, body)
+	}
+	mustNotContain(t, "overview", body, `id="history"`, "sampled by the console")
+}
+
+// promHas reports whether an instant query of the Prometheus at addr has
+// a result.
+func promHas(t *testing.T, addr, query string) bool {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/api/v1/query?query=" + url.QueryEscape(query))
+	if err != nil {
+		return false
+	}
+	var body struct {
+		Data struct {
+			Result []json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	return err == nil && len(body.Data.Result) > 0
 }
