@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"runtime"
@@ -18,6 +19,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/backstop-dev/backstop/console"
+	"github.com/backstop-dev/backstop/exporter"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/rabbitmq"
@@ -260,5 +263,63 @@ func TestPageCostAtScale(t *testing.T) {
 				float64(times[j][loads/2].Microseconds())/1000, float64(times[j][loads*9/10].Microseconds())/1000,
 				float64(heap[j][0])/(1<<20), float64(heap[j][1])/(1<<20))
 		}
+	}
+}
+
+// The overview's last hour costs a page load nothing at the broker: the
+// page reads the history's rings, and only the sampler reads the queues
+// (the exporter's readers, here through the client so that its hook
+// counts them). A load of the overview with the history sends the same
+// commands as one without, and the sampler (every hour: its first sample
+// only) sends none while the pages load.
+func TestOverviewReadsTheHistoryNotTheBroker(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	c := &counter{}
+	rdb.AddHook(c)
+	b := redisqueue.NewBroker(rdb)
+	q, err := b.Open("ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedRedisDLQ(t, rdb, redisqueue.KeysFor("ledger").DLQ, 100)
+	col, err := exporter.NewCollector(rdb, exporter.WithQueues(exporter.QueueFor("ledger")), exporter.WithClientPipelines())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const loads = 20
+	perLoad := map[bool]int64{}
+	for _, history := range []bool{false, true} {
+		opts := []console.Option{quiet}
+		if history {
+			opts = append(opts, console.WithExporter(col, time.Hour))
+		}
+		h, err := console.New(b.Kind(), []queue.Queue{q}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		s := &site{t: t, srv: srv}
+		eventually.True(t, 10*time.Second, "the first load (the scripts loaded), and the first sample", func() bool {
+			_, body := s.get("/")
+			return !history || strings.Contains(body, "since ")
+		})
+		before := c.n.Load()
+		for range loads {
+			if code, body := s.get("/"); code != http.StatusOK || strings.Contains(body, "Last sample failed") {
+				t.Fatalf("overview: %d\n%s", code, body)
+			}
+		}
+		perLoad[history] = (c.n.Load() - before) / loads
+		if (c.n.Load()-before)%loads != 0 {
+			t.Errorf("history %v: %d commands over %d loads, not the same each", history, c.n.Load()-before, loads)
+		}
+	}
+	t.Logf("Redis commands per overview load: %d without the history, %d with it", perLoad[false], perLoad[true])
+	if perLoad[true] != perLoad[false] || perLoad[false] == 0 {
+		t.Errorf("commands per overview load: %d with the history, %d without; want the same", perLoad[true], perLoad[false])
 	}
 }

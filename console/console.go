@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/queue"
 )
 
@@ -48,7 +49,10 @@ type Server struct {
 	mu       sync.Mutex
 	replays  map[int]*replayJob
 	replayID int
-	running  int // replays not done yet (maxRunningReplays)
+	running  int                // replays not done yet (maxRunningReplays)
+	history  *history           // nil with a Prometheus or without WithExporter
+	stop     context.CancelFunc // ends the history's sampling
+	stopped  chan struct{}
 }
 
 type config struct {
@@ -59,6 +63,8 @@ type config struct {
 	schedule   []byte
 	log        *slog.Logger
 	pageSize   int
+	collector  *exporter.Collector
+	every      time.Duration
 }
 
 // Option configures New.
@@ -71,6 +77,19 @@ func WithWritable(on bool) Option { return func(c *config) { c.writable = on } }
 // WithPrometheus reads the retry rate and DLQ ingestion of the last hour
 // from the Prometheus at url (its HTTP API); default none.
 func WithPrometheus(url string) Option { return func(c *config) { c.prometheus = url } }
+
+// WithExporter samples the retries and DLQ ingestion of the queues from
+// c (exporter.Collector.Totals: the readers of backstop_retries_total and
+// backstop_dlq_ingested_total) every interval, from New to Close, into a
+// history of an hour per queue of a fixed size; the overview shows the
+// last hour's retry rate and DLQ ingestion from it, and since when it has
+// samples. A page load reads the history, never the broker. Ignored with
+// WithPrometheus, whose figures come first. interval is 1s to 1h (the
+// exporter's scrape interval, 15s, is a good one); default none. The
+// console does not close c.
+func WithExporter(c *exporter.Collector, interval time.Duration) Option {
+	return func(cfg *config) { cfg.collector, cfg.every = c, interval }
+}
 
 // WithPolicy shows the policy in force on the overview: its name, its
 // text (JSON) and its schedule plot (SVG, served as an image; nil: none).
@@ -109,6 +128,9 @@ func New(kind string, qs []queue.Queue, opts ...Option) (*Server, error) {
 		s.order = append(s.order, q.Name())
 	}
 	sort.Strings(s.order)
+	if cfg.collector != nil && cfg.prometheus == "" && (cfg.every < time.Second || cfg.every > historyWindow) {
+		return nil, fmt.Errorf("console: sample interval must be in 1s..1h, got %v", cfg.every)
+	}
 	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
 	if err != nil {
 		return nil, err
@@ -134,7 +156,23 @@ func New(kind string, qs []queue.Queue, opts ...Option) (*Server, error) {
 		m.HandleFunc("POST /queues/{queue}/run", s.write(s.run))
 	}
 	s.mux = m
+	if cfg.collector != nil && cfg.prometheus == "" {
+		s.history = newHistory(cfg.collector, cfg.every, s.order)
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stop, s.stopped = cancel, make(chan struct{})
+		go func() { defer close(s.stopped); s.history.run(ctx) }()
+	}
 	return s, nil
+}
+
+// Close stops sampling the history (WithExporter) and waits for the
+// sample under way; the console serves on, its history no longer moving.
+func (s *Server) Close() error {
+	if s.stop != nil {
+		s.stop()
+		<-s.stopped
+	}
+	return nil
 }
 
 // ServeHTTP serves the console with headers that keep a page inert: no

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -33,6 +34,10 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	var rows []queueRow
 	retries, ingested := s.promByQueue(ctx, "sum by (queue) (rate(backstop_retries_total[1h]))"),
 		s.promByQueue(ctx, "sum by (queue) (increase(backstop_dlq_ingested_total[1h]))")
+	var hist historyView
+	if s.history != nil {
+		retries, ingested, hist = s.historyByQueue()
+	}
 	for _, name := range s.order {
 		q := s.queues[name]
 		row := queueRow{Name: name, Names: q.Names(), RetryRate: retries[name], Ingested: ingested[name]}
@@ -45,7 +50,44 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		rows = append(rows, row)
 	}
 	s.render(w, r, "overview.html", http.StatusOK, page{Title: "Overview", Data: map[string]any{
-		"Rows": rows, "Policy": s.cfg.policy, "PolicyName": s.cfg.policyName, "Schedule": s.cfg.schedule != nil, "Prometheus": s.cfg.prometheus != ""}})
+		"Rows": rows, "Policy": s.cfg.policy, "PolicyName": s.cfg.policyName, "Schedule": s.cfg.schedule != nil,
+		"Prometheus": s.cfg.prometheus != "", "Rates": s.cfg.prometheus != "" || s.history != nil, "History": hist}})
+}
+
+// historyView is what the overview says of its own history (WithExporter).
+type historyView struct {
+	On         bool
+	Every      time.Duration
+	Since      time.Time     // the first sample; zero: none yet
+	Span       time.Duration // how much of the hour the figures cover
+	Full       bool          // the samples cover the whole hour
+	UpperBound bool          // a retry figure is RabbitMQ's upper bound
+	Err        string        // the last sample's error
+}
+
+// historyByQueue returns the last hour's retries per second and dead
+// letters added per queue from the history, as the Prometheus queries
+// would give them, and what the overview says of the history. A queue
+// with fewer than two samples has no figure yet.
+func (s *Server) historyByQueue() (retries, ingested map[string]string, v historyView) {
+	rs, since, err := s.history.read()
+	v = historyView{On: true, Every: s.history.every, Since: since, Err: err}
+	retries, ingested = map[string]string{}, map[string]string{}
+	for q, r := range rs {
+		v.Span = max(v.Span, r.Span)
+		if r.RetriesOK {
+			retries[q] = strconv.FormatFloat(r.Retries, 'g', 4, 64)
+			if r.RetriesUpperBound {
+				retries[q] = "≤ " + retries[q]
+				v.UpperBound = true
+			}
+		}
+		if r.IngOK {
+			ingested[q] = strconv.FormatInt(r.Ingested, 10)
+		}
+	}
+	v.Full = v.Span >= historyWindow-s.history.every
+	return retries, ingested, v
 }
 
 // promByQueue runs an instant query and returns its values by queue
@@ -304,5 +346,6 @@ var funcs = template.FuncMap{
 		return fmt.Sprint(*n)
 	},
 	"esc":   url.PathEscape,
+	"span":  func(d time.Duration) string { return d.Round(time.Second).String() },
 	"query": func(f filter) string { return f.query().Encode() },
 }

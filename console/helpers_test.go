@@ -15,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/console"
+	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/testing/eventually"
 	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
@@ -35,21 +38,57 @@ func TestMain(m *testing.M) { os.Exit(shared.Run(m)) }
 var brokers = []struct {
 	name string
 	open func(t *testing.T) queue.Broker
+	// withExporter opens the broker and returns with it the exporter's
+	// collector of the queues it is given, reading the same server.
+	withExporter func(t *testing.T) (queue.Broker, func(names ...string) *exporter.Collector)
 }{
 	{"redis", func(t *testing.T) queue.Broker {
-		srv := redistest.Start(t)
-		b := redisqueue.NewBroker(srv.Client())
-		t.Cleanup(func() { b.Close() })
+		b, _ := openRedis(t)
 		return b
-	}},
-	{"rabbitmq", func(t *testing.T) queue.Broker {
-		b, err := rabbitmq.Open(context.Background(), shared.Broker(t).URL(), rabbitmq.WithLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			t.Fatal(err)
+	}, func(t *testing.T) (queue.Broker, func(names ...string) *exporter.Collector) {
+		b, rdb := openRedis(t)
+		return b, func(names ...string) *exporter.Collector {
+			var qs []exporter.Queue
+			for _, n := range names {
+				qs = append(qs, exporter.QueueFor(n))
+			}
+			c, err := exporter.NewCollector(rdb, exporter.WithQueues(qs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
 		}
-		t.Cleanup(func() { b.Close() })
-		return b
 	}},
+	{"rabbitmq", openRabbit, func(t *testing.T) (queue.Broker, func(names ...string) *exporter.Collector) {
+		return openRabbit(t), func(names ...string) *exporter.Collector {
+			var qs []exporter.Queue
+			for _, n := range names {
+				qs = append(qs, exporter.Queue{Name: n})
+			}
+			c, err := exporter.NewRabbitMQCollector(shared.Broker(t).ManagementURL(), exporter.WithQueues(qs...), exporter.WithRabbitMQCredentials("guest", "guest"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+	}},
+}
+
+func openRedis(t *testing.T) (queue.Broker, redis.UniversalClient) {
+	srv := redistest.Start(t)
+	b := redisqueue.NewBroker(srv.Client())
+	t.Cleanup(func() { b.Close() })
+	return b, srv.Client()
+}
+
+func openRabbit(t *testing.T) queue.Broker {
+	b, err := rabbitmq.Open(context.Background(), shared.Broker(t).URL(), rabbitmq.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 // Hostile strings: a payload and an error that would run a script or end

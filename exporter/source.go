@@ -24,6 +24,9 @@ type source interface {
 	// dlqIngestion is Collector.DLQIngestion, within ctx (the collector's
 	// timeout already applied).
 	dlqIngestion(ctx context.Context) ([]DLQIngestion, error)
+	// totals is Collector.Totals, within ctx (the collector's timeout
+	// already applied).
+	totals(ctx context.Context) ([]Totals, error)
 	// close closes the source's own connections, if it has any.
 	close() error
 	// ready says whether the source answers now (Collector.Ready).

@@ -16,10 +16,14 @@ import (
 
 	"github.com/prometheus/exporter-toolkit/web"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/backstop-dev/backstop/console"
+	"github.com/backstop-dev/backstop/exporter"
 	"github.com/backstop-dev/backstop/internal/plot"
 	"github.com/backstop-dev/backstop/internal/redact"
 	"github.com/backstop-dev/backstop/queue"
+	"github.com/backstop-dev/backstop/queue/redisqueue"
 )
 
 // backstop console: the web console of package console over the queues
@@ -35,6 +39,7 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	listen := f.fs.String("web.listen-address", ":9798", "address to listen on")
 	webConfig := f.fs.String("web.config.file", "", "exporter-toolkit web configuration (TLS, basic auth users) — without it anyone who reaches the address reads the dead letters")
 	prom := f.fs.String("prometheus.url", "", "Prometheus to read the last hour's retry rate and DLQ ingestion from, e.g. http://localhost:9090 (optional)")
+	every := f.fs.Duration("sample.interval", 15*time.Second, "without --prometheus.url: how often the console samples the queues' retries and DLQ ingestion (the exporter's readers; on RabbitMQ through --rabbitmq.management-url) for the overview's last hour, 1s to 1h")
 	writable := f.fs.Bool("writable", false, "allow replay, delete, purge and force run (default read-only)")
 	policyArg := f.fs.String("policy", "", "the policy in force, FILE or PRESET, shown with its schedule on the overview (optional)")
 	rabbit, err := f.useRabbit(args)
@@ -68,21 +73,44 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		opts = append(opts, console.WithPolicy(name, string(src), svg.Bytes()))
 	}
+	if *prom == "" && (*every < time.Second || *every > time.Hour) {
+		return fmt.Errorf("%w: --sample.interval must be 1s to 1h, got %v", errUsage, *every)
+	}
 	var b queue.Broker
+	var collector *exporter.Collector // the readers of the overview's last hour, without a Prometheus
 	if rabbit {
 		rb, err := f.rabbitBroker(ctx)
 		if err != nil {
 			return err
 		}
 		b = rb
+		if *prom == "" && *f.rabbit.mgmt != "" {
+			if collector, err = rabbitCollector(*f.rabbit.amqp, *f.rabbit.mgmt, names); err != nil {
+				rb.Close()
+				return err
+			}
+		}
 	} else {
-		rb, _, err := f.openRedis(args)
+		rdb, err := f.redisClient(args)
 		if err != nil {
 			return err
 		}
-		b = rb
+		b = redisqueue.NewBroker(rdb, redisqueue.WithQueueOptions(redisqueue.WithGroup(*f.group)))
+		if *prom == "" {
+			var qs []exporter.Queue
+			for _, n := range names {
+				qs = append(qs, exporter.QueueFor(n))
+			}
+			if collector, err = exporter.NewCollector(rdb, exporter.WithQueues(qs...)); err != nil {
+				b.Close()
+				return err
+			}
+		}
 	}
 	defer b.Close()
+	if collector != nil {
+		defer collector.Close()
+	}
 	var qs []queue.Queue
 	for _, n := range names {
 		q, err := b.Open(n)
@@ -93,10 +121,14 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts = append(opts, console.WithWritable(*writable), console.WithPrometheus(*prom), console.WithLogger(logger))
+	if collector != nil {
+		opts = append(opts, console.WithExporter(collector, *every))
+	}
 	h, err := console.New(b.Kind(), qs, opts...)
 	if err != nil {
 		return err
 	}
+	defer h.Close()
 	server := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -115,6 +147,25 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// rabbitCollector is the exporter's RabbitMQ collector of the queues
+// names, over the management API at mgmt, in the virtual host of the
+// AMQP URL.
+func rabbitCollector(amqpURL, mgmt string, names []string) (*exporter.Collector, error) {
+	u, err := amqp.ParseURI(amqpURL)
+	if err != nil {
+		return nil, fmt.Errorf("--amqp.url: %w", redact.Error(err, amqpURL))
+	}
+	var qs []exporter.Queue
+	for _, n := range names {
+		qs = append(qs, exporter.Queue{Name: n})
+	}
+	c, err := exporter.NewRabbitMQCollector(mgmt, exporter.WithQueues(qs...), exporter.WithRabbitMQVHost(u.Vhost))
+	if err != nil {
+		return nil, fmt.Errorf("--rabbitmq.management-url: %w", err)
+	}
+	return c, nil
 }
 
 // loopback reports whether a listen address takes connections from this

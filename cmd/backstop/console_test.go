@@ -118,3 +118,69 @@ func TestConsoleWritableNeedsAuthOffLoopback(t *testing.T) {
 		}
 	}
 }
+
+// consoleAt runs `backstop console` with args on a loopback port of its
+// own until the test ends, and returns its address.
+func consoleAt(t *testing.T, args ...string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"console", "--web.listen-address=" + addr}, args...), nil, io.Discard, io.Discard)
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("console: %v", err)
+		}
+	})
+	return addr
+}
+
+// overviewUntil reads the overview of the console at addr until it holds
+// every one of wants (bounded), and returns the last one read.
+func overviewUntil(t *testing.T, addr string, wants ...string) string {
+	t.Helper()
+	var body string
+	err := eventually.Wait(30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		for _, w := range wants {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatalf("overview lacks one of %q: %v\n%s", wants, err, body)
+	}
+	return body
+}
+
+// Without --prometheus.url the console samples the queues itself with the
+// exporter's readers, every --sample.interval; a bad interval is a usage
+// error.
+func TestConsoleSamplesWithoutPrometheus(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := consoleAt(t, "--redis.url=redis://"+srv.Addr+"/0", "--queue=payments", "--sample.interval=1s")
+	body := overviewUntil(t, addr, `<td class="retries">0</td><td class="ingested">0</td>`, "every 1s,", "since ")
+	if strings.Contains(body, "Last sample failed") {
+		t.Errorf("a sample failed:\n%s", body)
+	}
+	err := run(context.Background(), []string{"console", "--redis.url=redis://" + srv.Addr + "/0", "--queue=payments", "--sample.interval=10ms"}, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--sample.interval must be 1s to 1h") {
+		t.Errorf("--sample.interval=10ms: %v", err)
+	}
+}

@@ -59,11 +59,21 @@ func envOr(k, def string) string {
 // openRedis parses args and returns the Redis they name as a broker, its
 // queues in the consumer group --group.
 func (f *queueFlags) openRedis(args []string) (*redisqueue.Broker, func(), error) {
-	if _, err := parseFlags(f.fs, args); err != nil {
+	rdb, err := f.redisClient(args)
+	if err != nil {
 		return nil, nil, err
 	}
+	b := redisqueue.NewBroker(rdb, redisqueue.WithQueueOptions(redisqueue.WithGroup(*f.group)))
+	return b, func() { b.Close() }, nil
+}
+
+// redisClient parses args and returns the client of the Redis they name.
+func (f *queueFlags) redisClient(args []string) (redis.UniversalClient, error) {
+	if _, err := parseFlags(f.fs, args); err != nil {
+		return nil, err
+	}
 	if *f.name == "" {
-		return nil, nil, fmt.Errorf("%w: --queue is required", errUsage)
+		return nil, fmt.Errorf("%w: --queue is required", errUsage)
 	}
 	var rdb redis.UniversalClient
 	var addrs []string
@@ -76,7 +86,7 @@ func (f *queueFlags) openRedis(args []string) (*redisqueue.Broker, func(), error
 	} else {
 		opt, err := redis.ParseURL(*f.url)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--redis.url: %w", redact.Error(err, *f.url))
+			return nil, fmt.Errorf("--redis.url: %w", redact.Error(err, *f.url))
 		}
 		addrs = []string{opt.Addr}
 		rdb = redis.NewClient(opt)
@@ -84,8 +94,7 @@ func (f *queueFlags) openRedis(args []string) (*redisqueue.Broker, func(), error
 	// An unreachable Redis is one clear error at the first command, not
 	// the client's retries of it.
 	rdb.AddHook(&reachHook{addrs: addrs, flagName: flagName})
-	b := redisqueue.NewBroker(rdb, redisqueue.WithQueueOptions(redisqueue.WithGroup(*f.group)))
-	return b, func() { b.Close() }, nil
+	return rdb, nil
 }
 
 func queueStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -26,7 +26,7 @@ type rabbitFlags struct {
 func addRabbitFlags(fs *flag.FlagSet) rabbitFlags {
 	return rabbitFlags{
 		amqp: fs.String("amqp.url", os.Getenv("BACKSTOP_AMQP_URL"), "RabbitMQ AMQP URL, instead of Redis: amqp://user:password@host:5672/vhost (env BACKSTOP_AMQP_URL)"),
-		mgmt: fs.String("rabbitmq.management-url", os.Getenv("BACKSTOP_RABBITMQ_MANAGEMENT_URL"), "with --amqp.url: the management API, http://user:password@host:15672, for the unacked count (env BACKSTOP_RABBITMQ_MANAGEMENT_URL)"),
+		mgmt: fs.String("rabbitmq.management-url", os.Getenv("BACKSTOP_RABBITMQ_MANAGEMENT_URL"), "with --amqp.url: the management API, http://user:password@host:15672, for the unacked count and backstop console's last hour (env BACKSTOP_RABBITMQ_MANAGEMENT_URL)"),
 	}
 }
 

@@ -163,4 +163,18 @@ oldest:
 	if dl := rabbittest.Drain(t, ch, "orders"); len(dl) != 3 || dl[0].MessageId != "job-g" || dl[0].Headers["backstop-due-ms"] != nil || dl[0].Headers["backstop-attempt"] != "1" {
 		t.Errorf("queue run: the queue holds %d messages, want job-g first without a due time, then the two others", len(dl))
 	}
+
+	// backstop console samples the queue through the management API (its
+	// user and password in the URL), in the AMQP URL's virtual host.
+	addr := consoleAt(t, url, "--rabbitmq.management-url="+strings.Replace(b.ManagementURL(), "http://", "http://guest:guest@", 1),
+		"--queue=orders", "--sample.interval=1s")
+	if body := overviewUntil(t, addr, `<td class="ingested">0</td>`, "every 1s,", "since "); strings.Contains(body, "Last sample failed") {
+		t.Errorf("console: a sample failed:\n%s", body)
+	}
+	// A management API that cannot be read: the overview says so, and
+	// shows no password.
+	addr = consoleAt(t, url, "--rabbitmq.management-url=http://guest:s3cret-mgmt@127.0.0.1:1", "--queue=orders", "--sample.interval=1s")
+	if body := overviewUntil(t, addr, "Last sample failed: rabbitmq management api"); strings.Contains(body, "s3cret-mgmt") {
+		t.Errorf("console: the management API's password shows:\n%s", body)
+	}
 }
