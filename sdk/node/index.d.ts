@@ -1,10 +1,10 @@
 export * from './contract.gen.js';
-import type {CircuitState, Decision, Failure, Int64, Lint, OnOpen, Outcome, OutcomeEvent, Permit, Reason} from './contract.gen.js';
+import type {Decision, Failure, Lint, OnOpen, Outcome, OutcomeEvent, PolicyCalls, Reason} from './contract.gen.js';
 
 /**
-A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
+A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration. Its methods of one call each (`recordSuccess`, `circuitState`, `acquire`, `budgetTokens`, `attemptTimeout`) are `PolicyCalls`, documented in contract/abi.json for every language.
 */
-export interface Policy {
+export interface Policy extends PolicyCalls {
 	/** True when the policy has a retry budget or a circuit breaker. */
 	readonly stateful: boolean;
 
@@ -29,63 +29,6 @@ export interface Policy {
 	@throws {InputError} With `index`, for the first invalid failure, once every valid failure has been decided (and counted by a stateful policy's budget and breaker, in order); its `decisions` hold them, `null` at each invalid index. An invalid failure never stops the batch, as in every backstop host.
 	*/
 	decideMany(failures: readonly Failure[]): Decision[];
-
-	/**
-	Reports a success to the retry budget and the circuit breaker.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	*/
-	recordSuccess(nowMs?: Int64): void;
-
-	/**
-	The circuit breaker's state; `closed` when the policy has none.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	*/
-	circuitState(nowMs?: Int64): CircuitState;
-
-	/**
-	Asks permission for one call before it is made. While the breaker is open every call is refused; half-open admits at most `circuit_breaker.half_open_max_calls` trial calls (default 1) until they report back: a success with `recordSuccess`, a failure with `decide` (it reopens the breaker). A trial that has not reported back within `open_for` counts as failed. A policy without a breaker always allows. The retry budget is not consulted: it limits retries, through `decide`.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	@throws {InputError} For a `nowMs` that is negative, not an integer, or `0` on a stateful policy (`now_ms: must be set …`). No state changes then.
-
-	@example
-	```
-	const permit = policy.acquire();
-	if (!permit.allowed) {
-		await setTimeout(permit.retryInMs); // or defer the job
-	}
-	```
-	*/
-	acquire(nowMs?: Int64): Permit;
-
-	/**
-	What is left of the retry budget, read without changing it: a token bucket's tokens (retries pass while more than half of `max_tokens` remain), or the retries a window budget still allows. `null` when the policy has no budget.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	@throws {InputError} For a `nowMs` that is negative or not an integer.
-
-	@example
-	```
-	policy.budgetTokens(); //=> 95.5
-	```
-	*/
-	budgetTokens(nowMs?: Int64): number | null;
-
-	/**
-	How long the attempt that starts `elapsedMs` after the first attempt started may run, in milliseconds: the policy's `attempt_timeout`, cut to what is left of `max_elapsed` (with `stop_when: any`), at least 1; `0` when neither applies. `retry()` asks it before each attempt.
-
-	@param elapsedMs - Milliseconds since the first attempt started (a fraction is dropped).
-	@throws {InputError} For an `elapsedMs` that is negative or not a number (`elapsed_ms: must be >= 0 (got -5)`).
-
-	@example
-	```
-	const policy = await loadPolicy({attempt_timeout: '2s', max_elapsed: '5s'});
-	policy.attemptTimeout(4000); //=> 1000
-	```
-	*/
-	attemptTimeout(elapsedMs: Int64): number;
 
 	/**
 	The policy's `connect_timeout` in milliseconds, `0` when it has none (the client's own applies): how long establishing a connection may take within an attempt, for the client to enforce. A connect that runs out (undici's `UND_ERR_CONNECT_TIMEOUT`) is the error kind `connect_timeout`, not `timeout`. undici's timer has a resolution of about 1 s.
