@@ -42,6 +42,9 @@ OUTCOME_ACTION_NAMES = ("run", "ack", "retry", "defer", "dead_letter")  # what a
 COUNT_NAMES = ("none", "success", "retry", "dead_letter", "refused")  # which client metric (backstop_client_*) a worker records for an outcome
 GRPC_CODE_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")  # the status names grpc_code also takes, by code
 
+# What a value of each type of field must be: the messages' "must be ...", in every host.
+EXPECTS = {"int64": "an integer", "int32": "a 32-bit integer", "grpc_code": "a 32-bit integer or a status name", "string": "a string", "hint": "a string or a number", "key": "a string or a boolean", "random": "a number, \"NaN\", \"Infinity\" or \"-Infinity\"", "bool": "a boolean"}
+
 # The flag bits of decide and of a batch record; other bits must be 0.
 FLAG_IDEMPOTENCY_KEY = 1 << 0  # the request carries an idempotency key
 FLAG_PUSHBACK = 1 << 1  # the hint is a gRPC grpc-retry-pushback-ms value rather than an HTTP Retry-After value
