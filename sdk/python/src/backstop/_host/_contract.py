@@ -617,6 +617,36 @@ def _thousandths(answer: Tuple[int, bool]) -> Optional[float]:
     return milli / 1000 if present else None
 
 
+class PolicyFacts:
+    """What ``Policy`` reads from the module once, when it is loaded (the
+    ``facts`` of contract/abi.json: they never change for a policy), and
+    the accessors of those the schema documents."""
+
+    _stateful: bool
+    _on_open: str
+    _lints: Tuple[Lint, ...]
+    _connect_timeout_ms: int
+
+    def _read_facts(self, call: Callable[[str], int]) -> None:
+        """Reads every fact; call(export) is the export's answer for the policy's handle."""
+        self._stateful = call("policy_stateful") == 1
+        self._on_open = ON_OPEN_NAMES[call("policy_on_open")]
+        self._lints = lints_of(call("policy_lints"))
+        self._connect_timeout_ms = call("connect_timeout")
+
+    @property
+    def stateful(self) -> bool:
+        """True when the policy has a retry budget or a circuit breaker."""
+        return self._stateful
+
+    @property
+    def on_open(self) -> str:
+        """What a queue does with a job refused by an open breaker or an empty
+        budget: defer (the default: back to the delayed set without spending an
+        attempt) or dead_letter."""
+        return self._on_open
+
+
 class PolicyCalls:
     """The methods of ``Policy`` that are one call into the module each
     (the exports with a ``method`` in contract/abi.json). The Policy gives

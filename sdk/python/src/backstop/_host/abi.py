@@ -201,17 +201,6 @@ def load(inst: Instance, data: bytes) -> int:
     return h  # type: ignore[no-any-return]
 
 
-def policy_flags(inst: Instance, handle: int) -> Tuple[bool, str, int, Tuple[C.Lint, ...]]:
-    """Whether the policy is stateful, its on_open (``"defer"`` or
-    ``"dead_letter"``), its connect_timeout in ms (0: none) and its lints;
-    takes inst.lock."""
-    with inst.lock:
-        s = call(inst, handle, "policy_stateful")
-        on_open = C.ON_OPEN_NAMES[call(inst, handle, "policy_on_open")]
-        connect_ms = call(inst, handle, "connect_timeout")
-        return s == 1, on_open, connect_ms, C.lints_of(call(inst, handle, "policy_lints"))
-
-
 def call(inst: Instance, handle: int, export: str, *args: Any) -> int:
     """Calls the module's export with the policy's handle and args, and
     returns its result; a negative one raises its error."""
