@@ -75,7 +75,7 @@ func init() {
 	funcs["pyFactAttr"] = func(f Fact) string { return "_" + f.Name + map[bool]string{true: "_ms"}[f.Answer == "ms"] }
 	funcs["javaFactField"] = func(f Fact) string { return camel(f.Name) + map[bool]string{true: "Ms"}[f.Answer == "ms"] }
 	funcs["javaFact"] = func(f Fact) string {
-		return factIn(f, `call.applyAsLong("`+f.Export+`")`, func(r string) string { return javaEnums[f.Answer] + ".of((int) " + r + ")" },
+		return factIn(f, `call.applyAsLong("`+f.Export+`")`, func(r string) string { return javaEnums[f.Answer] + ".of(" + r + ")" },
 			func(r string) string { return "Lint.of(" + r + ")" })
 	}
 	funcs["javaFactType"] = func(f Fact) string {
@@ -85,6 +85,16 @@ func init() {
 		return javaEnums[f.Answer]
 	}
 	funcs["nodeFact"] = func(f Fact) string {
-		return strings.Replace(factIn(f, "call('"+f.Export+"')", named(f, "_NAMES"), func(r string) string { return "lintsOf(" + r + ")" }), " == 1", " === 1", 1)
+		r := "call('" + f.Export + "')"
+		if f.Answer == "ms" {
+			r = "Number(" + r + ")" // an i64: a BigInt
+		}
+		return strings.Replace(factIn(f, r, named(f, "_NAMES"), func(r string) string { return "lintsOf(" + r + ")" }), " == 1", " === 1", 1)
+	}
+	funcs["nodeFactType"] = func(f Fact) string {
+		if t, ok := map[string]string{"bool": "boolean", "ms": "number", "lints": "readonly Lint[]"}[f.Answer]; ok {
+			return t
+		}
+		return pascal(f.Answer)
 	}
 }

@@ -166,3 +166,11 @@ export interface PolicyCalls {
 	*/
 	attemptTimeout(elapsedMs: Int64): number;
 }
+
+/** What a `Policy` reads once, when it is loaded (the facts of contract/abi.json, which never change), documented once there for every language. */
+export interface PolicyFacts {
+	/** True when the policy has a retry budget or a circuit breaker. */
+	readonly stateful: boolean;
+	/** What a queue does with a job refused by an open breaker or an empty budget: defer (the default: back to the delayed set without spending an attempt) or dead_letter. */
+	readonly onOpen: OnOpen;
+}

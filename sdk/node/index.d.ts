@@ -1,13 +1,10 @@
 export * from './contract.gen.js';
-import type {Decision, Failure, Lint, OnOpen, Outcome, OutcomeEvent, PolicyCalls, Reason} from './contract.gen.js';
+import type {Decision, Failure, Lint, Outcome, OutcomeEvent, PolicyCalls, PolicyFacts, Reason} from './contract.gen.js';
 
 /**
-A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration. Its methods of one call each (`recordSuccess`, `circuitState`, `acquire`, `budgetTokens`, `attemptTimeout`) are `PolicyCalls`, documented in contract/abi.json for every language.
+A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration. Its methods of one call each (`recordSuccess`, `circuitState`, `acquire`, `budgetTokens`, `attemptTimeout`) are `PolicyCalls`, and `stateful` and `onOpen` are `PolicyFacts`, documented in contract/abi.json for every language.
 */
-export interface Policy extends PolicyCalls {
-	/** True when the policy has a retry budget or a circuit breaker. */
-	readonly stateful: boolean;
-
+export interface Policy extends PolicyCalls, PolicyFacts {
 	/**
 	Decides one failure.
 
@@ -43,13 +40,6 @@ export interface Policy extends PolicyCalls {
 	```
 	*/
 	readonly connectTimeout: number;
-
-	/**
-	What a queue does with a job refused by an open breaker or an empty budget: put it back in the delayed set without spending an attempt (`defer`), or dead-letter it.
-
-	@default 'defer'
-	*/
-	readonly onOpen: OnOpen;
 
 	/**
 	The policy's lints (docs/policy.md, "Lints"): choices the retry guidance names as classic mistakes, which the policy still decides as written. Each was also emitted at load as a process warning of type `BackstopLintWarning` with the lint's code, once per process for each lint text (`process.on('warning', …)`; `node --no-warnings` silences them). Lints the policy's `lint_ignore` names are left out.

@@ -522,6 +522,18 @@ export function lintsOf(bits) {
   return LINTS.filter((_, i) => ((b >> BigInt(i)) & 1n) === 1n);
 }
 
+/**
+ * Reads a policy's facts onto p: what it reads once, at load (the facts of
+ * contract/abi.json; they never change). call(export) answers an export for
+ * its handle.
+ */
+export function readFacts(p, call) {
+  p.stateful = call('policy_stateful') === 1;
+  p.onOpen = ON_OPEN_NAMES[call('policy_on_open')];
+  p.lints = lintsOf(call('policy_lints'));
+  p.connectTimeout = Number(call('connect_timeout'));
+}
+
 /** A packed word's low and high 32 bits (w a BigInt). */
 export function halves(w) {
   return [Number(w & 0xffffffffn), Number(w >> 32n)];

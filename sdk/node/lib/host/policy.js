@@ -60,13 +60,9 @@ class Policy extends C.PolicyCalls {
     super();
     this.inst = inst;
     this.h = h;
-    this.stateful = inst.call(() => inst.e.policy_stateful(h)) === 1;
-    // on_open and connect_timeout never change: read once.
-    this.onOpen = C.ON_OPEN_NAMES[inst.call(() => inst.e.policy_on_open(h))];
-    this.connectTimeout = Number(inst.call(() => inst.e.connect_timeout(h)));
-    // Lints never change either: the module answers bits, the schema's
-    // table (contract.gen.js) spells them out; each is a process warning.
-    this.lints = C.lintsOf(inst.call(() => inst.e.policy_lints(h)));
+    // The facts never change: read once. The module answers lint bits, the
+    // schema's table (contract.gen.js) spells them out; each is a process warning.
+    C.readFacts(this, (name) => inst.call(() => inst.e[name](h)));
     // Once per text and process, as Node's deprecations: a policy loaded
     // per tenant or per request would otherwise flood stderr.
     for (const l of this.lints) {
