@@ -8,6 +8,9 @@ import type {InputError} from './index.js';
 /** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
 export const ABI_VERSION: 1;
 
+/** The presets' names: what a bare word loads (`batch`: nobody is waiting: keep trying for a day, at most hourly; `cloud-tasks`: a Cloud Tasks queue's own retries, one to one: its RetryConfig defaults, classification and stop rule; `critical`: a user is waiting: fail fast; `default`: exponential from 1s to a 300s cap with full jitter, 5 attempts; `fast-transient`: blips such as a leader election: retry quickly, briefly). */
+export type PresetName = 'batch' | 'cloud-tasks' | 'critical' | 'default' | 'fast-transient';
+
 /** An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`. */
 export type Int64 = number | bigint;
 

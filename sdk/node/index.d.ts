@@ -85,7 +85,7 @@ export interface LoadOptions {
 /**
 Loads a policy.
 
-@param config - A preset name (`default`, `critical`, `batch`, `fast-transient`), a JSON or YAML policy string, a plain object (see docs/policy.md), or the bytes of a policy file.
+@param config - A preset name (a `PresetName`: `default`, `critical`, …), a JSON or YAML policy string, a plain object (see docs/policy.md), or the bytes of a policy file.
 @throws {PolicyError} When the policy is invalid; the message names each field.
 
 @example
