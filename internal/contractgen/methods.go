@@ -193,3 +193,30 @@ func (s *Schema) wordGo(name string) string {
 	}
 	return ""
 }
+
+// nodeAnswer is the JavaScript expression of a method's answer r (an
+// expression of the export's result: a Number for an i32, a BigInt for
+// an i64).
+func nodeAnswer(s *Schema, m *Method, r string) string {
+	switch s.Kind(m) {
+	case "none":
+		return r
+	case "ms":
+		return "Number(" + r + ")"
+	case "enum":
+		return strings.ToUpper(m.Answer) + "_NAMES[Number(" + r + ")]"
+	case "optional":
+		return "thousandths(unpack" + pascal(m.Answer) + "(...halves(" + r + ")))"
+	}
+	return "unpack" + pascal(m.Answer) + "(...halves(" + r + "))"
+}
+
+func init() {
+	funcs["nodeAnswer"] = nodeAnswer
+	funcs["nodeAnswerType"] = func(s *Schema, m *Method) string {
+		return map[string]string{"none": "void", "ms": "number", "enum": pascal(m.Answer), "optional": "number | null", "word": s.wordGo(m.Answer)}[s.Kind(m)]
+	}
+	funcs["nodeDoc"] = func(e Export, doc string) string {
+		return docIn(e, doc, func(n string) string { return "`" + camel(n) + "`" }, func(n string) string { return "`" + camel(n) + "`" })
+	}
+}

@@ -21,6 +21,7 @@ type Schema struct {
 	Enums   []*Enum   `json:"enums"`
 	Words   []*Word   `json:"words"`
 	Presets []Named   `json:"presets"` // policy.PresetNames, sorted (a test compares)
+	Facts   []Fact    `json:"facts"`
 	Lints   []Lint    `json:"lints"`
 	Exports []Export  `json:"exports"`
 }
@@ -298,6 +299,9 @@ func (s *Schema) check() error {
 	}
 	if len(s.Lints) > 62 {
 		return fmt.Errorf("lints: %d do not fit policy_lints' 62 bits", len(s.Lints))
+	}
+	if err := s.checkFacts(); err != nil {
+		return err
 	}
 	if err := s.checkMethods(); err != nil {
 		return err

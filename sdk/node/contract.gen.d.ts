@@ -8,6 +8,9 @@ import type {InputError} from './index.js';
 /** The version of backstop.wasm's ABI (wasm/ABI.md) this package implements. */
 export const ABI_VERSION: 1;
 
+/** The presets' names: what a bare word loads (`batch`: nobody is waiting: keep trying for a day, at most hourly; `cloud-tasks`: a Cloud Tasks queue's own retries, one to one: its RetryConfig defaults, classification and stop rule; `critical`: a user is waiting: fail fast; `default`: exponential from 1s to a 300s cap with full jitter, 5 attempts; `fast-transient`: blips such as a leader election: retry quickly, briefly). */
+export type PresetName = 'batch' | 'cloud-tasks' | 'critical' | 'default' | 'fast-transient';
+
 /** An integer field: a Number, or a BigInt for values beyond `Number.MAX_SAFE_INTEGER`. */
 export type Int64 = number | bigint;
 
@@ -128,4 +131,49 @@ export interface Lint {
 	readonly field: string;
 	/** One line: what the policy does and the rule it breaks. */
 	readonly message: string;
+}
+
+/** The methods of `Policy` that are one call into backstop.wasm each (the exports with a `method` in contract/abi.json), documented once there for every language. */
+export interface PolicyCalls {
+	/**
+	Reports a success at `nowMs` to the retry budget and the circuit breaker; a no-op for a stateless policy.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	*/
+	recordSuccess(nowMs?: Int64): void;
+	/**
+	The circuit breaker's state at `nowMs`: closed (also when the policy has no breaker), open or half_open.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	*/
+	circuitState(nowMs?: Int64): CircuitState;
+	/**
+	Asks permission for one call at `nowMs`, before it is made. While the breaker is open every call is refused. Half-open admits at most circuit_breaker.half_open_max_calls trial calls (default 1) until they report back: a success with `recordSuccess`, a failure with `decide` (it reopens the breaker); a trial that has not reported back within open_for counts as failed. A policy without a breaker always allows. The retry budget is not consulted: it limits retries, through `decide`.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	@throws {InputError} When `nowMs` is not an integer, or is negative, or 0 on a stateful policy; no state changes then.
+	*/
+	acquire(nowMs?: Int64): Permit;
+	/**
+	What is left of the retry budget at `nowMs`, read without changing it: a token bucket's tokens (retries pass while more than half of max_tokens remain), or the retries a window budget still allows; none when the policy has no budget.
+
+	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
+	@throws {InputError} When `nowMs` is not an integer, or is negative.
+	*/
+	budgetTokens(nowMs?: Int64): number | null;
+	/**
+	How long the attempt starting `elapsedMs` after the first one started may run, in ms; 0 for no limit. It is the policy's attempt_timeout, bounded by what is left of max_elapsed (when stop_when is any), and at least 1 ms. The retry loop asks it before each attempt.
+
+	@param elapsedMs - In milliseconds (a fraction is dropped).
+	@throws {InputError} When `elapsedMs` is not an integer, or is negative.
+	*/
+	attemptTimeout(elapsedMs: Int64): number;
+}
+
+/** What a `Policy` reads once, when it is loaded (the facts of contract/abi.json, which never change), documented once there for every language. */
+export interface PolicyFacts {
+	/** True when the policy has a retry budget or a circuit breaker. */
+	readonly stateful: boolean;
+	/** What a queue does with a job refused by an open breaker or an empty budget: defer (the default: back to the delayed set without spending an attempt) or dead_letter. */
+	readonly onOpen: OnOpen;
 }

@@ -1,13 +1,10 @@
 export * from './contract.gen.js';
-import type {CircuitState, Decision, Failure, Int64, Lint, OnOpen, Outcome, OutcomeEvent, Permit, Reason} from './contract.gen.js';
+import type {Decision, Failure, Lint, Outcome, OutcomeEvent, PolicyCalls, PolicyFacts, Reason} from './contract.gen.js';
 
 /**
-A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration.
+A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration. Its methods of one call each (`recordSuccess`, `circuitState`, `acquire`, `budgetTokens`, `attemptTimeout`) are `PolicyCalls`, and `stateful` and `onOpen` are `PolicyFacts`, documented in contract/abi.json for every language.
 */
-export interface Policy {
-	/** True when the policy has a retry budget or a circuit breaker. */
-	readonly stateful: boolean;
-
+export interface Policy extends PolicyCalls, PolicyFacts {
 	/**
 	Decides one failure.
 
@@ -31,63 +28,6 @@ export interface Policy {
 	decideMany(failures: readonly Failure[]): Decision[];
 
 	/**
-	Reports a success to the retry budget and the circuit breaker.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	*/
-	recordSuccess(nowMs?: Int64): void;
-
-	/**
-	The circuit breaker's state; `closed` when the policy has none.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	*/
-	circuitState(nowMs?: Int64): CircuitState;
-
-	/**
-	Asks permission for one call before it is made. While the breaker is open every call is refused; half-open admits at most `circuit_breaker.half_open_max_calls` trial calls (default 1) until they report back: a success with `recordSuccess`, a failure with `decide` (it reopens the breaker). A trial that has not reported back within `open_for` counts as failed. A policy without a breaker always allows. The retry budget is not consulted: it limits retries, through `decide`.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	@throws {InputError} For a `nowMs` that is negative, not an integer, or `0` on a stateful policy (`now_ms: must be set …`). No state changes then.
-
-	@example
-	```
-	const permit = policy.acquire();
-	if (!permit.allowed) {
-		await setTimeout(permit.retryInMs); // or defer the job
-	}
-	```
-	*/
-	acquire(nowMs?: Int64): Permit;
-
-	/**
-	What is left of the retry budget, read without changing it: a token bucket's tokens (retries pass while more than half of `max_tokens` remain), or the retries a window budget still allows. `null` when the policy has no budget.
-
-	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.
-	@throws {InputError} For a `nowMs` that is negative or not an integer.
-
-	@example
-	```
-	policy.budgetTokens(); //=> 95.5
-	```
-	*/
-	budgetTokens(nowMs?: Int64): number | null;
-
-	/**
-	How long the attempt that starts `elapsedMs` after the first attempt started may run, in milliseconds: the policy's `attempt_timeout`, cut to what is left of `max_elapsed` (with `stop_when: any`), at least 1; `0` when neither applies. `retry()` asks it before each attempt.
-
-	@param elapsedMs - Milliseconds since the first attempt started (a fraction is dropped).
-	@throws {InputError} For an `elapsedMs` that is negative or not a number (`elapsed_ms: must be >= 0 (got -5)`).
-
-	@example
-	```
-	const policy = await loadPolicy({attempt_timeout: '2s', max_elapsed: '5s'});
-	policy.attemptTimeout(4000); //=> 1000
-	```
-	*/
-	attemptTimeout(elapsedMs: Int64): number;
-
-	/**
 	The policy's `connect_timeout` in milliseconds, `0` when it has none (the client's own applies): how long establishing a connection may take within an attempt, for the client to enforce. A connect that runs out (undici's `UND_ERR_CONNECT_TIMEOUT`) is the error kind `connect_timeout`, not `timeout`. undici's timer has a resolution of about 1 s.
 
 	@example
@@ -100,13 +40,6 @@ export interface Policy {
 	```
 	*/
 	readonly connectTimeout: number;
-
-	/**
-	What a queue does with a job refused by an open breaker or an empty budget: put it back in the delayed set without spending an attempt (`defer`), or dead-letter it.
-
-	@default 'defer'
-	*/
-	readonly onOpen: OnOpen;
 
 	/**
 	The policy's lints (docs/policy.md, "Lints"): choices the retry guidance names as classic mistakes, which the policy still decides as written. Each was also emitted at load as a process warning of type `BackstopLintWarning` with the lint's code, once per process for each lint text (`process.on('warning', …)`; `node --no-warnings` silences them). Lints the policy's `lint_ignore` names are left out.
@@ -152,7 +85,7 @@ export interface LoadOptions {
 /**
 Loads a policy.
 
-@param config - A preset name (`default`, `critical`, `batch`, `fast-transient`), a JSON or YAML policy string, a plain object (see docs/policy.md), or the bytes of a policy file.
+@param config - A preset name (a `PresetName`: `default`, `critical`, …), a JSON or YAML policy string, a plain object (see docs/policy.md), or the bytes of a policy file.
 @throws {PolicyError} When the policy is invalid; the message names each field.
 
 @example

@@ -521,3 +521,60 @@ export function lintsOf(bits) {
   const b = BigInt(bits);
   return LINTS.filter((_, i) => ((b >> BigInt(i)) & 1n) === 1n);
 }
+
+/**
+ * Reads a policy's facts onto p: what it reads once, at load (the facts of
+ * contract/abi.json; they never change). call(export) answers an export for
+ * its handle.
+ */
+export function readFacts(p, call) {
+  p.stateful = call('policy_stateful') === 1;
+  p.onOpen = ON_OPEN_NAMES[call('policy_on_open')];
+  p.lints = lintsOf(call('policy_lints'));
+  p.connectTimeout = Number(call('connect_timeout'));
+}
+
+/** A packed word's low and high 32 bits (w a BigInt). */
+export function halves(w) {
+  return [Number(w & 0xffffffffn), Number(w >> 32n)];
+}
+
+/** An amount in thousandths, or null when there is none. */
+function thousandths(b) {
+  return b.present ? b.milli / 1000 : null;
+}
+
+/** Policy[CALL](export, arg): the export's result for the policy's handle and arg; a negative one thrown as its error. */
+export const CALL = Symbol('call');
+
+/**
+ * The methods of Policy (lib/host/policy.js) that are one call into the
+ * module each: the exports with a method in contract/abi.json (index.d.ts:
+ * PolicyCalls). The argument is checked as a failure's int64 is, also on a
+ * stateless policy, which answers without a call where the schema says.
+ */
+export class PolicyCalls {
+  recordSuccess(nowMs) {
+    const arg = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    if (!this.stateful && this.h !== 0) return;
+    this[CALL]('record_success', arg);
+  }
+  circuitState(nowMs) {
+    const arg = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    if (!this.stateful && this.h !== 0) return CIRCUIT_STATE_NAMES[Number(0n)];
+    return CIRCUIT_STATE_NAMES[Number(this[CALL]('circuit_state', arg))];
+  }
+  acquire(nowMs) {
+    const arg = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    return unpackPermit(...halves(this[CALL]('acquire', arg)));
+  }
+  budgetTokens(nowMs) {
+    const arg = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    if (!this.stateful && this.h !== 0) return thousandths(unpackBudget(...halves(0n)));
+    return thousandths(unpackBudget(...halves(this[CALL]('budget_tokens', arg))));
+  }
+  attemptTimeout(elapsedMs) {
+    const arg = toBigInt(elapsedMs, 'elapsed_ms');
+    return Number(this[CALL]('attempt_timeout', arg));
+  }
+}

@@ -7,7 +7,7 @@ import * as C from './contract.gen.js';
 import { InputError } from './errors.js';
 import { getInstance } from './instance.js';
 
-const { ERR_HANDLE, ERR_INPUT, describe, toBigInt, writeFailure } = C;
+const { ERR_HANDLE, ERR_INPUT, describe, halves, toBigInt, writeFailure } = C;
 const { size: RECORD, resultSize: RESULT } = C.RECORD;
 const BATCH = 256; // records per decide_batch call in decideMany
 
@@ -55,17 +55,14 @@ function policyBytes(config) {
   );
 }
 
-class Policy {
+class Policy extends C.PolicyCalls {
   constructor(inst, h) {
+    super();
     this.inst = inst;
     this.h = h;
-    this.stateful = inst.call(() => inst.e.policy_stateful(h)) === 1;
-    // on_open and connect_timeout never change: read once.
-    this.onOpen = C.ON_OPEN_NAMES[inst.call(() => inst.e.policy_on_open(h))];
-    this.connectTimeout = Number(inst.call(() => inst.e.connect_timeout(h)));
-    // Lints never change either: the module answers bits, the schema's
-    // table (contract.gen.js) spells them out; each is a process warning.
-    this.lints = C.lintsOf(inst.call(() => inst.e.policy_lints(h)));
+    // The facts never change: read once. The module answers lint bits, the
+    // schema's table (contract.gen.js) spells them out; each is a process warning.
+    C.readFacts(this, (name) => inst.call(() => inst.e[name](h)));
     // Once per text and process, as Node's deprecations: a policy loaded
     // per tenant or per request would otherwise flood stderr.
     for (const l of this.lints) {
@@ -138,30 +135,6 @@ class Policy {
     return out;
   }
 
-  recordSuccess(nowMs) {
-    this.#call('record_success', now(nowMs));
-  }
-
-  circuitState(nowMs) {
-    return C.CIRCUIT_STATE_NAMES[this.#call('circuit_state', now(nowMs))];
-  }
-
-  budgetTokens(nowMs) {
-    if (this.h === 0) throw closed();
-    if (!this.stateful) return null;
-    const b = C.unpackBudget(...halves(this.#call('budget_tokens', now(nowMs))));
-    return b.present ? b.milli / 1000 : null;
-  }
-
-  acquire(nowMs) {
-    return C.unpackPermit(...halves(this.#call('acquire', now(nowMs))));
-  }
-
-  attemptTimeout(elapsedMs) {
-    if (this.h === 0) throw closed();
-    return Number(this.#call('attempt_timeout', toBigInt(elapsedMs, 'elapsed_ms')));
-  }
-
   // A failure the host refuses as invalid is dead-lettered as malformed,
   // not thrown, with the module's answer to one it refuses.
   outcome(e) {
@@ -208,6 +181,11 @@ class Policy {
     return (inst.base + out) >> 2;
   }
 
+  // The one-call methods' (C.PolicyCalls).
+  [C.CALL](name, arg) {
+    return this.#call(name, arg);
+  }
+
   // Calls export name off the hot path (BigInt is fine there); an invalid
   // input (-3) is an InputError.
   #call(name, ...args) {
@@ -234,14 +212,4 @@ class Policy {
 
 function closed() {
   return new Error('backstop: the policy is closed');
-}
-
-// A packed word's low and high 32 bits.
-function halves(w) {
-  return [Number(w & 0xffffffffn), Number(w >> 32n)];
-}
-
-// now_ms of the calls off the hot path: default the host's clock.
-function now(v) {
-  return v === undefined ? BigInt(Date.now()) : toBigInt(v, 'now_ms');
 }

@@ -38,7 +38,7 @@ def _caller_level() -> int:
     return level
 
 
-class Policy(C.PolicyCalls):
+class Policy(C.PolicyFacts, C.PolicyCalls):
     """A retry policy loaded into backstop.wasm. Make one with
     ``load_policy``. It is safe to use from several threads; a stateful
     policy (retry budget, circuit breaker) sees calls one at a time.
@@ -47,26 +47,22 @@ class Policy(C.PolicyCalls):
     loaded from the same source. ``close()`` (or a ``with`` block) frees it
     in the module; an unreachable Policy is freed when collected. Its
     methods of one call each (``acquire``, ``record_success``,
-    ``budget_tokens``, ``circuit_state``, ``attempt_timeout``) are generated
-    from the contract (``_contract.PolicyCalls``).
+    ``budget_tokens``, ``circuit_state``, ``attempt_timeout``) and its
+    ``stateful`` and ``on_open`` are generated from the contract
+    (``_contract.PolicyCalls``, ``PolicyFacts``).
     """
 
     def __init__(self, inst: Instance, handle: int) -> None:
         self._inst = inst
         self._h = handle
-        # on_open, connect_timeout and the lints never change: read once. The
-        # module answers lint bits; the schema's table (_contract.LINTS)
-        # spells them out.
-        self._stateful, self._on_open, self._connect_ms, self._lints = abi.policy_flags(inst, handle)
+        # The facts never change: read once. The module answers lint bits;
+        # the schema's table (_contract.LINTS) spells them out.
+        with inst.lock:
+            self._read_facts(lambda export: abi.call(inst, handle, export))
         for lint in self._lints:
             warnings.warn(LintWarning("%s: %s: %s" % (lint.field, lint.code, lint.message), lint.code, lint.field),
                           stacklevel=_caller_level())
         self._finalizer = weakref.finalize(self, abi.finalize, inst, handle)
-
-    @property
-    def stateful(self) -> bool:
-        """True when the policy has a retry budget or a circuit breaker."""
-        return self._stateful
 
     @property
     def lints(self) -> Tuple[C.Lint, ...]:
@@ -78,13 +74,6 @@ class Policy(C.PolicyCalls):
         return self._lints
 
     @property
-    def on_open(self) -> str:
-        """What a queue does with a job refused by an open breaker or an
-        empty budget: ``"defer"`` (the default: back to the delayed set
-        without spending an attempt) or ``"dead_letter"``."""
-        return self._on_open
-
-    @property
     def connect_timeout(self) -> Optional[float]:
         """The policy's ``connect_timeout`` in seconds, or None when it has
         none (the client's own applies): how long establishing a
@@ -93,7 +82,7 @@ class Policy(C.PolicyCalls):
         or requests' ``timeout=(policy.connect_timeout, read)``. A connect
         that runs out (``httpx.ConnectTimeout``) is the error kind
         ``connect_timeout``, not ``timeout``."""
-        return self._connect_ms / 1000 if self._connect_ms else None
+        return self._connect_timeout_ms / 1000 if self._connect_timeout_ms else None
 
     def decide(self, failure: Mapping[str, Any] = _NO_FAILURE, /, **fields: Any) -> Decision:  # type: ignore[assignment]
         """Decides a failure given as a dict, as keyword fields, or both

@@ -42,6 +42,9 @@ OUTCOME_ACTION_NAMES = ("run", "ack", "retry", "defer", "dead_letter")  # what a
 COUNT_NAMES = ("none", "success", "retry", "dead_letter", "refused")  # which client metric (backstop_client_*) a worker records for an outcome
 GRPC_CODE_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED")  # the status names grpc_code also takes, by code
 
+# What a value of each type of field must be: the messages' "must be ...", in every host.
+EXPECTS = {"int64": "an integer", "int32": "a 32-bit integer", "grpc_code": "a 32-bit integer or a status name", "string": "a string", "hint": "a string or a number", "key": "a string or a boolean", "random": "a number, \"NaN\", \"Infinity\" or \"-Infinity\"", "bool": "a boolean"}
+
 # The flag bits of decide and of a batch record; other bits must be 0.
 FLAG_IDEMPOTENCY_KEY = 1 << 0  # the request carries an idempotency key
 FLAG_PUSHBACK = 1 << 1  # the hint is a gRPC grpc-retry-pushback-ms value rather than an HTTP Retry-After value
@@ -612,6 +615,36 @@ def _thousandths(answer: Tuple[int, bool]) -> Optional[float]:
     """An amount in thousandths, or None when there is none."""
     milli, present = answer
     return milli / 1000 if present else None
+
+
+class PolicyFacts:
+    """What ``Policy`` reads from the module once, when it is loaded (the
+    ``facts`` of contract/abi.json: they never change for a policy), and
+    the accessors of those the schema documents."""
+
+    _stateful: bool
+    _on_open: str
+    _lints: Tuple[Lint, ...]
+    _connect_timeout_ms: int
+
+    def _read_facts(self, call: Callable[[str], int]) -> None:
+        """Reads every fact; call(export) is the export's answer for the policy's handle."""
+        self._stateful = call("policy_stateful") == 1
+        self._on_open = ON_OPEN_NAMES[call("policy_on_open")]
+        self._lints = lints_of(call("policy_lints"))
+        self._connect_timeout_ms = call("connect_timeout")
+
+    @property
+    def stateful(self) -> bool:
+        """True when the policy has a retry budget or a circuit breaker."""
+        return self._stateful
+
+    @property
+    def on_open(self) -> str:
+        """What a queue does with a job refused by an open breaker or an empty
+        budget: defer (the default: back to the delayed set without spending an
+        attempt) or dead_letter."""
+        return self._on_open
 
 
 class PolicyCalls:

@@ -25,7 +25,6 @@ from ._contract import Decision
 from .runtime import Instance
 
 _GRPC_BY_NAME = {n: i for i, n in enumerate(C.GRPC_CODE_NAMES)}
-_I32 = "must be a 32-bit integer"
 _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 
@@ -40,18 +39,23 @@ _NFIELDS = len(C.DEFAULTS)
 # -- one converter per type ------------------------------------------------------
 
 
+def _wrong(name: str, kind: str, v: Any) -> InputError:
+    """A value the field's type does not take, in the schema's words (C.EXPECTS)."""
+    return InputError(name, "must be %s (got %s)" % (C.EXPECTS[kind], _describe(v)))
+
+
 def int64(name: str, v: Any, truncate: bool) -> int:
     """An int64 field: an integer (or an integral float); times (truncate
     set) drop fractions and also take a timedelta."""
     if truncate and isinstance(v, timedelta):
         v = v // timedelta(milliseconds=1)
-    return _integer(name, v, 63, truncate, "must be an integer")
+    return _integer(name, v, 63, truncate, "int64")
 
 
-def _integer(name: str, v: Any, bits: int, truncate: bool, reason: str) -> int:
-    """An integer that fits in bits + 1 (signed): an int, or a float that is
-    one (or, truncate set, any finite one); an int64 says when it does not
-    fit, an int32 only what it must be."""
+def _integer(name: str, v: Any, bits: int, truncate: bool, kind: str) -> int:
+    """An integer of type kind that fits in bits + 1 (signed): an int, or a float
+    that is one (or, truncate set, any finite one); an int64 says when it
+    does not fit, an int32 only what it must be."""
     if v is None:
         return 0
     if v.__class__ is not bool:
@@ -67,7 +71,7 @@ def _integer(name: str, v: Any, bits: int, truncate: bool, reason: str) -> int:
                 return i
             if bits == 63:
                 raise InputError(name, "must fit in 64 bits (got %s)" % (shown or _decimal(i)))
-    raise InputError(name, "%s (got %s)" % (reason, _describe(v)))
+    raise _wrong(name, kind, v)
 
 
 def _grpc(name: str, v: Any) -> int:
@@ -81,7 +85,7 @@ def _grpc(name: str, v: Any) -> int:
     value = getattr(v, "value", None)  # grpc.StatusCode: value is (14, "unavailable")
     if isinstance(value, tuple) and value:
         v = value[0]
-    return _integer(name, v, 31, False, "must be a 32-bit integer or a status name")
+    return _integer(name, v, 31, False, "grpc_code")
 
 
 def _text(name: str, v: Any) -> bytes:
@@ -97,7 +101,7 @@ def _text(name: str, v: Any) -> bytes:
     elif isinstance(v, (bytes, bytearray, memoryview)):
         b = bytes(v)
     else:
-        raise InputError(name, "must be a string (got %s)" % _describe(v))
+        raise _wrong(name, "string", v)
     if len(b) > C.MAX_STRING:
         raise InputError(name, "must be at most %d bytes (got %d)" % (C.MAX_STRING, len(b)))
     return b
@@ -119,7 +123,7 @@ def _hint(f: C.Field, v: Any) -> bytes:
             pass
     if v is None or isinstance(v, (str, bytes, bytearray, memoryview)):
         return _text(f.name, v)
-    raise InputError(f.name, "must be a string or a number (got %s)" % _describe(v))
+    raise _wrong(f.name, "hint", v)
 
 
 def _flag(name: str, v: Any, key: bool) -> bool:
@@ -130,7 +134,7 @@ def _flag(name: str, v: Any, key: bool) -> bool:
         return bool(v)
     if key and isinstance(v, (str, bytes, bytearray, memoryview)):
         return len(v) > 0
-    raise InputError(name, "must be a %s (got %s)" % ("string or a boolean" if key else "boolean", _describe(v)))
+    raise _wrong(name, "key" if key else "bool", v)
 
 
 def _random(name: str, v: Any) -> float:
@@ -155,12 +159,12 @@ def _random(name: str, v: Any) -> float:
                     return float(i)
                 except OverflowError:  # past the float range, as JSON readers read it
                     return math.inf if i > 0 else -math.inf
-    raise InputError(name, 'must be a number, "NaN", "Infinity" or "-Infinity" (got %s)' % _describe(v))
+    raise _wrong(name, "random", v)
 
 
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
 _CONVERT: Dict[str, C.Convert] = {
-    "int64": lambda f, v: int64(f.name, v, f.ms), "int32": lambda f, v: _integer(f.name, v, 31, False, _I32),
+    "int64": lambda f, v: int64(f.name, v, f.ms), "int32": lambda f, v: _integer(f.name, v, 31, False, "int32"),
     "grpc_code": lambda f, v: _grpc(f.name, v), "string": lambda f, v: _text(f.name, v), "hint": _hint,
     "key": lambda f, v: _flag(f.name, v, True), "random": lambda f, v: _random(f.name, v),
     "bool": lambda f, v: _flag(f.name, v, False)}
@@ -195,17 +199,6 @@ def load(inst: Instance, data: bytes) -> int:
         if h < 0:
             raise inst.error("policy_load", h)
     return h  # type: ignore[no-any-return]
-
-
-def policy_flags(inst: Instance, handle: int) -> Tuple[bool, str, int, Tuple[C.Lint, ...]]:
-    """Whether the policy is stateful, its on_open (``"defer"`` or
-    ``"dead_letter"``), its connect_timeout in ms (0: none) and its lints;
-    takes inst.lock."""
-    with inst.lock:
-        s = call(inst, handle, "policy_stateful")
-        on_open = C.ON_OPEN_NAMES[call(inst, handle, "policy_on_open")]
-        connect_ms = call(inst, handle, "connect_timeout")
-        return s == 1, on_open, connect_ms, C.lints_of(call(inst, handle, "policy_lints"))
 
 
 def call(inst: Instance, handle: int, export: str, *args: Any) -> int:

@@ -36,6 +36,11 @@ final class FailureReader {
     return (Map<?, ?>) v;
   }
 
+  /** A value the field's type does not take, in the schema's words (Contract.EXPECTS). */
+  private static InputException wrong(String field, String type, Object v) {
+    return new InputException(field, "must be " + Contract.EXPECTS.get(type) + " (got " + describe(v) + ")");
+  }
+
   /** An integer; a fraction is dropped when truncate (milliseconds), else refused (attempt). */
   static long int64(Object v, String field, boolean truncate) {
     if (v == null) return 0;
@@ -48,20 +53,20 @@ final class FailureReader {
     if (v instanceof Double || v instanceof Float) {
       double d = ((Number) v).doubleValue();
       if (!Double.isFinite(d) || (!truncate && d != Math.rint(d))) {
-        throw new InputException(field, "must be an integer (got " + describe(v) + ")");
+        throw wrong(field, "int64", v);
       }
       double t = d < 0 ? Math.ceil(d) : Math.floor(d);
       if (t >= TWO63 || t < -TWO63) throw new InputException(field, "must fit in 64 bits (got " + describe(v) + ")");
       return (long) t;
     }
-    throw new InputException(field, "must be an integer (got " + describe(v) + ")");
+    throw wrong(field, "int64", v);
   }
 
   static int int32(Object v, String field) {
-    return int32(v, field, "must be a 32-bit integer");
+    return int32(v, field, "int32");
   }
 
-  private static int int32(Object v, String field, String reason) {
+  private static int int32(Object v, String field, String type) {
     if (v == null) return 0;
     if (v instanceof Integer || v instanceof Short || v instanceof Byte) return ((Number) v).intValue();
     if (v instanceof Long) {
@@ -74,13 +79,13 @@ final class FailureReader {
       double d = ((Number) v).doubleValue();
       if (d == (int) d) return (int) d;
     }
-    throw new InputException(field, reason + " (got " + describe(v) + ")");
+    throw wrong(field, type, v);
   }
 
   /** A gRPC code: a 32-bit integer, or a status name. */
   static int grpcCode(Object v, String field) {
     if (v instanceof String) return grpcCode((String) v, field);
-    return int32(v, field, "must be a 32-bit integer or a status name");
+    return int32(v, field, "grpc_code");
   }
 
   /** A gRPC status name in any ASCII letter case. */
@@ -100,7 +105,7 @@ final class FailureReader {
     } else if (v instanceof byte[]) {
       b = (byte[]) v;
     } else {
-      throw new InputException(field, "must be a string (got " + describe(v) + ")");
+      throw wrong(field, "string", v);
     }
     if (b.length > Contract.MAX_STRING) {
       throw new InputException(field, "must be at most " + Contract.MAX_STRING + " bytes (got " + b.length + ")");
@@ -120,7 +125,7 @@ final class FailureReader {
       return string(v.toString(), field);
     }
     if (v instanceof Boolean || v instanceof Map || v instanceof List) {
-      throw new InputException(field, "must be a string or a number (got " + describe(v) + ")");
+      throw wrong(field, "hint", v);
     }
     return string(v, field);
   }
@@ -131,7 +136,7 @@ final class FailureReader {
     if (Boolean.TRUE.equals(v)) return true;
     if (v instanceof String) return !((String) v).isEmpty();
     if (v instanceof byte[]) return ((byte[]) v).length > 0;
-    throw new InputException(field, "must be a string or a boolean (got " + describe(v) + ")");
+    throw wrong(field, "key", v);
   }
 
   static double random(Object v, String field) {
@@ -139,13 +144,13 @@ final class FailureReader {
     if ("NaN".equals(v)) return Double.NaN;
     if ("Infinity".equals(v) || "+Infinity".equals(v)) return Double.POSITIVE_INFINITY;
     if ("-Infinity".equals(v)) return Double.NEGATIVE_INFINITY;
-    throw new InputException(field, "must be a number, \"NaN\", \"Infinity\" or \"-Infinity\" (got " + describe(v) + ")");
+    throw wrong(field, "random", v);
   }
 
   static boolean bool(Object v, String field) {
     if (v == null || Boolean.FALSE.equals(v)) return false;
     if (Boolean.TRUE.equals(v)) return true;
-    throw new InputException(field, "must be a boolean (got " + describe(v) + ")");
+    throw wrong(field, "bool", v);
   }
 
   /**
@@ -196,16 +201,7 @@ final class FailureReader {
 
   /** a < b in code point order, as Go and Python compare strings. */
   static boolean codePointLess(String a, String b) {
-    int i = 0;
-    int j = 0;
-    while (i < a.length() && j < b.length()) {
-      int x = a.codePointAt(i);
-      int y = b.codePointAt(j);
-      if (x != y) return x < y;
-      i += Character.charCount(x);
-      j += Character.charCount(y);
-    }
-    return a.length() - i < b.length() - j;
+    return java.util.Arrays.compare(a.codePoints().toArray(), b.codePoints().toArray()) < 0;
   }
 
   /**

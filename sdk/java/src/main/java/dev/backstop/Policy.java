@@ -33,8 +33,9 @@ import java.util.Optional;
  * Bad input never traps the module.
  *
  * <p>Its methods of one call each ({@code acquire}, {@code recordSuccess},
- * {@code budgetTokens}, {@code circuitState}, {@code attemptTimeout}) are
- * generated from the contract ({@code PolicyExports}).
+ * {@code budgetTokens}, {@code circuitState}, {@code attemptTimeout}) and
+ * {@code isStateful}, {@code onOpen} are generated from the contract
+ * ({@code PolicyExports}).
  */
 public final class Policy extends PolicyExports implements AutoCloseable {
   private static final Cleaner CLEANER = Cleaner.create();
@@ -42,9 +43,7 @@ public final class Policy extends PolicyExports implements AutoCloseable {
   private final PolicyRuntime runtime;
   private final byte[] bytes; // kept to load a stateless policy again after a trap
   private final boolean preset;
-  private final boolean stateful;
-  private final OnOpen onOpen;
-  private final List<Lint> lints;
+  private final Facts facts;
   private static final System.Logger LOG = System.getLogger("dev.backstop");
   /** The lint texts already logged by this JVM; lints() still lists every lint. */
   private static final java.util.Set<String> WARNED = java.util.concurrent.ConcurrentHashMap.newKeySet();
@@ -54,7 +53,6 @@ public final class Policy extends PolicyExports implements AutoCloseable {
     WARNED.clear();
   }
   private final boolean boundsAttempts;
-  private final long connectTimeoutMs;
   private final Ref ref;
   private final Cleaner.Cleanable cleanable;
   private boolean closed; // under this
@@ -91,15 +89,11 @@ public final class Policy extends PolicyExports implements AutoCloseable {
       ref.in = in;
       ref.handle = h;
       try {
-        this.stateful = in.call("policy_stateful", h) == 1;
-        this.onOpen = OnOpen.of(in.call("policy_on_open", h));
         // The module answers lint bits; the schema's table (Lint) spells them out.
-        this.lints = Lint.of(in.call("policy_lints", h));
+        this.facts = new Facts(export -> in.call(export, h));
         // attempt_timeout reads no state, and is 0 at every elapsed time
         // when it is 0 at the start (wasm/ABI.md, "attempt_timeout").
         this.boundsAttempts = in.call("attempt_timeout", h, 0) != 0;
-        // connect_timeout never changes: read once.
-        this.connectTimeoutMs = in.call("connect_timeout", h);
       } catch (RuntimeException e) {
         if (in.dead == null) in.free(h);
         throw e;
@@ -107,9 +101,9 @@ public final class Policy extends PolicyExports implements AutoCloseable {
     } finally {
       in.lock.unlock();
     }
-    this.bytes = stateful ? null : bytes;
+    this.bytes = facts.stateful ? null : bytes;
     this.cleanable = CLEANER.register(this, ref);
-    for (Lint l : lints) {
+    for (Lint l : facts.lints) {
       // Once per JVM per lint text (like Node's deprecation warnings): a
       // service that loads the same policy per request must not flood its log.
       if (WARNED.add(l.toString())) LOG.log(System.Logger.Level.WARNING, "backstop: policy lint {0}", l);
@@ -143,11 +137,6 @@ public final class Policy extends PolicyExports implements AutoCloseable {
     return PolicyRuntime.bundled().preset(name);
   }
 
-  /** True when the policy has a retry budget or a circuit breaker. */
-  public boolean isStateful() {
-    return stateful;
-  }
-
   /**
    * The policy's lints (docs/policy.md, "Lints"): each choice the retry
    * guidance names as a classic mistake, which the policy still decides as
@@ -155,12 +144,7 @@ public final class Policy extends PolicyExports implements AutoCloseable {
    * {@code lint_ignore} names are left out.
    */
   public List<Lint> lints() {
-    return lints;
-  }
-
-  /** The policy's {@code on_open}: what a queue does with a job the breaker or the budget refused. */
-  public OnOpen onOpen() {
-    return onOpen;
+    return facts.lints;
   }
 
   /**
@@ -170,7 +154,7 @@ public final class Policy extends PolicyExports implements AutoCloseable {
    */
   @Deprecated
   public boolean deadLetterOnOpen() {
-    return onOpen == OnOpen.DEAD_LETTER;
+    return facts.onOpen == OnOpen.DEAD_LETTER;
   }
 
   /** The error of a call on a closed policy. */
@@ -192,7 +176,7 @@ public final class Policy extends PolicyExports implements AutoCloseable {
       if (lost != null) throw lost;
       ModuleInstance in = ref.in;
       if (in.dead != null) {
-        if (stateful) {
+        if (facts.stateful) {
           lost = new StateLostException("backstop: the policy's retry budget and circuit breaker were lost with the"
               + " module instance that held them, which trapped (" + in.dead.getMessage()
               + "); load the policy again", in.dead);
@@ -296,6 +280,11 @@ public final class Policy extends PolicyExports implements AutoCloseable {
   }
 
   @Override
+  Facts facts() {
+    return facts;
+  }
+
+  @Override
   long call(String export, long arg) {
     return call((in, h) -> in.call(export, h, arg));
   }
@@ -310,7 +299,7 @@ public final class Policy extends PolicyExports implements AutoCloseable {
    * {@code connect_timeout}, not {@code timeout}.
    */
   public Optional<Duration> connectTimeout() {
-    return connectTimeoutMs == 0 ? Optional.empty() : Optional.of(Duration.ofMillis(connectTimeoutMs));
+    return facts.connectTimeoutMs == 0 ? Optional.empty() : Optional.of(Duration.ofMillis(facts.connectTimeoutMs));
   }
 
   /** True when {@link #attemptTimeout} may be other than 0: the retry loop asks it only then. */
