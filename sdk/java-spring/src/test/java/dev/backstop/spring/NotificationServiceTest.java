@@ -1,0 +1,138 @@
+package dev.backstop.spring;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.rabbitmq.client.Channel;
+import com.rabbitmq.client.Connection;
+import com.rabbitmq.client.ConnectionFactory;
+import com.rabbitmq.client.GetResponse;
+import dev.backstop.RabbitBroker;
+import dev.backstop.RabbitDeadLetter;
+import dev.backstop.SpringTestBroker;
+import io.prometheus.metrics.expositionformats.PrometheusTextFormatWriter;
+import io.prometheus.metrics.model.registry.PrometheusRegistry;
+import java.io.ByteArrayOutputStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.springframework.amqp.rabbit.core.RabbitTemplate;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * The notification-service scenario (issue 44): a real Spring Boot 4
+ * application (NotificationService) against a real rabbitmq-server, its
+ * queue declared by Spring (quorum, notification.dlx, its DLQ) and worked
+ * through backstop's existing-queue mode by backstop-spring.
+ */
+@SpringBootTest(classes = NotificationService.class)
+class NotificationServiceTest {
+  static final String Q = NotificationService.QUEUE;
+
+  @DynamicPropertySource
+  static void broker(DynamicPropertyRegistry r) throws Exception {
+    String url = SpringTestBroker.url();
+    r.add("spring.rabbitmq.addresses", () -> url);
+  }
+
+  @Autowired RabbitTemplate template;
+  @Autowired NotificationService.Provider provider;
+  @Autowired NotificationService.Listener listener;
+  @Autowired PrometheusRegistry registry;
+  @Autowired RabbitBroker broker;
+
+  static Path root() {
+    return Path.of(System.getProperty("backstop.root", "../..")).toAbsolutePath().normalize();
+  }
+
+  /** The backstop command: -Dbackstop.cli, else built from cmd/backstop into target/. */
+  static String cli() throws Exception {
+    String p = System.getProperty("backstop.cli");
+    if (p != null && !p.isEmpty()) return p;
+    Path out = Path.of("target", "backstop").toAbsolutePath();
+    run(root(), "go", "build", "-o", out.toString(), "./cmd/backstop");
+    return out.toString();
+  }
+
+  static String run(Path dir, String... cmd) throws Exception {
+    Process proc = new ProcessBuilder(cmd).directory(dir.toFile()).redirectErrorStream(true).start();
+    String out = new String(proc.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    assertEquals(0, proc.waitFor(), String.join(" ", cmd) + ": " + out);
+    return out;
+  }
+
+  String scrape() throws Exception {
+    ByteArrayOutputStream b = new ByteArrayOutputStream();
+    new PrometheusTextFormatWriter(false).write(b, registry.scrape());
+    return b.toString(StandardCharsets.UTF_8);
+  }
+
+  List<String> calls(String order) {
+    List<String> out = new ArrayList<>();
+    for (String c : provider.calls) if (c.startsWith(order + " ")) out.add(c);
+    return out;
+  }
+
+  @Test
+  void theNotificationServiceRetriesColdDeadLettersWithReasonsAndReplays() throws Exception {
+    // A provider answering 503 twice then 200, published by Spring's RabbitTemplate
+    // (JacksonJsonMessageConverter, no message_id, no backstop header).
+    provider.answers.put("A-1", new ArrayList<>(List.of(503, 503)));
+    template.convertAndSend("", Q, new NotificationService.OrderPlaced("A-1", "a@example.com"));
+    SpringTestBroker.until("A-1's third call", () -> calls("A-1").size() == 3);
+    // Attempt 1 as published (no header), then backstop's attempts 2 and 3 after the
+    // policy's delays (initial-interval 1s, multiplier 2): cold retries through the delay levels.
+    assertEquals(List.of("A-1 - -", "A-1 2 1000", "A-1 3 2000"), calls("A-1"));
+    SpringTestBroker.until("A-1's success counted", () -> {
+      try {
+        return scrape().contains("backstop_attempts_total{job_type=\"\",outcome=\"success\",queue=\"" + Q + "\"} 1.0");
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+    });
+    String metrics = scrape();
+    assertTrue(metrics.contains("backstop_attempts_total{job_type=\"\",outcome=\"retry\",queue=\"" + Q + "\"} 2.0"), metrics);
+    assertTrue(metrics.contains("backstop_retries_total{job_type=\"\",queue=\"" + Q + "\",reason=\"transient\"} 2.0"), metrics);
+
+    // A permanent error: to Spring's DLQ with backstop's reason, not retried.
+    provider.answers.put("B-2", new ArrayList<>(List.of(400)));
+    template.convertAndSend("", Q, new NotificationService.OrderPlaced("B-2", "b@example.com"));
+    SpringTestBroker.until("B-2 dead-lettered", () -> {
+      try {
+        return broker.existingQueue(Q, 5).inspect(10).size() == 1;
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+    });
+    List<RabbitDeadLetter> dls = broker.existingQueue(Q, 5).inspect(10);
+    assertEquals("permanent_error", dls.get(0).reason());
+    assertEquals(Q, dls.get(0).destination());
+    assertEquals(List.of("B-2 - -"), calls("B-2"));
+    ConnectionFactory f = new ConnectionFactory();
+    f.setUri(SpringTestBroker.url());
+    f.setVirtualHost("/"); // the Java client reads amqp://host/ as the vhost ""
+    try (Connection c = f.newConnection()) {
+      Channel ch = c.createChannel();
+      GetResponse g = ch.basicGet(Q + ".dlq", false);
+      Map<String, Object> h = g.getProps().getHeaders();
+      assertEquals("permanent_error", h.get("backstop-reason").toString());
+      assertTrue(h.get("backstop-error").toString().contains("400"), h.toString());
+      ch.basicNack(g.getEnvelope().getDeliveryTag(), false, true);
+      // Spring's queue is as Spring declared it: backstop declared nothing over it.
+      assertEquals(0, ch.queueDeclarePassive(Q).getMessageCount());
+    }
+
+    // Fixed; `backstop dlq replay --limit` brings it back to the original queue only.
+    String out = run(root(), cli(), "dlq", "replay", "--amqp.url", SpringTestBroker.url(), "--queue", Q, "--limit", "10");
+    SpringTestBroker.until("B-2 replayed", () -> calls("B-2").size() == 2);
+    assertEquals("B-2 1 -", calls("B-2").get(1), out); // afresh: attempt 1
+    assertEquals(0, listener.sms.get()); // the other queue got nothing
+    assertEquals(0, broker.existingQueue(Q, 5).inspect(10).size());
+  }
+}
