@@ -23,6 +23,7 @@ import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean
 import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Configuration;
 import org.springframework.core.env.Environment;
 import org.springframework.core.io.Resource;
 import org.springframework.core.io.ResourceLoader;
@@ -65,44 +66,48 @@ public class BackstopAutoConfiguration {
     return SpringRetryPolicy.of(env).map(Policy::load).orElseGet(() -> Policy.preset("default"));
   }
 
-  /** backstop's connection, with the settings of the application's connection factory. */
-  @Bean(destroyMethod = "close")
-  @ConditionalOnMissingBean
+  /** The RabbitMQ part: with the application's connection factory (Boot's RabbitAutoConfiguration). */
+  @Configuration(proxyBeanMethods = false)
   @ConditionalOnBean(CachingConnectionFactory.class)
-  public RabbitBroker backstopRabbitBroker(CachingConnectionFactory cf) throws IOException {
-    return RabbitBroker.connect(cf.getRabbitConnectionFactory());
-  }
+  static class Rabbit {
+    /** backstop's connection, with the settings of the application's connection factory. */
+    @Bean(destroyMethod = "close")
+    @ConditionalOnMissingBean
+    public RabbitBroker backstopRabbitBroker(CachingConnectionFactory cf) throws IOException {
+      return RabbitBroker.connect(cf.getRabbitConnectionFactory());
+    }
 
-  /**
-   * The advice; metrics go to the application's PrometheusRegistry bean
-   * (the one Boot's Prometheus export gives Micrometer, scraped at
-   * /actuator/prometheus), else to the Prometheus client's default registry.
-   */
-  @Bean(destroyMethod = "close")
-  @ConditionalOnMissingBean
-  public BackstopListenerAdvice backstopListenerAdvice(BackstopProperties props, RabbitBroker broker,
-      Policy backstopPolicy, ResourceLoader loader, ObjectProvider<PrometheusRegistry> registry) {
-    Map<String, Policy> byType = new LinkedHashMap<>();
-    props.getPolicies().forEach((type, where) -> byType.put(type, load(loader, where)));
-    Map<String, Policy> byQueue = new ConcurrentHashMap<>();
-    props.getQueues().forEach((q, s) -> {
-      if (s.getPolicy() != null) byQueue.put(q, load(loader, s.getPolicy()));
-    });
-    WorkOptions options = WorkOptions.defaults().withHandlerTimeout(props.getHandlerTimeout()).withPolicies(byType)
-        .withMetrics(registry.getIfAvailable(() -> PrometheusRegistry.defaultRegistry), props.getPolicyName());
-    return new BackstopListenerAdvice(broker, q -> byQueue.getOrDefault(q, backstopPolicy), q -> {
-      BackstopProperties.QueueSettings s = props.getQueues().get(q);
-      return s != null && s.getMaxDeliveries() != null ? s.getMaxDeliveries() : props.getMaxDeliveries();
-    }, options);
-  }
+    /**
+     * The advice; metrics go to the application's PrometheusRegistry bean
+     * (the one Boot's Prometheus export gives Micrometer, scraped at
+     * /actuator/prometheus), else to the Prometheus client's default registry.
+     */
+    @Bean(destroyMethod = "close")
+    @ConditionalOnMissingBean
+    public BackstopListenerAdvice backstopListenerAdvice(BackstopProperties props, RabbitBroker broker,
+        Policy backstopPolicy, ResourceLoader loader, ObjectProvider<PrometheusRegistry> registry) {
+      Map<String, Policy> byType = new LinkedHashMap<>();
+      props.getPolicies().forEach((type, where) -> byType.put(type, load(loader, where)));
+      Map<String, Policy> byQueue = new ConcurrentHashMap<>();
+      props.getQueues().forEach((q, s) -> {
+        if (s.getPolicy() != null) byQueue.put(q, load(loader, s.getPolicy()));
+      });
+      WorkOptions options = WorkOptions.defaults().withHandlerTimeout(props.getHandlerTimeout()).withPolicies(byType)
+          .withMetrics(registry.getIfAvailable(() -> PrometheusRegistry.defaultRegistry), props.getPolicyName());
+      return new BackstopListenerAdvice(broker, q -> byQueue.getOrDefault(q, backstopPolicy), q -> {
+        BackstopProperties.QueueSettings s = props.getQueues().get(q);
+        return s != null && s.getMaxDeliveries() != null ? s.getMaxDeliveries() : props.getMaxDeliveries();
+      }, options);
+    }
 
-  /**
-   * Boot's listener containers take backstop's advice as their whole chain:
-   * Spring's retry interceptor (spring.rabbitmq.listener.simple.retry) would
-   * hold the consumer's thread; its settings are the policy's instead.
-   */
-  @Bean
-  public ContainerCustomizer<SimpleMessageListenerContainer> backstopContainerCustomizer(BackstopListenerAdvice advice) {
-    return container -> container.setAdviceChain(advice);
+    /**
+     * Boot's listener containers take backstop's advice as their whole chain:
+     * Spring's retry interceptor (spring.rabbitmq.listener.simple.retry) would
+     * hold the consumer's thread; its settings are the policy's instead.
+     */
+    @Bean
+    public ContainerCustomizer<SimpleMessageListenerContainer> backstopContainerCustomizer(BackstopListenerAdvice advice) {
+      return container -> container.setAdviceChain(advice);
+    }
   }
 }

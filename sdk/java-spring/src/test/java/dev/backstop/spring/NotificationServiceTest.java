@@ -10,6 +10,7 @@ import com.rabbitmq.client.GetResponse;
 import dev.backstop.RabbitBroker;
 import dev.backstop.RabbitDeadLetter;
 import dev.backstop.SpringTestBroker;
+import dev.backstop.example.notification.NotificationService;
 import io.prometheus.metrics.expositionformats.PrometheusTextFormatWriter;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import java.io.ByteArrayOutputStream;
@@ -60,8 +61,9 @@ class NotificationServiceTest {
     return out.toString();
   }
 
+  /** cmd's standard output (its standard error goes to the test's). */
   static String run(Path dir, String... cmd) throws Exception {
-    Process proc = new ProcessBuilder(cmd).directory(dir.toFile()).redirectErrorStream(true).start();
+    Process proc = new ProcessBuilder(cmd).directory(dir.toFile()).redirectError(ProcessBuilder.Redirect.INHERIT).start();
     String out = new String(proc.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
     assertEquals(0, proc.waitFor(), String.join(" ", cmd) + ": " + out);
     return out;
@@ -127,6 +129,10 @@ class NotificationServiceTest {
       // Spring's queue is as Spring declared it: backstop declared nothing over it.
       assertEquals(0, ch.queueDeclarePassive(Q).getMessageCount());
     }
+
+    // The CLI reads Spring's DLQ (it has backstop's DLQ name) and its reasons.
+    String seen = run(root(), cli(), "dlq", "inspect", "--amqp.url", SpringTestBroker.url(), "--queue", Q);
+    assertTrue(seen.contains("permanent_error"), seen);
 
     // Fixed; `backstop dlq replay --limit` brings it back to the original queue only.
     String out = run(root(), cli(), "dlq", "replay", "--amqp.url", SpringTestBroker.url(), "--queue", Q, "--limit", "10");

@@ -1,4 +1,4 @@
-package dev.backstop.spring;
+package dev.backstop.example.notification;
 
 import dev.backstop.HttpStatusException;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
@@ -24,12 +24,14 @@ import org.springframework.stereotype.Component;
  * A notification service as a Spring Boot application writes it: its queue
  * declared the usual way (quorum, its own dead-letter exchange and DLQ), a
  * JSON message converter, a {@code @RabbitListener} calling a provider. The
- * only backstop in it is the backstop-spring dependency and application.yml.
+ * only backstop in it is the backstop-spring dependency and application.yml
+ * (in a package of its own: its component scan sees none of backstop-spring's
+ * classes, as in an application).
  */
 @SpringBootApplication(proxyBeanMethods = false)
 public class NotificationService {
-  static final String QUEUE = "notification.order-placed";
-  static final String OTHER = "notification.sms";
+  public static final String QUEUE = "notification.order-placed";
+  public static final String OTHER = "notification.sms";
 
   public record OrderPlaced(String orderId, String email) {}
 
@@ -72,8 +74,8 @@ public class NotificationService {
   /** The e-mail provider: scripted answers per order (200 when none is left), and the calls it took. */
   @Component
   public static class Provider {
-    final Map<String, List<Integer>> answers = new ConcurrentHashMap<>();
-    final List<String> calls = new CopyOnWriteArrayList<>(); // "orderId attempt prevDelayMs"
+    public final Map<String, List<Integer>> answers = new ConcurrentHashMap<>();
+    public final List<String> calls = new CopyOnWriteArrayList<>(); // "orderId attempt prevDelayMs"
 
     void send(OrderPlaced o, String attempt, String prevDelay) throws HttpStatusException {
       calls.add(o.orderId() + " " + (attempt == null ? "-" : attempt) + " " + (prevDelay == null ? "-" : prevDelay));
@@ -86,7 +88,7 @@ public class NotificationService {
   @Component
   public static class Listener {
     final Provider provider;
-    final AtomicInteger sms = new AtomicInteger();
+    public final AtomicInteger sms = new AtomicInteger();
 
     Listener(Provider provider) {
       this.provider = provider;
