@@ -25,6 +25,7 @@ import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.test.annotation.DirtiesContext;
 
 /**
  * The notification-service scenario (issue 44): a real Spring Boot 4
@@ -33,6 +34,7 @@ import org.springframework.test.context.DynamicPropertySource;
  * through backstop's existing-queue mode by backstop-spring.
  */
 @SpringBootTest(classes = NotificationService.class)
+@DirtiesContext // its listeners stop with the class: SpringReadmeTest consumes the same queue
 class NotificationServiceTest {
   static final String Q = NotificationService.QUEUE;
 
@@ -81,6 +83,19 @@ class NotificationServiceTest {
     return out;
   }
 
+  /** The dead letters of order in Spring's DLQ. */
+  List<RabbitDeadLetter> deadLetters(String order) {
+    try {
+      List<RabbitDeadLetter> out = new ArrayList<>();
+      for (RabbitDeadLetter d : broker.existingQueue(Q, 5).inspect(100)) {
+        if (new String(d.payload(), StandardCharsets.UTF_8).contains("\"" + order + "\"")) out.add(d);
+      }
+      return out;
+    } catch (Exception e) {
+      throw new RuntimeException(e);
+    }
+  }
+
   @Test
   void theNotificationServiceRetriesColdDeadLettersWithReasonsAndReplays() throws Exception {
     // A provider answering 503 twice then 200, published by Spring's RabbitTemplate
@@ -107,12 +122,12 @@ class NotificationServiceTest {
     template.convertAndSend("", Q, new NotificationService.OrderPlaced("B-2", "b@example.com"));
     SpringTestBroker.until("B-2 dead-lettered", () -> {
       try {
-        return broker.existingQueue(Q, 5).inspect(10).size() == 1;
+        return deadLetters("B-2").size() == 1;
       } catch (Exception e) {
         throw new RuntimeException(e);
       }
     });
-    List<RabbitDeadLetter> dls = broker.existingQueue(Q, 5).inspect(10);
+    List<RabbitDeadLetter> dls = deadLetters("B-2");
     assertEquals("permanent_error", dls.get(0).reason());
     assertEquals(Q, dls.get(0).destination());
     assertEquals(List.of("B-2 - -"), calls("B-2"));
@@ -139,6 +154,6 @@ class NotificationServiceTest {
     SpringTestBroker.until("B-2 replayed", () -> calls("B-2").size() == 2);
     assertEquals("B-2 1 -", calls("B-2").get(1), out); // afresh: attempt 1
     assertEquals(0, listener.sms.get()); // the other queue got nothing
-    assertEquals(0, broker.existingQueue(Q, 5).inspect(10).size());
+    assertEquals(0, deadLetters("B-2").size());
   }
 }
