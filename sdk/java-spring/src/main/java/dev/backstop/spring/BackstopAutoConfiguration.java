@@ -13,6 +13,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 import org.springframework.amqp.rabbit.config.ContainerCustomizer;
 import org.springframework.amqp.rabbit.connection.CachingConnectionFactory;
+import org.springframework.amqp.rabbit.listener.DirectMessageListenerContainer;
 import org.springframework.amqp.rabbit.listener.SimpleMessageListenerContainer;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.amqp.autoconfigure.RabbitAutoConfiguration;
@@ -107,6 +108,13 @@ public class BackstopAutoConfiguration {
      */
     @Bean
     public ContainerCustomizer<SimpleMessageListenerContainer> backstopContainerCustomizer(BackstopListenerAdvice advice) {
+      return container -> container.setAdviceChain(advice);
+    }
+
+    /** The same for spring.rabbitmq.listener.type: direct. */
+    @Bean
+    public ContainerCustomizer<DirectMessageListenerContainer> backstopDirectContainerCustomizer(
+        BackstopListenerAdvice advice) {
       return container -> container.setAdviceChain(advice);
     }
   }
