@@ -21,6 +21,7 @@ public final class RabbitHandling implements AutoCloseable {
   private final QueueRunner runner;
   private final QueueMetrics qm;
   private final RabbitMover mover;
+  private volatile boolean throughQueue;
 
   /** A step of one delivery: its job, plan and the message to publish before the ack; told: an outcome of the job's. */
   record Step(RabbitJob job, QueuePlan plan, Rabbit.Publish pub, boolean told) {}
@@ -38,6 +39,25 @@ public final class RabbitHandling implements AutoCloseable {
     this.runner = new QueueRunner(q.name, policy, options, Rabbit.MALFORMED);
     this.qm = options.registry == null ? null : QueueMetrics.of(options.registry, q.name);
     this.mover = options.mover ? new RabbitMover(q.broker) : null;
+  }
+
+  /**
+   * Dead letters go through the queue's own dead-letter exchange (a queue
+   * Spring declared with one, which routes to Q.dlq): published back to the
+   * queue with backstop's reason, then rejected by {@link #isDeadLetter}'s
+   * consumer, so that the broker dead-letters them and they reach the DLQ
+   * with its x-death beside backstop's headers. Only for a queue whose
+   * dead-letter exchange routes to its DLQ, and whose every consumer rejects
+   * such a message (a replay removes backstop-reason, so a replayed job runs).
+   */
+  public RabbitHandling deadLetterThroughQueue() {
+    throughQueue = true;
+    return this;
+  }
+
+  /** Whether a delivery is a dead letter on its way to the DLQ ({@link #deadLetterThroughQueue}): reject it, no requeue. */
+  public boolean isDeadLetter(AMQP.BasicProperties props) {
+    return throughQueue && props.getHeaders() != null && !Rabbit.text(props.getHeaders().get(Rabbit.H_REASON)).isEmpty();
   }
 
   /**
@@ -102,10 +122,14 @@ public final class RabbitHandling implements AutoCloseable {
     Step s = decide(runner, q, handler, job, now, (type, own) -> true);
     if (s.pub() != null) {
       Rabbit.Publish p = s.pub();
+      if (throughQueue && s.plan() != null && s.plan().action() == Outcome.Action.DEAD_LETTER) {
+        p = new Rabbit.Publish("", q.name, p.headers(), p.messageId());
+      }
+      Rabbit.Publish pub = p;
       try {
         q.broker.op(q, c -> {
-          c.publishAndWait(p.exchange(), p.routingKey(),
-              RabbitBroker.props(props, p.headers(), job.malformed() ? "" : p.messageId(), null), body);
+          c.publishAndWait(pub.exchange(), pub.routingKey(),
+              RabbitBroker.props(props, pub.headers(), job.malformed() ? "" : pub.messageId(), null), body);
           return null;
         });
       } catch (IOException e) {

@@ -7,10 +7,13 @@ import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
+import java.util.Set;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
+import org.springframework.amqp.core.Queue;
 import org.springframework.amqp.rabbit.config.ContainerCustomizer;
 import org.springframework.amqp.rabbit.connection.CachingConnectionFactory;
 import org.springframework.amqp.rabbit.listener.DirectMessageListenerContainer;
@@ -86,7 +89,8 @@ public class BackstopAutoConfiguration {
     @Bean(destroyMethod = "close")
     @ConditionalOnMissingBean
     public BackstopListenerAdvice backstopListenerAdvice(BackstopProperties props, RabbitBroker broker,
-        Policy backstopPolicy, ResourceLoader loader, ObjectProvider<PrometheusRegistry> registry) {
+        Policy backstopPolicy, ResourceLoader loader, ObjectProvider<PrometheusRegistry> registry,
+        ObjectProvider<Queue> declared) {
       Map<String, Policy> byType = new LinkedHashMap<>();
       props.getPolicies().forEach((type, where) -> byType.put(type, load(loader, where)));
       Map<String, Policy> byQueue = new ConcurrentHashMap<>();
@@ -95,10 +99,16 @@ public class BackstopAutoConfiguration {
       });
       WorkOptions options = WorkOptions.defaults().withHandlerTimeout(props.getHandlerTimeout()).withPolicies(byType)
           .withMetrics(registry.getIfAvailable(() -> PrometheusRegistry.defaultRegistry), props.getPolicyName());
+      // The queues the application declares with a dead-letter exchange of their own.
+      Set<String> withDlx = new HashSet<>();
+      if (props.isDeadLetterThroughDlx()) {
+        declared.orderedStream().filter(q -> q.getArguments().get("x-dead-letter-exchange") != null)
+            .forEach(q -> withDlx.add(q.getName()));
+      }
       return new BackstopListenerAdvice(broker, q -> byQueue.getOrDefault(q, backstopPolicy), q -> {
         BackstopProperties.QueueSettings s = props.getQueues().get(q);
         return s != null && s.getMaxDeliveries() != null ? s.getMaxDeliveries() : props.getMaxDeliveries();
-      }, options);
+      }, options, withDlx::contains);
     }
 
     /**

@@ -11,8 +11,10 @@ import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Function;
+import java.util.function.Predicate;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
+import org.springframework.amqp.AmqpRejectAndDontRequeueException;
 import org.springframework.amqp.core.Message;
 import org.springframework.amqp.rabbit.support.DefaultMessagePropertiesConverter;
 import org.springframework.amqp.rabbit.support.ListenerExecutionFailedException;
@@ -35,6 +37,7 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
   private final Function<String, Policy> policyOf;
   private final Function<String, Integer> maxDeliveriesOf;
   private final WorkOptions options;
+  private final Predicate<String> throughDlx;
   private final Map<String, RabbitHandling> queues = new ConcurrentHashMap<>();
 
   /**
@@ -44,6 +47,18 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
    */
   public BackstopListenerAdvice(RabbitBroker broker, Function<String, Policy> policyOf,
       Function<String, Integer> maxDeliveriesOf, WorkOptions options) {
+    this(broker, policyOf, maxDeliveriesOf, options, q -> false);
+  }
+
+  /**
+   * As above; the dead letters of the queues throughDlx selects (declared
+   * with their own dead-letter exchange, which routes to Q.dlq) go through
+   * it ({@link RabbitHandling#deadLetterThroughQueue}): they reach the DLQ
+   * with the broker's x-death beside backstop's reason.
+   */
+  public BackstopListenerAdvice(RabbitBroker broker, Function<String, Policy> policyOf,
+      Function<String, Integer> maxDeliveriesOf, WorkOptions options, Predicate<String> throughDlx) {
+    this.throughDlx = throughDlx;
     this.broker = broker;
     this.policyOf = policyOf;
     this.maxDeliveriesOf = maxDeliveriesOf;
@@ -52,8 +67,10 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
 
   RabbitHandling handling(String queue) {
     // Each runs a mover of the delay levels, as each worker does.
-    return queues.computeIfAbsent(queue, q -> new RabbitHandling(broker.existingQueue(q, maxDeliveriesOf.apply(q)),
-        policyOf.apply(q), options));
+    return queues.computeIfAbsent(queue, q -> {
+      RabbitHandling h = new RabbitHandling(broker.existingQueue(q, maxDeliveriesOf.apply(q)), policyOf.apply(q), options);
+      return throughDlx.test(q) ? h.deadLetterThroughQueue() : h;
+    });
   }
 
   @Override
@@ -64,6 +81,11 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
     }
     AMQP.BasicProperties props = PROPS.fromMessageProperties(m.getMessageProperties(), StandardCharsets.UTF_8.name());
     boolean redelivered = Boolean.TRUE.equals(m.getMessageProperties().getRedelivered());
+    RabbitHandling handling = handling(m.getMessageProperties().getConsumerQueue());
+    if (handling.isDeadLetter(props)) {
+      // backstop's dead letter, back in its queue: the broker moves it to the DLQ (x-death).
+      throw new AmqpRejectAndDontRequeueException("backstop: a dead letter on its way to the DLQ");
+    }
     QueueHandler<RabbitJob> listener = job -> {
       try {
         invocation.proceed();
@@ -78,7 +100,7 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
         throw new RuntimeException(t);
       }
     };
-    handling(m.getMessageProperties().getConsumerQueue()).handle(props, m.getBody(), redelivered, listener);
+    handling.handle(props, m.getBody(), redelivered, listener);
     return null;
   }
 

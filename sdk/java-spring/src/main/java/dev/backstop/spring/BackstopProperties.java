@@ -37,6 +37,12 @@ public class BackstopProperties {
   private Map<String, QueueSettings> queues = new LinkedHashMap<>();
   /** Deliveries of one job without an outcome before it is dead-lettered crash_loop. */
   private int maxDeliveries = 5;
+  /**
+   * backstop's dead letters of a queue the application declares with its own
+   * dead-letter exchange go through it (the broker's x-death beside backstop's
+   * reason); false: published to Q.dlq directly.
+   */
+  private boolean deadLetterThroughDlx = true;
   /** A listener's deadline: at it, its thread is interrupted and the attempt fails as a timeout. */
   private Duration handlerTimeout = Duration.ofMinutes(5);
 
@@ -107,6 +113,14 @@ public class BackstopProperties {
 
   public void setMaxDeliveries(int maxDeliveries) {
     this.maxDeliveries = maxDeliveries;
+  }
+
+  public boolean isDeadLetterThroughDlx() {
+    return deadLetterThroughDlx;
+  }
+
+  public void setDeadLetterThroughDlx(boolean deadLetterThroughDlx) {
+    this.deadLetterThroughDlx = deadLetterThroughDlx;
   }
 
   public Duration getHandlerTimeout() {

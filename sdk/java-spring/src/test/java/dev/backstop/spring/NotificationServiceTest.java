@@ -140,6 +140,12 @@ class NotificationServiceTest {
       Map<String, Object> h = g.getProps().getHeaders();
       assertEquals("permanent_error", h.get("backstop-reason").toString());
       assertTrue(h.get("backstop-error").toString().contains("400"), h.toString());
+      // Through Spring's own dead-letter exchange: the broker's x-death names the queue.
+      List<?> deaths = (List<?>) h.get("x-death");
+      assertTrue(deaths != null && !deaths.isEmpty(), "no x-death: " + h);
+      Map<?, ?> death = (Map<?, ?>) deaths.get(0);
+      assertEquals(Q, death.get("queue").toString(), death.toString());
+      assertEquals("rejected", death.get("reason").toString(), death.toString());
       ch.basicNack(g.getEnvelope().getDeliveryTag(), false, true);
       // Spring's queue is as Spring declared it: backstop declared nothing over it.
       assertEquals(0, ch.queueDeclarePassive(Q).getMessageCount());
