@@ -11,9 +11,7 @@ import dev.backstop.RabbitBroker;
 import dev.backstop.RabbitDeadLetter;
 import dev.backstop.SpringTestBroker;
 import dev.backstop.example.notification.NotificationService;
-import io.prometheus.metrics.expositionformats.PrometheusTextFormatWriter;
-import io.prometheus.metrics.model.registry.PrometheusRegistry;
-import java.io.ByteArrayOutputStream;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -33,7 +31,8 @@ import org.springframework.test.annotation.DirtiesContext;
  * queue declared by Spring (quorum, notification.dlx, its DLQ) and worked
  * through backstop's existing-queue mode by backstop-spring.
  */
-@SpringBootTest(classes = NotificationService.class)
+// Metrics exported as in production (tests turn exporters off by default).
+@SpringBootTest(classes = NotificationService.class, properties = "management.prometheus.metrics.export.enabled=true")
 @DirtiesContext // its listeners stop with the class: SpringReadmeTest consumes the same queue
 class NotificationServiceTest {
   static final String Q = NotificationService.QUEUE;
@@ -47,7 +46,7 @@ class NotificationServiceTest {
   @Autowired RabbitTemplate template;
   @Autowired NotificationService.Provider provider;
   @Autowired NotificationService.Listener listener;
-  @Autowired PrometheusRegistry registry;
+  @Autowired PrometheusMeterRegistry registry; // what /actuator/prometheus serves
   @Autowired RabbitBroker broker;
 
   static Path root() {
@@ -71,10 +70,9 @@ class NotificationServiceTest {
     return out;
   }
 
-  String scrape() throws Exception {
-    ByteArrayOutputStream b = new ByteArrayOutputStream();
-    new PrometheusTextFormatWriter(false).write(b, registry.scrape());
-    return b.toString(StandardCharsets.UTF_8);
+  /** The text /actuator/prometheus serves: Micrometer's registry, backstop's families in it. */
+  String scrape() {
+    return registry.scrape();
   }
 
   List<String> calls(String order) {
@@ -117,6 +115,17 @@ class NotificationServiceTest {
     assertTrue(metrics.contains("backstop_attempts_total{job_type=\"\",outcome=\"retry\",queue=\"" + Q + "\"} 2.0"), metrics);
     assertTrue(metrics.contains("backstop_retries_total{job_type=\"\",queue=\"" + Q + "\",reason=\"transient\"} 2.0"), metrics);
 
+    // A job type with its own policy (one attempt): its 503 is not retried.
+    provider.answers.put("C-3", new ArrayList<>(List.of(503)));
+    template.convertAndSend("", Q, new NotificationService.OrderPlaced("C-3", "c@example.com"), m -> {
+      m.getMessageProperties().setHeader("backstop-job-type", "send_sms");
+      return m;
+    });
+    SpringTestBroker.until("C-3 dead-lettered", () -> deadLetters("C-3").size() == 1);
+    assertEquals("max_attempts_reached", deadLetters("C-3").get(0).reason());
+    assertEquals("send_sms", deadLetters("C-3").get(0).jobType());
+    assertEquals(List.of("C-3 - -"), calls("C-3"));
+
     // A permanent error: to Spring's DLQ with backstop's reason, not retried.
     provider.answers.put("B-2", new ArrayList<>(List.of(400)));
     template.convertAndSend("", Q, new NotificationService.OrderPlaced("B-2", "b@example.com"));
@@ -136,7 +145,10 @@ class NotificationServiceTest {
     f.setVirtualHost("/"); // the Java client reads amqp://host/ as the vhost ""
     try (Connection c = f.newConnection()) {
       Channel ch = c.createChannel();
-      GetResponse g = ch.basicGet(Q + ".dlq", false);
+      GetResponse g;
+      do {
+        g = ch.basicGet(Q + ".dlq", false); // held (unacked) until the channel closes: back in the DLQ
+      } while (!new String(g.getBody(), StandardCharsets.UTF_8).contains("\"B-2\""));
       Map<String, Object> h = g.getProps().getHeaders();
       assertEquals("permanent_error", h.get("backstop-reason").toString());
       assertTrue(h.get("backstop-error").toString().contains("400"), h.toString());
@@ -146,7 +158,7 @@ class NotificationServiceTest {
       Map<?, ?> death = (Map<?, ?>) deaths.get(0);
       assertEquals(Q, death.get("queue").toString(), death.toString());
       assertEquals("rejected", death.get("reason").toString(), death.toString());
-      ch.basicNack(g.getEnvelope().getDeliveryTag(), false, true);
+      ch.basicNack(0, true, true); // every one looked at goes back
       // Spring's queue is as Spring declared it: backstop declared nothing over it.
       assertEquals(0, ch.queueDeclarePassive(Q).getMessageCount());
     }
@@ -156,10 +168,12 @@ class NotificationServiceTest {
     assertTrue(seen.contains("permanent_error"), seen);
 
     // Fixed; `backstop dlq replay --limit` brings it back to the original queue only.
-    String out = run(root(), cli(), "dlq", "replay", "--amqp.url", SpringTestBroker.url(), "--queue", Q, "--limit", "10");
+    String out = run(root(), cli(), "dlq", "replay", "--amqp.url", SpringTestBroker.url(), "--queue", Q, "--limit", "10", "--reason", "permanent_error");
     SpringTestBroker.until("B-2 replayed", () -> calls("B-2").size() == 2);
     assertEquals("B-2 1 -", calls("B-2").get(1), out); // afresh: attempt 1
     assertEquals(0, listener.sms.get()); // the other queue got nothing
     assertEquals(0, deadLetters("B-2").size());
+    broker.existingQueue(Q, 5).replay(100, null, false); // C-3 back (a success now): the DLQ as found
+    SpringTestBroker.until("C-3 replayed", () -> calls("C-3").size() == 2);
   }
 }

@@ -1,7 +1,6 @@
 package dev.backstop.example.notification;
 
 import dev.backstop.HttpStatusException;
-import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -63,12 +62,6 @@ public class NotificationService {
   @Bean
   MessageConverter jsonConverter() {
     return new JacksonJsonMessageConverter();
-  }
-
-  /** What Boot's Prometheus export gives Micrometer (and actuator scrapes): backstop's metrics go there. */
-  @Bean
-  PrometheusRegistry prometheusRegistry() {
-    return new PrometheusRegistry();
   }
 
   /** The e-mail provider: scripted answers per order (200 when none is left), and the calls it took. */
