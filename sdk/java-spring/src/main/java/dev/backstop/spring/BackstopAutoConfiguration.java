@@ -16,6 +16,7 @@ import java.util.regex.Pattern;
 import org.springframework.amqp.core.Queue;
 import org.springframework.amqp.rabbit.config.ContainerCustomizer;
 import org.springframework.amqp.rabbit.connection.CachingConnectionFactory;
+import org.springframework.amqp.rabbit.listener.AbstractMessageListenerContainer;
 import org.springframework.amqp.rabbit.listener.DirectMessageListenerContainer;
 import org.springframework.amqp.rabbit.listener.SimpleMessageListenerContainer;
 import org.springframework.beans.factory.ObjectProvider;
@@ -118,14 +119,22 @@ public class BackstopAutoConfiguration {
      */
     @Bean
     public ContainerCustomizer<SimpleMessageListenerContainer> backstopContainerCustomizer(BackstopListenerAdvice advice) {
-      return container -> container.setAdviceChain(advice);
+      return container -> advise(container, advice);
+    }
+
+    // The chain is backstop's alone; each queue's handling (and its mover of the
+    // delay levels) starts now, not at its first delivery: a retry waiting in the
+    // levels comes back though no new message arrives.
+    private static void advise(AbstractMessageListenerContainer container, BackstopListenerAdvice advice) {
+      container.setAdviceChain(advice);
+      for (String q : container.getQueueNames()) advice.handling(q);
     }
 
     /** The same for spring.rabbitmq.listener.type: direct. */
     @Bean
     public ContainerCustomizer<DirectMessageListenerContainer> backstopDirectContainerCustomizer(
         BackstopListenerAdvice advice) {
-      return container -> container.setAdviceChain(advice);
+      return container -> advise(container, advice);
     }
   }
 }

@@ -41,6 +41,18 @@ class NotificationServiceTest {
   static void broker(DynamicPropertyRegistry r) throws Exception {
     String url = SpringTestBroker.url();
     r.add("spring.rabbitmq.addresses", () -> url);
+    // A retry already waiting in the delay levels when the service starts (as after a
+    // restart): it must come back though no new message arrives first. The queue as
+    // Spring declares it (the same arguments: Spring's declaration then matches).
+    ConnectionFactory f = new ConnectionFactory();
+    f.setUri(url);
+    f.setVirtualHost("/");
+    try (Connection c = f.newConnection(); RabbitBroker b = RabbitBroker.connect(url)) {
+      c.createChannel().queueDeclare(Q, true, false, false,
+          Map.of("x-queue-type", "quorum", "x-dead-letter-exchange", "notification.dlx"));
+      b.existingQueue(Q, 5).enqueue("D-4", "{\"orderId\":\"D-4\",\"email\":\"d@example.com\"}"
+          .getBytes(StandardCharsets.UTF_8), null, "application/json", java.time.Duration.ofSeconds(1));
+    }
   }
 
   @Autowired RabbitTemplate template;
@@ -96,6 +108,9 @@ class NotificationServiceTest {
 
   @Test
   void theNotificationServiceRetriesColdDeadLettersWithReasonsAndReplays() throws Exception {
+    SpringTestBroker.until("D-4, waiting in the delay levels, to run", () -> calls("D-4").size() == 1);
+    assertEquals(List.of("D-4 1 -"), calls("D-4"));
+
     // A provider answering 503 twice then 200, published by Spring's RabbitTemplate
     // (JacksonJsonMessageConverter, no message_id, no backstop header).
     provider.answers.put("A-1", new ArrayList<>(List.of(503, 503)));
@@ -106,7 +121,7 @@ class NotificationServiceTest {
     assertEquals(List.of("A-1 - -", "A-1 2 1000", "A-1 3 2000"), calls("A-1"));
     SpringTestBroker.until("A-1's success counted", () -> {
       try {
-        return scrape().contains("backstop_attempts_total{job_type=\"\",outcome=\"success\",queue=\"" + Q + "\"} 1.0");
+        return scrape().contains("backstop_attempts_total{job_type=\"\",outcome=\"success\",queue=\"" + Q + "\"} 2.0"); // D-4's and A-1's
       } catch (Exception e) {
         throw new RuntimeException(e);
       }
