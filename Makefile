@@ -132,10 +132,13 @@ test: deps wasm
 ## java-test: the JVM host (sdk/java, Maven, Java 17): its tests (the RabbitMQ
 ## and Redis workers' against a real rabbitmq-server and redis-server the tests
 ## start), then its jar and target/lib (java -jar sdk/java/target/backstop-policy.jar decide),
-## which internal/integration/crosshost also builds and runs beside Go, Node.js and Python
+## which internal/integration/crosshost also builds and runs beside Go, Node.js and Python;
+## then backstop-spring (sdk/java-spring, Spring Boot 4) over the installed core: its
+## notification-service scenario against a real rabbitmq-server and the backstop command
 .PHONY: java-test java-deps
 java-test: java-deps
-	mvn -B -q -f sdk/java/pom.xml package
+	mvn -B -q -f sdk/java/pom.xml install
+	mvn -B -q -f sdk/java-spring/pom.xml package
 
 ## java-deps: the Debian packages java-test needs, installed when missing
 java-deps:

@@ -18,8 +18,10 @@
 //     must succeed), <!-- snippet: policy --> (a policy file policy.Parse
 //     accepts), <!-- snippet: synopsis --> (a usage synopsis whose flags
 //     `backstop CMD -h` lists), <!-- snippet: file=NAME --> (written as
-//     NAME for the blocks after it), <!-- snippet: skip=why --> (not run,
-//     and the reason).
+//     NAME for the blocks after it), <!-- snippet: spring --> (a Spring Boot
+//     application's ```yaml application.yml and ```java listener, which
+//     sdk/java-spring's SpringReadmeTest boots together against a real
+//     rabbitmq-server), <!-- snippet: skip=why --> (not run, and the reason).
 //
 // A block that fits none of these fails TestDocsEveryBlockIsRun, so a new
 // block cannot rot unseen. Commands run in a temporary directory against a
@@ -176,6 +178,12 @@ func checkBlock(t *testing.T, b block, e env, work string, goSources map[string]
 		checkSynopsis(t, b, e, work)
 	case key == "maven":
 		checkMaven(t, b)
+	case key == "spring":
+		// A Spring Boot application's application.yml and listener: run
+		// together by backstop-spring's SpringReadmeTest (make java-test).
+		if !slices.Contains(javaDocFiles, b.file) || (b.lang != "yaml" && b.lang != "java") {
+			t.Errorf("%s: SpringReadmeTest (sdk/java-spring) runs the ```yaml and ```java spring blocks of %v only", b, javaDocFiles)
+		}
 	case key == "policy":
 		if _, err := policy.Parse([]byte(b.body)); err != nil {
 			t.Errorf("%s: not a valid policy: %v", b, err)
@@ -187,7 +195,7 @@ func checkBlock(t *testing.T, b block, e env, work string, goSources map[string]
 	case key == "skip" && strings.TrimSpace(val) != "":
 		t.Skipf("%s: not run: %s", b, val)
 	case b.marker != "":
-		t.Errorf("%s: unknown marker <!-- snippet: %s -->: want run, policy, synopsis, maven, file=NAME or skip=why", b, b.marker)
+		t.Errorf("%s: unknown marker <!-- snippet: %s -->: want run, policy, synopsis, maven, spring, file=NAME or skip=why", b, b.marker)
 	default:
 		t.Errorf("%s is not run by any test: a ```go, ```js, ```python or ```java block is run by its language's suite, "+
 			"a `$ backstop …` transcript is compared with the CLI's output; mark any other block with "+

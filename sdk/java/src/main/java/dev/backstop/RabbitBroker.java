@@ -60,6 +60,21 @@ public final class RabbitBroker implements AutoCloseable {
     } catch (Exception e) {
       throw new IllegalArgumentException("connect: url must be an amqp:// or amqps:// URL");
     }
+    return open(f);
+  }
+
+  /**
+   * Connects with a copy of factory's settings (host, port, credentials,
+   * virtual host, TLS: a Spring application's, from its
+   * CachingConnectionFactory), without its automatic recovery.
+   *
+   * @throws IOException when the first connection fails
+   */
+  public static RabbitBroker connect(ConnectionFactory factory) throws IOException {
+    return open(factory.clone());
+  }
+
+  private static RabbitBroker open(ConnectionFactory f) throws IOException {
     f.setAutomaticRecoveryEnabled(false); // the workers reconnect themselves, and keep their outcomes
     f.setRequestedHeartbeat(30);
     RabbitBroker b = new RabbitBroker(f);

@@ -236,49 +236,27 @@ public final class RabbitWorker implements AutoCloseable {
     AMQP.BasicProperties props = d.getProperties();
     long tag = d.getEnvelope().getDeliveryTag();
     RabbitJob job = Rabbit.jobFrom(q.name, props, d.getBody(), now, d.getEnvelope().isRedeliver());
-    QueueRunner.Typed typed = runner.policyFor(job.jobType());
-    boolean own = runner.owns(job.jobType());
-    QueuePlan plan = null;
-    Rabbit.Publish pub = null;
+    QueuePlan plan;
+    Rabbit.Publish pub;
     boolean published = false;
     int refusals = 0;
     boolean told = true; // an adoption or an early delay is no outcome of the job's (not told)
-    Kept k;
-    if (job.malformed()) {
-      plan = runner.plan(typed.policy(), 0, "", 0, 0, true, null, now);
-    } else if ((k = take(job)) != null) {
+    Kept k = take(job);
+    if (k != null) {
       plan = k.plan();
       published = k.published();
       refusals = k.refusals();
-    } else if (job.id().isEmpty()) {
-      pub = Rabbit.adopted(q.name, job);
-      told = false;
-    } else if (job.deliveryCount() > 0 && runner.ask(typed.policy(), Outcome.Event.DELIVERED, Failure.builder().build(),
-        job.deliveryCount(), q.maxDeliveries).action() == Outcome.Action.DEAD_LETTER) {
-      plan = QueuePlan.deadLetter(Decision.Reason.CRASH_LOOP, Rabbit.crashLoopError(job, q.maxDeliveries));
-    } else if (job.dueMs() > now + Rabbit.MAX_DUE_AHEAD_MS) {
-      // It would cycle through the delay levels for ever.
-      plan = QueuePlan.deadLetter(Decision.Reason.MALFORMED, Rabbit.DUE_TOO_FAR);
-    } else if (job.dueMs() > now) {
-      pub = Rabbit.early(q.name, job, now);
-      told = false;
+      pub = plan == null ? null : Rabbit.move(q.name, job, plan, System.currentTimeMillis());
     } else {
-      if (!waitPause(job.jobType(), own)) {
+      RabbitHandling.Step s = RabbitHandling.decide(runner, q, handler, job, now, this::waitPause);
+      if (s == null) {
         nack(ch, tag);
         return;
       }
-      plan = runner.gate(typed.policy(), System.currentTimeMillis());
-      if (plan == null) {
-        // The mover's and the worker's clocks are the workers': due was set on one.
-        QueueRunner.measure(typed, job.attempt(), job.dueMs(), job.prevDelayMs(), job.lastReason(),
-            System.currentTimeMillis());
-        Throwable t = runner.run(handler, job, job.id());
-        plan = runner.plan(typed.policy(), job.attempt(), job.id(), job.firstEnqueuedMs(), job.prevDelayMs(), false, t,
-            System.currentTimeMillis());
-      }
-      runner.count(typed, plan, own);
+      plan = s.plan();
+      pub = s.pub();
+      told = s.told();
     }
-    if (pub == null && plan != null) pub = Rabbit.move(q.name, job, plan, System.currentTimeMillis());
     try {
       if (pub != null && !published) {
         confirming.incrementAndGet();
@@ -310,9 +288,7 @@ public final class RabbitWorker implements AutoCloseable {
       Thread.currentThread().interrupt();
       return;
     }
-    if (plan == null) return;
-    if (qm != null) qm.observe(job.jobType(), job.malformed() ? 0 : job.attempt(), plan);
-    if (told) runner.tell(job, plan);
+    RabbitHandling.applied(runner, qm, new RabbitHandling.Step(job, plan, pub, told));
   }
 
   private static void nack(Channel ch, long tag) {
