@@ -275,6 +275,33 @@ func (p *Policy) RecordSuccess(ctx context.Context, nowMs int64) error {
 	return err
 }
 
+// RecordDuration reports how long a call that ended at nowMs (Unix
+// milliseconds) took, durationMs, to the breaker's slow-call window; see
+// policy.Policy.RecordDuration. Report each call once, success or
+// failure, before its RecordSuccess or Decide. It does nothing for a
+// stateless policy.
+//
+// # Errors
+//
+// An *InputError for durationMs < 0, or nowMs <= 0 on a policy with a
+// slow-call rate; ErrStateLost when the instance holding the breaker
+// trapped; ErrClosed after Close.
+func (p *Policy) RecordDuration(ctx context.Context, nowMs, durationMs int64) error {
+	if !p.stateful {
+		if durationMs < 0 {
+			return &InputError{Index: -1, Message: "invalid failure: duration_ms: must be >= 0 (got " + strconv.FormatInt(durationMs, 10) + ")"}
+		}
+		return p.checkOpen()
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.rt.release(in)
+	_, err = in.handleCall(ctx, in.recordDuration, api.EncodeI32(h), api.EncodeI64(nowMs), api.EncodeI64(durationMs))
+	return err
+}
+
 // Acquire asks permission for one call at nowMs (Unix milliseconds),
 // before the call is made; see policy.Policy.Acquire for the breaker's
 // rules. An allowed call in half-open is a trial: report its outcome with
