@@ -38,6 +38,15 @@ export interface Policy {
 	recordSuccess(nowMs?: Int64): void;
 
 	/**
+	Reports how long a call took, success or failure, to the circuit breaker's slow-call rate (`slow_call_rate_threshold`, `slow_call_duration_threshold`): call it once per call, before its `recordSuccess` or `decide`. `retry()` and the workers do it themselves. A policy without a slow-call rate ignores it.
+
+	@param durationMs - How long the call took, in milliseconds (a fraction is dropped), measured on a monotonic clock (`performance.now()`).
+	@param nowMs - When the call ended, Unix time in milliseconds. Default: `Date.now()`.
+	@throws {InputError} For a negative `durationMs` (`duration_ms: must be >= 0 …`). No state changes then.
+	*/
+	recordDuration(durationMs: Int64, nowMs?: Int64): void;
+
+	/**
 	The circuit breaker's state; `closed` when the policy has none.
 
 	@param nowMs - The current Unix time in milliseconds. Default: `Date.now()`.

@@ -142,6 +142,18 @@ class Policy {
     this.#call('record_success', now(nowMs));
   }
 
+  // A call's duration for the breaker's slow-call rate (wasm/ABI.md,
+  // "record_duration"); a stateless policy has no breaker to tell.
+  recordDuration(durationMs, nowMs) {
+    if (this.h === 0) throw closed();
+    const ms = toBigInt(durationMs, 'duration_ms');
+    if (!this.stateful) {
+      if (ms < 0n) throw new InputError('duration_ms', `must be >= 0 (got ${ms})`);
+      return;
+    }
+    this.#call('record_duration', now(nowMs), ms);
+  }
+
   circuitState(nowMs) {
     return C.CIRCUIT_STATE_NAMES[this.#call('circuit_state', now(nowMs))];
   }
