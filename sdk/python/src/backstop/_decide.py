@@ -154,7 +154,7 @@ class Runner:
         ``enqueue_now_ms`` as ``plan``'s. ``took`` is how long the handler
         ran, in seconds on the monotonic clock: reported first to the
         breaker's slow-call rate."""
-        if took is not None and policy.stateful:
+        if took is not None and getattr(policy, "stateful", False) and hasattr(policy, "record_duration"):
             try:
                 policy.record_duration(max(0, int(took * 1000)), now_ms)
             except Exception:  # the outcome below applies all the same
