@@ -265,7 +265,7 @@ func (p *Policy) RecordDuration(nowMs, durationMs int64) error {
 	if durationMs < 0 {
 		return inputError("duration_ms", "must be >= 0 (got "+itoa(durationMs)+")")
 	}
-	if p.circuit == nil || p.circuit.slow == nil {
+	if !p.MeasuresDuration() {
 		return nil
 	}
 	if nowMs <= 0 {
@@ -276,6 +276,11 @@ func (p *Policy) RecordDuration(nowMs, durationMs int64) error {
 	p.mu.Unlock()
 	return nil
 }
+
+// MeasuresDuration reports whether the policy counts calls' durations: a
+// failure_rate breaker with slow_call_rate_threshold. Without it,
+// RecordDuration does nothing, and a caller may skip measuring.
+func (p *Policy) MeasuresDuration() bool { return p.circuit != nil && p.circuit.slow != nil }
 
 // CircuitState returns the breaker's state at nowMs; BreakerClosed when the
 // policy has no breaker.

@@ -271,6 +271,9 @@ func record_duration(h int32, nowMs, durationMs int64) (r int32) {
 	if err := p.RecordDuration(nowMs, durationMs); err != nil {
 		return fail(errInput, err.Error())
 	}
+	if !p.MeasuresDuration() {
+		return 1 // nothing is counted: the host may stop calling
+	}
 	return 0
 }
 

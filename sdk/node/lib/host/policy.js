@@ -56,6 +56,8 @@ function policyBytes(config) {
 }
 
 class Policy {
+  #noSlow = false; // record_duration answered 1: no slow-call rate to report to
+
   constructor(inst, h) {
     this.inst = inst;
     this.h = h;
@@ -147,11 +149,12 @@ class Policy {
   recordDuration(durationMs, nowMs) {
     if (this.h === 0) throw closed();
     const ms = toBigInt(durationMs, 'duration_ms');
-    if (!this.stateful) {
+    if (!this.stateful || this.#noSlow) {
       if (ms < 0n) throw new InputError('duration_ms', `must be >= 0 (got ${ms})`);
       return;
     }
-    this.#call('record_duration', now(nowMs), ms);
+    // 1: the policy has no slow-call rate, and never will: stop calling.
+    if (this.#call('record_duration', now(nowMs), ms) === 1) this.#noSlow = true;
   }
 
   circuitState(nowMs) {

@@ -59,6 +59,7 @@ class Policy(C.PolicyCalls):
         # module answers lint bits; the schema's table (_contract.LINTS)
         # spells them out.
         self._stateful, self._on_open, self._connect_ms, self._lints = abi.policy_flags(inst, handle)
+        self._no_slow = False  # record_duration answered 1: no slow-call rate to report to
         for lint in self._lints:
             warnings.warn(LintWarning("%s: %s: %s" % (lint.field, lint.code, lint.message), lint.code, lint.field),
                           stacklevel=_caller_level())
@@ -193,11 +194,13 @@ class Policy(C.PolicyCalls):
         ms = self._ms("duration_ms", duration_ms)
         if ms < 0:
             raise InputError("duration_ms", "must be >= 0 (got %d)" % ms)
-        if not self._stateful:
+        if not self._stateful or self._no_slow:
             return
         inst = self._inst
         with inst.lock:
-            abi.call(inst, self._h, "record_duration", self._at(now_ms), ms)
+            r = abi.call(inst, self._h, "record_duration", self._at(now_ms), ms)
+        # 1: the policy has no slow-call rate, and never will: stop calling.
+        self._no_slow = r == 1
 
     _at = staticmethod(abi.at)
     _ms = staticmethod(abi.ms)

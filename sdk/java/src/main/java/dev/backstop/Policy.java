@@ -43,6 +43,8 @@ public final class Policy extends PolicyExports implements AutoCloseable {
   private final byte[] bytes; // kept to load a stateless policy again after a trap
   private final boolean preset;
   private final boolean stateful;
+  /** record_duration answered 1: the policy has no slow-call rate to report to. */
+  private volatile boolean noSlow;
   private final OnOpen onOpen;
   private final List<Lint> lints;
   private static final System.Logger LOG = System.getLogger("dev.backstop");
@@ -310,8 +312,9 @@ public final class Policy extends PolicyExports implements AutoCloseable {
    */
   public void recordDuration(long nowMs, long durationMs) {
     if (durationMs < 0) throw new InputException("duration_ms", "must be >= 0 (got " + durationMs + ")");
-    if (!stateful) return;
-    call((in, h) -> in.call("record_duration", h, nowMs, durationMs));
+    if (!stateful || noSlow) return;
+    long r = call((in, h) -> in.call("record_duration", h, nowMs, durationMs));
+    if (r == 1) noSlow = true; // no slow-call rate, and never will be: stop calling
   }
 
   /** {@link #recordDuration(long, long)} of a call that took {@code took}, ending now. */
