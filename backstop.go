@@ -26,6 +26,10 @@ type Decider interface {
 	Acquire(ctx context.Context, nowMs int64) (policy.Permit, error)
 	// RecordSuccess feeds the retry budget and the breaker a success.
 	RecordSuccess(ctx context.Context, nowMs int64) error
+	// RecordDuration tells the breaker how long a call that ended at
+	// nowMs took (durationMs, success or failure), for its slow-call rate;
+	// reported before the call's RecordSuccess or Decide.
+	RecordDuration(ctx context.Context, nowMs, durationMs int64) error
 	// CircuitState is the breaker's state at nowMs (closed without one).
 	CircuitState(ctx context.Context, nowMs int64) (policy.CircuitState, error)
 	// BudgetTokens is what is left of the retry budget, in thousandths of
@@ -67,6 +71,10 @@ func (n native) Acquire(_ context.Context, nowMs int64) (policy.Permit, error) {
 func (n native) RecordSuccess(_ context.Context, nowMs int64) error {
 	n.p.RecordSuccess(nowMs)
 	return nil
+}
+
+func (n native) RecordDuration(_ context.Context, nowMs, durationMs int64) error {
+	return n.p.RecordDuration(nowMs, durationMs)
 }
 
 func (n native) CircuitState(_ context.Context, nowMs int64) (policy.CircuitState, error) {

@@ -142,3 +142,48 @@ func TestAttemptTimeout(t *testing.T) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }
+
+// RecordDuration through the module: a negative duration, or no now_ms on
+// a policy with a slow-call rate, is an InputError naming the field and
+// changes nothing; a slow call counts; a stateless policy needs no call.
+func TestRecordDuration(t *testing.T) {
+	ctx := context.Background()
+	rt := runtime(t)
+	st, err := rt.Load(ctx, []byte(`{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 100,
+		"slow_call_duration_threshold": "1s", "sliding_window": {"size": 2}, "minimum_calls": 2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, _ := rt.Preset(ctx, "default")
+	const t0 = 1_700_000_000_000
+	for _, c := range []struct {
+		p        *host.Policy
+		now, dur int64
+		field    string
+	}{{st, t0, -1, "duration_ms"}, {st, 0, 5000, "now_ms"}, {sl, t0, -1, "duration_ms"}} {
+		err := c.p.RecordDuration(ctx, c.now, c.dur)
+		var ie *policy.InputError
+		if !errors.As(err, &ie) || ie.Field != c.field {
+			t.Errorf("RecordDuration(%d, %d) on stateful=%v: %v, want an InputError naming %s", c.now, c.dur, c.p.Stateful(), err, c.field)
+		}
+	}
+	for i := int64(1); i <= 2; i++ {
+		if err := st.RecordDuration(ctx, t0+i, 1001); err != nil {
+			t.Fatal(err)
+		}
+		want := policy.BreakerOpen
+		if i == 1 {
+			want = policy.BreakerClosed // the invalid reports counted nothing: under minimum_calls
+		}
+		if s, _ := st.CircuitState(ctx, t0+i); s != want {
+			t.Errorf("after %d slow calls: %v, want %v", i, s, want)
+		}
+	}
+	if err := sl.RecordDuration(ctx, 0, 5); err != nil {
+		t.Errorf("stateless RecordDuration: %v", err)
+	}
+	sl.Close(ctx)
+	if err := sl.RecordDuration(ctx, 1, 1); !errors.Is(err, host.ErrClosed) {
+		t.Errorf("RecordDuration after Close: %v", err)
+	}
+}

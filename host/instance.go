@@ -61,7 +61,7 @@ type instance struct {
 	scratch         []int64 // batch result words, reused
 
 	abiVersion, buffer, policyLoad, policyPreset, policyFree, policyStateful,
-	decide, decideBatch, recordSuccess, circuitState, errorMessage,
+	decide, decideBatch, recordSuccess, recordDuration, circuitState, errorMessage,
 	acquire, policyOnOpen, policyLints, budgetTokens, attemptTimeout, connectTimeout, outcome api.Function
 }
 
@@ -96,7 +96,7 @@ func newInstance(ctx context.Context, rt wazero.Runtime, cm wazero.CompiledModul
 	for name, fn := range map[string]*api.Function{
 		"buffer": &in.buffer, "policy_load": &in.policyLoad, "policy_preset": &in.policyPreset,
 		"policy_free": &in.policyFree, "policy_stateful": &in.policyStateful, "decide": &in.decide,
-		"decide_batch": &in.decideBatch, "record_success": &in.recordSuccess,
+		"decide_batch": &in.decideBatch, "record_success": &in.recordSuccess, "record_duration": &in.recordDuration,
 		"circuit_state": &in.circuitState, "error_message": &in.errorMessage,
 		"acquire": &in.acquire, "policy_on_open": &in.policyOnOpen, "policy_lints": &in.policyLints, "budget_tokens": &in.budgetTokens,
 		"attempt_timeout": &in.attemptTimeout, "connect_timeout": &in.connectTimeout, "outcome": &in.outcome,

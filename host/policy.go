@@ -24,6 +24,7 @@ type Policy struct {
 	data     []byte // what instances load, lazily
 	preset   bool   // data is a preset name for policy_preset
 	stateful bool
+	noSlow   atomic.Bool // record_duration answered 1: no slow-call rate, nothing to report
 	onOpen   string // policy.OnOpenDefer or policy.OnOpenDeadLetter
 	lints    []policy.Lint
 	// boundsAttempts: the policy has attempt_timeout or max_elapsed (stop_when any).
@@ -272,6 +273,36 @@ func (p *Policy) RecordSuccess(ctx context.Context, nowMs int64) error {
 	}
 	defer p.rt.release(in)
 	_, err = in.handleCall(ctx, in.recordSuccess, api.EncodeI32(h), api.EncodeI64(nowMs))
+	return err
+}
+
+// RecordDuration reports how long a call that ended at nowMs (Unix
+// milliseconds) took, durationMs, to the breaker's slow-call window; see
+// policy.Policy.RecordDuration. Report each call once, success or
+// failure, before its RecordSuccess or Decide. It does nothing for a
+// stateless policy.
+//
+// # Errors
+//
+// An *InputError for durationMs < 0, or nowMs <= 0 on a policy with a
+// slow-call rate; ErrStateLost when the instance holding the breaker
+// trapped; ErrClosed after Close.
+func (p *Policy) RecordDuration(ctx context.Context, nowMs, durationMs int64) error {
+	if !p.stateful || p.noSlow.Load() {
+		if durationMs < 0 {
+			return &InputError{Index: -1, Message: "invalid failure: duration_ms: must be >= 0 (got " + strconv.FormatInt(durationMs, 10) + ")"}
+		}
+		return p.checkOpen()
+	}
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.rt.release(in)
+	r, err := in.handleCall(ctx, in.recordDuration, api.EncodeI32(h), api.EncodeI64(nowMs), api.EncodeI64(durationMs))
+	if r == 1 {
+		p.noSlow.Store(true) // no slow-call rate: the module counts nothing, now or later
+	}
 	return err
 }
 

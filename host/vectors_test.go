@@ -78,6 +78,12 @@ func TestVectors(t *testing.T) {
 					t.Fatal("RecordSuccess failed")
 				}
 				continue
+			case "duration":
+				flush()
+				if scalar.RecordDuration(ctx, c.NowMs, c.DurationMs) != nil || batch.RecordDuration(ctx, c.NowMs, c.DurationMs) != nil {
+					t.Fatal("RecordDuration failed")
+				}
+				continue
 			case "acquire":
 				flush()
 				for _, p := range []*host.Policy{scalar, batch} {

@@ -168,6 +168,10 @@ func newPolicy(r *rawPolicy, strat strategy, jit jitterMode) *Policy {
 			maxTrials: c.halfOpenMaxCalls}
 		if c.kind == "failure_rate" {
 			p.circuit.rate = newRateWindow(c.windowByTime, c.windowSize, c.minimumCalls, c.rateThresholdPct)
+			if c.slowRatePct > 0 {
+				p.circuit.slow = newRateWindow(c.windowByTime, c.windowSize, c.minimumCalls, c.slowRatePct)
+				p.circuit.slowMs = c.slowMs
+			}
 		}
 	}
 	p.stateful = p.budget != nil || p.circuit != nil
@@ -182,7 +186,7 @@ func newPolicy(r *rawPolicy, strat strategy, jit jitterMode) *Policy {
 // minimum_calls.
 func checkCircuitKind(d *decoder, c *rawCircuit) {
 	if c.kind != "failure_rate" {
-		for _, f := range []string{"failure_rate_threshold", "sliding_window", "minimum_calls"} {
+		for _, f := range []string{"failure_rate_threshold", "sliding_window", "minimum_calls", "slow_call_rate_threshold", "slow_call_duration_threshold"} {
 			if c.set[f] {
 				d.fail("circuit_breaker."+f, "applies to type failure_rate only (add type: failure_rate; the default, consecutive, counts failure_threshold failures in a row)")
 			}
@@ -191,6 +195,16 @@ func checkCircuitKind(d *decoder, c *rawCircuit) {
 	}
 	if c.set["failure_threshold"] {
 		d.fail("circuit_breaker.failure_threshold", "applies to type consecutive only: a failure_rate breaker opens at failure_rate_threshold percent")
+	}
+	// Both or neither: a threshold without its duration (or the reverse)
+	// would silently measure nothing.
+	switch rate, dur := c.set["slow_call_rate_threshold"], c.set["slow_call_duration_threshold"]; {
+	case rate && !dur:
+		d.fail("circuit_breaker.slow_call_duration_threshold", "required with slow_call_rate_threshold: how long a call must take to count as slow (such as 2s)")
+	case dur && !rate:
+		d.fail("circuit_breaker.slow_call_rate_threshold", "required with slow_call_duration_threshold: the percentage of slow calls (1..100) that opens the breaker")
+	case dur && c.slowMs == 0: // -1: reported by duration
+		d.fail("circuit_breaker.slow_call_duration_threshold", "must be > 0")
 	}
 	if c.minimumCalls == 0 {
 		c.minimumCalls = 100 // Resilience4j's minimumNumberOfCalls

@@ -20,6 +20,15 @@ type circuit struct {
 	needSuccesses int64
 	maxTrials     int64
 	rate          *rateWindow // failure_rate: the sliding window; nil: consecutive
+	// slow is the slow-call window of a failure_rate breaker with
+	// slow_call_rate_threshold (nil: none): the same size and
+	// minimum_calls as rate, fed with each call's duration (RecordDuration),
+	// a call counting as slow when it took longer than slowMs. Two windows
+	// fed the same calls hold the same totals as Resilience4j's one window
+	// with two counts; a call whose duration nobody measured is in neither
+	// count of this one, so an unmeasured stream never opens it.
+	slow   *rateWindow
+	slowMs int64
 
 	open       bool
 	openUntil  int64
@@ -107,10 +116,9 @@ func (c *circuit) onSuccess(nowMs int64) {
 			c.inFlight--
 		}
 		if c.successes >= c.needSuccesses {
-			*c = circuit{threshold: c.threshold, openMs: c.openMs, needSuccesses: c.needSuccesses, maxTrials: c.maxTrials, rate: c.rate}
-			if c.rate != nil {
-				c.rate.reset()
-			}
+			*c = circuit{threshold: c.threshold, openMs: c.openMs, needSuccesses: c.needSuccesses, maxTrials: c.maxTrials,
+				rate: c.rate, slow: c.slow, slowMs: c.slowMs}
+			c.resetWindows()
 		}
 	}
 }
@@ -131,7 +139,30 @@ func (c *circuit) trip(atMs int64) {
 	c.failures = 0
 	c.successes = 0
 	c.inFlight = 0
+	c.resetWindows()
+}
+
+// onDuration records how long a call that ended at nowMs took in the
+// slow-call window, and opens the breaker when the window's share of slow
+// calls reaches its threshold. Only a closed breaker counts: half-open
+// decides on its trials' successes and failures, as with the failure rate.
+func (c *circuit) onDuration(nowMs, durationMs int64) {
+	if c.slow == nil {
+		return
+	}
+	c.expire(nowMs)
+	if c.state(nowMs) == BreakerClosed && c.slow.record(nowMs, durationMs > c.slowMs) {
+		c.trip(nowMs)
+	}
+}
+
+// resetWindows forgets the calls of both windows: they start afresh when
+// the breaker changes state, as Resilience4j's does.
+func (c *circuit) resetWindows() {
 	if c.rate != nil {
 		c.rate.reset()
+	}
+	if c.slow != nil {
+		c.slow.reset()
 	}
 }

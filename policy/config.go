@@ -204,6 +204,8 @@ type rawCircuit struct {
 	windowByTime     bool
 	windowSize       int64           // calls, or seconds
 	minimumCalls     int64           // 0: not written (the window's size, at most 100)
+	slowRatePct      int64           // slow_call_rate_threshold; 0: no slow-call rate
+	slowMs           int64           // slow_call_duration_threshold
 	set              map[string]bool // the fields the file wrote, by name
 }
 
@@ -479,7 +481,7 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 		},
 		"circuit_breaker": func(v *node, p string) {
 			c := &rawCircuit{kind: "consecutive", failureThreshold: 5, openForMs: 30_000, halfOpenSuccesses: 1, halfOpenMaxCalls: 1,
-				rateThresholdPct: 50, windowSize: 100, set: map[string]bool{}}
+				rateThresholdPct: 50, windowSize: 100, slowMs: -1, set: map[string]bool{}}
 			r.circuit = c
 			seen := func(name string, f func(*node, string)) func(*node, string) {
 				return func(v *node, p string) { c.set[name] = true; f(v, p) }
@@ -493,6 +495,12 @@ func (d *decoder) policy(n *node, r *rawPolicy) {
 				"failure_rate_threshold": seen("failure_rate_threshold", func(v *node, p string) { d.integer(v, p, 1, 100, &c.rateThresholdPct) }),
 				"minimum_calls":          seen("minimum_calls", func(v *node, p string) { d.integer(v, p, 1, 1_000_000, &c.minimumCalls) }),
 				"sliding_window":         seen("sliding_window", func(v *node, p string) { d.slidingWindow(v, p, c) }),
+				"slow_call_rate_threshold": seen("slow_call_rate_threshold", func(v *node, p string) {
+					d.integer(v, p, 1, 100, &c.slowRatePct)
+				}),
+				"slow_call_duration_threshold": seen("slow_call_duration_threshold", func(v *node, p string) {
+					d.duration(v, p, &c.slowMs)
+				}),
 			})
 		},
 	})

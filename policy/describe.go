@@ -56,7 +56,11 @@ func (p *Policy) String() string {
 		if c.rate.byTime {
 			window = "the calls of the last " + itoa(c.rate.size) + "s"
 		}
-		b.WriteString("; circuit breaker opens at " + itoa(c.rate.thresholdPct) + "% failures of " + window + " (at least " + itoa(c.rate.minCalls) + ") for " + ms(c.openMs))
+		slow := ""
+		if c.slow != nil {
+			slow = " or " + itoa(c.slow.thresholdPct) + "% calls slower than " + ms(c.slowMs)
+		}
+		b.WriteString("; circuit breaker opens at " + itoa(c.rate.thresholdPct) + "% failures" + slow + " of " + window + " (at least " + itoa(c.rate.minCalls) + ") for " + ms(c.openMs))
 	} else if c != nil {
 		b.WriteString("; circuit breaker opens after " + itoa(c.threshold) + " failures for " + ms(c.openMs))
 	}

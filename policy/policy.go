@@ -249,6 +249,39 @@ func (p *Policy) RecordSuccess(nowMs int64) {
 	p.mu.Unlock()
 }
 
+// RecordDuration tells the breaker how long a call that ended at nowMs
+// (Unix milliseconds) took, in milliseconds, whether it succeeded or
+// failed: a failure_rate breaker with slow_call_rate_threshold counts the
+// calls longer than slow_call_duration_threshold in its window, and opens
+// when their share reaches the threshold. Report each call once, before
+// its RecordSuccess or Decide. It does nothing on a policy without a
+// slow-call rate; a call whose duration is not reported is not counted.
+//
+// # Errors
+//
+// An InputError when durationMs is negative, or, on a policy with a
+// slow-call rate, nowMs is not set (> 0); no state changes then.
+func (p *Policy) RecordDuration(nowMs, durationMs int64) error {
+	if durationMs < 0 {
+		return inputError("duration_ms", "must be >= 0 (got "+itoa(durationMs)+")")
+	}
+	if !p.MeasuresDuration() {
+		return nil
+	}
+	if nowMs <= 0 {
+		return inputError("now_ms", "must be set (Unix milliseconds) for a policy with a retry budget or a circuit breaker")
+	}
+	p.mu.Lock()
+	p.circuit.onDuration(nowMs, durationMs)
+	p.mu.Unlock()
+	return nil
+}
+
+// MeasuresDuration reports whether the policy counts calls' durations: a
+// failure_rate breaker with slow_call_rate_threshold. Without it,
+// RecordDuration does nothing, and a caller may skip measuring.
+func (p *Policy) MeasuresDuration() bool { return p.circuit != nil && p.circuit.slow != nil }
+
 // CircuitState returns the breaker's state at nowMs; BreakerClosed when the
 // policy has no breaker.
 func (p *Policy) CircuitState(nowMs int64) CircuitState {

@@ -192,3 +192,125 @@ func TestFailureRateBreakerIsValidated(t *testing.T) {
 		t.Errorf("%s", s)
 	}
 }
+
+// slowCall runs one call at nowMs that took durationMs: a success, or a
+// 503 when fail. Its duration is reported first, as the loops do.
+func slowCall(t *testing.T, p *policy.Policy, nowMs, durationMs int64, fail bool) {
+	t.Helper()
+	if err := p.RecordDuration(nowMs, durationMs); err != nil {
+		t.Fatal(err)
+	}
+	call(t, p, nowMs, fail)
+}
+
+// Issue 43: every call succeeds, but 80 % take 3 s against a 2 s
+// threshold. The failure rate alone never opens; the slow-call rate does,
+// on the call that brings the window to minimum_calls.
+func TestSlowCallRateOpensOnSlowSuccesses(t *testing.T) {
+	const src = `{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 50,
+		"slow_call_duration_threshold": "2s", "sliding_window": {"type": "count", "size": 20}, "minimum_calls": 10, "open_for": "30s"}}`
+	p := mustParse(t, src)
+	openedAt := -1
+	for i := 0; i < 40 && openedAt < 0; i++ {
+		dur := int64(3000)
+		if i%5 == 4 {
+			dur = 100
+		}
+		slowCall(t, p, t0+int64(i), dur, false)
+		if p.CircuitState(t0+int64(i)) == policy.BreakerOpen {
+			openedAt = i
+		}
+	}
+	if openedAt != 9 {
+		t.Errorf("the slow-call rate opened the breaker at call %d, want 9", openedAt)
+	}
+	// Unmeasured calls (no duration) are in no count: the same stream
+	// without durations leaves it closed.
+	q := mustParse(t, src)
+	for i := 0; i < 40; i++ {
+		call(t, q, t0+int64(i), false)
+	}
+	if s := q.CircuitState(t0 + 40); s != policy.BreakerClosed {
+		t.Errorf("unmeasured successes: %v, want closed", s)
+	}
+}
+
+func TestSlowCallRateThresholdMinimumCallsAndTimeWindow(t *testing.T) {
+	// Below the threshold: 4 slow of every 10 (40 % < 50 %) stays closed.
+	p := mustParse(t, `{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 50,
+		"slow_call_duration_threshold": "1s", "sliding_window": {"size": 10}, "minimum_calls": 10}}`)
+	for i := 0; i < 100; i++ {
+		dur := int64(10)
+		if i%10 < 4 {
+			dur = 1001
+		}
+		slowCall(t, p, t0+int64(i), dur, false)
+	}
+	if s := p.CircuitState(t0 + 100); s != policy.BreakerClosed {
+		t.Errorf("40%% slow: %v, want closed", s)
+	}
+	// Exactly the threshold is not slow: "slower than", as Resilience4j.
+	p = mustParse(t, `{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 50,
+		"slow_call_duration_threshold": "1s", "sliding_window": {"size": 10}, "minimum_calls": 2}}`)
+	slowCall(t, p, t0, 1000, false)
+	slowCall(t, p, t0+1, 1000, false)
+	if s := p.CircuitState(t0 + 1); s != policy.BreakerClosed {
+		t.Errorf("calls of exactly the threshold: %v, want closed", s)
+	}
+	// minimum_calls: 9 slow calls of 10 needed stay closed; the 10th opens.
+	p = mustParse(t, `{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 100,
+		"slow_call_duration_threshold": "1s", "sliding_window": {"size": 10}, "minimum_calls": 10}}`)
+	for i := 1; i <= 10; i++ {
+		slowCall(t, p, t0+int64(i), 5000, false)
+		want := policy.BreakerClosed
+		if i == 10 {
+			want = policy.BreakerOpen
+		}
+		if s := p.CircuitState(t0 + int64(i)); s != want {
+			t.Fatalf("after %d slow calls: %v, want %v", i, s, want)
+		}
+	}
+	// A time window: slow failures count too; calls older than the window
+	// drop out.
+	p = mustParse(t, `{"circuit_breaker": {"type": "failure_rate", "failure_rate_threshold": 100, "slow_call_rate_threshold": 60,
+		"slow_call_duration_threshold": "500ms", "sliding_window": {"type": "time", "size": "10s"}, "minimum_calls": 5}}`)
+	for i := int64(0); i < 3; i++ { // 3 slow failures, then 20 s later
+		slowCall(t, p, t0+i, 900, true)
+	}
+	for i := int64(0); i < 2; i++ { // 2 fast successes: 3 slow of 5, but the first 3 are out of the window
+		slowCall(t, p, t0+20_000+i, 10, false)
+	}
+	if s := p.CircuitState(t0 + 20_001); s != policy.BreakerClosed {
+		t.Errorf("slow calls older than the window: %v, want closed", s)
+	}
+	for i := int64(0); i < 3; i++ { // 3 slow of 5 in the window: 60 %
+		slowCall(t, p, t0+20_100+i, 600, true)
+	}
+	if s := p.CircuitState(t0 + 20_102); s != policy.BreakerOpen {
+		t.Errorf("60%% slow in the window: %v, want open", s)
+	}
+	if err := p.RecordDuration(t0, -1); err == nil || !strings.Contains(err.Error(), "duration_ms") {
+		t.Errorf("a negative duration: %v", err)
+	}
+}
+
+func TestSlowCallRateIsValidated(t *testing.T) {
+	for _, c := range []struct{ src, field, reason string }{
+		{`{"circuit_breaker": {"slow_call_rate_threshold": 50}}`, "circuit_breaker.slow_call_rate_threshold", "applies to type failure_rate only"},
+		{`{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 50}}`, "circuit_breaker.slow_call_duration_threshold", "required with slow_call_rate_threshold"},
+		{`{"circuit_breaker": {"type": "failure_rate", "slow_call_duration_threshold": "1s"}}`, "circuit_breaker.slow_call_rate_threshold", "required with slow_call_duration_threshold"},
+		{`{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 0, "slow_call_duration_threshold": "1s"}}`, "circuit_breaker.slow_call_rate_threshold", "must be in 1..100"},
+		{`{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 50, "slow_call_duration_threshold": "0s"}}`, "circuit_breaker.slow_call_duration_threshold", "must be > 0"},
+		{`{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 50, "slow_call_duration_threshold": 2}}`, "circuit_breaker.slow_call_duration_threshold", "must be a duration"},
+	} {
+		_, err := policy.Parse([]byte(c.src))
+		var pe *policy.Error
+		if !errors.As(err, &pe) || len(pe.Problems) != 1 || pe.Problems[0].Field != c.field || !strings.Contains(pe.Problems[0].Reason, c.reason) {
+			t.Errorf("%s: got %v, want %s: %s", c.src, err, c.field, c.reason)
+		}
+	}
+	p := mustParse(t, `{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 80, "slow_call_duration_threshold": "2s"}}`)
+	if s := p.String(); !strings.Contains(s, "opens at 50% failures or 80% calls slower than 2s of the last 100 calls") {
+		t.Errorf("%s", s)
+	}
+}

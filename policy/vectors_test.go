@@ -40,6 +40,11 @@ func TestVectors(t *testing.T) {
 			case "success":
 				p.RecordSuccess(c.NowMs)
 				continue
+			case "duration":
+				if err := p.RecordDuration(c.NowMs, c.DurationMs); err != nil {
+					t.Errorf("group %s case %d: %v", g.Name, i, err)
+				}
+				continue
 			case "acquire":
 				if got := vector.FromPermit(p.Acquire(c.NowMs)); got != *c.Permit {
 					t.Errorf("group %s case %d: acquire at %d\n got %+v\nwant %+v", g.Name, i, c.NowMs, got, *c.Permit)

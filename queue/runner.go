@@ -185,7 +185,15 @@ func (r *Runner) run(ctx context.Context, h Handler, j Job) Outcome {
 		return o
 	}
 	r.measure(j)
+	started := time.Now()
 	herr := r.call(ctx, h, j)
+	if r.p.Stateful() {
+		// The run's duration (monotonic) for the breaker's slow-call rate,
+		// success or failure. A policy that cannot take it still decides
+		// the outcome below.
+		end := time.Now()
+		_ = r.p.RecordDuration(dctx, end.UnixMilli(), max(end.Sub(started).Milliseconds(), 0))
+	}
 	if herr == nil {
 		po, err := r.p.Outcome(dctx, policy.JobEvent{Event: policy.EventSuccess, Failure: policy.Failure{NowMs: time.Now().UnixMilli()}})
 		if err != nil { // the job succeeded all the same

@@ -112,11 +112,20 @@ func Do[T any](ctx context.Context, p backstop.Decider, op Operation[T], opts ..
 		if err != nil {
 			return zero, fmt.Errorf("retry: attempt timeout: %w", err)
 		}
+		called := c.clock.Now()
 		v, opErr := op(context.WithValue(actx, attemptKey{}, attempt))
 		if opErr != nil && timeout > 0 && actx.Err() != nil && ctx.Err() == nil {
 			opErr = timedOut(attempt, timeout, opErr)
 		}
 		releaseAttempt(v, release)
+		if stateful && ctx.Err() == nil {
+			// The call's duration (monotonic) for the breaker's slow-call
+			// rate, success or failure; the caller's cancellation is no call.
+			end := c.clock.Now()
+			if err := p.RecordDuration(ctx, end.UnixMilli(), max(end.Sub(called).Milliseconds(), 0)); err != nil {
+				return v, fmt.Errorf("retry: record duration: %w", err)
+			}
+		}
 		resp, failedResp := failedResponse(v)
 		if opErr == nil && !failedResp {
 			m.Attempt(clientmetrics.OutcomeSuccess)

@@ -260,3 +260,42 @@ func TestNilPolicy(t *testing.T) {
 		t.Fatalf("Do(nil policy) = %v, want an error naming the policy", err)
 	}
 }
+
+// Issue 43: a dependency that answers every call, slowly. The loop
+// measures each call and reports its duration, so a slow-call rate opens
+// the breaker on successes alone (the 10th call: minimum_calls), natively
+// and through backstop.wasm.
+func TestSlowSuccessesOpenTheBreaker(t *testing.T) {
+	const slow = "circuit_breaker: {type: failure_rate, slow_call_rate_threshold: 50, slow_call_duration_threshold: 2s,\n" +
+		"  sliding_window: {type: count, size: 20}, minimum_calls: 10, open_for: 30s}\n"
+	rt, err := host.New(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	hp, err := rt.Load(context.Background(), []byte(slow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]backstop.Decider{"native": parse(t, slow), "wasm": hp} {
+		t.Run(name, func(t *testing.T) {
+			clk := &retry.FakeClock{T: t0}
+			for i := 0; i < 10; i++ {
+				took := 3 * time.Second // four slow calls of every five
+				if i%5 == 4 {
+					took = 100 * time.Millisecond
+				}
+				op := func(context.Context) (string, error) { clk.T = clk.T.Add(took); return "ok", nil }
+				if _, err := retry.Do(context.Background(), p, op, retry.WithClock(clk)); err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+			}
+			n := 0
+			_, err := retry.Do(context.Background(), p, calls(&n), retry.WithClock(clk))
+			var re *retry.Error
+			if !errors.As(err, &re) || re.Reason != policy.CircuitOpen || n != 0 {
+				t.Fatalf("after 8 slow successes of 10: %v after %d calls, want circuit_open before any call", err, n)
+			}
+		})
+	}
+}

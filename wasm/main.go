@@ -256,6 +256,27 @@ func record_success(h int32, nowMs int64) (r int32) {
 	return 0
 }
 
+// record_duration reports how long a call took to the breaker's slow-call
+// window (ABI.md, "record_duration"): 0, or an error code. A separate export
+// rather than a decide parameter: the duration belongs to every call, a
+// success as much as a failure, and decide's hot path stays as it was.
+//
+//go:wasmexport record_duration
+func record_duration(h int32, nowMs, durationMs int64) (r int32) {
+	defer guard32("record_duration", &r)
+	p := lookup(h)
+	if p == nil {
+		return errHandle
+	}
+	if err := p.RecordDuration(nowMs, durationMs); err != nil {
+		return fail(errInput, err.Error())
+	}
+	if !p.MeasuresDuration() {
+		return 1 // nothing is counted: the host may stop calling
+	}
+	return 0
+}
+
 //go:wasmexport circuit_state
 func circuit_state(h int32, nowMs int64) (r int32) {
 	defer guard32("circuit_state", &r)

@@ -246,6 +246,7 @@ var Exports = []Export{
 	{"decide", []string{"i32", "i64", "i32", "i32", "i64", "i64", "f64", "i64", "i32", "i32", "i32", "i32"}, "i64"},
 	{"decide_batch", []string{"i32", "i32", "i32", "i32"}, "i32"},
 	{"record_success", []string{"i32", "i64"}, "i32"},
+	{"record_duration", []string{"i32", "i64", "i64"}, "i32"},
 	{"circuit_state", []string{"i32", "i64"}, "i32"},
 	{"acquire", []string{"i32", "i64"}, "i64"},
 	{"budget_tokens", []string{"i32", "i64"}, "i64"},

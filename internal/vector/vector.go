@@ -46,16 +46,19 @@ func (g *Group) PolicyBytes() []byte {
 // when Op is "acquire", permission for a call asked at NowMs, answered by
 // Permit; or, when Op is "attempt_timeout", the timeout of an attempt
 // starting ElapsedMs after the first: TimeoutMs (0: none), or Error; or,
-// when Op is "connect_timeout", the policy's connect_timeout: TimeoutMs.
+// when Op is "connect_timeout", the policy's connect_timeout: TimeoutMs;
+// or, when Op is "duration", a call that ended at NowMs and took
+// DurationMs, reported to the breaker's slow-call window (record_duration).
 type Case struct {
-	Op        string  `json:"op,omitempty"`
-	NowMs     int64   `json:"now_ms,omitempty"`
-	ElapsedMs int64   `json:"elapsed_ms,omitempty"`
-	Input     *Input  `json:"input,omitempty"`
-	Expect    *Expect `json:"expect,omitempty"`
-	Permit    *Permit `json:"permit,omitempty"`
-	TimeoutMs *int64  `json:"timeout_ms,omitempty"`
-	Error     string  `json:"error,omitempty"`
+	Op         string  `json:"op,omitempty"`
+	NowMs      int64   `json:"now_ms,omitempty"`
+	DurationMs int64   `json:"duration_ms,omitempty"`
+	ElapsedMs  int64   `json:"elapsed_ms,omitempty"`
+	Input      *Input  `json:"input,omitempty"`
+	Expect     *Expect `json:"expect,omitempty"`
+	Permit     *Permit `json:"permit,omitempty"`
+	TimeoutMs  *int64  `json:"timeout_ms,omitempty"`
+	Error      string  `json:"error,omitempty"`
 }
 
 // FromTimeout fills an attempt_timeout case's answer from the policy's.

@@ -28,6 +28,15 @@ export interface Policy extends PolicyCalls, PolicyFacts {
 	decideMany(failures: readonly Failure[]): Decision[];
 
 	/**
+	Reports how long a call took, success or failure, to the circuit breaker's slow-call rate (`slow_call_rate_threshold`, `slow_call_duration_threshold`): call it once per call, before its `recordSuccess` or `decide`. `retry()` and the workers do it themselves. A policy without a slow-call rate ignores it.
+
+	@param durationMs - How long the call took, in milliseconds (a fraction is dropped), measured on a monotonic clock (`performance.now()`).
+	@param nowMs - When the call ended, Unix time in milliseconds. Default: `Date.now()`.
+	@throws {InputError} For a negative `durationMs` (`duration_ms: must be >= 0 …`). No state changes then.
+	*/
+	recordDuration(durationMs: Int64, nowMs?: Int64): void;
+
+	/**
 	The policy's `connect_timeout` in milliseconds, `0` when it has none (the client's own applies): how long establishing a connection may take within an attempt, for the client to enforce. A connect that runs out (undici's `UND_ERR_CONNECT_TIMEOUT`) is the error kind `connect_timeout`, not `timeout`. undici's timer has a resolution of about 1 s.
 
 	@example

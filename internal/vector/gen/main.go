@@ -107,6 +107,11 @@ func run(g vector.Group) vector.Group {
 		case "success":
 			p.RecordSuccess(c.NowMs)
 			continue
+		case "duration":
+			if err := p.RecordDuration(c.NowMs, c.DurationMs); err != nil {
+				fail(fmt.Errorf("group %s: %w", g.Name, err))
+			}
+			continue
 		case "acquire":
 			pm := vector.FromPermit(p.Acquire(c.NowMs))
 			c.Permit = &pm
@@ -134,6 +139,10 @@ func decide(in ...vector.Input) []vector.Case {
 
 func success(nowMs int64) vector.Case {
 	return vector.Case{Op: "success", NowMs: nowMs}
+}
+
+func took(nowMs, durationMs int64) vector.Case {
+	return vector.Case{Op: "duration", NowMs: nowMs, DurationMs: durationMs}
 }
 
 func acquire(nowMs int64) vector.Case {
@@ -508,7 +517,7 @@ func circuitGroups() []vector.Group {
 	step(503) // closed again: counts from zero
 	step(503)
 	return append([]vector.Group{{Name: "circuit", Policy: raw(`{"circuit_breaker": {"failure_threshold": 3, "open_for": "2s", "half_open_successes": 2}}`), Cases: cs},
-		acquireGroup(), acquireDefaultGroup(), acquirePermanentGroup()}, failureRateGroups()...)
+		acquireGroup(), acquireDefaultGroup(), acquirePermanentGroup()}, append(failureRateGroups(), slowCallGroups()...)...)
 }
 
 // failureRateGroups pin the failure_rate breaker (issue 43). The same
@@ -570,6 +579,62 @@ func failureRateGroups() []vector.Group {
 	return []vector.Group{
 		{Name: "circuit/consecutive_80pct", Cases: eighty, Policy: raw(`{"circuit_breaker": {"failure_threshold": 5, "open_for": "1s"}}`)},
 		rate, time,
+	}
+}
+
+// slowCallGroups pin the slow-call rate of a failure_rate breaker (issue
+// 43): each call's duration is reported (record_duration) before its
+// success or failure. Every call succeeds but 80 % take 3 s against a 2 s
+// threshold: it opens on the 10th (minimum_calls); 40 % slow, or calls of
+// exactly the threshold, stay closed; in a time window slow failures count
+// too and old calls fall out.
+func slowCallGroups() []vector.Group {
+	t := int64(now)
+	const policy = `{"circuit_breaker": {"type": "failure_rate", "slow_call_rate_threshold": 50, "slow_call_duration_threshold": "2s",
+ "sliding_window": {"type": "count", "size": 20}, "minimum_calls": 10, "open_for": "1s"}}`
+	var eighty, forty []vector.Case
+	for i := int64(0); i < 20; i++ {
+		slow, some := int64(100), int64(100)
+		if i%5 != 4 {
+			slow = 3000
+		}
+		if i%5 == 2 || i%5 == 3 {
+			some = 2001
+		}
+		if i%5 == 4 {
+			some = 2000 // exactly the threshold is not slower than it
+		}
+		eighty = append(eighty, took(t+i, slow), success(t+i), acquire(t+i))
+		forty = append(forty, took(t+i, some), success(t+i), acquire(t+i))
+	}
+	// Half-open at t+1009: a slow trial's success still closes it (half-open
+	// decides on successes and failures), and the window starts empty.
+	eighty = append(eighty, acquire(t+1009), took(t+1010, 5000), success(t+1010), acquire(t+1011))
+
+	var ts []vector.Case
+	step := func(at, ms int64, failed bool) {
+		ts = append(ts, took(at, ms))
+		if failed {
+			ts = append(ts, decide(vector.Input{Attempt: 1, HTTPStatus: 503, NowMs: at, Random: 0.5})...)
+		} else {
+			ts = append(ts, success(at))
+		}
+		ts = append(ts, acquire(at))
+	}
+	step(t, 900, true)
+	step(t+1000, 900, true)
+	step(t+2000, 900, false) // 3 slow, under minimum_calls
+	step(t+13_000, 10, false)
+	step(t+13_500, 10, false) // the first three left the 10s window: 0 of 2
+	step(t+14_000, 700, true)
+	step(t+15_000, 700, false)
+	step(t+15_999, 700, true) // 3 slow of 5 (60 %): opens
+	ts = append(ts, acquire(t+20_998), acquire(t+20_999))
+	return []vector.Group{
+		{Name: "circuit/slow_call_80pct", Cases: eighty, Policy: raw(policy)},
+		{Name: "circuit/slow_call_40pct", Cases: forty, Policy: raw(policy)},
+		{Name: "circuit/slow_call_time", Cases: ts, Policy: raw(`{"circuit_breaker": {"type": "failure_rate", "failure_rate_threshold": 100,
+ "slow_call_rate_threshold": 60, "slow_call_duration_threshold": "500ms", "sliding_window": {"type": "time", "size": "10s"}, "minimum_calls": 5, "open_for": "5s"}}`)},
 	}
 }
 

@@ -46,6 +46,7 @@ export async function retry(fn, options = {}) {
   const guarded = policy.stateful === true && typeof policy.acquire === 'function';
   // The policy's attempt_timeout (and what max_elapsed leaves) bounds each attempt.
   const timed = typeof policy.attemptTimeout === 'function';
+  const measured = guarded && typeof policy.recordDuration === 'function';
   let prevDelayMs = 0;
   let failedAt = -1; // Date.now() of the last failure, when a retry follows it
   try {
@@ -70,6 +71,7 @@ export async function retry(fn, options = {}) {
       let error;
       let response;
       const timeoutMs = timed ? policy.attemptTimeout(performance.now() - start) : 0;
+      const called = performance.now();
       const deadline = timeoutMs > 0 ? startDeadline(timeoutMs, `attempt ${attempt} timed out after ${timeoutMs} ms`, signal) : null;
       try {
         // fn gets a signal that aborts at the attempt's deadline, and is
@@ -78,6 +80,7 @@ export async function retry(fn, options = {}) {
           ? await Promise.race([fn(attempt, deadline.context), deadline.expired])
           : await fn(attempt, { signal });
         if (!isFailedResponse(result)) {
+          if (measured) policy.recordDuration(performance.now() - called);
           policy.recordSuccess();
           if (metrics) {
             metrics.attempt('success');
@@ -93,6 +96,9 @@ export async function retry(fn, options = {}) {
       } finally {
         deadline?.clear();
       }
+      // The call's duration (monotonic), failed as it is, for the
+      // breaker's slow-call rate.
+      if (measured) policy.recordDuration(performance.now() - called);
       const failure = failureOf(response ?? error, classify);
       failedAt = Date.now();
       // Set fields one by one: an object spread here costs more than the decision.

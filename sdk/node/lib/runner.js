@@ -107,7 +107,17 @@ export class Runner {
     let plan = this.#before(policy, metrics);
     if (plan === null) {
       if (metrics !== undefined) measure(metrics, job, this.#o.enqueueClock?.() ?? Date.now());
+      const started = performance.now();
       const error = await runHandler(this.#handler, job, stop, this.#o.handlerTimeoutMs, (err) => this.report(this.#o.error(`job ${job.id}`, err), job));
+      // The run's duration (monotonic) for the breaker's slow-call rate,
+      // success or failure; the outcome below applies whatever it says.
+      if (policy.stateful && typeof policy.recordDuration === 'function') {
+        try {
+          policy.recordDuration(performance.now() - started);
+        } catch (err) {
+          this.report(err, job);
+        }
+      }
       try {
         plan = planOutcome(job, error, policy, { classify: this.#o.classify, malformed: this.#o.malformed, enqueueNowMs: this.#o.enqueueClock?.() });
       } catch (err) {

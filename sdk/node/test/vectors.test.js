@@ -38,6 +38,10 @@ for (const [gi, group] of vectors.groups.entries()) {
           policy.recordSuccess(c.now_ms);
           continue;
         }
+        if (c.op === 'duration') {
+          policy.recordDuration(c.duration_ms ?? 0, c.now_ms);
+          continue;
+        }
         if (c.op === 'acquire') {
           const { allowed, retry_in_ms: retryInMs, state } = c.permit;
           assert.deepEqual(policy.acquire(c.now_ms), { allowed, retryInMs, state }, `case ${i}: acquire at ${c.now_ms}`);

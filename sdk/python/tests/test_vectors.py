@@ -65,6 +65,8 @@ def run_op(p: Policy, i: int, c):
     """A case that is not a decision: success, acquire or attempt_timeout."""
     if c["op"] == "success":
         p.record_success(c.get("now_ms", 0))
+    elif c["op"] == "duration":
+        p.record_duration(c.get("duration_ms", 0), c["now_ms"])
     elif c["op"] == "acquire":
         assert p.acquire(c["now_ms"]).to_dict() == c["permit"], "case %d: acquire at %d" % (i, c["now_ms"])
     elif c["op"] == "connect_timeout":

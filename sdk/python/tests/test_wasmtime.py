@@ -304,6 +304,7 @@ STAND_IN = wasmtime.wat2wasm("""(module
   (func (export "decide") (param i32 i64 i32 i32 i64 i64 f64 i64 i32 i32 i32 i32) (result i64) i64.const 0)
   (func (export "decide_batch") (param i32 i32 i32 i32) (result i32) i32.const 0)
   (func (export "record_success") (param i32 i64) (result i32) i32.const 0)
+  (func (export "record_duration") (param i32 i64 i64) (result i32) i32.const 0)
   (func (export "circuit_state") (param i32 i64) (result i32) i32.const 0)
   (func (export "acquire") (param i32 i64) (result i64) i64.const 0)
   (func (export "policy_on_open") (param i32) (result i32) i32.const 0)

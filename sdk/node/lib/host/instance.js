@@ -7,7 +7,7 @@ import { wasiImports } from './wasi.js';
 export { ABI_VERSION };
 
 const EXPORTS = ['buffer', 'policy_load', 'policy_preset', 'policy_free', 'policy_stateful', 'decide_batch',
-  'record_success', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'policy_lints',
+  'record_success', 'record_duration', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'policy_lints',
   'budget_tokens', 'attempt_timeout', 'connect_timeout'];
 
 /**
@@ -74,6 +74,7 @@ export class Instance {
       policy_stateful: (h) => this.stateful(h),
       decide_batch: this.remap ? (h, i, n, o) => raw.decide_batch(handle(h), i, n, o) : raw.decide_batch,
       record_success: (h, now) => (tick(), raw.record_success(this.remap ? handle(h) : h, now)),
+      record_duration: (h, now, ms) => (tick(), raw.record_duration(this.remap ? handle(h) : h, now, ms)),
       circuit_state: (h, now) => (tick(), raw.circuit_state(this.remap ? handle(h) : h, now)),
       acquire: (h, now) => (tick(), raw.acquire(this.remap ? handle(h) : h, now)),
       policy_on_open: (h) => (tick(), raw.policy_on_open(this.remap ? handle(h) : h)),

@@ -56,6 +56,8 @@ function policyBytes(config) {
 }
 
 class Policy extends C.PolicyCalls {
+  #noSlow = false; // record_duration answered 1: no slow-call rate to report to
+
   constructor(inst, h) {
     super();
     this.inst = inst;
@@ -133,6 +135,20 @@ class Policy extends C.PolicyCalls {
       throw first;
     }
     return out;
+  }
+
+  // A call's duration for the breaker's slow-call rate (wasm/ABI.md,
+  // "record_duration"); a stateless policy has no breaker to tell.
+  recordDuration(durationMs, nowMs) {
+    if (this.h === 0) throw closed();
+    const ms = toBigInt(durationMs, 'duration_ms');
+    if (!this.stateful || this.#noSlow) {
+      if (ms < 0n) throw new InputError('duration_ms', `must be >= 0 (got ${ms})`);
+      return;
+    }
+    const at = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
+    // 1: the policy has no slow-call rate, and never will: stop calling.
+    if (this.#call('record_duration', at, ms) === 1) this.#noSlow = true;
   }
 
   // A failure the host refuses as invalid is dead-lettered as malformed,

@@ -149,7 +149,14 @@ class Runner:
         return e
 
     def plan(self, job: JobLike, exc: Optional[BaseException], policy: Policy, now_ms: int,
-             enqueue_now_ms: Optional[int] = None) -> Plan:
+             enqueue_now_ms: Optional[int] = None, took: Optional[float] = None) -> Plan:
         """What to do about the handler's outcome (``exc`` None: success);
-        ``enqueue_now_ms`` as ``plan``'s."""
+        ``enqueue_now_ms`` as ``plan``'s. ``took`` is how long the handler
+        ran, in seconds on the monotonic clock: reported first to the
+        breaker's slow-call rate."""
+        if took is not None and getattr(policy, "stateful", False) and hasattr(policy, "record_duration"):
+            try:
+                policy.record_duration(max(0, int(took * 1000)), now_ms)
+            except Exception:  # the outcome below applies all the same
+                self.log.exception("queue %s: job %s: the run's duration not recorded", self.queue, job.id)
         return plan(job, exc, policy, self.classify, self.malformed, now_ms, enqueue_now_ms)

@@ -8,6 +8,7 @@ import os
 import sys
 import warnings
 import weakref
+from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, Tuple, TypeVar, Union, overload
 
 from ._errors import InputError, LintWarning
@@ -59,6 +60,7 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
         # the schema's table (_contract.LINTS) spells them out.
         with inst.lock:
             self._read_facts(lambda export: abi.call(inst, handle, export))
+        self._no_slow = False  # record_duration answered 1: no slow-call rate to report to
         for lint in self._lints:
             warnings.warn(LintWarning("%s: %s: %s" % (lint.field, lint.code, lint.message), lint.code, lint.field),
                           stacklevel=_caller_level())
@@ -166,6 +168,28 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
         inst = self._inst
         with inst.lock:
             return abi.call(inst, self._h, export, arg)
+
+    def record_duration(self, duration_ms: Union[int, float, timedelta], now_ms: Optional[int] = None) -> None:
+        """Reports how long a call took, success or failure, to the circuit
+        breaker's slow-call rate (``slow_call_rate_threshold``,
+        ``slow_call_duration_threshold``): once per call, before its
+        ``record_success`` or ``decide``. ``retry`` and the workers do it
+        themselves. A policy without a slow-call rate ignores it.
+
+        ``duration_ms`` is in ms (a ``timedelta`` or a float: fractions are
+        dropped), measured on a monotonic clock; ``now_ms``, when the call
+        ended, defaults to the host's clock. Raises ``InputError`` when the
+        duration is negative; no state changes then."""
+        ms = self._ms("duration_ms", duration_ms)
+        if ms < 0:
+            raise InputError("duration_ms", "must be >= 0 (got %d)" % ms)
+        if not self._stateful or self._no_slow:
+            return
+        inst = self._inst
+        with inst.lock:
+            r = abi.call(inst, self._h, "record_duration", self._at(now_ms), ms)
+        # 1: the policy has no slow-call rate, and never will: stop calling.
+        self._no_slow = r == 1
 
     _at = staticmethod(abi.at)
     _ms = staticmethod(abi.ms)

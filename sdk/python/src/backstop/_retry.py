@@ -35,6 +35,7 @@ class PolicyLike(Protocol):
     def acquire(self, now_ms: Optional[int] = None) -> Permit: ...
     def decide(self, failure: Mapping[str, Any], /) -> Decision: ...
     def record_success(self, now_ms: Optional[int] = None) -> None: ...
+    def record_duration(self, duration_ms: Union[int, float, timedelta], now_ms: Optional[int] = None) -> None: ...
     def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]: ...
     def circuit_state(self, now_ms: Optional[int] = None) -> str: ...
     def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int: ...
@@ -133,6 +134,8 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
     classified = classifier(classify)
     # The breaker is asked before each call (a policy without one allows all).
     guarded = policy.stateful
+    # Each call's duration feeds the breaker's slow-call rate.
+    measured = guarded and hasattr(policy, "record_duration")
 
     def admit(attempt: int) -> None:
         p = policy.acquire()
@@ -190,10 +193,13 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
             sent.set(attempt)
         return _attempt.set(attempt), timeout
 
-    def settle(exc: Optional[BaseException], attempt: int, start: float, prev_ms: int) -> Optional[Decision]:
-        """Reports the attempt's end: None for a success, else the decision
-        to retry; a give-up is raised as RetryError, or with reraise as the
+    def settle(exc: Optional[BaseException], attempt: int, start: float, prev_ms: int, took: float) -> Optional[Decision]:
+        """Reports the attempt's end, after its duration (took, in seconds
+        on the monotonic clock): None for a success, else the decision to
+        retry; a give-up is raised as RetryError, or with reraise as the
         attempt's own exception (tenacity's reraise=True)."""
+        if measured:
+            policy.record_duration(max(0, int(took * 1000)))
         if exc is None:
             policy.record_success()
             if metrics is not None:
@@ -218,6 +224,7 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
             try:
                 while True:
                     token, timeout = begin(attempt, sent, start, failed)
+                    called = _monotonic()
                     exc: Optional[BaseException] = None
                     try:
                         if timeout:
@@ -229,7 +236,7 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
                     finally:
                         _attempt.reset(token)
                     failed = _monotonic()
-                    d = settle(exc, attempt, start, prev)
+                    d = settle(exc, attempt, start, prev, failed - called)
                     if d is None:
                         return result
                     assert exc is not None  # settle decides only a failure
@@ -252,6 +259,7 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
         try:
             while True:
                 token, timeout = begin(attempt, sent, start, failed)
+                called = _monotonic()
                 exc: Optional[BaseException] = None
                 try:
                     if timeout:
@@ -263,7 +271,7 @@ def _wrap(policy: PolicyLike, fn: F, before_sleep: Optional[BeforeSleep], classi
                 finally:
                     _attempt.reset(token)
                 failed = _monotonic()
-                d = settle(exc, attempt, start, prev)
+                d = settle(exc, attempt, start, prev, failed - called)
                 if d is None:
                     return result
                 assert exc is not None  # settle decides only a failure

@@ -38,7 +38,7 @@ _EINVAL = 28
 # The hot path: no clock step before these calls (ABI.md allows it), and
 # the exports whose first parameter is a policy handle.
 _HOT = frozenset(("decide", "decide_batch"))
-_BY_HANDLE = ("decide", "decide_batch", "record_success", "circuit_state", "acquire", "policy_on_open", "policy_lints",
+_BY_HANDLE = ("decide", "decide_batch", "record_success", "record_duration", "circuit_state", "acquire", "policy_on_open", "policy_lints",
               "budget_tokens", "attempt_timeout", "connect_timeout", "outcome")
 
 # Handles the module gives out are 1..65536; after a restart the host's own
@@ -57,6 +57,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "decide": ("iqiiqqdqiiii", "q"),
     "decide_batch": ("iiii", "i"),
     "record_success": ("iq", "i"),
+    "record_duration": ("iqq", "i"),
     "circuit_state": ("iq", "i"),
     "acquire": ("iq", "q"),
     "policy_on_open": ("i", "i"),
@@ -380,6 +381,7 @@ class Instance:
     decide: Callable[..., int]
     decide_batch: Callable[[int, int, int, int], int]
     record_success: Callable[[int, int], int]
+    record_duration: Callable[[int, int, int], int]
     circuit_state: Callable[[int, int], int]
     acquire: Callable[[int, int], int]
     policy_on_open: Callable[[int], int]

@@ -305,11 +305,12 @@ class Queue:
             if plan is None:
                 runner.measure(client, job, _core.now_ms())
                 exc: Optional[Exception] = None
+                started = time.monotonic()
                 try:
                     _run(conn, lambda: handler(job), timeout)
                 except Exception as e:
                     exc = runner.failure(job, e)
-                plan = runner.plan(job, exc, policy, _core.now_ms())
+                plan = runner.plan(job, exc, policy, _core.now_ms(), took=time.monotonic() - started)
                 runner.count(client, policy, job, plan)
             elif step.gated:
                 runner.count(client, policy, job, plan)

@@ -608,16 +608,19 @@ class _Base:
             jpolicy, jmetrics = runner.policy_for(job)
             plan = runner.gate(job, jpolicy)
             if plan is None:
+                took: Optional[float] = None
                 if not job.malformed:
                     runner.measure(jmetrics, job, server.now_ms())
+                    started = time.monotonic()
                     try:
                         yield Handle(job, _batch_ids(job, waiting), consumer, timeout, beat)
                     except Exception as e:
                         exc = runner.failure(job, e)
+                    took = time.monotonic() - started
                 if not job.malformed:
                     yield from server.sync_steps()
                 try:
-                    plan = runner.plan(job, exc, jpolicy, int(time.time() * 1000), server.now_ms())
+                    plan = runner.plan(job, exc, jpolicy, int(time.time() * 1000), server.now_ms(), took)
                 except Exception:
                     # The entry stays pending; reclaim delivers it again.
                     log.exception("queue %s: outcome of entry %s (job %s) not applied", self.name, job.entry_id, job.id)

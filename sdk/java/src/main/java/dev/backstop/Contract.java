@@ -62,7 +62,7 @@ final class Contract {
       java.util.Map.entry("bool", "a boolean"));
 
   /** The module's exports (wasm/ABI.md). */
-  static final List<String> EXPORTS = List.of("abi_version", "buffer", "policy_load", "policy_preset", "policy_free", "policy_stateful", "decide", "decide_batch", "record_success", "circuit_state", "acquire", "budget_tokens", "policy_lints", "policy_on_open", "attempt_timeout", "connect_timeout", "outcome", "outcome_record", "error_message");
+  static final List<String> EXPORTS = List.of("abi_version", "buffer", "policy_load", "policy_preset", "policy_free", "policy_stateful", "decide", "decide_batch", "record_success", "record_duration", "circuit_state", "acquire", "budget_tokens", "policy_lints", "policy_on_open", "attempt_timeout", "connect_timeout", "outcome", "outcome_record", "error_message");
 
   /** The status names grpc_code also takes, by code. */
   static final List<String> GRPC_CODE_NAMES = List.of("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED");

@@ -94,9 +94,24 @@ final class QueueRunner {
 
   /**
    * Runs handler on job within the deadline: null for a success, else the
-   * failure (at the deadline a TimeoutException, error kind timeout).
+   * failure (at the deadline a TimeoutException, error kind timeout). How
+   * long it ran (monotonic) goes to p's breaker first, for its slow-call
+   * rate, success or failure.
    */
-  <J> Throwable run(QueueHandler<J> handler, J job, String jobId) {
+  <J> Throwable run(Policy p, QueueHandler<J> handler, J job, String jobId) {
+    long started = System.nanoTime();
+    Throwable t = run(handler, job, jobId);
+    if (p.isStateful()) {
+      try {
+        p.recordDuration(System.currentTimeMillis(), Math.max(0, (System.nanoTime() - started) / 1_000_000));
+      } catch (RuntimeException e) { // the outcome the caller asks next applies all the same
+        report(e, null);
+      }
+    }
+    return t;
+  }
+
+  private <J> Throwable run(QueueHandler<J> handler, J job, String jobId) {
     long ms = o.handlerTimeout.toMillis();
     Future<?> f = HANDLERS.submit(() -> {
       handler.handle(job);

@@ -89,7 +89,7 @@ public final class RabbitHandling implements AutoCloseable {
         // The mover's and the worker's clocks are the workers': due was set on one.
         QueueRunner.measure(typed, job.attempt(), job.dueMs(), job.prevDelayMs(), job.lastReason(),
             System.currentTimeMillis());
-        Throwable t = runner.run(handler, job, job.id());
+        Throwable t = runner.run(typed.policy(), handler, job, job.id());
         plan = runner.plan(typed.policy(), job.attempt(), job.id(), job.firstEnqueuedMs(), job.prevDelayMs(), false, t,
             System.currentTimeMillis());
       }

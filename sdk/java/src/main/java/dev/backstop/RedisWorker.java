@@ -157,7 +157,7 @@ public final class RedisWorker implements AutoCloseable {
         }, every, every, TimeUnit.MILLISECONDS);
         Throwable t;
         try {
-          t = runner.run(handler, job, job.id());
+          t = runner.run(typed.policy(), handler, job, job.id());
         } finally {
           hold.cancel(false);
         }

@@ -147,10 +147,14 @@ public final class Retry {
       Throwable error = null;
       HttpResponse<?> response = null;
       long timeoutMs = policy.boundsAttempts() ? policy.attemptTimeout(elapsedMs(start)) : 0;
+      long called = ticker.nanos();
       try {
         T result = timeoutMs > 0 ? timed(op, attempt, timeoutMs) : op.call();
         if (!(result instanceof HttpResponse) || ((HttpResponse<?>) result).statusCode() < 400) {
-          if (guarded) policy.recordSuccess(ticker.nowMs()); // a stateless policy has nothing to feed
+          if (guarded) { // a stateless policy has nothing to feed
+            policy.recordDuration(ticker.nowMs(), tookMs(called));
+            policy.recordSuccess(ticker.nowMs());
+          }
           if (metrics != null) {
             metrics.attempt("success");
             if (guarded) observe();
@@ -166,6 +170,9 @@ public final class Retry {
       } catch (Exception e) {
         error = e;
       }
+      // The call's duration (monotonic), failed as it is, for the breaker's
+      // slow-call rate.
+      if (guarded) policy.recordDuration(ticker.nowMs(), tookMs(called));
       failedAt = ticker.nanos();
       Failure.Builder fields = response != null ? responseFields(response) : failureOf(error);
       fields.attempt(attempt).elapsedMs(elapsedMs(start)).prevDelayMs(prevDelayMs).nowMs(ticker.nowMs());
@@ -185,6 +192,10 @@ public final class Retry {
       if (decision.delayMs() > 0) ticker.sleep(decision.delayMs());
       prevDelayMs = decision.delayMs();
     }
+  }
+
+  private long tookMs(long called) {
+    return Math.max(0, (ticker.nanos() - called) / 1_000_000);
   }
 
   private long elapsedMs(long start) {

@@ -134,6 +134,8 @@ class VectorsTest {
             Object op = c.get("op");
             if ("success".equals(op)) {
               p.recordSuccess((Long) c.get("now_ms"));
+            } else if ("duration".equals(op)) {
+              p.recordDuration((Long) c.get("now_ms"), (Long) c.getOrDefault("duration_ms", 0L));
             } else if ("acquire".equals(op)) {
               Map<String, Object> want = (Map<String, Object>) c.get("permit");
               Permit got = p.acquire((Long) c.get("now_ms"));
