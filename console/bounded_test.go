@@ -293,7 +293,7 @@ func TestOverviewReadsTheHistoryNotTheBroker(t *testing.T) {
 	for _, history := range []bool{false, true} {
 		opts := []console.Option{quiet}
 		if history {
-			opts = append(opts, console.WithExporter(col, time.Hour))
+			opts = append(opts, console.WithExporter(col, 30*time.Minute))
 		}
 		h, err := console.New(b.Kind(), []queue.Queue{q}, opts...)
 		if err != nil {

@@ -179,8 +179,10 @@ func TestConsoleSamplesWithoutPrometheus(t *testing.T) {
 	if strings.Contains(body, "Last sample failed") {
 		t.Errorf("a sample failed:\n%s", body)
 	}
-	err := run(context.Background(), []string{"console", "--redis.url=redis://" + srv.Addr + "/0", "--queue=payments", "--sample.interval=10ms"}, nil, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--sample.interval must be 1s to 1h") {
-		t.Errorf("--sample.interval=10ms: %v", err)
+	for _, bad := range []string{"10ms", "31m"} { // 31m: an hour would not always hold two samples
+		err := run(context.Background(), []string{"console", "--redis.url=redis://" + srv.Addr + "/0", "--queue=payments", "--sample.interval=" + bad}, nil, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--sample.interval must be 1s to 30m") {
+			t.Errorf("--sample.interval=%s: %v", bad, err)
+		}
 	}
 }
