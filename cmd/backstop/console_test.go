@@ -186,3 +186,25 @@ func TestConsoleSamplesWithoutPrometheus(t *testing.T) {
 		}
 	}
 }
+
+// The console's RabbitMQ sampler is made from --amqp.url (its virtual
+// host) and --rabbitmq.management-url: neither URL's password reaches the
+// error when one does not parse (an unescaped % in it) or is not the
+// management API's.
+func TestConsoleRabbitSamplerErrorsHideThePasswords(t *testing.T) {
+	for _, c := range []struct{ amqp, mgmt, want, secret string }{
+		{"amqp://app:50%off@mq:5672/", "http://guest:guest@mq:15672", "--amqp.url:", "50%off"},
+		{"amqp://app:pw@mq:5672/", "http://guest:99%sure@mq:15672", "--rabbitmq.management-url:", "99%sure"},
+		{"amqp://app:pw@mq:5672/", "ftp://guest:s3cret-mgmt@mq:15672", "--rabbitmq.management-url:", "s3cret-mgmt"},
+	} {
+		_, err := rabbitCollector(c.amqp, c.mgmt, []string{"orders"})
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.secret) {
+			t.Errorf("amqp %s, management %s: %v; want an error of %s without %q", c.amqp, c.mgmt, err, c.want, c.secret)
+		}
+	}
+	c, err := rabbitCollector("amqp://app:pw@mq:5672/", "http://guest:guest@mq:15672", []string{"orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
