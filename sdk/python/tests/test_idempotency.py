@@ -440,3 +440,31 @@ def test_a_forked_child_settles_with_threads_of_its_own():
             os.kill(pid, 9)
             os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(done[-1][1]) == 0, "the child's completion did not land"
+
+
+def test_a_settler_that_cannot_start_a_thread_raises_nothing_and_starts_one_later(monkeypatch):
+    # A process out of threads (what the settler exists to avoid, but other
+    # code may cause): a retry handed over must not raise in the request,
+    # nor count a thread that never started (four of those and no retry
+    # would ever run again); the next hand-over starts one, which runs both.
+    import threading
+
+    from backstop.idempotency import _Settler
+
+    start, failing, done = threading.Thread.start, [True], []
+
+    def flaky_start(self):
+        if self.name == "backstop-idempotency-settle" and failing[0]:
+            raise RuntimeError("can't start new thread")
+        return start(self)
+
+    def steps(n):
+        yield 0.0
+        done.append(n)
+
+    monkeypatch.setattr(threading.Thread, "start", flaky_start)
+    settler = _Settler(threads=1)
+    settler.add(steps(1), lambda: None)
+    failing[0] = False
+    settler.add(steps(2), lambda: None)
+    until("both retries run", lambda: sorted(done) == [1, 2])
