@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"regexp"
 	"runtime"
@@ -291,18 +290,11 @@ func TestOverviewReadsTheHistoryNotTheBroker(t *testing.T) {
 	const loads = 20
 	perLoad := map[bool]int64{}
 	for _, history := range []bool{false, true} {
-		opts := []console.Option{quiet}
+		var opts []console.Option
 		if history {
-			opts = append(opts, console.WithExporter(col, time.Hour))
+			opts = append(opts, console.WithExporter(col, 30*time.Minute))
 		}
-		h, err := console.New(b.Kind(), []queue.Queue{q}, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		srv := httptest.NewServer(h)
-		t.Cleanup(srv.Close)
-		s := &site{t: t, srv: srv}
+		s := serve(t, b.Kind(), []queue.Queue{q}, opts...)
 		eventually.True(t, 10*time.Second, "the first load (the scripts loaded), and the first sample", func() bool {
 			_, body := s.get("/")
 			return !history || strings.Contains(body, "since ")

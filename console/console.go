@@ -84,7 +84,7 @@ func WithPrometheus(url string) Option { return func(c *config) { c.prometheus =
 // history of an hour per queue of a fixed size; the overview shows the
 // last hour's retry rate and DLQ ingestion from it, and since when it has
 // samples. A page load reads the history, never the broker. Ignored with
-// WithPrometheus, whose figures come first. interval is 1s to 1h (the
+// WithPrometheus, whose figures come first. interval is 1s to 30m (the
 // exporter's scrape interval, 15s, is a good one); default none. The
 // console does not close c.
 func WithExporter(c *exporter.Collector, interval time.Duration) Option {
@@ -128,8 +128,8 @@ func New(kind string, qs []queue.Queue, opts ...Option) (*Server, error) {
 		s.order = append(s.order, q.Name())
 	}
 	sort.Strings(s.order)
-	if cfg.collector != nil && cfg.prometheus == "" && (cfg.every < time.Second || cfg.every > historyWindow) {
-		return nil, fmt.Errorf("console: sample interval must be in 1s..1h, got %v", cfg.every)
+	if cfg.collector != nil && cfg.prometheus == "" && (cfg.every < minSampleInterval || cfg.every > maxSampleInterval) {
+		return nil, fmt.Errorf("console: sample interval must be in %v..%v, got %v", minSampleInterval, maxSampleInterval, cfg.every)
 	}
 	t, err := template.New("").Funcs(funcs).ParseFS(assets, "templates/*.html")
 	if err != nil {

@@ -60,7 +60,7 @@ type historyView struct {
 	Every      time.Duration
 	Since      time.Time     // the first sample; zero: none yet
 	Span       time.Duration // how much of the hour the figures cover
-	Full       bool          // the samples cover the whole hour
+	Full       bool          // the samples reach back an hour (rates.Full)
 	UpperBound bool          // a retry figure is RabbitMQ's upper bound
 	Err        string        // the last sample's error
 }
@@ -75,6 +75,7 @@ func (s *Server) historyByQueue() (retries, ingested map[string]string, v histor
 	retries, ingested = map[string]string{}, map[string]string{}
 	for q, r := range rs {
 		v.Span = max(v.Span, r.Span)
+		v.Full = v.Full || r.Full
 		if r.RetriesOK {
 			retries[q] = strconv.FormatFloat(r.Retries, 'g', 4, 64)
 			if r.RetriesUpperBound {
@@ -86,7 +87,6 @@ func (s *Server) historyByQueue() (retries, ingested map[string]string, v histor
 			ingested[q] = strconv.FormatInt(r.Ingested, 10)
 		}
 	}
-	v.Full = v.Span >= historyWindow-s.history.every
 	return retries, ingested, v
 }
 

@@ -70,6 +70,7 @@ var brokers = []struct {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { c.Close() })
 			return c
 		}
 	}},
@@ -153,6 +154,7 @@ func serve(t *testing.T, kind string, qs []queue.Queue, opts ...console.Option) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { h.Close() }) // after the server's: stops the history's sampling (WithExporter)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &site{t: t, srv: srv}

@@ -20,6 +20,15 @@ import (
 // historyWindow is how far back the overview looks.
 const historyWindow = time.Hour
 
+// Sample intervals WithExporter takes. The longest leaves two samples in
+// any hour, read at any time: a figure needs two (at 31m, an hour read
+// just before a sample holds one, and at 1h the overview never had a
+// figure).
+const (
+	minSampleInterval = time.Second
+	maxSampleInterval = historyWindow / 2
+)
+
 // point is one sample of a queue's cumulative counts.
 type point struct {
 	at                  time.Time
@@ -59,6 +68,11 @@ type rates struct {
 	Ingested          int64         // dead letters added over Span
 	RetriesOK, IngOK  bool          // two points or more that knew the figure
 	RetriesUpperBound bool
+	// Full says the samples reach back to the window's start: the figures
+	// are the whole window's, to within a sample interval. Span alone
+	// cannot say it: an interval that does not divide the hour leaves
+	// between one and two intervals of it uncovered, by when the read falls.
+	Full bool
 }
 
 // over returns the increase of each count over the points since now−d, as
@@ -76,6 +90,7 @@ func (r *ring) over(now time.Time, d time.Duration) rates {
 	if first < 0 {
 		return out
 	}
+	out.Full = !r.at(0).at.After(now.Add(-d))
 	out.Since = r.at(first).at
 	out.Span = r.at(r.n - 1).at.Sub(out.Since)
 	var retries int64
@@ -148,6 +163,9 @@ func (h *history) run(ctx context.Context) {
 // read missed gets no point (a gap, not a zero).
 func (h *history) sample(ctx context.Context) {
 	ts, err := h.c.Totals(ctx)
+	if ctx.Err() != nil {
+		return // cut short by Close: not a failed sample for the page to show
+	}
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -50,15 +50,7 @@ func TestOverviewHistoryWithoutPrometheus(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			h, err := console.New(b.Kind(), []queue.Queue{q}, quiet, console.WithExporter(collector(q.Name()), time.Second),
-				withPreset(t, "default"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { h.Close() })
-			srv := httptest.NewServer(h)
-			t.Cleanup(srv.Close)
-			s := &site{t: t, srv: srv}
+			s := serve(t, b.Kind(), []queue.Queue{q}, console.WithExporter(collector(q.Name()), time.Second), withPreset(t, "default"))
 
 			figures := func() (retries, ingested, body string) {
 				_, body = s.get("/")
@@ -101,7 +93,7 @@ func TestOverviewHistoryWithoutPrometheus(t *testing.T) {
 			}
 
 			bctx := browser(t)
-			run(t, bctx, "overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#history")))
+			run(t, bctx, "overview", chromedp.Navigate(s.srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#history")))
 			if got := text(t, bctx, "td.ingested"); got != strconv.Itoa(jobs) {
 				t.Errorf("chromium: DLQ ingested %q, want %d", got, jobs)
 			}
@@ -140,14 +132,7 @@ func TestOverviewFromPrometheus(t *testing.T) {
 	t.Cleanup(metrics.Close)
 	prom := promtest.Start(t, strings.TrimPrefix(metrics.URL, "http://"))
 
-	h, err := console.New(b.Kind(), []queue.Queue{q}, quiet, console.WithPrometheus("http://"+prom), console.WithExporter(col, time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	s := &site{t: t, srv: srv}
+	s := serve(t, b.Kind(), []queue.Queue{q}, console.WithPrometheus("http://"+prom), console.WithExporter(col, time.Second))
 
 	ctx := context.Background()
 	enqueue := func(from, to int) {

@@ -39,7 +39,7 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 	listen := f.fs.String("web.listen-address", ":9798", "address to listen on")
 	webConfig := f.fs.String("web.config.file", "", "exporter-toolkit web configuration (TLS, basic auth users) — without it anyone who reaches the address reads the dead letters")
 	prom := f.fs.String("prometheus.url", "", "Prometheus to read the last hour's retry rate and DLQ ingestion from, e.g. http://localhost:9090 (optional)")
-	every := f.fs.Duration("sample.interval", 15*time.Second, "without --prometheus.url: how often the console samples the queues' retries and DLQ ingestion (the exporter's readers; on RabbitMQ through --rabbitmq.management-url) for the overview's last hour, 1s to 1h")
+	every := f.fs.Duration("sample.interval", 15*time.Second, "without --prometheus.url: how often the console samples the queues' retries and DLQ ingestion (the exporter's readers; on RabbitMQ through --rabbitmq.management-url) for the overview's last hour, 1s to 30m (two samples an hour at least)")
 	writable := f.fs.Bool("writable", false, "allow replay, delete, purge and force run (default read-only)")
 	policyArg := f.fs.String("policy", "", "the policy in force, FILE or PRESET, shown with its schedule on the overview (optional)")
 	rabbit, err := f.useRabbit(args)
@@ -73,8 +73,8 @@ func consoleCmd(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		opts = append(opts, console.WithPolicy(name, string(src), svg.Bytes()))
 	}
-	if *prom == "" && (*every < time.Second || *every > time.Hour) {
-		return fmt.Errorf("%w: --sample.interval must be 1s to 1h, got %v", errUsage, *every)
+	if *prom == "" && (*every < time.Second || *every > 30*time.Minute) {
+		return fmt.Errorf("%w: --sample.interval must be 1s to 30m, got %v", errUsage, *every)
 	}
 	var b queue.Broker
 	var collector *exporter.Collector // the readers of the overview's last hour, without a Prometheus

@@ -179,8 +179,32 @@ func TestConsoleSamplesWithoutPrometheus(t *testing.T) {
 	if strings.Contains(body, "Last sample failed") {
 		t.Errorf("a sample failed:\n%s", body)
 	}
-	err := run(context.Background(), []string{"console", "--redis.url=redis://" + srv.Addr + "/0", "--queue=payments", "--sample.interval=10ms"}, nil, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "--sample.interval must be 1s to 1h") {
-		t.Errorf("--sample.interval=10ms: %v", err)
+	for _, bad := range []string{"10ms", "31m"} { // 31m: an hour would not always hold two samples
+		err := run(context.Background(), []string{"console", "--redis.url=redis://" + srv.Addr + "/0", "--queue=payments", "--sample.interval=" + bad}, nil, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--sample.interval must be 1s to 30m") {
+			t.Errorf("--sample.interval=%s: %v", bad, err)
+		}
 	}
+}
+
+// The console's RabbitMQ sampler is made from --amqp.url (its virtual
+// host) and --rabbitmq.management-url: neither URL's password reaches the
+// error when one does not parse (an unescaped % in it) or is not the
+// management API's.
+func TestConsoleRabbitSamplerErrorsHideThePasswords(t *testing.T) {
+	for _, c := range []struct{ amqp, mgmt, want, secret string }{
+		{"amqp://app:50%off@mq:5672/", "http://guest:guest@mq:15672", "--amqp.url:", "50%off"},
+		{"amqp://app:pw@mq:5672/", "http://guest:99%sure@mq:15672", "--rabbitmq.management-url:", "99%sure"},
+		{"amqp://app:pw@mq:5672/", "ftp://guest:s3cret-mgmt@mq:15672", "--rabbitmq.management-url:", "s3cret-mgmt"},
+	} {
+		_, err := rabbitCollector(c.amqp, c.mgmt, []string{"orders"})
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), c.secret) {
+			t.Errorf("amqp %s, management %s: %v; want an error of %s without %q", c.amqp, c.mgmt, err, c.want, c.secret)
+		}
+	}
+	c, err := rabbitCollector("amqp://app:pw@mq:5672/", "http://guest:guest@mq:15672", []string{"orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 }

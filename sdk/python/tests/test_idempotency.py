@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 
 from backstop.idempotency import (AsyncIdempotencyStore, ConflictError, IdempotencyMetrics, IdempotencyMiddleware,
                                   IdempotencyStore, InProgressError, StoredResponse, _safe_header, idempotent)
-from conftest import RedisServer, until, until_async
+from conftest import RedisServer, until, until_async, wait_for
 
 
 def _store(port, client_options=None, **kw):
@@ -360,3 +360,111 @@ def test_a_store_outage_holds_a_few_settler_threads_not_one_per_request():
     until("every completion lands", lambda: len(landed) == 200)
     assert threading.active_count() - before <= 4
     assert all(n == 3 for n in tries.values())
+
+
+def _outage_store(fails: int, bug_on: int = 0):
+    """A sync store whose complete fails with ConnectionError for each key's
+    first fails tries (then lands), and with a bug (RuntimeError) on try
+    bug_on of the keys named bug*."""
+    import threading
+
+    from backstop.idempotency import _SyncSettle
+
+    class Store(_SyncSettle):
+        _transient = (ConnectionError,)
+
+        def __init__(self):
+            self.lock, self.tries, self.landed = threading.Lock(), {}, set()
+
+        def complete(self, scope, key, token, response):
+            with self.lock:
+                n = self.tries[key] = self.tries.get(key, 0) + 1
+                if key.startswith("bug") and n == bug_on:
+                    raise RuntimeError("a bug in the store")
+                if n <= fails:
+                    raise ConnectionError("store down")
+                self.landed.add(key)
+
+    return Store()
+
+
+def test_a_retry_that_raises_does_not_end_the_settlers_threads():
+    # A store call that raises what is not a store failure (a bug) in a
+    # retry ends that key's retries, and only those: the few settler threads
+    # are the whole process's, and one dying per bug would leave no thread
+    # for any later outage (the count of threads is never lowered).
+    import time
+
+    from backstop.idempotency import StoredResponse
+
+    store = _outage_store(fails=2, bug_on=2)
+    lease = time.monotonic() + 30
+    for i in range(8):  # more than the settler's threads
+        store._settle("s", "bug%d" % i, "t", StoredResponse(201, {}, b""), lease)
+    until("every buggy retry made", lambda: all(store.tries.get("bug%d" % i) == 2 for i in range(8)))
+    for i in range(20):
+        store._settle("s", "k%d" % i, "t", StoredResponse(201, {}, b""), lease)
+    until("every later completion lands", lambda: len(store.landed) == 20)
+    assert not any(k.startswith("bug") for k in store.landed)
+
+
+def test_a_forked_child_settles_with_threads_of_its_own():
+    # A pre-forking server forks after its settler has threads: the child
+    # has none of them, and must start its own rather than count the
+    # parent's (then none would ever run its retries).
+    import os
+    import time
+
+    from backstop.idempotency import StoredResponse
+
+    parent = _outage_store(fails=1)
+    for i in range(8):  # enough at once for the settler to start all its threads
+        parent._settle("s", "p%d" % i, "t", StoredResponse(201, {}, b""), time.monotonic() + 30)
+    until("the parent's completions land", lambda: len(parent.landed) == 8)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 once its own completion landed
+        code = 1
+        try:
+            child = _outage_store(fails=1)
+            child._settle("s", "c", "t", StoredResponse(201, {}, b""), time.monotonic() + 30)
+            code = 0 if wait_for(lambda: child.landed, 20) and child.landed == {"c"} else 1
+        finally:
+            os._exit(code)
+    # Polled, and the child killed if it hangs (on a lock a parent's thread
+    # held at the fork, had the settler not made its own).
+    done = []
+    try:
+        until("the child to exit", lambda: done.append(os.waitpid(pid, os.WNOHANG)) or done[-1][0] == pid, 25)
+    finally:
+        if done[-1][0] != pid:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(done[-1][1]) == 0, "the child's completion did not land"
+
+
+def test_a_settler_that_cannot_start_a_thread_raises_nothing_and_starts_one_later(monkeypatch):
+    # A process out of threads (what the settler exists to avoid, but other
+    # code may cause): a retry handed over must not raise in the request,
+    # nor count a thread that never started (four of those and no retry
+    # would ever run again); the next hand-over starts one, which runs both.
+    import threading
+
+    from backstop.idempotency import _Settler
+
+    start, failing, done = threading.Thread.start, [True], []
+
+    def flaky_start(self):
+        if self.name == "backstop-idempotency-settle" and failing[0]:
+            raise RuntimeError("can't start new thread")
+        return start(self)
+
+    def steps(n):
+        yield 0.0
+        done.append(n)
+
+    monkeypatch.setattr(threading.Thread, "start", flaky_start)
+    settler = _Settler(threads=1)
+    settler.add(steps(1), lambda: None)
+    failing[0] = False
+    settler.add(steps(2), lambda: None)
+    until("both retries run", lambda: sorted(done) == [1, 2])

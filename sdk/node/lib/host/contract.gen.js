@@ -551,17 +551,19 @@ export const CALL = Symbol('call');
  * The methods of Policy (lib/host/policy.js) that are one call into the
  * module each: the exports with a method in contract/abi.json (index.d.ts:
  * PolicyCalls). The argument is checked as a failure's int64 is, also on a
- * stateless policy, which answers without a call where the schema says.
+ * stateless policy, which answers without a call where the schema says;
+ * but a closed policy throws, and a negative argument is the module's to
+ * refuse, as in Python and Java (test: the vector one_call.json).
  */
 export class PolicyCalls {
   recordSuccess(nowMs) {
     const arg = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
-    if (!this.stateful && this.h !== 0) return;
+    if (!this.stateful && this.h !== 0 && arg >= 0n) return;
     this[CALL]('record_success', arg);
   }
   circuitState(nowMs) {
     const arg = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
-    if (!this.stateful && this.h !== 0) return CIRCUIT_STATE_NAMES[Number(0n)];
+    if (!this.stateful && this.h !== 0 && arg >= 0n) return CIRCUIT_STATE_NAMES[Number(0n)];
     return CIRCUIT_STATE_NAMES[Number(this[CALL]('circuit_state', arg))];
   }
   acquire(nowMs) {
@@ -570,7 +572,7 @@ export class PolicyCalls {
   }
   budgetTokens(nowMs) {
     const arg = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
-    if (!this.stateful && this.h !== 0) return thousandths(unpackBudget(...halves(0n)));
+    if (!this.stateful && this.h !== 0 && arg >= 0n) return thousandths(unpackBudget(...halves(0n)));
     return thousandths(unpackBudget(...halves(this[CALL]('budget_tokens', arg))));
   }
   attemptTimeout(elapsedMs) {

@@ -586,8 +586,13 @@ class _Settler:
             self._seq += 1
             heapq.heappush(self._due, (time.monotonic() + pause, self._seq, steps, attempt))
             if self._threads < self._max:
-                self._threads += 1
-                threading.Thread(target=self._run, name="backstop-idempotency-settle", daemon=True).start()
+                try:
+                    threading.Thread(target=self._run, name="backstop-idempotency-settle", daemon=True).start()
+                    self._threads += 1
+                except RuntimeError as e:
+                    # Out of threads: not the request's error, and not counted
+                    # (a thread already running, or a later push's, takes it).
+                    log.warning("idempotency: no thread for the store's retries yet: %s", e)
             self._cond.notify()
 
     def _run(self) -> None:

@@ -650,11 +650,16 @@ class PolicyFacts:
 class PolicyCalls:
     """The methods of ``Policy`` that are one call into the module each
     (the exports with a ``method`` in contract/abi.json). The Policy gives
-    ``_stateful``, ``_call(export, arg)`` (the call with its handle, under
-    its instance's lock), ``_at(now_ms)`` (the host's clock when None) and
-    ``_ms(name, value)`` (a duration in ms, fractions dropped)."""
+    ``_stateful``, ``_h`` (0 once closed), ``_call(export, arg)`` (the call
+    with its handle, under its instance's lock), ``_at(now_ms)`` (the
+    host's clock when None) and ``_ms(name, value)`` (a duration in ms,
+    fractions dropped). The argument is checked also on a stateless policy,
+    which answers without a call where the schema says; but a closed policy
+    raises, and a negative argument is the module's to refuse, as in Node
+    and Java (testdata/vectors/one_call.json)."""
 
     _stateful: bool
+    _h: int
     _at: Callable[[Any], int]
     _ms: Callable[[str, Any], int]
 
@@ -666,18 +671,20 @@ class PolicyCalls:
         breaker; a no-op for a stateless policy.
 
         ``now_ms`` defaults to the host's clock."""
-        if not self._stateful:
+        arg = self._at(now_ms)
+        if not self._stateful and self._h and arg >= 0:
             return
-        self._call("record_success", self._at(now_ms))
+        self._call("record_success", arg)
 
     def circuit_state(self, now_ms: Optional[int] = None) -> str:
         """The circuit breaker's state at ``now_ms``: closed (also when the policy
         has no breaker), open or half_open.
 
         ``now_ms`` defaults to the host's clock."""
-        if not self._stateful:
+        arg = self._at(now_ms)
+        if not self._stateful and self._h and arg >= 0:
             return CIRCUIT_STATE_NAMES[0]
-        return CIRCUIT_STATE_NAMES[self._call("circuit_state", self._at(now_ms))]
+        return CIRCUIT_STATE_NAMES[self._call("circuit_state", arg)]
 
     def acquire(self, now_ms: Optional[int] = None) -> Permit:
         """Asks permission for one call at ``now_ms``, before it is made. While the
@@ -692,7 +699,8 @@ class PolicyCalls:
         ``now_ms`` defaults to the host's clock. Raises ``InputError`` when it
         is not an integer or is negative, or 0 on a stateful policy; no state
         changes then."""
-        return permit(self._call("acquire", self._at(now_ms)))
+        arg = self._at(now_ms)
+        return permit(self._call("acquire", arg))
 
     def budget_tokens(self, now_ms: Optional[int] = None) -> Optional[float]:
         """What is left of the retry budget at ``now_ms``, read without changing
@@ -702,9 +710,10 @@ class PolicyCalls:
 
         ``now_ms`` defaults to the host's clock. Raises ``InputError`` when it
         is not an integer or is negative."""
-        if not self._stateful:
+        arg = self._at(now_ms)
+        if not self._stateful and self._h and arg >= 0:
             return _thousandths(budget(0))
-        return _thousandths(budget(self._call("budget_tokens", self._at(now_ms))))
+        return _thousandths(budget(self._call("budget_tokens", arg)))
 
     def attempt_timeout(self, elapsed_ms: Union[int, float, timedelta] = 0) -> int:
         """How long the attempt starting ``elapsed_ms`` after the first one started
@@ -715,5 +724,6 @@ class PolicyCalls:
         ``elapsed_ms`` defaults to 0 (a ``timedelta`` or a float: fractions are
         dropped). Raises ``InputError`` when it is not an integer or is
         negative."""
-        return self._call("attempt_timeout", self._ms("elapsed_ms", elapsed_ms))
+        arg = self._ms("elapsed_ms", elapsed_ms)
+        return self._call("attempt_timeout", arg)
 
