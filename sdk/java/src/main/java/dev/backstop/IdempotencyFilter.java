@@ -71,11 +71,6 @@ public final class IdempotencyFilter implements Filter {
   public static final String REPLAYED_HEADER = "Idempotent-Replayed";
 
   private static final System.Logger LOG = System.getLogger("dev.backstop.idempotency");
-  private static final ScheduledExecutorService RETRIES = Executors.newSingleThreadScheduledExecutor(r -> {
-    Thread t = new Thread(r, "backstop-idempotency-settle");
-    t.setDaemon(true);
-    return t;
-  });
 
   /**
    * The filter's options: immutable, each {@code withX} returns a copy.
@@ -149,10 +144,23 @@ public final class IdempotencyFilter implements Filter {
 
   private final IdempotencyStore store;
   private final Options o;
+  // The background retries of store calls that failed after a handler ran;
+  // destroy() lets those pending finish (each ends with its key's lease).
+  private final ScheduledExecutorService retries = Executors.newSingleThreadScheduledExecutor(r -> {
+    Thread t = new Thread(r, "backstop-idempotency-settle");
+    t.setDaemon(true);
+    return t;
+  });
 
   private IdempotencyFilter(IdempotencyStore store, Options o) {
     this.store = store;
     this.o = o;
+  }
+
+  /** Stops the retry thread once the retries pending have ended. */
+  @Override
+  public void destroy() {
+    retries.shutdown();
   }
 
   public static IdempotencyFilter create(IdempotencyStore store, Options options) {
@@ -273,7 +281,7 @@ public final class IdempotencyFilter implements Filter {
    * retried in the background, 10ms doubling to 1s, jittered, until the
    * lease (until, System.nanoTime) ends.
    */
-  private static void settle(String op, String key, long until, Runnable call) {
+  private void settle(String op, String key, long until, Runnable call) {
     try {
       call.run();
       return;
@@ -287,14 +295,14 @@ public final class IdempotencyFilter implements Filter {
     retry(op, key, until, call, 10, 1);
   }
 
-  private static void retry(String op, String key, long until, Runnable call, long delayMs, int attempts) {
+  private void retry(String op, String key, long until, Runnable call, long delayMs, int attempts) {
     long wait = delayMs / 2 + ThreadLocalRandom.current().nextLong(Math.max(1, delayMs / 2));
     if (System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(wait) >= until) {
       LOG.log(System.Logger.Level.ERROR, "idempotency: store call still failing when the lease ended: the key may run again: "
           + op + " " + key + " after " + attempts + " attempts");
       return;
     }
-    RETRIES.schedule(() -> {
+    retries.schedule(() -> {
       try {
         call.run();
         LOG.log(System.Logger.Level.INFO, "idempotency: store call succeeded after retries: " + op + " " + key + ", attempts " + (attempts + 1));
@@ -491,6 +499,8 @@ public final class IdempotencyFilter implements Filter {
       if (writer == null) {
         String enc = getCharacterEncoding();
         Charset cs = enc == null ? StandardCharsets.ISO_8859_1 : Charset.forName(enc.toLowerCase(Locale.ROOT));
+        // As the container's own getWriter does: the charset becomes part of the Content-Type.
+        if (enc != null) setCharacterEncoding(enc);
         writer = new PrintWriter(new OutputStreamWriter(body, cs));
       }
       return writer;
