@@ -36,10 +36,28 @@ func Root() string {
 // sdk/java's main or test classes) with args, its classpath built.
 func Command(t testing.TB, class string, args ...string) *exec.Cmd {
 	t.Helper()
+	java := Java(t)
+	target := Build(t)
+	cp := strings.Join([]string{filepath.Join(target, "test-classes"), filepath.Join(target, "classes"),
+		filepath.Join(target, "test-lib", "*")}, string(os.PathListSeparator))
+	// A short-lived test process: the client compiler only starts it sooner.
+	return exec.Command(java, append([]string{"-XX:TieredStopAtLevel=1", "-cp", cp, "dev.backstop." + class}, args...)...)
+}
+
+// Java returns the path of the java command.
+func Java(t testing.TB) string {
+	t.Helper()
 	java, err := exec.LookPath("java")
 	if err != nil {
 		t.Fatalf("java not found (the JVM runs sdk/java): install it, or run `make test`")
 	}
+	return java
+}
+
+// Build builds sdk/java once per test binary and returns its target
+// directory (the jar, classes, test-classes, lib and test-lib).
+func Build(t testing.TB) string {
+	t.Helper()
 	mvn, err := exec.LookPath("mvn")
 	if err != nil {
 		t.Fatalf("mvn not found (Maven builds sdk/java): install it, or run `make test`")
@@ -62,9 +80,5 @@ func Command(t testing.TB, class string, args ...string) *exec.Cmd {
 	if buildErr != nil {
 		t.Fatalf("mvn package (sdk/java): %v\n%s", buildErr, buildOut)
 	}
-	target := filepath.Join(root, "sdk/java/target")
-	cp := strings.Join([]string{filepath.Join(target, "test-classes"), filepath.Join(target, "classes"),
-		filepath.Join(target, "test-lib", "*")}, string(os.PathListSeparator))
-	// A short-lived test process: the client compiler only starts it sooner.
-	return exec.Command(java, append([]string{"-XX:TieredStopAtLevel=1", "-cp", cp, "dev.backstop." + class}, args...)...)
+	return filepath.Join(root, "sdk/java/target")
 }

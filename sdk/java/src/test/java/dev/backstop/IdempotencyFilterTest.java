@@ -18,7 +18,6 @@ import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -27,10 +26,6 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
-import org.apache.catalina.Context;
-import org.apache.catalina.startup.Tomcat;
-import org.apache.tomcat.util.descriptor.web.FilterDef;
-import org.apache.tomcat.util.descriptor.web.FilterMap;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -51,7 +46,7 @@ class IdempotencyFilterTest {
   static RedisCommands<String, String> r;
   static final HttpClient http = HttpClient.newHttpClient();
 
-  Tomcat tomcat;
+  TomcatServer tomcat;
   String base;
   IdempotencyStore store;
   final Map<String, AtomicInteger> runs = new ConcurrentHashMap<>();
@@ -108,30 +103,14 @@ class IdempotencyFilterTest {
   void start(IdempotencyStore.Options options) throws Exception {
     if (tomcat != null) stop();
     store = IdempotencyStore.create(client, options);
-    tomcat = new Tomcat();
-    tomcat.setBaseDir(Files.createTempDirectory("backstop-tomcat").toString());
-    tomcat.setPort(0);
-    Context ctx = tomcat.addContext("", null);
-    Tomcat.addServlet(ctx, "charges", new Charges());
-    ctx.addServletMappingDecoded("/*", "charges");
-    FilterDef fd = new FilterDef();
-    fd.setFilterName("idempotency");
-    fd.setFilter(IdempotencyFilter.create(store, IdempotencyFilter.Options.defaults()));
-    ctx.addFilterDef(fd);
-    FilterMap fm = new FilterMap();
-    fm.setFilterName("idempotency");
-    fm.addURLPattern("/*");
-    ctx.addFilterMap(fm);
-    tomcat.getConnector();
-    tomcat.start();
-    base = "http://127.0.0.1:" + tomcat.getConnector().getLocalPort();
+    tomcat = new TomcatServer(IdempotencyFilter.create(store, IdempotencyFilter.Options.defaults()), new Charges());
+    base = tomcat.base;
   }
 
   @AfterEach
   void stop() throws Exception {
     release.countDown();
-    tomcat.stop();
-    tomcat.destroy();
+    tomcat.close();
     store.close();
     for (String k : r.keys("idem-filter:*")) r.del(k);
   }
