@@ -141,8 +141,29 @@ public final class RedisQueue implements AutoCloseable {
       return true;
     } catch (RedisCommandExecutionException e) {
       if (e.getMessage() != null && e.getMessage().contains("BUSYGROUP")) return false;
+      // Redis refuses XGROUP CREATE before it looks for the group when it
+      // refuses writes (out of memory, a read-only replica): a group that
+      // exists is all a worker needs (as the Go and Node.js queues).
+      if (groupExists()) return false;
       throw e;
     }
+  }
+
+  private boolean groupExists() {
+    try {
+      for (Object g : (List<?>) call(CommandType.XINFO, List.of(Redis.bytes("GROUPS"), Redis.bytes(keys.jobs)))) {
+        List<?> f = (List<?>) g;
+        for (int i = 0; i + 1 < f.size(); i += 2) {
+          if ("name".equals(Redis.text((byte[]) f.get(i))) && f.get(i + 1) instanceof byte[]
+              && group.equals(Redis.text((byte[]) f.get(i + 1)))) {
+            return true;
+          }
+        }
+      }
+    } catch (RuntimeException e) {
+      return false; // no stream, or Redis failing: the create's error says more
+    }
+    return false;
   }
 
   /** Enqueues job jobId (its attempt 1); jobType may be null. Returns the entry id. */

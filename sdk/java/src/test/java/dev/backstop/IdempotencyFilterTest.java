@@ -25,7 +25,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -132,15 +131,6 @@ class IdempotencyFilterTest {
     return n == null ? 0 : n.get();
   }
 
-  /** Bounded polling for a condition another thread makes true. */
-  static void eventually(String what, BooleanSupplier cond) throws InterruptedException {
-    long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-    while (!cond.getAsBoolean()) {
-      if (System.nanoTime() > until) throw new AssertionError("not within 20s: " + what);
-      TimeUnit.MILLISECONDS.sleep(5); // bounded polling of another thread's state
-    }
-  }
-
   @Test
   void aRetryGetsTheFirstResponseAndTheHandlerRunsOnce() throws Exception {
     HttpResponse<String> first = post("k1", "10");
@@ -224,7 +214,7 @@ class IdempotencyFilterTest {
     assertTrue(started.await(20, TimeUnit.SECONDS));
     hung.get(20, TimeUnit.SECONDS); // the client has given up
     release.countDown();
-    eventually("the record completed", () -> "completed".equals(r.hget("idem-filter:{:k6}", "state")));
+    RabbitCasesTest.until("the record completed", () -> "completed".equals(r.hget("idem-filter:{:k6}", "state")));
     HttpResponse<String> retry = post("k6", "10");
     assertEquals(201, retry.statusCode());
     assertEquals("true", retry.headers().firstValue(IdempotencyFilter.REPLAYED_HEADER).orElse(""));
@@ -259,7 +249,7 @@ class IdempotencyFilterTest {
       r.configSet("maxmemory", "0");
       r.configSet("maxmemory-policy", policy);
     }
-    eventually("the record completed by a retry", () -> "completed".equals(r.hget("idem-filter:{:k7}", "state")));
+    RabbitCasesTest.until("the record completed by a retry", () -> "completed".equals(r.hget("idem-filter:{:k7}", "state")));
     HttpResponse<String> retry = post("k7", "10");
     assertEquals("true", retry.headers().firstValue(IdempotencyFilter.REPLAYED_HEADER).orElse(""), retry.body());
     assertEquals(1, runs("k7"));
