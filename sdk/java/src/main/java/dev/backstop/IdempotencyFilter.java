@@ -219,9 +219,11 @@ public final class IdempotencyFilter implements Filter {
     }
     switch (c.state()) {
       case CONFLICT:
+        store.count(m -> m.request("conflict"));
         error(res, 422, o.header + " was used with a different request");
         return;
       case IN_PROGRESS:
+        store.count(m -> m.request("in_progress"));
         res.setHeader("Retry-After", Long.toString(c.retryAfterSeconds()));
         error(res, HttpServletResponse.SC_CONFLICT, "a request with this " + o.header + " is in progress");
         return;
@@ -230,6 +232,7 @@ public final class IdempotencyFilter implements Filter {
         return;
       default:
     }
+    store.count(m -> m.request("first_run"));
     // Whatever happens from here (a handler that throws, a client that
     // left, a store that fails), the record is completed or released.
     Recorder rec = new Recorder(res);
@@ -314,8 +317,9 @@ public final class IdempotencyFilter implements Filter {
     }, wait, TimeUnit.MILLISECONDS);
   }
 
-  private static void replay(HttpServletResponse res, IdempotencyStore.Response r) throws IOException {
+  private void replay(HttpServletResponse res, IdempotencyStore.Response r) throws IOException {
     res.setHeader(REPLAYED_HEADER, "true");
+    store.count(m -> m.request(r.tooLarge() ? "too_large" : "replayed"));
     if (r.tooLarge()) {
       error(res, 500, "idempotency: the first response to this key was too large to store; it cannot be replayed");
       return;

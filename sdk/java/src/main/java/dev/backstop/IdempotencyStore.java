@@ -6,6 +6,7 @@ import io.lettuce.core.RedisException;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.api.sync.RedisCommands;
 import io.lettuce.core.codec.ByteArrayCodec;
+import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
@@ -106,23 +107,36 @@ public final class IdempotencyStore implements AutoCloseable {
     final Duration retention;
     final int maxBody;
     final Duration callTimeout;
+    final PrometheusRegistry registry;
 
-    private Options(String prefix, Duration lease, Duration retention, int maxBody, Duration callTimeout) {
+    private Options(String prefix, Duration lease, Duration retention, int maxBody, Duration callTimeout,
+        PrometheusRegistry registry) {
       this.prefix = prefix;
       this.lease = lease;
       this.retention = retention;
       this.maxBody = maxBody;
       this.callTimeout = callTimeout;
+      this.registry = registry;
+    }
+
+    /**
+     * Counts into registry (prometheus-metrics-core, an optional dependency)
+     * the backstop_idempotency_* families every language exports: requests by
+     * outcome (the filter's), lease expiries, lost leases, store errors by
+     * operation. Default: no metrics.
+     */
+    public Options withMetrics(PrometheusRegistry registry) {
+      return new Options(prefix, lease, retention, maxBody, callTimeout, java.util.Objects.requireNonNull(registry, "registry"));
     }
 
     public static Options defaults() {
-      return new Options("idem", Duration.ofSeconds(30), Duration.ofHours(24), 1 << 20, Duration.ofSeconds(5));
+      return new Options("idem", Duration.ofSeconds(30), Duration.ofHours(24), 1 << 20, Duration.ofSeconds(5), null);
     }
 
     /** How long one store call waits for Redis before it fails (at least 1ms). */
     public Options withCallTimeout(Duration d) {
       if (d == null || d.toMillis() < 1) throw new IllegalArgumentException("idempotency: call timeout must be at least 1ms (got " + d + ")");
-      return new Options(prefix, lease, retention, maxBody, d);
+      return new Options(prefix, lease, retention, maxBody, d, registry);
     }
 
     /** The key prefix: non-empty, no braces. */
@@ -130,7 +144,7 @@ public final class IdempotencyStore implements AutoCloseable {
       if (prefix == null || prefix.isEmpty() || prefix.contains("{") || prefix.contains("}")) {
         throw new IllegalArgumentException("idempotency: prefix must be non-empty without braces (got " + prefix + ")");
       }
-      return new Options(prefix, lease, retention, maxBody, callTimeout);
+      return new Options(prefix, lease, retention, maxBody, callTimeout, registry);
     }
 
     /** How long a started request owns its key before another may take it over (at least 1ms, at most the retention). */
@@ -139,7 +153,7 @@ public final class IdempotencyStore implements AutoCloseable {
       if (retention.compareTo(lease) < 0) {
         throw new IllegalArgumentException("idempotency: lease must be at most the retention " + retention + " (got " + lease + ")");
       }
-      return new Options(prefix, lease, retention, maxBody, callTimeout);
+      return new Options(prefix, lease, retention, maxBody, callTimeout, registry);
     }
 
     /** How long a record is kept (at least the lease). */
@@ -147,13 +161,13 @@ public final class IdempotencyStore implements AutoCloseable {
       if (retention == null || retention.compareTo(lease) < 0) {
         throw new IllegalArgumentException("idempotency: retention must be at least the lease " + lease + " (got " + retention + ")");
       }
-      return new Options(prefix, lease, retention, maxBody, callTimeout);
+      return new Options(prefix, lease, retention, maxBody, callTimeout, registry);
     }
 
     /** The largest response body stored; a larger one is recorded as too large to replay. */
     public Options withMaxBody(int maxBody) {
       if (maxBody < 0) throw new IllegalArgumentException("idempotency: max body must not be negative (got " + maxBody + ")");
-      return new Options(prefix, lease, retention, maxBody, callTimeout);
+      return new Options(prefix, lease, retention, maxBody, callTimeout, registry);
     }
 
     public Duration lease() {
@@ -164,11 +178,17 @@ public final class IdempotencyStore implements AutoCloseable {
   private final StatefulRedisConnection<byte[], byte[]> conn;
   private final RedisCommands<byte[], byte[]> cmds;
   final Options options;
+  final IdempotencyMetrics metrics; // null: none
 
   private IdempotencyStore(StatefulRedisConnection<byte[], byte[]> conn, Options options) {
     this.conn = conn;
     this.cmds = conn.sync();
     this.options = options;
+    this.metrics = options.registry == null ? null : IdempotencyMetrics.on(options.registry);
+  }
+
+  void count(java.util.function.Consumer<IdempotencyMetrics> f) {
+    if (metrics != null) f.accept(metrics);
   }
 
   /** A store over a connection of its own to client. */
@@ -223,11 +243,18 @@ public final class IdempotencyStore implements AutoCloseable {
     String bad = checkKey(key);
     if (bad != null) throw new IllegalArgumentException(bad);
     String token = newToken();
-    List<Object> r = RedisQueue.script(cmds, "idempotency", List.of(recordKey(scope, key)),
-        List.of("begin", token, request, options.lease.toMillis(), options.retention.toMillis()));
+    List<Object> r;
+    try {
+      r = RedisQueue.script(cmds, "idempotency", List.of(recordKey(scope, key)),
+          List.of("begin", token, request, options.lease.toMillis(), options.retention.toMillis()));
+    } catch (RuntimeException e) {
+      count(m -> m.storeError("begin"));
+      throw e;
+    }
     String state = r.isEmpty() ? "" : text(r.get(0));
     switch (state) {
       case "started":
+        if (num(r.get(1)) == 1) count(IdempotencyMetrics::leaseExpiry);
         return new Claim(State.STARTED, token, num(r.get(1)) == 1, 0, null);
       case "in_progress":
         return new Claim(State.IN_PROGRESS, null, false, num(r.get(1)), null);
@@ -275,13 +302,18 @@ public final class IdempotencyStore implements AutoCloseable {
     owner("fail", key, () -> RedisQueue.script(cmds, "idempotency", List.of(recordKey(scope, key)), List.of("fail", token)));
   }
 
-  private static void owner(String op, String key, Runnable call) {
+  private void owner(String op, String key, Runnable call) {
     try {
       call.run();
     } catch (RedisCommandExecutionException e) {
       if (e.getMessage() != null && e.getMessage().contains("backstop idempotency: lease lost")) {
+        count(IdempotencyMetrics::leaseLost);
         throw new LeaseLostException("idempotency: " + op + " " + key + ": lease lost: " + e.getMessage());
       }
+      count(m -> m.storeError(op));
+      throw e;
+    } catch (RuntimeException e) {
+      count(m -> m.storeError(op));
       throw e;
     }
   }

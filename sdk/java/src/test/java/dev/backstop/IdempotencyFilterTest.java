@@ -200,6 +200,31 @@ class IdempotencyFilterTest {
     assertEquals(2, runs("k5"));
   }
 
+  // The backstop_idempotency_* families, named and helped as Go's, Node's
+  // and Python's, every series there from the start.
+  @Test
+  void theFilterCountsWhatGoCounts() throws Exception {
+    io.prometheus.metrics.model.registry.PrometheusRegistry reg = new io.prometheus.metrics.model.registry.PrometheusRegistry();
+    start(IdempotencyStore.Options.defaults().withPrefix("idem-filter").withMetrics(reg));
+    assertEquals(201, post("m1", "10").statusCode());
+    assertEquals(201, post("m1", "10").statusCode());
+    assertEquals(422, post("m1", "11").statusCode());
+    String text = MetricsTest.scrape(reg);
+    for (String line : new String[] {
+        "# HELP backstop_idempotency_requests_total Requests carrying an idempotency key, by outcome: first_run, replayed, in_progress, conflict, too_large.",
+        "# HELP backstop_idempotency_lease_expiries_total Keys taken over because their owner's lease ran out (a crashed or slow request).",
+        "# HELP backstop_idempotency_lease_lost_total Complete or fail refused because the caller no longer owned its key.",
+        "# HELP backstop_idempotency_store_errors_total Calls to the idempotency store that failed, by operation: begin, complete, fail.",
+        "backstop_idempotency_requests_total{outcome=\"first_run\"} 1.0",
+        "backstop_idempotency_requests_total{outcome=\"replayed\"} 1.0",
+        "backstop_idempotency_requests_total{outcome=\"conflict\"} 1.0",
+        "backstop_idempotency_requests_total{outcome=\"in_progress\"} 0.0",
+        "backstop_idempotency_store_errors_total{operation=\"complete\"} 0.0",
+        "backstop_idempotency_lease_lost_total 0.0"}) {
+      assertTrue(text.contains(line + "\n"), line + " in\n" + text);
+    }
+  }
+
   // Issue 40, fault 1: a client that times out while the handler runs. The
   // handler finishes after the client left; its response is stored, so the
   // retry gets it (not a 409, and never, after the lease, a second charge).
