@@ -63,8 +63,11 @@ import java.util.function.IntPredicate;
  * exactly once), as in every language.
  *
  * <p>jakarta.servlet-api is a provided dependency: the container brings it.
- * Asynchronous requests ({@code startAsync}) are not buffered: map the
- * filter to synchronous handlers.
+ * The filter reads the request body to fingerprint it and gives it to the
+ * handler again (stream, reader, form parameters); multipart parts
+ * ({@code getParts}) cannot be parsed again by the container, and
+ * asynchronous requests ({@code startAsync}) are not buffered: map the
+ * filter to synchronous handlers of JSON or form bodies.
  */
 public final class IdempotencyFilter implements Filter {
   /** Marks a response replayed from the store. */
@@ -348,13 +351,67 @@ public final class IdempotencyFilter implements Filter {
     res.getOutputStream().write(b);
   }
 
-  /** The request with its body read once and given again to the handler. */
+  /**
+   * The request with its body read once and given again to the handler: as
+   * a stream, a reader, and for a form (application/x-www-form-urlencoded)
+   * as parameters, which the container can no longer parse from the body.
+   */
   private static final class Replayable extends HttpServletRequestWrapper {
     private final byte[] body;
+    private Map<String, String[]> form;
 
     Replayable(HttpServletRequest r, byte[] body) {
       super(r);
       this.body = body;
+    }
+
+    private boolean isForm() {
+      String ct = getContentType();
+      return ct != null && ct.toLowerCase(Locale.ROOT).startsWith("application/x-www-form-urlencoded");
+    }
+
+    private Map<String, String[]> form() {
+      if (form == null) {
+        String enc = getCharacterEncoding();
+        Charset cs = enc == null ? StandardCharsets.UTF_8 : Charset.forName(enc);
+        Map<String, List<String>> m = new LinkedHashMap<>();
+        for (String part : new String[] {getQueryString(), new String(body, cs)}) {
+          if (part == null || part.isEmpty()) continue;
+          for (String pair : part.split("&")) {
+            if (pair.isEmpty()) continue;
+            int eq = pair.indexOf('=');
+            String name = java.net.URLDecoder.decode(eq < 0 ? pair : pair.substring(0, eq), cs);
+            String value = eq < 0 ? "" : java.net.URLDecoder.decode(pair.substring(eq + 1), cs);
+            m.computeIfAbsent(name, k -> new ArrayList<>()).add(value);
+          }
+        }
+        Map<String, String[]> out = new LinkedHashMap<>();
+        m.forEach((k, v) -> out.put(k, v.toArray(new String[0])));
+        form = java.util.Collections.unmodifiableMap(out);
+      }
+      return form;
+    }
+
+    @Override
+    public String getParameter(String name) {
+      if (!isForm()) return super.getParameter(name);
+      String[] v = form().get(name);
+      return v == null ? null : v[0];
+    }
+
+    @Override
+    public Map<String, String[]> getParameterMap() {
+      return isForm() ? form() : super.getParameterMap();
+    }
+
+    @Override
+    public java.util.Enumeration<String> getParameterNames() {
+      return isForm() ? java.util.Collections.enumeration(form().keySet()) : super.getParameterNames();
+    }
+
+    @Override
+    public String[] getParameterValues(String name) {
+      return isForm() ? form().get(name) : super.getParameterValues(name);
     }
 
     @Override

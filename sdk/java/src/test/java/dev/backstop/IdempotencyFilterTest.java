@@ -71,7 +71,9 @@ class IdempotencyFilterTest {
 
     @Override
     protected void service(HttpServletRequest req, HttpServletResponse res) throws IOException {
-      String body = new String(req.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+      String ct = req.getContentType();
+      String body = ct != null && ct.startsWith("application/x-www-form-urlencoded") ? req.getParameter("amount")
+          : new String(req.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
       String key = req.getHeader("Idempotency-Key");
       runs.computeIfAbsent(key == null ? "-" : key, k -> new AtomicInteger()).incrementAndGet();
       started.countDown();
@@ -154,6 +156,20 @@ class IdempotencyFilterTest {
     assertEquals("201", rec.get("status"));
     assertEquals("{\"Content-Type\":[\"" + ct + "\"],\"Location\":[\"/charges/caf%C3%A9\"]}", rec.get("headers"));
     assertEquals(IdempotencyStore.fingerprint("POST", "/charges", "10".getBytes(StandardCharsets.UTF_8)), rec.get("request"));
+  }
+
+  // The body the filter read is the handler's still: a form's parameters too.
+  @Test
+  void aFormPostKeepsItsParameters() throws Exception {
+    HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(base + "/charges?currency=eur"))
+        .header("Content-Type", "application/x-www-form-urlencoded").header("Idempotency-Key", "f1")
+        .POST(HttpRequest.BodyPublishers.ofString("amount=12%2C50"));
+    HttpResponse<String> first = http.send(b.build(), HttpResponse.BodyHandlers.ofString());
+    assertEquals("{\"charged\":\"12,50\"}", first.body());
+    HttpResponse<String> other = http.send(b.POST(HttpRequest.BodyPublishers.ofString("amount=13")).build(),
+        HttpResponse.BodyHandlers.ofString());
+    assertEquals(422, other.statusCode(), "another form under the key");
+    assertEquals(1, runs("f1"));
   }
 
   @Test
