@@ -1,15 +1,18 @@
 // Package javatest runs classes of the JVM host (sdk/java) from Go tests:
-// the crash tests' Java workers, the idempotency interop. It builds
-// sdk/java with Maven once per test binary (`mvn package -DskipTests`,
+// the crash tests' Java workers, the idempotency interop, the crosshost
+// decide command. It builds sdk/java with Maven (`mvn package -DskipTests`,
 // which also copies the runtime and test dependencies to target/lib and
-// target/test-lib), under a file lock so that test packages running at once
-// do not build into the same target/ together. java and mvn must be
+// target/test-lib) at most once per test binary, under a file lock so that
+// test packages running at once do not build into the same target/
+// together; a build stamped newer than every input (the pom, the sources,
+// what it takes from contract/) is not made again by the next binary. java and mvn must be
 // installed (`make deps`): without them the test fails, it never skips.
 package javatest
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,10 +78,46 @@ func Build(t testing.TB) string {
 			return
 		}
 		defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		stamp := filepath.Join(root, "sdk/java/target/javatest.stamp")
+		if fresh(root, stamp) { // another test binary of this run built it
+			return
+		}
 		buildOut, buildErr = exec.Command(mvn, "-B", "-q", "-f", filepath.Join(root, "sdk/java/pom.xml"), "-DskipTests", "package").CombinedOutput()
+		if buildErr == nil {
+			buildErr = os.WriteFile(stamp, nil, 0o644)
+		}
 	})
 	if buildErr != nil {
 		t.Fatalf("mvn package (sdk/java): %v\n%s", buildErr, buildOut)
 	}
 	return filepath.Join(root, "sdk/java/target")
+}
+
+// fresh reports whether the build stamped by stamp is newer than every
+// input of sdk/java's build: its pom and sources, and what it takes from
+// contract/ (the module, the error kinds, the scripts).
+func fresh(root, stamp string) bool {
+	st, err := os.Stat(stamp)
+	if err != nil {
+		return false
+	}
+	built := st.ModTime()
+	stale := false
+	for _, in := range []string{"sdk/java/pom.xml", "sdk/java/src", "contract/backstop.wasm", "contract/errorkinds.json", "contract/scripts"} {
+		filepath.WalkDir(filepath.Join(root, in), func(_ string, d fs.DirEntry, err error) error {
+			if err != nil {
+				stale = true
+				return err
+			}
+			if info, err := d.Info(); err != nil || !info.ModTime().Before(built) {
+				stale = true
+				return filepath.SkipAll
+			}
+			return nil
+		})
+		if stale {
+			return false
+		}
+	}
+	return true
 }
