@@ -21,6 +21,8 @@ import (
 	"github.com/backstop-dev/backstop"
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/idempotency"
+	"github.com/backstop-dev/backstop/internal/testing/eventually"
+	"github.com/backstop-dev/backstop/internal/testing/javatest"
 	"github.com/backstop-dev/backstop/internal/testing/redistest"
 	"github.com/backstop-dev/backstop/queue"
 	"github.com/backstop-dev/backstop/queue/redisqueue"
@@ -160,8 +162,8 @@ func TestCrashLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test: runs in make test, not with -short")
 	}
-	plain := crashRun(t, 5_000, false)
-	store := crashRun(t, 5_000, true)
+	plain := crashRun(t, 5_000, false, goFleet)
+	store := crashRun(t, 5_000, true, goFleet)
 	t.Logf("duplicate executions: %d without the store, %d with it; of them after a finished run: %d without, %d with",
 		plain.dups, store.dups, plain.afterFinish, store.afterFinish)
 	if plain.injected == 0 || store.injected == 0 || plain.afterFinish < plain.injected {
@@ -178,26 +180,47 @@ func TestCrashLosesNothing(t *testing.T) {
 	}
 }
 
+// TestCrashLosesNothingWithJavaWorkers: the same chaos with two Java worker
+// processes (sdk/java, dev.backstop.CrashWorker: a RedisWorker with the same
+// policy and handler semantics) beside a Go worker and the promoter,
+// SIGKILLed at random like them, with and without the idempotency store
+// (the Java IdempotencyStore beside Go's, on the same records). Fewer jobs
+// than the Go-only run: it is about the mixed fleet, not the volume. The
+// Java build must be there: a missing java or mvn fails the test.
+func TestCrashLosesNothingWithJavaWorkers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: runs in make test, not with -short")
+	}
+	fleet := []string{"worker-a", "java-a", "java-b", "promoter"}
+	for _, withStore := range []bool{false, true} {
+		c := crashRun(t, 1_500, withStore, fleet)
+		if c.java == 0 {
+			t.Errorf("store %v: the Java worker executed no job", withStore)
+		}
+		if withStore && c.afterFinish != 0 {
+			t.Errorf("with the store, %d runs executed again after they finished: %v", c.afterFinish, c.afterFinishRuns)
+		}
+	}
+}
+
+var goFleet = []string{"worker-a", "worker-b", "worker-c", "promoter"}
+
 // crashCounts are a crash run's duplicate executions: all of them, and those
 // that started after an earlier run of the same attempt had finished (only
 // the queue's ack was left).
 type crashCounts struct {
 	dups, afterFinish, injected int64
 	afterFinishRuns             map[string]string
+	java                        int64 // executions by Java workers
 }
 
-func crashRun(t *testing.T, jobs int, withStore bool) crashCounts {
+func crashRun(t *testing.T, jobs int, withStore bool, names []string) crashCounts {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	ctx := context.Background()
 	q := redisqueue.New(rdb, "crash")
 	if err := q.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
-	}
-	for i := 0; i < jobs; i++ {
-		if _, err := q.Enqueue(ctx, fmt.Sprintf("job-%05d", i), []byte("p")); err != nil {
-			t.Fatal(err)
-		}
 	}
 
 	cache := t.TempDir()
@@ -211,6 +234,9 @@ func crashRun(t *testing.T, jobs int, withStore bool) crashCounts {
 		}
 		generation++
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		if strings.HasPrefix(name, "java") {
+			cmd = javatest.Command(t, "CrashWorker")
+		}
 		storeEnv := "BACKSTOP_CRASH_STORE=0"
 		if withStore {
 			storeEnv = "BACKSTOP_CRASH_STORE=1"
@@ -226,7 +252,6 @@ func crashRun(t *testing.T, jobs int, withStore bool) crashCounts {
 		exited[name] = done
 		go func() { cmd.Wait(); close(done) }()
 	}
-	names := []string{"worker-a", "worker-b", "worker-c", "promoter"}
 	for _, n := range names {
 		start(n)
 	}
@@ -236,6 +261,24 @@ func crashRun(t *testing.T, jobs int, withStore bool) crashCounts {
 			<-exited[name]
 		}
 	}()
+
+	// A JVM takes seconds to start: the jobs come once the Java workers
+	// read, so that they take part from the first job.
+	javaWorkers := 0
+	for _, n := range names {
+		if strings.HasPrefix(n, "java") {
+			javaWorkers++
+		}
+	}
+	eventually.True(t, 90*time.Second, "the Java workers started", func() bool {
+		n, _ := rdb.Get(ctx, "crash:java_started").Int()
+		return n >= javaWorkers
+	})
+	for i := 0; i < jobs; i++ {
+		if _, err := q.Enqueue(ctx, fmt.Sprintf("job-%05d", i), []byte("p")); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	rng := rand.New(rand.NewPCG(42, 42))
 	kills := 0
@@ -325,7 +368,11 @@ func crashRun(t *testing.T, jobs int, withStore bool) crashCounts {
 	}
 	busy, _ := rdb.Get(ctx, "crash:in_progress").Int64()
 	injected, _ := rdb.Get(ctx, "crash:injected").Int64()
+	java, _ := rdb.HGet(ctx, "crash:exec_by", "java").Int64()
 	t.Logf("store %v: %d jobs: %d succeeded, %d dead-lettered %v; %d kills and %d crashes after a finished run; %d executions, %d duplicate executions (%.2f%%), %d after a finished run; %d in progress; %d retries, %d reclaimed",
 		withStore, jobs, len(succeeded), len(dls), byReason, kills, injected, total, dups, 100*float64(dups)/float64(total), afterFinish, busy, c["attempts:retry"], c["reclaimed"])
-	return crashCounts{dups: dups, afterFinish: afterFinish, injected: injected, afterFinishRuns: after}
+	if java > 0 {
+		t.Logf("%d executions by Java workers", java)
+	}
+	return crashCounts{dups: dups, afterFinish: afterFinish, injected: injected, afterFinishRuns: after, java: java}
 }

@@ -14,10 +14,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/backstop-dev/backstop/host"
+	"github.com/backstop-dev/backstop/internal/testing/javatest"
 	"github.com/backstop-dev/backstop/internal/vector"
 )
 
@@ -184,27 +184,13 @@ func run(t *testing.T, stdin []byte, name string, args ...string) []string {
 
 // javaDecide returns the argv of the Java host's decide command
 // (sdk/java, dev.backstop.Main), building its jar with Maven once per test
-// binary so the jar is never stale. java and mvn must be installed (`make
-// deps`): without them the test fails, it does not skip.
+// binary (javatest.Build) so the jar is never stale. java and mvn must be
+// installed (`make deps`): without them the test fails, it does not skip.
 func javaDecide(t *testing.T) []string {
 	t.Helper()
-	java := requireTool(t, "java", "the JVM runs sdk/java")
-	mvn := requireTool(t, "mvn", "Maven builds sdk/java")
-	javaBuild.Do(func() {
-		cmd := exec.Command(mvn, "-B", "-q", "-f", filepath.Join(root, "sdk/java/pom.xml"), "-DskipTests", "package")
-		javaBuildOut, javaBuildErr = cmd.CombinedOutput()
-	})
-	if javaBuildErr != nil {
-		t.Fatalf("mvn package (sdk/java): %v\n%s", javaBuildErr, javaBuildOut)
-	}
-	return []string{java, "-jar", filepath.Join(root, "sdk/java/target/backstop-policy.jar"), "decide"}
+	target := javatest.Build(t)
+	return []string{javatest.Java(t), "-jar", filepath.Join(target, "backstop-policy.jar"), "decide"}
 }
-
-var (
-	javaBuild    sync.Once
-	javaBuildOut []byte
-	javaBuildErr error
-)
 
 func requireTool(t *testing.T, name, why string) string {
 	t.Helper()

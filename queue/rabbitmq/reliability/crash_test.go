@@ -67,11 +67,30 @@ func TestClusterCrashLosesNothing(t *testing.T) {
 	})
 }
 
+// TestCrashLosesNothingWithJavaWorkers: the crash test with two Java
+// worker processes (sdk/java RabbitCrashWorker: a RabbitWorker with the Go
+// workers' policy and handler, writing the same ledger) beside two Go ones,
+// all SIGKILLed at random while the broker is restarted twice. Fewer jobs
+// than the Go-only run: it is about the mixed fleet. The Java build must
+// be there: a missing java or mvn fails the test.
+func TestCrashLosesNothingWithJavaWorkers(t *testing.T) {
+	broker := rabbittest.Start(t, rabbittest.WithConfig("collect_statistics_interval = 100"))
+	runCrash(t, crashSetup{
+		jobs:     2_000,
+		java:     2,
+		urls:     []string{broker.URL()},
+		observer: broker,
+		disrupt:  func(t *testing.T, _ crashRun) string { broker.Restart(t); return "broker restart" },
+	})
+}
+
 // crashSetup is a crash test's broker: the nodes' URLs (worker i connects
 // to urls[i % len] first, failing over to the others), a node that stays
-// up for the test's own looks, and the disruption made twice.
+// up for the test's own looks, and the disruption made twice; java of the
+// four workers are Java processes.
 type crashSetup struct {
 	jobs     int
+	java     int
 	urls     []string
 	observer *rabbittest.Broker
 	disrupt  func(t *testing.T, r crashRun) string // what it did
@@ -110,12 +129,19 @@ func runCrash(t *testing.T, setup crashSetup) {
 			wantDead++
 		}
 	}
-	enqueueAll(t, b, q, ids)
-
 	ledger := filepath.Join(t.TempDir(), "ledger")
-	f := newFleet(t, "crash", 4, "BACKSTOP_RELIABILITY_URL="+strings.Join(setup.urls, " "), "BACKSTOP_RELIABILITY_QUEUE="+queueName,
+	f := newMixedFleet(t, "crash", 4, setup.java, "BACKSTOP_RELIABILITY_URL="+strings.Join(setup.urls, " "), "BACKSTOP_RELIABILITY_QUEUE="+queueName,
 		"BACKSTOP_RELIABILITY_LEDGER="+ledger, "BACKSTOP_RELIABILITY_MAX_DELIVERIES=50",
 		"BACKSTOP_RELIABILITY_PREFETCH=32", "BACKSTOP_RELIABILITY_CONCURRENCY=8")
+	// A JVM takes seconds to start: the jobs come once the Java workers
+	// consume, so that they take part from the first job.
+	if setup.java > 0 {
+		eventually.True(t, 90*time.Second, "the Java workers consuming", func() bool {
+			st, err := os.Stat(ledger + ".ready")
+			return err == nil && st.Size() >= int64(setup.java)
+		})
+	}
+	enqueueAll(t, b, q, ids)
 
 	executions := func() int {
 		st, err := os.Stat(ledger)
@@ -247,6 +273,14 @@ func runCrash(t *testing.T, setup crashSetup) {
 	for r, n := range wantByReason {
 		if byReason[r] < n {
 			t.Errorf("the DLQ holds %d dead letters with reason %s, want %d (plus duplicates)", byReason[r], r, n)
+		}
+	}
+	if setup.java > 0 {
+		st, err := os.Stat(ledger + ".java")
+		if err != nil || st.Size() == 0 {
+			t.Errorf("the Java workers executed no job (%v)", err)
+		} else {
+			t.Logf("%d executions by the Java workers", st.Size())
 		}
 	}
 	if kills < 20 || restarts < 2 {

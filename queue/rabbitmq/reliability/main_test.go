@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/backstop-dev/backstop"
+	"github.com/backstop-dev/backstop/internal/testing/javatest"
 	"github.com/backstop-dev/backstop/internal/testing/rabbittest"
 	"github.com/backstop-dev/backstop/policy"
 	"github.com/backstop-dev/backstop/queue"
@@ -142,13 +143,20 @@ type fleet struct {
 	t      *testing.T
 	role   string
 	env    []string
+	java   int // the last java workers are Java processes (sdk/java RabbitCrashWorker)
 	procs  []*exec.Cmd
 	exited []chan struct{}
 	starts int
 }
 
 func newFleet(t *testing.T, role string, n int, env ...string) *fleet {
-	f := &fleet{t: t, role: role, env: env, procs: make([]*exec.Cmd, n), exited: make([]chan struct{}, n)}
+	return newMixedFleet(t, role, n, 0, env...)
+}
+
+// newMixedFleet is newFleet whose last java workers run in Java (role
+// crash only).
+func newMixedFleet(t *testing.T, role string, n, java int, env ...string) *fleet {
+	f := &fleet{t: t, role: role, env: env, java: java, procs: make([]*exec.Cmd, n), exited: make([]chan struct{}, n)}
 	for i := range n {
 		f.start(i)
 	}
@@ -163,6 +171,9 @@ func newFleet(t *testing.T, role string, n int, env ...string) *fleet {
 
 func (f *fleet) start(i int) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	if i >= len(f.procs)-f.java {
+		cmd = javatest.Command(f.t, "RabbitCrashWorker")
+	}
 	cmd.Env = append(append(os.Environ(), "BACKSTOP_RELIABILITY_ROLE="+f.role, "BACKSTOP_RELIABILITY_INDEX="+strconv.Itoa(i)), f.env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

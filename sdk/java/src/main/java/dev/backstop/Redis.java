@@ -28,7 +28,7 @@ final class Redis {
 
   static final String MALFORMED = "malformed entry: needs id, attempt >= 1 and first_enqueued_ms";
   static final List<String> SCRIPTS = List.of("enqueue", "ack", "retry", "defer", "dead_letter", "promote", "reclaim",
-      "replay", "hold", "run", "discard");
+      "replay", "hold", "run", "discard", "idempotency");
   static final Pattern ATTEMPT = Pattern.compile("[1-9][0-9]{0,13}");
   static final Pattern DIGITS = Pattern.compile("[0-9]+");
   static final Pattern INT = Pattern.compile("[+-]?[0-9]+");

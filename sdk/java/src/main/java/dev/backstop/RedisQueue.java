@@ -86,6 +86,10 @@ public final class RedisQueue implements AutoCloseable {
 
   /** A command on the queue's connection: its reply as nested lists of byte[] and Long. */
   Object call(CommandType type, List<byte[]> args) {
+    return call(cmds, type, args);
+  }
+
+  private static Object call(RedisCommands<byte[], byte[]> cmds, CommandType type, List<byte[]> args) {
     CommandArgs<byte[], byte[]> a = new CommandArgs<>(ByteArrayCodec.INSTANCE);
     for (byte[] x : args) a.add(x);
     List<Object> out = cmds.dispatch(type, new NestedMultiOutput<>(ByteArrayCodec.INSTANCE), a);
@@ -93,8 +97,13 @@ public final class RedisQueue implements AutoCloseable {
   }
 
   /** Runs script name with EVALSHA, and EVAL (which caches it) on NOSCRIPT; the reply's list. */
-  @SuppressWarnings("unchecked")
   List<Object> script(String name, List<String> keys, List<Object> argv) {
+    return script(cmds, name, keys, argv);
+  }
+
+  /** Runs script name on cmds (EVALSHA, EVAL on NOSCRIPT); the reply: nested lists of byte[] and Long. */
+  @SuppressWarnings("unchecked")
+  static List<Object> script(RedisCommands<byte[], byte[]> cmds, String name, List<String> keys, List<Object> argv) {
     Redis.Script s = Redis.script(name);
     List<byte[]> tail = new ArrayList<>();
     tail.add(Redis.bytes(Integer.toString(keys.size())));
@@ -104,11 +113,11 @@ public final class RedisQueue implements AutoCloseable {
     args.add(Redis.bytes(s.sha()));
     args.addAll(tail);
     try {
-      return (List<Object>) call(CommandType.EVALSHA, args);
+      return (List<Object>) call(cmds, CommandType.EVALSHA, args);
     } catch (RedisCommandExecutionException e) {
       if (e.getMessage() == null || !e.getMessage().startsWith("NOSCRIPT")) throw e;
       args.set(0, Redis.bytes(s.source()));
-      return (List<Object>) call(CommandType.EVAL, args);
+      return (List<Object>) call(cmds, CommandType.EVAL, args);
     }
   }
 
@@ -132,8 +141,29 @@ public final class RedisQueue implements AutoCloseable {
       return true;
     } catch (RedisCommandExecutionException e) {
       if (e.getMessage() != null && e.getMessage().contains("BUSYGROUP")) return false;
+      // Redis refuses XGROUP CREATE before it looks for the group when it
+      // refuses writes (out of memory, a read-only replica): a group that
+      // exists is all a worker needs (as the Go and Node.js queues).
+      if (groupExists()) return false;
       throw e;
     }
+  }
+
+  private boolean groupExists() {
+    try {
+      for (Object g : (List<?>) call(CommandType.XINFO, List.of(Redis.bytes("GROUPS"), Redis.bytes(keys.jobs)))) {
+        List<?> f = (List<?>) g;
+        for (int i = 0; i + 1 < f.size(); i += 2) {
+          if ("name".equals(Redis.text((byte[]) f.get(i))) && f.get(i + 1) instanceof byte[]
+              && group.equals(Redis.text((byte[]) f.get(i + 1)))) {
+            return true;
+          }
+        }
+      }
+    } catch (RuntimeException e) {
+      return false; // no stream, or Redis failing: the create's error says more
+    }
+    return false;
   }
 
   /** Enqueues job jobId (its attempt 1); jobType may be null. Returns the entry id. */

@@ -7,6 +7,8 @@ import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
@@ -78,6 +80,21 @@ final class RabbitServer {
     }
     stop();
     throw new AssertionError("rabbitmq-server on 127.0.0.1:" + port + " did not start; see " + log);
+  }
+
+  /** Runs rabbitmqctl on the broker's node; its output. */
+  String ctl(String... args) throws IOException, InterruptedException {
+    List<String> argv = new ArrayList<>(List.of(BIN.resolve("rabbitmqctl").toString(), "-n", node));
+    argv.addAll(List.of(args));
+    ProcessBuilder pb = new ProcessBuilder(argv);
+    pb.environment().putAll(env);
+    pb.redirectErrorStream(true).redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")));
+    Process p = pb.start();
+    String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+    if (!p.waitFor(120, TimeUnit.SECONDS) || p.exitValue() != 0) {
+      throw new AssertionError("rabbitmqctl " + String.join(" ", args) + ": " + out);
+    }
+    return out;
   }
 
   void stop() {

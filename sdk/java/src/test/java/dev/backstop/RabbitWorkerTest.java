@@ -112,6 +112,14 @@ class RabbitWorkerTest {
     }
   }
 
+  static long ready(RabbitQueue q) {
+    try {
+      return q.stats().ready();
+    } catch (Exception e) {
+      throw new AssertionError(e);
+    }
+  }
+
   static long dlq(RabbitQueue q) {
     try {
       return q.stats().dlq();

@@ -118,7 +118,9 @@ class ReadmeTest {
     assertEquals(0, rc, b.file + ":" + b.line + " does not compile:\n" + errs.toString(StandardCharsets.UTF_8));
     // A block that works a RabbitMQ queue does so on the tests' broker.
     if (b.code.contains("RabbitBroker")) System.setProperty("amqp.url", RabbitServer.get().url);
-    if (b.code.contains("RedisQueue")) System.setProperty("redis.url", RedisServer.get().url);
+    if (b.code.contains("RedisQueue") || b.code.contains("IdempotencyStore")) {
+      System.setProperty("redis.url", RedisServer.get().url);
+    }
     ByteArrayOutputStream printed = new ByteArrayOutputStream();
     PrintStream saved = System.out;
     try (URLClassLoader loader = new URLClassLoader(new URL[] {out.toUri().toURL()}, ReadmeTest.class.getClassLoader())) {

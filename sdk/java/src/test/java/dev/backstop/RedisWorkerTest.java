@@ -128,6 +128,40 @@ class RedisWorkerTest {
     }
   }
 
+  /**
+   * Redis refuses XGROUP CREATE when out of memory even for a group that
+   * exists (as queue/redisqueue's TestWorkStartsWhileOutOfMemory): a worker
+   * started then must still start and run its jobs, and its outcome lands
+   * once Redis takes writes again.
+   */
+  @Test
+  void aWorkerStartsWhileRedisIsOutOfMemory() throws Exception {
+    try (RedisQueue q = RedisQueue.create(client, "joomstart"); Policy p = Policy.load(FAST)) {
+      RedisCasesTest.cmd(q, "DEL", q.keys().jobs(), q.keys().delayed(), q.keys().dlq(), q.keys().stats());
+      q.ensureGroup();
+      q.enqueue("j", new byte[0], null);
+      java.util.concurrent.atomic.AtomicInteger ran = new java.util.concurrent.atomic.AtomicInteger();
+      CountDownLatch acked = new CountDownLatch(1);
+      Runnable lift = outOfMemory();
+      boolean lifted = false;
+      try (RedisWorker w = q.work(p, job -> ran.incrementAndGet(), WorkOptions.defaults().<RedisJob>withOnOutcome(out -> {
+        if (out.action().equals("ack")) acked.countDown();
+      }).<RedisJob>withOnError((e, j) -> {}))) {
+        try {
+          RabbitCasesTest.until("the job to run under maxmemory", () -> ran.get() == 1);
+        } finally {
+          lift.run();
+          lifted = true;
+        }
+        assertTrue(acked.await(30, TimeUnit.SECONDS), "the job acked once Redis takes writes");
+      } finally {
+        if (!lifted) lift.run();
+      }
+      assertEquals(1, ran.get());
+      assertEquals("1", stats(q).get("attempts:success"), stats(q).toString());
+    }
+  }
+
   @Test
   void aFailedJobIsRetriedThroughTheDelayedSetAndSucceeds() throws Exception {
     try (RedisQueue q = RedisQueue.create(client, "jretry"); Policy p = Policy.load(FAST)) {
