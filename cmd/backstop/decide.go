@@ -81,9 +81,15 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return out.Flush()
 		}
 		var d policy.Decision
-		input, err := vector.DecodeLine(line)
+		input, dur, err := vector.DecodeCallLine(line)
 		if tooLong {
-			err = vector.ErrLineTooLong
+			err, dur = vector.ErrLineTooLong, vector.Duration{}
+		}
+		// The call's duration first, as a loop reports it before deciding.
+		if dur.Record {
+			if rerr := p.RecordDuration(ctx, dur.NowMs, dur.Ms); rerr != nil {
+				err = rerr
+			}
 		}
 		if err == nil {
 			f := input.Failure()
