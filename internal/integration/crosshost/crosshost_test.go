@@ -81,9 +81,9 @@ func (l line) marshal() ([]byte, error) {
 	return append(append(b[:len(b)-1], `,"duration_ms":`...), append(d, '}')...), err
 }
 
-// withDurations gives seven lines in eight a duration_ms (0 to 2.5 s, one
-// in 200 of them a bad value), from a generator of its own so the
-// failures are generate's.
+// withDurations gives seven lines in eight a duration_ms: 0 to 2.5 s, 17
+// in 800 lines exactly slow-calls' threshold, 3 in 800 a bad value. It
+// draws from a generator of its own, so the failures are generate's.
 func withDurations(inputs []vector.Input, seed uint64) []line {
 	rng := rand.New(rand.NewPCG(seed^0x5eed, seed))
 	out := make([]line, len(inputs))
@@ -93,6 +93,8 @@ func withDurations(inputs []vector.Input, seed uint64) []line {
 		case r < 100:
 		case r < 103:
 			out[i].Duration = []any{-1, 1.5, "10"}[r-100]
+		case r < 120:
+			out[i].Duration = int64(2000) // the slow threshold: not slow
 		default:
 			out[i].Duration = rng.Int64N(2500)
 		}
