@@ -22,8 +22,10 @@ import (
 // backstop.wasm: any shell or language can ask the policy. Exactly one
 // output line per input line, in order, also for a blank, invalid or
 // overlong line and for a last line without "\n": a bad line gets
-// {"error": "..."} (vector.DecodeLine says which) and the stream goes on.
-// An answer is flushed before the command waits for more input.
+// {"error": "..."} (vector.DecodeCallLine says which) and the stream goes on.
+// An answer is flushed before the command waits for more input. A line's
+// `duration_ms` (how long the call took) is recorded with record_duration
+// before its failure is decided, for a slow-call-rate breaker.
 //
 // A line without `random` (or with `"random": null`) gets a uniform draw in
 // [0, 1) of its own: full and equal jitter scale the delay by it, and the

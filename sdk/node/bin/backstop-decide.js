@@ -8,7 +8,9 @@
 // goes on. A line without random (or with null) gets a uniform draw in
 // [0, 1) (jitter scales the delay by it; 0 would make every delay of full
 // jitter 0); --random X gives such a line X instead, so the output depends
-// on the input only. An absent now_ms is 0, as in the vectors.
+// on the input only. An absent now_ms is 0, as in the vectors. A line's
+// duration_ms (how long the call took) is recorded before its failure is
+// decided, for a slow-call-rate breaker.
 import { existsSync, readFileSync } from 'node:fs';
 import { PolicyError, loadPolicy } from '../index.js';
 import { parseJSON } from '../lib/json.js';

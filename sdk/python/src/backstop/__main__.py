@@ -8,7 +8,8 @@ Every input line gets exactly one output line. A line without random (or
 with null) gets a uniform draw in [0, 1) (jitter scales the delay by it; 0
 would make every delay of full jitter 0); --random X gives such a line X
 instead, so the output depends on the input only. An absent now_ms is 0, as
-in the vectors.
+in the vectors. A line's duration_ms (how long the call took) is recorded
+before its failure is decided, for a slow-call-rate breaker.
 """
 
 from __future__ import annotations

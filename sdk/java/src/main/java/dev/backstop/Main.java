@@ -28,7 +28,9 @@ import java.util.regex.Pattern;
  * the same input all write the same bytes (testdata/vectors/README.md,
  * "Input lines"). Every input line gets exactly one output line; a bad line
  * gets {@code {"error": "..."}} and the stream goes on. A line without
- * random gets a uniform draw (or --random's X); an absent now_ms is 0.
+ * random gets a uniform draw (or --random's X); an absent now_ms is 0. A
+ * line's duration_ms (how long the call took) is recorded before its
+ * failure is decided, for a slow-call-rate breaker.
  */
 public final class Main {
   /** The presets' names, from the schema (contract/abi.json). */
