@@ -22,8 +22,10 @@ import (
 // backstop.wasm: any shell or language can ask the policy. Exactly one
 // output line per input line, in order, also for a blank, invalid or
 // overlong line and for a last line without "\n": a bad line gets
-// {"error": "..."} (vector.DecodeLine says which) and the stream goes on.
-// An answer is flushed before the command waits for more input.
+// {"error": "..."} (vector.DecodeCallLine says which) and the stream goes on.
+// An answer is flushed before the command waits for more input. A line's
+// `duration_ms` (how long the call took) is recorded with record_duration
+// before its failure is decided, for a slow-call-rate breaker.
 //
 // A line without `random` (or with `"random": null`) gets a uniform draw in
 // [0, 1) of its own: full and equal jitter scale the delay by it, and the
@@ -81,9 +83,15 @@ func decide(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return out.Flush()
 		}
 		var d policy.Decision
-		input, err := vector.DecodeLine(line)
+		input, dur, err := vector.DecodeCallLine(line)
 		if tooLong {
-			err = vector.ErrLineTooLong
+			err, dur = vector.ErrLineTooLong, vector.Duration{}
+		}
+		// The call's duration first, as a loop reports it before deciding.
+		if dur.Record {
+			if rerr := p.RecordDuration(ctx, dur.NowMs, dur.Ms); rerr != nil {
+				err = rerr
+			}
 		}
 		if err == nil {
 			f := input.Failure()

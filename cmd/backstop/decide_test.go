@@ -284,3 +284,26 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+// A line's duration_ms is recorded before its failure is decided: three
+// slow calls that fail permanently, and the fourth, a 503, finds the
+// breaker opened by the slow-call rate (without durations it retries).
+func TestDecideRecordsDurations(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "slow.yaml")
+	os.WriteFile(policy, []byte(`circuit_breaker: {type: failure_rate, slow_call_rate_threshold: 50, slow_call_duration_threshold: 100ms, sliding_window: {type: count, size: 4}, minimum_calls: 4, open_for: 30s}`), 0o644)
+	stdin := `{"attempt":1,"http_status":400,"now_ms":1000,"duration_ms":500}
+{"attempt":1,"http_status":400,"now_ms":1001,"duration_ms":500}
+{"attempt":1,"http_status":400,"now_ms":1002,"duration_ms":-1}
+{"attempt":1,"http_status":400,"now_ms":1003,"duration_ms":500}
+{"attempt":1,"http_status":503,"now_ms":1004,"duration_ms":500}
+`
+	out, err := runCLI(t, stdin, "decide", "--policy", policy, "--random", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lines(out)
+	if len(got) != 5 || got[2] != `{"error":"duration_ms: must be >= 0 (got -1)"}` ||
+		got[4] != `{"action":"dead_letter","delay_ms":0,"reason":"circuit_open","class":"retryable"}` {
+		t.Errorf("answers:\n%s", out)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/backstop-dev/backstop/policy"
@@ -79,6 +80,65 @@ func DecodeLine(line []byte) (Input, error) {
 		return Input{}, ErrLineNotObjct
 	}
 	return FromValue(v)
+}
+
+// DurationField is the one member of a `decide` input line that is not a
+// failure field: how long the call took, in ms. The command reports it to
+// the breaker's slow-call rate (record_duration) at the line's now_ms
+// before it decides the failure, as a loop does once per call. It is
+// line-only: no library reads it as part of a failure.
+const DurationField = "duration_ms"
+
+// Duration is a line's duration_ms to record. Record is false when the
+// line has none (absent or null), or its now_ms is not valid (the line's
+// error then says so): a duration is recorded at a valid now_ms only.
+type Duration struct {
+	Record bool
+	Ms     int64
+	NowMs  int64
+}
+
+// DecodeCallLine is DecodeLine for a line that may hold a duration_ms.
+// Errors come in this order: the line's, an unknown name (duration_ms is
+// known), duration_ms (an integer, "must be >= 0" when negative), then the
+// failure's fields. A valid duration at a valid now_ms is returned with
+// the failure's error too: the call happened, and the command records its
+// duration before it answers the failure's error.
+func DecodeCallLine(line []byte) (Input, Duration, error) {
+	in, err := DecodeLine(line)
+	var le *LineError
+	if errors.As(err, &le) {
+		return in, Duration{}, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var obj map[string]any
+	if dec.Decode(&obj) != nil {
+		return Input{}, Duration{}, ErrLineNotJSON
+	}
+	raw, has := obj[DurationField]
+	if !has {
+		return in, Duration{}, err
+	}
+	delete(obj, DurationField)
+	in, err = FromValue(obj)
+	var ie *policy.InputError
+	if errors.As(err, &ie) && ie.Reason == "unknown field" {
+		return Input{}, Duration{}, err
+	}
+	if raw == nil {
+		return in, Duration{}, err
+	}
+	c := converter{obj: map[string]any{DurationField: raw}}
+	ms := c.int64(DurationField, false)
+	if c.err == nil && ms < 0 {
+		c.fail(DurationField, "must be >= 0 (got "+strconv.FormatInt(ms, 10)+")", nil)
+	}
+	if c.err != nil {
+		return Input{}, Duration{}, c.err
+	}
+	now, nowErr := FromValue(map[string]any{"now_ms": obj["now_ms"]})
+	return in, Duration{Record: nowErr == nil, Ms: ms, NowMs: now.NowMs}, err
 }
 
 // scanLine returns the deepest nesting of brackets outside strings and

@@ -19,6 +19,7 @@ import (
 	"github.com/backstop-dev/backstop/host"
 	"github.com/backstop-dev/backstop/internal/testing/javatest"
 	"github.com/backstop-dev/backstop/internal/vector"
+	"github.com/backstop-dev/backstop/policy"
 )
 
 const root = "../../.."
@@ -37,6 +38,68 @@ var policies = map[string]string{
 backoff: {strategy: linear, base: 250ms, cap: 10s}
 jitter: {mode: proportional, ratio: 0.3}
 `,
+	// slowCalls: the slow-call rate (the lines' duration_ms, recorded
+	// before each failure is decided) opens this breaker, after some
+	// thousand lines; the failure rate alone never does, as only 503s are
+	// retryable here, too few in any 4 s to reach minimum_calls.
+	// TestAllHostsDecideIdentically checks that the durations open it.
+	slowCalls: `max_attempts: 12
+classify:
+  default: permanent
+  http: {"4xx": permanent, "5xx": permanent, "503": retryable}
+  grpc: {CANCELLED: permanent, UNKNOWN: permanent, DEADLINE_EXCEEDED: permanent, RESOURCE_EXHAUSTED: permanent,
+         ABORTED: permanent, INTERNAL: permanent, UNAVAILABLE: permanent}
+  error_kinds: {timeout: permanent, connection_refused: permanent, connection_reset: permanent,
+                dns_temporary: permanent, rate_limited: permanent}
+circuit_breaker:
+  type: failure_rate
+  failure_rate_threshold: 100
+  slow_call_rate_threshold: 55
+  slow_call_duration_threshold: 2s
+  sliding_window: {type: time, size: 4s}
+  minimum_calls: 14
+  open_for: 3s
+`,
+}
+
+const slowCalls = "slow-calls"
+
+// line is one input line: a failure and, on most lines, the call's
+// duration_ms (testdata/vectors/README.md, "Input lines"), a few of them
+// bad values every command must refuse alike.
+type line struct {
+	vector.Input
+	Duration any // nil: none
+}
+
+func (l line) marshal() ([]byte, error) {
+	b, err := json.Marshal(l.Input)
+	if err != nil || l.Duration == nil {
+		return b, err
+	}
+	d, err := json.Marshal(l.Duration)
+	return append(append(b[:len(b)-1], `,"duration_ms":`...), append(d, '}')...), err
+}
+
+// withDurations gives seven lines in eight a duration_ms: 0 to 2.5 s, 17
+// in 800 lines exactly slow-calls' threshold, 3 in 800 a bad value. It
+// draws from a generator of its own, so the failures are generate's.
+func withDurations(inputs []vector.Input, seed uint64) []line {
+	rng := rand.New(rand.NewPCG(seed^0x5eed, seed))
+	out := make([]line, len(inputs))
+	for i, in := range inputs {
+		out[i].Input = in
+		switch r := rng.IntN(800); {
+		case r < 100:
+		case r < 103:
+			out[i].Duration = []any{-1, 1.5, "10"}[r-100]
+		case r < 120:
+			out[i].Duration = int64(2000) // the slow threshold: not slow
+		default:
+			out[i].Duration = rng.Int64N(2500)
+		}
+	}
+	return out
 }
 
 func generate(n int, seed uint64) []vector.Input {
@@ -92,10 +155,10 @@ func TestAllHostsDecideIdentically(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Fatalf("%s missing: run `make test`, which creates the virtualenv with the Python host", python)
 	}
-	inputs := generate(10_000, 2026)
+	inputs := withDurations(generate(10_000, 2026), 2026)
 	var lines bytes.Buffer
 	for _, in := range inputs {
-		b, err := json.Marshal(in)
+		b, err := in.marshal()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,6 +181,9 @@ func TestAllHostsDecideIdentically(t *testing.T) {
 				os.WriteFile(arg, []byte(src), 0o644)
 			}
 			want := goAnswers(t, rt, []byte(src), inputs)
+			if name == slowCalls {
+				opensOnSlowCalls(t, rt, []byte(src), inputs, want)
+			}
 			java := javaDecide(t)
 			answers := map[string][]string{
 				"node":   run(t, lines.Bytes(), node, filepath.Join(root, "sdk/node/bin/backstop-decide.js"), "--policy", arg),
@@ -132,7 +198,7 @@ func TestAllHostsDecideIdentically(t *testing.T) {
 				for i := range want {
 					if got[i] != want[i] {
 						if diffs++; diffs <= 5 {
-							in, _ := json.Marshal(inputs[i])
+							in, _ := inputs[i].marshal()
 							t.Errorf("%s, failure %d %s:\n  go:  %s\n  %s: %s", hostName, i, in, want[i], hostName, got[i])
 						}
 					}
@@ -145,8 +211,36 @@ func TestAllHostsDecideIdentically(t *testing.T) {
 	}
 }
 
-// goAnswers decides through the Go host and formats like `backstop decide`.
-func goAnswers(t *testing.T, rt *host.Runtime, src []byte, inputs []vector.Input) []string {
+// opensOnSlowCalls fails unless the slow-call rate opens the breaker:
+// some line is refused as circuit_open that is not when the durations are
+// left out. A host that ignored duration_ms would answer as without them.
+func opensOnSlowCalls(t *testing.T, rt *host.Runtime, src []byte, inputs []line, want []string) {
+	t.Helper()
+	bare := make([]line, len(inputs))
+	for i, in := range inputs {
+		bare[i].Input = in.Input
+	}
+	without := goAnswers(t, rt, src, bare)
+	slow, open := 0, 0
+	for i := range want {
+		if strings.Contains(want[i], `"circuit_open"`) {
+			open++
+			if want[i] != without[i] {
+				slow++
+			}
+		}
+	}
+	t.Logf("%s: %d of %d answers circuit_open, %d of them only because of the lines' durations", slowCalls, open, len(want), slow)
+	if slow == 0 {
+		t.Fatalf("the slow-call rate never opened the breaker: no circuit_open answer owes to duration_ms")
+	}
+}
+
+// goAnswers decides through the Go host and formats like `backstop decide`:
+// a line's duration_ms, when valid, is recorded before its failure is
+// decided (vector.DecodeCallLine has the rules; the generated lines' now_ms
+// are all valid).
+func goAnswers(t *testing.T, rt *host.Runtime, src []byte, inputs []line) []string {
 	p, err := rt.Load(context.Background(), src)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +248,18 @@ func goAnswers(t *testing.T, rt *host.Runtime, src []byte, inputs []vector.Input
 	defer p.Close(context.Background())
 	out := make([]string, len(inputs))
 	for i, in := range inputs {
-		d, err := p.Decide(context.Background(), in.Failure())
+		var d policy.Decision
+		var err error
+		switch ms, ok := in.Duration.(int64); {
+		case in.Duration == nil:
+		case !ok:
+			err = &policy.InputError{Field: vector.DurationField, Reason: badDuration[fmt.Sprint(in.Duration)]}
+		default:
+			err = p.RecordDuration(context.Background(), in.NowMs, ms)
+		}
+		if err == nil {
+			d, err = p.Decide(context.Background(), in.Failure())
+		}
 		e := vector.FromDecision(d, err)
 		var b bytes.Buffer
 		enc := json.NewEncoder(&b)
@@ -167,6 +272,13 @@ func goAnswers(t *testing.T, rt *host.Runtime, src []byte, inputs []vector.Input
 		out[i] = strings.TrimSuffix(b.String(), "\n")
 	}
 	return out
+}
+
+// badDuration: what every command answers to withDurations' bad values.
+var badDuration = map[string]string{
+	"-1":  "must be >= 0 (got -1)",
+	"1.5": "must be an integer (got 1.5)",
+	"10":  "must be an integer (got a string)",
 }
 
 func run(t *testing.T, stdin []byte, name string, args ...string) []string {

@@ -79,6 +79,22 @@ func stream(t *testing.T) []byte {
 			lines = append(lines, raw)
 		}
 	}
+	// duration_ms, the line's own member (not a failure field): its checks
+	// come after an unknown name and before the failure's fields.
+	for _, l := range []string{
+		`{"attempt":1,"http_status":503,"duration_ms":250}`, `{"attempt":1,"duration_ms":null}`,
+		`{"attempt":1,"duration_ms":0}`, `{"attempt":1,"duration_ms":-0}`, `{"attempt":1,"duration_ms":1e3}`,
+		`{"attempt":1,"duration_ms":9.0}`, `{"attempt":1,"duration_ms":9223372036854775807}`,
+		`{"attempt":1,"duration_ms":-1}`, `{"attempt":1,"duration_ms":-9223372036854775808}`,
+		`{"attempt":1,"duration_ms":1.5}`, `{"attempt":1,"duration_ms":-1.5}`, `{"attempt":1,"duration_ms":1e400}`,
+		`{"attempt":1,"duration_ms":99999999999999999999}`, `{"attempt":1,"duration_ms":-9223372036854775809}`,
+		`{"attempt":1,"duration_ms":"10"}`, `{"attempt":1,"duration_ms":true}`, `{"attempt":1,"duration_ms":[]}`,
+		`{"attempt":1,"duration_ms":{}}`, `{"attempt":"x","duration_ms":-1}`, `{"attempt":0,"duration_ms":5}`,
+		`{"zz":1,"duration_ms":-1}`, `{"attempt":1,"now_ms":"x","duration_ms":5}`, `{"attempt":1,"now_ms":-5,"duration_ms":5}`,
+		`{"attempt":1,"now_ms":1.5,"duration_ms":5}`, `{"duration_ms":5}`,
+	} {
+		lines = append(lines, []byte(l))
+	}
 	var s bytes.Buffer
 	for _, l := range lines {
 		s.Write(l)
@@ -128,7 +144,12 @@ func reference(t *testing.T, in []byte) []byte {
 	var out bytes.Buffer
 	for _, l := range lines {
 		var d policy.Decision
-		in, err := vector.DecodeLine(l)
+		in, dur, err := vector.DecodeCallLine(l)
+		if dur.Record {
+			if rerr := p.RecordDuration(ctx, dur.NowMs, dur.Ms); rerr != nil {
+				err = rerr
+			}
+		}
 		if err == nil {
 			d, err = p.Decide(ctx, in.Failure())
 		}

@@ -8,11 +8,14 @@
 // goes on. A line without random (or with null) gets a uniform draw in
 // [0, 1) (jitter scales the delay by it; 0 would make every delay of full
 // jitter 0); --random X gives such a line X instead, so the output depends
-// on the input only. An absent now_ms is 0, as in the vectors.
+// on the input only. An absent now_ms is 0, as in the vectors. A line's
+// duration_ms (how long the call took) is recorded before its failure is
+// decided, for a slow-call-rate breaker.
 import { existsSync, readFileSync } from 'node:fs';
 import { PolicyError, loadPolicy } from '../index.js';
 import { parseJSON } from '../lib/json.js';
-import { PRESET_NAMES, codePointLess } from '../lib/host/contract.gen.js';
+import { PRESET_NAMES, codePointLess, describe, toBigInt } from '../lib/host/contract.gen.js';
+import { InputError } from '../lib/host/errors.js';
 
 // The presets' names come from the schema (contract/abi.json), not a list here.
 const PRESETS = PRESET_NAMES;
@@ -21,7 +24,7 @@ const PRESETS = PRESET_NAMES;
 const FIELDS = new Set([
   'attempt', 'http_status', 'grpc_code', 'error_kind', 'retry_after', 'grpc_retry_pushback_ms',
   'method', 'idempotency_key', 'elapsed_ms', 'now_ms', 'random', 'prev_delay_ms',
-  'retried_downstream', 'server_declined',
+  'retried_downstream', 'server_declined', 'duration_ms',
 ]);
 // The limits of a line (internal/vector/line.go).
 const MAX_LINE_BYTES = 4 << 20;
@@ -108,14 +111,37 @@ function answerOf(policy, line, tooLong) {
     if (!FIELDS.has(name) && (unknown === undefined || codePointLess(u, unknown))) unknown = u;
   }
   if (unknown !== undefined) return { error: `${unknown}: unknown field` };
+  // duration_ms is the line's, not the failure's: how long the call took,
+  // recorded (at a valid now_ms) before the failure is decided, as a loop
+  // does (internal/vector/line.go, DecodeCallLine).
+  const { duration_ms: duration, ...failure } = input;
+  input = failure;
   if (input.random === null || input.random === undefined) input.random = absentRandom();
   if (input.now_ms === null || input.now_ms === undefined) input.now_ms = 0;
   try {
+    if (duration !== null && duration !== undefined) {
+      const ms = lineDuration(duration);
+      let now;
+      try {
+        now = toBigInt(input.now_ms, 'now_ms');
+      } catch {
+        now = undefined; // the failure's error says so
+      }
+      if (now !== undefined) policy.recordDuration(ms, now);
+    }
     const d = policy.decide(input);
     return { action: d.action, delay_ms: d.delayMs, reason: d.reason, class: d.class };
   } catch (err) {
     return { error: err.message }; // an InputError: "field: reason", as Go prints it
   }
+}
+
+// A line's duration_ms: an integer (a number with no fraction), >= 0.
+function lineDuration(v) {
+  if (typeof v === 'number' && !Number.isInteger(v)) throw new InputError('duration_ms', `must be an integer (got ${describe(v)})`);
+  const ms = toBigInt(v, 'duration_ms');
+  if (ms < 0n) throw new InputError('duration_ms', `must be >= 0 (got ${ms})`);
+  return ms;
 }
 
 // The deepest nesting of brackets outside strings, and whether a run of

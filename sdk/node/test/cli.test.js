@@ -64,6 +64,21 @@ test('backstop-decide: bad lines get an error and the stream goes on', async () 
   assert.match(stdout, /"delay_ms":1000/);
 });
 
+test('backstop-decide: records a line\'s duration_ms before deciding it', async () => {
+  // Three slow calls that fail permanently, and the fourth, a 503, finds
+  // the breaker opened by the slow-call rate (without durations: retry).
+  const policy = join(dir, 'slow.yaml');
+  writeFileSync(policy, 'circuit_breaker: {type: failure_rate, slow_call_rate_threshold: 50, slow_call_duration_threshold: 100ms, sliding_window: {type: count, size: 4}, minimum_calls: 4, open_for: 30s}');
+  const calls = [[400, 500], [400, 500], [400, -1], [400, 500], [503, 500]];
+  const input = calls.map(([s, d], i) => `{"attempt":1,"http_status":${s},"now_ms":${1000 + i},"duration_ms":${d}}\n`).join('');
+  const { code, stdout } = await run(['--policy', policy, '--random', '0'], input);
+  assert.equal(code, 0);
+  const lines = stdout.trimEnd().split('\n');
+  assert.equal(lines.length, 5);
+  assert.equal(lines[2], '{"error":"duration_ms: must be >= 0 (got -1)"}');
+  assert.equal(lines[4], '{"action":"dead_letter","delay_ms":0,"reason":"circuit_open","class":"retryable"}');
+});
+
 test('backstop-decide: answers each line before the next is written', async () => {
   const child = spawn(process.execPath, [bin, '--policy', 'critical'], { stdio: ['pipe', 'pipe', 'inherit'] });
   child.stdout.setEncoding('utf8');

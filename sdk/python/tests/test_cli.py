@@ -54,6 +54,22 @@ def test_bad_lines_do_not_stop_the_stream():
     assert len(lines) == 6 and code == 0
 
 
+def test_records_a_lines_duration_before_deciding(tmp_path):
+    # Three slow calls that fail permanently, and the fourth, a 503, finds
+    # the breaker opened by the slow-call rate (without durations: retry).
+    policy = tmp_path / "slow.yaml"
+    policy.write_text("circuit_breaker: {type: failure_rate, slow_call_rate_threshold: 50, slow_call_duration_threshold: 100ms, "
+                      "sliding_window: {type: count, size: 4}, minimum_calls: 4, open_for: 30s}")
+    stdin = "".join('{"attempt":1,"http_status":%d,"now_ms":%d,"duration_ms":%d}\n' % (s, 1000 + i, d)
+                    for i, (s, d) in enumerate([(400, 500), (400, 500), (400, -1), (400, 500), (503, 500)]))
+    code, out, err = run(str(policy), stdin, "--random", "0")
+    lines = out.splitlines()
+    assert code == 0, err
+    assert lines[2] == '{"error":"duration_ms: must be >= 0 (got -1)"}'
+    assert lines[4] == '{"action":"dead_letter","delay_ms":0,"reason":"circuit_open","class":"retryable"}'
+    assert len(lines) == 5
+
+
 def test_bad_policy():
     code, _, err = run("no-such-preset", "")
     assert code == 1 and "no-such-preset" in err

@@ -8,7 +8,8 @@ Every input line gets exactly one output line. A line without random (or
 with null) gets a uniform draw in [0, 1) (jitter scales the delay by it; 0
 would make every delay of full jitter 0); --random X gives such a line X
 instead, so the output depends on the input only. An absent now_ms is 0, as
-in the vectors.
+in the vectors. A line's duration_ms (how long the call took) is recorded
+before its failure is decided, for a slow-call-rate breaker.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, List, Optional, Tuple
 
-from ._errors import BackstopError, PolicyError
+from ._errors import BackstopError, InputError, PolicyError
+from ._host import abi as _abi
 from ._host._contract import FIELDS as _CONTRACT_FIELDS
 from ._host.abi import well_formed as _well_formed
 from ._policy import Policy, load_policy
 
-_FIELDS = frozenset(f.name for f in _CONTRACT_FIELDS)
+# duration_ms: the line's own member (the call's duration), not a failure field.
+_FIELDS = frozenset([f.name for f in _CONTRACT_FIELDS] + ["duration_ms"])
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -149,11 +152,25 @@ def _answer_of(policy: Policy, line: bytes, too_long: bool) -> Dict[str, Any]:
     unknown = [_well_formed(k) for k in obj if k not in _FIELDS]
     if unknown:
         return {"error": "%s: unknown field" % min(unknown)}
+    # duration_ms is the line's, not the failure's: how long the call took,
+    # recorded (at a valid now_ms) before the failure is decided, as a loop
+    # does (internal/vector/line.go, DecodeCallLine).
+    duration = obj.pop("duration_ms", None)
     if obj.get("random") is None:
         obj["random"] = _absent_random_value()
     if obj.get("now_ms") is None:
         obj["now_ms"] = 0
     try:
+        if duration is not None:
+            ms = _abi.int64("duration_ms", duration, False)
+            if ms < 0:
+                raise InputError("duration_ms", "must be >= 0 (got %d)" % ms)
+            try:
+                now = _abi.int64("now_ms", obj["now_ms"], True)
+            except BackstopError:
+                now = None  # the failure's error says so
+            if now is not None:
+                policy.record_duration(ms, now)
         return policy.decide(obj).to_dict()
     except BackstopError as e:  # InputError: "field: reason", as Go prints it
         return {"error": str(e)}

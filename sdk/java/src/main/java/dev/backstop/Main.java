@@ -12,6 +12,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ThreadLocalRandom;
@@ -27,7 +28,9 @@ import java.util.regex.Pattern;
  * the same input all write the same bytes (testdata/vectors/README.md,
  * "Input lines"). Every input line gets exactly one output line; a bad line
  * gets {@code {"error": "..."}} and the stream goes on. A line without
- * random gets a uniform draw (or --random's X); an absent now_ms is 0.
+ * random gets a uniform draw (or --random's X); an absent now_ms is 0. A
+ * line's duration_ms (how long the call took) is recorded before its
+ * failure is decided, for a slow-call-rate breaker.
  */
 public final class Main {
   /** The presets' names, from the schema (contract/abi.json). */
@@ -212,7 +215,24 @@ public final class Main {
     }
     if (!(input instanceof Map)) return bad("expected a JSON object");
     try {
-      Failure f = Failure.read(input, 0L, null);
+      // duration_ms is the line's, not the failure's: how long the call
+      // took, recorded (at a valid now_ms) before the failure is decided,
+      // as a loop does (internal/vector/line.go, DecodeCallLine).
+      Map<Object, Object> m = new LinkedHashMap<>((Map<?, ?>) input);
+      Object duration = m.remove("duration_ms");
+      FailureReader.object(m, Failure.FIELDS); // an unknown name first, as every command
+      if (duration != null) {
+        long ms = FailureReader.int64(duration, "duration_ms", false);
+        if (ms < 0) throw new InputException("duration_ms", "must be >= 0 (got " + ms + ")");
+        Long now;
+        try {
+          now = FailureReader.int64(m.get("now_ms"), "now_ms", true);
+        } catch (InputException e) {
+          now = null; // the failure's error says so
+        }
+        if (now != null) policy.recordDuration(now, ms);
+      }
+      Failure f = Failure.read(m, 0L, null);
       if (f.random == null) f = f.toBuilder().random(absentRandom.getAsDouble()).build();
       return policy.decide(f).toJson();
     } catch (InputException e) {

@@ -84,4 +84,24 @@ class InputsTest {
       assertTrue(n > 240, n + " line cases");
     }
   }
+
+  /**
+   * A line's duration_ms is recorded before its failure is decided: three
+   * slow calls that fail permanently, and the fourth, a 503, finds the
+   * breaker opened by the slow-call rate (without durations it retries).
+   */
+  @Test
+  void commandRecordsALinesDurationBeforeDeciding() {
+    try (Policy p = Policy.load("circuit_breaker: {type: failure_rate, slow_call_rate_threshold: 50, slow_call_duration_threshold: 100ms, "
+        + "sliding_window: {type: count, size: 4}, minimum_calls: 4, open_for: 30s}")) {
+      long[][] calls = {{400, 500}, {400, 500}, {400, -1}, {400, 500}, {503, 500}};
+      String[] got = new String[calls.length];
+      for (int i = 0; i < calls.length; i++) {
+        String line = "{\"attempt\":1,\"http_status\":" + calls[i][0] + ",\"now_ms\":" + (1000 + i) + ",\"duration_ms\":" + calls[i][1] + "}";
+        got[i] = Main.answer(p, line.getBytes(StandardCharsets.UTF_8), false, () -> 0);
+      }
+      assertEquals("{\"error\":\"duration_ms: must be >= 0 (got -1)\"}", got[2]);
+      assertEquals("{\"action\":\"dead_letter\",\"delay_ms\":0,\"reason\":\"circuit_open\",\"class\":\"retryable\"}", got[4]);
+    }
+  }
 }
