@@ -14,10 +14,12 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.regex.Pattern;
 import org.springframework.amqp.core.Queue;
-import org.springframework.amqp.rabbit.config.ContainerCustomizer;
+import java.util.List;
+import org.springframework.amqp.rabbit.listener.RabbitListenerEndpointRegistry;
+import org.springframework.beans.factory.config.BeanPostProcessor;
+import org.springframework.boot.context.properties.bind.Bindable;
+import org.springframework.boot.context.properties.bind.Binder;
 import org.springframework.amqp.rabbit.connection.CachingConnectionFactory;
-import org.springframework.amqp.rabbit.listener.AbstractMessageListenerContainer;
-import org.springframework.amqp.rabbit.listener.DirectMessageListenerContainer;
 import org.springframework.amqp.rabbit.listener.SimpleMessageListenerContainer;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.amqp.autoconfigure.RabbitAutoConfiguration;
@@ -36,7 +38,8 @@ import org.springframework.core.io.ResourceLoader;
 /**
  * backstop for a Spring Boot application's {@code @RabbitListener}s: the
  * policy named in application.yml ({@link BackstopProperties}), and the
- * listener containers of Boot's factory advised by
+ * listener containers of every simple or direct container factory (Boot's
+ * and the application's own) advised by
  * {@link BackstopListenerAdvice} in place of Spring's retry interceptor (its
  * in-memory retries and MessageRecoverer): a listener's exception is decided
  * by the policy and applied as backstop's outcome on the queue as Spring
@@ -113,28 +116,25 @@ public class BackstopAutoConfiguration {
     }
 
     /**
-     * Boot's listener containers take backstop's advice as their whole chain:
-     * Spring's retry interceptor (spring.rabbitmq.listener.simple.retry) would
-     * hold the consumer's thread; its settings are the policy's instead.
+     * Every simple or direct listener container factory, Boot's and the
+     * application's own (backstop.exclude-factories names those to leave
+     * alone), takes backstop's advice as its whole chain: Spring's retry
+     * interceptor (spring.rabbitmq.listener.simple.retry) would hold the
+     * consumer's thread; its settings are the policy's instead. Static: a
+     * post-processor, read before the other beans.
      */
     @Bean
-    public ContainerCustomizer<SimpleMessageListenerContainer> backstopContainerCustomizer(BackstopListenerAdvice advice) {
-      return container -> advise(container, advice);
+    static BeanPostProcessor backstopListenerFactories(ObjectProvider<BackstopListenerAdvice> advice, Environment env) {
+      Set<String> excluded = new HashSet<>(Binder.get(env).bind("backstop.exclude-factories", Bindable.listOf(String.class))
+          .orElse(List.of()));
+      return BackstopContainers.factories(advice, excluded);
     }
 
-    // The chain is backstop's alone; each queue's handling (and its mover of the
-    // delay levels) starts now, not at its first delivery: a retry waiting in the
-    // levels comes back though no new message arrives.
-    private static void advise(AbstractMessageListenerContainer container, BackstopListenerAdvice advice) {
-      container.setAdviceChain(advice);
-      for (String q : container.getQueueNames()) advice.handling(q);
-    }
-
-    /** The same for spring.rabbitmq.listener.type: direct. */
+    /** The advised containers' queues handled, and their error handlers quiet about dead letters, as they start. */
     @Bean
-    public ContainerCustomizer<DirectMessageListenerContainer> backstopDirectContainerCustomizer(
+    BackstopContainers.Starter backstopContainerStarter(ObjectProvider<RabbitListenerEndpointRegistry> registry,
         BackstopListenerAdvice advice) {
-      return container -> advise(container, advice);
+      return new BackstopContainers.Starter(registry, advice);
     }
   }
 }

@@ -9,6 +9,7 @@ import dev.backstop.RabbitJob;
 import dev.backstop.WorkOptions;
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Function;
 import java.util.function.Predicate;
@@ -39,6 +40,7 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
   private final WorkOptions options;
   private final Predicate<String> throughDlx;
   private final Map<String, RabbitHandling> queues = new ConcurrentHashMap<>();
+  private final Set<String> direct = ConcurrentHashMap.newKeySet();
 
   /**
    * Handles the deliveries of every queue with broker (queues someone else
@@ -69,8 +71,18 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
     // Each runs a mover of the delay levels, as each worker does.
     return queues.computeIfAbsent(queue, q -> {
       RabbitHandling h = new RabbitHandling(broker.existingQueue(q, maxDeliveriesOf.apply(q)), policyOf.apply(q), options);
-      return throughDlx.test(q) ? h.deadLetterThroughQueue() : h;
+      return throughDlx.test(q) && !direct.contains(q) ? h.deadLetterThroughQueue() : h;
     });
+  }
+
+  /**
+   * queue is consumed by a direct listener container: its dead letters are
+   * published to Q.dlq directly, not rejected through the queue's
+   * dead-letter exchange (that container logs every rejected delivery as an
+   * ERROR with a stack trace). Before the queue's first delivery.
+   */
+  void consumedByDirectContainer(String queue) {
+    direct.add(queue);
   }
 
   @Override
@@ -84,7 +96,7 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
     RabbitHandling handling = handling(m.getMessageProperties().getConsumerQueue());
     if (handling.isDeadLetter(props)) {
       // backstop's dead letter, back in its queue: the broker moves it to the DLQ (x-death).
-      throw new AmqpRejectAndDontRequeueException("backstop: a dead letter on its way to the DLQ");
+      throw new DeadLetterRejected(m.getMessageProperties().getConsumerQueue());
     }
     QueueHandler<RabbitJob> listener = job -> {
       try {
@@ -102,6 +114,17 @@ public final class BackstopListenerAdvice implements MethodInterceptor, AutoClos
     };
     handling.handle(props, m.getBody(), redelivered, listener);
     return null;
+  }
+
+  /**
+   * backstop's dead letter rejected without requeue so that the broker
+   * dead-letters it (x-death); the container's error handler logs it at
+   * debug, not as a failed listener.
+   */
+  public static final class DeadLetterRejected extends AmqpRejectAndDontRequeueException {
+    DeadLetterRejected(String queue) {
+      super("backstop: a dead letter of " + queue + " on its way to the DLQ");
+    }
   }
 
   /** Stops the movers. */

@@ -1,7 +1,9 @@
 package dev.backstop.spring;
 
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import org.springframework.boot.context.properties.ConfigurationProperties;
 
@@ -17,6 +19,7 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  *     notification.order-placed:
  *       policy: classpath:orders.yaml  # one listener's queue's own policy
  *       max-deliveries: 5
+ *   exclude-factories: [legacyListenerFactory]  # factories whose listeners keep Spring's retry
  * </pre>
  *
  * Without {@code backstop.policy}, the policy is the one {@code backstop policy import --from spring}
@@ -43,6 +46,12 @@ public class BackstopProperties {
    * reason); false: published to Q.dlq directly.
    */
   private boolean deadLetterThroughDlx = true;
+  /**
+   * The bean names of listener container factories backstop leaves alone
+   * (their listeners keep Spring's own retry and error handling); every
+   * other simple or direct factory, Boot's or the application's, is advised.
+   */
+  private List<String> excludeFactories = new ArrayList<>();
   /** A listener's deadline: at it, its thread is interrupted and the attempt fails as a timeout. */
   private Duration handlerTimeout = Duration.ofMinutes(5);
 
@@ -121,6 +130,14 @@ public class BackstopProperties {
 
   public void setDeadLetterThroughDlx(boolean deadLetterThroughDlx) {
     this.deadLetterThroughDlx = deadLetterThroughDlx;
+  }
+
+  public List<String> getExcludeFactories() {
+    return excludeFactories;
+  }
+
+  public void setExcludeFactories(List<String> excludeFactories) {
+    this.excludeFactories = excludeFactories;
   }
 
   public Duration getHandlerTimeout() {

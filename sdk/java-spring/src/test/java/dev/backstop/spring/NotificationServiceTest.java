@@ -17,6 +17,12 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.AppenderBase;
+import org.slf4j.LoggerFactory;
 import org.junit.jupiter.api.Test;
 import org.springframework.amqp.rabbit.core.RabbitTemplate;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -95,9 +101,14 @@ class NotificationServiceTest {
 
   /** The dead letters of order in Spring's DLQ. */
   List<RabbitDeadLetter> deadLetters(String order) {
+    return deadLetters(Q, order);
+  }
+
+  /** The dead letters of order in queue's DLQ. */
+  List<RabbitDeadLetter> deadLetters(String queue, String order) {
     try {
       List<RabbitDeadLetter> out = new ArrayList<>();
-      for (RabbitDeadLetter d : broker.existingQueue(Q, 5).inspect(100)) {
+      for (RabbitDeadLetter d : broker.existingQueue(queue, 5).inspect(100)) {
         if (new String(d.payload(), StandardCharsets.UTF_8).contains("\"" + order + "\"")) out.add(d);
       }
       return out;
@@ -106,8 +117,32 @@ class NotificationServiceTest {
     }
   }
 
+  /** The WARN and ERROR events of Spring AMQP's loggers (its listener containers and error handlers). */
+  static final class Warnings extends AppenderBase<ILoggingEvent> {
+    final List<String> seen = new CopyOnWriteArrayList<>();
+
+    @Override
+    protected void append(ILoggingEvent e) {
+      if (e.getLevel().isGreaterOrEqual(Level.WARN) && e.getLoggerName().startsWith("org.springframework.amqp")) {
+        seen.add(e.getLevel() + " " + e.getLoggerName() + ": " + e.getFormattedMessage());
+      }
+    }
+  }
+
   @Test
   void theNotificationServiceRetriesColdDeadLettersWithReasonsAndReplays() throws Exception {
+    Logger root = (Logger) LoggerFactory.getLogger(org.slf4j.Logger.ROOT_LOGGER_NAME);
+    Warnings warnings = new Warnings();
+    warnings.start();
+    root.addAppender(warnings);
+    try {
+      run(warnings);
+    } finally {
+      root.detachAppender(warnings);
+    }
+  }
+
+  void run(Warnings warnings) throws Exception {
     SpringTestBroker.until("D-4, waiting in the delay levels, to run", () -> calls("D-4").size() == 1);
     assertEquals(List.of("D-4 1 -"), calls("D-4"));
 
@@ -129,6 +164,16 @@ class NotificationServiceTest {
     String metrics = scrape();
     assertTrue(metrics.contains("backstop_attempts_total{job_type=\"\",outcome=\"retry\",queue=\"" + Q + "\"} 2.0"), metrics);
     assertTrue(metrics.contains("backstop_retries_total{job_type=\"\",queue=\"" + Q + "\",reason=\"transient\"} 2.0"), metrics);
+
+    // A queue with its own policy (one attempt), consumed through a listener container
+    // factory the application defines itself: the same 503 is not retried there.
+    provider.answers.put("S-1", new ArrayList<>(List.of(503)));
+    template.convertAndSend("", NotificationService.OTHER, new NotificationService.OrderPlaced("S-1", "s@example.com"));
+    SpringTestBroker.until("S-1 dead-lettered", () -> deadLetters(NotificationService.OTHER, "S-1").size() == 1);
+    assertEquals("max_attempts_reached", deadLetters(NotificationService.OTHER, "S-1").get(0).reason());
+    assertEquals("", deadLetters(NotificationService.OTHER, "S-1").get(0).jobType());
+    assertEquals(List.of("S-1 - -"), calls("S-1"));
+    int sms = listener.sms.get();
 
     // A job type with its own policy (one attempt): its 503 is not retried.
     provider.answers.put("C-3", new ArrayList<>(List.of(503)));
@@ -186,9 +231,13 @@ class NotificationServiceTest {
     String out = run(root(), cli(), "dlq", "replay", "--amqp.url", SpringTestBroker.url(), "--queue", Q, "--limit", "10", "--reason", "permanent_error");
     SpringTestBroker.until("B-2 replayed", () -> calls("B-2").size() == 2);
     assertEquals("B-2 1 -", calls("B-2").get(1), out); // afresh: attempt 1
-    assertEquals(0, listener.sms.get()); // the other queue got nothing
+    assertEquals(sms, listener.sms.get()); // the other queue got nothing
     assertEquals(0, deadLetters("B-2").size());
     broker.existingQueue(Q, 5).replay(100, null, false); // C-3 back (a success now): the DLQ as found
     SpringTestBroker.until("C-3 replayed", () -> calls("C-3").size() == 2);
+    // B-2's and C-3's dead letters went through their queue's dead-letter exchange (rejected
+    // there by backstop's advice), S-1's straight to its DLQ (a direct container's queue):
+    // normal outcomes, not a warning with a stack trace per message.
+    assertEquals(List.of(), warnings.seen);
   }
 }

@@ -12,6 +12,8 @@ import org.springframework.amqp.core.DirectExchange;
 import org.springframework.amqp.core.Queue;
 import org.springframework.amqp.core.QueueBuilder;
 import org.springframework.amqp.rabbit.annotation.RabbitListener;
+import org.springframework.amqp.rabbit.config.DirectRabbitListenerContainerFactory;
+import org.springframework.amqp.rabbit.connection.ConnectionFactory;
 import org.springframework.amqp.support.converter.JacksonJsonMessageConverter;
 import org.springframework.amqp.support.converter.MessageConverter;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
@@ -60,6 +62,28 @@ public class NotificationService {
   }
 
   @Bean
+  Queue smsDlq() {
+    return QueueBuilder.durable(OTHER + ".dlq").quorum().build();
+  }
+
+  @Bean
+  Binding smsDlqBinding() {
+    return BindingBuilder.bind(smsDlq()).to(notificationDlx()).with(OTHER);
+  }
+
+  /**
+   * A listener container factory of the application's own (most services
+   * define one): its listeners are backstop's too, with nothing set on it.
+   */
+  @Bean
+  DirectRabbitListenerContainerFactory smsListenerFactory(ConnectionFactory cf, MessageConverter converter) {
+    DirectRabbitListenerContainerFactory f = new DirectRabbitListenerContainerFactory();
+    f.setConnectionFactory(cf);
+    f.setMessageConverter(converter);
+    return f;
+  }
+
+  @Bean
   MessageConverter jsonConverter() {
     return new JacksonJsonMessageConverter();
   }
@@ -93,9 +117,10 @@ public class NotificationService {
       provider.send(event, attempt, prevDelay);
     }
 
-    @RabbitListener(queues = OTHER)
-    public void onSms(OrderPlaced event) {
+    @RabbitListener(queues = OTHER, containerFactory = "smsListenerFactory")
+    public void onSms(OrderPlaced event) throws HttpStatusException {
       sms.incrementAndGet();
+      provider.send(event, null, null);
     }
   }
 }
