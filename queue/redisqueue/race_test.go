@@ -295,16 +295,36 @@ func TestRunByIDDoesNotRunAPromotedJobTwice(t *testing.T) {
 
 // Issue 40: `queue run --id` racing the workers' promote loop, for real:
 // each job due at once is moved by one of them and runs once.
+//
+// The handler fails only once the run has returned. Otherwise promote,
+// a worker and retry could all finish before the run's first call (a
+// descheduled test goroutine is enough): the run then finds a job
+// retried before it began, due in an hour, and rightly runs it now, as
+// asked. A retry written during the scan is
+// TestRunByIDDoesNotRunAPromotedJobTwice's, step by step.
 func TestRunByIDRacingPromote(t *testing.T) {
 	rdb, q := queueWithFillers(t, "run-promote")
 	ctx := context.Background()
 	p := nativePolicy(t, `{"max_attempts": 5, "backoff": {"strategy": "constant", "base": "1h", "cap": "1h"}, "jitter": {"mode": "none"}}`)
 	var mu sync.Mutex
 	runs := map[string]int{}
-	work(t, q, p, func(_ context.Context, j queue.Job) error {
+	returned := map[string]chan struct{}{} // closed once the run of that id returned
+	runReturned := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if returned[id] == nil {
+			returned[id] = make(chan struct{})
+		}
+		return returned[id]
+	}
+	work(t, q, p, func(ctx context.Context, j queue.Job) error {
 		mu.Lock()
 		runs[j.ID]++
 		mu.Unlock()
+		select {
+		case <-runReturned(j.ID):
+		case <-ctx.Done():
+		}
 		return &backstop.Failure{HTTPStatus: 503, Err: errors.New("503 unavailable")}
 	}, redisqueue.WithPromote(time.Millisecond, 500), redisqueue.WithBatch(16, 10*time.Millisecond))
 	const rounds = 20
@@ -314,6 +334,7 @@ func TestRunByIDRacingPromote(t *testing.T) {
 		now := serverTime(t, ctx, rdb)
 		rdb.ZAdd(ctx, q.Keys().Delayed, redis.Z{Score: float64(now.UnixMilli() + int64(k%4)), Member: fmt.Sprintf(`{"id":%q,"attempt":1,"first_enqueued_ms":"%d"}`, id, now.UnixMilli())})
 		r, err := q.Run(ctx, redisqueue.RunID(id))
+		close(runReturned(id))
 		runMust(t, err)
 		forced += r.Moved
 		// Settled: run once and back in the set, due in an hour.
