@@ -169,11 +169,12 @@ vectors:
 queue-cases:
 	$(GO) test -count=1 -run '^TestQueueCases$$' ./queue/redisqueue -update
 
-## idempotency-cases: regenerate testdata/idempotency/cases.json: the cases'
-## steps (idempotency/cases_build_test.go) run through the Go store against a
-## real redis-server give the expected replies and records
+## idempotency-cases: regenerate testdata/idempotency/cases.json (the cases'
+## steps, idempotency/cases_build_test.go, run through the Go store against a
+## real redis-server give the expected replies and records) and requests.json
+## (the request hash the Go middleware stores for each request target)
 idempotency-cases:
-	$(GO) test -count=1 -run '^TestIdempotencyCases$$' ./idempotency -update
+	$(GO) test -count=1 -run '^(TestIdempotencyCases|TestRequestHashes)$$' ./idempotency -update
 
 ## rabbitmq-cases: regenerate testdata/rabbitmq/cases.json: the cases' inputs
 ## (queue/rabbitmq/cases_build_test.go) run through the Go worker against a

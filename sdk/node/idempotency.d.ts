@@ -96,7 +96,13 @@ export declare function createIdempotencyStore(client: unknown, options?: StoreO
 /** @throws TypeError unless key is 1..255 printable ASCII characters. */
 export declare function checkKey(key: string): void;
 /** SHA-256 (hex) of method, "\n", path, "\n", body. */
-export declare function fingerprint(method: string, path: string, body: Buffer | string): string;
+export declare function fingerprint(method: string, path: Buffer | string, body: Buffer | string): string;
+/**
+ * The request hash of a request-target as it arrived (`/caf%C3%A9?x=1`): fingerprint of its path
+ * before any `?`, with every `%XX` escape decoded to its byte, as Go's `r.URL.Path`; what both
+ * middlewares store, the same in every language (testdata/idempotency/requests.json).
+ */
+export declare function requestHash(method: string, target: string, body: Buffer | string): string;
 /** The policy's retryable statuses (408, 429, 502, 503, 504): such a response releases the key. */
 export declare function defaultRelease(status: number): boolean;
 /**

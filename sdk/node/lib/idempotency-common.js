@@ -22,7 +22,35 @@ export function checkKey(key) {
 
 /** SHA-256 (hex) of method, "\n", path, "\n", body: the request hash every adapter stores. */
 export function fingerprint(method, path, body) {
-  return createHash('sha256').update(`${method}\n${path}\n`).update(body ?? '').digest('hex');
+  return createHash('sha256').update(`${method}\n`).update(path).update('\n').update(body ?? '').digest('hex');
+}
+
+/**
+ * The request hash of a request-target as it arrived (Express's originalUrl, Fastify's url):
+ * its path before any "?", every %XX escape decoded to its byte, as Go's r.URL.Path, so every
+ * adapter hashes a request alike (testdata/idempotency/requests.json).
+ */
+export function requestHash(method, target, body) {
+  return fingerprint(method, decodePath(target.split('?')[0]), body);
+}
+
+const HEX = /^[0-9a-fA-F]{2}$/;
+
+/** path's %XX escapes as bytes (a "%" not followed by two hex digits stays as it is). */
+export function decodePath(path) {
+  if (!path.includes('%')) return path;
+  const bytes = [];
+  const raw = Buffer.from(path, 'utf8');
+  for (let i = 0; i < raw.length; i++) {
+    const hex = raw[i] === 0x25 ? raw.subarray(i + 1, i + 3).toString('latin1') : '';
+    if (HEX.test(hex)) {
+      bytes.push(parseInt(hex, 16));
+      i += 2;
+    } else {
+      bytes.push(raw[i]);
+    }
+  }
+  return Buffer.from(bytes);
 }
 
 /** Whether a response status releases the key (the policy's retryable statuses) instead of being stored. */

@@ -3,7 +3,7 @@
 // instance it is registered on and never imports fastify, an optional peer.
 import { Readable } from 'node:stream';
 import {
-  checkKey, claimAnswer, defaultRelease, fingerprint, setHeaders, settle, storedHeaderValues,
+  checkKey, claimAnswer, defaultRelease, requestHash, setHeaders, settle, storedHeaderValues,
 } from './idempotency-common.js';
 
 const state = Symbol('backstop.idempotency');
@@ -87,7 +87,7 @@ export async function fastifyIdempotency(fastify, options = {}) {
     const started = Date.now(); // the lease runs from about here on the server's clock
     let claim;
     try {
-      claim = await store.begin(s.scope, s.key, fingerprint(request.method, request.url.split('?')[0], s.raw));
+      claim = await store.begin(s.scope, s.key, requestHash(request.method, request.url, s.raw));
     } catch {
       if (failOpen) return;
       return text(reply, 503, 'idempotency store unavailable\n', { 'retry-after': '1' });

@@ -6,14 +6,14 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
-  LeaseLostError, StoreError, checkKey, claimAnswer, defaultMetrics, defaultRelease, fingerprint, onceAnswer, safeHeaders, setHeaders,
-  settle, storedHeaderValues,
+  LeaseLostError, StoreError, checkKey, claimAnswer, defaultMetrics, defaultRelease, onceAnswer, safeHeaders, setHeaders,
+  requestHash, settle, storedHeaderValues,
 } from './idempotency-common.js';
 import { sender } from './redis/client.js';
 
 export {
   ConflictError, InProgressError, LeaseLostError, MAX_KEY_LENGTH, Metrics, REPLAYED_HEADER, StoreError, TooLargeError, checkKey, defaultMetrics,
-  defaultRelease, fingerprint, safeHeader,
+  defaultRelease, fingerprint, requestHash, safeHeader,
 } from './idempotency-common.js';
 export { fastifyIdempotency } from './idempotency-fastify.js';
 export { createPgIdempotencyStore, onceTx, pgSchema } from './idempotency-pg.js';
@@ -246,7 +246,7 @@ export function idempotencyMiddleware(store, options = {}) {
     const started = Date.now(); // the lease runs from about here on the server's clock
     let claim;
     try {
-      claim = await store.begin(sc, key, fingerprint(req.method, (req.originalUrl ?? req.url).split('?')[0], raw));
+      claim = await store.begin(sc, key, requestHash(req.method, req.originalUrl ?? req.url, raw));
     } catch (err) {
       if (failOpen) return next();
       return send(res, 503, { 'content-type': 'text/plain', 'retry-after': '1' }, 'idempotency store unavailable\n');

@@ -209,7 +209,7 @@ public final class IdempotencyFilter implements Filter {
     long until = System.nanoTime() + store.options.lease.toNanos(); // the lease runs from about here
     IdempotencyStore.Claim c;
     try {
-      c = store.begin(scope, key, IdempotencyStore.fingerprint(req.getMethod(), req.getRequestURI(), body));
+      c = store.begin(scope, key, IdempotencyStore.requestHash(req.getMethod(), req.getRequestURI(), body));
     } catch (RuntimeException e) {
       LOG.log(System.Logger.Level.WARNING, "idempotency: begin " + key + " failed: " + e);
       if (o.failOpen) {

@@ -223,9 +223,37 @@ public final class IdempotencyStore implements AutoCloseable {
 
   /** The request hash every adapter stores beside a key: SHA-256 (hex) of method, "\n", path, "\n", body. */
   public static String fingerprint(String method, String path, byte[] body) {
+    return fingerprint(method, path.getBytes(StandardCharsets.UTF_8), body);
+  }
+
+  /**
+   * The request hash of a request as it arrived: {@code rawPath} (the servlet's {@code
+   * getRequestURI()}: no query, escapes as sent) with every {@code %XX} escape decoded to its
+   * byte, as Go's {@code r.URL.Path}, so every adapter hashes a request alike
+   * ({@code testdata/idempotency/requests.json}); a {@code %} without two hex digits stays.
+   */
+  public static String requestHash(String method, String rawPath, byte[] body) {
+    byte[] in = rawPath.getBytes(StandardCharsets.UTF_8);
+    java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream(in.length);
+    for (int i = 0; i < in.length; i++) {
+      int hi = i + 2 < in.length && in[i] == '%' ? Character.digit(in[i + 1], 16) : -1;
+      int lo = hi >= 0 ? Character.digit(in[i + 2], 16) : -1;
+      if (lo >= 0) {
+        out.write(hi << 4 | lo);
+        i += 2;
+      } else {
+        out.write(in[i]);
+      }
+    }
+    return fingerprint(method, out.toByteArray(), body);
+  }
+
+  private static String fingerprint(String method, byte[] path, byte[] body) {
     try {
       MessageDigest h = MessageDigest.getInstance("SHA-256");
-      h.update((method + "\n" + path + "\n").getBytes(StandardCharsets.UTF_8));
+      h.update((method + "\n").getBytes(StandardCharsets.UTF_8));
+      h.update(path);
+      h.update((byte) '\n');
       h.update(body);
       return HexFormat.of().formatHex(h.digest());
     } catch (NoSuchAlgorithmException e) {
