@@ -18,7 +18,8 @@ import java.util.concurrent.TimeUnit;
  * A running worker of a Redis Streams queue ({@link RedisQueue#work}): it
  * reads new entries for its consumer (XREADGROUP, on a connection of its own),
  * promotes due delayed jobs every second, reclaims the entries of crashed
- * consumers (idle 60 s; past 5 deliveries dead-lettered {@code crash_loop}),
+ * consumers ({@link WorkOptions#withReclaim}: idle 60 s; past 5 deliveries
+ * dead-lettered {@code crash_loop}),
  * runs each job through the core ({@link Policy#outcome}: the breaker before
  * the job, the handler within its deadline while the entry is held, the
  * failure decided) and applies the outcome with the contract's scripts
@@ -29,12 +30,9 @@ import java.util.concurrent.TimeUnit;
  * {@link #close} stops it: the job in hand finishes and is applied first.
  */
 public final class RedisWorker implements AutoCloseable {
-  static final long MIN_IDLE_MS = 60_000;
-  static final int MAX_DELIVERIES = 5;
   // A refused outcome is sent again after 20 ms, doubling to at most 2 s and
   // a quarter of the min idle time (as the Go and Python workers do).
   static final long APPLY_BASE_MS = 20;
-  static final long APPLY_CAP_MS = Math.min(2000, MIN_IDLE_MS / 4);
   // The error codes of a write Redis cannot apply now but may soon.
   private static final Set<String> REFUSED_CODES =
       Set.of("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "MISCONF", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS");
@@ -52,12 +50,16 @@ public final class RedisWorker implements AutoCloseable {
     return t;
   });
   private final WorkOptions o;
+  private final long minIdleMs;
+  private final long applyCapMs;
   private volatile long offsetMs; // the server's clock less this one: elapsed time is the server's
 
   RedisWorker(RedisQueue q, Policy policy, QueueHandler<RedisJob> handler, WorkOptions o) {
     this.q = q;
     this.handler = handler;
     this.o = o;
+    this.minIdleMs = o.minIdle.toMillis();
+    this.applyCapMs = Math.max(1, Math.min(2000, minIdleMs / 4));
     this.runner = new QueueRunner(q.name, policy, o, Redis.MALFORMED);
     this.consumer = hostName() + "-" + ProcessHandle.current().pid() + "-"
         + Long.toString(ThreadLocalRandom.current().nextLong(1L << 30, 1L << 35), 36);
@@ -94,9 +96,9 @@ public final class RedisWorker implements AutoCloseable {
               q.promote(1000);
               promoted = now;
             }
-            if (now - reclaimed >= MIN_IDLE_MS / 6) {
+            if (now - reclaimed >= o.reclaimEvery.toMillis()) {
               reclaimed = now;
-              List<RedisJob> claimed = q.reclaim(consumer, MIN_IDLE_MS, 100, MAX_DELIVERIES).jobs();
+              List<RedisJob> claimed = q.reclaim(consumer, minIdleMs, 100, o.maxDeliveries).jobs();
               for (int i = 0; i < claimed.size(); i++) {
                 if (stopping()) break;
                 process(claimed.get(i), claimed.subList(i + 1, claimed.size()));
@@ -147,7 +149,7 @@ public final class RedisWorker implements AutoCloseable {
         QueueRunner.measure(typed, job.attempt(), job.dueMs(), job.prevDelayMs(), job.lastReason(),
             System.currentTimeMillis() + offsetMs);
         // Held while it runs, so that no other worker reclaims it.
-        long every = Math.max(10, MIN_IDLE_MS / 3);
+        long every = Math.max(10, minIdleMs / 3);
         ScheduledFuture<?> hold = holds.scheduleAtFixedRate(() -> {
           try {
             q.hold(consumer, List.of(job.entryId()));
@@ -223,7 +225,7 @@ public final class RedisWorker implements AutoCloseable {
           Thread.currentThread().interrupt();
           return;
         }
-        delay = Math.min(2 * delay, APPLY_CAP_MS);
+        delay = Math.min(2 * delay, applyCapMs);
         continue;
       }
       if (refusals > 0) {

@@ -15,7 +15,8 @@ import java.util.function.Function;
  * (checked at once, naming the option). Defaults: prefetch 16, as many
  * handlers at once as the prefetch, a handler deadline of 5 minutes (below
  * RabbitMQ's consumer_timeout, 30 minutes by default), no metrics, the
- * built-in classification, no per-type policies, no hooks.
+ * built-in classification, no per-type policies, no hooks; Redis Streams:
+ * entries idle 60 s reclaimed every 10 s, past 5 deliveries dead-lettered.
  */
 public final class WorkOptions implements Cloneable {
   /** The handler deadline by default. */
@@ -24,6 +25,10 @@ public final class WorkOptions implements Cloneable {
   int prefetch = 16;
   int concurrency; // 0: the prefetch
   Duration handlerTimeout = HANDLER_TIMEOUT;
+  // Redis Streams: the reclaim loop (as Go's redisqueue.WithReclaim).
+  Duration reclaimEvery = Duration.ofSeconds(10);
+  Duration minIdle = Duration.ofSeconds(60);
+  int maxDeliveries = 5;
   PrometheusRegistry registry;
   String metricsPolicy = "default";
   Function<Throwable, Failure.Builder> classifier;
@@ -70,6 +75,27 @@ public final class WorkOptions implements Cloneable {
     if (d.isZero() || d.isNegative()) throw new IllegalArgumentException("work: handlerTimeout must be > 0 (got " + d + ")");
     WorkOptions o = copy();
     o.handlerTimeout = d;
+    return o;
+  }
+
+  /**
+   * Redis Streams only (as Go's {@code redisqueue.WithReclaim}): every {@code every} the worker
+   * claims the entries other consumers (crashed ones) have held for at least {@code minIdle}
+   * and runs them; one delivered {@code maxDeliveries} times without an outcome is
+   * dead-lettered {@code crash_loop}. While a job runs its entry is held every third of
+   * {@code minIdle}, so a slow handler is not reclaimed. Defaults 10 s, 60 s, 5. RabbitMQ's
+   * limit is the queue's ({@code RabbitBroker.queue(name, maxDeliveries)}).
+   */
+  public WorkOptions withReclaim(Duration every, Duration minIdle, int maxDeliveries) {
+    Objects.requireNonNull(every, "every");
+    Objects.requireNonNull(minIdle, "minIdle");
+    if (every.toMillis() < 1) throw new IllegalArgumentException("work: reclaim every must be >= 1ms (got " + every + ")");
+    if (minIdle.toMillis() < 1) throw new IllegalArgumentException("work: reclaim minIdle must be >= 1ms (got " + minIdle + ")");
+    if (maxDeliveries < 1) throw new IllegalArgumentException("work: maxDeliveries must be >= 1 (got " + maxDeliveries + ")");
+    WorkOptions o = copy();
+    o.reclaimEvery = every;
+    o.minIdle = minIdle;
+    o.maxDeliveries = maxDeliveries;
     return o;
   }
 

@@ -1,6 +1,7 @@
 package dev.backstop;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.lettuce.core.RedisClient;
@@ -255,5 +256,53 @@ class RedisWorkerTest {
       }
       assertTrue(!text.contains("outcome=\"dead_letter\""), text);
     }
+  }
+
+  /**
+   * withReclaim (as Go's redisqueue.WithReclaim): an entry a crashed consumer
+   * was given and never settled is claimed after the min idle time and run;
+   * one delivered maxDeliveries times without an outcome is dead-lettered
+   * crash_loop without running. Before, the worker's 60 s and 5 were fixed.
+   */
+  @Test
+  void withReclaimRunsACrashedConsumersJobAndDeadLettersACrashLoop() throws Exception {
+    try (RedisQueue q = RedisQueue.create(client, "jreclaim"); Policy p = Policy.load(FAST)) {
+      RedisCasesTest.cmd(q, "DEL", q.keys().jobs(), q.keys().delayed(), q.keys().dlq(), q.keys().stats());
+      q.ensureGroup();
+      q.enqueue("crashed-1", new byte[0], "charge");
+      try (var c = q.client.connect(io.lettuce.core.codec.ByteArrayCodec.INSTANCE)) {
+        assertEquals(1, q.read(c.sync(), "crashed-consumer", 10, 100).size()); // delivered, never settled
+      }
+      List<String> ran = Collections.synchronizedList(new ArrayList<>());
+      CountDownLatch acked = new CountDownLatch(1);
+      WorkOptions o = WorkOptions.defaults().withReclaim(Duration.ofMillis(100), Duration.ofMillis(300), 5)
+          .<RedisJob>withOnOutcome(out -> {
+            if (out.action().equals("ack")) acked.countDown();
+          });
+      try (RedisWorker w = q.work(p, job -> ran.add(job.id()), o)) {
+        assertTrue(acked.await(30, TimeUnit.SECONDS), "the crashed consumer's job was reclaimed and run");
+      }
+      assertEquals(List.of("crashed-1"), ran);
+
+      q.enqueue("looping-1", new byte[0], "charge");
+      try (var c = q.client.connect(io.lettuce.core.codec.ByteArrayCodec.INSTANCE)) {
+        assertEquals(1, q.read(c.sync(), "crashed-consumer", 10, 100).size());
+      }
+      try (RedisWorker w = q.work(p, job -> ran.add(job.id()),
+          WorkOptions.defaults().withReclaim(Duration.ofMillis(100), Duration.ofMillis(300), 1))) {
+        RabbitCasesTest.until("the crash loop dead-lettered", () -> "1".equals(stats(q).get("dead_letters:crash_loop")));
+      }
+      assertEquals("1", stats(q).get("dead_letters:crash_loop"), stats(q).toString());
+      assertEquals(List.of("crashed-1"), ran, "a crash loop is dead-lettered without running");
+      assertEquals(1L, RedisCasesTest.list(RedisCasesTest.cmd(q, "XLEN", q.keys().dlq())).get(0));
+    }
+  }
+
+  @Test
+  void withReclaimChecksItsArguments() {
+    WorkOptions d = WorkOptions.defaults();
+    assertThrows(IllegalArgumentException.class, () -> d.withReclaim(Duration.ZERO, Duration.ofSeconds(1), 5));
+    assertThrows(IllegalArgumentException.class, () -> d.withReclaim(Duration.ofSeconds(1), Duration.ZERO, 5));
+    assertThrows(IllegalArgumentException.class, () -> d.withReclaim(Duration.ofSeconds(1), Duration.ofSeconds(1), 0));
   }
 }
