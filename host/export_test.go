@@ -70,6 +70,21 @@ func CallValue(ctx context.Context, p *Policy, event int32, value []byte, n int3
 		return 0, "", err
 	}
 	defer p.rt.release(in)
+	return in.callValue(ctx, h, event, value, n, deliveries, maxDeliveries)
+}
+
+// CallValueHandle is CallValue with handle h (0: none) on one of r's
+// instances.
+func CallValueHandle(ctx context.Context, r *Runtime, h, event int32, value []byte) (int64, string, error) {
+	in, err := r.get(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer r.release(in)
+	return in.callValue(ctx, h, event, value, int32(len(value)), 0, 0)
+}
+
+func (in *instance) callValue(ctx context.Context, h, event int32, value []byte, n int32, deliveries, maxDeliveries int64) (int64, string, error) {
 	if err := in.grow(ctx, len(value)); err != nil {
 		return 0, "", err
 	}
@@ -77,6 +92,7 @@ func CallValue(ctx context.Context, p *Policy, event int32, value []byte, n int3
 		return 0, "", errors.New("buffer out of memory bounds")
 	}
 	var v uint64
+	var err error
 	if event < 0 {
 		v, err = in.call(ctx, in.mod.ExportedFunction("decide_value"), api.EncodeI32(h), api.EncodeI32(n))
 	} else {

@@ -330,3 +330,39 @@ func TestValueExportsNeverTrap(t *testing.T) {
 		}
 	}
 }
+
+// The value comes before the handle, as the hosts checked a failure before
+// they called the module: with handle 0 a host checks a lone value (-3 and
+// the field's message, or -1 when it is valid); outcome_value checks the
+// encoding, then the event, then the failure, then the handle.
+func TestValueBeforeHandle(t *testing.T) {
+	ctx := context.Background()
+	rt := runtime(t)
+	bad, _ := failvalue.Append(nil, map[string]any{"now_ms": "soon"})
+	good, _ := failvalue.Append(nil, map[string]any{"now_ms": 5})
+	unknown, _ := failvalue.Append(nil, map[string]any{"bogus": 1})
+	failure := int32(policy.EventFailure)
+	for _, c := range []struct {
+		event int32
+		value []byte
+		want  int64
+		msg   string
+	}{
+		{-1, bad, abi.ErrInput, "invalid failure: now_ms: must be an integer (got a string)"},
+		{-1, unknown, abi.ErrInput, "invalid failure: bogus: unknown field"},
+		{-1, []byte{99}, abi.ErrInput, "invalid failure: value: unknown tag 99 at byte 0"},
+		{-1, good, abi.ErrHandle, "unknown or freed policy handle 0"},
+		{failure, []byte{99}, abi.ErrInput, "invalid failure: value: unknown tag 99 at byte 0"},
+		{9, bad, abi.ErrInput, "invalid event: event: must be 0 (before) to 3 (delivered) (got 9)"},
+		{failure, unknown, abi.PackOutcome(policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed,
+			Count: policy.CountDeadLetter, Invalid: true}), "invalid failure: bogus: unknown field"},
+		{int32(policy.EventBefore), bad, abi.ErrInput, "invalid failure: now_ms: must be an integer (got a string)"},
+		{int32(policy.EventBefore), good, abi.ErrHandle, "unknown or freed policy handle 0"},
+		{failure, good, abi.ErrHandle, "unknown or freed policy handle 0"},
+	} {
+		w, msg, err := host.CallValueHandle(ctx, rt, 0, c.event, c.value)
+		if err != nil || w != c.want || msg != c.msg {
+			t.Errorf("event %d, %x: %#x %q (%v), want %#x %q", c.event, c.value, w, msg, err, c.want, c.msg)
+		}
+	}
+}

@@ -498,11 +498,21 @@ func outcomePolicy(h, event int32) (*policy.Policy, int64) {
 	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
 		return nil, int64(handleError(h))
 	}
-	if event < int32(policy.EventBefore) || event > int32(policy.EventDelivered) { // policy.Event is a byte: say what came
-		return nil, int64(fail(errInput, (&policy.EventError{Field: "event",
-			Reason: "must be 0 (before) to 3 (delivered) (got " + strconv.Itoa(int(event)) + ")"}).Error()))
+	if badEvent(event) {
+		return nil, eventError(event)
 	}
 	return policies[h-1], 0
+}
+
+func badEvent(event int32) bool {
+	return event < int32(policy.EventBefore) || event > int32(policy.EventDelivered)
+}
+
+// eventError is the error of an unknown event. policy.Event is a byte:
+// say what came, before it is cut to one.
+func eventError(event int32) int64 {
+	return int64(fail(errInput, (&policy.EventError{Field: "event",
+		Reason: "must be 0 (before) to 3 (delivered) (got " + strconv.Itoa(int(event)) + ")"}).Error()))
 }
 
 // invalidOutcome is the word of a failure the caller got wrong: it is
@@ -548,16 +558,19 @@ func readValue(n int32) (f policy.Failure, malformed bool, err error) {
 // decide_value is decide with the failure as a value (ABI.md,
 // "decide_value"): the slow path a host takes for a value its own fast
 // path does not convert, so that the rules and messages live here once.
+// The value is checked before the handle, as the hosts checked a failure
+// before they called the module: a host may check a lone value with
+// handle 0 (-3 with the message, or -1 when it is valid).
 //
 //go:wasmexport decide_value
 func decide_value(h, n int32) (r int64) {
 	defer guard64("decide_value", &r)
-	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
-		return int64(handleError(h))
-	}
 	f, _, err := readValue(n)
 	if err != nil {
 		return int64(decideError(err))
+	}
+	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
+		return int64(handleError(h))
 	}
 	d, err := policies[h-1].Decide(f)
 	if err != nil {
@@ -567,24 +580,31 @@ func decide_value(h, n int32) (r int64) {
 }
 
 // outcome_value is outcome with the failure as a value (ABI.md,
-// "outcome_value"). For the failure event an invalid field is the invalid
-// word, as outcome's; for the others only now_ms is read, and an invalid
-// field is an error code. A malformed encoding is an error code always.
+// "outcome_value"). As in decide_value the value comes first: a malformed
+// encoding is -3 for every event (the host's mistake); then the event; then
+// a refused field, for the failure event the invalid word (as outcome's),
+// for the others -3 (only now_ms is read); then the handle.
 //
 //go:wasmexport outcome_value
 func outcome_value(h, event, n int32, deliveries, maxDeliveries int64) (r int64) {
 	defer guard64("outcome_value", &r)
-	p, code := outcomePolicy(h, event)
-	if p == nil {
-		return code
-	}
 	f, malformed, err := readValue(n)
+	if malformed {
+		return int64(fail(errInput, err.Error()))
+	}
+	if badEvent(event) {
+		return eventError(event)
+	}
 	if err != nil {
-		if malformed || event != int32(policy.EventFailure) {
+		if event != int32(policy.EventFailure) {
 			return int64(fail(errInput, err.Error()))
 		}
 		lastMsg = err.Error()
 		return invalidOutcome()
+	}
+	p, code := outcomePolicy(h, event)
+	if p == nil {
+		return code
 	}
 	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: f.NowMs},
 		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
