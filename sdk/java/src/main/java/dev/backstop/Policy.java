@@ -229,10 +229,21 @@ public final class Policy extends PolicyExports implements AutoCloseable {
     Decision[] out = new Decision[n];
     InputException first = null;
     int firstIndex = -1;
-    for (int from = 0; from < n; from += BATCH) {
+    for (int from = 0, k; from < n; from += k) {
       int start = from;
-      int k = Math.min(BATCH, n - from);
-      InputException e = call((in, h) -> in.decideBatch(h, failures, start, k, out));
+      InputException e = null;
+      k = 1;
+      if (failures.get(from).value != null) { // not a record: decided alone (decide_value)
+        try {
+          out[from] = decide(failures.get(from));
+        } catch (InputException alone) {
+          e = alone;
+        }
+      } else {
+        while (k < BATCH && from + k < n && failures.get(from + k).value == null) k++;
+        int records = k;
+        e = call((in, h) -> in.decideBatch(h, failures, start, records, out));
+      }
       if (e != null && first == null) {
         first = e;
         firstIndex = from;
