@@ -71,17 +71,6 @@ final class Contract {
   /** Flag: the server asked not to be retried (retry at one layer, docs/layers.md). */
   static final int FLAG_SERVER_DECLINED = 1 << 3;
 
-  /** What a value of each type of field must be: the messages' "must be ...", in every host. */
-  static final java.util.Map<String, String> EXPECTS = java.util.Map.ofEntries(
-      java.util.Map.entry("int64", "an integer"),
-      java.util.Map.entry("int32", "a 32-bit integer"),
-      java.util.Map.entry("grpc_code", "a 32-bit integer or a status name"),
-      java.util.Map.entry("string", "a string"),
-      java.util.Map.entry("hint", "a string or a number"),
-      java.util.Map.entry("key", "a string or a boolean"),
-      java.util.Map.entry("random", "a number, \"NaN\", \"Infinity\" or \"-Infinity\""),
-      java.util.Map.entry("bool", "a boolean"));
-
   /** The module's exports (wasm/ABI.md). */
   static final List<String> EXPORTS = List.of("abi_version", "buffer", "policy_load", "policy_preset", "policy_free", "policy_stateful", "decide", "decide_batch", "record_success", "record_duration", "circuit_state", "acquire", "budget_tokens", "policy_lints", "policy_on_open", "attempt_timeout", "connect_timeout", "outcome", "outcome_record", "decide_value", "outcome_value", "error_message");
 

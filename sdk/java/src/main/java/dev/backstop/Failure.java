@@ -44,6 +44,8 @@ public final class Failure {
   final long prevDelayMs;
   final boolean retriedDownstream;
   final boolean serverDeclined;
+  /** The caller's value when the fast path did not take it ({@link #read}): decided by the module's decide_value. */
+  final FailureReader value;
 
   private Failure(Builder b) {
     attempt = b.attempt;
@@ -60,6 +62,7 @@ public final class Failure {
     prevDelayMs = b.prevDelayMs;
     retriedDownstream = b.retriedDownstream;
     serverDeclined = b.serverDeclined;
+    value = b.value;
   }
 
   /** A builder with every field unset. */
@@ -84,6 +87,7 @@ public final class Failure {
     b.prevDelayMs = prevDelayMs;
     b.retriedDownstream = retriedDownstream;
     b.serverDeclined = serverDeclined;
+    b.value = value;
     return b;
   }
 
@@ -178,7 +182,10 @@ public final class Failure {
    * integers as {@code Long}, {@code Integer}, {@code BigInteger} or integral
    * {@code Double}; strings as {@code String} or {@code byte[]}; a hint may
    * be a number; {@code null} is absent. The value of a parsed JSON object
-   * (the vectors' {@code input}) reads as it is.
+   * (the vectors' {@code input}) reads as it is. Plain values ({@code Long},
+   * {@code Integer}, {@code String}, {@code Boolean}, a {@code Double}
+   * random) are read here; the module reads any other map (its getters read
+   * as unset).
    *
    * @throws InputException naming the first invalid field, in every host's order
    */
@@ -193,22 +200,111 @@ public final class Failure {
    * draw).
    */
   static Failure read(Object v, Long absentNow, Double absentRandom) {
-    Map<?, ?> m = FailureReader.object(v, FIELDS);
+    Failure f = v instanceof Map ? plain((Map<?, ?>) v, absentNow, absentRandom) : null;
+    if (f != null) return f;
     Builder b = new Builder();
-    b.attempt = FailureReader.int64(m.get("attempt"), "attempt", false);
-    b.httpStatus = FailureReader.int32(m.get("http_status"), "http_status");
-    b.grpcCode = FailureReader.grpcCode(m.get("grpc_code"), "grpc_code");
-    b.errorKind = FailureReader.string(m.get("error_kind"), "error_kind");
-    b.retryAfter = FailureReader.hint(m.get("retry_after"), "retry_after");
-    b.grpcRetryPushbackMs = FailureReader.hint(m.get("grpc_retry_pushback_ms"), "grpc_retry_pushback_ms");
-    b.method = FailureReader.string(m.get("method"), "method");
-    b.idempotencyKey = FailureReader.key(m.get("idempotency_key"), "idempotency_key");
-    b.elapsedMs = FailureReader.int64(m.get("elapsed_ms"), "elapsed_ms", true);
-    b.nowMs = m.get("now_ms") == null ? absentNow : Long.valueOf(FailureReader.int64(m.get("now_ms"), "now_ms", true));
-    b.random = m.get("random") == null ? absentRandom : Double.valueOf(FailureReader.random(m.get("random"), "random"));
-    b.prevDelayMs = FailureReader.int64(m.get("prev_delay_ms"), "prev_delay_ms", true);
-    b.retriedDownstream = FailureReader.bool(m.get("retried_downstream"), "retried_downstream");
-    b.serverDeclined = FailureReader.bool(m.get("server_declined"), "server_declined");
+    b.value = FailureReader.of(v);
+    b.nowMs = absentNow;
+    b.random = absentRandom;
+    return b.build();
+  }
+
+  /** m as a failure when its names are fields and its values plain (the fast path); else null. */
+  private static Failure plain(Map<?, ?> m, Long absentNow, Double absentRandom) {
+    for (Object k : m.keySet()) {
+      if (!(k instanceof String && FIELDS.contains(k))) return null;
+    }
+    Builder b = new Builder();
+    Object x;
+    byte[] s;
+    x = m.get("attempt");
+    if (x instanceof Long || x instanceof Integer) {
+      b.attempt = ((Number) x).longValue();
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("http_status");
+    if (x instanceof Integer || x instanceof Long && (Long) x == ((Long) x).intValue()) {
+      b.httpStatus = ((Number) x).intValue();
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("grpc_code");
+    if (x instanceof Integer || x instanceof Long && (Long) x == ((Long) x).intValue()) {
+      b.grpcCode = ((Number) x).intValue();
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("error_kind");
+    if (x instanceof String && (s = FailureReader.utf8((String) x)).length <= Contract.MAX_STRING) {
+      b.errorKind = s;
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("retry_after");
+    if ((x instanceof String || x instanceof Long || x instanceof Integer) && (s = FailureReader.utf8(x.toString())).length <= Contract.MAX_STRING) {
+      b.retryAfter = s;
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("grpc_retry_pushback_ms");
+    if ((x instanceof String || x instanceof Long || x instanceof Integer) && (s = FailureReader.utf8(x.toString())).length <= Contract.MAX_STRING) {
+      b.grpcRetryPushbackMs = s;
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("method");
+    if (x instanceof String && (s = FailureReader.utf8((String) x)).length <= Contract.MAX_STRING) {
+      b.method = s;
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("idempotency_key");
+    if (x instanceof Boolean || x instanceof String) {
+      b.idempotencyKey = x instanceof Boolean ? (Boolean) x : !((String) x).isEmpty();
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("elapsed_ms");
+    if (x instanceof Long || x instanceof Integer) {
+      b.elapsedMs = ((Number) x).longValue();
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("now_ms");
+    if (x == null) {
+      b.nowMs = absentNow;
+    } else if (x instanceof Long || x instanceof Integer) {
+      b.nowMs = ((Number) x).longValue();
+    } else {
+      return null;
+    }
+    x = m.get("random");
+    if (x == null) {
+      b.random = absentRandom;
+    } else if (x instanceof Double || x instanceof Long || x instanceof Integer) {
+      b.random = ((Number) x).doubleValue();
+    } else {
+      return null;
+    }
+    x = m.get("prev_delay_ms");
+    if (x instanceof Long || x instanceof Integer) {
+      b.prevDelayMs = ((Number) x).longValue();
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("retried_downstream");
+    if (x instanceof Boolean) {
+      b.retriedDownstream = (Boolean) x;
+    } else if (x != null) {
+      return null;
+    }
+    x = m.get("server_declined");
+    if (x instanceof Boolean) {
+      b.serverDeclined = (Boolean) x;
+    } else if (x != null) {
+      return null;
+    }
     return b.build();
   }
 
@@ -232,6 +328,7 @@ public final class Failure {
     private long prevDelayMs;
     private boolean retriedDownstream;
     private boolean serverDeclined;
+    private FailureReader value;
 
     private Builder() {}
 

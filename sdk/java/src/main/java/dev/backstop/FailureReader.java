@@ -1,179 +1,142 @@
 package dev.backstop;
 
-import java.math.BigDecimal;
 import java.math.BigInteger;
-import java.math.MathContext;
-import java.math.RoundingMode;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.HashSet;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
 
 /**
- * How a failure's values are read, one converter per type of the schema
- * (contract/abi.json: int64, int32, grpc_code, string, hint, key, random,
- * bool), by the rules every host follows ({@code testdata/vectors/README.md},
- * "Field values"), with the messages every host gives. The generated
- * {@link Failure} calls them field by field.
+ * A failure value (wasm/ABI.md, "decide_value"): the caller's value
+ * written for the module when the fast path ({@link Failure.Builder}, and
+ * {@link Failure#read} of plain values) does not take it. decide_value and
+ * outcome_value read it with the one converter every host shares
+ * ({@code testdata/vectors/README.md}, "Field values") and word its errors.
+ * Java's own types keep their meaning: Long, Integer, Short, Byte and
+ * BigInteger are integers, Double and Float numbers, byte[] bytes, a List
+ * or an array an array, and any Number is read as a random.
  */
 final class FailureReader {
-  private static final double TWO63 = 9223372036854775808.0;
+  private byte[] b = new byte[128];
+  private int n;
+  private int members; // a failure object's
+  private int lacks; // which of now_ms (1) and random (2) the object lacks
 
   private FailureReader() {}
 
-  /** v as a failure object: a Map whose keys are all fields (else the least unknown one, in code point order). */
-  static Map<?, ?> object(Object v, Set<String> fields) {
-    if (!(v instanceof Map)) throw new InputException("failure", "must be an object (got " + describe(v) + ")");
-    String unknown = null;
-    for (Object k : ((Map<?, ?>) v).keySet()) {
-      String name = String.valueOf(k);
-      if (fields.contains(name)) continue;
-      String u = wellFormed(name);
-      if (unknown == null || codePointLess(u, unknown)) unknown = u;
-    }
-    if (unknown != null) throw new InputException(unknown, "unknown field");
-    return (Map<?, ?>) v;
-  }
-
-  /** A value the field's type does not take, in the schema's words (Contract.EXPECTS). */
-  private static InputException wrong(String field, String type, Object v) {
-    return new InputException(field, "must be " + Contract.EXPECTS.get(type) + " (got " + describe(v) + ")");
-  }
-
-  /** An integer; a fraction is dropped when truncate (milliseconds), else refused (attempt). */
-  static long int64(Object v, String field, boolean truncate) {
-    if (v == null) return 0;
-    if (v instanceof Long || v instanceof Integer || v instanceof Short || v instanceof Byte) return ((Number) v).longValue();
-    if (v instanceof BigInteger) {
-      BigInteger b = (BigInteger) v;
-      if (b.bitLength() > 63) throw new InputException(field, "must fit in 64 bits (got " + b + ")");
-      return b.longValue();
-    }
-    if (v instanceof Double || v instanceof Float) {
-      double d = ((Number) v).doubleValue();
-      if (!Double.isFinite(d) || (!truncate && d != Math.rint(d))) {
-        throw wrong(field, "int64", v);
+  /**
+   * v as a failure value, a null (or absent) now_ms and random left out for
+   * decide to fill, checked at once by the module's converter (through the
+   * bundled runtime), as fromMap always checked a map.
+   *
+   * @throws InputException naming the first invalid field
+   */
+  static FailureReader of(Object v) {
+    FailureReader w = new FailureReader();
+    if (v instanceof Map) {
+      w.put(Contract.VALUE_OBJECT);
+      w.u32(0);
+      w.lacks = 3;
+      Set<String> names = new HashSet<>();
+      for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
+        String k = wellFormed(String.valueOf(e.getKey()));
+        Object x = e.getValue();
+        int bit = k.equals("now_ms") ? 1 : k.equals("random") ? 2 : 0;
+        // Two lone surrogates read as one name, and the module takes no name twice.
+        if (bit != 0 && x == null || !names.add(k)) continue;
+        w.lacks &= ~bit;
+        w.member(k, bit == 2 && x instanceof Number ? (Object) ((Number) x).doubleValue() : x);
       }
-      double t = d < 0 ? Math.ceil(d) : Math.floor(d);
-      if (t >= TWO63 || t < -TWO63) throw new InputException(field, "must fit in 64 bits (got " + describe(v) + ")");
-      return (long) t;
+    } else {
+      w.value(v);
     }
-    throw wrong(field, "int64", v);
+    PolicyRuntime.bundled().pick().check(Arrays.copyOf(w.b, w.n));
+    return w;
   }
 
-  static int int32(Object v, String field) {
-    return int32(v, field, "int32");
+  /** The value as decide sends it: with the now_ms and random it lacks (f's, else the clock and a draw). */
+  byte[] filled(Failure f) {
+    FailureReader w = new FailureReader();
+    w.b = Arrays.copyOf(b, n + 64);
+    w.n = n;
+    w.members = members;
+    if ((lacks & 1) != 0) w.member("now_ms", f.nowMsOrClock());
+    if ((lacks & 2) != 0) w.member("random", f.randomOrDraw());
+    return Arrays.copyOf(w.b, w.n);
   }
 
-  private static int int32(Object v, String field, String type) {
-    if (v == null) return 0;
-    if (v instanceof Integer || v instanceof Short || v instanceof Byte) return ((Number) v).intValue();
-    if (v instanceof Long) {
-      long l = (Long) v;
-      if (l == (int) l) return (int) l;
-    } else if (v instanceof BigInteger) {
-      BigInteger b = (BigInteger) v;
-      if (b.bitLength() <= 31) return b.intValue();
-    } else if (v instanceof Double || v instanceof Float) {
-      double d = ((Number) v).doubleValue();
-      if (d == (int) d) return (int) d;
+  /** Writes a member of the failure object, and its count after the tag. */
+  private void member(String k, Object x) {
+    bytes(utf8(k));
+    value(x);
+    members++;
+    for (int i = 0; i < 4; i++) b[1 + i] = (byte) (members >>> 8 * i);
+  }
+
+  private void value(Object x) {
+    if (x == null) {
+      put(Contract.VALUE_NULL);
+    } else if (x instanceof Boolean) {
+      put((Boolean) x ? Contract.VALUE_TRUE : Contract.VALUE_FALSE);
+    } else if (x instanceof Long || x instanceof Integer || x instanceof Short || x instanceof Byte || x instanceof BigInteger) {
+      put(Contract.VALUE_INT);
+      bytes(x.toString().getBytes(StandardCharsets.US_ASCII));
+    } else if (x instanceof Double || x instanceof Float) {
+      put(Contract.VALUE_FLOAT);
+      long bits = Double.doubleToRawLongBits(((Number) x).doubleValue());
+      u32((int) bits);
+      u32((int) (bits >>> 32));
+    } else if (x instanceof String) {
+      put(Contract.VALUE_STRING);
+      bytes(utf8((String) x));
+    } else if (x instanceof byte[]) {
+      put(Contract.VALUE_BYTES);
+      bytes((byte[]) x);
+    } else if (x instanceof List || x instanceof Object[]) {
+      put(Contract.VALUE_ARRAY);
+    } else if (x instanceof Map) {
+      put(Contract.VALUE_OBJECT); // only described: "an object"
+      u32(0);
+    } else {
+      put(Contract.VALUE_OTHER); // BigDecimal, Duration, an enum ...: what describe always called them
+      bytes(utf8("an object"));
     }
-    throw wrong(field, type, v);
   }
 
-  /** A gRPC code: a 32-bit integer, or a status name. */
-  static int grpcCode(Object v, String field) {
-    if (v instanceof String) return grpcCode((String) v, field);
-    return int32(v, field, "grpc_code");
+  private void put(int tag) {
+    if (n == b.length) b = Arrays.copyOf(b, 2 * n);
+    b[n++] = (byte) tag;
+  }
+
+  private void u32(int v) {
+    for (int i = 0; i < 32; i += 8) put(v >>> i);
+  }
+
+  private void bytes(byte[] s) {
+    u32(s.length);
+    if (n + s.length > b.length) b = Arrays.copyOf(b, Math.max(2 * b.length, n + s.length));
+    System.arraycopy(s, 0, b, n, s.length);
+    n += s.length;
+  }
+
+  /** A string setter's check: v as UTF-8, at most MAX_STRING bytes (null: absent). */
+  static byte[] string(String v, String field) {
+    if (v == null) return Failure.EMPTY;
+    byte[] s = utf8(v);
+    if (s.length > Contract.MAX_STRING) {
+      throw new InputException(field, "must be at most " + Contract.MAX_STRING + " bytes (got " + s.length + ")");
+    }
+    return s;
   }
 
   /** A gRPC status name in any ASCII letter case. */
   static int grpcCode(String name, String field) {
     boolean ascii = name.chars().allMatch(c -> c < 0x80);
-    int code = ascii ? Contract.GRPC_CODE_NAMES.indexOf(name.toUpperCase(Locale.ROOT)) : -1;
-    if (code < 0) throw new InputException(field, "unknown gRPC status name " + quote(name));
+    int code = ascii ? Contract.GRPC_CODE_NAMES.indexOf(name.toUpperCase(java.util.Locale.ROOT)) : -1;
+    if (code < 0) throw new InputException(field, "unknown gRPC status name " + Json.quote(new StringBuilder(), name));
     return code;
-  }
-
-  /** A string: a String (as UTF-8) or bytes, null absent. */
-  static byte[] string(Object v, String field) {
-    if (v == null) return Failure.EMPTY;
-    byte[] b;
-    if (v instanceof String) {
-      b = utf8((String) v);
-    } else if (v instanceof byte[]) {
-      b = (byte[]) v;
-    } else {
-      throw wrong(field, "string", v);
-    }
-    if (b.length > Contract.MAX_STRING) {
-      throw new InputException(field, "must be at most " + Contract.MAX_STRING + " bytes (got " + b.length + ")");
-    }
-    return b;
-  }
-
-  /** A hint: a string or bytes, or a number written as the integer it rounds up to ("NaN", "Infinity", "-Infinity" stay malformed). */
-  static byte[] hint(Object v, String field) {
-    if (v instanceof Double || v instanceof Float) {
-      double d = ((Number) v).doubleValue();
-      if (Double.isNaN(d)) return string("NaN", field);
-      if (Double.isInfinite(d)) return string(d > 0 ? "Infinity" : "-Infinity", field);
-      return string(new BigDecimal(Math.ceil(d)).toBigInteger().toString(), field);
-    }
-    if (v instanceof Long || v instanceof Integer || v instanceof BigInteger || v instanceof Short || v instanceof Byte) {
-      return string(v.toString(), field);
-    }
-    if (v instanceof Boolean || v instanceof Map || v instanceof List) {
-      throw wrong(field, "hint", v);
-    }
-    return string(v, field);
-  }
-
-  /** A key: whether there is one (a non-empty string or bytes, or true). */
-  static boolean key(Object v, String field) {
-    if (v == null || Boolean.FALSE.equals(v)) return false;
-    if (Boolean.TRUE.equals(v)) return true;
-    if (v instanceof String) return !((String) v).isEmpty();
-    if (v instanceof byte[]) return ((byte[]) v).length > 0;
-    throw wrong(field, "key", v);
-  }
-
-  static double random(Object v, String field) {
-    if (v instanceof Number) return ((Number) v).doubleValue();
-    if ("NaN".equals(v)) return Double.NaN;
-    if ("Infinity".equals(v) || "+Infinity".equals(v)) return Double.POSITIVE_INFINITY;
-    if ("-Infinity".equals(v)) return Double.NEGATIVE_INFINITY;
-    throw wrong(field, "random", v);
-  }
-
-  static boolean bool(Object v, String field) {
-    if (v == null || Boolean.FALSE.equals(v)) return false;
-    if (Boolean.TRUE.equals(v)) return true;
-    throw wrong(field, "bool", v);
-  }
-
-  /**
-   * How a message shows a value of the wrong type or range, as every host
-   * does: true, false, null, a number as JavaScript's String() prints it,
-   * an integer in full, or "a string", "bytes", "an array", "an object".
-   */
-  static String describe(Object v) {
-    if (v == null) return "null";
-    if (v instanceof Boolean || v instanceof Long || v instanceof Integer || v instanceof BigInteger
-        || v instanceof Short || v instanceof Byte) {
-      return v.toString();
-    }
-    if (v instanceof Double || v instanceof Float) return esFormat(((Number) v).doubleValue());
-    if (v instanceof String) return "a string";
-    if (v instanceof byte[]) return "bytes";
-    if (v instanceof List || v instanceof Object[]) return "an array";
-    return "an object";
-  }
-
-  /** s as a JSON string, as every host's messages quote it. */
-  static String quote(String s) {
-    return Json.quote(new StringBuilder(), s).toString();
   }
 
   /** s as UTF-8, a lone surrogate as U+FFFD (String.getBytes would write '?'). */
@@ -197,51 +160,5 @@ final class FailureReader {
       }
     }
     return b == null ? s : b.toString();
-  }
-
-  /** a < b in code point order, as Go and Python compare strings. */
-  static boolean codePointLess(String a, String b) {
-    return java.util.Arrays.compare(a.codePoints().toArray(), b.codePoints().toArray()) < 0;
-  }
-
-  /**
-   * A double as JavaScript's Number.prototype.toString writes it: the
-   * shortest digits that read back as the same double, in ECMAScript's
-   * layout (1e+21, 1.5e-7, 0.000001, 123).
-   */
-  static String esFormat(double d) {
-    if (Double.isNaN(d)) return "NaN";
-    if (Double.isInfinite(d)) return d > 0 ? "Infinity" : "-Infinity";
-    if (d == 0) return "0";
-    double a = Math.abs(d);
-    String digits = null;
-    int exp = 0;
-    // The exact value rounded to p digits (String.format would round
-    // Double.toString's digits, which on Java 17 are not always the
-    // shortest: a double rounding), for the least p that reads back.
-    BigDecimal exact = new BigDecimal(a);
-    for (int p = 1; p <= 17 && digits == null; p++) {
-      BigDecimal r = exact.round(new MathContext(p, RoundingMode.HALF_EVEN));
-      if (r.doubleValue() == a) {
-        BigDecimal t = r.stripTrailingZeros();
-        digits = t.unscaledValue().toString();
-        exp = digits.length() - 1 - t.scale();
-      }
-    }
-    int k = digits.length();
-    int n = exp + 1; // the decimal point's position
-    StringBuilder b = new StringBuilder(d < 0 ? "-" : "");
-    if (k <= n && n <= 21) {
-      b.append(digits).append("0".repeat(n - k));
-    } else if (0 < n && n <= 21) {
-      b.append(digits, 0, n).append('.').append(digits, n, k);
-    } else if (-6 < n && n <= 0) {
-      b.append("0.").append("0".repeat(-n)).append(digits);
-    } else {
-      b.append(digits.charAt(0));
-      if (k > 1) b.append('.').append(digits, 1, k);
-      b.append('e').append(n - 1 >= 0 ? "+" : "-").append(Math.abs(n - 1));
-    }
-    return b.toString();
   }
 }

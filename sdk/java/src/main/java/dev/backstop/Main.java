@@ -12,6 +12,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -93,7 +94,7 @@ public final class Main {
           randomArg = value;
         }
       } else {
-        throw new Exit("unexpected argument " + FailureReader.quote(a) + "\n" + USAGE, 2);
+        throw new Exit("unexpected argument " + Json.quote(new StringBuilder(), a) + "\n" + USAGE, 2);
       }
     }
     DoubleSupplier absentRandom = absentRandom(randomArg);
@@ -114,7 +115,7 @@ public final class Main {
     if (flag.equals("draw")) return () -> ThreadLocalRandom.current().nextDouble();
     double r = NUMBER.matcher(flag).matches() ? Double.parseDouble(flag) : Double.NaN;
     if (!(r >= 0 && r < 1)) {
-      throw new Exit("--random must be draw or a number in [0, 1), got " + FailureReader.quote(flag)
+      throw new Exit("--random must be draw or a number in [0, 1), got " + Json.quote(new StringBuilder(), flag)
           + "\n" + USAGE, 2);
     }
     return () -> r;
@@ -124,10 +125,10 @@ public final class Main {
     try {
       return Files.readAllBytes(Path.of(arg));
     } catch (NoSuchFileException e) {
-      throw new Exit("open " + arg + ": no such file or directory (and " + FailureReader.quote(arg)
+      throw new Exit("open " + arg + ": no such file or directory (and " + Json.quote(new StringBuilder(), arg)
           + " is not a preset: " + String.join(", ", PRESETS) + ")", 1);
     } catch (IOException | RuntimeException e) {
-      throw new Exit(e.getMessage() + " (and " + FailureReader.quote(arg) + " is not a preset: "
+      throw new Exit(e.getMessage() + " (and " + Json.quote(new StringBuilder(), arg) + " is not a preset: "
           + String.join(", ", PRESETS) + ")", 1);
     }
   }
@@ -220,17 +221,16 @@ public final class Main {
       // as a loop does (internal/vector/line.go, DecodeCallLine).
       Map<Object, Object> m = new LinkedHashMap<>((Map<?, ?>) input);
       Object duration = m.remove("duration_ms");
-      FailureReader.object(m, Failure.FIELDS); // an unknown name first, as every command
-      if (duration != null) {
-        long ms = FailureReader.int64(duration, "duration_ms", false);
+      // An unknown name first, as every command: Failure.read reports it.
+      if (duration != null && Failure.FIELDS.containsAll(m.keySet())) {
+        long ms = durationMs(duration);
         if (ms < 0) throw new InputException("duration_ms", "must be >= 0 (got " + ms + ")");
-        Long now;
-        try {
-          now = FailureReader.int64(m.get("now_ms"), "now_ms", true);
-        } catch (InputException e) {
-          now = null; // the failure's error says so
+        Object now = m.get("now_ms");
+        if (now == null || now instanceof Long) {
+          policy.recordDuration(now == null ? 0 : (Long) now, ms);
+        } else if (now instanceof Double && (Double) now >= -0x1p63 && (Double) now < 0x1p63) {
+          policy.recordDuration((long) (double) (Double) now, ms); // a fraction dropped; else the failure's error says so
         }
-        if (now != null) policy.recordDuration(now, ms);
       }
       Failure f = Failure.read(m, 0L, null);
       if (f.random == null) f = f.toBuilder().random(absentRandom.getAsDouble()).build();
@@ -238,6 +238,20 @@ public final class Main {
     } catch (InputException e) {
       return error(e.getMessage()); // "field: reason", as Go prints it
     }
+  }
+
+  /** A line's duration_ms, by attempt's rule (an integer, within 64 bits) and in its words. */
+  private static long durationMs(Object v) {
+    if (v instanceof Long) return (Long) v;
+    if (v instanceof Double && (Double) v == Math.rint((Double) v) && (Double) v >= -0x1p63 && (Double) v < 0x1p63) {
+      return (long) (double) (Double) v;
+    }
+    try {
+      Failure.fromMap(Collections.singletonMap("attempt", v));
+    } catch (InputException e) {
+      throw new InputException("duration_ms", e.reason());
+    }
+    throw new IllegalStateException("duration_ms " + v + " broke no rule of attempt");
   }
 
   /**

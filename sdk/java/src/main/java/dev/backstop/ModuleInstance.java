@@ -8,6 +8,7 @@ import com.dylibso.chicory.runtime.Memory;
 import com.dylibso.chicory.wasm.WasmModule;
 import com.dylibso.chicory.wasm.types.MemoryLimits;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -27,7 +28,7 @@ import java.util.regex.Pattern;
  */
 final class ModuleInstance {
   /** Exports added within version 1 (wasm/ABI.md): looked up, and missing only from an older module. */
-  private static final Set<String> ADDED = Set.of("outcome");
+  private static final Set<String> ADDED = Set.of("outcome", "decide_value", "outcome_value");
   private static final Pattern INPUT = Pattern.compile("^(?:record \\d+: )?(?:invalid (?:failure|event): )?([^:]*): (.*)$",
       Pattern.DOTALL);
 
@@ -132,14 +133,19 @@ final class ModuleInstance {
 
   /** Loads policy bytes (or the preset they name): a handle. */
   int load(byte[] bytes, boolean preset) {
-    reserve(bytes.length);
-    memory.write(base, bytes);
     String name = preset ? "policy_preset" : "policy_load";
-    long h = call(exports.get(name), name, true, bytes.length);
+    long h = call(exports.get(name), name, true, put(bytes));
     if (h > 0) return (int) h;
     String msg = lastError();
     if (h == Contract.ERR_POLICY) throw new PolicyException(msg);
     throw new BackstopException("backstop.wasm: policy_load: " + msg + " (code " + h + ")");
+  }
+
+  /** Writes b at the start of the shared buffer: its length. */
+  private int put(byte[] b) {
+    reserve(b.length);
+    memory.write(base, b);
+    return b.length;
   }
 
   void free(int h) {
@@ -149,9 +155,16 @@ final class ModuleInstance {
   /**
    * Calls name (decide, outcome) with f's strings in the buffer and its
    * arguments (Contract.putArgs) between before and after: the result, or
-   * the exception for its error code.
+   * the exception for its error code. A failure the fast path did not take
+   * goes to name_value, as a value in the buffer and its length.
    */
   long decide(String name, Failure f, long[] before, long... after) {
+    if (f.value != null) {
+      long[] args = Arrays.copyOf(before, before.length + 1 + after.length);
+      args[before.length] = put(f.value.filled(f));
+      System.arraycopy(after, 0, args, before.length + 1, after.length);
+      return call(name + "_value", args);
+    }
     int n = Contract.stringBytes(f);
     if (n > 0) {
       reserve(n);
@@ -165,6 +178,17 @@ final class ModuleInstance {
     long r = call(hot ? decide : exports.get(name), name, !hot, args);
     if (r < 0) throw error((int) r, name);
     return r;
+  }
+
+  /** Checks a failure value: decide_value reads it before its handle, so handle 0 answers its error or ERR_HANDLE. */
+  void check(byte[] value) {
+    lock.lock();
+    try {
+      long r = call(exports.get("decide_value"), "decide_value", true, 0, put(value));
+      if (r != Contract.ERR_HANDLE) throw error((int) r, "decide_value");
+    } finally {
+      lock.unlock();
+    }
   }
 
   /**

@@ -44,8 +44,6 @@ public final class Policy extends PolicyExports implements AutoCloseable {
   private final byte[] bytes; // kept to load a stateless policy again after a trap
   private final boolean preset;
   private final Facts facts;
-  /** record_duration answered 1: the policy has no slow-call rate to report to. */
-  private volatile boolean noSlow;
   private static final System.Logger LOG = System.getLogger("dev.backstop");
   /** The lint texts already logged by this JVM; lints() still lists every lint. */
   private static final java.util.Set<String> WARNED = java.util.concurrent.ConcurrentHashMap.newKeySet();
@@ -229,10 +227,21 @@ public final class Policy extends PolicyExports implements AutoCloseable {
     Decision[] out = new Decision[n];
     InputException first = null;
     int firstIndex = -1;
-    for (int from = 0; from < n; from += BATCH) {
+    for (int from = 0, k; from < n; from += k) {
       int start = from;
-      int k = Math.min(BATCH, n - from);
-      InputException e = call((in, h) -> in.decideBatch(h, failures, start, k, out));
+      InputException e = null;
+      k = 1;
+      if (failures.get(from).value != null) { // not a record: decided alone (decide_value)
+        try {
+          out[from] = decide(failures.get(from));
+        } catch (InputException alone) {
+          e = alone;
+        }
+      } else {
+        while (k < BATCH && from + k < n && failures.get(from + k).value == null) k++;
+        int records = k;
+        e = call((in, h) -> in.decideBatch(h, failures, start, records, out));
+      }
       if (e != null && first == null) {
         first = e;
         firstIndex = from;
@@ -281,26 +290,6 @@ public final class Policy extends PolicyExports implements AutoCloseable {
     return outcome(event, Failure.builder().nowMs(nowMs).build(), 0, 0);
   }
 
-  /**
-   * Reports how long a call that ended at {@code nowMs} took, success or
-   * failure, to the circuit breaker's slow-call rate
-   * ({@code slow_call_rate_threshold}, {@code slow_call_duration_threshold};
-   * wasm/ABI.md, "record_duration"): once per call, before its
-   * {@link #recordSuccess(long)} or {@link #decide(Failure)}.
-   * {@link Backstop#retry} and the workers do it themselves. A policy
-   * without a slow-call rate ignores it.
-   *
-   * @param durationMs how long the call took, measured on a monotonic clock
-   *     ({@link System#nanoTime()})
-   * @throws InputException for a negative {@code durationMs}; no state changes then
-   */
-  public void recordDuration(long nowMs, long durationMs) {
-    if (durationMs < 0) throw new InputException("duration_ms", "must be >= 0 (got " + durationMs + ")");
-    if (!facts.stateful || noSlow) return;
-    long r = call((in, h) -> in.call("record_duration", h, nowMs, durationMs));
-    if (r == 1) noSlow = true; // no slow-call rate, and never will be: stop calling
-  }
-
   /** {@link #recordDuration(long, long)} of a call that took {@code took}, ending now. */
   public void recordDuration(Duration took) {
     recordDuration(System.currentTimeMillis(), took.toMillis());
@@ -314,6 +303,11 @@ public final class Policy extends PolicyExports implements AutoCloseable {
   @Override
   long call(String export, long arg) {
     return call((in, h) -> in.call(export, h, arg));
+  }
+
+  @Override
+  long call(String export, long nowMs, long arg) {
+    return call((in, h) -> in.call(export, h, nowMs, arg));
   }
 
   /**

@@ -16,6 +16,9 @@ abstract class PolicyExports {
   /** Calls the export with the policy's handle and arg: its result (a negative one thrown as its error). */
   abstract long call(String export, long arg);
 
+  /** Calls the export with the policy's handle, nowMs and arg: its result (a negative one thrown as its error). */
+  abstract long call(String export, long nowMs, long arg);
+
   /** What a policy reads from the module once, at load: the facts of contract/abi.json (they never change). */
   static final class Facts {
     final boolean stateful;
@@ -122,5 +125,25 @@ abstract class PolicyExports {
    */
   public long attemptTimeout(long elapsedMs) {
     return call("attempt_timeout", elapsedMs);
+  }
+
+  /** {@link #recordDuration(long, long)} answered 1: the answer never changes now, so it stops calling. */
+  private volatile boolean recordDurationStopped;
+
+  /**
+   * Reports how long a call took ({@code durationMs}, measured on a monotonic clock), success
+   * or failure, to the circuit breaker's slow-call rate (slow_call_rate_threshold,
+   * slow_call_duration_threshold): once per call, before its {@code recordSuccess} or {@code
+   * decide}; {@code nowMs} is when it ended. The retry loops and the workers do it themselves.
+   * A policy without a slow-call rate ignores it.
+   *
+   * @param nowMs when it ended, Unix time in milliseconds
+   * @param durationMs in milliseconds
+   * @throws InputException when durationMs is negative
+   */
+  public void recordDuration(long nowMs, long durationMs) {
+    if ((!facts().stateful || recordDurationStopped) && durationMs >= 0) return;
+    long r = call("record_duration", nowMs, durationMs);
+    if (r == 1) recordDurationStopped = true;
   }
 }

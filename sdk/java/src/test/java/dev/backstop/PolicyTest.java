@@ -125,7 +125,11 @@ class PolicyTest {
     String[][] cases = {{"2.0390160703272852e18", "2039016070327285200"}, {"1e21", "1e+21"}, {"1.5e-7", "1.5e-7"},
         {"0.000001", "0.000001"}, {"123", "123"}, {"-0.5", "-0.5"}, {"5e-324", "5e-324"},
         {"1.7976931348623157e308", "1.7976931348623157e+308"}, {"0.1", "0.1"}, {"100", "100"}};
-    for (String[] c : cases) assertEquals(c[1], FailureReader.esFormat(Double.parseDouble(c[0])), c[0]);
+    for (String[] c : cases) {
+      InputException e = assertThrows(InputException.class,
+          () -> Failure.fromMap(java.util.Map.of("attempt", 1L, "error_kind", Double.parseDouble(c[0]))));
+      assertEquals("error_kind: must be a string (got " + c[1] + ")", e.getMessage(), c[0]);
+    }
     InputException e = assertThrows(InputException.class,
         () -> Failure.fromMap(java.util.Map.of("attempt", 1L, "http_status", 1.5)));
     assertEquals("http_status: must be a 32-bit integer (got 1.5)", e.getMessage());

@@ -62,6 +62,20 @@ class SlowCallTest {
     }
   }
 
+  /** record_duration's first answer 1 (no slow-call rate) stops the calls: the instance's clock, one tick a call, stands still. */
+  @Test
+  void recordDurationStopsCallingAPolicyWithoutASlowCallRate() {
+    try (PolicyRuntime rt = PolicyRuntime.builder().maxInstances(1).build();
+        Policy p = rt.load("{\"circuit_breaker\": {\"failure_threshold\": 3}}")) {
+      p.recordDuration(1, 5);
+      long calls = rt.slot(0).wasi.now();
+      for (int i = 0; i < 3; i++) p.recordDuration(2 + i, 5);
+      assertEquals(calls, rt.slot(0).wasi.now());
+      assertThrows(InputException.class, () -> p.recordDuration(9, -1)); // still refused, by the module
+      assertEquals(calls + VirtualWasi.CALL_NS, rt.slot(0).wasi.now());
+    }
+  }
+
   /** The handler spins at least 3 ms against a 1 ms threshold: a lower bound on the clock, never an upper one. */
   @Test
   void slowSuccessesOpenTheBreakerInTheRedisWorker() throws Exception {
