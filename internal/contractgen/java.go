@@ -66,7 +66,6 @@ func init() {
 	}
 	// jtrunc: an int64 field in milliseconds drops a fraction; attempt
 	// (a count) refuses one (testdata/vectors/README.md, "Field values").
-	funcs["javaTrunc"] = func(f Field) bool { return strings.HasSuffix(f.Name, "_ms") }
 	funcs["javaFail"] = func(msg string) (string, error) { return "", fmt.Errorf("java: %s", msg) }
 	funcs["javaSlot"] = func(s *Schema, slot string) []Field {
 		var out []Field
