@@ -27,10 +27,16 @@ else {
 
 
 let sink;
+// Failures the fast path does not take: wrong types, an unknown name (each
+// an InputError), and a valid one with a BigInt.
+const invalid = [{ attempt: 'x' }, { attempt: 1, http_stauts: 503 }, { attempt: 1.5 }, { attempt: 1, httpStatus: 503, retriedDownstream: 1 }];
+const big = plain.map((f) => ({ ...f, attempt: BigInt(f.attempt) }));
 const workloads = {
   'decide(), a 503': [(p, i) => { sink = p.decide(plain[i & 1023]); }, 200_000, 1],
   'decide(), mixed': [(p, i) => { sink = p.decide(mixed[i & 1023]); }, 200_000, 1],
   'decideMany(1024 mixed), per failure': [(p) => { sink = p.decideMany(mixed); }, 200, 1024],
+  'decide(), an invalid failure': [(p, i) => { try { p.decide(invalid[i & 3]); } catch (err) { sink = err; } }, 20_000, 1],
+  'decide(), a BigInt attempt': [(p, i) => { sink = p.decide(big[i & 1023]); }, 20_000, 1],
 };
 const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) * 1000; };
 const time = (fn, p, n, per) => {
