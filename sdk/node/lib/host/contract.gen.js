@@ -334,9 +334,6 @@ function putString(u8, v, at, len) {
 
 // -- the slow path: the failure value --------------------------------------
 
-// The value encoding's tags (wasm/ABI.md, "decide_value").
-const VALUE_NULL = 0, VALUE_FALSE = 1, VALUE_TRUE = 2, VALUE_INT = 3, VALUE_FLOAT = 4, VALUE_STRING = 5, VALUE_BYTES = 6, VALUE_ARRAY = 7, VALUE_OBJECT = 8, VALUE_OTHER = 9;
-
 // The failure's camelCase names, by the vectors' snake_case the core reads.
 const SNAKE = new Map([['attempt', 'attempt'], ['httpStatus', 'http_status'], ['grpcCode', 'grpc_code'], ['errorKind', 'error_kind'], ['retryAfter', 'retry_after'], ['grpcRetryPushbackMs', 'grpc_retry_pushback_ms'], ['method', 'method'], ['idempotencyKey', 'idempotency_key'], ['elapsedMs', 'elapsed_ms'], ['nowMs', 'now_ms'], ['random', 'random'], ['prevDelayMs', 'prev_delay_ms'], ['retriedDownstream', 'retried_downstream'], ['serverDeclined', 'server_declined']]);
 

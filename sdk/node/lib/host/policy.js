@@ -174,7 +174,6 @@ class Policy extends C.PolicyCalls {
     const args = [code, len < 0 ? 0 : len, toBigInt(deliveries, 'deliveries'), toBigInt(maxDeliveries, 'max_deliveries')];
     const o = C.unpackOutcome(...halves(this.#call(len < 0 ? 'outcome_record' : 'outcome_value', ...args)));
     if (o.invalid) o.error = this.recordError(ERR_INPUT, undefined);
-    if (o.invalid && event !== 'failure') throw o.error;
     return o;
   }
 
