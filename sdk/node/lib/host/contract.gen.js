@@ -225,13 +225,16 @@ function convert(f) {
 // takes its type's ordinary values, null as absent (0), and sets slow for
 // anything else.
 
-// int64: a Number in [0, 2^53); a time drops its fraction, as it often
-// comes from performance.now.
+// int64: a Number in [0, 2^53) (a time drops its fraction, as it often
+// comes from performance.now), or a BigInt in [0, 2^63).
 function int64(v, at, slot, mask, time) {
   if (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER && (time || Math.floor(v) === v)) {
     const t = Math.floor(v);
     s32[at >> 2] = t >>> 0;
     s32[(at >> 2) + 1] = (t / TWO32) >>> 0;
+  } else if (typeof v === 'bigint' && v >= 0n && BigInt.asIntN(64, v) === v) {
+    s32[at >> 2] = Number(v & 0xffffffffn);
+    s32[(at >> 2) + 1] = Number(v >> 32n);
   } else if (v !== null) {
     slow = true;
   }
@@ -345,9 +348,56 @@ const SNAKE = new Map([['attempt', 'attempt'], ['httpStatus', 'http_status'], ['
  * and a draw, as writeFailure fills them.
  */
 export function writeValue(inst, f) {
-  let b;
+  let at = 0;
+  let u8;
+  let dv;
+  // Makes room for n more bytes in the buffer: the address of the first.
+  // It may move the buffer and grow memory: u8 and dv are read after it.
+  const room = (n) => {
+    inst.reserve(at + n);
+    inst.views();
+    if (u8 !== inst.u8) {
+      u8 = inst.u8;
+      dv = new DataView(u8.buffer);
+    }
+    at += n;
+    return inst.base + at - n;
+  };
+  // A tag (none for a key), then a u32 n if given.
+  const head = (tag, n) => {
+    let p = room((tag < 0 ? 0 : 1) + (n === undefined ? 0 : 4));
+    if (tag >= 0) u8[p++] = tag;
+    if (n !== undefined) dv.setUint32(p, n, true);
+  };
+  // A string's UTF-8 (a lone surrogate as U+FFFD), or bytes, after their length.
+  const sized = (tag, v) => {
+    const n = typeof v === 'string' ? Buffer.byteLength(v) : v.length;
+    head(tag, n);
+    const p = room(n);
+    if (typeof v === 'string') encoder.encodeInto(v, u8.subarray(p, p + n));
+    else u8.set(v, p);
+  };
+  // A value inside the failure. An object is only described (no members).
+  const value = (v) => {
+    switch (typeof v) {
+      case 'boolean':
+        return head(v ? VALUE_TRUE : VALUE_FALSE);
+      case 'number': {
+        head(VALUE_FLOAT);
+        const p = room(8);
+        return dv.setFloat64(p, v, true);
+      }
+      case 'bigint':
+        return sized(VALUE_INT, String(v));
+      case 'string':
+        return sized(VALUE_STRING, v);
+      case 'object':
+        return v === null ? head(VALUE_NULL) : v instanceof Uint8Array ? sized(VALUE_BYTES, v) : Array.isArray(v) ? head(VALUE_ARRAY) : head(VALUE_OBJECT, 0);
+    }
+    return sized(VALUE_OTHER, v === undefined ? 'undefined' : `a ${typeof v}`);
+  };
   if (f === null || typeof f !== 'object' || Array.isArray(f)) {
-    b = tagged(f);
+    value(f);
   } else {
     const fields = new Map();
     for (const name in f) {
@@ -356,40 +406,14 @@ export function writeValue(inst, f) {
     }
     fields.set('now_ms', fields.get('now_ms') ?? Date.now());
     fields.set('random', fields.get('random') ?? Math.random());
-    b = Buffer.concat([Buffer.of(VALUE_OBJECT), u32(fields.size), ...[...fields].flatMap(([name, v]) => [sized(name), tagged(v)])]);
+    head(VALUE_OBJECT, fields.size);
+    for (const [name, v] of fields) {
+      sized(-1, name);
+      value(v);
+    }
   }
-  inst.reserve(b.length);
-  inst.views();
-  inst.u8.set(b, inst.base);
-  return b.length;
+  return at;
 }
-
-// A value inside the failure: its tag and payload. An object inside it is
-// only described (no members).
-function tagged(v) {
-  const t = (tag, payload) => (payload ? Buffer.concat([Buffer.of(tag), payload]) : Buffer.of(tag));
-  switch (typeof v) {
-    case 'boolean':
-      return t(v ? VALUE_TRUE : VALUE_FALSE);
-    case 'number':
-      return t(VALUE_FLOAT, new Uint8Array(Float64Array.of(v).buffer));
-    case 'bigint':
-      return t(VALUE_INT, sized(String(v)));
-    case 'string':
-      return t(VALUE_STRING, sized(v));
-    case 'object':
-      return v === null ? t(VALUE_NULL) : v instanceof Uint8Array ? t(VALUE_BYTES, sized(v)) : Array.isArray(v) ? t(VALUE_ARRAY) : t(VALUE_OBJECT, u32(0));
-  }
-  return t(VALUE_OTHER, sized(v === undefined ? 'undefined' : `a ${typeof v}`));
-}
-
-const u32 = (n) => new Uint8Array(Uint32Array.of(n).buffer);
-
-// A string's UTF-8 (a lone surrogate as U+FFFD), or bytes, after their u32 length.
-const sized = (v) => {
-  const b = Buffer.from(v);
-  return Buffer.concat([u32(b.length), b]);
-};
 
 /**
  * An int64 parameter of an export (an i64 parameter would wrap a BigInt
