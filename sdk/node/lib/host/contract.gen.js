@@ -267,10 +267,11 @@ function hint(v, at, slot, mask) {
   return Number.isSafeInteger(c) ? put(String(c), slot, mask) : string(v, at, slot, mask);
 }
 
-// A string field's value, at most MAX_STRING bytes: the first field to fill
-// a slot wins (a Retry-After over a pushback) and sets its flag bit.
+// A string field's value, at most MAX_STRING bytes of UTF-8 (a lone
+// surrogate counts as U+FFFD, as encodeInto writes it): the first field to
+// fill a slot wins (a Retry-After over a pushback) and sets its flag bit.
 function put(v, slot, mask) {
-  const n = byteLength(v);
+  const n = typeof v === 'string' ? Buffer.byteLength(v) : v.length;
   if (n > MAX_STRING) slow = true;
   if (n === 0 || n > MAX_STRING || s16[LEN_AT[slot]] !== 0) return 0;
   slots[slot] = v;
@@ -300,27 +301,6 @@ function random(v, at) {
   else slow = true;
 }
 
-// The UTF-8 length of a string field (a lone surrogate becomes U+FFFD, 3
-// bytes, as TextEncoder writes it).
-function byteLength(v) {
-  let n = v.length;
-  if (typeof v === 'string') {
-    for (let i = 0; i < v.length; i++) {
-      const c = v.charCodeAt(i);
-      if (c < 0x80) continue;
-      if (c < 0x800) {
-        n += 1;
-      } else if (c >= 0xd800 && c <= 0xdbff && (v.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-        n += 2; // a pair: 2 units, 4 bytes
-        i++;
-      } else {
-        n += 2;
-      }
-    }
-  }
-  return n;
-}
-
 // Writes a string field of len UTF-8 bytes at address at. Methods, error
 // kinds and hints are ASCII (len equals the length), copied directly;
 // anything else goes to encodeInto.
@@ -348,56 +328,10 @@ const SNAKE = new Map([['attempt', 'attempt'], ['httpStatus', 'http_status'], ['
  * and a draw, as writeFailure fills them.
  */
 export function writeValue(inst, f) {
-  let at = 0;
-  let u8;
-  let dv;
-  // Makes room for n more bytes in the buffer: the address of the first.
-  // It may move the buffer and grow memory: u8 and dv are read after it.
-  const room = (n) => {
-    inst.reserve(at + n);
-    inst.views();
-    if (u8 !== inst.u8) {
-      u8 = inst.u8;
-      dv = new DataView(u8.buffer);
-    }
-    at += n;
-    return inst.base + at - n;
-  };
-  // A tag (none for a key), then a u32 n if given.
-  const head = (tag, n) => {
-    let p = room((tag < 0 ? 0 : 1) + (n === undefined ? 0 : 4));
-    if (tag >= 0) u8[p++] = tag;
-    if (n !== undefined) dv.setUint32(p, n, true);
-  };
-  // A string's UTF-8 (a lone surrogate as U+FFFD), or bytes, after their length.
-  const sized = (tag, v) => {
-    const n = typeof v === 'string' ? Buffer.byteLength(v) : v.length;
-    head(tag, n);
-    const p = room(n);
-    if (typeof v === 'string') encoder.encodeInto(v, u8.subarray(p, p + n));
-    else u8.set(v, p);
-  };
-  // A value inside the failure. An object is only described (no members).
-  const value = (v) => {
-    switch (typeof v) {
-      case 'boolean':
-        return head(v ? VALUE_TRUE : VALUE_FALSE);
-      case 'number': {
-        head(VALUE_FLOAT);
-        const p = room(8);
-        return dv.setFloat64(p, v, true);
-      }
-      case 'bigint':
-        return sized(VALUE_INT, String(v));
-      case 'string':
-        return sized(VALUE_STRING, v);
-      case 'object':
-        return v === null ? head(VALUE_NULL) : v instanceof Uint8Array ? sized(VALUE_BYTES, v) : Array.isArray(v) ? head(VALUE_ARRAY) : head(VALUE_OBJECT, 0);
-    }
-    return sized(VALUE_OTHER, v === undefined ? 'undefined' : `a ${typeof v}`);
-  };
+  vb = Buffer.allocUnsafe(256); // from Node's pool: no memory of its own
+  vat = 0;
   if (f === null || typeof f !== 'object' || Array.isArray(f)) {
-    value(f);
+    emitValue(f);
   } else {
     const fields = new Map();
     for (const name in f) {
@@ -406,13 +340,51 @@ export function writeValue(inst, f) {
     }
     fields.set('now_ms', fields.get('now_ms') ?? Date.now());
     fields.set('random', fields.get('random') ?? Math.random());
-    head(VALUE_OBJECT, fields.size);
+    emit(VALUE_OBJECT, fields.size);
     for (const [name, v] of fields) {
-      sized(-1, name);
-      value(v);
+      emitSized(-1, name);
+      emitValue(v);
     }
   }
-  return at;
+  inst.reserve(vat);
+  inst.views();
+  inst.u8.set(vb.subarray(0, vat), inst.base);
+  return vat;
+}
+
+let vb; // the value being written, and its length
+let vat = 0;
+
+// Writes tag (none for a key's), a u32 n if given, and v: a float, a
+// string's UTF-8 (a lone surrogate as U+FFFD) or bytes.
+function emit(tag, n, v) {
+  if (vat + 13 + (n ?? 0) > vb.length) vb = Buffer.concat([vb.subarray(0, vat)], 2 * (vat + 13 + (n ?? 0)));
+  if (tag >= 0) vb[vat++] = tag;
+  if (n !== undefined) vat = vb.writeUInt32LE(n, vat);
+  if (typeof v === 'number') vat = vb.writeDoubleLE(v, vat);
+  else if (typeof v === 'string') vat += vb.write(v, vat);
+  else if (v !== undefined) vat += (vb.set(v, vat), v.length);
+}
+
+function emitSized(tag, v) {
+  emit(tag, typeof v === 'string' ? Buffer.byteLength(v) : v.length, v);
+}
+
+// A value inside the failure. An object is only described (no members).
+function emitValue(v) {
+  switch (typeof v) {
+    case 'boolean':
+      return emit(v ? VALUE_TRUE : VALUE_FALSE);
+    case 'number':
+      return emit(VALUE_FLOAT, undefined, v);
+    case 'bigint':
+      return emitSized(VALUE_INT, String(v));
+    case 'string':
+      return emitSized(VALUE_STRING, v);
+    case 'object':
+      return v === null ? emit(VALUE_NULL) : v instanceof Uint8Array ? emitSized(VALUE_BYTES, v) : Array.isArray(v) ? emit(VALUE_ARRAY) : emit(VALUE_OBJECT, 0);
+  }
+  return emitSized(VALUE_OTHER, v === undefined ? 'undefined' : `a ${typeof v}`);
 }
 
 /**
