@@ -4,7 +4,8 @@
 // round); prints the median ns per call of each and the median of the
 // per-round ratios after/before, by the process's CPU time (what a shared,
 // loaded machine disturbs least) and by wall time. The workloads are
-// bench/node/bench.js's.
+// bench/node/bench.js's, and two rarer inputs: invalid failures (the failure
+// value's path, decide_value) and a BigInt attempt.
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { mixed, plain } from './node/workloads.js';
@@ -27,8 +28,8 @@ else {
 
 
 let sink;
-// Failures the fast path does not take: wrong types, an unknown name (each
-// an InputError), and a valid one with a BigInt.
+// Invalid failures (wrong types, an unknown name: each an InputError, from
+// decide_value), and valid ones with a BigInt attempt.
 const invalid = [{ attempt: 'x' }, { attempt: 1, http_stauts: 503 }, { attempt: 1.5 }, { attempt: 1, httpStatus: 503, retriedDownstream: 1 }];
 const big = plain.map((f) => ({ ...f, attempt: BigInt(f.attempt) }));
 const workloads = {
