@@ -4,7 +4,8 @@
 // round); prints the median ns per call of each and the median of the
 // per-round ratios after/before, by the process's CPU time (what a shared,
 // loaded machine disturbs least) and by wall time. The workloads are
-// bench/node/bench.js's.
+// bench/node/bench.js's, and two rarer inputs: invalid failures (the failure
+// value's path, decide_value) and a BigInt attempt.
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { mixed, plain } from './node/workloads.js';
@@ -27,10 +28,16 @@ else {
 
 
 let sink;
+// Invalid failures (wrong types, an unknown name: each an InputError, from
+// decide_value), and valid ones with a BigInt attempt.
+const invalid = [{ attempt: 'x' }, { attempt: 1, http_stauts: 503 }, { attempt: 1.5 }, { attempt: 1, httpStatus: 503, retriedDownstream: 1 }];
+const big = plain.map((f) => ({ ...f, attempt: BigInt(f.attempt) }));
 const workloads = {
   'decide(), a 503': [(p, i) => { sink = p.decide(plain[i & 1023]); }, 200_000, 1],
   'decide(), mixed': [(p, i) => { sink = p.decide(mixed[i & 1023]); }, 200_000, 1],
   'decideMany(1024 mixed), per failure': [(p) => { sink = p.decideMany(mixed); }, 200, 1024],
+  'decide(), an invalid failure': [(p, i) => { try { p.decide(invalid[i & 3]); } catch (err) { sink = err; } }, 20_000, 1],
+  'decide(), a BigInt attempt': [(p, i) => { sink = p.decide(big[i & 1023]); }, 20_000, 1],
 };
 const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) * 1000; };
 const time = (fn, p, n, per) => {

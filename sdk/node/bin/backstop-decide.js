@@ -14,7 +14,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { PolicyError, loadPolicy } from '../index.js';
 import { parseJSON } from '../lib/json.js';
-import { PRESET_NAMES, codePointLess, describe, toBigInt } from '../lib/host/contract.gen.js';
+import { PRESET_NAMES, toBigInt } from '../lib/host/contract.gen.js';
 import { InputError } from '../lib/host/errors.js';
 
 // The presets' names come from the schema (contract/abi.json), not a list here.
@@ -105,11 +105,9 @@ function answerOf(policy, line, tooLong) {
     return bad('not valid JSON');
   }
   if (input === null || typeof input !== 'object' || Array.isArray(input)) return bad('expected a JSON object');
-  let unknown;
-  for (const name of Object.keys(input)) {
-    const u = name.toWellFormed();
-    if (!FIELDS.has(name) && (unknown === undefined || codePointLess(u, unknown))) unknown = u;
-  }
+  // The least unknown name in code point order: UTF-8's byte order (a lone
+  // surrogate reads as U+FFFD).
+  const unknown = Object.keys(input).filter((name) => !FIELDS.has(name)).map((name) => Buffer.from(name)).sort(Buffer.compare)[0];
   if (unknown !== undefined) return { error: `${unknown}: unknown field` };
   // duration_ms is the line's, not the failure's: how long the call took,
   // recorded (at a valid now_ms) before the failure is decided, as a loop
@@ -138,7 +136,7 @@ function answerOf(policy, line, tooLong) {
 
 // A line's duration_ms: an integer (a number with no fraction), >= 0.
 function lineDuration(v) {
-  if (typeof v === 'number' && !Number.isInteger(v)) throw new InputError('duration_ms', `must be an integer (got ${describe(v)})`);
+  if (typeof v === 'number' && !Number.isInteger(v)) throw new InputError('duration_ms', `must be an integer (got ${v})`);
   const ms = toBigInt(v, 'duration_ms');
   if (ms < 0n) throw new InputError('duration_ms', `must be >= 0 (got ${ms})`);
   return ms;

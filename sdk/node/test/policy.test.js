@@ -71,7 +71,7 @@ test('invalid input is an InputError with the vectors message', async () => {
     [{ attempt: 1, elapsedMs: -1 }, 'elapsed_ms: must be >= 0 (got -1)'],
     [{ attempt: 1, nowMs: -5e12 }, 'now_ms: must be >= 0 (got -5000000000000)'],
     [{ attempt: 1, prevDelayMs: -(2 ** 40) - 3 }, `prev_delay_ms: must be >= 0 (got ${-(2 ** 40) - 3})`],
-    // Checked by this host before the module sees them.
+    // Types, checked by the core's converter (a failure value).
     [{ attempt: 1.5 }, 'attempt: must be an integer (got 1.5)'],
     [{ attempt: '1' }, 'attempt: must be an integer (got a string)'],
     [{ attempt: true }, 'attempt: must be an integer (got true)'],
@@ -134,6 +134,21 @@ test('decideMany matches decide, across chunks and buffer growth', async () => {
   });
   assert.throws(() => p.decideMany([retry503(), { attempt: 1.5 }]), { name: 'InputError', index: 1 });
   p.close();
+});
+
+// A failure the fast path does not take (a BigInt, a wrong type) goes to the
+// core on its own, in its turn: a stateful policy sees the batch in order.
+test('decideMany decides a failure of the slow path in its turn', async () => {
+  const config = { retry_budget: { type: 'token_bucket', max_tokens: 3, token_ratio: 0.5 } };
+  const failures = [retry503({ attempt: 1n }), retry503(), retry503({ attempt: 'x' }), retry503(), retry503({ nowMs: BigInt(T0) })];
+  const [batch, one] = [await loadPolicy(config), await loadPolicy(config)];
+  const want = failures.map((f, i) => (i === 2 ? null : one.decide(f)));
+  assert.deepEqual(want.map((d) => d?.reason), ['transient', 'budget_exhausted', undefined, 'budget_exhausted', 'budget_exhausted']);
+  assert.throws(() => batch.decideMany(failures), (err) => {
+    assert.equal(err.message, 'failures[2]: attempt: must be an integer (got a string)');
+    assert.deepEqual(err.decisions, want);
+    return true;
+  });
 });
 
 test('the circuit breaker is per handle', async () => {

@@ -8,7 +8,7 @@ export { ABI_VERSION };
 
 const EXPORTS = ['buffer', 'policy_load', 'policy_preset', 'policy_free', 'policy_stateful', 'decide_batch',
   'record_success', 'record_duration', 'circuit_state', 'error_message', 'acquire', 'policy_on_open', 'policy_lints',
-  'budget_tokens', 'attempt_timeout', 'connect_timeout'];
+  'budget_tokens', 'attempt_timeout', 'connect_timeout', 'outcome_record', 'decide_value', 'outcome_value'];
 
 /**
  * The error of every call on a stateful policy whose module instance
@@ -83,6 +83,8 @@ export class Instance {
       attempt_timeout: (h, elapsed) => (tick(), raw.attempt_timeout(this.remap ? handle(h) : h, elapsed)),
       connect_timeout: (h) => (tick(), raw.connect_timeout(this.remap ? handle(h) : h)),
       outcome_record: (h, ...args) => (tick(), raw.outcome_record(this.remap ? handle(h) : h, ...args)),
+      outcome_value: (h, ...args) => (tick(), raw.outcome_value(this.remap ? handle(h) : h, ...args)),
+      decide_value: (h, len) => (tick(), raw.decide_value(this.remap ? handle(h) : h, len)),
     };
     this.reserve(MIN_BUFFER);
   }

@@ -1,13 +1,14 @@
 // Policy handles and the hot path. A decision goes through decide_batch with
 // one record: every parameter is an i32, so no BigInt is created (i64
-// parameters would need one each, and BigInts are slow). The record's
-// encoder, the failure's fields and the packed words are the contract's
-// (contract.gen.js).
+// parameters would need one each, and BigInts are slow). A failure the
+// record's encoder does not take goes to decide_value as a value, which the
+// core converts and checks. Both encoders and the packed words are the
+// contract's (contract.gen.js).
 import * as C from './contract.gen.js';
 import { InputError } from './errors.js';
 import { getInstance } from './instance.js';
 
-const { ERR_HANDLE, ERR_INPUT, describe, halves, toBigInt, writeFailure } = C;
+const { ERR_HANDLE, ERR_INPUT, describe, halves, toBigInt, writeFailure, writeValue } = C;
 const { size: RECORD, resultSize: RESULT } = C.RECORD;
 const BATCH = 256; // records per decide_batch call in decideMany
 
@@ -79,7 +80,7 @@ class Policy extends C.PolicyCalls {
   decide(failure) {
     const inst = this.inst;
     if (this.h === 0) throw closed();
-    writeFailure(inst, failure, 0, RECORD + RESULT, undefined);
+    if (writeFailure(inst, failure, 0, RECORD + RESULT) < 0) return this.#decideValue(failure);
     const w = this.#batch(1, RECORD);
     const hi = inst.u32[w + 1];
     if (hi > 0x7fffffff) throw this.recordError(inst.i32[w], undefined);
@@ -91,50 +92,58 @@ class Policy extends C.PolicyCalls {
     if (this.h === 0) throw closed();
     const inst = this.inst;
     const out = new Array(failures.length);
-    let first; // the InputError of the first invalid failure
-    const fail = (i, err) => {
-      out[i] = null;
-      if (first === undefined || i < first.index) first = err;
+    let first; // the InputError of the first invalid failure: they are decided in order
+    const fail = (err) => {
+      if (!(err instanceof InputError)) throw err;
+      first ??= err;
     };
-    for (let start = 0; start < failures.length; start += BATCH) {
-      const n = Math.min(BATCH, failures.length - start);
-      let str = n * (RECORD + RESULT);
-      inst.reserve(str);
-      // Encode the chunk first. An invalid failure gets no record: the
-      // module never sees it, as with decide().
-      const at = []; // the failure index of each record
-      for (let i = start; i < start + n; i++) {
-        try {
-          str = writeFailure(inst, failures[i], at.length * RECORD, str, i);
-          at.push(i);
-        } catch (err) {
-          if (!(err instanceof InputError)) throw err;
-          fail(i, err);
-        }
-      }
-      if (at.length === 0) continue;
-      const w = this.#batch(at.length, n * RECORD);
-      let named = false;
-      for (let j = 0; j < at.length; j++) {
+    const at = []; // the failure index of each record written
+    let str = BATCH * (RECORD + RESULT);
+    const flush = () => {
+      if (at.length === 0) return;
+      const w = this.#batch(at.length, BATCH * RECORD);
+      let named = false; // the module keeps the message of a call's first bad record
+      at.forEach((i, j) => {
         const hi = inst.u32[w + 2 * j + 1];
-        if (hi <= 0x7fffffff) {
-          out[at[j]] = C.unpackDecision(inst.u32[w + 2 * j], hi);
-        } else if (named) {
-          out[at[j]] = null;
-        } else {
-          // The module keeps the message of the first bad record of a call.
+        out[i] = hi > 0x7fffffff ? null : C.unpackDecision(inst.u32[w + 2 * j], hi);
+        if (out[i] === null && !named) {
           named = true;
-          const err = this.recordError(inst.i32[w + 2 * j], at[j]);
-          if (!(err instanceof InputError)) throw err;
-          fail(at[j], err);
+          fail(this.recordError(inst.i32[w + 2 * j], i));
         }
+      });
+      at.length = 0;
+      str = BATCH * (RECORD + RESULT);
+    };
+    inst.reserve(str);
+    for (let i = 0; i < failures.length; i++) {
+      const next = writeFailure(inst, failures[i], at.length * RECORD, str);
+      if (next >= 0) {
+        str = next;
+        if (at.push(i) === BATCH) flush();
+        continue;
+      }
+      // One the fast path does not take is decided alone, in its turn.
+      flush();
+      try {
+        out[i] = this.#decideValue(failures[i]);
+      } catch (err) {
+        out[i] = null;
+        fail(err instanceof InputError ? new InputError(err.field, err.reason, i) : err);
       }
     }
+    flush();
     if (first !== undefined) {
       first.decisions = out;
       throw first;
     }
     return out;
+  }
+
+  // A failure the fast path does not take (another type, a value out of
+  // range, an unknown name), as a value: the core converts and checks it,
+  // and decides it as decide_batch would.
+  #decideValue(failure) {
+    return C.unpackDecision(...halves(this.#call('decide_value', writeValue(this.inst, failure))));
   }
 
   // A call's duration for the breaker's slow-call rate (wasm/ABI.md,
@@ -151,8 +160,8 @@ class Policy extends C.PolicyCalls {
     if (this.#call('record_duration', at, ms) === 1) this.#noSlow = true;
   }
 
-  // A failure the host refuses as invalid is dead-lettered as malformed,
-  // not thrown, with the module's answer to one it refuses.
+  // An invalid failure is dead-lettered as malformed, not thrown (but for
+  // the other events, which read only its now_ms).
   outcome(e) {
     if (this.h === 0) throw closed();
     if (e === null || typeof e !== 'object') throw new TypeError(`Expected \`event\` to be an object (got ${describe(e)})`);
@@ -160,15 +169,10 @@ class Policy extends C.PolicyCalls {
     const code = C.EVENT_NAMES.indexOf(event);
     if (code < 0) throw new TypeError(`Expected \`event\` to be one of ${C.EVENT_NAMES.join(', ')} (got ${describe(event)})`);
     const inst = this.inst;
-    if (typeof inst.raw.outcome_record !== 'function') throw new Error('backstop.wasm: this module has no outcome_record export (it is older than this package)');
-    try {
-      writeFailure(inst, failure, 0, RECORD, undefined);
-    } catch (err) {
-      if (event !== 'failure' || !(err instanceof InputError)) throw err;
-      return { action: 'dead_letter', reason: 'malformed', class: 'retryable', delayMs: 0, pause: false, count: 'dead_letter', invalid: true, error: err };
-    }
-    const args = [code, 0, toBigInt(deliveries, 'deliveries'), toBigInt(maxDeliveries, 'max_deliveries')];
-    const o = C.unpackOutcome(...halves(this.#call('outcome_record', ...args)));
+    // The record, or else the failure as a value (outcome_value).
+    const len = writeFailure(inst, failure, 0, RECORD) < 0 ? writeValue(inst, failure) : -1;
+    const args = [code, len < 0 ? 0 : len, toBigInt(deliveries, 'deliveries'), toBigInt(maxDeliveries, 'max_deliveries')];
+    const o = C.unpackOutcome(...halves(this.#call(len < 0 ? 'outcome_record' : 'outcome_value', ...args)));
     if (o.invalid) o.error = this.recordError(ERR_INPUT, undefined);
     return o;
   }
@@ -215,9 +219,10 @@ class Policy extends C.PolicyCalls {
   recordError(code, index) {
     const msg = this.inst.lastError();
     if (code !== ERR_INPUT) return new Error(`backstop.wasm: decide: ${msg} (code ${code})`);
-    // "record 0: invalid failure: attempt: must be >= 1 (got 0)"
-    const m = /^(?:record \d+: )?(?:invalid (?:failure|event): )?([^:]*): ([^]*)$/.exec(msg);
-    return m ? new InputError(m[1], m[2], index) : new InputError('failure', msg, index);
+    // "record 0: invalid failure: attempt: must be >= 1 (got 0)"; an
+    // unknown name may hold ": ".
+    const m = /^(?:record \d+: )?(?:invalid (?:failure|event): )?(?:([^]*): (unknown field)|([^:]*): ([^]*))$/.exec(msg);
+    return m ? new InputError(m[1] ?? m[3], m[2] ?? m[4], index) : new InputError('failure', msg, index);
   }
 
   callError(code) {
