@@ -168,6 +168,14 @@ export interface PolicyCalls {
 	@throws {InputError} When `elapsedMs` is not an integer, or is negative.
 	*/
 	attemptTimeout(elapsedMs: Int64): number;
+	/**
+	Reports how long a call took (`durationMs`, measured on a monotonic clock), success or failure, to the circuit breaker's slow-call rate (slow_call_rate_threshold, slow_call_duration_threshold): once per call, before its `recordSuccess` or `decide`; `nowMs` is when it ended. The retry loops and the workers do it themselves. A policy without a slow-call rate ignores it.
+
+	@param durationMs - In milliseconds (a fraction is dropped).
+	@param nowMs - When it ended, Unix time in milliseconds. Default: `Date.now()`.
+	@throws {InputError} When `durationMs` is not an integer, or is negative.
+	*/
+	recordDuration(durationMs: Int64, nowMs?: Int64): void;
 }
 
 /** What a `Policy` reads once, when it is loaded (the facts of contract/abi.json, which never change), documented once there for every language. */

@@ -2,7 +2,7 @@ export * from './contract.gen.js';
 import type {Decision, Failure, Lint, Outcome, OutcomeEvent, PolicyCalls, PolicyFacts, Reason} from './contract.gen.js';
 
 /**
-A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration. Its methods of one call each (`recordSuccess`, `circuitState`, `acquire`, `budgetTokens`, `attemptTimeout`) are `PolicyCalls`, and `stateful` and `onOpen` are `PolicyFacts`, documented in contract/abi.json for every language.
+A loaded policy: a handle into backstop.wasm with its own retry budget and circuit breaker. Two policies never share state, even when loaded from the same configuration. Its methods of one call each (`recordSuccess`, `recordDuration`, `circuitState`, `acquire`, `budgetTokens`, `attemptTimeout`) are `PolicyCalls`, and `stateful` and `onOpen` are `PolicyFacts`, documented in contract/abi.json for every language.
 */
 export interface Policy extends PolicyCalls, PolicyFacts {
 	/**
@@ -26,15 +26,6 @@ export interface Policy extends PolicyCalls, PolicyFacts {
 	@throws {InputError} With `index`, for the first invalid failure, once every valid failure has been decided (and counted by a stateful policy's budget and breaker, in order); its `decisions` hold them, `null` at each invalid index. An invalid failure never stops the batch, as in every backstop host.
 	*/
 	decideMany(failures: readonly Failure[]): Decision[];
-
-	/**
-	Reports how long a call took, success or failure, to the circuit breaker's slow-call rate (`slow_call_rate_threshold`, `slow_call_duration_threshold`): call it once per call, before its `recordSuccess` or `decide`. `retry()` and the workers do it themselves. A policy without a slow-call rate ignores it.
-
-	@param durationMs - How long the call took, in milliseconds (a fraction is dropped), measured on a monotonic clock (`performance.now()`).
-	@param nowMs - When the call ended, Unix time in milliseconds. Default: `Date.now()`.
-	@throws {InputError} For a negative `durationMs` (`duration_ms: must be >= 0 …`). No state changes then.
-	*/
-	recordDuration(durationMs: Int64, nowMs?: Int64): void;
 
 	/**
 	The policy's `connect_timeout` in milliseconds, `0` when it has none (the client's own applies): how long establishing a connection may take within an attempt, for the client to enforce. A connect that runs out (undici's `UND_ERR_CONNECT_TIMEOUT`) is the error kind `connect_timeout`, not `timeout`. undici's timer has a resolution of about 1 s.

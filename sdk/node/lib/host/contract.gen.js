@@ -530,4 +530,14 @@ export class PolicyCalls {
     const arg = toBigInt(elapsedMs, 'elapsed_ms');
     return Number(this[CALL]('attempt_timeout', arg));
   }
+
+  recordDuration(durationMs, nowMs) {
+    const arg = toBigInt(durationMs, 'duration_ms');
+    if ((!this.stateful || this.#stopped.has('record_duration')) && this.h !== 0 && arg >= 0n) return;
+    const r = this[CALL]('record_duration', nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms'), arg);
+    if (r === 1n) this.#stopped.add('record_duration'); // the answer never changes now: stop calling
+  }
+
+  // The methods that stopped calling (a method's stops answer).
+  #stopped = new Set();
 }

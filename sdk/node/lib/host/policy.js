@@ -57,7 +57,6 @@ function policyBytes(config) {
 }
 
 class Policy extends C.PolicyCalls {
-  #noSlow = false; // record_duration answered 1: no slow-call rate to report to
 
   constructor(inst, h) {
     super();
@@ -146,20 +145,6 @@ class Policy extends C.PolicyCalls {
     return C.unpackDecision(...halves(this.#call('decide_value', writeValue(this.inst, failure))));
   }
 
-  // A call's duration for the breaker's slow-call rate (wasm/ABI.md,
-  // "record_duration"); a stateless policy has no breaker to tell.
-  recordDuration(durationMs, nowMs) {
-    if (this.h === 0) throw closed();
-    const ms = toBigInt(durationMs, 'duration_ms');
-    if (!this.stateful || this.#noSlow) {
-      if (ms < 0n) throw new InputError('duration_ms', `must be >= 0 (got ${ms})`);
-      return;
-    }
-    const at = nowMs === undefined ? BigInt(Date.now()) : toBigInt(nowMs, 'now_ms');
-    // 1: the policy has no slow-call rate, and never will: stop calling.
-    if (this.#call('record_duration', at, ms) === 1) this.#noSlow = true;
-  }
-
   // An invalid failure is dead-lettered as malformed, not thrown (but for
   // the other events, which read only its now_ms).
   outcome(e) {
@@ -202,8 +187,8 @@ class Policy extends C.PolicyCalls {
   }
 
   // The one-call methods' (C.PolicyCalls).
-  [C.CALL](name, arg) {
-    return this.#call(name, arg);
+  [C.CALL](name, ...args) {
+    return this.#call(name, ...args);
   }
 
   // Calls export name off the hot path (BigInt is fine there); an invalid
