@@ -22,8 +22,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
 _DEFAULTS, _NFIELDS = C.DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
-# What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
-_INVALID = Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -106,11 +104,12 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
                 fields = {**failure, **fields} if fields else failure  # type: ignore[assignment]
             d = {**_DEFAULTS, **fields}
         except TypeError:  # not a mapping
-            raise abi.not_object(failure) from None
-        if len(d) != _NFIELDS:
-            abi.merge(fields)  # raises for the unknown field
+            d, fields = None, failure
         with self._inst.lock:
-            return abi.decide(self._inst, self._h, d, None)
+            if d is not None and len(d) == _NFIELDS:
+                return abi.decide(self._inst, self._h, d, None)
+            # Not a mapping, or an unknown field: the core says which.
+            return abi.decide_value(self._inst, self._h, fields)
 
     def decide_many(self, failures: Iterable[Mapping[str, Any]]) -> List[Decision]:
         """Decides many failures, in order, as ``decide`` would one by one,
@@ -150,16 +149,9 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
         ValueError for an unknown event."""
         if event not in C.EVENT_NAMES:
             raise ValueError("outcome: event must be one of %s (got %r)" % (", ".join(C.EVENT_NAMES), event))
-        d = abi.merge({} if failure is None else failure)
-        if now_ms is not None:
-            d["now_ms"] = now_ms
         with self._inst.lock:
-            try:
-                return abi.outcome(self._inst, self._h, C.EVENT_NAMES.index(event), d, deliveries, max_deliveries)
-            except InputError as e:
-                if event == "failure":
-                    e.outcome = e.outcome or _INVALID
-                raise
+            return abi.outcome(self._inst, self._h, C.EVENT_NAMES.index(event), {} if failure is None else failure,
+                               now_ms, deliveries, max_deliveries)
 
     def _call(self, export: str, arg: int) -> int:
         """Calls the module's export with this policy's handle and one i64
@@ -185,9 +177,9 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
             raise InputError("duration_ms", "must be >= 0 (got %d)" % ms)
         if not self._stateful or self._no_slow:
             return
-        inst = self._inst
+        now, inst = self._at(now_ms), self._inst  # not under the lock: a bad one's message takes a lock
         with inst.lock:
-            r = abi.call(inst, self._h, "record_duration", self._at(now_ms), ms)
+            r = abi.call(inst, self._h, "record_duration", now, ms)
         # 1: the policy has no slow-call rate, and never will: stop calling.
         self._no_slow = r == 1
 
