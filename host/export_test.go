@@ -2,8 +2,13 @@ package host
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/backstop-dev/backstop/internal/abi"
 )
 
 // sharedCache is a compilation cache directory for the whole test binary:
@@ -51,4 +56,55 @@ func GrowBuffer(ctx context.Context, r *Runtime, n int) error {
 	}
 	defer r.release(in)
 	return in.grow(ctx, n)
+}
+
+// CallValue writes value into the buffer of the instance serving p and
+// calls decide_value (event < 0) or outcome_value (the event's number),
+// telling the module the value is n bytes long: the raw word, and the
+// module's message when the word is an error code or an invalid outcome.
+// The exports are for hosts whose callers pass values of any type; Go's
+// pass a policy.Failure, so only the tests call them.
+func CallValue(ctx context.Context, p *Policy, event int32, value []byte, n int32, deliveries, maxDeliveries int64) (int64, string, error) {
+	in, h, err := p.acquire(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer p.rt.release(in)
+	return in.callValue(ctx, h, event, value, n, deliveries, maxDeliveries)
+}
+
+// CallValueHandle is CallValue with handle h (0: none) on one of r's
+// instances.
+func CallValueHandle(ctx context.Context, r *Runtime, h, event int32, value []byte) (int64, string, error) {
+	in, err := r.get(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer r.release(in)
+	return in.callValue(ctx, h, event, value, int32(len(value)), 0, 0)
+}
+
+func (in *instance) callValue(ctx context.Context, h, event int32, value []byte, n int32, deliveries, maxDeliveries int64) (int64, string, error) {
+	if err := in.grow(ctx, len(value)); err != nil {
+		return 0, "", err
+	}
+	if !in.mem.Write(in.bufAddr, value) {
+		return 0, "", errors.New("buffer out of memory bounds")
+	}
+	var v uint64
+	var err error
+	if event < 0 {
+		v, err = in.call(ctx, in.mod.ExportedFunction("decide_value"), api.EncodeI32(h), api.EncodeI32(n))
+	} else {
+		v, err = in.call(ctx, in.mod.ExportedFunction("outcome_value"), api.EncodeI32(h), api.EncodeI32(event),
+			api.EncodeI32(n), api.EncodeI64(deliveries), api.EncodeI64(maxDeliveries))
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	w := int64(v)
+	if w < 0 || (event >= 0 && abi.UnpackOutcome(w).Invalid) {
+		return w, in.message(ctx), nil
+	}
+	return w, "", nil
 }

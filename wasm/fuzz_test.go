@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/backstop-dev/backstop/internal/abi"
+	"github.com/backstop-dev/backstop/internal/failvalue"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -94,5 +95,29 @@ func FuzzBuffer(f *testing.F) {
 		if r >= 0 && len(buf) < int(size) {
 			t.Fatalf("buffer(%d) left %d bytes", size, len(buf))
 		}
+	})
+}
+
+func FuzzDecideValue(f *testing.F) {
+	for _, v := range []any{
+		map[string]any{"attempt": failvalue.Number("2"), "http_status": 503.0, "now_ms": failvalue.Number("1767225600000"), "random": 0.5},
+		map[string]any{"attempt": 1.5, "grpc_code": "UNAVAILABLE", "retry_after": []byte("7"), "x": []any{}},
+		map[string]any{"attempt": failvalue.Number("1"), "method": failvalue.Other("a timedelta")},
+	} {
+		b, _ := failvalue.Append(nil, v)
+		f.Add(b, int32(len(b)), int32(1), int32(2))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, n, h, event int32) {
+		policies, freeSlots = nil, nil
+		load(t, `{"retry_budget": {"type": "ratio"}, "circuit_breaker": {}}`)
+		load(t, "default")
+		buffer(int32(len(data)))
+		copy(buf, data)
+		r := decide_value(h, n)
+		noInternal(t, "decide_value", r)
+		if r < 0 && r != errHandle && r != errInput {
+			t.Fatalf("decide_value = %d", r)
+		}
+		noInternal(t, "outcome_value", outcome_value(h, event, n, 1, 3))
 	})
 }

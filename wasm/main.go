@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/backstop-dev/backstop/internal/abi"
+	"github.com/backstop-dev/backstop/internal/failvalue"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -471,13 +472,9 @@ func outcome_record(h, event, recOff int32, deliveries, maxDeliveries int64) (r 
 // jobOutcome is outcome and outcome_record once they read their input: f
 // holds the failure's numbers, its strings are at off.
 func jobOutcome(h, event int32, f policy.Failure, flags uint32, off, ml, kl, hl, deliveries, maxDeliveries int64) int64 {
-	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
-		return int64(handleError(h))
-	}
-	p := policies[h-1]
-	if event < int32(policy.EventBefore) || event > int32(policy.EventDelivered) { // policy.Event is a byte: say what came
-		return int64(fail(errInput, (&policy.EventError{Field: "event",
-			Reason: "must be 0 (before) to 3 (delivered) (got " + strconv.Itoa(int(event)) + ")"}).Error()))
+	p, code := outcomePolicy(h, event)
+	if p == nil {
+		return code
 	}
 	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: f.NowMs},
 		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
@@ -487,12 +484,48 @@ func jobOutcome(h, event int32, f policy.Failure, flags uint32, off, ml, kl, hl,
 			if flags&^abi.Flags == 0 {
 				return int64(code) // the host's strings, not the failure
 			}
-			return abi.PackOutcome(policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed,
-				Count: policy.CountDeadLetter, Invalid: true})
+			return invalidOutcome()
 		}
 		e.Failure = f
 		setStrings(&e.Failure, off, ml, kl, hl, flags)
 	}
+	return decideOutcome(p, e)
+}
+
+// outcomePolicy checks an outcome's handle and event: the policy, or nil
+// and the error code.
+func outcomePolicy(h, event int32) (*policy.Policy, int64) {
+	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
+		return nil, int64(handleError(h))
+	}
+	if badEvent(event) {
+		return nil, eventError(event)
+	}
+	return policies[h-1], 0
+}
+
+func badEvent(event int32) bool {
+	return event < int32(policy.EventBefore) || event > int32(policy.EventDelivered)
+}
+
+// eventError is the error of an unknown event. policy.Event is a byte:
+// say what came, before it is cut to one.
+func eventError(event int32) int64 {
+	return int64(fail(errInput, (&policy.EventError{Field: "event",
+		Reason: "must be 0 (before) to 3 (delivered) (got " + strconv.Itoa(int(event)) + ")"}).Error()))
+}
+
+// invalidOutcome is the word of a failure the caller got wrong: it is
+// dead-lettered as malformed, and error_message (set by the caller) says
+// why.
+func invalidOutcome() int64 {
+	return abi.PackOutcome(policy.Outcome{Action: policy.OutcomeDeadLetter, Reason: policy.Malformed,
+		Count: policy.CountDeadLetter, Invalid: true})
+}
+
+// decideOutcome asks the policy the outcome of e: the packed outcome, an
+// invalid failure's word (with its message), or an error code.
+func decideOutcome(p *policy.Policy, e policy.JobEvent) int64 {
 	o, err := p.Outcome(e)
 	if err != nil {
 		if o.Invalid {
@@ -502,6 +535,83 @@ func jobOutcome(h, event int32, f policy.Failure, flags uint32, off, ml, kl, hl,
 		return int64(fail(errInput, err.Error()))
 	}
 	return abi.PackOutcome(o)
+}
+
+// readValue decodes the failure value at buffer[0:n] (ABI.md,
+// "decide_value"). A malformed encoding, or n outside the buffer, is the
+// host's mistake: its error is malformed; otherwise err is the caller's
+// invalid field, as failvalue.Convert says it.
+func readValue(n int32) (f policy.Failure, malformed bool, err error) {
+	b, ok := bufRange(0, int64(n))
+	if !ok {
+		return f, true, &policy.InputError{Field: "value", Reason: "length " + strconv.Itoa(int(n)) +
+			" is outside the buffer (" + strconv.Itoa(len(buf)) + " bytes)"}
+	}
+	v, err := failvalue.Decode(b)
+	if err != nil {
+		return f, true, err
+	}
+	f, err = failvalue.Convert(v)
+	return f, false, err
+}
+
+// decide_value is decide with the failure as a value (ABI.md,
+// "decide_value"): the slow path a host takes for a value its own fast
+// path does not convert, so that the rules and messages live here once.
+// The value is checked before the handle, as the hosts checked a failure
+// before they called the module: a host may check a lone value with
+// handle 0 (-3 with the message, or -1 when it is valid).
+//
+//go:wasmexport decide_value
+func decide_value(h, n int32) (r int64) {
+	defer guard64("decide_value", &r)
+	f, _, err := readValue(n)
+	if err != nil {
+		return int64(decideError(err))
+	}
+	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
+		return int64(handleError(h))
+	}
+	d, err := policies[h-1].Decide(f)
+	if err != nil {
+		return int64(decideError(err))
+	}
+	return abi.PackDecision(d)
+}
+
+// outcome_value is outcome with the failure as a value (ABI.md,
+// "outcome_value"). As in decide_value the value comes first: a malformed
+// encoding is -3 for every event (the host's mistake); then the event; then
+// a refused field, for the failure event the invalid word (as outcome's),
+// for the others -3 (only now_ms is read); then the handle.
+//
+//go:wasmexport outcome_value
+func outcome_value(h, event, n int32, deliveries, maxDeliveries int64) (r int64) {
+	defer guard64("outcome_value", &r)
+	f, malformed, err := readValue(n)
+	if malformed {
+		return int64(fail(errInput, err.Error()))
+	}
+	if badEvent(event) {
+		return eventError(event)
+	}
+	if err != nil {
+		if event != int32(policy.EventFailure) {
+			return int64(fail(errInput, err.Error()))
+		}
+		lastMsg = err.Error()
+		return invalidOutcome()
+	}
+	p, code := outcomePolicy(h, event)
+	if p == nil {
+		return code
+	}
+	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: f.NowMs},
+		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
+	if event == int32(policy.EventFailure) {
+		e.Failure = f
+	}
+	return decideOutcome(p, e)
 }
 
 // stringsOK reports whether the flags are known and the strings (lengths

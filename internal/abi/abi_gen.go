@@ -31,6 +31,21 @@ const (
 	OpenPollMs = 1000     // how long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long
 )
 
+// Tags of the failure value encoding that decide_value and outcome_value
+// read (ABI.md, "decide_value").
+const (
+	ValueNull   = 0 // null: Python None, JavaScript null or undefined, Java null
+	ValueFalse  = 1 // false
+	ValueTrue   = 2 // true
+	ValueInt    = 3 // an integer: a Python int, a JavaScript bigint, a Java Long, Integer, Short, Byte or BigInteger
+	ValueFloat  = 4 // a float: a JavaScript number, a Python float, a Java Double or Float
+	ValueString = 5 // a string
+	ValueBytes  = 6 // bytes: Python bytes, bytearray or memoryview, a JavaScript Uint8Array or Buffer, a Java byte[]
+	ValueArray  = 7 // an array, list or tuple (only described: "an array")
+	ValueObject = 8 // an object or mapping: the failure itself, or a nested one (only described: "an object")
+	ValueOther  = 9 // any other value
+)
+
 // OnOpen: what a queue does with a job the breaker or the budget refused (policy_on_open).
 const (
 	OnOpenDefer      = 0 // it waits, without spending an attempt
@@ -256,5 +271,7 @@ var Exports = []Export{
 	{"connect_timeout", []string{"i32"}, "i64"},
 	{"outcome", []string{"i32", "i32", "i64", "i32", "i32", "i64", "i64", "f64", "i64", "i32", "i32", "i32", "i32", "i64", "i64"}, "i64"},
 	{"outcome_record", []string{"i32", "i32", "i32", "i64", "i64"}, "i64"},
+	{"decide_value", []string{"i32", "i32"}, "i64"},
+	{"outcome_value", []string{"i32", "i32", "i32", "i64", "i64"}, "i64"},
 	{"error_message", []string{}, "i64"},
 }

@@ -39,6 +39,7 @@ var outputs = []output{
 	{"go_errkind.tmpl", "internal/errkind/fields_gen.go"},
 	{"abi_md.tmpl", "wasm/ABI.md"},
 	{"go_vector.tmpl", "internal/vector/input_gen.go"},
+	{"go_failvalue.tmpl", "internal/failvalue/fields_gen.go"},
 	{"java_contract.tmpl", "sdk/java/src/main/java/dev/backstop/Contract.java"},
 	{"java_failure.tmpl", "sdk/java/src/main/java/dev/backstop/Failure.java"},
 	{"java_decision.tmpl", "sdk/java/src/main/java/dev/backstop/Decision.java"},
@@ -202,13 +203,15 @@ var funcs = template.FuncMap{
 	"recType": func(t string) string {
 		return map[string]string{"i64": "int64", "f64": "float64", "i32": "int32", "u32": "uint32", "u16": "uint16"}[t]
 	},
-	"sentence": sentence,
-	"quote":    func(s string) string { return fmt.Sprintf("%q", s) },
-	"hex":      func(v uint64) string { return fmt.Sprintf("%#x", v) },
-	"sub":      func(a, b int) int { return a - b },
-	"add":      func(a, b int) int { return a + b },
-	"join":     strings.Join,
-	"last":     func(fs []WordField) WordField { return fs[len(fs)-1] },
+	"sentence":  sentence,
+	"hasSuffix": strings.HasSuffix,
+	"fail":      func(msg string) (string, error) { return "", errors.New(msg) },
+	"quote":     func(s string) string { return fmt.Sprintf("%q", s) },
+	"hex":       func(v uint64) string { return fmt.Sprintf("%#x", v) },
+	"sub":       func(a, b int) int { return a - b },
+	"add":       func(a, b int) int { return a + b },
+	"join":      strings.Join,
+	"last":      func(fs []WordField) WordField { return fs[len(fs)-1] },
 }
 
 // sentence makes a schema doc a sentence: its first letter up, a final

@@ -25,7 +25,10 @@ func TestSchemaMistakes(t *testing.T) {
 		{"bool without a flag", `{"types": [{"name": "bool", "expects": "a boolean"}], "failure": [{"name": "x", "type": "bool"}]}`, "a bool field needs a flag bit"},
 		{"type without its text", `{"types": [{"name": "bool"}]}`, "types: bool: expects must be plain text"},
 		{"code without names", `{"types": [{"name": "grpc_code", "expects": "a code"}]}`, "has the status names"},
-		{"method of two arguments", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}], "result": "i32", "method": {"answer": "ms"}}]}`, "a method takes (h i32, x i64)"},
+		{"method of no argument", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}], "result": "i32", "method": {"answer": "ms"}}]}`, "a method takes (h i32, x i64)"},
+		{"method of two arguments, not now_ms first", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}, {"name": "a", "type": "i64"}, {"name": "b", "type": "i64"}], "result": "i32", "method": {"answer": "ms"}}]}`, "or (h i32, now_ms i64, x i64)"},
+		{"method of now_ms twice", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}, {"name": "now_ms", "type": "i64"}, {"name": "now_ms", "type": "i64"}], "result": "i32", "method": {"answer": "ms"}}]}`, "or (h i32, now_ms i64, x i64)"},
+		{"method that stops, with no stateless answer", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}, {"name": "x", "type": "i64"}], "result": "i32", "method": {"answer": "none", "stops": 1}}]}`, "needs the stateless answer"},
 		{"fact of no export", `{"facts": [{"export": "gone", "name": "x", "answer": "bool"}]}`, `facts: x: export "gone" is not one of the policy's handle alone`},
 		{"fact of two arguments", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}, {"name": "x", "type": "i64"}], "result": "i32"}], "facts": [{"export": "m", "name": "x", "answer": "bool"}]}`, "not one of the policy's handle alone"},
 		{"fact of no answer", `{"exports": [{"name": "m", "params": [{"name": "h", "type": "i32"}], "result": "i32"}], "facts": [{"export": "m", "name": "x", "answer": "word"}]}`, `facts: x: unknown answer "word"`},
@@ -60,5 +63,40 @@ func TestSchemaPresetsAreTheCores(t *testing.T) {
 	}
 	if want := policy.PresetNames(); !slices.Equal(names, want) {
 		t.Errorf("contract/abi.json presets = %v, want policy.PresetNames() %v", names, want)
+	}
+}
+
+// record_duration is a method of (h, now_ms, duration_ms): in NowMethods,
+// not Methods, so a template that has no NowMethods loop yet renders
+// nothing for it (its host keeps a hand-written one until then), and it
+// stops calling once the module answers 1.
+func TestRecordDurationIsANowMethod(t *testing.T) {
+	data, err := os.ReadFile("../../contract/abi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now []string
+	for _, e := range s.NowMethods() {
+		now = append(now, e.Name)
+	}
+	for _, e := range s.Methods() {
+		if e.TakesNow() || e.Name == "record_duration" {
+			t.Errorf("Methods has %s", e.Name)
+		}
+	}
+	if !slices.Equal(now, []string{"record_duration"}) {
+		t.Fatalf("NowMethods = %v", now)
+	}
+	e := s.NowMethods()[0]
+	if e.Arg() != "duration_ms" || e.Method.Stops == nil || *e.Method.Stops != 1 || e.Method.Stateless == nil {
+		t.Errorf("record_duration: arg %s, method %+v", e.Arg(), e.Method)
+	}
+	if doc := docIn(e, e.Method.Doc, func(n string) string { return n }, strings.ToUpper); !strings.Contains(doc, "NOW_MS is when") ||
+		!strings.Contains(doc, "(DURATION_MS,") {
+		t.Errorf("doc: %s", doc)
 	}
 }

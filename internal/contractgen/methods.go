@@ -8,9 +8,10 @@ import (
 
 // Method marks an export every host wraps as a public method of its
 // Policy: a call with the policy's handle and one i64 (the export's last
-// parameter, now_ms or a duration in ms) whose result is the answer. The
-// templates write the method, its doc and its conversion from this, so a
-// host has no hand copy of it.
+// parameter, now_ms or a duration in ms), or now_ms and then that i64
+// (record_duration), whose result is the answer. The templates write the
+// method, its doc and its conversion from this, so a host has no hand copy
+// of it.
 type Method struct {
 	// Answer is what the result is: "none" (nothing), "ms" (a duration
 	// in ms), or the enum or word it holds.
@@ -24,13 +25,30 @@ type Method struct {
 	// Invalid says when the argument is an invalid input (the module's
 	// message), as "for an argument that is ...".
 	Invalid string `json:"invalid,omitempty"`
+	// Stops is a result after which the answer never changes for the
+	// policy: the host stops calling, and answers from then on as for a
+	// stateless policy (record_duration's 1: the policy has no slow-call
+	// rate, and never will). Only with Stateless.
+	Stops *int64 `json:"stops,omitempty"`
 }
 
-// Methods are the exports with a Method, in the schema's order.
-func (s *Schema) Methods() []Export {
+// Methods are the exports with a Method of one argument, (h, x), in the
+// schema's order.
+func (s *Schema) Methods() []Export { return s.methods(false) }
+
+// NowMethods are the exports with a Method of two, (h, now_ms, x), in the
+// schema's order: x is the argument (Arg), and now_ms, when the call
+// ended, defaults to the host's clock. A host's public method takes x
+// first and now_ms last (optional) where its language has defaults (Node,
+// Python), in the export's order otherwise (Java). Hosts converted x
+// first, and now_ms only when they call the module; a stateless policy
+// (or a stopped one) answers without reading now_ms.
+func (s *Schema) NowMethods() []Export { return s.methods(true) }
+
+func (s *Schema) methods(now bool) []Export {
 	var out []Export
 	for _, e := range s.Exports {
-		if e.Method != nil {
+		if e.Method != nil && e.TakesNow() == now {
 			out = append(out, e)
 		}
 	}
@@ -39,6 +57,9 @@ func (s *Schema) Methods() []Export {
 
 // Arg is a method's argument: the export's last parameter.
 func (e Export) Arg() string { return e.Params[len(e.Params)-1].Name }
+
+// TakesNow reports whether a method takes now_ms before its argument.
+func (e Export) TakesNow() bool { return len(e.Params) == 3 && e.Params[1].Name == "now_ms" }
 
 // Kind is how a host converts a method's answer: none, ms, enum, word,
 // or optional (a word of an amount in thousandths and whether there is
@@ -65,11 +86,15 @@ func (s *Schema) Kind(m *Method) string {
 }
 
 func (s *Schema) checkMethods() error {
-	for _, e := range s.Methods() {
-		if len(e.Params) != 2 || e.Params[0].Name != "h" || e.Params[1].Type != "i64" {
-			return fmt.Errorf("exports: %s: a method takes (h i32, x i64)", e.Name)
+	for _, e := range append(s.Methods(), s.NowMethods()...) {
+		shape := len(e.Params) == 2 || (e.TakesNow() && e.Params[1].Type == "i64" && e.Arg() != "now_ms")
+		if !shape || e.Params[0].Name != "h" || e.Params[len(e.Params)-1].Type != "i64" {
+			return fmt.Errorf("exports: %s: a method takes (h i32, x i64) or (h i32, now_ms i64, x i64)", e.Name)
 		}
 		m := e.Method
+		if m.Stops != nil && m.Stateless == nil {
+			return fmt.Errorf("exports: %s: a method that stops (stops) needs the stateless answer it gives then", e.Name)
+		}
 		if m.Answer != "none" && m.Answer != "ms" && !s.isEnum(m.Answer) && !s.isWord(m.Answer) {
 			return fmt.Errorf("exports: %s: unknown answer %q", e.Name, m.Answer)
 		}
@@ -101,6 +126,9 @@ var methodRef = regexp.MustCompile(`\{([a-z_]+)\}`)
 // ref(name), each snake_case parameter name as param(name).
 func docIn(e Export, doc string, ref, param func(string) string) string {
 	doc = methodRef.ReplaceAllStringFunc(sentence(doc), func(m string) string { return ref(m[1 : len(m)-1]) })
+	if e.TakesNow() {
+		doc = strings.ReplaceAll(doc, "now_ms", param("now_ms"))
+	}
 	return strings.ReplaceAll(doc, e.Arg(), param(e.Arg()))
 }
 

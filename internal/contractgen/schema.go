@@ -10,20 +10,21 @@ import (
 // Schema is contract/abi.json, the one source of the ABI and of the
 // failure, decision and outcome shapes; the templates render it.
 type Schema struct {
-	Version int       `json:"version"`
-	Limits  []Limit   `json:"limits"`
-	Errors  []ErrCode `json:"errors"`
-	Types   []Type    `json:"types"`
-	Failure []Field   `json:"failure"`
-	Flags   []Flag    `json:"flags"`
-	Strings []Named   `json:"strings"`
-	Record  Record    `json:"record"`
-	Enums   []*Enum   `json:"enums"`
-	Words   []*Word   `json:"words"`
-	Presets []Named   `json:"presets"` // policy.PresetNames, sorted (a test compares)
-	Facts   []Fact    `json:"facts"`
-	Lints   []Lint    `json:"lints"`
-	Exports []Export  `json:"exports"`
+	Version int        `json:"version"`
+	Limits  []Limit    `json:"limits"`
+	Errors  []ErrCode  `json:"errors"`
+	Types   []Type     `json:"types"`
+	Failure []Field    `json:"failure"`
+	Flags   []Flag     `json:"flags"`
+	Strings []Named    `json:"strings"`
+	Record  Record     `json:"record"`
+	Values  []ValueTag `json:"values"`
+	Enums   []*Enum    `json:"enums"`
+	Words   []*Word    `json:"words"`
+	Presets []Named    `json:"presets"` // policy.PresetNames, sorted (a test compares)
+	Facts   []Fact     `json:"facts"`
+	Lints   []Lint     `json:"lints"`
+	Exports []Export   `json:"exports"`
 }
 
 // Lint is one warning about a valid policy (policy/lint.go decides when it
@@ -147,6 +148,15 @@ type RecordField struct {
 	Type   string `json:"type"` // i64 f64 i32 u32 u16
 	Offset int    `json:"offset"`
 	Doc    string `json:"doc"`
+}
+
+// ValueTag is one type of the failure value encoding that decide_value and
+// outcome_value read (ABI.md, "decide_value"): its tag byte and payload.
+type ValueTag struct {
+	Name    string `json:"name"`
+	Tag     int    `json:"tag"`
+	Payload string `json:"payload"`
+	Doc     string `json:"doc"`
 }
 
 // Enum is a closed set of codes and names.
@@ -288,6 +298,11 @@ func (s *Schema) check() error {
 			if t != "i32" && t != "i64" && t != "f64" {
 				return fmt.Errorf("exports: %s: unknown value type %q", e.Name, t)
 			}
+		}
+	}
+	for i, v := range s.Values {
+		if v.Tag != i || v.Name == "" || v.Payload == "" {
+			return fmt.Errorf("values: %s: tags must be 0, 1, 2… in order, each with a name and a payload", v.Name)
 		}
 	}
 	codes := map[string]bool{}

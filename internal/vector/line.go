@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/backstop-dev/backstop/internal/failvalue"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -25,7 +26,7 @@ const (
 	MaxNumberChars = 32
 	// MaxStringBytes is the longest method, error kind or hint, in UTF-8
 	// bytes: a batch record holds its lengths as u16 (wasm/ABI.md).
-	MaxStringBytes = 65535
+	MaxStringBytes = failvalue.MaxStringBytes
 )
 
 // LineError is a line that holds no failure object: blank, not UTF-8,
@@ -129,13 +130,12 @@ func DecodeCallLine(line []byte) (Input, Duration, error) {
 	if raw == nil {
 		return in, Duration{}, err
 	}
-	c := converter{obj: map[string]any{DurationField: raw}}
-	ms := c.int64(DurationField, false)
-	if c.err == nil && ms < 0 {
-		c.fail(DurationField, "must be >= 0 (got "+strconv.FormatInt(ms, 10)+")", nil)
+	ms, msErr := failvalue.Int64(DurationField, Native(raw))
+	if msErr == nil && ms < 0 {
+		msErr = &policy.InputError{Field: DurationField, Reason: "must be >= 0 (got " + strconv.FormatInt(ms, 10) + ")"}
 	}
-	if c.err != nil {
-		return Input{}, Duration{}, c.err
+	if msErr != nil {
+		return Input{}, Duration{}, msErr
 	}
 	now, nowErr := FromValue(map[string]any{"now_ms": obj["now_ms"]})
 	return in, Duration{Record: nowErr == nil, Ms: ms, NowMs: now.NowMs}, err

@@ -11,6 +11,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/backstop-dev/backstop/internal/failvalue"
 	"github.com/backstop-dev/backstop/policy"
 )
 
@@ -171,9 +172,9 @@ func (c *GRPCCode) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &name); err != nil {
 			return err
 		}
-		code, ok := GRPCCodeByName(name)
+		code, ok := failvalue.GRPCCodeByName(name)
 		if !ok {
-			return fmt.Errorf("grpc_code: unknown gRPC status name %s", Quote(name))
+			return fmt.Errorf("grpc_code: unknown gRPC status name %s", failvalue.Quote(name))
 		}
 		*c = GRPCCode(code)
 		return nil

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/backstop-dev/backstop/host"
+	"github.com/backstop-dev/backstop/internal/failvalue"
 	"github.com/backstop-dev/backstop/internal/vector"
 	"github.com/backstop-dev/backstop/policy"
 )
@@ -316,7 +317,7 @@ func randomDouble(rng *rand.Rand, i int) float64 {
 	}
 }
 
-// Messages show numbers as JavaScript prints them: Go (vector.ESFormat)
+// Messages show numbers as JavaScript prints them: Go (failvalue.ESFormat)
 // and Python (_es_format) write every double as Node.js does.
 func TestNumbersPrintAlike(t *testing.T) {
 	node := requireTool(t, "node", "Node.js runs sdk/node")
@@ -327,7 +328,7 @@ func TestNumbersPrintAlike(t *testing.T) {
 	for i := 0; i < 3000; i++ {
 		f := randomDouble(rng, i)
 		fmt.Fprintf(&in, "%016x\n", math.Float64bits(f))
-		want = append(want, vector.ESFormat(f))
+		want = append(want, failvalue.ESFormat(f))
 	}
 	for name, argv := range map[string][]string{
 		"node": {node, "-e", `const b = Buffer.alloc(8); const out = require('fs').readFileSync(0, 'utf8').trim().split('\n').map((h) => { b.write(h, 'hex'); return String(b.readDoubleBE(0)); }); process.stdout.write(out.join('\n') + '\n');`},
@@ -349,7 +350,7 @@ print("\n".join(_es_format(struct.unpack(">d", bytes.fromhex(h))[0]) for h in sy
 
 // The commands show a number in a message as JavaScript prints it, so
 // 3,000 random doubles as http_status (refused: not a 32-bit integer) give
-// every command the same error lines, the Go command's (vector.ESFormat).
+// every command the same error lines, the Go command's (failvalue.ESFormat).
 // TestNumbersPrintAlike checks the Node.js and Python formatters directly;
 // this checks each command's, Java's included.
 func TestDecideCommandsPrintNumbersAlike(t *testing.T) {

@@ -27,6 +27,19 @@ export const MAX_STRING = 65535;
 /** How long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long. */
 export const OPEN_POLL_MS = 1000;
 
+// Tags of the failure value encoding that decide_value and outcome_value
+// read (wasm/ABI.md, "decide_value").
+export const VALUE_NULL = 0; // null: Python None, JavaScript null or undefined, Java null
+export const VALUE_FALSE = 1; // false
+export const VALUE_TRUE = 2; // true
+export const VALUE_INT = 3; // an integer: a Python int, a JavaScript bigint, a Java Long, Integer, Short, Byte or BigInteger
+export const VALUE_FLOAT = 4; // a float: a JavaScript number, a Python float, a Java Double or Float
+export const VALUE_STRING = 5; // a string
+export const VALUE_BYTES = 6; // bytes: Python bytes, bytearray or memoryview, a JavaScript Uint8Array or Buffer, a Java byte[]
+export const VALUE_ARRAY = 7; // an array, list or tuple (only described: "an array")
+export const VALUE_OBJECT = 8; // an object or mapping: the failure itself, or a nested one (only described: "an object")
+export const VALUE_OTHER = 9; // any other value
+
 // Error codes: a negative result of the exports.
 export const ERR_HANDLE = -1; // unknown or freed policy handle
 export const ERR_POLICY = -2; // the policy bytes or preset name are invalid; the message names the field

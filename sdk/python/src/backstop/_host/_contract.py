@@ -24,6 +24,19 @@ MAX_HANDLES = 65536  # live policies per instance
 MAX_STRING = 65535  # the longest method, error kind or hint, in UTF-8 bytes (a batch record's u16)
 OPEN_POLL_MS = 1000  # how long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long
 
+# Tags of the failure value encoding that decide_value and outcome_value
+# read (wasm/ABI.md, "decide_value").
+VALUE_NULL = 0  # null: Python None, JavaScript null or undefined, Java null
+VALUE_FALSE = 1  # false
+VALUE_TRUE = 2  # true
+VALUE_INT = 3  # an integer: a Python int, a JavaScript bigint, a Java Long, Integer, Short, Byte or BigInteger
+VALUE_FLOAT = 4  # a float: a JavaScript number, a Python float, a Java Double or Float
+VALUE_STRING = 5  # a string
+VALUE_BYTES = 6  # bytes: Python bytes, bytearray or memoryview, a JavaScript Uint8Array or Buffer, a Java byte[]
+VALUE_ARRAY = 7  # an array, list or tuple (only described: "an array")
+VALUE_OBJECT = 8  # an object or mapping: the failure itself, or a nested one (only described: "an object")
+VALUE_OTHER = 9  # any other value
+
 # Error codes: the negative results of the exports.
 ERR_HANDLE = -1  # unknown or freed policy handle
 ERR_POLICY = -2  # the policy bytes or preset name are invalid; the message names the field

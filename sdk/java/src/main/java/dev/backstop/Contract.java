@@ -41,6 +41,27 @@ final class Contract {
   /** How long a job refused by the breaker waits, and the worker pauses, when the policy cannot say how long (Acquire gave no time, or let a call through after the failure found the breaker open); a budget_exhausted deferral without a backoff waits as long. */
   static final int OPEN_POLL_MS = 1000;
 
+  /** Value tag: null: Python None, JavaScript null or undefined, Java null. */
+  static final int VALUE_NULL = 0;
+  /** Value tag: false. */
+  static final int VALUE_FALSE = 1;
+  /** Value tag: true. */
+  static final int VALUE_TRUE = 2;
+  /** Value tag: an integer: a Python int, a JavaScript bigint, a Java Long, Integer, Short, Byte or BigInteger. */
+  static final int VALUE_INT = 3;
+  /** Value tag: a float: a JavaScript number, a Python float, a Java Double or Float. */
+  static final int VALUE_FLOAT = 4;
+  /** Value tag: a string. */
+  static final int VALUE_STRING = 5;
+  /** Value tag: bytes: Python bytes, bytearray or memoryview, a JavaScript Uint8Array or Buffer, a Java byte[]. */
+  static final int VALUE_BYTES = 6;
+  /** Value tag: an array, list or tuple (only described: "an array"). */
+  static final int VALUE_ARRAY = 7;
+  /** Value tag: an object or mapping: the failure itself, or a nested one (only described: "an object"). */
+  static final int VALUE_OBJECT = 8;
+  /** Value tag: any other value. */
+  static final int VALUE_OTHER = 9;
+
   /** Flag: the request carries an idempotency key. */
   static final int FLAG_IDEMPOTENCY_KEY = 1 << 0;
   /** Flag: the hint is a gRPC grpc-retry-pushback-ms value rather than an HTTP Retry-After value. */
@@ -62,7 +83,7 @@ final class Contract {
       java.util.Map.entry("bool", "a boolean"));
 
   /** The module's exports (wasm/ABI.md). */
-  static final List<String> EXPORTS = List.of("abi_version", "buffer", "policy_load", "policy_preset", "policy_free", "policy_stateful", "decide", "decide_batch", "record_success", "record_duration", "circuit_state", "acquire", "budget_tokens", "policy_lints", "policy_on_open", "attempt_timeout", "connect_timeout", "outcome", "outcome_record", "error_message");
+  static final List<String> EXPORTS = List.of("abi_version", "buffer", "policy_load", "policy_preset", "policy_free", "policy_stateful", "decide", "decide_batch", "record_success", "record_duration", "circuit_state", "acquire", "budget_tokens", "policy_lints", "policy_on_open", "attempt_timeout", "connect_timeout", "outcome", "outcome_record", "decide_value", "outcome_value", "error_message");
 
   /** The status names grpc_code also takes, by code. */
   static final List<String> GRPC_CODE_NAMES = List.of("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED");

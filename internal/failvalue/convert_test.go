@@ -1,4 +1,4 @@
-package vector
+package failvalue
 
 import (
 	"math"
@@ -37,22 +37,25 @@ func TestGRPCCodeByNameFoldsASCIIOnly(t *testing.T) {
 	}
 }
 
-func TestScanLine(t *testing.T) {
-	for _, c := range []struct {
-		line    string
-		depth   int
-		longNum bool
-	}{
-		{`{"a":[[1]]}`, 3, false},
-		{`{"a":"[[[[\"]]]"}`, 1, false},
-		{`{"a":"[[[`, 1, false}, // an unterminated string runs to the end
-		{`{"a":"x\`, 1, false},  // so does one ending in '\'
-		{`]]]{`, 0, false},      // closers first lower the level
-		{`{"a":` + "1234567890123456789012345678901234" + `}`, 1, true},
-		{`{"a":"1234567890123456789012345678901234"}`, 1, false},
-	} {
-		if d, l := scanLine([]byte(c.line)); d != c.depth || l != c.longNum {
-			t.Errorf("%s: depth %d, long %v; want %d, %v", c.line, d, l, c.depth, c.longNum)
+// A value of a host's own type (tag other) is refused by every field with
+// its type's words and the host's description: a hint says "a string or a
+// number", as the hosts did, not "a string".
+func TestConvertOther(t *testing.T) {
+	want := map[string]string{
+		"attempt": "must be an integer", "http_status": "must be a 32-bit integer",
+		"grpc_code": "must be a 32-bit integer or a status name", "error_kind": "must be a string",
+		"retry_after": "must be a string or a number", "grpc_retry_pushback_ms": "must be a string or a number",
+		"method": "must be a string", "idempotency_key": "must be a string or a boolean", "elapsed_ms": "must be an integer",
+		"now_ms": "must be an integer", "random": `must be a number, "NaN", "Infinity" or "-Infinity"`,
+		"prev_delay_ms": "must be an integer", "retried_downstream": "must be a boolean", "server_declined": "must be a boolean",
+	}
+	if len(want) != len(Fields) {
+		t.Fatalf("%d fields, want %d", len(Fields), len(want))
+	}
+	for _, field := range Fields {
+		_, err := Convert(map[string]any{"attempt": Number("1"), field: Other("a timedelta")})
+		if err == nil || err.Error() != "invalid failure: "+field+": "+want[field]+" (got a timedelta)" {
+			t.Errorf("%s: %v", field, err)
 		}
 	}
 }
