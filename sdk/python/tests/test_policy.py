@@ -224,7 +224,9 @@ def test_python_values_keep_their_meaning():
             ({"attempt": 1, "error_kind": {"kind": "timeout"}}, "error_kind: must be a string (got an object)"),
             ({"attempt": 1, "random": float("nan"), "http_status": 1.5}, "http_status: must be a 32-bit integer (got 1.5)"),
             ({"attempt": 10 ** 5000}, "attempt: must fit in 64 bits (got 1%s)" % ("0" * 5000)),
-            ({"attempt": 1, "a: b": 1}, "a: b: unknown field")):
+            ({"attempt": 1, "a: b": 1}, "a: b: unknown field"),
+            ({"attempt": 1, "\udfff": 1, "\ud800": 2, 7: 1, "7": 1}, "7: unknown field"),
+            ({"attempt": 1, "\udfff": 1, "\ud800": 2}, "\ufffd: unknown field")):
         with pytest.raises(InputError) as e:
             p.decide(fields)
         assert str(e.value) == message

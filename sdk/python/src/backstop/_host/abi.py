@@ -270,16 +270,19 @@ def value(failure: Any) -> bytearray:
     except TypeError:
         _encode(out, failure)
         return out
-    get = C.DEFAULTS.get
-    fields = {k: v for k, v in fields.items() if not (v is get(k, _UNKNOWN) or v is None and k in C.DEFAULTS)}
-    out += _HEAD(C.VALUE_OBJECT, len(fields))
+    entries, get = {}, C.DEFAULTS.get
     for k, v in fields.items():
+        if v is get(k, _UNKNOWN) or v is None and k in C.DEFAULTS:
+            continue
         key = _KEYS.get(k)
-        if key is None:  # an unknown name
+        if key is None:  # an unknown name, as every host writes it (two may write the same)
             b = well_formed(k if isinstance(k, str) else str(k)).encode()
             key = _U32(len(b)) + b
+        entries[key] = _meaning(k, v)
+    out += _HEAD(C.VALUE_OBJECT, len(entries))
+    for key, v in entries.items():
         out += key
-        _encode(out, _meaning(k, v))
+        _encode(out, v)
     return out
 
 
