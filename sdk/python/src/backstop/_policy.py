@@ -8,10 +8,9 @@ import os
 import sys
 import warnings
 import weakref
-from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, Tuple, TypeVar, Union, overload
 
-from ._errors import InputError, LintWarning
+from ._errors import LintWarning
 from ._host import _contract as C
 from ._host import abi
 from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure, Permit: backstop's)
@@ -58,7 +57,6 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
         # the schema's table (_contract.LINTS) spells them out.
         with inst.lock:
             self._read_facts(lambda export: abi.call(inst, handle, export))
-        self._no_slow = False  # record_duration answered 1: no slow-call rate to report to
         for lint in self._lints:
             warnings.warn(LintWarning("%s: %s: %s" % (lint.field, lint.code, lint.message), lint.code, lint.field),
                           stacklevel=_caller_level())
@@ -153,35 +151,14 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
             return abi.outcome(self._inst, self._h, C.EVENT_NAMES.index(event), {} if failure is None else failure,
                                now_ms, deliveries, max_deliveries)
 
-    def _call(self, export: str, arg: int) -> int:
-        """Calls the module's export with this policy's handle and one i64
-        (now_ms: abi.at) and returns its result; a negative one raises its
-        error (read under the lock, as every call into the module)."""
+    def _call(self, export: str, *args: int) -> int:
+        """Calls the module's export with this policy's handle and its i64
+        arguments (now_ms: abi.at) and returns its result; a negative one
+        raises its error (read under the lock, as every call into the
+        module)."""
         inst = self._inst
         with inst.lock:
-            return abi.call(inst, self._h, export, arg)
-
-    def record_duration(self, duration_ms: Union[int, float, timedelta], now_ms: Optional[int] = None) -> None:
-        """Reports how long a call took, success or failure, to the circuit
-        breaker's slow-call rate (``slow_call_rate_threshold``,
-        ``slow_call_duration_threshold``): once per call, before its
-        ``record_success`` or ``decide``. ``retry`` and the workers do it
-        themselves. A policy without a slow-call rate ignores it.
-
-        ``duration_ms`` is in ms (a ``timedelta`` or a float: fractions are
-        dropped), measured on a monotonic clock; ``now_ms``, when the call
-        ended, defaults to the host's clock. Raises ``InputError`` when the
-        duration is negative; no state changes then."""
-        ms = self._ms("duration_ms", duration_ms)
-        if ms < 0:
-            raise InputError("duration_ms", "must be >= 0 (got %d)" % ms)
-        if not self._stateful or self._no_slow:
-            return
-        now, inst = self._at(now_ms), self._inst  # not under the lock: a bad one's message takes a lock
-        with inst.lock:
-            r = abi.call(inst, self._h, "record_duration", now, ms)
-        # 1: the policy has no slow-call rate, and never will: stop calling.
-        self._no_slow = r == 1
+            return abi.call(inst, self._h, export, *args)
 
     _at = staticmethod(abi.at)
     _ms = staticmethod(abi.ms)

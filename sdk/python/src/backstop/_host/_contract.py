@@ -594,8 +594,9 @@ class PolicyCalls:
     _h: int
     _at: Callable[[Any], int]
     _ms: Callable[[str, Any], int]
+    _stopped: frozenset = frozenset()  # the methods that stopped calling (a method's stops answer)
 
-    def _call(self, export: str, arg: int) -> int:
+    def _call(self, export: str, *args: int) -> int:
         raise NotImplementedError
 
     def record_success(self, now_ms: Optional[int] = None) -> None:
@@ -658,4 +659,22 @@ class PolicyCalls:
         negative."""
         arg = self._ms("elapsed_ms", elapsed_ms)
         return self._call("attempt_timeout", arg)
+
+    def record_duration(self, duration_ms: Union[int, float, timedelta], now_ms: Optional[int] = None) -> None:
+        """Reports how long a call took (``duration_ms``, measured on a monotonic
+        clock), success or failure, to the circuit breaker's slow-call rate
+        (slow_call_rate_threshold, slow_call_duration_threshold): once per call,
+        before its ``record_success`` or ``decide``; ``now_ms`` is when it
+        ended. The retry loops and the workers do it themselves. A policy
+        without a slow-call rate ignores it.
+
+        ``duration_ms`` is in ms (a ``timedelta`` or a float: fractions are
+        dropped); ``now_ms`` defaults to the host's clock. Raises ``InputError``
+        when ``duration_ms`` is not an integer or is negative."""
+        arg = self._ms("duration_ms", duration_ms)
+        if (not self._stateful or "record_duration" in self._stopped) and self._h and arg >= 0:
+            return
+        r = self._call("record_duration", self._at(now_ms), arg)
+        if r == 1:  # the answer never changes now: stop calling
+            self._stopped = self._stopped | {"record_duration"}
 
