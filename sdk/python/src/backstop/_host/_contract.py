@@ -54,7 +54,6 @@ EVENT_NAMES = ("before", "success", "failure", "delivered")  # what happened to 
 OUTCOME_ACTION_NAMES = ("run", "ack", "retry", "defer", "dead_letter")  # what a worker does with a job
 COUNT_NAMES = ("none", "success", "retry", "dead_letter", "refused")  # which client metric (backstop_client_*) a worker records for an outcome
 
-
 # The flag bits of decide and of a batch record; other bits must be 0.
 FLAG_IDEMPOTENCY_KEY = 1 << 0  # the request carries an idempotency key
 FLAG_PUSHBACK = 1 << 1  # the hint is a gRPC grpc-retry-pushback-ms value rather than an HTTP Retry-After value
