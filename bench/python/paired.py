@@ -1,5 +1,7 @@
 """Per-decision cost of two versions of the Python host, paired in one
-process: decide(keywords), decide(dict) and decide_many, CPU time per call.
+process: decide(keywords), decide(dict), decide_many, and two failures
+the fast path leaves to the slow one (a valid timedelta, an invalid
+http_status), CPU time per call.
 
     git worktree add /tmp/py-before 1c562f0   # or any commit
     make wasm && cp contract/backstop.wasm contract/errorkinds.json /tmp/py-before/sdk/python/src/backstop/
@@ -22,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import timedelta
 
 F = {"attempt": 2, "http_status": 503, "retry_after": "3", "method": "GET"}
 FS = [{"attempt": i % 4 + 1, "http_status": (503, 500, 429, 502)[i % 4], "random": random.random(),
@@ -40,6 +43,21 @@ def dct(p, n):
         decide(F)
 
 
+def unusual(p, n):
+    decide, elapsed = p.decide, timedelta(seconds=3)
+    for _ in range(n):
+        decide(attempt=2, http_status=503, elapsed_ms=elapsed)
+
+
+def invalid(p, n):
+    decide = p.decide
+    for _ in range(n):
+        try:
+            decide(attempt=2, http_status="503")
+        except ValueError:  # InputError
+            pass
+
+
 def many(p, n):
     for _ in range(n // len(FS)):
         p.decide_many(FS)
@@ -55,7 +73,8 @@ def main() -> None:
     repeats = int(os.environ.get("REPEATS", "41"))
     print("| | old best / median | new best / median | new ÷ old, best | median of %d paired ratios |" % repeats)
     print("|---|---:|---:|---:|---:|")
-    for name, fn, n in (("decide(kw)", kw, 4000), ("decide(dict)", dct, 4000), ("decide_many, per failure", many, 20000)):
+    for name, fn, n in (("decide(kw)", kw, 4000), ("decide(dict)", dct, 4000), ("decide_many, per failure", many, 20000),
+                       ("decide(timedelta), slow path", unusual, 2000), ("decide(invalid), InputError", invalid, 2000)):
         for p in policies.values():
             fn(p, n)  # warm
         t: dict = {"old": [], "new": []}

@@ -68,7 +68,7 @@ def clock(monkeypatch):
     fake = lambda: (now[0] + 0.5) / 1000  # noqa: E731
     monkeypatch.setattr(abi, "_time", fake)
     # The generated fast path takes its clock when it is made: make one on the fake.
-    monkeypatch.setattr(abi, "decide", abi.C.decider(fake, abi._draw, abi._decide_slow, abi._UNUSUAL))
+    monkeypatch.setattr(abi, "decide", abi.C.decider(fake, abi._draw, abi.decide_value, abi._UNUSUAL))
     monkeypatch.setattr(_retry, "_sleep", lambda s: now.__setitem__(0, now[0] + round(s * 1000)))
     # The retry latency (failure to the next start) is measured on it too.
     monkeypatch.setattr(_retry, "_monotonic", lambda: now[0] / 1000)

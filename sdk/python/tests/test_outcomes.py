@@ -62,3 +62,17 @@ def test_a_failure_the_host_refuses_has_the_invalid_outcome_too():
             policy.outcome("failure", {"attempt": 1.5})
     assert e.value.outcome == Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False,
                                       count="dead_letter", invalid=True)
+
+
+def test_an_unknown_field_or_not_a_mapping_has_the_invalid_outcome_too():
+    with backstop.load_policy("default") as policy:
+        for failure, message in (({"attempt": 1, "colour": "red"}, "colour: unknown field"),
+                                 ([1], "failure: must be an object (got an array)")):
+            with pytest.raises(InputError) as e:
+                policy.outcome("failure", failure)
+            assert str(e.value) == message and e.value.outcome.invalid and e.value.outcome.reason == "malformed"
+            with pytest.raises(InputError) as e:  # another event: only the error
+                policy.outcome("success", failure)
+            assert str(e.value) == message and e.value.outcome is None
+        with pytest.raises(InputError, match=r"^deliveries: must be an integer \(got a string\)$"):
+            policy.outcome("delivered", {"attempt": 1}, deliveries="3")

@@ -196,6 +196,59 @@ def test_field_types():
         p.decide(attempt=1, idempotency_key=0)
 
 
+def test_python_values_keep_their_meaning():
+    """Python's own types the fast path leaves to the core: mapped to what
+    they mean first, or described by their type's name."""
+    from collections import deque
+    from enum import IntEnum
+
+    class Status(IntEnum):
+        UNAVAILABLE = 503
+
+    class Index:  # an integer-like object (numpy's integers)
+        def __index__(self):
+            return 2
+
+    p = backstop.load_policy(NO_JITTER)
+    base = p.decide(attempt=2, http_status=503, now_ms=0)
+    assert p.decide(attempt=Index(), http_status=Status.UNAVAILABLE, now_ms=0) == base
+    assert p.decide(attempt=2, http_status=503, now_ms=0, method=bytearray(b"GET")) == \
+        p.decide(attempt=2, http_status=503, now_ms=0, method=memoryview(b"GET")) == p.decide(attempt=2, http_status=503, now_ms=0, method="GET")
+    for fields, message in (
+            ({"attempt": 1, "method": Index()}, "method: must be a string (got a Index)"),
+            ({"attempt": 1, "method": Status.UNAVAILABLE}, "method: must be a string (got 503)"),
+            ({"attempt": timedelta(seconds=1)}, "attempt: must be an integer (got a timedelta)"),
+            ({"attempt": 1, "grpc_retry_pushback_ms": timedelta(seconds=1)}, "grpc_retry_pushback_ms: must be a string or a number (got a timedelta)"),
+            ({"attempt": 1, "error_kind": deque()}, "error_kind: must be a string (got a deque)"),
+            ({"attempt": 1, "error_kind": ("timeout",)}, "error_kind: must be a string (got an array)"),
+            ({"attempt": 1, "error_kind": {"kind": "timeout"}}, "error_kind: must be a string (got an object)"),
+            ({"attempt": 1, "random": float("nan"), "http_status": 1.5}, "http_status: must be a 32-bit integer (got 1.5)"),
+            ({"attempt": 10 ** 5000}, "attempt: must fit in 64 bits (got 1%s)" % ("0" * 5000)),
+            ({"attempt": 1, "a: b": 1}, "a: b: unknown field"),
+            ({"attempt": 1, "\udfff": 1, "\ud800": 2, 7: 1, "7": 1}, "7: unknown field"),
+            ({"attempt": 1, "\udfff": 1, "\ud800": 2}, "\ufffd: unknown field")):
+        with pytest.raises(InputError) as e:
+            p.decide(fields)
+        assert str(e.value) == message
+        with pytest.raises(InputError) as e:
+            p.decide_many([{"attempt": 1}, fields])
+        assert str(e.value) == "failures[1]: " + message and e.value.decisions[0] is not None
+    with pytest.raises(InputError) as e:
+        p.decide({"attempt": 1, "a: b": 1})
+    assert (e.value.field, e.value.reason) == ("a: b", "unknown field")
+    for failure in (deque(), "attempt", [("attempt", 1)]):
+        with pytest.raises(InputError, match=r"^failure: must be an object \(got a"):
+            p.decide(failure)
+    # A closed policy: a bad failure is refused for what it is, first.
+    p.close()
+    with pytest.raises(InputError, match="^attempt: must be an integer"):
+        p.decide(attempt="x")
+    with pytest.raises(InputError, match="^colour: unknown field"):
+        p.decide(attempt=1, colour="red")
+    with pytest.raises(BackstopError, match="closed"):
+        p.decide(attempt=1, elapsed_ms=timedelta(seconds=1))
+
+
 def test_defaults_draw_random_and_read_the_clock():
     p = backstop.load_policy("default")
     delays = {p.decide(attempt=4, http_status=503).delay_ms for _ in range(50)}
@@ -325,6 +378,8 @@ TRAPPING = """(module
   (func (export "attempt_timeout") (param i32 i64) (result i64) i64.const 0)
   (func (export "connect_timeout") (param i32) (result i64) i64.const 0)
   (func (export "outcome") (param i32 i32 i64 i32 i32 i64 i64 f64 i64 i32 i32 i32 i32 i64 i64) (result i64) i64.const 0)
+  (func (export "decide_value") (param i32 i32) (result i64) i64.const 0)
+  (func (export "outcome_value") (param i32 i32 i32 i64 i64) (result i64) i64.const 0)
   (func (export "error_message") (result i64) i64.const 0))"""
 
 

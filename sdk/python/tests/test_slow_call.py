@@ -45,6 +45,30 @@ def test_record_duration_is_validated_and_ignored_without_a_slow_call_rate():
         assert plain.circuit_state() == "closed"
 
 
+def test_record_duration_stops_calling_once_the_module_says_it_never_counts():
+    """record_duration (generated): a policy whose answer is 1 (no slow-call
+    rate, and never one) is not called again; a stateless one never is, a
+    policy with a slow-call rate each time; a closed one raises."""
+    from backstop._host.runtime import Instance
+    from backstop._policy import load_into
+
+    inst = Instance()
+    calls = []
+    real = inst.record_duration
+    inst.record_duration = lambda *a: calls.append(a[0]) or real(*a)
+    with load_into(inst, '{"circuit_breaker": {"type": "failure_rate"}}') as plain, load_into(inst, "default") as stateless, \
+            load_into(inst, __import__("json").dumps(SLOW)) as slow:
+        for p in (plain, stateless, slow):
+            for _ in range(3):
+                p.record_duration(5, 1767225600000)
+        assert calls == [plain._h] + [slow._h] * 3
+        with pytest.raises(backstop.InputError, match=r"^duration_ms: must be >= 0 \(got -1\)$"):
+            stateless.record_duration(-1)
+        stateless.close()
+        with pytest.raises(backstop.BackstopError, match="closed"):
+            stateless.record_duration(5)
+
+
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_worker_slow_successes_open_the_breaker(redis_server, r, use_async):
     name = "slow-" + ("async" if use_async else "sync")

@@ -313,6 +313,8 @@ STAND_IN = wasmtime.wat2wasm("""(module
   (func (export "attempt_timeout") (param i32 i64) (result i64) i64.const 0)
   (func (export "connect_timeout") (param i32) (result i64) i64.const 0)
   (func (export "outcome") (param i32 i32 i64 i32 i32 i64 i64 f64 i64 i32 i32 i32 i32 i64 i64) (result i64) i64.const 0)
+  (func (export "decide_value") (param i32 i32) (result i64) i64.const 0)
+  (func (export "outcome_value") (param i32 i32 i32 i64 i64) (result i64) i64.const 0)
   (func (export "error_message") (result i64) i64.const 0))""")
 
 

@@ -76,6 +76,8 @@ class InputError(BackstopError, ValueError):
         for prefix in ("invalid failure: ", "invalid event: "):
             if message.startswith(prefix):
                 message = message[len(prefix):]
+        if message.endswith(": unknown field"):  # the name may hold ": " too, or be ""
+            return cls(message[:-15], "unknown field", index)
         field, reason = _split(message)
         return cls(field or "failure", reason, index)
 

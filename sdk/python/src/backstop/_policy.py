@@ -8,10 +8,9 @@ import os
 import sys
 import warnings
 import weakref
-from datetime import timedelta
 from typing import Any, Callable, Iterable, List, Mapping, MutableMapping, Optional, Tuple, TypeVar, Union, overload
 
-from ._errors import InputError, LintWarning
+from ._errors import LintWarning
 from ._host import _contract as C
 from ._host import abi
 from ._host._contract import Decision, Failure, Outcome, Permit  # noqa: F401 (Failure, Permit: backstop's)
@@ -22,8 +21,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _NO_FAILURE: Any = object()  # decide's failure argument, when only keywords are given
 _DEFAULTS, _NFIELDS = C.DEFAULTS, abi._NFIELDS  # every field absent, and how many: decide's merge
-# What Policy.outcome raises an invalid failure with (InputError.outcome): the core's dead letter.
-_INVALID = Outcome(action="dead_letter", reason="malformed", klass="retryable", delay_ms=0, pause=False, count="dead_letter", invalid=True)
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -60,7 +57,6 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
         # the schema's table (_contract.LINTS) spells them out.
         with inst.lock:
             self._read_facts(lambda export: abi.call(inst, handle, export))
-        self._no_slow = False  # record_duration answered 1: no slow-call rate to report to
         for lint in self._lints:
             warnings.warn(LintWarning("%s: %s: %s" % (lint.field, lint.code, lint.message), lint.code, lint.field),
                           stacklevel=_caller_level())
@@ -106,11 +102,12 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
                 fields = {**failure, **fields} if fields else failure  # type: ignore[assignment]
             d = {**_DEFAULTS, **fields}
         except TypeError:  # not a mapping
-            raise abi.not_object(failure) from None
-        if len(d) != _NFIELDS:
-            abi.merge(fields)  # raises for the unknown field
+            d, fields = None, failure
         with self._inst.lock:
-            return abi.decide(self._inst, self._h, d, None)
+            if d is not None and len(d) == _NFIELDS:
+                return abi.decide(self._inst, self._h, d, None)
+            # Not a mapping, or an unknown field: the core says which.
+            return abi.decide_value(self._inst, self._h, fields)
 
     def decide_many(self, failures: Iterable[Mapping[str, Any]]) -> List[Decision]:
         """Decides many failures, in order, as ``decide`` would one by one,
@@ -150,46 +147,18 @@ class Policy(C.PolicyFacts, C.PolicyCalls):
         ValueError for an unknown event."""
         if event not in C.EVENT_NAMES:
             raise ValueError("outcome: event must be one of %s (got %r)" % (", ".join(C.EVENT_NAMES), event))
-        d = abi.merge({} if failure is None else failure)
-        if now_ms is not None:
-            d["now_ms"] = now_ms
         with self._inst.lock:
-            try:
-                return abi.outcome(self._inst, self._h, C.EVENT_NAMES.index(event), d, deliveries, max_deliveries)
-            except InputError as e:
-                if event == "failure":
-                    e.outcome = e.outcome or _INVALID
-                raise
+            return abi.outcome(self._inst, self._h, C.EVENT_NAMES.index(event), {} if failure is None else failure,
+                               now_ms, deliveries, max_deliveries)
 
-    def _call(self, export: str, arg: int) -> int:
-        """Calls the module's export with this policy's handle and one i64
-        (now_ms: abi.at) and returns its result; a negative one raises its
-        error (read under the lock, as every call into the module)."""
+    def _call(self, export: str, *args: int) -> int:
+        """Calls the module's export with this policy's handle and its i64
+        arguments (now_ms: abi.at) and returns its result; a negative one
+        raises its error (read under the lock, as every call into the
+        module)."""
         inst = self._inst
         with inst.lock:
-            return abi.call(inst, self._h, export, arg)
-
-    def record_duration(self, duration_ms: Union[int, float, timedelta], now_ms: Optional[int] = None) -> None:
-        """Reports how long a call took, success or failure, to the circuit
-        breaker's slow-call rate (``slow_call_rate_threshold``,
-        ``slow_call_duration_threshold``): once per call, before its
-        ``record_success`` or ``decide``. ``retry`` and the workers do it
-        themselves. A policy without a slow-call rate ignores it.
-
-        ``duration_ms`` is in ms (a ``timedelta`` or a float: fractions are
-        dropped), measured on a monotonic clock; ``now_ms``, when the call
-        ended, defaults to the host's clock. Raises ``InputError`` when the
-        duration is negative; no state changes then."""
-        ms = self._ms("duration_ms", duration_ms)
-        if ms < 0:
-            raise InputError("duration_ms", "must be >= 0 (got %d)" % ms)
-        if not self._stateful or self._no_slow:
-            return
-        inst = self._inst
-        with inst.lock:
-            r = abi.call(inst, self._h, "record_duration", self._at(now_ms), ms)
-        # 1: the policy has no slow-call rate, and never will: stop calling.
-        self._no_slow = r == 1
+            return abi.call(inst, self._h, export, *args)
 
     _at = staticmethod(abi.at)
     _ms = staticmethod(abi.ms)

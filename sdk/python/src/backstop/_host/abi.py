@@ -1,14 +1,13 @@
 """The policy ABI (wasm/ABI.md) from the host's side: the calls a Policy
-makes into backstop.wasm, the failure encoded as the module takes it
-(scalars, a batch of 64-byte records) and the words it answers decoded.
-What the fields are, their types and where each goes is the generated
-``_contract``: this file has one converter per type, never one per field.
-The host's clock and random draws (the module has neither) are taken
-here. ``runtime.py`` beside it runs the module."""
+makes into backstop.wasm, the failure encoded as the module takes it (the
+generated fast path of ``_contract``: scalars, a batch of 64-byte
+records; anything else as a failure value, which the core checks and
+describes) and the words it answers decoded. The host's clock and random
+draws (the module has neither) are taken here. ``runtime.py`` beside it
+runs the module."""
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import re
@@ -22,152 +21,17 @@ from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 from .._errors import BackstopError, InputError
 from . import _contract as C
 from ._contract import Decision
-from .runtime import Instance
+from .runtime import Instance, shared
 
-_GRPC_BY_NAME = {n: i for i, n in enumerate(C.GRPC_CODE_NAMES)}
 _CHUNK = 4096  # records per decide_batch call: 256 KiB, the call cost vanishes
 _BATCH_BYTES = 1 << 20  # and their strings: valid ones take up to 192 KiB each
 
 
 # What the fast path (_contract's generated encoding and the struct of the
 # call) raises for a value it does not take as it is.
-_UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError, C.Unusual)
+_UNUSUAL = (AttributeError, struct.error, UnicodeEncodeError, OverflowError, TypeError)
 
 _NFIELDS = len(C.DEFAULTS)
-
-
-# -- one converter per type ------------------------------------------------------
-
-
-def _wrong(name: str, kind: str, v: Any) -> InputError:
-    """A value the field's type does not take, in the schema's words (C.EXPECTS)."""
-    return InputError(name, "must be %s (got %s)" % (C.EXPECTS[kind], _describe(v)))
-
-
-def int64(name: str, v: Any, truncate: bool) -> int:
-    """An int64 field: an integer (or an integral float); times (truncate
-    set) drop fractions and also take a timedelta."""
-    if truncate and isinstance(v, timedelta):
-        v = v // timedelta(milliseconds=1)
-    return _integer(name, v, 63, truncate, "int64")
-
-
-def _integer(name: str, v: Any, bits: int, truncate: bool, kind: str) -> int:
-    """An integer of type kind that fits in bits + 1 (signed): an int, or a float
-    that is one (or, truncate set, any finite one); an int64 says when it
-    does not fit, an int32 only what it must be."""
-    if v is None:
-        return 0
-    if v.__class__ is not bool:
-        if isinstance(v, float):
-            i, shown = (math.trunc(v) if math.isfinite(v) and (truncate or v.is_integer()) else None), _es_format(v)
-        else:
-            try:
-                i, shown = operator.index(v), None
-            except TypeError:
-                i = None
-        if i is not None:
-            if -(1 << bits) <= i < 1 << bits:
-                return i
-            if bits == 63:
-                raise InputError(name, "must fit in 64 bits (got %s)" % (shown or _decimal(i)))
-    raise _wrong(name, kind, v)
-
-
-def _grpc(name: str, v: Any) -> int:
-    """A gRPC code: a number, a status name or a grpc.StatusCode."""
-    if isinstance(v, str):
-        # Only ASCII letters fold ("unavailable"), as in every host.
-        code = _GRPC_BY_NAME.get(v.upper()) if v.isascii() else None
-        if code is None:
-            raise InputError(name, "unknown gRPC status name %s" % _quote(v))
-        return code
-    value = getattr(v, "value", None)  # grpc.StatusCode: value is (14, "unavailable")
-    if isinstance(value, tuple) and value:
-        v = value[0]
-    return _integer(name, v, 31, False, "grpc_code")
-
-
-def _text(name: str, v: Any) -> bytes:
-    """A string field as UTF-8 (a lone surrogate as U+FFFD, as every host
-    writes it), or bytes as they are; at most MAX_STRING bytes."""
-    if v is None:
-        return b""
-    if isinstance(v, str):
-        try:
-            b = v.encode()
-        except UnicodeEncodeError:
-            b = well_formed(v).encode()
-    elif isinstance(v, (bytes, bytearray, memoryview)):
-        b = bytes(v)
-    else:
-        raise _wrong(name, "string", v)
-    if len(b) > C.MAX_STRING:
-        raise InputError(name, "must be at most %d bytes (got %d)" % (C.MAX_STRING, len(b)))
-    return b
-
-
-def _hint(f: C.Field, v: Any) -> bytes:
-    """A Retry-After or pushback value: the raw string or bytes, or a number
-    of seconds (also a timedelta) or, for a field in ms, milliseconds,
-    written as the integer it rounds up to ("NaN", "Infinity", "-Infinity"
-    stay malformed, as the policy ignores them)."""
-    if not f.ms and isinstance(v, timedelta):
-        v = v.total_seconds()
-    if v.__class__ is not bool:
-        if isinstance(v, float):
-            return _text(f.name, _es_format(v) if not math.isfinite(v) else str(math.ceil(v)))
-        try:
-            return _text(f.name, _decimal(operator.index(v)))
-        except TypeError:
-            pass
-    if v is None or isinstance(v, (str, bytes, bytearray, memoryview)):
-        return _text(f.name, v)
-    raise _wrong(f.name, "hint", v)
-
-
-def _flag(name: str, v: Any, key: bool) -> bool:
-    """A flag's field: True, False or absent; an idempotency key (key set)
-    also a string or bytes, present when not empty; nothing else, not 1 nor
-    "true", as in every host."""
-    if v is None or v is True or v is False:
-        return bool(v)
-    if key and isinstance(v, (str, bytes, bytearray, memoryview)):
-        return len(v) > 0
-    raise _wrong(name, "key" if key else "bool", v)
-
-
-def _random(name: str, v: Any) -> float:
-    """The jitter draw: a number (the module clamps it into [0, 1), NaN
-    too), or "NaN", "Infinity", "-Infinity"."""
-    if v is None:
-        return _draw()
-    if v.__class__ is not bool:
-        if isinstance(v, float):
-            return v
-        if isinstance(v, str):
-            special = _SPECIAL_FLOATS.get(v)
-            if special is not None:
-                return special
-        else:
-            try:
-                i = operator.index(v)
-            except TypeError:
-                pass
-            else:
-                try:
-                    return float(i)
-                except OverflowError:  # past the float range, as JSON readers read it
-                    return math.inf if i > 0 else -math.inf
-    raise _wrong(name, "random", v)
-
-
-_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "+Infinity": math.inf, "-Infinity": -math.inf}
-_CONVERT: Dict[str, C.Convert] = {
-    "int64": lambda f, v: int64(f.name, v, f.ms), "int32": lambda f, v: _integer(f.name, v, 31, False, "int32"),
-    "grpc_code": lambda f, v: _grpc(f.name, v), "string": lambda f, v: _text(f.name, v), "hint": _hint,
-    "key": lambda f, v: _flag(f.name, v, True), "random": lambda f, v: _random(f.name, v),
-    "bool": lambda f, v: _flag(f.name, v, False)}
 
 
 # -- calls into the module (the caller holds inst.lock unless said) -----------
@@ -186,6 +50,41 @@ def at(now: Any) -> int:
 def ms(name: str, v: Any) -> int:
     """A call's duration in ms, fractions dropped."""
     return int64(name, v, True)
+
+
+def int64(name: str, v: Any, truncate: bool, inst: Optional[Instance] = None) -> int:
+    """An i64 argument of a call, not a failure's field: an integer or a
+    float that is one, in the int64 range, None as 0; truncate set, also
+    any finite float (the fraction dropped) or a timedelta (in ms). Any
+    other value goes to the core as a failure's now_ms (truncate set) or
+    attempt, which it reads by the same rules: its message, under name.
+    inst is the instance whose lock the caller holds; else the shared one
+    is taken."""
+    if truncate and isinstance(v, timedelta):
+        v = v // _MS
+    if v is None:
+        return 0
+    i = None
+    if isinstance(v, float):
+        if math.isfinite(v) and (truncate or v.is_integer()):
+            i = math.trunc(v)
+    elif v.__class__ is not bool:
+        try:
+            i = operator.index(v)
+        except TypeError:
+            pass
+    if i is not None and -_I64 <= i < _I64:
+        return i
+    probe = {"now_ms" if truncate else "attempt": v}
+    if inst is None:
+        inst = shared()
+        with inst.lock:
+            e = inst.error("decide_value", inst.decide_value(0, put(inst, value(probe))))
+    else:
+        e = inst.error("decide_value", inst.decide_value(0, put(inst, value(probe))))
+    if not isinstance(e, InputError):
+        raise e
+    raise InputError(name, e.reason)
 
 
 def load(inst: Instance, data: bytes) -> int:
@@ -210,42 +109,54 @@ def call(inst: Instance, handle: int, export: str, *args: Any) -> int:
     return r  # type: ignore[no-any-return]
 
 
-def _slow_args(inst: Instance, d: Dict[str, Any]) -> Tuple[Any, ...]:
-    """decide's (and outcome's) failure arguments for the merged failure d
-    (now_ms and random set) the fast path did not take: checked and
-    converted (C.converted), its strings written into the buffer."""
-    args, strs = C.converted(d, _CONVERT)
-    if strs:
-        inst.ensure_buffer(len(strs))[:len(strs)] = strs
-    return args
+def decide_value(inst: Instance, handle: int, failure: Any) -> Decision:
+    """Decides failure (merged, or as given) in the core, which reads it as
+    a value (``value``): the slow path of a failure the fast path does not
+    take (a value of an unusual type, or out of range, an unknown field,
+    not a mapping). The core's InputError says what is wrong with it."""
+    w = inst.decide_value(handle, put(inst, value(failure)))
+    if w < 0:
+        raise inst.error("decide_value", w)
+    return C.decision(w)
 
 
-def _decide_slow(inst: Instance, handle: int, d: Dict[str, Any]) -> int:
-    return inst.decide(handle, *_slow_args(inst, d))  # type: ignore[no-any-return]
+# decide(inst, handle, d, now0) decides the merged failure d (every field
+# of C.DEFAULTS, no other) and returns its Decision. An absent now_ms is
+# now0, or the host's clock without one; an absent random a fresh draw.
+# Its fast path is the generated code's, inline; the rest goes to
+# decide_value.
+decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], Decision] = C.decider(_time, _draw, decide_value, _UNUSUAL)
 
 
-# decide(inst, handle, d, now0) decides the merged failure d (``merge``)
-# and returns its Decision. An absent now_ms is now0, or the host's clock
-# without one; an absent random a fresh draw. Its fast path is the
-# generated code's, inline; the rest goes to _decide_slow.
-decide: Callable[[Instance, int, Dict[str, Any], Optional[int]], Decision] = C.decider(_time, _draw, _decide_slow, _UNUSUAL)
-
-
-def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveries: Any, limit: Any) -> C.Outcome:
-    """The core's outcome of a job's event (the merged failure d, as for
-    ``decide``); an invalid failure raises InputError with the outcome."""
-    tail = (int64("deliveries", deliveries, False), int64("max_deliveries", limit, False))
-    if d["now_ms"] is None:
-        d["now_ms"] = now_ms()
-    if d["random"] is None:
-        d["random"] = _draw()
+def outcome(inst: Instance, handle: int, event: int, failure: Any, now: Any, deliveries: Any,
+            limit: Any) -> C.Outcome:
+    """The core's outcome of a job's event, for the failure (a mapping of
+    fields, as for ``decide``) at ``now`` (None: the failure's now_ms, else
+    the host's clock); an invalid failure raises InputError with the
+    outcome, one the fast path does not take goes to outcome_value."""
     try:
-        args, strs = C.decide_args(d)
-        if strs:
-            inst.ensure_buffer(len(strs))[:len(strs)] = strs
-        w = inst.outcome(handle, event, *args, *tail)  # its struct checks the ranges
-    except _UNUSUAL:  # unusual types, ranges or strings: check and convert them
-        w = inst.outcome(handle, event, *_slow_args(inst, d), *tail)
+        d = {**C.DEFAULTS, **failure}
+    except TypeError:
+        d = None
+    if d is None or len(d) != _NFIELDS:
+        # Not a mapping, or an unknown field: the core says which, before the
+        # counts are checked (it is invalid whatever they are).
+        w = inst.outcome_value(handle, event, put(inst, value(failure)), 0, 0)
+    else:
+        tail = (int64("deliveries", deliveries, False, inst), int64("max_deliveries", limit, False, inst))
+        if now is not None:
+            d["now_ms"] = now
+        if d["now_ms"] is None:
+            d["now_ms"] = now_ms()
+        if d["random"] is None:
+            d["random"] = _draw()
+        try:
+            args, strs = C.decide_args(d)
+            if strs:
+                inst.ensure_buffer(len(strs))[:len(strs)] = strs
+            w = inst.outcome(handle, event, *args, *tail)  # its struct checks the ranges
+        except _UNUSUAL:
+            w = inst.outcome_value(handle, event, put(inst, value(d)), *tail)
     if w < 0:
         raise inst.error("outcome", w)
     o = C.outcome(w)
@@ -259,15 +170,16 @@ def outcome(inst: Instance, handle: int, event: int, d: Dict[str, Any], deliveri
 def decide_many(inst: Instance, handle: int, fs: List[Mapping[str, Any]],
                 now0: int) -> Tuple[List[Optional[Decision]], Optional[InputError]]:
     """Decides fs in decide_batch calls of up to _CHUNK records (a failure
-    that cannot go in a record alone, with ``decide``): the decisions
-    (None where invalid) and the error of the first invalid failure."""
+    that cannot go in a record, alone): the decisions (None where invalid)
+    and the error of the first invalid failure."""
     n = len(fs)
     out: List[Optional[Decision]] = [None] * n
     first: Optional[InputError] = None
     i = 0
     while i < n:
         hi = min(n, i + _CHUNK)
-        k, buf = _pack_chunk(fs, i, hi, now0)
+        buf = bytearray((hi - i) * C.RECORD_SIZE)
+        k = C.pack_records(buf, fs[i:hi], now0, C.DEFAULTS, _draw, _UNUSUAL, _BATCH_BYTES)
         if k:
             out_off = (len(buf) + 7) & ~7
             view = inst.ensure_buffer(out_off + C.RESULT_SIZE * k)
@@ -279,36 +191,23 @@ def decide_many(inst: Instance, handle: int, fs: List[Mapping[str, Any]],
                 first = _at(inst.error("decide_batch", words[j]), i + j)
             # Equal words share one (frozen) Decision.
             memo: Dict[int, Decision] = {}
-            get, put, decision = memo.get, memo.setdefault, C.decision
-            out[i:i + k] = [get(w) or put(w, decision(w)) if w >= 0 else None for w in words]
+            get, put_, decision = memo.get, memo.setdefault, C.decision
+            out[i:i + k] = [get(w) or put_(w, decision(w)) if w >= 0 else None for w in words]
             i += k
-        if i < hi:  # fs[i] cannot go in a record (invalid, or a long string): alone
+        if i < hi:  # fs[i] cannot go in a record (see pack_records): alone
             try:
-                out[i] = decide(inst, handle, merge(fs[i]), now0)
+                try:
+                    d = {**C.DEFAULTS, **fs[i]}
+                except TypeError:
+                    d = None
+                if d is not None and len(d) == _NFIELDS:
+                    out[i] = decide(inst, handle, d, now0)
+                else:
+                    out[i] = decide_value(inst, handle, fs[i])
             except InputError as e:
                 first = first or _at(e, i)
             i += 1
     return out, first
-
-
-def _pack_chunk(fs: List[Mapping[str, Any]], lo: int, hi: int, now0: int) -> Tuple[int, bytearray]:
-    """Packs fs[lo:hi] as decide_batch records followed by their strings.
-    Stops before a failure that cannot go in a record (an invalid one, or
-    one whose strings do not fit in _BATCH_BYTES any more), which the caller
-    decides alone. Returns how many were packed, and the bytes."""
-    buf = bytearray((hi - lo) * C.RECORD_SIZE)
-    return C.pack_records(buf, fs[lo:hi], now0, C.DEFAULTS, _draw, _pack_slow, _UNUSUAL, _BATCH_BYTES), buf
-
-
-def _pack_slow(buf: bytearray, off: int, soff: int, d: Dict[str, Any]) -> Optional[bytes]:
-    """pack_records' slow path: the merged failure d (now_ms and random
-    set) the fast path did not take, checked and converted, packed at off
-    with its strings at soff (C.pack_converted); None when d is invalid
-    (decided alone, which raises)."""
-    try:
-        return C.pack_converted(buf, off, soff, d, _CONVERT)
-    except InputError:
-        return None
 
 
 # Handles of collected policies not freed yet. The garbage collector runs
@@ -350,24 +249,106 @@ def free_locked(inst: Instance, handle: int) -> None:
         pass  # the instance trapped: it holds nothing any more
 
 
-# -- the failure as given, and messages as every host writes them ----------------
+# -- the failure as a value (wasm/ABI.md, "decide_value") ------------------------
 
 
-def merge(fields: Any) -> Dict[str, Any]:
-    """The failure with every field, absent ones at their defaults."""
+def put(inst: Instance, b: bytes) -> int:
+    """Writes b at the start of the buffer and returns its length."""
+    inst.ensure_buffer(len(b))[:len(b)] = b
+    return len(b)
+
+
+def value(failure: Any) -> bytearray:
+    """failure in the value encoding: an object of its fields when it is a
+    mapping, each of Python's own values mapped first to what it means for
+    its field (``_meaning``); else the value itself, which the core refuses
+    (a failure must be an object). A field at its default (None, or
+    C.DEFAULTS' own object: merged) is absent to the core too: left out."""
+    out = bytearray()
     try:
-        d = {**C.DEFAULTS, **fields}
+        fields = {**failure}
     except TypeError:
-        raise not_object(fields) from None
-    if len(d) != _NFIELDS:
-        # The least unknown name in code point order, as every host reports.
-        name = min(well_formed(k if isinstance(k, str) else str(k)) for k in fields if k not in C.DEFAULTS)
-        raise InputError(name, "unknown field")
-    return d
+        _encode(out, failure)
+        return out
+    entries, get = {}, C.DEFAULTS.get
+    for k, v in fields.items():
+        if v is get(k, _UNKNOWN) or v is None and k in C.DEFAULTS:
+            continue
+        key = _KEYS.get(k)
+        if key is None:  # an unknown name, as every host writes it (two may write the same)
+            b = well_formed(k if isinstance(k, str) else str(k)).encode()
+            key = _U32(len(b)) + b
+        entries[key] = _meaning(k, v)
+    out += _HEAD(C.VALUE_OBJECT, len(entries))
+    for key, v in entries.items():
+        out += key
+        _encode(out, v)
+    return out
 
 
-def not_object(v: Any) -> InputError:
-    return InputError("failure", "must be an object (got %s)" % _describe(v))
+def _encode(out: bytearray, v: Any) -> None:
+    """Appends v's tag and payload; a nested mapping only as "an object",
+    a list or tuple as "an array", any other type by its name."""
+    if v is None:
+        out.append(C.VALUE_NULL)
+        return
+    if v is True or v is False:
+        out.append(C.VALUE_TRUE if v else C.VALUE_FALSE)
+        return
+    if isinstance(v, float):
+        out += _FLOAT(C.VALUE_FLOAT, v)
+        return
+    if isinstance(v, int):
+        tag, b = C.VALUE_INT, _decimal(v).encode()
+    elif isinstance(v, str):
+        tag, b = C.VALUE_STRING, well_formed(v).encode()
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        tag, b = C.VALUE_BYTES, bytes(v)
+    elif isinstance(v, (list, tuple)):
+        out.append(C.VALUE_ARRAY)
+        return
+    elif isinstance(v, Mapping):
+        out += _HEAD(C.VALUE_OBJECT, 0)
+        return
+    else:
+        tag, b = C.VALUE_OTHER, ("a " + type(v).__name__).encode()
+    out += _HEAD(tag, len(b))
+    out += b
+
+
+def _meaning(name: Any, v: Any) -> Any:
+    """What a Python value of its own means for the field name, as the host
+    takes it: a timedelta in ms (a time field) or seconds (retry_after), a
+    grpc.StatusCode its number, an integer-like object (IntEnum, numpy)
+    its int for a number; any other value as it is."""
+    f = _FIELDS.get(name)
+    if f is None or v is None or isinstance(v, (int, float, str, bytes, bytearray, memoryview)):
+        return v
+    if isinstance(v, timedelta):
+        if f.type == "int64" and f.ms:
+            return v // _MS
+        return v.total_seconds() if f.type == "hint" and not f.ms else v
+    if f.type == "grpc_code":
+        code = getattr(v, "value", None)  # grpc.StatusCode: value is (14, "unavailable")
+        if isinstance(code, tuple) and code:
+            v = code[0]
+    if f.type in _NUMBERS:
+        try:
+            return operator.index(v)
+        except TypeError:
+            pass
+    return v
+
+
+_FIELDS = {f.name: f for f in C.FIELDS}
+_KEYS = {f.name: struct.pack("<I", len(f.name)) + f.name.encode() for f in C.FIELDS}  # each field's key, encoded
+_UNKNOWN = object()  # a name's default when it is no field
+_NUMBERS = frozenset(("int64", "int32", "grpc_code", "hint", "random"))
+_MS = timedelta(milliseconds=1)
+_I64 = 1 << 63
+_HEAD = struct.Struct("<BI").pack  # a tag and a u32
+_U32 = struct.Struct("<I").pack
+_FLOAT = struct.Struct("<Bd").pack
 
 
 def _at(e: BackstopError, index: int) -> InputError:
@@ -376,56 +357,17 @@ def _at(e: BackstopError, index: int) -> InputError:
     return InputError(e.field, e.reason, index)
 
 
-def _describe(v: Any) -> str:
-    """How a message shows a value of the wrong type or range, as every host
-    does: true, false, null, a number as JavaScript prints it, an integer in
-    full, or "a string", "bytes", "an array", "an object"."""
-    if v is None:
-        return "null"
-    if v is True or v is False:
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return _es_format(v)
-    if isinstance(v, int):
-        return _decimal(v)
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return "bytes"
-    if isinstance(v, (list, tuple)):
-        return "an array"
-    if isinstance(v, Mapping):
-        return "an object"
-    return "a " + type(v).__name__
-
-
 def _decimal(i: int) -> str:
-    """str(i), also past sys.get_int_max_str_digits()."""
+    """i in decimal, also past sys.get_int_max_str_digits() (and an int
+    subclass's digits, not its str)."""
     try:
-        return str(i)
+        return int.__repr__(i)
     except ValueError:
         q, r = divmod(abs(i), _10_4000)
         return ("-" if i < 0 else "") + _decimal(q) + str(r).zfill(4000)
 
 
 _10_4000 = 10 ** 4000
-
-
-def _es_format(f: float) -> str:
-    """f as JavaScript's String(f) writes it (ECMAScript Number::toString):
-    the shortest digits that round-trip (Python's repr), in plain notation
-    from 1e-7 to 1e21, else with an exponent ("1e+21", "1.5e-7")."""
-    if not math.isfinite(f):
-        return "NaN" if f != f else "Infinity" if f > 0 else "-Infinity"
-    sign, (mant, _, exp) = "-" if f < 0 else "", repr(abs(f)).partition("e")
-    if not exp:
-        return sign + (mant[:-2] if mant.endswith(".0") else mant)
-    e, digits = int(exp), mant.replace(".", "")
-    if 0 <= e < 21:
-        return sign + digits + "0" * (e + 1 - len(digits))
-    if -7 < e < 0:
-        return sign + "0." + "0" * (-e - 1) + digits
-    return sign + mant + ("e+" if e > 0 else "e-") + str(abs(e))
 
 
 def well_formed(s: str) -> str:
@@ -435,8 +377,3 @@ def well_formed(s: str) -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _quote(s: str) -> str:
-    """s as a JSON string, as every host's messages quote it."""
-    return json.dumps(well_formed(s), ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

@@ -39,7 +39,7 @@ _EINVAL = 28
 # the exports whose first parameter is a policy handle.
 _HOT = frozenset(("decide", "decide_batch"))
 _BY_HANDLE = ("decide", "decide_batch", "record_success", "record_duration", "circuit_state", "acquire", "policy_on_open", "policy_lints",
-              "budget_tokens", "attempt_timeout", "connect_timeout", "outcome")
+              "budget_tokens", "attempt_timeout", "connect_timeout", "outcome", "decide_value", "outcome_value")
 
 # Handles the module gives out are 1..65536; after a restart the host's own
 # handles start above them.
@@ -66,6 +66,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "attempt_timeout": ("iq", "q"),
     "connect_timeout": ("i", "q"),
     "outcome": ("iiqiiqqdqiiiiqq", "q"),
+    "decide_value": ("ii", "q"),
+    "outcome_value": ("iiiqq", "q"),
     "error_message": ("", "q"),
 }
 _WASM_TYPES = {"i": "i32", "q": "i64", "d": "f64"}
@@ -390,6 +392,8 @@ class Instance:
     attempt_timeout: Callable[[int, int], int]
     connect_timeout: Callable[[int], int]
     outcome: Callable[..., int]
+    decide_value: Callable[[int, int], int]
+    outcome_value: Callable[[int, int, int, int, int], int]
     error_message: Callable[[], int]
 
 
