@@ -540,7 +540,8 @@ func decideOutcome(p *policy.Policy, e policy.JobEvent) int64 {
 // readValue decodes the failure value at buffer[0:n] (ABI.md,
 // "decide_value"). A malformed encoding, or n outside the buffer, is the
 // host's mistake: its error is malformed; otherwise err is the caller's
-// invalid field, as failvalue.Convert says it.
+// invalid field, as failvalue.Convert says it. Either is a
+// *policy.InputError.
 //
 // failvalue.DecodeFailure builds no value and allocates nothing for a
 // valid failure (its strings are read in place, as decide's are): in a
@@ -567,7 +568,9 @@ func decide_value(h, n int32) (r int64) {
 	defer guard64("decide_value", &r)
 	f, _, err := readValue(n)
 	if err != nil {
-		return int64(decideError(err))
+		// Always a *policy.InputError: no errors.As (reflection, dear in
+		// wasm), as outcome_value.
+		return int64(fail(errInput, err.Error()))
 	}
 	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
 		return int64(handleError(h))
