@@ -547,13 +547,13 @@ func decideOutcome(p *policy.Policy, e policy.JobEvent) int64 {
 // valid failure (its strings are read in place, as decide's are): in a
 // reactor every allocation is paid for by the export itself (settleGC),
 // and decoding through a map[string]any cost ~50 times decide.
-func readValue(n int32) (f policy.Failure, malformed bool, err error) {
+func readValue(n int32, f *policy.Failure) (malformed bool, err error) {
 	b, ok := bufRange(0, int64(n))
 	if !ok {
-		return f, true, &policy.InputError{Field: "value", Reason: "length " + strconv.Itoa(int(n)) +
+		return true, &policy.InputError{Field: "value", Reason: "length " + strconv.Itoa(int(n)) +
 			" is outside the buffer (" + strconv.Itoa(len(buf)) + " bytes)"}
 	}
-	return failvalue.DecodeFailure(b)
+	return failvalue.DecodeFailure(b, f)
 }
 
 // decide_value is decide with the failure as a value (ABI.md,
@@ -566,7 +566,8 @@ func readValue(n int32) (f policy.Failure, malformed bool, err error) {
 //go:wasmexport decide_value
 func decide_value(h, n int32) (r int64) {
 	defer guard64("decide_value", &r)
-	f, _, err := readValue(n)
+	var f policy.Failure
+	_, err := readValue(n, &f)
 	if err != nil {
 		// Always a *policy.InputError: no errors.As (reflection, dear in
 		// wasm), as outcome_value.
@@ -591,7 +592,8 @@ func decide_value(h, n int32) (r int64) {
 //go:wasmexport outcome_value
 func outcome_value(h, event, n int32, deliveries, maxDeliveries int64) (r int64) {
 	defer guard64("outcome_value", &r)
-	f, malformed, err := readValue(n)
+	var f policy.Failure
+	malformed, err := readValue(n, &f)
 	if malformed {
 		return int64(fail(errInput, err.Error()))
 	}

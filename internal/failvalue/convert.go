@@ -136,19 +136,23 @@ func Convert(v any) (policy.Failure, error) {
 	for k, x := range obj {
 		vals[fieldIndex(k)] = toVal(x)
 	}
-	return convert(&vals)
+	var f policy.Failure
+	err := convert(&vals, &f)
+	return f, err
 }
 
 // convert converts the values of a failure's fields (indexed as Fields;
-// null when absent) after the unknown fields were checked.
-func convert(vals *[nFields]val) (policy.Failure, error) {
-	var f policy.Failure
+// null when absent), after the unknown fields were checked, into f (zero:
+// the fields absent stay so). On an error f is zero again. Pointers in and
+// nothing but the error out: Go's wasm code copies a struct of more than
+// 16 bytes with memory.copy, which wazero makes a call.
+func convert(vals *[nFields]val, f *policy.Failure) error {
 	var c converter
-	c.fields(&f, vals) // fields_gen.go: each field by its type, in the order of Fields
+	c.fields(f, vals) // fields_gen.go: each field by its type, in the order of Fields
 	if c.err != nil {
-		return policy.Failure{}, c.err
+		*f = policy.Failure{}
 	}
-	return f, nil
+	return c.err
 }
 
 // Int64 converts the value v of a field that takes integers only (as
@@ -180,20 +184,22 @@ func (c *converter) fail(field, reason string, v *val) {
 	}
 }
 
-// number is a numeric value: f is its float64; an integer literal is
-// exact in i (isInt set) when it fits in 64 bits.
-type number struct {
-	f       float64
-	i       int64
-	isInt   bool // an integer literal
-	fits    bool // an integer literal within int64
-	literal string
-}
+// The kinds of number asNumber finds.
+const (
+	notNumber = iota
+	isFloat   // a float
+	isInt     // an integer literal within int64
+	isBigInt  // an integer literal past int64
+)
 
-func asNumber(v *val) (number, bool) {
+// asNumber reads a numeric value: f is its float64, i exact when an integer
+// literal fits in 64 bits (an integer's literal is v.s). It returns
+// scalars, not a struct: Go's wasm code copies a struct of more than 16
+// bytes with memory.copy, which wazero makes a call.
+func asNumber(v *val) (f float64, i int64, kind int) {
 	switch v.kind {
 	case abi.ValueFloat:
-		return number{f: v.f}, true
+		return v.f, 0, isFloat
 	case abi.ValueInt: // an integer literal (toVal makes any other a float)
 		s := v.s
 		i, ok := smallInt(s)
@@ -202,15 +208,18 @@ func asNumber(v *val) (number, bool) {
 			i, err = strconv.ParseInt(s, 10, 64)
 			ok = err == nil
 		}
-		n := number{f: float64(i), i: i, isInt: true, fits: ok, literal: s}
+		f, kind = float64(i), isInt
 		// float64(i) rounds as ParseFloat does, except "-0" (-0.0) and
 		// literals past int64 (±Inf): parse only those.
-		if !n.fits || (i == 0 && len(s) > 0 && s[0] == '-') {
-			n.f, _ = strconv.ParseFloat(s, 64) // ±Inf when out of range
+		if !ok {
+			kind = isBigInt
 		}
-		return n, true
+		if !ok || (i == 0 && len(s) > 0 && s[0] == '-') {
+			f, _ = strconv.ParseFloat(s, 64) // ±Inf when out of range
+		}
+		return f, i, kind
 	}
-	return number{}, false
+	return 0, 0, notNumber
 }
 
 // smallInt is strconv.ParseInt(s, 10, 64) for at most 18 digits (which
@@ -246,23 +255,23 @@ func (c *converter) int64(field string, v *val, reason string, truncate bool) in
 	if v.kind == abi.ValueNull {
 		return 0
 	}
-	n, ok := asNumber(v)
+	f, i, kind := asNumber(v)
 	switch {
-	case !ok:
+	case kind == notNumber:
 		c.fail(field, reason, v)
-	case math.IsNaN(n.f) || (!n.isInt && math.IsInf(n.f, 0)):
+	case math.IsNaN(f) || (kind == isFloat && math.IsInf(f, 0)):
 		c.fail(field, "must be an integer", v)
-	case n.isInt:
-		if !n.fits {
+	case kind != isFloat:
+		if kind == isBigInt {
 			c.fail(field, "must fit in 64 bits", v)
 		}
-		return n.i
-	case !truncate && n.f != math.Trunc(n.f):
+		return i
+	case !truncate && f != math.Trunc(f):
 		c.fail(field, "must be an integer", v)
-	case math.Trunc(n.f) >= two63 || math.Trunc(n.f) < -two63:
+	case math.Trunc(f) >= two63 || math.Trunc(f) < -two63:
 		c.fail(field, "must fit in 64 bits", v)
 	default:
-		return int64(math.Trunc(n.f))
+		return int64(math.Trunc(f))
 	}
 	return 0
 }
@@ -273,12 +282,12 @@ func (c *converter) int32(field string, v *val, reason string) int32 {
 	if v.kind == abi.ValueNull {
 		return 0
 	}
-	n, ok := asNumber(v)
+	f, i, kind := asNumber(v)
 	switch {
-	case n.isInt && n.fits && n.i == int64(int32(n.i)):
-		return int32(n.i)
-	case ok && !n.isInt && n.f == math.Trunc(n.f) && n.f >= math.MinInt32 && n.f <= math.MaxInt32:
-		return int32(n.f)
+	case kind == isInt && i == int64(int32(i)):
+		return int32(i)
+	case kind == isFloat && f == math.Trunc(f) && f >= math.MinInt32 && f <= math.MaxInt32:
+		return int32(f)
 	}
 	c.fail(field, reason, v)
 	return 0
@@ -351,22 +360,22 @@ func (c *converter) sized(field, s string) string {
 // rounds up to ("NaN", "Infinity" or "-Infinity" when not finite: values
 // the policy ignores as malformed).
 func (c *converter) hint(field string, v *val, reason string) string {
-	if n, ok := asNumber(v); ok {
-		return c.sized(field, hintNumber(n))
+	if f, _, kind := asNumber(v); kind == isFloat {
+		return c.sized(field, hintNumber(f))
+	} else if kind != notNumber {
+		return c.sized(field, canonicalInt(v.s))
 	}
 	return c.str(field, v, reason)
 }
 
-func hintNumber(n number) string {
-	switch {
-	case n.isInt:
-		return canonicalInt(n.literal)
-	case math.IsNaN(n.f) || math.IsInf(n.f, 0):
-		return ESFormat(n.f)
+// hintNumber writes a float hint as the integer it rounds up to.
+func hintNumber(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return ESFormat(f)
 	}
 	// An integral float64 in 'f' format with no fraction digits is its
 	// exact value in decimal (strconv is exact at a given precision).
-	s := strconv.FormatFloat(math.Ceil(n.f), 'f', 0, 64)
+	s := strconv.FormatFloat(math.Ceil(f), 'f', 0, 64)
 	if s == "-0" {
 		return "0"
 	}
@@ -408,8 +417,8 @@ func (c *converter) random(field string, v *val, reason string) float64 {
 	if v.kind == abi.ValueNull {
 		return 0
 	}
-	if n, ok := asNumber(v); ok {
-		return n.f
+	if f, _, kind := asNumber(v); kind != notNumber {
+		return f
 	}
 	if v.kind == abi.ValueString {
 		switch v.s {

@@ -37,27 +37,26 @@ func Decode(b []byte) (any, error) {
 	return v.any(), nil
 }
 
-// DecodeFailure reads the failure in b and converts it: what Convert
-// makes of what Decode reads, without building the value. A valid
-// failure allocates nothing: its strings alias b, so b must not change
-// while f is in use. malformed says err is the encoding's (field "value"),
-// not the caller's.
-func DecodeFailure(b []byte) (f policy.Failure, malformed bool, err error) {
+// DecodeFailure reads the failure in b and converts it into f, which
+// must be zero: what Convert makes of what Decode reads, without building
+// the value (on an error f is left zero). A valid failure allocates
+// nothing: its strings alias b, so b must not change while f is in use.
+// malformed says err is the encoding's (field "value"), not the caller's.
+func DecodeFailure(b []byte, f *policy.Failure) (malformed bool, err error) {
 	d := decoder{b: b}
 	var vals [nFields]val
-	top, unknown, found := d.failure(&vals)
+	var top val
+	unknown, found := d.failure(&vals, &top)
 	if err := d.end(); err != nil {
-		return f, true, err
+		return true, err
 	}
 	switch {
 	case top.kind != abi.ValueObject:
-		err = &policy.InputError{Field: "failure", Reason: "must be an object (got " + describe(top) + ")"}
+		return false, &policy.InputError{Field: "failure", Reason: "must be an object (got " + describe(top) + ")"}
 	case found:
-		err = &policy.InputError{Field: strings.Clone(unknown), Reason: "unknown field"}
-	default:
-		f, err = convert(&vals)
+		return false, &policy.InputError{Field: strings.Clone(unknown), Reason: "unknown field"}
 	}
-	return f, false, err
+	return false, convert(&vals, f)
 }
 
 type decoder struct {
@@ -252,34 +251,37 @@ func (d *decoder) object(depth int) map[string]any {
 
 // failure reads the value in b, the failure: an object's fields go to
 // vals (indexed as Fields); of its other keys, the least is returned.
-func (d *decoder) failure(vals *[nFields]val) (top val, unknown string, found bool) {
+func (d *decoder) failure(vals *[nFields]val, top *val) (unknown string, found bool) {
 	if len(d.b) == 0 || d.b[0] != abi.ValueObject {
-		d.value(1, &top)
-		return top, "", false
+		d.value(1, top)
+		return "", false
 	}
 	d.off++
 	n := d.length("an object", 5)
 	if n < 0 {
-		return val{}, "", false
+		return "", false
 	}
-	var seen uint64 // the fields read, by index (nFields <= 64: fieldsFit)
-	var others keySet
+	var seen uint64    // the fields read, by index (nFields <= 64: fieldsFit)
+	var others *keySet // made on the first unknown key, which is rare
 	for range n {
 		at := d.off
 		k := d.text("a key")
 		if d.err != "" {
-			return val{}, "", false
+			return "", false
 		}
 		i := fieldIndex(k)
 		var dup bool
 		if i >= 0 {
 			dup, seen = seen&(1<<i) != 0, seen|1<<i
 		} else {
+			if others == nil {
+				others = new(keySet)
+			}
 			dup = others.add(k)
 		}
 		if dup {
 			d.dup(k, at)
-			return val{}, "", false
+			return "", false
 		}
 		if i >= 0 {
 			d.value(2, &vals[i])
@@ -291,7 +293,8 @@ func (d *decoder) failure(vals *[nFields]val) (top val, unknown string, found bo
 			unknown, found = k, true
 		}
 	}
-	return val{kind: abi.ValueObject}, unknown, found
+	top.kind = abi.ValueObject
+	return unknown, found
 }
 
 // fieldsFit fails to compile when a failure has more fields than failure's

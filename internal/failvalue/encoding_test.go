@@ -27,7 +27,7 @@ func TestHintNumberIsExact(t *testing.T) {
 			continue
 		}
 		i, _ := new(big.Float).SetFloat64(math.Ceil(f)).Int(nil)
-		if got := hintNumber(number{f: f}); got != i.String() {
+		if got := hintNumber(f); got != i.String() {
 			t.Fatalf("hintNumber(%v) = %s, want %s", f, got, i)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+
+	"github.com/backstop-dev/backstop/policy"
 )
 
 var itoa = strconv.Itoa
@@ -20,11 +22,12 @@ func TestDecodeFailureDoesNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, malformed, err := DecodeFailure(b)
+	var f policy.Failure
+	malformed, err := DecodeFailure(b, &f)
 	if err != nil || malformed || f.GRPCCode != 14 || f.RetryPushback != "250" || f.Method != "POST" || f.ElapsedMs != 12 {
 		t.Fatalf("DecodeFailure = %+v, %v, %v", f, malformed, err)
 	}
-	if n := testing.AllocsPerRun(100, func() { DecodeFailure(b) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { DecodeFailure(b, new(policy.Failure)) }); n != 0 {
 		t.Errorf("DecodeFailure allocates %v times", n)
 	}
 }
@@ -51,7 +54,7 @@ func TestDecodeFailureManyKeys(t *testing.T) {
 				b = append(appendText(appendLen([]byte{8}, 1), "attempt"), obj...)
 			}
 			checkDecodeFailure(t, b)
-			_, malformed, err := DecodeFailure(b)
+			malformed, err := DecodeFailure(b, new(policy.Failure))
 			want := "invalid failure: k00: unknown field"
 			switch {
 			case dup != "":
@@ -70,7 +73,8 @@ func TestDecodeFailureManyKeys(t *testing.T) {
 // Decode(b): the same failure, or the same error, malformed or not.
 func checkDecodeFailure(t *testing.T, b []byte) {
 	t.Helper()
-	f, malformed, err := DecodeFailure(b)
+	var f policy.Failure
+	malformed, err := DecodeFailure(b, &f)
 	v, decErr := Decode(b)
 	if decErr != nil {
 		if !malformed || err == nil || err.Error() != decErr.Error() {
@@ -97,7 +101,8 @@ func BenchmarkDecodeFailure(b *testing.B) {
 	b.Run("DecodeFailure", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			DecodeFailure(enc)
+			var f policy.Failure
+			DecodeFailure(enc, &f)
 		}
 	})
 	b.Run("Decode+Convert", func(b *testing.B) {
