@@ -4,8 +4,10 @@
 // hints and status names convert, and the messages every host gives
 // byte for byte (testdata/vectors/README.md, "Field values"). The module
 // (wasm: decide_value, outcome_value) reads a failure in the binary value
-// encoding of Decode; the decide command and the vectors (internal/vector)
-// convert decoded JSON with the same Convert.
+// encoding with DecodeFailure, which allocates nothing for a valid one;
+// Decode reads the same encoding into a value; the decide command and the
+// vectors (internal/vector) convert decoded JSON with Convert. All three go
+// through the same converters.
 //
 // It imports neither encoding/json nor fmt: it is linked into
 // backstop.wasm, whose size every host pays at start-up.
