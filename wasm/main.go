@@ -540,19 +540,20 @@ func decideOutcome(p *policy.Policy, e policy.JobEvent) int64 {
 // readValue decodes the failure value at buffer[0:n] (ABI.md,
 // "decide_value"). A malformed encoding, or n outside the buffer, is the
 // host's mistake: its error is malformed; otherwise err is the caller's
-// invalid field, as failvalue.Convert says it.
-func readValue(n int32) (f policy.Failure, malformed bool, err error) {
+// invalid field, as failvalue.Convert says it. Either is a
+// *policy.InputError.
+//
+// failvalue.DecodeFailure builds no value and allocates nothing for a
+// valid failure (its strings are read in place, as decide's are): in a
+// reactor every allocation is paid for by the export itself (settleGC),
+// and decoding through a map[string]any cost ~50 times decide.
+func readValue(n int32, f *policy.Failure) (malformed bool, err error) {
 	b, ok := bufRange(0, int64(n))
 	if !ok {
-		return f, true, &policy.InputError{Field: "value", Reason: "length " + strconv.Itoa(int(n)) +
+		return true, &policy.InputError{Field: "value", Reason: "length " + strconv.Itoa(int(n)) +
 			" is outside the buffer (" + strconv.Itoa(len(buf)) + " bytes)"}
 	}
-	v, err := failvalue.Decode(b)
-	if err != nil {
-		return f, true, err
-	}
-	f, err = failvalue.Convert(v)
-	return f, false, err
+	return failvalue.DecodeFailure(b, f)
 }
 
 // decide_value is decide with the failure as a value (ABI.md,
@@ -565,9 +566,12 @@ func readValue(n int32) (f policy.Failure, malformed bool, err error) {
 //go:wasmexport decide_value
 func decide_value(h, n int32) (r int64) {
 	defer guard64("decide_value", &r)
-	f, _, err := readValue(n)
+	var f policy.Failure
+	_, err := readValue(n, &f)
 	if err != nil {
-		return int64(decideError(err))
+		// Always a *policy.InputError: no errors.As (reflection, dear in
+		// wasm), as outcome_value.
+		return int64(fail(errInput, err.Error()))
 	}
 	if h < 1 || int(h) > len(policies) || policies[h-1] == nil {
 		return int64(handleError(h))
@@ -588,7 +592,8 @@ func decide_value(h, n int32) (r int64) {
 //go:wasmexport outcome_value
 func outcome_value(h, event, n int32, deliveries, maxDeliveries int64) (r int64) {
 	defer guard64("outcome_value", &r)
-	f, malformed, err := readValue(n)
+	var f policy.Failure
+	malformed, err := readValue(n, &f)
 	if malformed {
 		return int64(fail(errInput, err.Error()))
 	}

@@ -4,8 +4,10 @@
 // hints and status names convert, and the messages every host gives
 // byte for byte (testdata/vectors/README.md, "Field values"). The module
 // (wasm: decide_value, outcome_value) reads a failure in the binary value
-// encoding of Decode; the decide command and the vectors (internal/vector)
-// convert decoded JSON with the same Convert.
+// encoding with DecodeFailure, which allocates nothing for a valid one;
+// Decode reads the same encoding into a value; the decide command and the
+// vectors (internal/vector) convert decoded JSON with Convert. All three go
+// through the same converters.
 //
 // It imports neither encoding/json nor fmt: it is linked into
 // backstop.wasm, whose size every host pays at start-up.
@@ -13,7 +15,6 @@ package failvalue
 
 import (
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -24,6 +25,81 @@ import (
 
 // A value is one of: nil, bool, Number, float64 (NaN, ±Inf too), string,
 // []byte, []any (only described: "an array"), map[string]any, or Other.
+// The converters read each as a val, which boxes nothing: DecodeFailure
+// reads a failure from the value encoding without allocating.
+
+// val is one value of a failure's field, by its tag (abi.Value*, or
+// valUnknown): an integer's literal, a string, bytes or an Other's words
+// in s (aliasing the encoding when decoded), a float in f, an object that
+// Decode builds in m.
+type val struct {
+	kind byte
+	s    string
+	f    float64
+	m    map[string]any
+}
+
+// valUnknown is the kind of a Go value of no type above.
+const valUnknown = 0xff
+
+// toVal is v as a val. A Number with a fraction or an exponent is the
+// float64 it reads as (Append encodes it so).
+func toVal(v any) val {
+	switch x := v.(type) {
+	case nil:
+		return val{}
+	case bool:
+		if x {
+			return val{kind: abi.ValueTrue}
+		}
+		return val{kind: abi.ValueFalse}
+	case Number:
+		s := string(x)
+		if strings.ContainsAny(s, ".eE") {
+			f, _ := strconv.ParseFloat(s, 64) // ±Inf past the float64 range, 0 below it
+			return val{kind: abi.ValueFloat, f: f}
+		}
+		return val{kind: abi.ValueInt, s: s}
+	case float64:
+		return val{kind: abi.ValueFloat, f: x}
+	case string:
+		return val{kind: abi.ValueString, s: x}
+	case []byte:
+		return val{kind: abi.ValueBytes, s: string(x)}
+	case []any:
+		return val{kind: abi.ValueArray}
+	case map[string]any:
+		return val{kind: abi.ValueObject, m: x}
+	case Other:
+		return val{kind: abi.ValueOther, s: string(x)}
+	}
+	return val{kind: valUnknown}
+}
+
+// any is v as Decode returns it, with strings of its own.
+func (v val) any() any {
+	switch v.kind {
+	case abi.ValueFalse:
+		return false
+	case abi.ValueTrue:
+		return true
+	case abi.ValueInt:
+		return Number(strings.Clone(v.s))
+	case abi.ValueFloat:
+		return v.f
+	case abi.ValueString:
+		return strings.Clone(v.s)
+	case abi.ValueBytes:
+		return []byte(v.s)
+	case abi.ValueArray:
+		return []any{}
+	case abi.ValueObject:
+		return v.m
+	case abi.ValueOther:
+		return Other(strings.Clone(v.s))
+	}
+	return nil
+}
 
 // Number is a number literal as JSON writes it: an integer literal when it
 // holds none of '.', 'e', 'E' (of any size: a Python int, a JavaScript
@@ -51,82 +127,125 @@ func Convert(v any) (policy.Failure, error) {
 	}
 	unknown, found := "", false
 	for k := range obj {
-		if !slices.Contains(Fields, k) && (!found || k < unknown) {
+		if fieldIndex(k) < 0 && (!found || k < unknown) {
 			unknown, found = k, true
 		}
 	}
 	if found {
 		return policy.Failure{}, &policy.InputError{Field: unknown, Reason: "unknown field"}
 	}
-	var f policy.Failure
-	c := converter{obj: obj}
-	c.fields(&f) // fields_gen.go: each field by its type, in the order of Fields
-	if c.err != nil {
-		return policy.Failure{}, c.err
+	var vals [nFields]val
+	for k, x := range obj {
+		vals[fieldIndex(k)] = toVal(x)
 	}
-	return f, nil
+	var f policy.Failure
+	err := convert(&vals, &f)
+	return f, err
+}
+
+// convert converts the values of a failure's fields (indexed as Fields;
+// null when absent), after the unknown fields were checked, into f (zero:
+// the fields absent stay so). On an error f is zero again. Pointers in and
+// nothing but the error out: Go's wasm code copies a struct of more than
+// 16 bytes with memory.copy, which wazero makes a call.
+func convert(vals *[nFields]val, f *policy.Failure) error {
+	var c converter
+	c.fields(f, vals) // fields_gen.go: each field by its type, in the order of Fields
+	if c.err != nil {
+		*f = policy.Failure{}
+	}
+	return c.err
 }
 
 // Int64 converts the value v of a field that takes integers only (as
 // attempt does): nil is 0.
 func Int64(field string, v any) (int64, error) {
-	c := converter{obj: map[string]any{field: v}}
-	n := c.int64(field, "must be an integer", false)
+	var c converter
+	x := toVal(v)
+	n := c.int64(field, &x, "must be an integer", false)
 	if c.err != nil {
 		return 0, c.err
 	}
 	return n, nil
 }
 
-// converter converts fields and keeps the first error.
+// converter converts fields and keeps the first error. It holds no
+// values: escape analysis would see them flow into the error and move
+// them to the heap.
 type converter struct {
-	obj map[string]any
 	err error
 }
 
-func (c *converter) fail(field, reason string, v any) {
+// fail records the first error; v is described after "got" unless null.
+func (c *converter) fail(field, reason string, v *val) {
 	if c.err == nil {
 		if v != nil {
-			reason += " (got " + Describe(v) + ")"
+			reason += " (got " + describe(*v) + ")"
 		}
 		c.err = &policy.InputError{Field: field, Reason: reason}
 	}
 }
 
-// get returns the field's value, nil when absent, null, or when an earlier
-// field failed.
-func (c *converter) get(field string) any {
-	if c.err != nil {
-		return nil
-	}
-	return c.obj[field]
-}
+// The kinds of number asNumber finds.
+const (
+	notNumber = iota
+	isFloat   // a float
+	isInt     // an integer literal within int64
+	isBigInt  // an integer literal past int64
+)
 
-// number is a numeric value: f is its float64; an integer literal is
-// exact in i (isInt set) when it fits in 64 bits.
-type number struct {
-	f       float64
-	i       int64
-	isInt   bool // an integer literal
-	fits    bool // an integer literal within int64
-	literal string
-}
-
-func asNumber(v any) (number, bool) {
-	switch x := v.(type) {
-	case float64:
-		return number{f: x}, true
-	case Number:
-		s := string(x)
-		if !strings.ContainsAny(s, ".eE") {
-			i, err := strconv.ParseInt(s, 10, 64)
-			f, _ := strconv.ParseFloat(s, 64) // ±Inf when out of range
-			return number{f: f, i: i, isInt: true, fits: err == nil, literal: s}, true
+// asNumber reads a numeric value: f is its float64, i exact when an integer
+// literal fits in 64 bits (an integer's literal is v.s). It returns
+// scalars, not a struct: Go's wasm code copies a struct of more than 16
+// bytes with memory.copy, which wazero makes a call.
+func asNumber(v *val) (f float64, i int64, kind int) {
+	switch v.kind {
+	case abi.ValueFloat:
+		return v.f, 0, isFloat
+	case abi.ValueInt: // an integer literal (toVal makes any other a float)
+		s := v.s
+		i, ok := smallInt(s)
+		if !ok {
+			var err error
+			i, err = strconv.ParseInt(s, 10, 64)
+			ok = err == nil
 		}
-		f, _ := strconv.ParseFloat(s, 64) // ±Inf past the float64 range, 0 below it
-		return number{f: f}, true
+		f, kind = float64(i), isInt
+		// float64(i) rounds as ParseFloat does, except "-0" (-0.0) and
+		// literals past int64 (±Inf): parse only those.
+		if !ok {
+			kind = isBigInt
+		}
+		if !ok || (i == 0 && len(s) > 0 && s[0] == '-') {
+			f, _ = strconv.ParseFloat(s, 64) // ±Inf when out of range
+		}
+		return f, i, kind
 	}
-	return number{}, false
+	return 0, 0, notNumber
+}
+
+// smallInt is strconv.ParseInt(s, 10, 64) for at most 18 digits (which
+// fit), without its calls: ok is false for anything else.
+func smallInt(s string) (int64, bool) {
+	digits := s
+	if len(s) > 0 && s[0] == '-' {
+		digits = s[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(s) {
+		n = -n
+	}
+	return n, true
 }
 
 const two63 = 9223372036854775808.0
@@ -134,90 +253,98 @@ const two63 = 9223372036854775808.0
 // int64 converts attempt (integers only) or a time (fractions truncated).
 // A value that is not a number is refused with reason; a number that is
 // not an integer (or a time that is not finite) with "must be an integer".
-func (c *converter) int64(field, reason string, truncate bool) int64 {
-	v := c.get(field)
-	if v == nil {
+func (c *converter) int64(field string, v *val, reason string, truncate bool) int64 {
+	if v.kind == abi.ValueNull {
 		return 0
 	}
-	n, ok := asNumber(v)
+	f, i, kind := asNumber(v)
 	switch {
-	case !ok:
+	case kind == notNumber:
 		c.fail(field, reason, v)
-	case math.IsNaN(n.f) || (!n.isInt && math.IsInf(n.f, 0)):
+	case math.IsNaN(f) || (kind == isFloat && math.IsInf(f, 0)):
 		c.fail(field, "must be an integer", v)
-	case n.isInt:
-		if !n.fits {
+	case kind != isFloat:
+		if kind == isBigInt {
 			c.fail(field, "must fit in 64 bits", v)
 		}
-		return n.i
-	case !truncate && n.f != math.Trunc(n.f):
+		return i
+	case !truncate && f != math.Trunc(f):
 		c.fail(field, "must be an integer", v)
-	case math.Trunc(n.f) >= two63 || math.Trunc(n.f) < -two63:
+	case math.Trunc(f) >= two63 || math.Trunc(f) < -two63:
 		c.fail(field, "must fit in 64 bits", v)
 	default:
-		return int64(math.Trunc(n.f))
+		return int64(math.Trunc(f))
 	}
 	return 0
 }
 
 // int32 converts http_status (and a numeric grpc_code): integers that fit
 // in 32 bits.
-func (c *converter) int32(field, reason string) int32 {
-	v := c.get(field)
-	if v == nil {
+func (c *converter) int32(field string, v *val, reason string) int32 {
+	if v.kind == abi.ValueNull {
 		return 0
 	}
-	n, ok := asNumber(v)
+	f, i, kind := asNumber(v)
 	switch {
-	case n.isInt && n.fits && n.i == int64(int32(n.i)):
-		return int32(n.i)
-	case ok && !n.isInt && n.f == math.Trunc(n.f) && n.f >= math.MinInt32 && n.f <= math.MaxInt32:
-		return int32(n.f)
+	case kind == isInt && i == int64(int32(i)):
+		return int32(i)
+	case kind == isFloat && f == math.Trunc(f) && f >= math.MinInt32 && f <= math.MaxInt32:
+		return int32(f)
 	}
 	c.fail(field, reason, v)
 	return 0
 }
 
 // grpc converts grpc_code: a 32-bit integer, or a status name.
-func (c *converter) grpc(field, reason string) int32 {
-	if s, ok := c.get(field).(string); ok {
-		if code, ok := GRPCCodeByName(s); ok {
+func (c *converter) grpc(field string, v *val, reason string) int32 {
+	if v.kind == abi.ValueString {
+		if code, ok := GRPCCodeByName(v.s); ok {
 			return int32(code)
 		}
-		c.fail(field, "unknown gRPC status name "+Quote(s), nil)
+		c.fail(field, "unknown gRPC status name "+Quote(v.s), nil)
 		return 0
 	}
-	return c.int32(field, reason)
+	return c.int32(field, v, reason)
 }
 
 // GRPCCodeByName returns the code of a gRPC status name, in any ASCII
 // letter case ("unavailable"): only ASCII letters fold, so every host
 // matches the same names.
 func GRPCCodeByName(name string) (int, bool) {
-	up := []byte(name)
-	for i, b := range up {
-		if b >= 0x80 {
-			return 0, false
-		}
-		if 'a' <= b && b <= 'z' {
-			up[i] = b - ('a' - 'A')
+	for code, upper := range grpccode.Names() {
+		if upperASCII(name, upper) {
+			return code, true
 		}
 	}
-	names := grpccode.Names()
-	i := slices.Index(names[:], string(up))
-	return i, i >= 0
+	return 0, false
+}
+
+// upperASCII reports whether s is upper (an ASCII name in upper case) with
+// its ASCII letters in any case. A byte past ASCII matches no name's byte.
+func upperASCII(s, upper string) bool {
+	if len(s) != len(upper) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if 'a' <= b && b <= 'z' {
+			b -= 'a' - 'A'
+		}
+		if b != upper[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // str converts a string field: a string, or bytes as they are.
-func (c *converter) str(field, reason string) string {
-	switch x := c.get(field).(type) {
-	case nil:
-	case string:
-		return c.sized(field, x)
-	case []byte:
-		return c.sized(field, string(x))
+func (c *converter) str(field string, v *val, reason string) string {
+	switch v.kind {
+	case abi.ValueNull:
+	case abi.ValueString, abi.ValueBytes:
+		return c.sized(field, v.s)
 	default:
-		c.fail(field, reason, x)
+		c.fail(field, reason, v)
 	}
 	return ""
 }
@@ -234,24 +361,23 @@ func (c *converter) sized(field, s string) string {
 // (milliseconds): the raw value, or a number written as the integer it
 // rounds up to ("NaN", "Infinity" or "-Infinity" when not finite: values
 // the policy ignores as malformed).
-func (c *converter) hint(field, reason string) string {
-	v := c.get(field)
-	if n, ok := asNumber(v); ok {
-		return c.sized(field, hintNumber(n))
+func (c *converter) hint(field string, v *val, reason string) string {
+	if f, _, kind := asNumber(v); kind == isFloat {
+		return c.sized(field, hintNumber(f))
+	} else if kind != notNumber {
+		return c.sized(field, canonicalInt(v.s))
 	}
-	return c.str(field, reason)
+	return c.str(field, v, reason)
 }
 
-func hintNumber(n number) string {
-	switch {
-	case n.isInt:
-		return canonicalInt(n.literal)
-	case math.IsNaN(n.f) || math.IsInf(n.f, 0):
-		return ESFormat(n.f)
+// hintNumber writes a float hint as the integer it rounds up to.
+func hintNumber(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return ESFormat(f)
 	}
 	// An integral float64 in 'f' format with no fraction digits is its
 	// exact value in decimal (strconv is exact at a given precision).
-	s := strconv.FormatFloat(math.Ceil(n.f), 'f', 0, 64)
+	s := strconv.FormatFloat(math.Ceil(f), 'f', 0, 64)
 	if s == "-0" {
 		return "0"
 	}
@@ -260,19 +386,15 @@ func hintNumber(n number) string {
 
 // key converts idempotency_key: a string (present when not empty) or a
 // boolean. true is kept as "true".
-func (c *converter) key(field, reason string) string {
-	switch x := c.get(field).(type) {
-	case nil:
-	case bool:
-		if x {
-			return "true"
-		}
-	case string:
-		return x
-	case []byte:
-		return string(x)
+func (c *converter) key(field string, v *val, reason string) string {
+	switch v.kind {
+	case abi.ValueNull, abi.ValueFalse:
+	case abi.ValueTrue:
+		return "true"
+	case abi.ValueString, abi.ValueBytes:
+		return v.s
 	default:
-		c.fail(field, reason, x)
+		c.fail(field, reason, v)
 	}
 	return ""
 }
@@ -280,34 +402,35 @@ func (c *converter) key(field, reason string) string {
 // boolean converts retried_downstream and server_declined: true, false or
 // absent. Nothing else is read as a flag (not 1, not "true"): a caller
 // that sends one has a bug worth hearing about.
-func (c *converter) boolean(field, reason string) bool {
-	switch x := c.get(field).(type) {
-	case nil:
-	case bool:
-		return x
+func (c *converter) boolean(field string, v *val, reason string) bool {
+	switch v.kind {
+	case abi.ValueNull, abi.ValueFalse:
+	case abi.ValueTrue:
+		return true
 	default:
-		c.fail(field, reason, x)
+		c.fail(field, reason, v)
 	}
 	return false
 }
 
 // random converts random: a number, or "NaN", "Infinity" (also
 // "+Infinity") or "-Infinity" as a string.
-func (c *converter) random(field, reason string) float64 {
-	v := c.get(field)
-	if v == nil {
+func (c *converter) random(field string, v *val, reason string) float64 {
+	if v.kind == abi.ValueNull {
 		return 0
 	}
-	if n, ok := asNumber(v); ok {
-		return n.f
+	if f, _, kind := asNumber(v); kind != notNumber {
+		return f
 	}
-	switch v {
-	case "NaN":
-		return math.NaN()
-	case "Infinity", "+Infinity":
-		return math.Inf(1)
-	case "-Infinity":
-		return math.Inf(-1)
+	if v.kind == abi.ValueString {
+		switch v.s {
+		case "NaN":
+			return math.NaN()
+		case "Infinity", "+Infinity":
+			return math.Inf(1)
+		case "-Infinity":
+			return math.Inf(-1)
+		}
 	}
 	c.fail(field, reason, v)
 	return 0
@@ -317,30 +440,30 @@ func (c *converter) random(field, reason string) float64 {
 // or range, the same in every host: true, false, null, a number (as
 // JavaScript prints it: ESFormat), an integer in full, or "a string",
 // "bytes", "an array", "an object", or an Other's own words.
-func Describe(v any) string {
-	switch x := v.(type) {
-	case nil:
+func Describe(v any) string { return describe(toVal(v)) }
+
+func describe(v val) string {
+	switch v.kind {
+	case abi.ValueNull:
 		return "null"
-	case bool:
-		return strconv.FormatBool(x)
-	case float64:
-		return ESFormat(x)
-	case Number:
-		if n, _ := asNumber(x); n.isInt {
-			return canonicalInt(n.literal)
-		} else {
-			return ESFormat(n.f)
-		}
-	case string:
+	case abi.ValueFalse:
+		return "false"
+	case abi.ValueTrue:
+		return "true"
+	case abi.ValueFloat:
+		return ESFormat(v.f)
+	case abi.ValueInt:
+		return canonicalInt(v.s)
+	case abi.ValueString:
 		return "a string"
-	case []byte:
+	case abi.ValueBytes:
 		return "bytes"
-	case []any:
+	case abi.ValueArray:
 		return "an array"
-	case map[string]any:
+	case abi.ValueObject:
 		return "an object"
-	case Other:
-		return string(x)
+	case abi.ValueOther:
+		return v.s
 	}
 	return "a value of an unknown type"
 }

@@ -27,7 +27,7 @@ func TestHintNumberIsExact(t *testing.T) {
 			continue
 		}
 		i, _ := new(big.Float).SetFloat64(math.Ceil(f)).Int(nil)
-		if got := hintNumber(number{f: f}); got != i.String() {
+		if got := hintNumber(f); got != i.String() {
 			t.Fatalf("hintNumber(%v) = %s, want %s", f, got, i)
 		}
 	}
@@ -88,6 +88,7 @@ func TestDecodeMalformed(t *testing.T) {
 		{[]byte{abi.ValueNull, abi.ValueNull}, "1 bytes after the value at byte 1"},
 		{deep, "objects nested deeper than 32 levels at byte 320"},
 	} {
+		checkDecodeFailure(t, c.b)
 		v, err := Decode(c.b)
 		var ie *policy.InputError
 		if !errors.As(err, &ie) || ie.Field != "value" || ie.Reason != c.reason || v != nil {
@@ -97,10 +98,13 @@ func TestDecodeMalformed(t *testing.T) {
 	if _, err := Decode(deep[10:]); err != nil {
 		t.Errorf("32 levels: %v", err)
 	}
+	checkDecodeFailure(t, deep)
+	checkDecodeFailure(t, deep[10:])
 }
 
 // Decode never panics, and what it decodes encodes back to the same bytes
-// (keys sorted) and converts as the value it is.
+// (keys sorted) and converts as the value it is; DecodeFailure reads every
+// input as Convert(Decode(b)) does.
 func FuzzDecode(f *testing.F) {
 	for _, v := range []any{
 		map[string]any{"attempt": Number("2"), "http_status": 503.0, "method": "GET", "grpc_code": "unavailable"},
@@ -111,6 +115,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		checkDecodeFailure(t, b)
 		v, err := Decode(b)
 		if err != nil {
 			return

@@ -2,7 +2,10 @@
 
 package failvalue
 
-import "github.com/backstop-dev/backstop/policy"
+import (
+	"github.com/backstop-dev/backstop/internal/abi"
+	"github.com/backstop-dev/backstop/policy"
+)
 
 // Fields are the failure fields in the order every host checks them: the
 // first invalid one (after unknown fields) is the one reported.
@@ -23,22 +26,91 @@ var Fields = []string{
 	"server_declined",
 }
 
+// nFields is len(Fields): a failure's values are an array of this size.
+const nFields = 14
+
+// fieldIndex returns the index in Fields of a field name, or -1: a switch
+// the compiler makes a search, with no map to build or hash.
+func fieldIndex(name string) int {
+	switch name {
+	case "attempt":
+		return 0
+	case "http_status":
+		return 1
+	case "grpc_code":
+		return 2
+	case "error_kind":
+		return 3
+	case "retry_after":
+		return 4
+	case "grpc_retry_pushback_ms":
+		return 5
+	case "method":
+		return 6
+	case "idempotency_key":
+		return 7
+	case "elapsed_ms":
+		return 8
+	case "now_ms":
+		return 9
+	case "random":
+		return 10
+	case "prev_delay_ms":
+		return 11
+	case "retried_downstream":
+		return 12
+	case "server_declined":
+		return 13
+	}
+	return -1
+}
+
 // fields converts each field of the failure, in the order of Fields, by
 // its type (contract/abi.json's types; a time, a name ending in _ms, may
-// have a fraction, which is dropped).
-func (c *converter) fields(f *policy.Failure) {
-	f.Attempt = c.int64("attempt", "must be an integer", false)
-	f.HTTPStatus = int(c.int32("http_status", "must be a 32-bit integer"))
-	f.GRPCCode = int(c.grpc("grpc_code", "must be a 32-bit integer or a status name"))
-	f.ErrorKind = c.str("error_kind", "must be a string")
-	f.RetryAfter = c.hint("retry_after", "must be a string or a number")
-	f.RetryPushback = c.hint("grpc_retry_pushback_ms", "must be a string or a number")
-	f.Method = c.str("method", "must be a string")
-	f.IdempotencyKey = c.key("idempotency_key", "must be a string or a boolean")
-	f.ElapsedMs = c.int64("elapsed_ms", "must be an integer", true)
-	f.NowMs = c.int64("now_ms", "must be an integer", true)
-	f.Random = c.random("random", "must be a number, \"NaN\", \"Infinity\" or \"-Infinity\"")
-	f.PrevDelayMs = c.int64("prev_delay_ms", "must be an integer", true)
-	f.RetriedDownstream = c.boolean("retried_downstream", "must be a boolean")
-	f.ServerDeclined = c.boolean("server_declined", "must be a boolean")
+// have a fraction, which is dropped). It stops at the first error, and
+// calls no converter for an absent field (each makes null its zero): a
+// call is dear in Go's wasm code.
+func (c *converter) fields(f *policy.Failure, v *[nFields]val) {
+	if x := &v[0]; x.kind != abi.ValueNull && c.err == nil {
+		f.Attempt = c.int64("attempt", x, "must be an integer", false)
+	}
+	if x := &v[1]; x.kind != abi.ValueNull && c.err == nil {
+		f.HTTPStatus = int(c.int32("http_status", x, "must be a 32-bit integer"))
+	}
+	if x := &v[2]; x.kind != abi.ValueNull && c.err == nil {
+		f.GRPCCode = int(c.grpc("grpc_code", x, "must be a 32-bit integer or a status name"))
+	}
+	if x := &v[3]; x.kind != abi.ValueNull && c.err == nil {
+		f.ErrorKind = c.str("error_kind", x, "must be a string")
+	}
+	if x := &v[4]; x.kind != abi.ValueNull && c.err == nil {
+		f.RetryAfter = c.hint("retry_after", x, "must be a string or a number")
+	}
+	if x := &v[5]; x.kind != abi.ValueNull && c.err == nil {
+		f.RetryPushback = c.hint("grpc_retry_pushback_ms", x, "must be a string or a number")
+	}
+	if x := &v[6]; x.kind != abi.ValueNull && c.err == nil {
+		f.Method = c.str("method", x, "must be a string")
+	}
+	if x := &v[7]; x.kind != abi.ValueNull && c.err == nil {
+		f.IdempotencyKey = c.key("idempotency_key", x, "must be a string or a boolean")
+	}
+	if x := &v[8]; x.kind != abi.ValueNull && c.err == nil {
+		f.ElapsedMs = c.int64("elapsed_ms", x, "must be an integer", true)
+	}
+	if x := &v[9]; x.kind != abi.ValueNull && c.err == nil {
+		f.NowMs = c.int64("now_ms", x, "must be an integer", true)
+	}
+	if x := &v[10]; x.kind != abi.ValueNull && c.err == nil {
+		f.Random = c.random("random", x, "must be a number, \"NaN\", \"Infinity\" or \"-Infinity\"")
+	}
+	if x := &v[11]; x.kind != abi.ValueNull && c.err == nil {
+		f.PrevDelayMs = c.int64("prev_delay_ms", x, "must be an integer", true)
+	}
+	if x := &v[12]; x.kind != abi.ValueNull && c.err == nil {
+		f.RetriedDownstream = c.boolean("retried_downstream", x, "must be a boolean")
+	}
+	if x := &v[13]; x.kind != abi.ValueNull && c.err == nil {
+		f.ServerDeclined = c.boolean("server_declined", x, "must be a boolean")
+	}
 }
