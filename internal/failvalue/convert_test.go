@@ -1,7 +1,9 @@
 package failvalue
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"testing"
 )
 
@@ -38,24 +40,36 @@ func TestGRPCCodeByNameFoldsASCIIOnly(t *testing.T) {
 }
 
 // A value of a host's own type (tag other) is refused by every field with
-// its type's words and the host's description: a hint says "a string or a
-// number", as the hosts did, not "a string".
+// its type's words from the schema (contract/abi.json's types[].expects)
+// and the host's description: a hint says "a string or a number", as the
+// hosts did, not "a string".
 func TestConvertOther(t *testing.T) {
-	want := map[string]string{
-		"attempt": "must be an integer", "http_status": "must be a 32-bit integer",
-		"grpc_code": "must be a 32-bit integer or a status name", "error_kind": "must be a string",
-		"retry_after": "must be a string or a number", "grpc_retry_pushback_ms": "must be a string or a number",
-		"method": "must be a string", "idempotency_key": "must be a string or a boolean", "elapsed_ms": "must be an integer",
-		"now_ms": "must be an integer", "random": `must be a number, "NaN", "Infinity" or "-Infinity"`,
-		"prev_delay_ms": "must be an integer", "retried_downstream": "must be a boolean", "server_declined": "must be a boolean",
+	raw, err := os.ReadFile("../../contract/abi.json")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(want) != len(Fields) {
-		t.Fatalf("%d fields, want %d", len(Fields), len(want))
+	var schema struct {
+		Types   []struct{ Name, Expects string }
+		Failure []struct{ Name, Input, Type string }
 	}
-	for _, field := range Fields {
-		_, err := Convert(map[string]any{"attempt": Number("1"), field: Other("a timedelta")})
-		if err == nil || err.Error() != "invalid failure: "+field+": "+want[field]+" (got a timedelta)" {
-			t.Errorf("%s: %v", field, err)
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	expects := map[string]string{}
+	for _, ty := range schema.Types {
+		expects[ty.Name] = ty.Expects
+	}
+	if len(schema.Failure) != len(Fields) {
+		t.Fatalf("%d fields, the schema has %d", len(Fields), len(schema.Failure))
+	}
+	for _, f := range schema.Failure {
+		if f.Input != "" { // the name a value has, when it is not the field's
+			f.Name = f.Input
+		}
+		_, err := Convert(map[string]any{"attempt": Number("1"), f.Name: Other("a timedelta")})
+		want := "invalid failure: " + f.Name + ": must be " + expects[f.Type] + " (got a timedelta)"
+		if expects[f.Type] == "" || err == nil || err.Error() != want {
+			t.Errorf("%s: %v, want %s", f.Name, err, want)
 		}
 	}
 }
