@@ -28,6 +28,19 @@ func inputsFile(t *testing.T) vector.InputsFile {
 	return f
 }
 
+// inputsPolicy is the shared input cases and their policy, loaded into
+// the shared runtime (closed when the test ends).
+func inputsPolicy(t *testing.T) (vector.InputsFile, *host.Policy) {
+	t.Helper()
+	f := inputsFile(t)
+	p, err := runtime(t).Load(context.Background(), []byte(f.Policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return f, p
+}
+
 func answer(d policy.Decision, err error) string {
 	return strings.TrimSuffix(string(vector.Answer(d, err)), "\n")
 }
@@ -37,13 +50,8 @@ func answer(d policy.Decision, err error) string {
 // two valid failures, with DecideBatch: a bad entry yields its own error
 // and does not stop the batch.
 func TestSharedInputs(t *testing.T) {
-	f := inputsFile(t)
+	f, p := inputsPolicy(t)
 	ctx := context.Background()
-	p, err := runtime(t).Load(ctx, []byte(f.Policy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
 	good := policy.Failure{Attempt: 2, HTTPStatus: 503, Random: 0.5}
 	goodAnswer := answer(p.Decide(ctx, good))
 	n := 0

@@ -75,13 +75,7 @@ func caseValue(t *testing.T, c vector.InputCase) (enc []byte, in vector.Input, e
 // every line that is a JSON object) gets its shared answer, byte for byte,
 // from decide_value: the module's converter is the vectors'.
 func TestDecideValueSharedInputs(t *testing.T) {
-	f := inputsFile(t)
-	ctx := context.Background()
-	p, err := runtime(t).Load(ctx, []byte(f.Policy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
+	f, p := inputsPolicy(t)
 	n, lineErrors := 0, 0
 	for i, c := range f.Cases {
 		enc, _, _, ok := caseValue(t, c)
@@ -106,13 +100,8 @@ func TestDecideValueSharedInputs(t *testing.T) {
 // failure's outcome, and an invalid one's word (the invalid bit) with the
 // converter's or the policy's message.
 func TestOutcomeValueSharedInputs(t *testing.T) {
-	f := inputsFile(t)
+	f, p := inputsPolicy(t)
 	ctx := context.Background()
-	p, err := runtime(t).Load(ctx, []byte(f.Policy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
 	invalid := 0
 	for i, c := range f.Cases {
 		enc, in, convErr, ok := caseValue(t, c)
