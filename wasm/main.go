@@ -476,8 +476,6 @@ func jobOutcome(h, event int32, f policy.Failure, flags uint32, off, ml, kl, hl,
 	if p == nil {
 		return code
 	}
-	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: f.NowMs},
-		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
 	if event == int32(policy.EventFailure) {
 		if !stringsOK(flags, off, ml, kl, hl) {
 			code := stringsError(flags, off, ml, kl, hl)
@@ -486,10 +484,20 @@ func jobOutcome(h, event int32, f policy.Failure, flags uint32, off, ml, kl, hl,
 			}
 			return invalidOutcome()
 		}
-		e.Failure = f
-		setStrings(&e.Failure, off, ml, kl, hl, flags)
+		setStrings(&f, off, ml, kl, hl, flags)
 	}
-	return decideOutcome(p, e)
+	return decideOutcome(p, jobEvent(event, f, deliveries, maxDeliveries))
+}
+
+// jobEvent is the event an outcome export asks about: the failure event
+// reads the whole failure, the others only its now_ms.
+func jobEvent(event int32, f policy.Failure, deliveries, maxDeliveries int64) policy.JobEvent {
+	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: f.NowMs},
+		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
+	if event == int32(policy.EventFailure) {
+		e.Failure = f
+	}
+	return e
 }
 
 // outcomePolicy checks an outcome's handle and event: the policy, or nil
@@ -611,12 +619,7 @@ func outcome_value(h, event, n int32, deliveries, maxDeliveries int64) (r int64)
 	if p == nil {
 		return code
 	}
-	e := policy.JobEvent{Event: policy.Event(event), Failure: policy.Failure{NowMs: f.NowMs},
-		Deliveries: deliveries, MaxDeliveries: maxDeliveries}
-	if event == int32(policy.EventFailure) {
-		e.Failure = f
-	}
-	return decideOutcome(p, e)
+	return decideOutcome(p, jobEvent(event, f, deliveries, maxDeliveries))
 }
 
 // stringsOK reports whether the flags are known and the strings (lengths
