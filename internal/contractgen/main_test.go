@@ -49,14 +49,7 @@ func TestSchemaMistakes(t *testing.T) {
 // The schema's presets are the core's (the hosts' CLIs and tests list them
 // from the schema; policy/presets.go defines them).
 func TestSchemaPresetsAreTheCores(t *testing.T) {
-	data, err := os.ReadFile("../../contract/abi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := schemaFile(t)
 	var names []string
 	for _, p := range s.Presets {
 		names = append(names, p.Name)
@@ -67,18 +60,10 @@ func TestSchemaPresetsAreTheCores(t *testing.T) {
 }
 
 // record_duration is a method of (h, now_ms, duration_ms): in NowMethods,
-// not Methods, so a template that has no NowMethods loop yet renders
-// nothing for it (its host keeps a hand-written one until then), and it
+// not Methods (the templates render those with both arguments), and it
 // stops calling once the module answers 1.
 func TestRecordDurationIsANowMethod(t *testing.T) {
-	data, err := os.ReadFile("../../contract/abi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := schemaFile(t)
 	var now []string
 	for _, e := range s.NowMethods() {
 		now = append(now, e.Name)
@@ -99,4 +84,18 @@ func TestRecordDurationIsANowMethod(t *testing.T) {
 		!strings.Contains(doc, "(DURATION_MS,") {
 		t.Errorf("doc: %s", doc)
 	}
+}
+
+// schemaFile is contract/abi.json, parsed.
+func schemaFile(t *testing.T) *Schema {
+	t.Helper()
+	data, err := os.ReadFile("../../contract/abi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
