@@ -118,6 +118,7 @@ $(PY_NEWEST) $(PY_OLDEST): sdk/python/pyproject.toml
 ## module cache entry the other wrote is never loaded; then PY_CALL_TESTS run
 ## again on both with the fast path off (wasmtime's public API only).
 test: deps wasm
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "not gofmt-formatted (run gofmt -w): $$bad" >&2; exit 1; fi
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./wasm
 	$(GO) test -count=1 ./...

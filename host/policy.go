@@ -25,7 +25,7 @@ type Policy struct {
 	preset   bool   // data is a preset name for policy_preset
 	stateful bool
 	noSlow   atomic.Bool // record_duration answered 1: no slow-call rate, nothing to report
-	onOpen   string // policy.OnOpenDefer or policy.OnOpenDeadLetter
+	onOpen   string      // policy.OnOpenDefer or policy.OnOpenDeadLetter
 	lints    []policy.Lint
 	// boundsAttempts: the policy has attempt_timeout or max_elapsed (stop_when any).
 	boundsAttempts bool

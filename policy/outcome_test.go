@@ -1,8 +1,8 @@
 package policy_test
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/backstop-dev/backstop/policy"
