@@ -30,10 +30,6 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
-import java.util.concurrent.Executors;
-import java.util.concurrent.ScheduledExecutorService;
-import java.util.concurrent.ThreadLocalRandom;
-import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.function.IntPredicate;
 
@@ -149,11 +145,7 @@ public final class IdempotencyFilter implements Filter {
   private final Options o;
   // The background retries of store calls that failed after a handler ran;
   // destroy() lets those pending finish (each ends with its key's lease).
-  private final ScheduledExecutorService retries = Executors.newSingleThreadScheduledExecutor(r -> {
-    Thread t = new Thread(r, "backstop-idempotency-settle");
-    t.setDaemon(true);
-    return t;
-  });
+  private final IdempotencySettle settle = new IdempotencySettle();
 
   private IdempotencyFilter(IdempotencyStore store, Options o) {
     this.store = store;
@@ -163,7 +155,7 @@ public final class IdempotencyFilter implements Filter {
   /** Stops the retry thread once the retries pending have ended. */
   @Override
   public void destroy() {
-    retries.shutdown();
+    settle.close();
   }
 
   public static IdempotencyFilter create(IdempotencyStore store, Options options) {
@@ -244,11 +236,11 @@ public final class IdempotencyFilter implements Filter {
       chain.doFilter(again, rec);
       done = true;
     } finally {
-      if (!done) settle("fail", key, until, () -> store.fail(scope, key, c.token()));
+      if (!done) settle.later("fail", key, until, () -> store.fail(scope, key, c.token()));
     }
     rec.flushWriter();
     if (o.release.test(rec.status)) {
-      settle("fail", key, until, () -> store.fail(scope, key, c.token()));
+      settle.later("fail", key, until, () -> store.fail(scope, key, c.token()));
     } else {
       Map<String, List<String>> h = new LinkedHashMap<>();
       for (String name : o.stored) {
@@ -256,7 +248,7 @@ public final class IdempotencyFilter implements Filter {
         if (!v.isEmpty()) h.put(canonical(name), v);
       }
       IdempotencyStore.Response stored = new IdempotencyStore.Response(rec.status, h, rec.body.toByteArray(), false, false);
-      settle("complete", key, until, () -> store.complete(scope, key, c.token(), stored));
+      settle.later("complete", key, until, () -> store.complete(scope, key, c.token(), stored));
     }
     rec.writeThrough();
   }
@@ -279,45 +271,6 @@ public final class IdempotencyFilter implements Filter {
       upper = ch == '-';
     }
     return b.toString();
-  }
-
-  /**
-   * Runs an owner's complete or fail after its handler ran: the first
-   * attempt now (the client waits for it), a failure other than a lost lease
-   * retried in the background, 10ms doubling to 1s, jittered, until the
-   * lease (until, System.nanoTime) ends.
-   */
-  private void settle(String op, String key, long until, Runnable call) {
-    try {
-      call.run();
-      return;
-    } catch (IdempotencyStore.LeaseLostException e) {
-      LOG.log(System.Logger.Level.WARNING, "idempotency: store call refused: the lease was lost: " + op + " " + key + ": " + e.getMessage());
-      return;
-    } catch (RuntimeException e) {
-      LOG.log(System.Logger.Level.WARNING, "idempotency: store call failed after the handler ran; retrying while the lease lasts: "
-          + op + " " + key + ": " + e);
-    }
-    retry(op, key, until, call, 10, 1);
-  }
-
-  private void retry(String op, String key, long until, Runnable call, long delayMs, int attempts) {
-    long wait = delayMs / 2 + ThreadLocalRandom.current().nextLong(Math.max(1, delayMs / 2));
-    if (System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(wait) >= until) {
-      LOG.log(System.Logger.Level.ERROR, "idempotency: store call still failing when the lease ended: the key may run again: "
-          + op + " " + key + " after " + attempts + " attempts");
-      return;
-    }
-    retries.schedule(() -> {
-      try {
-        call.run();
-        LOG.log(System.Logger.Level.INFO, "idempotency: store call succeeded after retries: " + op + " " + key + ", attempts " + (attempts + 1));
-      } catch (IdempotencyStore.LeaseLostException e) {
-        LOG.log(System.Logger.Level.WARNING, "idempotency: store call refused: the lease was lost: " + op + " " + key);
-      } catch (RuntimeException e) {
-        retry(op, key, until, call, Math.min(2 * delayMs, 1000), attempts + 1);
-      }
-    }, wait, TimeUnit.MILLISECONDS);
   }
 
   private void replay(HttpServletResponse res, IdempotencyStore.Response r) throws IOException {
