@@ -14,7 +14,7 @@ import pytest
 
 import backstop
 from backstop import rabbitmq
-from backstop.rabbitmq import sync
+from backstop.rabbitmq import _core, sync
 
 from conftest import until, until_async
 from test_rabbitmq import FAST, qname
@@ -189,3 +189,25 @@ def test_asyncio_run(rabbit, policy):
             await b.close()
 
     asyncio.run(main())
+
+
+def _answer(mover, matched, moved):
+    return {"backstop-run-mover": mover, "backstop-run-matched": str(matched), "backstop-run-moved": str(moved)}
+
+
+def test_run_movers_asks_the_most_matched_first_within_the_limit():
+    # The levels moved 1 of a limit of 5; three movers answered "count"
+    # (one with nothing), a fourth did not.
+    takes = _core.run_movers([_answer("a", 2, 0), _answer("b", 9, 0), _answer("c", 0, 0)], 4, 5, _core.Ran(1, 0))
+    assert next(takes) == ("b", 4)  # the most matched first, asked for what the limit leaves
+    assert takes.send(_answer("b", 9, 3)) == ("a", 1)  # b moved 3 of the 4 and kept 6
+    with pytest.raises(_core.SilentMovers) as e:
+        takes.send(None)  # a did not answer its take
+    assert e.value.silent == 2 and e.value.ran == _core.Ran(4, 6)
+
+
+def test_run_movers_counts_past_the_limit_without_asking():
+    takes = _core.run_movers([_answer("a", 3, 0)], 1, 2, _core.Ran(2, 1))
+    with pytest.raises(StopIteration) as done:
+        next(takes)
+    assert done.value.value == _core.Ran(2, 4)

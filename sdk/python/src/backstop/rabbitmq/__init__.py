@@ -514,23 +514,14 @@ class Queue:
                         break
 
             await ask(_core.RUN, "", "count", 0, movers)
-            counted = sorted((_core.run_answer(m.headers) for m in replies), key=lambda a: -a[1])
-            silent = movers - len(counted)
-            for mover, matched, _ in counted:
-                if matched == 0:
-                    continue
-                if moved >= cmd.limit:
-                    left += matched
-                    continue
-                await ask("", mover, "take", cmd.limit - moved, 1)
-                if not replies:
-                    silent += 1
-                    continue
-                _, m, n = _core.run_answer(replies[0].headers)
-                moved, left = moved + n, left + max(m - n, 0)
-            if silent:
-                raise _core.SilentMovers(silent, _core.Ran(moved, left))
-            return _core.Ran(moved, left)
+            takes = _core.run_movers([m.headers for m in replies], movers, cmd.limit, _core.Ran(moved, left))
+            try:
+                take = next(takes)
+                while True:
+                    await ask("", take[0], "take", take[1], 1)
+                    take = takes.send(replies[0].headers if replies else None)
+            except StopIteration as done:
+                return done.value
         finally:
             await ch.close()
 

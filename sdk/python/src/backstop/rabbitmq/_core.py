@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Generator, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from .. import _decide
 from .._policy import Policy
@@ -698,6 +698,34 @@ def run_answer(headers: Optional[Mapping[str, Any]]) -> Tuple[str, int, int]:
     """A mover's answer: (its command queue, matched, moved)."""
     h = headers or {}
     return _text(h.get("backstop-run-mover")), _num(h.get("backstop-run-matched")) or 0, _num(h.get("backstop-run-moved")) or 0
+
+
+def run_movers(counts: Iterable[Optional[Mapping[str, Any]]], movers: int, limit: int,
+               ran: Ran) -> Generator[Tuple[str, int], Optional[Mapping[str, Any]], Ran]:
+    """The movers' part of a run, without I/O (the sync and asyncio queues
+    drive it): given the headers of the answers to "count" of the
+    ``movers`` consumers and what the levels moved (``ran``), it yields
+    (mover, n) for each "take" to ask, the most matched first, and is sent
+    that mover's answer (None: it did not answer). Returns what the run did,
+    or raises SilentMovers."""
+    moved, left = ran
+    counted = sorted((run_answer(h) for h in counts), key=lambda a: -a[1])
+    silent = movers - len(counted)
+    for mover, matched, _ in counted:
+        if matched == 0:
+            continue
+        if moved >= limit:
+            left += matched
+            continue
+        answer = yield mover, limit - moved
+        if answer is None:
+            silent += 1
+            continue
+        _, m, n = run_answer(answer)
+        moved, left = moved + n, left + max(m - n, 0)
+    if silent:
+        raise SilentMovers(silent, Ran(moved, left))
+    return Ran(moved, left)
 
 
 def run_reply(matched: int, moved: int, mover: str) -> Dict[str, Any]:

@@ -386,25 +386,15 @@ class Queue:
 
             try:
                 ask(_core.RUN, "", "count", "count", 0, movers)
-                counted = sorted((_core.run_answer(p.headers) for p in replies), key=lambda a: -a[1])
-                silent = movers - len(counted)
-                for mover, matched, _ in counted:
-                    if matched == 0:
-                        continue
-                    if moved >= cmd.limit:
-                        left += matched
-                        continue
-                    ask("", mover, "take", "take", cmd.limit - moved, 1)
-                    if not replies:
-                        silent += 1
-                        continue
-                    _, m, n = _core.run_answer(replies[0].headers)
-                    moved, left = moved + n, left + max(m - n, 0)
+                takes = _core.run_movers([p.headers for p in replies], movers, cmd.limit, _core.Ran(moved, left))
+                take = next(takes)
+                while True:
+                    ask("", take[0], "take", "take", take[1], 1)
+                    take = takes.send(replies[0].headers if replies else None)
+            except StopIteration as done:
+                return done.value
             finally:
                 ch.basic_cancel(tag)
-            if silent:
-                raise _core.SilentMovers(silent, _core.Ran(moved, left))
-            return _core.Ran(moved, left)
 
         return self._op(run)
 
