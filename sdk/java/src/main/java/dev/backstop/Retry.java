@@ -118,7 +118,9 @@ public final class Retry {
   }
 
   /**
-   * Runs op until it succeeds or the policy says stop.
+   * Runs op until it succeeds or the policy says stop. Inside op,
+   * {@link Backstop#attempt()} is the attempt number; a loop that gives up
+   * tells the request {@link OneLayerFilter} serves on this thread, if any.
    *
    * @return what op returned on its first success
    * @throws RetryException when the policy says stop (its cause is the last error)
