@@ -118,7 +118,9 @@ public final class Retry {
   }
 
   /**
-   * Runs op until it succeeds or the policy says stop.
+   * Runs op until it succeeds or the policy says stop. Inside op,
+   * {@link Backstop#attempt()} is the attempt number; a loop that gives up
+   * tells the request {@link OneLayerFilter} serves on this thread, if any.
    *
    * @return what op returned on its first success
    * @throws RetryException when the policy says stop (its cause is the last error)
@@ -136,6 +138,7 @@ public final class Retry {
         if (metrics != null) metrics.state(permit.state());
         if (!permit.allowed()) {
           if (metrics != null) metrics.refused("circuit_open");
+          Layers.recordGaveUp(Decision.Reason.CIRCUIT_OPEN);
           Throwable cause = new BackstopException("the circuit breaker refused the call; it may admit one in "
               + permit.retryInMs() + " ms");
           throw new RetryException(Decision.Reason.CIRCUIT_OPEN, attempt - 1, cause, null, null, permit.retryInMs());
@@ -149,7 +152,7 @@ public final class Retry {
       long timeoutMs = policy.boundsAttempts() ? policy.attemptTimeout(elapsedMs(start)) : 0;
       long called = ticker.nanos();
       try {
-        T result = timeoutMs > 0 ? timed(op, attempt, timeoutMs) : op.call();
+        T result = timeoutMs > 0 ? timed(op, attempt, timeoutMs) : Layers.run(attempt, Layers.request(), op);
         if (!(result instanceof HttpResponse) || ((HttpResponse<?>) result).statusCode() < 400) {
           if (guarded) { // a stateless policy has nothing to feed
             policy.recordDuration(ticker.nowMs(), tookMs(called));
@@ -186,6 +189,7 @@ public final class Retry {
         if (decision.isRetry()) metrics.retry(decision.reason(), decision.delayMs());
       }
       if (!decision.isRetry()) {
+        Layers.recordGaveUp(decision.reason());
         throw new RetryException(decision.reason(), attempt, error, response, decision, 0);
       }
       if (listener != null) listener.onRetry(attempt, response != null ? null : error, decision);
@@ -204,8 +208,10 @@ public final class Retry {
 
   // Runs op on another thread and waits for it at most timeoutMs; at the
   // deadline its thread is interrupted and the attempt fails as a timeout.
+  // The attempt number and the request served go with it.
   private static <T> T timed(Callable<T> op, int attempt, long timeoutMs) throws Exception {
-    Future<T> f = TIMED.submit(op);
+    Layers.GaveUp request = Layers.request();
+    Future<T> f = TIMED.submit(() -> Layers.run(attempt, request, op));
     try {
       return f.get(timeoutMs, TimeUnit.MILLISECONDS);
     } catch (TimeoutException e) {
