@@ -636,10 +636,97 @@ class TooLargeError(Exception):
     not kept; it cannot be replayed."""
 
 
-def _send_simple(status: int, body: str, extra: Sequence = ()):
-    headers = [(b"content-type", b"text/plain; charset=utf-8"), *extra]
-    return ({"type": "http.response.start", "status": status, "headers": headers},
-            {"type": "http.response.body", "body": body.encode()})
+@dataclass(frozen=True)
+class _Answer:
+    """A response the middleware gives itself, never the app's: headers as
+    (name, value) text; fallback, the headers to send instead should the
+    server refuse them (a replay: the marker alone)."""
+
+    status: int
+    headers: Tuple[Tuple[str, str], ...]
+    body: bytes
+    fallback: Optional[Tuple[Tuple[str, str], ...]] = None
+
+
+_REPLAYED = (REPLAYED_HEADER.lower(), "true")
+
+
+def _plain(status: int, text: str, *extra: Tuple[str, str]) -> _Answer:
+    return _Answer(status, (("content-type", "text/plain; charset=utf-8"), *extra), text.encode())
+
+
+def _latin1(s: Union[str, bytes]) -> str:
+    return s.decode("latin-1") if isinstance(s, (bytes, bytearray)) else s
+
+
+class _Guard:
+    """What both idempotency middlewares (ASGI ``IdempotencyMiddleware``,
+    WSGI ``IdempotencyWSGI``) decide, apart from their I/O: which requests
+    they guard, the answers they give themselves (counted in the store's
+    metrics as Go's middleware counts them) and the response they store."""
+
+    def __init__(self, store: Any, header: str, scope: Optional[Callable[[Any], str]], methods: Sequence[str],
+                 stored_headers: Sequence[str], fail_open: bool, release: Callable[[int], bool],
+                 max_request_body: int) -> None:
+        if not isinstance(max_request_body, int) or max_request_body < 0:
+            raise ValueError("max_request_body must be a whole number >= 0, got %r" % (max_request_body,))
+        self.store, self.header = store, header
+        self._scope = scope or (lambda s: "")
+        self.methods, self.fail_open, self.release, self.max_request_body = tuple(methods), fail_open, release, max_request_body
+        self._stored = {h.lower() for h in stored_headers}
+
+    def refused_key(self, key: str) -> Optional[_Answer]:
+        """400 when key is not a valid idempotency key."""
+        try:
+            check_key(key)
+        except ValueError as e:
+            return _plain(400, "%s: %s\n" % (self.header, e))
+        return None
+
+    def body_too_large(self) -> _Answer:
+        return _plain(413, "idempotency: request body over %d bytes\n" % self.max_request_body)
+
+    def unavailable(self) -> _Answer:
+        """The store failed at begin and the middleware fails closed."""
+        return _plain(503, "idempotency store unavailable\n", ("retry-after", "1"))
+
+    def answer(self, claim: Claim) -> Optional[_Answer]:
+        """The answer to a claim the request did not take (None when it did:
+        the app runs), counted."""
+        m = self.store.metrics
+        if claim.state == "started":
+            m.requests["first_run"] += 1
+            return None
+        if claim.state == "conflict":
+            m.requests["conflict"] += 1
+            return _plain(422, "%s was used with a different request\n" % self.header)
+        if claim.state == "in_progress":
+            m.requests["in_progress"] += 1
+            return _plain(409, "a request with this %s is in progress\n" % self.header,
+                          ("retry-after", str(claim.retry_after)))
+        r = claim.response
+        assert r is not None
+        if r.too_large:
+            m.requests["too_large"] += 1
+            return _plain(500, "idempotency: the first response to this key was too large to store; "
+                               "it cannot be replayed\n", _REPLAYED)
+        m.requests["replayed"] += 1
+        # Went through the header rule (_claim): ASCII.
+        headers = tuple((k.lower(), v) for k, vs in r.headers.items() for v in vs)
+        return _Answer(r.status, headers + (_REPLAYED,), r.body, fallback=(_REPLAYED,))
+
+    def stored(self, status: int, headers: Iterable[Tuple[Union[str, bytes], Union[str, bytes]]], body: bytes,
+               truncated: bool = False) -> StoredResponse:
+        """The response as it is stored: the stored headers only (header
+        values as bytes, the header rule applied)."""
+        kept = _safe_headers(((k, v) for k, v in headers if _latin1(k).lower() in self._stored),
+                             canonical=True, logged=True)
+        return StoredResponse(status, kept, body, truncated=truncated)
+
+
+def _asgi_answer(a: _Answer, headers: Optional[Tuple[Tuple[str, str], ...]] = None) -> Dict[str, Any]:
+    return {"type": "http.response.start", "status": a.status,
+            "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (a.headers if headers is None else headers)]}
 
 
 class IdempotencyMiddleware:
@@ -658,7 +745,7 @@ class IdempotencyMiddleware:
     the record completed with what was captured, marked truncated: a retry
     replays it and the app never runs twice. Stored and replayed headers go
     through ``_safe_header``; a replay the server still refuses is sent
-    without them."""
+    without them. ``IdempotencyWSGI`` is the same for WSGI."""
 
     def __init__(self, app: Any, store: AsyncIdempotencyStore, *, header: str = "Idempotency-Key",
                  scope: Optional[Callable[[Dict[str, Any]], str]] = None, methods: Sequence[str] = ("POST", "PATCH"),
@@ -666,30 +753,33 @@ class IdempotencyMiddleware:
                  release: Callable[[int], bool] = default_release, max_request_body: int = 1 << 20) -> None:
         if not isinstance(store, _AsyncSettle):
             raise TypeError("IdempotencyMiddleware needs an asyncio store: AsyncIdempotencyStore (redis.asyncio) or "
-                            "AsyncPostgresIdempotencyStore")
-        self.app, self.store, self.header = app, store, header
+                            "AsyncPostgresIdempotencyStore (IdempotencyWSGI takes the sync stores)")
+        self.app, self.store = app, store
+        self._guard = _Guard(store, header, scope, methods, stored_headers, fail_open, release, max_request_body)
         self._name = header.lower().encode()
-        self._scope = scope or (lambda s: "")
-        self.methods, self.fail_open, self.release, self.max_request_body = tuple(methods), fail_open, release, max_request_body
-        self._stored = {h.lower().encode() for h in stored_headers}
 
     async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] not in self.methods:
+        g = self._guard
+        if scope["type"] != "http" or scope["method"] not in g.methods:
             return await self.app(scope, receive, send)
         raw = [v for k, v in scope["headers"] if k.lower() == self._name]
         if not raw:
             return await self.app(scope, receive, send)
-        m = self.store.metrics
         key = raw[0].decode("latin-1")
 
-        async def reply(status: int, text: str, extra: Sequence = ()) -> None:
-            for msg in _send_simple(status, text, extra):
-                await send(msg)
+        async def reply(a: _Answer) -> None:
+            try:
+                await send(_asgi_answer(a))
+            except Exception as e:  # noqa: BLE001 - whatever the server raised for a header it refuses
+                if a.fallback is None:
+                    raise
+                log.warning("idempotency: the server refused the stored headers, replayed without them: %r", e)
+                await send(_asgi_answer(a, a.fallback))
+            await send({"type": "http.response.body", "body": a.body})
 
-        try:
-            check_key(key)
-        except ValueError as e:
-            return await reply(400, "%s: %s\n" % (self.header, e))
+        refused = g.refused_key(key)
+        if refused is not None:
+            return await reply(refused)
         chunks, more = [], True
         while more:
             msg = await receive()
@@ -697,8 +787,8 @@ class IdempotencyMiddleware:
                 return
             chunks.append(msg.get("body", b""))
             more = msg.get("more_body", False)
-            if sum(map(len, chunks)) > self.max_request_body:
-                return await reply(413, "idempotency: request body over %d bytes\n" % self.max_request_body)
+            if sum(map(len, chunks)) > g.max_request_body:
+                return await reply(g.body_too_large())
         body = b"".join(chunks)
         sent, gone = False, False
 
@@ -711,32 +801,17 @@ class IdempotencyMiddleware:
             gone = gone or msg["type"] == "http.disconnect"
             return msg
 
-        sc = self._scope(scope)
+        sc = g._scope(scope)
         lease_end = self.store._lease_end()
         try:
             claim = await self.store.begin(sc, key, request_hash(scope, body))
         except self.store._transient:
-            if self.fail_open:
+            if g.fail_open:
                 return await self.app(scope, replay_receive, send)
-            return await reply(503, "idempotency store unavailable\n", [(b"retry-after", b"1")])
-        if claim.state == "conflict":
-            m.requests["conflict"] += 1
-            return await reply(422, "%s was used with a different request\n" % self.header)
-        if claim.state == "in_progress":
-            m.requests["in_progress"] += 1
-            return await reply(409, "a request with this %s is in progress\n" % self.header,
-                               [(b"retry-after", str(claim.retry_after).encode())])
-        replayed = (REPLAYED_HEADER.lower().encode(), b"true")
-        if claim.state == "completed":
-            r = claim.response
-            if r.too_large:
-                m.requests["too_large"] += 1
-                return await reply(500, "idempotency: the first response to this key was too large to store; "
-                                        "it cannot be replayed\n", [replayed])
-            m.requests["replayed"] += 1
-            await _send_replay(send, r, replayed)
-            return
-        m.requests["first_run"] += 1
+            return await reply(g.unavailable())
+        answer = g.answer(claim)
+        if answer is not None:
+            return await reply(answer)
         start: Dict[str, Any] = {}
         out: List[bytes] = []
         settled = False
@@ -750,9 +825,7 @@ class IdempotencyMiddleware:
             await asyncio.shield(self.store._settle(sc, key, claim.token, response, lease_end))
 
         def captured(truncated: bool = False) -> StoredResponse:
-            stored = _safe_headers(((k, v) for k, v in start.get("headers", []) if k.lower() in self._stored),
-                                   canonical=True, logged=True)
-            return StoredResponse(start["status"], stored, b"".join(out), truncated=truncated)
+            return g.stored(start["status"], start.get("headers", []), b"".join(out), truncated)
 
         # Hold the response until the store has it.
         async def capture(msg: Dict[str, Any]) -> None:
@@ -762,7 +835,7 @@ class IdempotencyMiddleware:
             out.append(msg.get("body", b""))
             if msg.get("more_body", False) or settled:
                 return
-            await settle(None if self.release(start["status"]) else captured())
+            await settle(None if g.release(start["status"]) else captured())
             await send(start)
             await send({"type": "http.response.body", "body": b"".join(out)})
 
@@ -786,19 +859,6 @@ class IdempotencyMiddleware:
             if start and not gone:
                 await send(start)
                 await send({"type": "http.response.body", "body": b"".join(out)})
-
-
-async def _send_replay(send: Any, r: StoredResponse, replayed: Tuple[bytes, bytes]) -> None:
-    """Sends a stored response. Its headers went through the header rule
-    (``_claim``); should the server still refuse them, the response goes
-    without them (logged), never as a crash or a 500."""
-    headers = [(k.lower().encode(), v.encode()) for k, vs in r.headers.items() for v in vs]
-    try:
-        await send({"type": "http.response.start", "status": r.status, "headers": headers + [replayed]})
-    except Exception as e:  # noqa: BLE001 - whatever the server raised for a header it refuses
-        log.warning("idempotency: the server refused the stored headers, replayed without them: %r", e)
-        await send({"type": "http.response.start", "status": r.status, "headers": [replayed]})
-    await send({"type": "http.response.body", "body": r.body})
 
 
 def _canonical(name: str) -> str:
