@@ -26,12 +26,14 @@ import functools
 import hashlib
 import heapq
 import inspect
+import io
 import json
 import logging
 import os
 import random
 import re
 import secrets
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,6 +52,7 @@ __all__ = [
     "Claim",
     "ConflictError",
     "IdempotencyMiddleware",
+    "IdempotencyWSGI",
     "IdempotencyMetrics",
     "IdempotencyStore",
     "InProgressError",
@@ -158,17 +161,33 @@ def fingerprint(method: str, path: Union[str, bytes], body: bytes) -> str:
     return h.hexdigest()
 
 
-def request_hash(scope: Mapping[str, Any], body: bytes) -> str:
-    """The request hash of an ASGI request: its path with every %XX escape
-    decoded to its byte, as Go's ``r.URL.Path``, so every adapter hashes a
-    request alike (testdata/idempotency/requests.json). From ``raw_path``
-    when the server gives it (``path`` is already decoded, as UTF-8)."""
-    raw = scope.get("raw_path")
+def request_hash(request: Mapping[str, Any], body: bytes) -> str:
+    """The request hash of an ASGI scope or a WSGI environ: its path with
+    every %XX escape decoded to its byte, as Go's ``r.URL.Path``, so every
+    adapter hashes a request alike (testdata/idempotency/requests.json).
+
+    ASGI: from ``raw_path`` when the server gives it (``path`` is already
+    decoded, as UTF-8). WSGI: from the raw target when the server gives it
+    (``RAW_URI``, gunicorn; ``REQUEST_URI``, waitress and uWSGI), else from
+    ``SCRIPT_NAME`` + ``PATH_INFO``, which the server decoded (wsgiref
+    decodes every escape, ``%2F`` included, as Go does; a server that keeps
+    ``%2F`` there hashes ``/a%2Fb`` apart from the other languages)."""
+    if "REQUEST_METHOD" in request:
+        raw = request.get("RAW_URI") or request.get("REQUEST_URI")
+        if raw:
+            target = raw.split("?", 1)[0]
+            if not target.startswith("/") and "://" in target:  # absolute-form: its path
+                target = "/" + target.split("://", 1)[1].partition("/")[2]
+            path = unquote_to_bytes(_wsgi_bytes(target))
+        else:
+            path = _wsgi_bytes(request.get("SCRIPT_NAME", "") + request.get("PATH_INFO", ""))
+        return fingerprint(request["REQUEST_METHOD"], path, body)
+    raw = request.get("raw_path")
     if raw:
         path = unquote_to_bytes(bytes(raw).split(b"?", 1)[0])
     else:
-        path = scope["path"].encode("utf-8", "surrogateescape")
-    return fingerprint(scope["method"], path, body)
+        path = request["path"].encode("utf-8", "surrogateescape")
+    return fingerprint(request["method"], path, body)
 
 
 def default_release(status: int) -> bool:
@@ -859,6 +878,150 @@ class IdempotencyMiddleware:
             if start and not gone:
                 await send(start)
                 await send({"type": "http.response.body", "body": b"".join(out)})
+
+
+class IdempotencyWSGI:
+    """WSGI middleware (Flask: ``app.wsgi_app = IdempotencyWSGI(app.wsgi_app,
+    store)``; Django: wrap ``get_wsgi_application()``; any WSGI app) over a
+    sync store, ``IdempotencyStore`` (Redis) or ``PostgresIdempotencyStore``:
+    the answers of ``IdempotencyMiddleware`` (ASGI) and Go's middleware, with
+    the same options. A request with an ``Idempotency-Key`` runs once; a
+    retry with the same key and request gets the first response (marked
+    ``Idempotent-Replayed: true``), another request under the key 422, a
+    duplicate while the first runs 409 and ``Retry-After``; a release status
+    or an app that raises releases the key. ``scope`` is a function of the
+    WSGI environ.
+
+    The request body is read first (at most ``max_request_body`` bytes,
+    else 413) and handed to the app as ``wsgi.input``. The whole response is
+    held until the store has it: the app runs to its end and its record is
+    completed (the first try here, then the store's retries while the lease
+    lasts) before a byte reaches the client, so a client that went away
+    never makes the app run twice. The request hash is the one every
+    language computes from the raw target when the server gives it
+    (``RAW_URI``, gunicorn; ``REQUEST_URI``, waitress and uWSGI), else from
+    ``SCRIPT_NAME`` + ``PATH_INFO`` (see ``request_hash``)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], store: Any, *, header: str = "Idempotency-Key",
+                 scope: Optional[Callable[[Dict[str, Any]], str]] = None, methods: Sequence[str] = ("POST", "PATCH"),
+                 stored_headers: Sequence[str] = ("content-type", "location"), fail_open: bool = False,
+                 release: Callable[[int], bool] = default_release, max_request_body: int = 1 << 20) -> None:
+        if not isinstance(store, _SyncSettle):
+            raise TypeError("IdempotencyWSGI needs a sync store: IdempotencyStore (redis.Redis) or "
+                            "PostgresIdempotencyStore (IdempotencyMiddleware takes the asyncio ones)")
+        if not callable(app):
+            raise TypeError("IdempotencyWSGI: app must be a WSGI application (got %r)" % (app,))
+        self.app, self.store = app, store
+        self._guard = _Guard(store, header, scope, methods, stored_headers, fail_open, release, max_request_body)
+        self._environ_key = "HTTP_" + header.upper().replace("-", "_")
+
+    def __call__(self, environ: Dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        g = self._guard
+        key = environ.get(self._environ_key)
+        if environ.get("REQUEST_METHOD") not in g.methods or key is None:
+            return self.app(environ, start_response)
+
+        def reply(a: _Answer) -> List[bytes]:
+            line = "%d %s" % (a.status, _REASONS.get(a.status, "Unknown"))
+            try:
+                start_response(line, list(a.headers))
+            except Exception:  # noqa: BLE001 - whatever the server raised for a header it refuses
+                if a.fallback is None:
+                    raise
+                log.warning("idempotency: the server refused the stored headers, replayed without them",
+                            exc_info=True)
+                start_response(line, list(a.fallback), sys.exc_info())
+            return [a.body]
+
+        refused = g.refused_key(key)
+        if refused is not None:
+            return reply(refused)
+        body = _read_body(environ, g.max_request_body)
+        if body is None:
+            return reply(g.body_too_large())
+        # The app reads the body the middleware read.
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        environ["wsgi.input_terminated"] = True
+        sc = g._scope(environ)
+        lease_end = self.store._lease_end()
+        try:
+            claim = self.store.begin(sc, key, request_hash(environ, body))
+        except self.store._transient:
+            if g.fail_open:
+                return self.app(environ, start_response)
+            return reply(g.unavailable())
+        answer = g.answer(claim)
+        if answer is not None:
+            return reply(answer)
+
+        started: List[Any] = []
+        out: List[bytes] = []
+
+        def capture(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
+            # Nothing is sent before the store has the response: a later call
+            # (with exc_info, PEP 3333's error page) replaces the first.
+            started[:] = [status, list(headers)]
+            return out.append
+
+        try:
+            result = self.app(environ, capture)
+            try:
+                out.extend(result)
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+            if not started:
+                raise RuntimeError("IdempotencyWSGI: the application returned without calling start_response")
+        except BaseException:
+            # The app failed before its response was stored: a retry may run.
+            self.store._settle(sc, key, claim.token, None, lease_end)
+            raise
+        status, headers = started
+        code, data = int(status.split(None, 1)[0]), b"".join(out)
+        # Header values are latin-1 text standing for bytes (PEP 3333).
+        stored = None if g.release(code) else g.stored(code, ((k, _wsgi_bytes(v)) for k, v in headers), data)
+        self.store._settle(sc, key, claim.token, stored, lease_end)
+        start_response(status, headers)
+        return [data]
+
+
+_REASONS = {400: "Bad Request", 409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def _wsgi_bytes(s: str) -> bytes:
+    """A WSGI string's bytes: latin-1, as PEP 3333 has it (a character
+    beyond it, which a server would refuse, as UTF-8)."""
+    try:
+        return s.encode("latin-1")
+    except UnicodeEncodeError:
+        return _utf8(s)
+
+
+def _read_body(environ: Dict[str, Any], limit: int) -> Optional[bytes]:
+    """The request body from wsgi.input: CONTENT_LENGTH bytes, or (chunked,
+    when the server says its input ends: wsgi.input_terminated) up to its
+    end. None when over limit bytes; a client that left mid-body gives what
+    came (the request then hashes apart from the whole one)."""
+    stream = environ.get("wsgi.input")
+    try:
+        length: Optional[int] = int(environ.get("CONTENT_LENGTH") or "")
+    except ValueError:
+        length = None
+    if length is None and not environ.get("wsgi.input_terminated"):
+        length = 0  # PEP 3333: without a length, reading is not defined
+    if length is not None and length > limit:
+        return None
+    want = limit + 1 if length is None else length
+    chunks, got = [], 0
+    while stream is not None and got < want:
+        chunk = stream.read(min(want - got, 65536))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return None if got > limit else b"".join(chunks)
 
 
 def _canonical(name: str) -> str:
