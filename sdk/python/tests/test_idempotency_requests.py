@@ -43,28 +43,35 @@ def test_request_hash_from_path(c):
     assert request_hash({"method": c["method"], "path": path}, _body(c)) == c["request"]
 
 
+def wrong_hashes(port, raw, store):
+    """Sends each case's target as it is on the request line to the server
+    on port, whose middleware is over store: {target: (status, stored hash)}
+    for those not answered 201 with the case's hash (tests/test_idempotency_wsgi.py too)."""
+    wrong = {}
+    for i, c in enumerate(CASES):
+        key = "request-%d" % i
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.putrequest(c["method"], c["target"], skip_accept_encoding=True)
+            body = _body(c)
+            conn.putheader("Idempotency-Key", key)
+            conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            status = conn.getresponse().status
+        finally:
+            conn.close()
+        got = raw.hget(store.record_key("", key), "request")
+        if status != 201 or got is None or got.decode() != c["request"]:
+            wrong[c["target"]] = (status, got)
+    return wrong
+
+
 @pytest.mark.parametrize("kind", SERVERS)
 def test_the_middleware_stores_each_targets_hash(redis_server, kind):
     raw = redis.Redis(port=redis_server.port)
     mw = IdempotencyMiddleware(Charges(), _store(redis_server.port), methods=("POST", "PATCH"))
     served = Served(kind, mw)
-    wrong = {}
     try:
-        for i, c in enumerate(CASES):
-            key = "request-%d" % i
-            conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=30)
-            try:
-                conn.putrequest(c["method"], c["target"], skip_accept_encoding=True)
-                body = _body(c)
-                conn.putheader("Idempotency-Key", key)
-                conn.putheader("Content-Length", str(len(body)))
-                conn.endheaders(body)
-                status = conn.getresponse().status
-            finally:
-                conn.close()
-            got = raw.hget(mw.store.record_key("", key), "request")
-            if status != 201 or got is None or got.decode() != c["request"]:
-                wrong[c["target"]] = (status, got)
+        assert wrong_hashes(served.port, raw, mw.store) == {}
     finally:
         served.close()
-    assert wrong == {}

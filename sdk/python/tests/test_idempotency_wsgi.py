@@ -11,11 +11,11 @@ import base64
 import http.client
 import json
 import logging
-import pathlib
 import socket
 import socketserver
 import threading
 import uuid
+from urllib.parse import unquote_to_bytes
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psycopg_pool
@@ -28,10 +28,10 @@ from backstop.idempotency_postgres import PostgresIdempotencyStore
 from conftest import RedisServer, until
 from pgserver import PASSWORD
 from test_idempotency_postgres import pg  # noqa: F401 - the module's private postgres
+from test_idempotency_requests import CASES, wrong_hashes
 from test_idempotency_servers import HOSTILE
 
 SERVERS = ["wsgiref", "waitress"]
-CASES = json.loads((pathlib.Path(__file__).parents[3] / "testdata/idempotency/requests.json").read_text())["cases"]
 
 
 class _Threading(socketserver.ThreadingMixIn, WSGIServer):
@@ -287,7 +287,6 @@ def test_header_bytes_are_stored_as_bytes(redis_server, serve):
 def test_request_hash_from_environ(c):
     body = base64.b64decode(c["body_b64"])
     path, _, query = c["target"].partition("?")
-    from urllib.parse import unquote_to_bytes
     for raw in ("RAW_URI", "REQUEST_URI"):
         env = {"REQUEST_METHOD": c["method"], "PATH_INFO": "ignored", raw: c["target"]}
         assert request_hash(env, body) == c["request"], raw
@@ -300,26 +299,8 @@ def test_request_hash_from_environ(c):
 
 
 def test_the_middleware_stores_each_targets_hash(redis_server, serve):
-    raw = redis.Redis(port=redis_server.port)
     mw = IdempotencyWSGI(Charges(), _store(redis_server.port))
-    s = serve(mw)
-    wrong = {}
-    for i, c in enumerate(CASES):
-        key = "request-%d" % i
-        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
-        try:
-            conn.putrequest(c["method"], c["target"], skip_accept_encoding=True)
-            body = base64.b64decode(c["body_b64"])
-            conn.putheader("Idempotency-Key", key)
-            conn.putheader("Content-Length", str(len(body)))
-            conn.endheaders(body)
-            status = conn.getresponse().status
-        finally:
-            conn.close()
-        got = raw.hget(mw.store.record_key("", key), "request")
-        if status != 201 or got is None or got.decode() != c["request"]:
-            wrong[c["target"]] = (status, got)
-    assert wrong == {}
+    assert wrong_hashes(serve(mw).port, redis.Redis(port=redis_server.port), mw.store) == {}
 
 
 def test_postgres_store(pg, serve, caplog):  # noqa: F811 - the fixture imported above

@@ -7,8 +7,10 @@ one the Go and Node.js adapters run too; ``testdata/idempotency`` pins what
 it answers. ``IdempotencyStore`` takes a ``redis.Redis`` or
 ``redis.RedisCluster``, ``AsyncIdempotencyStore`` their ``redis.asyncio``
 counterparts; ``IdempotencyMiddleware`` is ASGI middleware (FastAPI,
-Starlette) and ``idempotent`` a decorator for plain functions (a queue
-worker's handler, keyed by the job id).
+Starlette) over the asyncio stores, ``IdempotencyWSGI`` WSGI middleware
+(Flask, Django) over the sync ones, both deciding through ``_Guard``, and
+``idempotent`` a decorator for plain functions (a queue worker's handler,
+keyed by the job id).
 
 Whatever happens to the request or the handler's task, the middleware and
 the decorator complete (or release) the key: the store call runs in a task
