@@ -334,3 +334,35 @@ def test_postgres_store(pg, serve, caplog):  # noqa: F811 - the fixture imported
         status, headers, body = serve(mw).request("pw")
     assert (status, headers["retry-after"], app.runs) == (503, "1", 2)
     assert PASSWORD.encode() not in body and PASSWORD not in caplog.text
+
+
+def test_a_streamed_response_is_stored_whole_and_closed(redis_server, serve):
+    """A generator app that also uses write(): its parts are held, stored and
+    replayed whole; its close() runs. A chunked request body (waitress says
+    its input ends: wsgi.input_terminated) is read to its end."""
+    runs, closed = [], []
+
+    def streams(environ, start_response):
+        runs.append(environ["wsgi.input"].read())
+        write = start_response("201 Created", [("Content-Type", "text/plain")])
+        write(b"part1,")
+
+        def parts():
+            try:
+                yield b"part2,"
+                yield b"part3"
+            finally:
+                closed.append(1)
+        return parts()
+
+    mw = IdempotencyWSGI(streams, _store(redis_server.port))
+    s = serve(mw)
+    a, b = s.request("st"), s.request("st")
+    assert (a[0], a[2], b[2], b[1]["idempotent-replayed"], len(runs), closed) == (
+        201, b"part1,part2,part3", b"part1,part2,part3", "true", 1, [1])
+    if s.kind == "waitress":
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        c.request("POST", "/charges", iter([b"chunk1", b"chunk2"]), {"Idempotency-Key": "chunked"},
+                  encode_chunked=True)
+        assert c.getresponse().status == 201 and runs[-1] == b"chunk1chunk2"
+        c.close()
