@@ -366,3 +366,19 @@ def test_a_streamed_response_is_stored_whole_and_closed(redis_server, serve):
                   encode_chunked=True)
         assert c.getresponse().status == 201 and runs[-1] == b"chunk1chunk2"
         c.close()
+
+
+def test_a_client_that_left_mid_body_does_not_run_the_app(redis_server, serve):
+    raw = redis.Redis(port=redis_server.port)
+    app = Charges()
+    mw = IdempotencyWSGI(app, _store(redis_server.port))
+    s = serve(mw)
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    c.sendall(b"POST /charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: half\r\nContent-Length: 10\r\n\r\n10")
+    c.shutdown(socket.SHUT_WR)  # the rest of the body never comes
+    answer = c.makefile("rb").read()
+    c.close()
+    if s.kind == "wsgiref":  # waitress reads the whole body itself: it never calls the app
+        assert answer.split(b" ", 2)[1] == b"400", answer
+    assert app.runs == 0 and _record(raw, mw.store, "half") == {}
+    assert s.request("half")[0] == 201 and app.runs == 1  # the whole request runs

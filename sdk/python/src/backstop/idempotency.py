@@ -938,9 +938,12 @@ class IdempotencyWSGI:
         refused = g.refused_key(key)
         if refused is not None:
             return reply(refused)
-        body = _read_body(environ, g.max_request_body)
+        body, short = _read_body(environ, g.max_request_body)
         if body is None:
             return reply(g.body_too_large())
+        if short:
+            # The client left mid-body: never run the app on part of a request.
+            return reply(_plain(400, "idempotency: the request body ended before its Content-Length\n"))
         # The app reads the body the middleware read.
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         environ["wsgi.input_terminated"] = True
@@ -1001,11 +1004,11 @@ def _wsgi_bytes(s: str) -> bytes:
         return _utf8(s)
 
 
-def _read_body(environ: Dict[str, Any], limit: int) -> Optional[bytes]:
+def _read_body(environ: Dict[str, Any], limit: int) -> Tuple[Optional[bytes], bool]:
     """The request body from wsgi.input: CONTENT_LENGTH bytes, or (chunked,
     when the server says its input ends: wsgi.input_terminated) up to its
-    end. None when over limit bytes; a client that left mid-body gives what
-    came (the request then hashes apart from the whole one)."""
+    end; and whether it ended before its CONTENT_LENGTH (the client left).
+    None when over limit bytes."""
     stream = environ.get("wsgi.input")
     try:
         length: Optional[int] = int(environ.get("CONTENT_LENGTH") or "")
@@ -1014,7 +1017,7 @@ def _read_body(environ: Dict[str, Any], limit: int) -> Optional[bytes]:
     if length is None and not environ.get("wsgi.input_terminated"):
         length = 0  # PEP 3333: without a length, reading is not defined
     if length is not None and length > limit:
-        return None
+        return None, False
     want = limit + 1 if length is None else length
     chunks, got = [], 0
     while stream is not None and got < want:
@@ -1023,7 +1026,9 @@ def _read_body(environ: Dict[str, Any], limit: int) -> Optional[bytes]:
             break
         chunks.append(chunk)
         got += len(chunk)
-    return None if got > limit else b"".join(chunks)
+    if got > limit:
+        return None, False
+    return b"".join(chunks), length is not None and got < length
 
 
 def _canonical(name: str) -> str:
