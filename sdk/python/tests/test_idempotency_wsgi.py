@@ -4,15 +4,19 @@ replay, 422, 409 with Retry-After, released keys (release statuses, an app
 that raises), a too-large response, 413, fail closed or open, a client that
 went away (the app runs once), a Redis restarted before complete (retried
 while the lease lasts), records other languages stored, the request hash of
-every target in testdata/idempotency/requests.json, the metrics, and the
-password never shown."""
+every target in testdata/idempotency/requests.json (gunicorn too: its
+RAW_URI), the metrics, and the password never shown."""
 
 import base64
 import http.client
 import json
 import logging
+import os
+import pathlib
 import socket
 import socketserver
+import subprocess
+import sys
 import threading
 import uuid
 from urllib.parse import unquote_to_bytes
@@ -25,7 +29,7 @@ import redis
 from backstop.idempotency import (IdempotencyMetrics, IdempotencyStore, IdempotencyWSGI, fingerprint,
                                   request_hash)
 from backstop.idempotency_postgres import PostgresIdempotencyStore
-from conftest import RedisServer, until
+from conftest import RedisServer, _free_port, until
 from pgserver import PASSWORD
 from test_idempotency_postgres import pg  # noqa: F401 - the module's private postgres
 from test_idempotency_requests import CASES, wrong_hashes
@@ -382,3 +386,34 @@ def test_a_client_that_left_mid_body_does_not_run_the_app(redis_server, serve):
         assert answer.split(b" ", 2)[1] == b"400", answer
     assert app.runs == 0 and _record(raw, mw.store, "half") == {}
     assert s.request("half")[0] == 201 and app.runs == 1  # the whole request runs
+
+
+def test_behind_gunicorn_the_raw_target_is_hashed(redis_server):
+    """gunicorn (its own process, as it runs) gives RAW_URI: every target of
+    requests.json is stored with the hash Go computed, and a retry replays."""
+    port, prefix = _free_port(), "g" + uuid.uuid4().hex
+    env = dict(os.environ, BACKSTOP_REDIS_PORT=str(redis_server.port), BACKSTOP_PREFIX=prefix)
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "--bind", "127.0.0.1:%d" % port, "--workers", "1",
+                             "--log-level", "warning", "--pythonpath", str(pathlib.Path(__file__).parent),
+                             "wsgi_gunicorn_app:app"], env=env)
+    try:
+        until("gunicorn to listen on %d" % port, lambda: _listens(port) or proc.poll() is not None, 30)
+        assert proc.poll() is None, "gunicorn exited with %s" % proc.returncode
+        store = IdempotencyStore(redis.Redis(port=redis_server.port), prefix=prefix)  # its record keys
+        assert wrong_hashes(port, redis.Redis(port=redis_server.port), store) == {}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("POST", CASES[0]["target"], base64.b64decode(CASES[0]["body_b64"]), {"Idempotency-Key": "request-0"})
+        r = conn.getresponse()
+        assert (r.status, r.getheader("Idempotent-Replayed"), r.read()) == (201, "true", CASES[0]["target"].encode())
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _listens(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
