@@ -25,10 +25,12 @@ def _store(port, client_options=None, **kw):
     return AsyncIdempotencyStore(client, prefix="t" + uuid.uuid4().hex, metrics=IdempotencyMetrics(), **kw)
 
 
-async def _call(app, key, body=b"10", method="POST"):
+async def _call(app, key, body=b"10", method="POST", tenant=None):
     headers = [(b"content-type", b"application/json")]
     if key is not None:
         headers.append((b"idempotency-key", key.encode()))
+    if tenant is not None:
+        headers.append((b"x-tenant", tenant.encode()))
     scope = {"type": "http", "method": method, "path": "/charges", "headers": headers}
     msgs = [{"type": "http.request", "body": body, "more_body": False}]
     out = []

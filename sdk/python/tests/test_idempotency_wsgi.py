@@ -7,6 +7,7 @@ while the lease lasts), records other languages stored, the request hash of
 every target in testdata/idempotency/requests.json (gunicorn too: its
 RAW_URI), the metrics, and the password never shown."""
 
+import asyncio
 import base64
 import http.client
 import json
@@ -26,11 +27,12 @@ import psycopg_pool
 import pytest
 import redis
 
-from backstop.idempotency import (IdempotencyMetrics, IdempotencyStore, IdempotencyWSGI, fingerprint,
-                                  request_hash)
+from backstop.idempotency import (IdempotencyMetrics, IdempotencyMiddleware, IdempotencyStore, IdempotencyWSGI,
+                                  fingerprint, request_hash)
 from backstop.idempotency_postgres import PostgresIdempotencyStore
 from conftest import RedisServer, _free_port, until
 from pgserver import PASSWORD
+from test_idempotency import Charges as AsgiCharges, _call, _store as _async_store
 from test_idempotency_postgres import pg  # noqa: F401 - the module's private postgres
 from test_idempotency_requests import CASES, wrong_hashes
 from test_idempotency_servers import HOSTILE
@@ -74,11 +76,11 @@ class Served:
             self._server.close()
         self._thread.join(10)
 
-    def request(self, key, body=b"10", method="POST", target="/charges"):
+    def request(self, key, body=b"10", method="POST", target="/charges", **extra):
         """(status, {lowercased name: value}, body); a broken response raises."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            headers = {"Content-Type": "application/json"}
+            headers = {"Content-Type": "application/json", **extra}
             if key is not None:
                 headers["Idempotency-Key"] = key
             c.request(method, target, body, headers)
@@ -417,3 +419,30 @@ def _listens(port):
         return True
     except OSError:
         return False
+
+
+def test_asgi_and_wsgi_answer_and_count_alike(redis_server, serve):
+    """The same requests through IdempotencyMiddleware (ASGI) and
+    IdempotencyWSGI: the same statuses and the same metrics; keys scoped
+    by a function of the request (a tenant's header) stay apart."""
+    wsgi_app = Charges(size=2000)
+    wsgi = IdempotencyWSGI(wsgi_app, _store(redis_server.port, max_body=1000),
+                           scope=lambda environ: environ.get("HTTP_X_TENANT", ""))
+    s = serve(wsgi)
+    asgi_app = AsgiCharges(size=2000)
+    asgi = IdempotencyMiddleware(asgi_app, _async_store(redis_server.port, max_body=1000),
+                                 scope=lambda scope: dict(scope["headers"]).get(b"x-tenant", b"").decode())
+    steps = [("k1", b"10", "a"), ("k1", b"10", "a"), ("k1", b"99", "a"), ("k1", b"10", "b"), ("k" * 256, b"10", "a")]
+
+    async def through_asgi():
+        out = []
+        for key, body, tenant in steps:
+            out.append((await _call(asgi, key, body, tenant=tenant))[0])
+        return out
+
+    got_wsgi = [s.request(key, body, **{"X-Tenant": tenant})[0] for key, body, tenant in steps]
+    assert got_wsgi == asyncio.run(through_asgi()) == [201, 500, 422, 201, 400]
+    assert (wsgi_app.runs, asgi_app.runs) == (2, 2)
+    assert wsgi.store.metrics.text() == asgi.store.metrics.text()
+    assert wsgi.store.metrics.requests == {"first_run": 2, "replayed": 0, "in_progress": 0, "conflict": 1,
+                                           "too_large": 1}
