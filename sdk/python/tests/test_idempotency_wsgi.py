@@ -108,6 +108,12 @@ def _store(port, **kw):
     return IdempotencyStore(redis.Redis(port=port), prefix="w" + uuid.uuid4().hex, metrics=IdempotencyMetrics(), **kw)
 
 
+def _guarded(serve, app, port, **store_options):
+    """app behind IdempotencyWSGI over a Redis store of its own, served: (middleware, Served)."""
+    mw = IdempotencyWSGI(app, _store(port, **store_options))
+    return mw, serve(mw)
+
+
 def _record(raw, store, key):
     return {k.decode(): v.decode() for k, v in raw.hgetall(store.record_key("", key)).items()}
 
@@ -135,8 +141,7 @@ class Charges:
 
 def test_replay_conflict_bad_key_and_counts(redis_server, serve):
     app = Charges()
-    mw = IdempotencyWSGI(app, _store(redis_server.port))
-    s = serve(mw)
+    mw, s = _guarded(serve, app, redis_server.port)
     a, b = s.request("k1"), s.request("k1")
     assert (a[0], b[0], a[2], b[2], app.runs) == (201, 201, b'{"charged":"10"}', b'{"charged":"10"}', 1)
     assert "idempotent-replayed" not in a[1] and b[1]["idempotent-replayed"] == "true"
@@ -153,8 +158,7 @@ def test_replay_conflict_bad_key_and_counts(redis_server, serve):
 def test_in_progress_is_409_with_retry_after(redis_server, serve):
     app = Charges()
     app.gate = threading.Event()
-    mw = IdempotencyWSGI(app, _store(redis_server.port, lease=20))
-    s = serve(mw)
+    mw, s = _guarded(serve, app, redis_server.port, lease=20)
     first = []
     t = threading.Thread(target=lambda: first.append(s.request("k2")))
     t.start()
@@ -172,8 +176,7 @@ def test_in_progress_is_409_with_retry_after(redis_server, serve):
 def test_release_statuses_and_an_app_that_raises_release_the_key(redis_server, serve):
     raw = redis.Redis(port=redis_server.port)
     app = Charges(status=lambda run: 503 if run == 1 else 201)
-    mw = IdempotencyWSGI(app, _store(redis_server.port))
-    s = serve(mw)
+    mw, s = _guarded(serve, app, redis_server.port)
     assert s.request("k3")[0] == 503 and _record(raw, mw.store, "k3") == {}
     assert s.request("k3")[0] == 201 and app.runs == 2
     assert s.request("k3")[1]["idempotent-replayed"] == "true" and app.runs == 2
@@ -219,8 +222,7 @@ def test_a_client_that_went_away_does_not_run_the_app_twice(redis_server, serve)
     raw = redis.Redis(port=redis_server.port)
     app = Charges()
     app.gate = threading.Event()
-    mw = IdempotencyWSGI(app, _store(redis_server.port))
-    s = serve(mw)
+    mw, s = _guarded(serve, app, redis_server.port)
     c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     c.sendall(b"POST /charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: gone\r\nContent-Length: 2\r\n\r\n10")
     until("the app to run", app.started.is_set, 10)
@@ -258,8 +260,7 @@ def test_redis_restarted_before_complete_is_retried_while_the_lease_lasts(tmp_pa
 def test_records_other_languages_stored_replay_with_safe_headers(redis_server, serve):
     raw = redis.Redis(port=redis_server.port)
     app = Charges()
-    mw = IdempotencyWSGI(app, _store(redis_server.port))
-    s = serve(mw)
+    mw, s = _guarded(serve, app, redis_server.port)
     wrong = {}
     for name, stored, want in HOSTILE:
         raw.hset(mw.store.record_key("", name), mapping={
@@ -281,8 +282,7 @@ def test_header_bytes_are_stored_as_bytes(redis_server, serve):
     raw = redis.Redis(port=redis_server.port)
     # A WSGI header value is latin-1 text standing for its bytes (PEP 3333).
     app = Charges(location="/orders/\u20ac42".encode().decode("latin-1"))
-    mw = IdempotencyWSGI(app, _store(redis_server.port))
-    s = serve(mw)
+    mw, s = _guarded(serve, app, redis_server.port)
     assert s.request("b")[0] == 201
     assert json.loads(_record(raw, mw.store, "b")["headers"]) == {
         "Content-Type": ["application/json"], "Location": ["/orders/%E2%82%AC42"]}
@@ -361,8 +361,7 @@ def test_a_streamed_response_is_stored_whole_and_closed(redis_server, serve):
                 closed.append(1)
         return parts()
 
-    mw = IdempotencyWSGI(streams, _store(redis_server.port))
-    s = serve(mw)
+    mw, s = _guarded(serve, streams, redis_server.port)
     a, b = s.request("st"), s.request("st")
     assert (a[0], a[2], b[2], b[1]["idempotent-replayed"], len(runs), closed) == (
         201, b"part1,part2,part3", b"part1,part2,part3", "true", 1, [1])
@@ -377,8 +376,7 @@ def test_a_streamed_response_is_stored_whole_and_closed(redis_server, serve):
 def test_a_client_that_left_mid_body_does_not_run_the_app(redis_server, serve):
     raw = redis.Redis(port=redis_server.port)
     app = Charges()
-    mw = IdempotencyWSGI(app, _store(redis_server.port))
-    s = serve(mw)
+    mw, s = _guarded(serve, app, redis_server.port)
     c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     c.sendall(b"POST /charges HTTP/1.1\r\nHost: x\r\nIdempotency-Key: half\r\nContent-Length: 10\r\n\r\n10")
     c.shutdown(socket.SHUT_WR)  # the rest of the body never comes
