@@ -39,7 +39,7 @@ import java.util.concurrent.ConcurrentHashMap;
  * connection is the store's own (close the store to close it), the client
  * stays the caller's.
  */
-public final class IdempotencyStore implements AutoCloseable {
+public final class IdempotencyStore implements IdempotencyBackend, AutoCloseable {
   /** The longest key accepted, in bytes (Stripe's limit). */
   public static final int MAX_KEY_LENGTH = 255;
 
@@ -191,6 +191,16 @@ public final class IdempotencyStore implements AutoCloseable {
     if (metrics != null) f.accept(metrics);
   }
 
+  @Override
+  public Duration lease() {
+    return options.lease;
+  }
+
+  @Override
+  public void countRequest(String outcome) {
+    count(m -> m.request(outcome));
+  }
+
   /** A store over a connection of its own to client. */
   public static IdempotencyStore create(RedisClient client, Options options) {
     Objects.requireNonNull(client, "client");
@@ -267,6 +277,7 @@ public final class IdempotencyStore implements AutoCloseable {
    * @throws IllegalArgumentException for a key {@link #checkKey} refuses
    * @throws RedisException when Redis fails or does not answer within the call timeout
    */
+  @Override
   public Claim begin(String scope, String key, String request) {
     String bad = checkKey(key);
     if (bad != null) throw new IllegalArgumentException(bad);
@@ -312,6 +323,7 @@ public final class IdempotencyStore implements AutoCloseable {
    *
    * @throws LeaseLostException when the caller no longer owns the key
    */
+  @Override
   public void complete(String scope, String key, String token, Response resp) {
     boolean large = resp.tooLarge() || resp.body().length > options.maxBody;
     List<Object> argv = List.of("complete", token, Integer.toString(resp.status()),
@@ -326,6 +338,7 @@ public final class IdempotencyStore implements AutoCloseable {
    *
    * @throws LeaseLostException when the caller no longer owns the key
    */
+  @Override
   public void fail(String scope, String key, String token) {
     owner("fail", key, () -> RedisQueue.script(cmds, "idempotency", List.of(recordKey(scope, key)), List.of("fail", token)));
   }
