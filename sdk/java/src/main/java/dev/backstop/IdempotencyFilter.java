@@ -190,7 +190,7 @@ public final class IdempotencyFilter implements Filter {
       chain.doFilter(request, response);
       return;
     }
-    String bad = IdempotencyStore.checkKey(key);
+    String bad = IdempotencyRules.checkKey(key);
     if (bad != null) {
       error(res, HttpServletResponse.SC_BAD_REQUEST, o.header + ": " + bad);
       return;
@@ -211,7 +211,7 @@ public final class IdempotencyFilter implements Filter {
     long until = System.nanoTime() + store.lease().toNanos(); // the lease runs from about here
     IdempotencyStore.Claim c;
     try {
-      c = store.begin(scope, key, IdempotencyStore.requestHash(req.getMethod(), req.getRequestURI(), body));
+      c = store.begin(scope, key, IdempotencyRules.requestHash(req.getMethod(), req.getRequestURI(), body));
     } catch (RuntimeException e) {
       LOG.log(System.Logger.Level.WARNING, "idempotency: begin " + key + " failed: " + e);
       if (o.failOpen) {

@@ -216,7 +216,7 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
   }
 
   private static void checks(String key, String request) {
-    String bad = IdempotencyStore.checkKey(key);
+    String bad = IdempotencyRules.checkKey(key);
     if (bad != null) throw new IllegalArgumentException(bad);
     word("request", request);
   }
@@ -258,7 +258,7 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
               boolean large = rs.getBoolean(6);
               String headers = rs.getString(4);
               byte[] body = rs.getBytes(5);
-              Map<String, java.util.List<String>> h = large || headers == null ? Map.of() : IdempotencyStore.decodeHeaders(headers);
+              Map<String, java.util.List<String>> h = large || headers == null ? Map.of() : IdempotencyRules.decodeHeaders(headers);
               return new IdempotencyStore.Claim(IdempotencyStore.State.COMPLETED, null, false, 0,
                   new IdempotencyStore.Response(status, h, large ? null : body, large, rs.getBoolean(7)));
             }
@@ -312,7 +312,7 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
       boolean auto = conn.getAutoCommit();
       conn.setAutoCommit(false);
       try {
-        c = claim(conn, scope, key, request, IdempotencyStore.newToken());
+        c = claim(conn, scope, key, request, IdempotencyRules.newToken());
         conn.commit();
       } catch (SQLException | RuntimeException e) {
         rollbackQuietly(conn, e);
@@ -363,7 +363,7 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
         st.setNull(2, Types.VARCHAR);
         st.setNull(3, Types.BINARY);
       } else {
-        st.setString(2, IdempotencyStore.encodeHeaders(IdempotencyStore.safeHeaders(resp.headers())));
+        st.setString(2, IdempotencyRules.encodeHeaders(IdempotencyRules.safeHeaders(resp.headers())));
         st.setBytes(3, resp.body());
       }
       st.setBoolean(4, large);
@@ -488,7 +488,7 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
     }
     Savepoint sp;
     IdempotencyStore.Claim c;
-    String token = IdempotencyStore.newToken();
+    String token = IdempotencyRules.newToken();
     try {
       sp = conn.setSavepoint();
     } catch (SQLException e) {

@@ -8,6 +8,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
+import java.net.URL;
+import java.net.URLClassLoader;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -192,6 +194,37 @@ class PgIdempotencyStoreTest {
     IdempotencyStore.Claim c = store.begin("s", "k", "r");
     assertThrows(IllegalArgumentException.class, () -> store.complete("s", "k", c.token(), new IdempotencyStore.Response(99, null, null, false, false)));
     assertThrows(IllegalArgumentException.class, () -> store.withTable(""));
+  }
+
+  // The store and the filter over it need neither lettuce-core nor the
+  // Prometheus client (optional dependencies, the Redis store's): Probe, in a
+  // class loader that has only this package (and its tests), the driver and
+  // the servlet API, uses them as an application does.
+  @Test
+  void worksWithoutLettuceOnTheClassPath() throws Exception {
+    URL[] urls = {PgIdempotencyStore.class.getProtectionDomain().getCodeSource().getLocation(),
+        Probe.class.getProtectionDomain().getCodeSource().getLocation(),
+        org.postgresql.Driver.class.getProtectionDomain().getCodeSource().getLocation(),
+        jakarta.servlet.Filter.class.getProtectionDomain().getCodeSource().getLocation()};
+    try (URLClassLoader l = new URLClassLoader(urls, ClassLoader.getPlatformClassLoader())) {
+      assertThrows(ClassNotFoundException.class, () -> l.loadClass("io.lettuce.core.RedisClient"));
+      assertThrows(ClassNotFoundException.class, () -> l.loadClass("io.prometheus.metrics.model.registry.PrometheusRegistry"));
+      Class<?> probe = l.loadClass(Probe.class.getName());
+      assertTrue(probe != Probe.class, "the probe was loaded from the test's class path");
+      assertEquals("started completed", probe.getMethod("run", DataSource.class).invoke(null, db));
+    }
+  }
+
+  /** What an application without Lettuce does: begin, complete, begin again, a filter over the store. */
+  public static final class Probe {
+    public static String run(DataSource db) {
+      PgIdempotencyStore s = PgIdempotencyStore.create(db, IdempotencyStore.Options.defaults());
+      IdempotencyStore.Claim c = s.begin("s", "no-lettuce", "r");
+      s.complete("s", "no-lettuce", c.token(), new IdempotencyStore.Response(201, Map.of("Content-Type", List.of("text/plain")),
+          new byte[] {'o', 'k'}, false, false));
+      IdempotencyFilter.create(s, IdempotencyFilter.Options.defaults()).destroy();
+      return c.state() + " " + s.begin("s", "no-lettuce", "r").state();
+    }
   }
 
   // The DDL docs/idempotency.md shows is the one the store writes (Go's
