@@ -35,8 +35,6 @@ public final class IdempotencyStore implements IdempotencyBackend, AutoCloseable
   /** The longest key accepted, in bytes (Stripe's limit). */
   public static final int MAX_KEY_LENGTH = IdempotencyRules.MAX_KEY_LENGTH;
 
-
-
   /** What begin found under a key. */
   public enum State {
     /** The key was absent (or its owner's lease ran out): the caller owns it and must complete or fail. */
