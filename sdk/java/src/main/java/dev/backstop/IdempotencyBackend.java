@@ -40,4 +40,54 @@ public interface IdempotencyBackend {
    * the filter decided; nothing when the store has no metrics.
    */
   void countRequest(String outcome);
+
+  /** A call that may throw, as a job's side effect may: what {@link #once} runs. */
+  @FunctionalInterface
+  interface Effect {
+    byte[] run() throws Exception;
+  }
+
+  /**
+   * Runs fn at most once for key (within scope): a later call with the same
+   * key and request gets the first call's result without running fn. It is
+   * the worker's side of the store (Go's {@code idempotency.Once}, Node's
+   * {@code once}): with the job id as the key, a job redelivered after a
+   * crash returns its recorded result instead of running its side effect
+   * again. (On PostgreSQL, {@link PgIdempotencyStore#onceTx} writes the
+   * record in the job's own transaction instead.)
+   *
+   * <pre>{@code
+   * byte[] receipt = store.once("charges", job.id(), job.id(), () -> charge(job));
+   * }</pre>
+   *
+   * <p>fn's exception releases the key (a retry runs fn again) and is
+   * rethrown; the release is retried in the background while the lease lasts
+   * if the store fails. fn's result (null is empty) is stored before once
+   * returns, retried while the lease lasts; when it could not be stored by
+   * then, once throws the store's last error (the key may run again).
+   *
+   * @throws IdempotencyStore.ConflictException when the key was used for a different request
+   * @throws IdempotencyStore.InProgressException while another call holds the key
+   * @throws IdempotencyStore.TooLargeException when the first result was too large to store
+   * @throws IdempotencyStore.LeaseLostException when fn outlived its lease and another call took the key over (its result is not stored)
+   */
+  default byte[] once(String scope, String key, String request, Effect fn) throws Exception {
+    java.util.Objects.requireNonNull(fn, "fn");
+    long until = System.nanoTime() + lease().toNanos(); // the lease runs from about here on the server's clock
+    IdempotencyStore.Claim c = begin(scope, key, request);
+    byte[] replayed = IdempotencyRules.onceAnswer(this, c, key);
+    if (replayed != null) return replayed;
+    byte[] out;
+    try {
+      out = fn.run();
+    } catch (Exception | Error e) {
+      RuntimeException released = IdempotencySettle.SHARED.later("fail", key, until, () -> fail(scope, key, c.token()));
+      if (released != null) e.addSuppressed(released);
+      throw e;
+    }
+    byte[] body = out == null ? new byte[0] : out;
+    IdempotencySettle.SHARED.now("complete", key, until,
+        () -> complete(scope, key, c.token(), new IdempotencyStore.Response(200, java.util.Map.of(), body, false, false)));
+    return body;
+  }
 }

@@ -81,6 +81,33 @@ final class IdempotencyRules {
     }
   }
 
+  /**
+   * What once and onceTx give for a claim: the first call's result when it
+   * is completed, or ConflictException, InProgressException,
+   * TooLargeException; null when the caller owns the key (started). Counted
+   * in the store's requests by outcome.
+   */
+  static byte[] onceAnswer(IdempotencyBackend store, IdempotencyStore.Claim c, String key) {
+    switch (c.state()) {
+      case CONFLICT:
+        store.countRequest("conflict");
+        throw new IdempotencyStore.ConflictException(key);
+      case IN_PROGRESS:
+        store.countRequest("in_progress");
+        throw new IdempotencyStore.InProgressException(key, c.retryAfterSeconds());
+      case COMPLETED:
+        if (c.response().tooLarge()) {
+          store.countRequest("too_large");
+          throw new IdempotencyStore.TooLargeException(key);
+        }
+        store.countRequest("replayed");
+        return c.response().body();
+      default:
+        store.countRequest("first_run");
+        return null;
+    }
+  }
+
   static String newToken() {
     byte[] b = new byte[16];
     RANDOM.nextBytes(b);

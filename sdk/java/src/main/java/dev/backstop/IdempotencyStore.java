@@ -84,7 +84,7 @@ public final class IdempotencyStore implements IdempotencyBackend, AutoCloseable
     }
   }
 
-  /** Thrown by {@link #once} when the key was used for a different request. */
+  /** Thrown by {@link IdempotencyBackend#once} when the key was used for a different request. */
   public static final class ConflictException extends BackstopException {
     private static final long serialVersionUID = 1L;
 
@@ -93,7 +93,7 @@ public final class IdempotencyStore implements IdempotencyBackend, AutoCloseable
     }
   }
 
-  /** Thrown by {@link #once} while another call holds the key: retry after {@link #retryAfterSeconds()}. */
+  /** Thrown by {@link IdempotencyBackend#once} while another call holds the key: retry after {@link #retryAfterSeconds()}. */
   public static final class InProgressException extends BackstopException {
     private static final long serialVersionUID = 1L;
     private final long retryAfterSeconds;
@@ -109,7 +109,7 @@ public final class IdempotencyStore implements IdempotencyBackend, AutoCloseable
     }
   }
 
-  /** Thrown by {@link #once} when the first result was over the store's limit: it was not kept and cannot be replayed. */
+  /** Thrown by {@link IdempotencyBackend#once} when the first result was over the store's limit: it was not kept and cannot be replayed. */
   public static final class TooLargeException extends BackstopException {
     private static final long serialVersionUID = 1L;
 
@@ -346,69 +346,6 @@ public final class IdempotencyStore implements IdempotencyBackend, AutoCloseable
       count(m -> m.storeError(op));
       throw e;
     }
-  }
-
-  /** A call that may throw, as a job's side effect may: what {@link #once} runs. */
-  @FunctionalInterface
-  public interface Effect {
-    byte[] run() throws Exception;
-  }
-
-  /**
-   * Runs fn at most once for key (within scope): a later call with the same
-   * key and request gets the first call's result without running fn. It is
-   * the worker's side of the store (Go's {@code Store.Once}, Node's
-   * {@code once}): with the job id as the key, a job redelivered after a
-   * crash returns its recorded result instead of running its side effect
-   * again.
-   *
-   * <pre>{@code
-   * byte[] receipt = store.once("charges", job.id(), job.id(), () -> charge(job));
-   * }</pre>
-   *
-   * <p>fn's exception releases the key (a retry runs fn again) and is
-   * rethrown; the release is retried in the background while the lease lasts
-   * if the store fails. fn's result (null is empty) is stored before once
-   * returns, retried while the lease lasts; when it could not be stored by
-   * then, once throws the store's last error (the key may run again).
-   *
-   * @throws ConflictException when the key was used for a different request
-   * @throws InProgressException while another call holds the key
-   * @throws TooLargeException when the first result was too large to store
-   * @throws LeaseLostException when fn outlived its lease and another call took the key over (its result is not stored)
-   */
-  public byte[] once(String scope, String key, String request, Effect fn) throws Exception {
-    Objects.requireNonNull(fn, "fn");
-    long until = System.nanoTime() + options.lease.toNanos(); // the lease runs from about here on the server's clock
-    Claim c = begin(scope, key, request);
-    switch (c.state()) {
-      case CONFLICT:
-        count(m -> m.request("conflict"));
-        throw new ConflictException(key);
-      case IN_PROGRESS:
-        count(m -> m.request("in_progress"));
-        throw new InProgressException(key, c.retryAfterSeconds());
-      case COMPLETED:
-        if (c.response().tooLarge()) {
-          count(m -> m.request("too_large"));
-          throw new TooLargeException(key);
-        }
-        count(m -> m.request("replayed"));
-        return c.response().body();
-      default:
-    }
-    count(m -> m.request("first_run"));
-    byte[] out;
-    try {
-      out = fn.run();
-    } catch (Exception | Error e) {
-      RuntimeException released = IdempotencySettle.SHARED.later("fail", key, until, () -> fail(scope, key, c.token()));
-      if (released != null) e.addSuppressed(released);
-      throw e;
-    }
-    byte[] body = out == null ? new byte[0] : out;
-    IdempotencySettle.SHARED.now("complete", key, until, () -> complete(scope, key, c.token(), new Response(200, Map.of(), body, false, false)));
-    return body;
   }
 
   @Override

@@ -56,39 +56,6 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
     }
   }
 
-  /** From {@link #onceTx}: another transaction holds the key, or a begin's lease is live; retry after retryAfterSeconds. */
-  public static final class InProgressException extends BackstopException {
-    private static final long serialVersionUID = 1L;
-    private final long retryAfterSeconds;
-
-    InProgressException(String key, long retryAfterSeconds) {
-      super("idempotency: " + quote(key) + " is in progress; retry after " + retryAfterSeconds + "s");
-      this.retryAfterSeconds = retryAfterSeconds;
-    }
-
-    public long retryAfterSeconds() {
-      return retryAfterSeconds;
-    }
-  }
-
-  /** From {@link #onceTx}: the key was used for another request. */
-  public static final class ConflictException extends BackstopException {
-    private static final long serialVersionUID = 1L;
-
-    ConflictException(String key) {
-      super("idempotency: key used with a different request: " + quote(key));
-    }
-  }
-
-  /** From {@link #onceTx}: the first result was over the store's max body and was not kept. */
-  public static final class TooLargeException extends BackstopException {
-    private static final long serialVersionUID = 1L;
-
-    TooLargeException(String key) {
-      super("idempotency: the first response was too large to store: " + quote(key));
-    }
-  }
-
   /** The work {@link #onceTx} runs once, on the caller's connection, inside a savepoint. */
   @FunctionalInterface
   public interface TxWork {
@@ -473,9 +440,9 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
    * }
    * }</pre>
    *
-   * @throws InProgressException another transaction holds the key, or a begin's lease is live
-   * @throws ConflictException the key was used with another request
-   * @throws TooLargeException the first result was over the max body and was not kept
+   * @throws IdempotencyStore.InProgressException another transaction holds the key, or a begin's lease is live
+   * @throws IdempotencyStore.ConflictException the key was used with another request
+   * @throws IdempotencyStore.TooLargeException the first result was over the max body and was not kept
    * @throws StoreException PostgreSQL failed on the store's own statements
    * @throws SQLException fn's, as it threw it
    * @throws IllegalStateException conn is in autocommit mode (no transaction of the caller's to join)
@@ -503,24 +470,9 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
         count("begin");
         throw new StoreException("idempotency: begin " + quote(key) + ": " + e.getMessage(), e);
       }
-      switch (c.state()) {
-        case CONFLICT:
-          countRequest("conflict");
-          throw new ConflictException(key);
-        case IN_PROGRESS:
-          countRequest("in_progress");
-          throw new InProgressException(key, c.retryAfterSeconds());
-        case COMPLETED:
-          if (c.response().tooLarge()) {
-            countRequest("too_large");
-            throw new TooLargeException(key);
-          }
-          countRequest("replayed");
-          return c.response().body();
-        default:
-      }
+      byte[] replayed = IdempotencyRules.onceAnswer(this, c, key);
+      if (replayed != null) return replayed;
       if (c.takenOver() && metrics != null) metrics.leaseExpiry();
-      countRequest("first_run");
       byte[] out = fn.run(conn);
       if (out == null) out = new byte[0];
       int n;

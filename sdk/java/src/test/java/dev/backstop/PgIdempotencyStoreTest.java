@@ -125,7 +125,7 @@ class PgIdempotencyStoreTest {
     inTx(tx -> store.onceTx(tx, "jobs", "j2", "j2", this::charge));
     assertEquals(3, charges(), "after a rollback and a failure, the job runs");
     // Another request under j1.
-    assertThrows(PgIdempotencyStore.ConflictException.class, () -> inTx(tx -> store.onceTx(tx, "jobs", "j1", "j1-other", this::charge)));
+    assertThrows(IdempotencyStore.ConflictException.class, () -> inTx(tx -> store.onceTx(tx, "jobs", "j1", "j1-other", this::charge)));
     // Without a transaction of the caller's there is nothing to join.
     try (Connection c = db.getConnection()) {
       assertThrows(IllegalStateException.class, () -> store.onceTx(c, "jobs", "j9", "j9", this::charge));
@@ -144,7 +144,7 @@ class PgIdempotencyStoreTest {
     List<Object> seen = new ArrayList<>();
     inTx(tx -> store.onceTx(tx, "jobs", "j3", "j3", t -> {
       charge(t);
-      PgIdempotencyStore.InProgressException dup = assertThrows(PgIdempotencyStore.InProgressException.class,
+      IdempotencyStore.InProgressException dup = assertThrows(IdempotencyStore.InProgressException.class,
           () -> inTx(tx2 -> store.onceTx(tx2, "jobs", "j3", "j3", x -> {
             throw new AssertionError("the duplicate ran");
           })));
@@ -208,11 +208,34 @@ class PgIdempotencyStoreTest {
       assertThrows(ClassNotFoundException.class, () -> l.loadClass("io.prometheus.metrics.model.registry.PrometheusRegistry"));
       Class<?> probe = l.loadClass(Probe.class.getName());
       assertTrue(probe != Probe.class, "the probe was loaded from the test's class path");
-      assertEquals("started completed", probe.getMethod("run", DataSource.class).invoke(null, db));
+      assertEquals("started completed conflict", probe.getMethod("run", DataSource.class).invoke(null, db));
     }
   }
 
-  /** What an application without Lettuce does: begin, complete, begin again, a filter over the store. */
+  // once, the worker's side outside a transaction, is the backend's: on
+  // PostgreSQL as on Redis (IdempotencyOnceTest), a redelivered job gets its
+  // recorded result, another request under the key is a conflict, a failure
+  // releases the key.
+  @Test
+  void onceRunsAJobOnceOnPostgres() throws Exception {
+    int[] effects = {0};
+    IdempotencyBackend.Effect charge = () -> {
+      effects[0]++;
+      return "charged".getBytes(StandardCharsets.UTF_8);
+    };
+    assertArrayEquals("charged".getBytes(StandardCharsets.UTF_8), store.once("jobs", "o1", "o1", charge));
+    assertArrayEquals("charged".getBytes(StandardCharsets.UTF_8), store.once("jobs", "o1", "o1", charge));
+    assertEquals(1, effects[0]);
+    assertThrows(IdempotencyStore.ConflictException.class, () -> store.once("jobs", "o1", "o1-other", charge));
+    IllegalStateException boom = new IllegalStateException("upstream timeout");
+    assertSame(boom, assertThrows(IllegalStateException.class, () -> store.once("jobs", "o2", "o2", () -> {
+      throw boom;
+    })));
+    store.once("jobs", "o2", "o2", charge);
+    assertEquals(2, effects[0], "the failed job runs again");
+  }
+
+  /** What an application without Lettuce does: begin, complete, begin again, a filter over the store, once. */
   public static final class Probe {
     public static String run(DataSource db) {
       PgIdempotencyStore s = PgIdempotencyStore.create(db, IdempotencyStore.Options.defaults());
@@ -220,7 +243,16 @@ class PgIdempotencyStoreTest {
       s.complete("s", "no-lettuce", c.token(), new IdempotencyStore.Response(201, Map.of("Content-Type", List.of("text/plain")),
           new byte[] {'o', 'k'}, false, false));
       IdempotencyFilter.create(s, IdempotencyFilter.Options.defaults()).destroy();
-      return c.state() + " " + s.begin("s", "no-lettuce", "r").state();
+      String conflict;
+      try {
+        s.once("s", "no-lettuce", "another", () -> new byte[0]);
+        conflict = "ran";
+      } catch (IdempotencyStore.ConflictException e) {
+        conflict = "conflict";
+      } catch (Exception e) {
+        conflict = e.toString();
+      }
+      return c.state() + " " + s.begin("s", "no-lettuce", "r").state() + " " + conflict;
     }
   }
 
