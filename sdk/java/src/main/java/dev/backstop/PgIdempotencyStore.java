@@ -14,8 +14,9 @@ import javax.sql.DataSource;
 
 /**
  * Idempotency records in a PostgreSQL table over JDBC (a {@link DataSource}:
- * HikariCP, Spring's, the driver's own): the same table, statements and
- * answers as Go's {@code idempotency/pgstore}, Node's
+ * HikariCP, Spring's, the driver's own): the table and claim every
+ * language's store runs (the contract's scripts/idempotency.sql), so the
+ * same answers as Go's {@code idempotency/pgstore}, Node's
  * {@code createPgIdempotencyStore} and Python's {@code PostgresIdempotencyStore}
  * (it replays testdata/idempotency as the Redis store does), so
  * {@link IdempotencyFilter} takes it as it takes {@link IdempotencyStore};
@@ -115,28 +116,34 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
   }
 
   /**
-   * The table's DDL (CREATE TABLE IF NOT EXISTS and its expiry index), table
-   * quoted as an identifier: exactly Go's {@code pgstore.Schema}. Run it in a
-   * migration or through {@link #createTable}.
+   * The DDL of the table and of its claim function (the contract's
+   * scripts/idempotency.sql, which every language's store runs, as Go's
+   * {@code pgstore.Schema} writes it): CREATE TABLE IF NOT EXISTS, its expiry
+   * index, CREATE OR REPLACE FUNCTION. Run it in a migration or through
+   * {@link #createTable}, and again after an upgrade: the table and its rows
+   * stay as they are.
    */
   public static String schema(String table) {
-    String t = ident(table);
-    return "CREATE TABLE IF NOT EXISTS " + t + " (\n"
-        + "  scope       text        NOT NULL,\n"
-        + "  key         text        NOT NULL,\n"
-        + "  state       text        NOT NULL CHECK (state IN ('in_progress', 'completed')),\n"
-        + "  token       text,\n"
-        + "  lease_until timestamptz,\n"
-        + "  request     text        NOT NULL,\n"
-        + "  status      integer,\n"
-        + "  headers     jsonb,\n"
-        + "  body        bytea,\n"
-        + "  too_large   boolean     NOT NULL DEFAULT false,\n"
-        + "  truncated   boolean     NOT NULL DEFAULT false,\n"
-        + "  expires_at  timestamptz NOT NULL,\n"
-        + "  PRIMARY KEY (scope, key)\n"
-        + ");\n"
-        + "CREATE INDEX IF NOT EXISTS " + ident(table + "_expires_at") + " ON " + t + " (expires_at);\n";
+    Map<String, String> names = Map.of("{table}", ident(table), "{index}", ident(table + "_expires_at"),
+        "{function}", beginFunction(table), "{name}", "'" + table.replace("'", "''") + "'");
+    return PLACEHOLDER.matcher(SQL).replaceAll(m -> java.util.regex.Matcher.quoteReplacement(names.get(m.group())));
+  }
+
+  private static final java.util.regex.Pattern PLACEHOLDER = java.util.regex.Pattern.compile("\\{(?:table|index|function|name)\\}");
+  private static final String SQL = readSql();
+
+  private static String readSql() {
+    try (java.io.InputStream in = PgIdempotencyStore.class.getResourceAsStream("scripts/idempotency.sql")) {
+      if (in == null) throw new IllegalStateException("dev/backstop/scripts/idempotency.sql is missing from the jar");
+      return new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+    } catch (java.io.IOException e) {
+      throw new java.io.UncheckedIOException(e);
+    }
+  }
+
+  /** The quoted name of table's claim function. */
+  private static String beginFunction(String table) {
+    return ident(table + "_begin_v1");
   }
 
   /** Runs {@link #schema} for the store's table. */
@@ -192,80 +199,51 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
     if (metrics != null) metrics.storeError(storeErrorOp);
   }
 
-  /** The key's transaction-scoped advisory lock, taken without waiting. */
-  private static final String LOCK_SQL = "SELECT pg_try_advisory_xact_lock(hashtextextended(?, 0))";
-
-  /** The script's begin in SQL, in conn's transaction (which holds nothing yet); on STARTED the row is in_progress with token. */
+  /** The claim: one call of the table's function (idempotency.sql) on conn; on STARTED the row is in_progress with token. */
   private IdempotencyStore.Claim claim(Connection conn, String scope, String key, String request, String token)
       throws SQLException {
-    try (PreparedStatement st = conn.prepareStatement(LOCK_SQL)) {
-      st.setString(1, name + "\n" + scope + "\n" + key);
+    try (PreparedStatement st = conn.prepareStatement("SELECT state, retry_after_s, taken_over, status, headers, body, too_large,"
+        + " truncated FROM " + beginFunction(name) + "(?, ?, ?, ?, ?, ?)")) {
+      st.setString(1, scope);
+      st.setString(2, key);
+      st.setString(3, request);
+      st.setString(4, token);
+      st.setLong(5, options.lease.toMillis());
+      st.setLong(6, options.retention.toMillis());
       try (ResultSet rs = st.executeQuery()) {
         rs.next();
-        if (!rs.getBoolean(1)) { // another transaction (an onceTx, a begin) holds the key now
-          return new IdempotencyStore.Claim(IdempotencyStore.State.IN_PROGRESS, null, false, 1, null);
-        }
-      }
-    }
-    boolean takenOver = false;
-    try (PreparedStatement st = conn.prepareStatement("SELECT state, request, status, headers::text, body, too_large, truncated,\n"
-        + "  (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, expires_at <= clock_timestamp()\n"
-        + "FROM " + table + " WHERE scope = ? AND key = ? FOR UPDATE")) {
-      st.setString(1, scope);
-      st.setString(2, key);
-      try (ResultSet rs = st.executeQuery()) {
-        if (rs.next() && !rs.getBoolean(9)) {
-          if (!rs.getString(2).equals(request)) {
+        String state = rs.getString(1);
+        switch (state) {
+          case "started":
+            return new IdempotencyStore.Claim(IdempotencyStore.State.STARTED, token, rs.getBoolean(3), 0, null);
+          case "in_progress":
+            return new IdempotencyStore.Claim(IdempotencyStore.State.IN_PROGRESS, null, false, rs.getLong(2), null);
+          case "conflict":
             return new IdempotencyStore.Claim(IdempotencyStore.State.CONFLICT, null, false, 0, null);
+          case "completed": {
+            boolean large = rs.getBoolean(7);
+            String headers = rs.getString(5);
+            Map<String, java.util.List<String>> h = large || headers == null ? Map.of() : IdempotencyRules.decodeHeaders(headers);
+            return new IdempotencyStore.Claim(IdempotencyStore.State.COMPLETED, null, false, 0,
+                new IdempotencyStore.Response(rs.getInt(4), h, large ? null : rs.getBytes(6), large, rs.getBoolean(8)));
           }
-          String state = rs.getString(1);
-          switch (state) {
-            case "completed": {
-              int status = rs.getInt(3);
-              boolean large = rs.getBoolean(6);
-              String headers = rs.getString(4);
-              byte[] body = rs.getBytes(5);
-              Map<String, java.util.List<String>> h = large || headers == null ? Map.of() : IdempotencyRules.decodeHeaders(headers);
-              return new IdempotencyStore.Claim(IdempotencyStore.State.COMPLETED, null, false, 0,
-                  new IdempotencyStore.Response(status, h, large ? null : body, large, rs.getBoolean(7)));
-            }
-            case "in_progress": {
-              long leftMs = rs.getLong(8);
-              if (!rs.wasNull() && leftMs > 0) {
-                return new IdempotencyStore.Claim(IdempotencyStore.State.IN_PROGRESS, null, false, (leftMs + 999) / 1000, null);
-              }
-              takenOver = true;
-              break;
-            }
-            default:
-              throw new IllegalStateException("idempotency: " + table + " holds state " + quote(state)
-                  + ", not in_progress or completed");
-          }
+          default:
+            throw new IllegalStateException("idempotency: " + beginFunction(name) + " answered " + quote(state));
         }
       }
+    } catch (SQLException e) {
+      if ("42883".equals(e.getSQLState())) { // undefined_function
+        throw new SQLException(e.getMessage() + " (the store's DDL is older than the store: run createTable() or schema() again)",
+            e.getSQLState(), e);
+      }
+      throw e;
     }
-    try (PreparedStatement st = conn.prepareStatement("INSERT INTO " + table
-        + " AS t (scope, key, state, token, lease_until, request, status, headers, body,\n"
-        + "  too_large, truncated, expires_at)\n"
-        + "VALUES (?, ?, 'in_progress', ?, clock_timestamp() + ? * interval '1 millisecond', ?, NULL, NULL, NULL, false, false,\n"
-        + "  clock_timestamp() + ? * interval '1 millisecond')\n"
-        + "ON CONFLICT (scope, key) DO UPDATE SET state = excluded.state, token = excluded.token, lease_until = excluded.lease_until,\n"
-        + "  request = excluded.request, status = NULL, headers = NULL, body = NULL, too_large = false, truncated = false,\n"
-        + "  expires_at = excluded.expires_at")) {
-      st.setString(1, scope);
-      st.setString(2, key);
-      st.setString(3, token);
-      st.setLong(4, options.lease.toMillis());
-      st.setString(5, request);
-      st.setLong(6, options.retention.toMillis());
-      st.executeUpdate();
-    }
-    return new IdempotencyStore.Claim(IdempotencyStore.State.STARTED, token, takenOver, 0, null);
   }
 
   /**
    * Claims key (within scope) for a request whose fingerprint is request, in
-   * a transaction of its own that commits the in_progress row with its lease.
+   * one statement (a transaction of its own) that commits the in_progress row
+   * with its lease.
    *
    * @throws IllegalArgumentException for a key {@link IdempotencyStore#checkKey} refuses, or a request
    *     that is not 1..128 printable ASCII characters
@@ -276,39 +254,14 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
     checks(key, request);
     IdempotencyStore.Claim c;
     try (Connection conn = db.getConnection()) {
-      boolean auto = conn.getAutoCommit();
-      conn.setAutoCommit(false);
-      try {
-        c = claim(conn, scope, key, request, IdempotencyRules.newToken());
-        conn.commit();
-      } catch (SQLException | RuntimeException e) {
-        rollbackQuietly(conn, e);
-        throw e;
-      } finally {
-        restore(conn, auto);
-      }
+      c = claim(conn, scope, key, request, IdempotencyRules.newToken()); // one statement
+      if (!conn.getAutoCommit()) conn.commit();
     } catch (SQLException | IllegalStateException e) {
       count("begin");
       throw new StoreException("idempotency: begin " + quote(key) + ": " + e.getMessage(), e);
     }
     if (c.takenOver() && metrics != null) metrics.leaseExpiry();
     return c;
-  }
-
-  private static void rollbackQuietly(Connection conn, Exception cause) {
-    try {
-      conn.rollback();
-    } catch (SQLException e) {
-      cause.addSuppressed(e);
-    }
-  }
-
-  private static void restore(Connection conn, boolean auto) {
-    try {
-      if (!conn.isClosed()) conn.setAutoCommit(auto);
-    } catch (SQLException e) {
-      // the connection is broken: the pool discards it
-    }
   }
 
   private static final String COMPLETE_SQL_TAIL = " SET state = 'completed', status = ?, headers = ?::jsonb, body = ?, too_large = ?,\n"

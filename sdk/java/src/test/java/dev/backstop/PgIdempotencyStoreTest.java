@@ -212,6 +212,25 @@ class PgIdempotencyStoreTest {
     }
   }
 
+  // A table an older schema() made (no claim function): begin says to run
+  // the DDL again, and running it keeps the table's rows.
+  @Test
+  void schemaAgainUpgradesAnOlderTable() throws Exception {
+    PgIdempotencyStore old = store.withTable("idem_old");
+    String ddl = PgIdempotencyStore.schema("idem_old");
+    try (Connection c = db.getConnection(); Statement st = c.createStatement()) {
+      st.execute(ddl.substring(0, ddl.indexOf("CREATE OR REPLACE FUNCTION")));
+      st.execute("INSERT INTO idem_old (scope, key, state, request, status, headers, body, expires_at)"
+          + " VALUES ('', 'k1', 'completed', 'r1', 201, '{}', 'paid', now() + interval '1 hour')");
+    }
+    PgIdempotencyStore.StoreException e = assertThrows(PgIdempotencyStore.StoreException.class, () -> old.begin("", "k1", "r1"));
+    assertTrue(e.getMessage().contains("run createTable() or schema() again"), e.getMessage());
+    old.createTable();
+    IdempotencyStore.Claim c = old.begin("", "k1", "r1");
+    assertEquals(IdempotencyStore.State.COMPLETED, c.state());
+    assertArrayEquals("paid".getBytes(StandardCharsets.UTF_8), c.response().body());
+  }
+
   // once, the worker's side outside a transaction, is the backend's: on
   // PostgreSQL as on Redis (IdempotencyOnceTest), a redelivered job gets its
   // recorded result, another request under the key is a conflict, a failure
