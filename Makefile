@@ -64,7 +64,7 @@ contract:
 wasm:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(GOFLAGS_WASM) -o $(WASM) ./wasm
 	for f in $(WASM_COPIES); do cp $(WASM) $$f; done
-	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp contract/scripts/*.lua $$d/ && cp contract/errorkinds.json $$d/../; done
+	for d in $(SCRIPT_COPIES); do mkdir -p $$d && cp contract/scripts/*.lua contract/scripts/*.sql $$d/ && cp contract/errorkinds.json $$d/../; done
 
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/prometheus/common/version.Version=$(VERSION) -X main.version=$(VERSION)

@@ -1,8 +1,9 @@
 // Package contract holds what every language of backstop shares, byte for
 // byte: the policy module (backstop.wasm, built from ../wasm by `make
 // wasm`), the Lua scripts of the Redis queue and idempotency contracts
-// (scripts/; ../queue/redisqueue/README.md gives their KEYS, ARGV and replies), and the
-// table from language errors to error kinds (errorkinds.json). Go embeds
+// (scripts/; ../queue/redisqueue/README.md gives their KEYS, ARGV and replies),
+// the PostgreSQL idempotency store's table and claim (scripts/idempotency.sql),
+// and the table from language errors to error kinds (errorkinds.json). Go embeds
 // them from here; `make wasm` and the Node and Python packages' build hooks
 // copy them into those packages.
 package contract
@@ -24,6 +25,13 @@ var Module []byte
 //
 //go:embed scripts/*.lua
 var Scripts embed.FS
+
+// IdempotencySQL is scripts/idempotency.sql: the PostgreSQL idempotency
+// store's table and the function that decides its claims, which every
+// language's store runs (idempotency/pgstore.Schema writes it for a table).
+//
+//go:embed scripts/idempotency.sql
+var IdempotencySQL string
 
 // ErrorKinds is errorkinds.json: the one table from language errors to
 // error kinds that every language follows.

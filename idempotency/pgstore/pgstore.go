@@ -27,7 +27,10 @@
 // expires_at ends the retention (a row past it counts as absent; Purge
 // deletes such rows).
 //
-// Every claim (Begin, OnceTx) runs in a transaction that first takes
+// Every claim (Begin, OnceTx) is one statement: a call of the table's
+// <table>_begin_v1, the function Schema creates
+// (contract/scripts/idempotency.sql, which every language's store runs),
+// in its own transaction or OnceTx's savepoint. It first takes
 // pg_try_advisory_xact_lock on a 64-bit hash of the table, scope and key,
 // then reads the row FOR UPDATE and decides as the script does: absent or
 // expired (insert: started), in progress past lease_until (taken over),
@@ -59,41 +62,34 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/backstop-dev/backstop/contract"
 	"github.com/backstop-dev/backstop/idempotency"
 )
 
 // DefaultTable is the table's name unless WithTable says otherwise.
 const DefaultTable = "backstop_idempotency"
 
-// Schema returns the DDL of the table (CREATE TABLE IF NOT EXISTS and its
-// expiry index), table quoted as an identifier; run it in a migration or
-// through CreateTable.
+// Schema returns the DDL of the table and of the function that decides its
+// claims (contract/scripts/idempotency.sql, the one every language's store
+// runs: CREATE TABLE IF NOT EXISTS, its expiry index, CREATE OR REPLACE
+// FUNCTION), table quoted as an identifier; run it in a migration or
+// through CreateTable, and again after an upgrade (the table and its rows
+// stay as they are).
 func Schema(table string) string {
-	t := pgx.Identifier{table}.Sanitize()
-	idx := pgx.Identifier{table + "_expires_at"}.Sanitize()
-	return `CREATE TABLE IF NOT EXISTS ` + t + ` (
-  scope       text        NOT NULL,
-  key         text        NOT NULL,
-  state       text        NOT NULL CHECK (state IN ('in_progress', 'completed')),
-  token       text,
-  lease_until timestamptz,
-  request     text        NOT NULL,
-  status      integer,
-  headers     jsonb,
-  body        bytea,
-  too_large   boolean     NOT NULL DEFAULT false,
-  truncated   boolean     NOT NULL DEFAULT false,
-  expires_at  timestamptz NOT NULL,
-  PRIMARY KEY (scope, key)
-);
-CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (expires_at);
-`
+	return strings.NewReplacer("{table}", pgx.Identifier{table}.Sanitize(),
+		"{index}", pgx.Identifier{table + "_expires_at"}.Sanitize(),
+		"{function}", beginFunction(table),
+		"{name}", "'"+strings.ReplaceAll(table, "'", "''")+"'").Replace(contract.IdempotencySQL)
 }
+
+// beginFunction is the quoted name of table's claim function.
+func beginFunction(table string) string { return pgx.Identifier{table + "_begin_v1"}.Sanitize() }
 
 // DB is what the store runs its statements on: a *pgxpool.Pool, a
 // *pgx.Conn (not shared between goroutines), or a pgx.Tx (the store's
@@ -101,6 +97,7 @@ CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (expires_at);
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // Store keeps idempotency records in a PostgreSQL table. Build it with New;
@@ -180,90 +177,62 @@ func word(name, v string) error {
 	return nil
 }
 
-// lockSQL takes the key's transaction-scoped advisory lock without waiting.
-const lockSQL = `SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))`
+// beginSQL claims a key: the table's function decides it, in one
+// statement (idempotency.sql).
+func (s *Store) beginSQL() string {
+	return `SELECT state, retry_after_s, taken_over, status, headers, body, too_large, truncated FROM ` +
+		beginFunction(s.name) + `($1, $2, $3, $4, $5, $6)`
+}
 
-func (s *Store) lockKey(scope, key string) string { return s.name + "\n" + scope + "\n" + key }
-
-// claim decides a Begin inside tx (which holds nothing yet): the script's
-// begin in SQL. On Started the row is written as in_progress with token.
-func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key, request, token string) (idempotency.Claim, error) {
-	var got bool
-	if err := tx.QueryRow(ctx, lockSQL, s.lockKey(scope, key)).Scan(&got); err != nil {
-		return idempotency.Claim{}, err
-	}
-	if !got { // an OnceTx (or a Begin) holds the key in its transaction now
-		return idempotency.Claim{State: idempotency.InProgress, RetryAfter: time.Second}, nil
-	}
+// claim decides a Begin on q (a pool: one statement, its own transaction;
+// or OnceTx's savepoint). On Started the row is written as in_progress with
+// token.
+func (s *Store) claim(ctx context.Context, q DB, scope, key, request, token string) (idempotency.Claim, error) {
 	var (
-		state, req     string
-		owner          *string
-		leaseLeftMS    *int64
-		status         *int32
-		headers        []byte
-		body           []byte
-		large, trunc   bool
-		found, expired bool
+		state        string
+		retryS       int64
+		takenOver    bool
+		status       *int32
+		headers      *string
+		body         []byte
+		large, trunc bool
 	)
-	err := tx.QueryRow(ctx, `SELECT state, token, request, status, headers, body, too_large, truncated,
-  (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::bigint, expires_at <= clock_timestamp()
-FROM `+s.table+` WHERE scope = $1 AND key = $2 FOR UPDATE`, scope, key).
-		Scan(&state, &owner, &req, &status, &headers, &body, &large, &trunc, &leaseLeftMS, &expired)
-	switch {
-	case err == nil:
-		found = !expired
-	case errors.Is(err, pgx.ErrNoRows):
-	default:
-		return idempotency.Claim{}, err
-	}
-	takenOver := false
-	if found {
-		if req != request {
-			return idempotency.Claim{State: idempotency.Conflict}, nil
-		}
-		switch state {
-		case "completed":
-			r := &idempotency.Response{TooLarge: large, Truncated: trunc}
-			if status != nil {
-				r.Status = int(*status)
-			}
-			if !large {
-				r.Body = body
-				r.Headers = map[string][]string{}
-				if len(headers) > 0 {
-					if err := json.Unmarshal(headers, &r.Headers); err != nil {
-						return idempotency.Claim{}, fmt.Errorf("stored headers are not a JSON object of lists: %w", err)
-					}
-				}
-				r.Headers = idempotency.SafeHeaders(r.Headers, nil)
-			} else {
-				r.Headers = map[string][]string{}
-			}
-			if r.Body == nil {
-				r.Body = []byte{}
-			}
-			return idempotency.Claim{State: idempotency.Completed, Response: r}, nil
-		case "in_progress":
-			if leaseLeftMS != nil && *leaseLeftMS > 0 {
-				secs := (*leaseLeftMS + 999) / 1000
-				return idempotency.Claim{State: idempotency.InProgress, RetryAfter: time.Duration(secs) * time.Second}, nil
-			}
-			takenOver = true
-		default:
-			return idempotency.Claim{}, fmt.Errorf("%s holds state %q, not in_progress or completed", s.table, state)
-		}
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO `+s.table+` AS t (scope, key, state, token, lease_until, request, status, headers, body,
-  too_large, truncated, expires_at)
-VALUES ($1, $2, 'in_progress', $3, clock_timestamp() + $5 * interval '1 millisecond', $4, NULL, NULL, NULL, false, false,
-  clock_timestamp() + $6 * interval '1 millisecond')
-ON CONFLICT (scope, key) DO UPDATE SET state = excluded.state, token = excluded.token, lease_until = excluded.lease_until,
-  request = excluded.request, status = NULL, headers = NULL, body = NULL, too_large = false, truncated = false,
-  expires_at = excluded.expires_at`, scope, key, token, request, s.cfg.Lease.Milliseconds(), s.cfg.Retention.Milliseconds())
+	err := q.QueryRow(ctx, s.beginSQL(), scope, key, request, token, s.cfg.Lease.Milliseconds(), s.cfg.Retention.Milliseconds()).
+		Scan(&state, &retryS, &takenOver, &status, &headers, &body, &large, &trunc)
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined_function
+			err = fmt.Errorf("%w (the store's DDL is older than the store: run CreateTable or Schema again)", err)
+		}
 		return idempotency.Claim{}, err
 	}
-	return idempotency.Claim{State: idempotency.Started, Token: token, TakenOver: takenOver}, nil
+	switch state {
+	case "conflict":
+		return idempotency.Claim{State: idempotency.Conflict}, nil
+	case "in_progress":
+		return idempotency.Claim{State: idempotency.InProgress, RetryAfter: time.Duration(retryS) * time.Second}, nil
+	case "started":
+		return idempotency.Claim{State: idempotency.Started, Token: token, TakenOver: takenOver}, nil
+	case "completed":
+	default:
+		return idempotency.Claim{}, fmt.Errorf("%s answered %q", beginFunction(s.name), state)
+	}
+	r := &idempotency.Response{TooLarge: large, Truncated: trunc, Headers: map[string][]string{}, Body: []byte{}}
+	if status != nil {
+		r.Status = int(*status)
+	}
+	if !large {
+		if body != nil {
+			r.Body = body
+		}
+		if headers != nil && *headers != "" {
+			if err := json.Unmarshal([]byte(*headers), &r.Headers); err != nil {
+				return idempotency.Claim{}, fmt.Errorf("stored headers are not a JSON object of lists: %w", err)
+			}
+		}
+		r.Headers = idempotency.SafeHeaders(r.Headers, nil)
+	}
+	return idempotency.Claim{State: idempotency.Completed, Response: r}, nil
 }
 
 // Begin claims key (within scope) for a request whose fingerprint is
@@ -284,9 +253,7 @@ func (s *Store) Begin(ctx context.Context, scope, key, request string) (idempote
 	if err := word("request", request); err != nil {
 		return idempotency.Claim{}, err
 	}
-	c, err := s.inTx(ctx, func(tx pgx.Tx) (idempotency.Claim, error) {
-		return s.claim(ctx, tx, scope, key, request, idempotency.NewToken())
-	})
+	c, err := s.claim(ctx, s.db, scope, key, request, idempotency.NewToken())
 	if err != nil {
 		s.cfg.Metrics.CountStoreError("begin")
 		return idempotency.Claim{}, fmt.Errorf("idempotency: begin %q: %w", key, err)
@@ -295,19 +262,6 @@ func (s *Store) Begin(ctx context.Context, scope, key, request string) (idempote
 		s.cfg.Metrics.CountLeaseExpiry()
 	}
 	return c, nil
-}
-
-func (s *Store) inTx(ctx context.Context, f func(pgx.Tx) (idempotency.Claim, error)) (idempotency.Claim, error) {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return idempotency.Claim{}, err
-	}
-	defer tx.Rollback(ctx)
-	c, err := f(tx)
-	if err != nil {
-		return idempotency.Claim{}, err
-	}
-	return c, tx.Commit(ctx)
 }
 
 // completeSQL stores the response; only the owner of a live record may.

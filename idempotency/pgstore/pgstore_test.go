@@ -268,3 +268,63 @@ func TestSchemaDocumented(t *testing.T) {
 		t.Errorf("pgstore.Schema:\n%s\ndocs/idempotency.md:\n%s", got, block)
 	}
 }
+
+// A table made by an older Schema (no claim function): Begin says to run
+// the DDL again, and running it (the upgrade) keeps the table's rows.
+func TestSchemaAgainUpgradesAnOlderTable(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	table, _, _ := strings.Cut(pgstore.Schema(pgstore.DefaultTable), "CREATE OR REPLACE FUNCTION")
+	if _, err := pool.Exec(ctx, table); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO backstop_idempotency (scope, key, state, request, status, headers, body, expires_at)
+VALUES ('', 'k1', 'completed', 'r1', 201, '{}', 'paid', now() + interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	store := pgstore.New(pool, idempotency.WithMetrics(idempotency.NewMetrics()))
+	if _, err := store.Begin(ctx, "", "k1", "r1"); err == nil || !strings.Contains(err.Error(), "run CreateTable or Schema again") {
+		t.Fatalf("Begin on an older table: %v, want the hint to run the DDL again", err)
+	}
+	if err := store.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := store.Begin(ctx, "", "k1", "r1")
+	if err != nil || c.State != idempotency.Completed || c.Response.Status != 201 || string(c.Response.Body) != "paid" {
+		t.Fatalf("after the DDL again: %+v %v, want the stored response", c, err)
+	}
+}
+
+// WithTable: a table of its own, with its own claim function, its name
+// quoted as an identifier and as a string (a quote and capitals in it); the
+// default table's records are not its.
+func TestWithTableKeepsItsOwnRecords(t *testing.T) {
+	ctx := context.Background()
+	pool := start(t)
+	def := pgstore.New(pool, idempotency.WithMetrics(idempotency.NewMetrics()))
+	other := def.WithTable(`Idem'Keys`)
+	if err := other.CreateTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := other.Begin(ctx, "", "k1", "r1")
+	if err != nil || c.State != idempotency.Started {
+		t.Fatalf("Begin: %+v %v", c, err)
+	}
+	if err := other.Complete(ctx, "", "k1", c.Token, idempotency.Response{Status: 201, Body: []byte("paid")}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := other.Begin(ctx, "", "k1", "r1"); err != nil || c.State != idempotency.Completed || string(c.Response.Body) != "paid" {
+		t.Fatalf("replay from the other table: %+v %v", c, err)
+	}
+	if c, err := def.Begin(ctx, "", "k1", "r1"); err != nil || c.State != idempotency.Started {
+		t.Fatalf("the default table: %+v %v, want its own first run", c, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "Idem'Keys"`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows in the other table: %d %v", n, err)
+	}
+}

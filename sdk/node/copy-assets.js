@@ -1,5 +1,6 @@
 // The `prepare` script: copies backstop.wasm (built by `make wasm`), the
-// queue scripts and the error-kinds table into this package from their one
+// queue and idempotency scripts (Lua, and the PostgreSQL store's SQL) and the
+// error-kinds table into this package from their one
 // committed home, ../../contract, so `npm install` of this directory, `npm
 // pack` and `npm publish` ship them without a second committed copy. Outside
 // a checkout (an unpacked tarball) the copies the package carries are kept.
@@ -26,9 +27,9 @@ if (existsSync(wasm) && existsSync(scripts)) {
   put(wasm, join(here, 'backstop.wasm'));
   const dir = join(here, 'scripts');
   mkdirSync(dir, { recursive: true });
-  const lua = readdirSync(scripts).filter((f) => f.endsWith('.lua'));
+  const lua = readdirSync(scripts).filter((f) => f.endsWith('.lua') || f.endsWith('.sql'));
   for (const f of readdirSync(dir)) {
-    if (f.endsWith('.lua') && !lua.includes(f)) rmSync(join(dir, f)); // a script renamed or removed
+    if ((f.endsWith('.lua') || f.endsWith('.sql')) && !lua.includes(f)) rmSync(join(dir, f)); // a script renamed or removed
   }
   for (const f of lua) put(join(scripts, f), join(dir, f));
   put(join(contract, 'errorkinds.json'), join(here, 'errorkinds.json'));

@@ -1,8 +1,9 @@
-"""Build hook: backstop.wasm and the queue scripts ship in every build of
+"""Build hook: backstop.wasm and the scripts (the queue's and idempotency's
+Lua, the PostgreSQL store's SQL) ship in every build of
 this package without a second committed copy (so does errorkinds.json).
 
 The repository keeps one copy of each: ``contract/backstop.wasm`` (``make
-wasm``) and ``contract/scripts/*.lua``. Built from a checkout (``pip install
+wasm``) and ``contract/scripts/*.lua``, ``*.sql``. Built from a checkout (``pip install
 ./sdk/python``, a git URL with ``#subdirectory=sdk/python``, an editable
 install, an sdist or a wheel), this copies them into ``src/backstop``, where
 pyproject.toml's package-data picks them up. An sdist carries the copies, so
@@ -38,8 +39,8 @@ def copy_assets() -> None:
         _put(wasm, PACKAGE / "backstop.wasm")
         dest = PACKAGE / "scripts"
         dest.mkdir(exist_ok=True)
-        lua = {p.name: p for p in scripts.glob("*.lua")}
-        for old in dest.glob("*.lua"):
+        lua = {p.name: p for p in [*scripts.glob("*.lua"), *scripts.glob("*.sql")]}
+        for old in [*dest.glob("*.lua"), *dest.glob("*.sql")]:
             if old.name not in lua:  # a script renamed or removed
                 old.unlink()
         for name, src in lua.items():

@@ -85,7 +85,11 @@ func assets(t *testing.T) map[string][]byte {
 	if err != nil || len(lua) == 0 {
 		t.Fatalf("no scripts in %s (%v)", scriptsDir, err)
 	}
-	for _, f := range lua {
+	sql, err := filepath.Glob(filepath.Join(root, scriptsDir, "*.sql")) // the PostgreSQL idempotency store's
+	if err != nil || len(sql) == 0 {
+		t.Fatalf("no SQL in %s (%v)", scriptsDir, err)
+	}
+	for _, f := range append(lua, sql...) {
 		want["scripts/"+filepath.Base(f)] = readFile(t, f)
 	}
 	return want

@@ -115,7 +115,7 @@ func parseBlocks(t *testing.T, file, text string) []block {
 
 // javaDocFiles are the documents whose ```java blocks the Java suite runs
 // (ReadmeTest.FILES in sdk/java holds the same list).
-var javaDocFiles = []string{"README.md", "sdk/java/README.md"}
+var javaDocFiles = []string{"README.md", "sdk/java/README.md", "docs/idempotency.md"}
 
 // env is what the commands of the blocks run with.
 type env struct {

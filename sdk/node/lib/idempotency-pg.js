@@ -3,8 +3,10 @@
 // testdata/idempotency the same way) over the caller's node-postgres (pg)
 // Pool, and onceTx, which writes the record in the caller's transaction.
 // pg is an optional peer dependency: this module never imports it, it calls
-// the pool it is given. The SQL is Go's idempotency/pgstore's.
+// the pool it is given. The table and its claim are the contract's
+// (scripts/idempotency.sql, which every language's store runs).
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import {
   LeaseLostError, StoreError, checkKey, defaultMetrics, onceAnswer, safeHeaders,
 } from './idempotency-common.js';
@@ -13,27 +15,23 @@ export const DEFAULT_TABLE = 'backstop_idempotency';
 
 const ident = (name) => `"${name.replaceAll('"', '""')}"`;
 
-/** The table's DDL (CREATE TABLE IF NOT EXISTS and its expiry index), as Go's pgstore.Schema writes it. */
+const SQL = readFileSync(new URL('../scripts/idempotency.sql', import.meta.url), 'utf8');
+
+/**
+ * The DDL of the table and of its claim function (the contract's
+ * scripts/idempotency.sql, as Go's pgstore.Schema writes it): CREATE TABLE
+ * IF NOT EXISTS, its expiry index, CREATE OR REPLACE FUNCTION. Run it again
+ * after an upgrade: the table and its rows stay as they are.
+ */
 export function pgSchema(table = DEFAULT_TABLE) {
-  const t = ident(table);
-  return `CREATE TABLE IF NOT EXISTS ${t} (
-  scope       text        NOT NULL,
-  key         text        NOT NULL,
-  state       text        NOT NULL CHECK (state IN ('in_progress', 'completed')),
-  token       text,
-  lease_until timestamptz,
-  request     text        NOT NULL,
-  status      integer,
-  headers     jsonb,
-  body        bytea,
-  too_large   boolean     NOT NULL DEFAULT false,
-  truncated   boolean     NOT NULL DEFAULT false,
-  expires_at  timestamptz NOT NULL,
-  PRIMARY KEY (scope, key)
-);
-CREATE INDEX IF NOT EXISTS ${ident(`${table}_expires_at`)} ON ${t} (expires_at);
-`;
+  const names = {
+    '{table}': ident(table), '{index}': ident(`${table}_expires_at`), '{function}': beginFunction(table),
+    '{name}': `'${table.replaceAll("'", "''")}'`,
+  };
+  return SQL.replace(/\{(?:table|index|function|name)\}/g, (p) => names[p]);
 }
+
+const beginFunction = (table) => ident(`${table}_begin_v1`);
 
 function positive(name, v) {
   if (!Number.isSafeInteger(v) || v < 1) throw new TypeError(`Expected \`${name}\` to be a positive whole number of milliseconds (got ${v})`);
@@ -52,11 +50,11 @@ function defaultLog(message, fields) {
 const dropped = new Set();
 
 /**
- * Returns a store over pool (a pg Pool: its statements run on pool.query,
- * its claims in a transaction on a client of pool.connect()). Options: table
+ * Returns a store over pool (a pg Pool: its statements, each its own
+ * transaction, run on pool.query). Options: table
  * ('backstop_idempotency'), leaseMs (30000), retentionMs (86400000), maxBody
  * (1 MiB), metrics (defaultMetrics), log. The table must exist
- * (pgSchema, store.createTable()). The store has the Redis store's shape:
+ * with its function (pgSchema, store.createTable()). The store has the Redis store's shape:
  * idempotencyMiddleware, idempotent, fastifyIdempotency and once take it.
  */
 export function createPgIdempotencyStore(pool, options = {}) {
@@ -79,11 +77,13 @@ class PgStore {
   #pool;
   #o;
   #t;
+  #begin; // the table's claim function, quoted
 
   constructor(pool, o) {
     this.#pool = pool;
     this.#o = o;
     this.#t = ident(o.table);
+    this.#begin = beginFunction(o.table);
     this.metrics = o.metrics;
     this.leaseMs = o.leaseMs;
     this.table = o.table;
@@ -114,19 +114,26 @@ class PgStore {
     return new StoreError(`idempotency: ${op} ${JSON.stringify(key)}: ${err?.message ?? err}`, { cause: err });
   }
 
-  /** The claim (the script's begin in SQL) on client, inside its transaction. */
+  /** The claim: one call of the table's function (idempotency.sql) on client, or on the pool. */
   async claim(client, scope, key, request, token) {
-    const lock = await client.query('SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0)) AS got',
-      [`${this.#o.table}\n${scope}\n${key}`]);
-    if (!lock.rows[0].got) return { state: 'in_progress', retryAfterS: 1 };
-    const r = await client.query(`SELECT state, request, status, headers::text AS headers, body, too_large, truncated,
-  (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::float8 AS lease_left_ms, expires_at <= clock_timestamp() AS expired
-FROM ${this.#t} WHERE scope = $1 AND key = $2 FOR UPDATE`, [scope, key]);
+    let r;
+    try {
+      r = await client.query(`SELECT state, retry_after_s::float8 AS retry_after_s, taken_over, status, headers, body,
+  too_large, truncated FROM ${this.#begin}($1, $2, $3, $4, $5::bigint, $6::bigint)`,
+      [scope, key, request, token, this.#o.leaseMs, this.#o.retentionMs]);
+    } catch (err) {
+      if (err?.code === '42883') err.message += " (the store's DDL is older than the store: run createTable() or pgSchema() again)";
+      throw err;
+    }
     const row = r.rows[0];
-    let takenOver = false;
-    if (row && !row.expired) {
-      if (row.request !== request) return { state: 'conflict' };
-      if (row.state === 'completed') {
+    switch (row.state) {
+      case 'started':
+        return { state: 'started', token, takenOver: row.taken_over };
+      case 'in_progress':
+        return { state: 'in_progress', retryAfterS: row.retry_after_s };
+      case 'conflict':
+        return { state: 'conflict' };
+      case 'completed': {
         const large = row.too_large;
         return {
           state: 'completed',
@@ -136,44 +143,25 @@ FROM ${this.#t} WHERE scope = $1 AND key = $2 FOR UPDATE`, [scope, key]);
           },
         };
       }
-      if (row.state !== 'in_progress') throw new Error(`${this.#t} holds state ${JSON.stringify(row.state)}, not in_progress or completed`);
-      if (row.lease_left_ms !== null && row.lease_left_ms > 0) return { state: 'in_progress', retryAfterS: Math.ceil(row.lease_left_ms / 1000) };
-      takenOver = true;
+      default:
+        throw new Error(`${this.#begin} answered ${JSON.stringify(row.state)}`);
     }
-    await client.query(`INSERT INTO ${this.#t} AS t (scope, key, state, token, lease_until, request, status, headers, body,
-  too_large, truncated, expires_at)
-VALUES ($1, $2, 'in_progress', $3, clock_timestamp() + $5::float8 * interval '1 millisecond', $4, NULL, NULL, NULL, false, false,
-  clock_timestamp() + $6::float8 * interval '1 millisecond')
-ON CONFLICT (scope, key) DO UPDATE SET state = excluded.state, token = excluded.token, lease_until = excluded.lease_until,
-  request = excluded.request, status = NULL, headers = NULL, body = NULL, too_large = false, truncated = false,
-  expires_at = excluded.expires_at`, [scope, key, token, request, this.#o.leaseMs, this.#o.retentionMs]);
-    return { state: 'started', token, takenOver };
   }
 
   /**
-   * Claims key within scope for a request whose hash is request, in a
-   * transaction of its own that commits the in_progress row with its lease.
+   * Claims key within scope for a request whose hash is request, in one
+   * statement (its own transaction) that commits the in_progress row with
+   * its lease.
    * Resolves as the Redis store's begin does.
    */
   async begin(scope, key, request) {
     checkKey(key);
     word('request', request);
-    let client;
     let c;
     try {
-      client = await this.#pool.connect();
-      await client.query('BEGIN');
-      try {
-        c = await this.claim(client, scope, key, request, randomBytes(16).toString('hex'));
-        await client.query('COMMIT');
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => {});
-        throw err;
-      }
+      c = await this.claim(this.#pool, scope, key, request, randomBytes(16).toString('hex')); // one statement: its own transaction
     } catch (err) {
       throw this.#storeError('begin', key, err);
-    } finally {
-      client?.release();
     }
     if (c.takenOver) this.#o.metrics.leaseExpiries++;
     return c;

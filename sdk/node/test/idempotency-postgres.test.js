@@ -224,3 +224,23 @@ test("pgSchema is the DDL docs/idempotency.md shows (and Go's and Python's)", ()
   assert.ok(block, 'docs/idempotency.md has no ```sql block');
   assert.equal(pgSchema(), block[1]);
 });
+
+test("a table of its own (a quote and capitals in its name) has its own claim function; an older table's DDL is run again", async () => {
+  const m = new Metrics();
+  const other = createPgIdempotencyStore(pool, { table: "Idem'Keys", metrics: m, log: () => {} });
+  await other.createTable();
+  const c = await other.begin('', 'own-k1', 'r1');
+  assert.equal(c.state, 'started');
+  await other.complete('', 'own-k1', c.token, { status: 201, headers: {}, body: Buffer.from('paid') });
+  const again = await other.begin('', 'own-k1', 'r1');
+  assert.equal(again.state, 'completed');
+  assert.equal(again.response.body.toString(), 'paid');
+  assert.equal((await pool.query(`SELECT count(*)::int AS n FROM "Idem'Keys"`)).rows[0].n, 1);
+  assert.equal((await createPgIdempotencyStore(pool, { metrics: m }).begin('', 'own-k1', 'r1')).state, 'started', 'the default table is not the other');
+  // A table an older pgSchema made (no function): begin says to run the DDL again.
+  const old = createPgIdempotencyStore(pool, { table: 'idem_old', metrics: m, log: () => {} });
+  await pool.query(pgSchema('idem_old').split('CREATE OR REPLACE FUNCTION')[0]);
+  await assert.rejects(old.begin('', 'own-k1', 'r1'), /run createTable\(\) or pgSchema\(\) again/);
+  await old.createTable();
+  assert.equal((await old.begin('', 'own-k1', 'r1')).state, 'started');
+});

@@ -24,11 +24,15 @@ test('the shipped scripts are the contract’s', async () => {
   const names = ['enqueue', 'ack', 'retry', 'defer', 'dead_letter', 'promote', 'reclaim', 'replay', 'hold', 'run', 'discard'];
   const contract = (name) => readFileSync(new URL(`../../../contract/scripts/${name}.lua`, import.meta.url), 'utf8');
   const shipped = (name) => readFileSync(new URL(`../scripts/${name}.lua`, import.meta.url), 'utf8');
-  // idempotency.lua ships beside them (lib/idempotency.js loads it).
-  assert.deepEqual(readdirSync(new URL('../scripts/', import.meta.url)).sort(), [...names, 'lib', 'idempotency'].map((n) => `${n}.lua`).sort());
+  // idempotency.lua ships beside them (lib/idempotency.js loads it), and
+  // idempotency.sql (lib/idempotency-pg.js runs it).
+  assert.deepEqual(readdirSync(new URL('../scripts/', import.meta.url)).sort(),
+    [...[...names, 'lib', 'idempotency'].map((n) => `${n}.lua`), 'idempotency.sql'].sort());
   for (const name of [...names, 'lib', 'idempotency']) {
     assert.equal(shipped(name), contract(name), `scripts/${name}.lua differs from contract/scripts`);
   }
+  const sql = (dir) => readFileSync(new URL(`${dir}idempotency.sql`, import.meta.url), 'utf8');
+  assert.equal(sql('../scripts/'), sql('../../../contract/scripts/'), 'scripts/idempotency.sql differs from contract/scripts');
   // Each script is sent after lib.lua, the helpers they share.
   for (const name of names) {
     assert.equal(scriptSource(name), `${contract('lib')}\n${contract(name)}`, name);

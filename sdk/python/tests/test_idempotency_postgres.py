@@ -318,3 +318,28 @@ def test_table_name_with_percent_and_quote(pool):
     again = store.begin("pct", "k1", "r1")
     assert (again.state, again.response.status, again.response.body) == ("completed", 201, b"made")
     assert store.purge() == 0
+
+
+def test_a_table_of_its_own_and_an_older_tables_upgrade(pool):
+    # Its own claim function, its name quoted as an identifier and as a
+    # string (a quote and capitals in it); the default table is not it.
+    m = IdempotencyMetrics()
+    other = PostgresIdempotencyStore(pool, table="Idem'Keys", metrics=m)
+    other.create_table()
+    c = other.begin("", "own-k1", "r1")
+    assert c.state == "started"
+    other.complete("", "own-k1", c.token, StoredResponse(201, {}, b"paid"))
+    again = other.begin("", "own-k1", "r1")
+    assert (again.state, again.response.body) == ("completed", b"paid")
+    with pool.connection() as conn:
+        assert conn.execute('SELECT count(*) FROM "Idem\'Keys"').fetchone()[0] == 1
+    assert PostgresIdempotencyStore(pool, metrics=m).begin("", "own-k1", "r1").state == "started"
+    # A table an older schema() made (no function): begin says to run the
+    # DDL again, and running it keeps the table.
+    old = PostgresIdempotencyStore(pool, table="idem_old", metrics=m)
+    with pool.connection() as conn:
+        conn.execute(schema("idem_old").split("CREATE OR REPLACE FUNCTION")[0])
+    with pytest.raises(psycopg.ProgrammingError, match=r"run create_table\(\) or schema\(\) again"):
+        old.begin("", "own-k1", "r1")
+    old.create_table()
+    assert old.begin("", "own-k1", "r1").state == "started"

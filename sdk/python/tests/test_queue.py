@@ -85,6 +85,8 @@ def test_scripts_ship_identical_to_the_contract():
     assert sorted(p.stem for p in CONTRACT.glob("*.lua")) == sorted(SCRIPTS + ("lib", "idempotency"))
     for name in SCRIPTS + ("lib", "idempotency"):
         assert (shipped / (name + ".lua")).read_text("utf-8") == (CONTRACT / (name + ".lua")).read_text(), name
+    # and idempotency.sql (backstop.idempotency_postgres runs it).
+    assert (shipped / "idempotency.sql").read_text("utf-8") == (CONTRACT / "idempotency.sql").read_text("utf-8")
 
 
 def test_keys():

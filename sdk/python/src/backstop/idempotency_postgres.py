@@ -8,22 +8,25 @@ record commit (or roll back) together.
 ``PostgresIdempotencyStore`` takes a ``psycopg_pool.ConnectionPool`` (or a
 ``psycopg.Connection``, used by one call at a time);
 ``AsyncPostgresIdempotencyStore`` their asyncio counterparts. Both work with
-``idempotent`` and (the asyncio one) ``IdempotencyMiddleware``. The SQL is
-Go's ``idempotency/pgstore``'s: a claim takes the key's transaction-scoped
-advisory lock (``pg_try_advisory_xact_lock``; taken elsewhere: in progress at
-once), reads the row ``FOR UPDATE`` and upserts it on its primary key
-(``INSERT … ON CONFLICT (scope, key) DO UPDATE``); ``complete`` and ``fail``
-are single statements guarded by the owner's token.
+``idempotent`` and (the asyncio one) ``IdempotencyMiddleware``. The table
+and its claim are the contract's (``scripts/idempotency.sql``, which every
+language's store runs): a claim is one call of the table's function, which
+takes the key's transaction-scoped advisory lock
+(``pg_try_advisory_xact_lock``; taken elsewhere: in progress at once), reads
+the row ``FOR UPDATE`` and upserts it on its primary key; ``complete`` and
+``fail`` are single statements guarded by the owner's token.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-import math
+import re
 import secrets
 import threading
+from importlib import resources
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, Optional, Tuple, Union
 
 import psycopg
@@ -41,26 +44,23 @@ def _ident(name: str) -> str:
 
 
 def schema(table: str = DEFAULT_TABLE) -> str:
-    """The table's DDL (``CREATE TABLE IF NOT EXISTS`` and its expiry index),
-    as Go's ``pgstore.Schema`` writes it."""
-    t = _ident(table)
-    return """CREATE TABLE IF NOT EXISTS %s (
-  scope       text        NOT NULL,
-  key         text        NOT NULL,
-  state       text        NOT NULL CHECK (state IN ('in_progress', 'completed')),
-  token       text,
-  lease_until timestamptz,
-  request     text        NOT NULL,
-  status      integer,
-  headers     jsonb,
-  body        bytea,
-  too_large   boolean     NOT NULL DEFAULT false,
-  truncated   boolean     NOT NULL DEFAULT false,
-  expires_at  timestamptz NOT NULL,
-  PRIMARY KEY (scope, key)
-);
-CREATE INDEX IF NOT EXISTS %s ON %s (expires_at);
-""" % (t, _ident(table + "_expires_at"), t)
+    """The DDL of the table and of its claim function (the contract's
+    ``scripts/idempotency.sql``, as Go's ``pgstore.Schema`` writes it):
+    ``CREATE TABLE IF NOT EXISTS``, its expiry index, ``CREATE OR REPLACE
+    FUNCTION``. Run it again after an upgrade: the table and its rows stay
+    as they are."""
+    names = {"{table}": _ident(table), "{index}": _ident(table + "_expires_at"), "{function}": _begin_function(table),
+             "{name}": "'" + table.replace("'", "''") + "'"}
+    return re.sub(r"\{(?:table|index|function|name)\}", lambda m: names[m.group(0)], _sql())
+
+
+@functools.lru_cache(maxsize=1)
+def _sql() -> str:
+    return (resources.files("backstop") / "scripts" / "idempotency.sql").read_text("utf-8")
+
+
+def _begin_function(table: str) -> str:
+    return _ident(table + "_begin_v1")
 
 
 def _word(name: str, v: Any) -> None:
@@ -68,19 +68,9 @@ def _word(name: str, v: Any) -> None:
         raise ValueError("%s must be 1..128 printable ASCII characters without spaces" % name)
 
 
-# The statements, on the table's quoted name. A claim runs _LOCK, _ROW, then
-# (started) _UPSERT in one transaction.
-_LOCK = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))"
-_ROW = """SELECT state, request, status, headers::text, body, too_large, truncated,
-  (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::float8, expires_at <= clock_timestamp()
-FROM {t} WHERE scope = %s AND key = %s FOR UPDATE"""
-_UPSERT = """INSERT INTO {t} AS t (scope, key, state, token, lease_until, request, status, headers, body,
-  too_large, truncated, expires_at)
-VALUES (%s, %s, 'in_progress', %s, clock_timestamp() + %s::float8 * interval '1 millisecond', %s, NULL, NULL, NULL,
-  false, false, clock_timestamp() + %s::float8 * interval '1 millisecond')
-ON CONFLICT (scope, key) DO UPDATE SET state = excluded.state, token = excluded.token, lease_until = excluded.lease_until,
-  request = excluded.request, status = NULL, headers = NULL, body = NULL, too_large = false, truncated = false,
-  expires_at = excluded.expires_at"""
+# The statements, on the table's quoted name ({t}) and its claim function's ({f}).
+_BEGIN = """SELECT state, retry_after_s, taken_over, status, headers, body, too_large, truncated
+FROM {f}(%s, %s, %s, %s, %s, %s)"""
 _COMPLETE = """UPDATE {t} SET state = 'completed', status = %s, headers = %s::jsonb, body = %s, too_large = %s,
   truncated = %s, lease_until = NULL, expires_at = clock_timestamp() + %s::float8 * interval '1 millisecond'
 WHERE scope = %s AND key = %s AND state = 'in_progress' AND token = %s AND expires_at > clock_timestamp()"""
@@ -97,36 +87,34 @@ class _PgBase(_Options):
             raise ValueError("table must be a non-empty string, got %r" % (table,))
         super().__init__(**options)
         self.db, self.table = db, table
-        t = _ident(table).replace("%", "%%")  # psycopg reads a lone % of a query with parameters as a placeholder
-        self._sql = {name: q.replace("{t}", t) for name, q in
-                     (("row", _ROW), ("upsert", _UPSERT), ("complete", _COMPLETE), ("fail", _FAIL), ("purge", _PURGE))}
+        # psycopg reads a lone % of a query with parameters as a placeholder
+        t, f = _ident(table).replace("%", "%%"), _begin_function(table).replace("%", "%%")
+        self._sql = {name: q.replace("{t}", t).replace("{f}", f) for name, q in
+                     (("begin", _BEGIN), ("complete", _COMPLETE), ("fail", _FAIL), ("purge", _PURGE))}
 
-    def _lock_key(self, scope: str, key: str) -> str:
-        return "%s\n%s\n%s" % (self.table, scope, key)
+    def _begin_args(self, scope: str, key: str, request: str, token: str) -> list:
+        return [scope, key, request, token, self._lease, self._retention]
 
-    def _decide(self, key: str, row: Optional[tuple], request: str) -> Tuple[Optional[Claim], bool]:
-        """The script's begin on the row read FOR UPDATE: a Claim to answer,
-        or (None, taken_over) when the caller takes the key."""
-        if row is None or row[8]:  # absent, or past its retention
-            return None, False
-        state, req, status, headers, body, large, truncated, lease_left_ms, _ = row
-        if req != request:
-            return Claim("conflict"), False
-        if state == "completed":
-            h: Any = {}
-            if not large and headers:
-                try:
-                    h = json.loads(headers)
-                except ValueError:
-                    h = None
-            return Claim("completed", response=StoredResponse(
-                status=status, headers=_safe_headers(_stored_pairs(h)) if not large else {},
-                body=bytes(body) if body is not None and not large else b"", too_large=large, truncated=truncated)), False
-        if state != "in_progress":
-            raise psycopg.DataError("%s holds state %r, not in_progress or completed" % (self.table, state))
-        if lease_left_ms is not None and lease_left_ms > 0:
-            return Claim("in_progress", retry_after=math.ceil(lease_left_ms / 1000)), False
-        return None, True
+    def _claim_of(self, row: tuple, token: str) -> Claim:
+        """The Claim of the table's function's answer."""
+        state, retry_after_s, taken_over, status, headers, body, large, truncated = row
+        if state == "started":
+            return Claim("started", token=token, taken_over=taken_over)
+        if state == "in_progress":
+            return Claim("in_progress", retry_after=retry_after_s)
+        if state == "conflict":
+            return Claim("conflict")
+        if state != "completed":
+            raise psycopg.DataError("%s answered %r" % (_begin_function(self.table), state))
+        h: Any = {}
+        if not large and headers:
+            try:
+                h = json.loads(headers)
+            except ValueError:
+                h = None
+        return Claim("completed", response=StoredResponse(
+            status=status, headers=_safe_headers(_stored_pairs(h)) if not large else {},
+            body=bytes(body) if body is not None and not large else b"", too_large=large, truncated=truncated))
 
     def _begin_checks(self, key: str, request: str) -> str:
         check_key(key)
@@ -163,6 +151,17 @@ class _PgBase(_Options):
         if claim.taken_over:
             self.metrics.lease_expiries += 1
         self.metrics.requests["first_run"] += 1
+
+
+@contextlib.contextmanager
+def _older_ddl() -> Iterator[None]:
+    """Says what to do when the table's function is missing: the table was
+    made by an older schema()."""
+    try:
+        yield
+    except psycopg.errors.UndefinedFunction as e:
+        raise psycopg.ProgrammingError("%s (the store's DDL is older than the store: run create_table() or schema() "
+                                       "again)" % e) from e
 
 
 def _bytes(out: Union[bytes, str, None]) -> bytes:
@@ -206,17 +205,14 @@ class PostgresIdempotencyStore(_SyncSettle, _PgBase):
             return conn.execute(self._sql["purge"], [limit]).rowcount
 
     def _claim(self, conn: Any, scope: str, key: str, request: str, token: str) -> Claim:
-        if not conn.execute(_LOCK, [self._lock_key(scope, key)]).fetchone()[0]:
-            return Claim("in_progress", retry_after=1)  # a transaction holds the key now
-        claim, taken = self._decide(key, conn.execute(self._sql["row"], [scope, key]).fetchone(), request)
-        if claim is not None:
-            return claim
-        conn.execute(self._sql["upsert"], [scope, key, token, self._lease, request, self._retention])
-        return Claim("started", token=token, taken_over=taken)
+        with _older_ddl():
+            return self._claim_of(conn.execute(self._sql["begin"], self._begin_args(scope, key, request, token)).fetchone(),
+                                  token)
 
     def begin(self, scope: str, key: str, request: str) -> Claim:
-        """Claims key within scope for a request whose hash is request, in a
-        transaction of its own that commits the in_progress row and its lease."""
+        """Claims key within scope for a request whose hash is request: one
+        call of the table's function, in a transaction of its own that
+        commits the in_progress row and its lease."""
         token = self._begin_checks(key, request)
         with self._counted("begin"), self._conn() as conn, conn.transaction():
             claim = self._claim(conn, scope, key, request, token)
@@ -301,14 +297,9 @@ class AsyncPostgresIdempotencyStore(_AsyncSettle, _PgBase):
             return (await conn.execute(self._sql["purge"], [limit])).rowcount
 
     async def _claim(self, conn: Any, scope: str, key: str, request: str, token: str) -> Claim:
-        if not (await (await conn.execute(_LOCK, [self._lock_key(scope, key)])).fetchone())[0]:
-            return Claim("in_progress", retry_after=1)
-        row = await (await conn.execute(self._sql["row"], [scope, key])).fetchone()
-        claim, taken = self._decide(key, row, request)
-        if claim is not None:
-            return claim
-        await conn.execute(self._sql["upsert"], [scope, key, token, self._lease, request, self._retention])
-        return Claim("started", token=token, taken_over=taken)
+        with _older_ddl():
+            cur = await conn.execute(self._sql["begin"], self._begin_args(scope, key, request, token))
+            return self._claim_of(await cur.fetchone(), token)
 
     async def begin(self, scope: str, key: str, request: str) -> Claim:
         token = self._begin_checks(key, request)

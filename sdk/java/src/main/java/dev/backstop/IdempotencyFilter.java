@@ -35,7 +35,8 @@ import java.util.function.IntPredicate;
 
 /**
  * Idempotency keys for servlets and Spring MVC (a {@code jakarta.servlet}
- * Filter over {@link IdempotencyStore}): a request with an
+ * Filter over an {@link IdempotencyBackend}: {@link IdempotencyStore} on Redis or
+ * {@link PgIdempotencyStore} on PostgreSQL): a request with an
  * {@code Idempotency-Key} runs once; a retry with the same key and request
  * gets the first response (marked {@code Idempotent-Replayed: true}), the
  * same key with another request 422, a duplicate while the first runs 409
@@ -124,7 +125,7 @@ public final class IdempotencyFilter implements Filter {
       return new Options(header, scope, methods, List.of(names), failOpen, maxRequestBody, release);
     }
 
-    /** Runs the handler without the store when Redis cannot be reached (default false: 503 and Retry-After). */
+    /** Runs the handler without the store when it cannot be reached (default false: 503 and Retry-After). */
     public Options withFailOpen(boolean open) {
       return new Options(header, scope, methods, stored, open, maxRequestBody, release);
     }
@@ -141,13 +142,13 @@ public final class IdempotencyFilter implements Filter {
     }
   }
 
-  private final IdempotencyStore store;
+  private final IdempotencyBackend store;
   private final Options o;
   // The background retries of store calls that failed after a handler ran;
   // destroy() lets those pending finish (each ends with its key's lease).
   private final IdempotencySettle settle = new IdempotencySettle();
 
-  private IdempotencyFilter(IdempotencyStore store, Options o) {
+  private IdempotencyFilter(IdempotencyBackend store, Options o) {
     this.store = store;
     this.o = o;
   }
@@ -158,7 +159,8 @@ public final class IdempotencyFilter implements Filter {
     settle.close();
   }
 
-  public static IdempotencyFilter create(IdempotencyStore store, Options options) {
+  /** The filter over store: an {@link IdempotencyStore} (Redis) or a {@link PgIdempotencyStore} (PostgreSQL). */
+  public static IdempotencyFilter create(IdempotencyBackend store, Options options) {
     return new IdempotencyFilter(Objects.requireNonNull(store, "store"), Objects.requireNonNull(options, "options"));
   }
 
@@ -180,7 +182,7 @@ public final class IdempotencyFilter implements Filter {
       chain.doFilter(request, response);
       return;
     }
-    String bad = IdempotencyStore.checkKey(key);
+    String bad = IdempotencyRules.checkKey(key);
     if (bad != null) {
       error(res, HttpServletResponse.SC_BAD_REQUEST, o.header + ": " + bad);
       return;
@@ -198,10 +200,10 @@ public final class IdempotencyFilter implements Filter {
     }
     HttpServletRequest again = new Replayable(req, body);
     String scope = o.scope.apply(again);
-    long until = System.nanoTime() + store.options.lease.toNanos(); // the lease runs from about here
+    long until = System.nanoTime() + store.lease().toNanos(); // the lease runs from about here
     IdempotencyStore.Claim c;
     try {
-      c = store.begin(scope, key, IdempotencyStore.requestHash(req.getMethod(), req.getRequestURI(), body));
+      c = store.begin(scope, key, IdempotencyRules.requestHash(req.getMethod(), req.getRequestURI(), body));
     } catch (RuntimeException e) {
       LOG.log(System.Logger.Level.WARNING, "idempotency: begin " + key + " failed: " + e);
       if (o.failOpen) {
@@ -214,11 +216,11 @@ public final class IdempotencyFilter implements Filter {
     }
     switch (c.state()) {
       case CONFLICT:
-        store.count(m -> m.request("conflict"));
+        store.countRequest("conflict");
         error(res, 422, o.header + " was used with a different request");
         return;
       case IN_PROGRESS:
-        store.count(m -> m.request("in_progress"));
+        store.countRequest("in_progress");
         res.setHeader("Retry-After", Long.toString(c.retryAfterSeconds()));
         error(res, HttpServletResponse.SC_CONFLICT, "a request with this " + o.header + " is in progress");
         return;
@@ -227,7 +229,7 @@ public final class IdempotencyFilter implements Filter {
         return;
       default:
     }
-    store.count(m -> m.request("first_run"));
+    store.countRequest("first_run");
     // Whatever happens from here (a handler that throws, a client that
     // left, a store that fails), the record is completed or released.
     Recorder rec = new Recorder(res);
@@ -275,7 +277,7 @@ public final class IdempotencyFilter implements Filter {
 
   private void replay(HttpServletResponse res, IdempotencyStore.Response r) throws IOException {
     res.setHeader(REPLAYED_HEADER, "true");
-    store.count(m -> m.request(r.tooLarge() ? "too_large" : "replayed"));
+    store.countRequest(r.tooLarge() ? "too_large" : "replayed");
     if (r.tooLarge()) {
       error(res, 500, "idempotency: the first response to this key was too large to store; it cannot be replayed");
       return;

@@ -8,19 +8,11 @@ import io.lettuce.core.api.sync.RedisCommands;
 import io.lettuce.core.codec.ByteArrayCodec;
 import io.prometheus.metrics.model.registry.PrometheusRegistry;
 import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
-import java.security.SecureRandom;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Base64;
-import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Set;
-import java.util.TreeMap;
-import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * The server side of idempotency keys in Redis (Lettuce): one record per key,
@@ -39,13 +31,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * connection is the store's own (close the store to close it), the client
  * stays the caller's.
  */
-public final class IdempotencyStore implements AutoCloseable {
+public final class IdempotencyStore implements IdempotencyBackend, AutoCloseable {
   /** The longest key accepted, in bytes (Stripe's limit). */
-  public static final int MAX_KEY_LENGTH = 255;
-
-
-  private static final SecureRandom RANDOM = new SecureRandom();
-  private static final Set<String> DROPPED = ConcurrentHashMap.newKeySet();
+  public static final int MAX_KEY_LENGTH = IdempotencyRules.MAX_KEY_LENGTH;
 
   /** What begin found under a key. */
   public enum State {
@@ -96,7 +84,7 @@ public final class IdempotencyStore implements AutoCloseable {
     }
   }
 
-  /** Thrown by {@link #once} when the key was used for a different request. */
+  /** Thrown by {@link IdempotencyBackend#once} when the key was used for a different request. */
   public static final class ConflictException extends BackstopException {
     private static final long serialVersionUID = 1L;
 
@@ -105,7 +93,7 @@ public final class IdempotencyStore implements AutoCloseable {
     }
   }
 
-  /** Thrown by {@link #once} while another call holds the key: retry after {@link #retryAfterSeconds()}. */
+  /** Thrown by {@link IdempotencyBackend#once} while another call holds the key: retry after {@link #retryAfterSeconds()}. */
   public static final class InProgressException extends BackstopException {
     private static final long serialVersionUID = 1L;
     private final long retryAfterSeconds;
@@ -121,7 +109,7 @@ public final class IdempotencyStore implements AutoCloseable {
     }
   }
 
-  /** Thrown by {@link #once} when the first result was over the store's limit: it was not kept and cannot be replayed. */
+  /** Thrown by {@link IdempotencyBackend#once} when the first result was over the store's limit: it was not kept and cannot be replayed. */
   public static final class TooLargeException extends BackstopException {
     private static final long serialVersionUID = 1L;
 
@@ -225,6 +213,16 @@ public final class IdempotencyStore implements AutoCloseable {
     if (metrics != null) f.accept(metrics);
   }
 
+  @Override
+  public Duration lease() {
+    return options.lease;
+  }
+
+  @Override
+  public void countRequest(String outcome) {
+    count(m -> m.request(outcome));
+  }
+
   /** A store over a connection of its own to client. */
   public static IdempotencyStore create(RedisClient client, Options options) {
     Objects.requireNonNull(client, "client");
@@ -244,20 +242,12 @@ public final class IdempotencyStore implements AutoCloseable {
 
   /** Why key cannot be an idempotency key (1..255 printable ASCII characters), or null. */
   public static String checkKey(String key) {
-    if (key == null || key.isEmpty()) return "idempotency: key must not be empty";
-    if (key.length() > MAX_KEY_LENGTH) {
-      return "idempotency: key must be at most " + MAX_KEY_LENGTH + " bytes, got " + key.getBytes(StandardCharsets.UTF_8).length;
-    }
-    for (int i = 0; i < key.length(); i++) {
-      char c = key.charAt(i);
-      if (c < 0x20 || c > 0x7e) return "idempotency: key must be printable ASCII, character " + i + " is " + String.format("%#x", (int) c);
-    }
-    return null;
+    return IdempotencyRules.checkKey(key);
   }
 
   /** The request hash every adapter stores beside a key: SHA-256 (hex) of method, "\n", path, "\n", body. */
   public static String fingerprint(String method, String path, byte[] body) {
-    return fingerprint(method, path.getBytes(StandardCharsets.UTF_8), body);
+    return IdempotencyRules.fingerprint(method, path, body);
   }
 
   /**
@@ -267,32 +257,7 @@ public final class IdempotencyStore implements AutoCloseable {
    * ({@code testdata/idempotency/requests.json}); a {@code %} without two hex digits stays.
    */
   public static String requestHash(String method, String rawPath, byte[] body) {
-    byte[] in = rawPath.getBytes(StandardCharsets.UTF_8);
-    java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream(in.length);
-    for (int i = 0; i < in.length; i++) {
-      int hi = i + 2 < in.length && in[i] == '%' ? Character.digit(in[i + 1], 16) : -1;
-      int lo = hi >= 0 ? Character.digit(in[i + 2], 16) : -1;
-      if (lo >= 0) {
-        out.write(hi << 4 | lo);
-        i += 2;
-      } else {
-        out.write(in[i]);
-      }
-    }
-    return fingerprint(method, out.toByteArray(), body);
-  }
-
-  private static String fingerprint(String method, byte[] path, byte[] body) {
-    try {
-      MessageDigest h = MessageDigest.getInstance("SHA-256");
-      h.update((method + "\n").getBytes(StandardCharsets.UTF_8));
-      h.update(path);
-      h.update((byte) '\n');
-      h.update(body);
-      return HexFormat.of().formatHex(h.digest());
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException(e);
-    }
+    return IdempotencyRules.requestHash(method, rawPath, body);
   }
 
   /**
@@ -301,6 +266,7 @@ public final class IdempotencyStore implements AutoCloseable {
    * @throws IllegalArgumentException for a key {@link #checkKey} refuses
    * @throws RedisException when Redis fails or does not answer within the call timeout
    */
+  @Override
   public Claim begin(String scope, String key, String request) {
     String bad = checkKey(key);
     if (bad != null) throw new IllegalArgumentException(bad);
@@ -330,7 +296,7 @@ public final class IdempotencyStore implements AutoCloseable {
           } catch (NumberFormatException e) {
             status = 0;
           }
-          return new Claim(State.COMPLETED, null, false, 0, new Response(status, decodeHeaders(text(r.get(2))),
+          return new Claim(State.COMPLETED, null, false, 0, new Response(status, IdempotencyRules.decodeHeaders(text(r.get(2))),
               Base64.getDecoder().decode(text(r.get(3))), num(r.get(4)) == 1, num(r.get(5)) == 1));
         }
         break;
@@ -346,10 +312,11 @@ public final class IdempotencyStore implements AutoCloseable {
    *
    * @throws LeaseLostException when the caller no longer owns the key
    */
+  @Override
   public void complete(String scope, String key, String token, Response resp) {
     boolean large = resp.tooLarge() || resp.body().length > options.maxBody;
     List<Object> argv = List.of("complete", token, Integer.toString(resp.status()),
-        large ? "" : encodeHeaders(safeHeaders(resp.headers())),
+        large ? "" : IdempotencyRules.encodeHeaders(IdempotencyRules.safeHeaders(resp.headers())),
         large ? "" : Base64.getEncoder().encodeToString(resp.body()), large ? "1" : "0",
         options.retention.toMillis(), resp.truncated() ? "1" : "0");
     owner("complete", key, () -> RedisQueue.script(cmds, "idempotency", List.of(recordKey(scope, key)), argv));
@@ -360,6 +327,7 @@ public final class IdempotencyStore implements AutoCloseable {
    *
    * @throws LeaseLostException when the caller no longer owns the key
    */
+  @Override
   public void fail(String scope, String key, String token) {
     owner("fail", key, () -> RedisQueue.script(cmds, "idempotency", List.of(recordKey(scope, key)), List.of("fail", token)));
   }
@@ -380,78 +348,13 @@ public final class IdempotencyStore implements AutoCloseable {
     }
   }
 
-  /** A call that may throw, as a job's side effect may: what {@link #once} runs. */
-  @FunctionalInterface
-  public interface Effect {
-    byte[] run() throws Exception;
-  }
-
-  /**
-   * Runs fn at most once for key (within scope): a later call with the same
-   * key and request gets the first call's result without running fn. It is
-   * the worker's side of the store (Go's {@code Store.Once}, Node's
-   * {@code once}): with the job id as the key, a job redelivered after a
-   * crash returns its recorded result instead of running its side effect
-   * again.
-   *
-   * <pre>{@code
-   * byte[] receipt = store.once("charges", job.id(), job.id(), () -> charge(job));
-   * }</pre>
-   *
-   * <p>fn's exception releases the key (a retry runs fn again) and is
-   * rethrown; the release is retried in the background while the lease lasts
-   * if the store fails. fn's result (null is empty) is stored before once
-   * returns, retried while the lease lasts; when it could not be stored by
-   * then, once throws the store's last error (the key may run again).
-   *
-   * @throws ConflictException when the key was used for a different request
-   * @throws InProgressException while another call holds the key
-   * @throws TooLargeException when the first result was too large to store
-   * @throws LeaseLostException when fn outlived its lease and another call took the key over (its result is not stored)
-   */
-  public byte[] once(String scope, String key, String request, Effect fn) throws Exception {
-    Objects.requireNonNull(fn, "fn");
-    long until = System.nanoTime() + options.lease.toNanos(); // the lease runs from about here on the server's clock
-    Claim c = begin(scope, key, request);
-    switch (c.state()) {
-      case CONFLICT:
-        count(m -> m.request("conflict"));
-        throw new ConflictException(key);
-      case IN_PROGRESS:
-        count(m -> m.request("in_progress"));
-        throw new InProgressException(key, c.retryAfterSeconds());
-      case COMPLETED:
-        if (c.response().tooLarge()) {
-          count(m -> m.request("too_large"));
-          throw new TooLargeException(key);
-        }
-        count(m -> m.request("replayed"));
-        return c.response().body();
-      default:
-    }
-    count(m -> m.request("first_run"));
-    byte[] out;
-    try {
-      out = fn.run();
-    } catch (Exception | Error e) {
-      RuntimeException released = IdempotencySettle.SHARED.later("fail", key, until, () -> fail(scope, key, c.token()));
-      if (released != null) e.addSuppressed(released);
-      throw e;
-    }
-    byte[] body = out == null ? new byte[0] : out;
-    IdempotencySettle.SHARED.now("complete", key, until, () -> complete(scope, key, c.token(), new Response(200, Map.of(), body, false, false)));
-    return body;
-  }
-
   @Override
   public void close() {
     conn.close();
   }
 
   static String newToken() {
-    byte[] b = new byte[16];
-    RANDOM.nextBytes(b);
-    return HexFormat.of().formatHex(b);
+    return IdempotencyRules.newToken();
   }
 
   private static String text(Object v) {
@@ -473,96 +376,6 @@ public final class IdempotencyStore implements AutoCloseable {
    * "/orders/%E2%82%AC42"; visible ASCII is unchanged.
    */
   public static String safeHeader(String name, String value) {
-    if (!isToken(name)) return null;
-    byte[] v = (value == null ? "" : value).getBytes(StandardCharsets.UTF_8);
-    int from = 0;
-    int to = v.length;
-    while (from < to && blank(v[from])) from++;
-    while (to > from && blank(v[to - 1])) to--;
-    StringBuilder b = new StringBuilder(to - from);
-    String hex = "0123456789ABCDEF";
-    for (int i = from; i < to; i++) {
-      int c = v[i] & 0xff;
-      if (c >= 0x21 && c <= 0x7e) {
-        b.append((char) c);
-      } else if (blank(v[i]) && !blank(v[i - 1]) && !blank(v[i + 1])) { // trimmed: never at either end
-        b.append((char) c);
-      } else {
-        b.append('%').append(hex.charAt(c >> 4)).append(hex.charAt(c & 15));
-      }
-    }
-    return b.toString();
-  }
-
-  private static boolean blank(byte c) {
-    return c == ' ' || c == '\t';
-  }
-
-  private static boolean isToken(String s) {
-    if (s == null || s.isEmpty()) return false;
-    for (int i = 0; i < s.length(); i++) {
-      char c = s.charAt(i);
-      if (!(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || "!#$%&'*+-.^_`|~".indexOf(c) >= 0)) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  /** Every header of h under the rule; the names it drops are not stored. */
-  static Map<String, List<String>> safeHeaders(Map<String, List<String>> h) {
-    Map<String, List<String>> out = new TreeMap<>();
-    h.forEach((name, values) -> {
-      if (!isToken(name)) {
-        if (DROPPED.size() < 1024 && DROPPED.add(name)) { // once per name, as Go logs it
-          System.getLogger("dev.backstop.idempotency").log(System.Logger.Level.WARNING,
-              "idempotency: response header not stored: its name is not an HTTP token: name="
-                  + Json.quote(new StringBuilder(), name));
-        }
-        return;
-      }
-      List<String> safe = new ArrayList<>();
-      for (String v : values) safe.add(safeHeader(name, v));
-      out.put(name, safe);
-    });
-    return out;
-  }
-
-  /** Headers as every adapter stores them: a JSON object of name → list of values. */
-  static String encodeHeaders(Map<String, List<String>> h) {
-    StringBuilder b = new StringBuilder("{");
-    h.forEach((name, values) -> {
-      if (b.length() > 1) b.append(',');
-      Json.quote(b, name).append(":[");
-      for (int i = 0; i < values.size(); i++) {
-        if (i > 0) b.append(',');
-        Json.quote(b, values.get(i));
-      }
-      b.append(']');
-    });
-    return b.append('}').toString();
-  }
-
-  /** Stored headers read back under the rule (a record stored before it, or by any adapter, may hold any). */
-  @SuppressWarnings("unchecked")
-  static Map<String, List<String>> decodeHeaders(String json) {
-    if (json.isEmpty()) return Map.of();
-    Object v;
-    try {
-      v = Json.parse(json);
-    } catch (Json.SyntaxException e) {
-      throw new IllegalStateException("idempotency: stored headers are not a JSON object of lists: " + e.getMessage(), e);
-    }
-    if (!(v instanceof Map)) throw new IllegalStateException("idempotency: stored headers are not a JSON object of lists: " + json);
-    Map<String, List<String>> out = new TreeMap<>();
-    for (Map.Entry<String, Object> e : ((Map<String, Object>) v).entrySet()) {
-      if (!isToken(e.getKey()) || !(e.getValue() instanceof List)) continue;
-      List<String> safe = new ArrayList<>();
-      for (Object x : (List<Object>) e.getValue()) {
-        if (x instanceof String) safe.add(safeHeader(e.getKey(), (String) x));
-      }
-      out.put(e.getKey(), safe);
-    }
-    return out;
+    return IdempotencyRules.safeHeader(name, value);
   }
 }

@@ -22,7 +22,8 @@ import org.junit.jupiter.api.TestFactory;
 /**
  * testdata/idempotency/cases.json (README.md there): every shared case,
  * replayed through IdempotencyStore against a real redis-server, gives the
- * replies and the record the Go store gives.
+ * replies and the record the Go store gives. Its runner ({@link #replay})
+ * replays them through PgIdempotencyStore too (PgIdempotencyCasesTest).
  */
 class IdempotencyCasesTest {
   static RedisClient client;
@@ -59,21 +60,85 @@ class IdempotencyCasesTest {
     return Long.parseLong(t.get(0)) * 1000 + Long.parseLong(t.get(1)) / 1000;
   }
 
-  @TestFactory
+  /**
+   * What the runner does under the store (README.md there, "Steps"): on the
+   * Redis hash here, on the row for PostgreSQL (PgIdempotencyCasesTest).
+   */
+  interface Raw {
+    /** Removes the record: a case starts without one. */
+    void reset() throws Exception;
+
+    /** lapse: the owner's lease ended a second ago. */
+    void lapse() throws Exception;
+
+    /** expire: the retention has run out. */
+    void expire() throws Exception;
+
+    /** write: the record as another adapter (or a version before the header rule) stored it. */
+    void write(Map<String, String> fields) throws Exception;
+
+    /** The record after, as the cases compare it; null when absent. */
+    Map<String, Object> record(Map<String, String> tokens) throws Exception;
+  }
+
+  /** The store's options the file sets (lease, retention, max body). */
+  static IdempotencyStore.Options options(Map<String, Object> file) {
+    return IdempotencyStore.Options.defaults().withRetention(Duration.ofMillis((Long) file.get("retention_ms")))
+        .withLease(Duration.ofMillis((Long) file.get("lease_ms"))).withMaxBody(((Long) file.get("max_body")).intValue());
+  }
+
+  /** testdata/idempotency/cases.json, checked to hold the cases. */
   @SuppressWarnings("unchecked")
-  Stream<DynamicTest> everySharedCase() {
+  static Map<String, Object> file() {
     Map<String, Object> file = Repo.json("testdata/idempotency/cases.json");
     List<Map<String, Object>> cases = (List<Map<String, Object>>) file.get("cases");
     assertTrue(cases.size() >= 30, cases.size() + " cases");
+    return file;
+  }
+
+  @TestFactory
+  Stream<DynamicTest> everySharedCase() {
+    Map<String, Object> file = file();
+    IdempotencyStore store = IdempotencyStore.create(client, options(file));
+    String rk = store.recordKey((String) file.get("scope"), (String) file.get("key"));
+    long retention = (Long) file.get("retention_ms");
+    return replay(file, store, new Raw() {
+      @Override
+      public void reset() {
+        r.del(rk);
+      }
+
+      @Override
+      public void lapse() {
+        r.hset(rk, "lease_until", Long.toString(serverMs() - 1000));
+      }
+
+      @Override
+      public void expire() {
+        r.del(rk);
+      }
+
+      @Override
+      public void write(Map<String, String> fields) {
+        r.hset(rk, fields);
+        r.pexpire(rk, retention);
+      }
+
+      @Override
+      public Map<String, Object> record(Map<String, String> tokens) throws Exception {
+        return IdempotencyCasesTest.record(rk, tokens);
+      }
+    });
+  }
+
+  /** Every case of file through store, raw reaching under it; each a test of its own. */
+  @SuppressWarnings("unchecked")
+  static Stream<DynamicTest> replay(Map<String, Object> file, IdempotencyBackend store, Raw raw) {
+    List<Map<String, Object>> cases = (List<Map<String, Object>>) file.get("cases");
     String scope = (String) file.get("scope");
     String key = (String) file.get("key");
-    long retention = (Long) file.get("retention_ms");
-    IdempotencyStore store = IdempotencyStore.create(client, IdempotencyStore.Options.defaults()
-        .withRetention(Duration.ofMillis(retention)).withLease(Duration.ofMillis((Long) file.get("lease_ms")))
-        .withMaxBody(((Long) file.get("max_body")).intValue()));
-    String rk = store.recordKey(scope, key);
     return cases.stream().map(c -> DynamicTest.dynamicTest((String) c.get("name"), () -> {
-      r.del(rk);
+      raw.reset();
       Map<String, String> tokens = new HashMap<>();
       List<Object> replies = new ArrayList<>();
       for (Map<String, Object> st : (List<Map<String, Object>>) c.get("steps")) {
@@ -123,21 +188,20 @@ class IdempotencyCasesTest {
             break;
           }
           case "lapse":
-            r.hset(rk, "lease_until", Long.toString(serverMs() - 1000));
+            raw.lapse();
             break;
           case "expire":
-            r.del(rk);
+            raw.expire();
             break;
           case "write":
-            r.hset(rk, (Map<String, String>) (Object) st.get("fields"));
-            r.pexpire(rk, retention);
+            raw.write((Map<String, String>) (Object) st.get("fields"));
             break;
           default:
             throw new AssertionError("unknown op " + op);
         }
       }
       assertEquals(Repo.write(canon(c.get("replies"))), Repo.write(canon(replies)), "replies");
-      assertEquals(Repo.write(canon(c.get("final"))), Repo.write(canon(record(rk, tokens))), "the record after");
+      assertEquals(Repo.write(canon(c.get("final"))), Repo.write(canon(raw.record(tokens))), "the record after");
     }));
   }
 

@@ -35,6 +35,12 @@ class MetricsTest {
     return out.toString(StandardCharsets.UTF_8);
   }
 
+  /** Fails unless registry's exposition has each of lines, whole. */
+  static void assertExposes(PrometheusRegistry registry, String... lines) throws Exception {
+    String text = scrape(registry);
+    for (String line : lines) assertTrue(text.contains(line + "\n"), line + " in\n" + text);
+  }
+
   /** The samples of an exposition, labels sorted, values as doubles, sorted: the clients order them differently. */
   static List<String> samples(String text) {
     List<String> out = new ArrayList<>();

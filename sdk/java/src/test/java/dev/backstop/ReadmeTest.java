@@ -34,7 +34,7 @@ import org.junit.jupiter.api.TestFactory;
  */
 class ReadmeTest {
   /** The documents whose ```java blocks run (internal/integration/docs: javaDocFiles holds the same list). */
-  static final List<String> FILES = List.of("README.md", "sdk/java/README.md");
+  static final List<String> FILES = List.of("README.md", "sdk/java/README.md", "docs/idempotency.md");
 
   private static final Pattern FENCE = Pattern.compile("^```(\\S*)\\s*$");
   private static final Pattern MARKER = Pattern.compile("^<!--\\s*snippet:\\s*(.*?)\\s*-->$");
@@ -43,7 +43,9 @@ class ReadmeTest {
   private static final String IMPORTS = String.join("\n", "import dev.backstop.*;",
       "import io.prometheus.metrics.model.registry.PrometheusRegistry;", "import io.lettuce.core.RedisClient;", "import java.io.*;", "import java.net.*;",
       "import java.net.http.*;", "import java.time.*;", "import java.util.*;",
-      "import java.util.concurrent.*;", "import java.util.concurrent.atomic.*;", "");
+      "import java.util.concurrent.*;", "import java.util.concurrent.atomic.*;", "import java.nio.charset.StandardCharsets;",
+      "import java.sql.Connection;", "import java.sql.PreparedStatement;", "import java.sql.ResultSet;", "import java.sql.Statement;",
+      "import org.postgresql.ds.PGSimpleDataSource;", "");
 
   record Block(String file, int line, String marker, String code) {}
 
@@ -120,6 +122,11 @@ class ReadmeTest {
     if (b.code.contains("RabbitBroker")) System.setProperty("amqp.url", RabbitServer.get().url);
     if (b.code.contains("RedisQueue") || b.code.contains("IdempotencyStore")) {
       System.setProperty("redis.url", RedisServer.get().url);
+    }
+    // A block on PostgreSQL gets a fresh database of the tests' private server.
+    if (b.code.contains("database.url")) {
+      PostgresServer pg = PostgresServer.get();
+      System.setProperty("database.url", pg.secretUrl(pg.database()));
     }
     ByteArrayOutputStream printed = new ByteArrayOutputStream();
     PrintStream saved = System.out;
