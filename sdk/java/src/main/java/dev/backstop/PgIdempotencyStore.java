@@ -130,16 +130,7 @@ public final class PgIdempotencyStore implements IdempotencyBackend {
   }
 
   private static final java.util.regex.Pattern PLACEHOLDER = java.util.regex.Pattern.compile("\\{(?:table|index|function|name)\\}");
-  private static final String SQL = readSql();
-
-  private static String readSql() {
-    try (java.io.InputStream in = PgIdempotencyStore.class.getResourceAsStream("scripts/idempotency.sql")) {
-      if (in == null) throw new IllegalStateException("dev/backstop/scripts/idempotency.sql is missing from the jar");
-      return new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
-    } catch (java.io.IOException e) {
-      throw new java.io.UncheckedIOException(e);
-    }
-  }
+  private static final String SQL = Redis.contractFile("idempotency.sql");
 
   /** The quoted name of table's claim function. */
   private static String beginFunction(String table) {

@@ -44,7 +44,7 @@ final class Redis {
   static Script script(String name) {
     if (!SCRIPTS.contains(name)) throw new IllegalArgumentException("unknown script " + name);
     return LOADED.computeIfAbsent(name, n -> {
-      String src = read("lib") + "\n" + read(n);
+      String src = contractFile("lib.lua") + "\n" + contractFile(n + ".lua");
       try {
         byte[] d = MessageDigest.getInstance("SHA-1").digest(src.getBytes(StandardCharsets.UTF_8));
         return new Script(src, HexFormat.of().formatHex(d));
@@ -54,9 +54,10 @@ final class Redis {
     });
   }
 
-  private static String read(String name) {
-    try (InputStream in = Redis.class.getResourceAsStream("scripts/" + name + ".lua")) {
-      if (in == null) throw new IllegalStateException("dev/backstop/scripts/" + name + ".lua is not in the jar");
+  /** A file of contract/scripts, as the jar ships it (the Lua scripts, and PgIdempotencyStore's idempotency.sql). */
+  static String contractFile(String file) {
+    try (InputStream in = Redis.class.getResourceAsStream("scripts/" + file)) {
+      if (in == null) throw new IllegalStateException("dev/backstop/scripts/" + file + " is not in the jar");
       return new String(in.readAllBytes(), StandardCharsets.UTF_8);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
