@@ -60,11 +60,7 @@ final class IdempotencySettle implements AutoCloseable {
         throw e;
       } catch (RuntimeException e) {
         long wait = jittered(delayMs);
-        if (System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(wait) >= until) {
-          LOG.log(System.Logger.Level.ERROR, "idempotency: store call still failing when the lease ended: the key may run again: "
-              + op + " " + key + " after " + attempts + " attempts");
-          throw e;
-        }
+        if (pastLease(op, key, until, wait, attempts)) throw e;
         try {
           Thread.sleep(wait);
         } catch (InterruptedException ie) {
@@ -79,11 +75,7 @@ final class IdempotencySettle implements AutoCloseable {
 
   private void retry(String op, String key, long until, Runnable call, long delayMs, int attempts) {
     long wait = jittered(delayMs);
-    if (System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(wait) >= until) {
-      LOG.log(System.Logger.Level.ERROR, "idempotency: store call still failing when the lease ended: the key may run again: "
-          + op + " " + key + " after " + attempts + " attempts");
-      return;
-    }
+    if (pastLease(op, key, until, wait, attempts)) return;
     retries.schedule(() -> {
       try {
         call.run();
@@ -94,6 +86,14 @@ final class IdempotencySettle implements AutoCloseable {
         retry(op, key, until, call, Math.min(2 * delayMs, 1000), attempts + 1);
       }
     }, wait, TimeUnit.MILLISECONDS);
+  }
+
+  /** Whether a wait of wait ms would end past the lease (until); the caller then gives up, and this logs it. */
+  private static boolean pastLease(String op, String key, long until, long wait, int attempts) {
+    if (System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(wait) < until) return false;
+    LOG.log(System.Logger.Level.ERROR, "idempotency: store call still failing when the lease ended: the key may run again: "
+        + op + " " + key + " after " + attempts + " attempts");
+    return true;
   }
 
   private static long jittered(long delayMs) {
